@@ -1,0 +1,151 @@
+// `loom bench gemm`: the fp32 matmul peak (the MFU denominator) on transformer shapes.
+// `loom bench train`: median time of full training steps (forward, backward, AdamW) of a
+// GPT on random tokens, as JSON, for bench/train_vs_pytorch.sh to put next to PyTorch.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "commands.hpp"
+#include "loom/kernels/matmul.hpp"
+#include "loom/kernels/peak_flops.hpp"
+#include "loom/kernels/threads.hpp"
+#include "loom/nn/cross_entropy_loss.hpp"
+#include "loom/nn/gpt.hpp"
+#include "loom/optim/adamw.hpp"
+
+namespace loom::apps {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchArgs {
+  std::vector<int> threads{1, 2};
+  nn::GPTConfig model;
+  int64_t batch_size = 8;
+  int64_t steps = 10;
+  int64_t warmup = 2;
+  int bench_threads = 0;
+};
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+int run_gemm(const BenchArgs& a) {
+  struct Shape {
+    const char* name;
+    int64_t M, N, K;
+  };
+  const Shape shapes[] = {{"square 1024", 1024, 1024, 1024},
+                          {"gpt-mini qkv (2048x1152x384)", 2048, 1152, 384},
+                          {"gpt-mini mlp (2048x1536x384)", 2048, 1536, 384},
+                          {"gpt2 mlp (4096x3072x768)", 4096, 3072, 768},
+                          {"gpt2 lm head (4096x50304x768)", 4096, 50304, 768}};
+  std::printf("%-32s %8s %12s\n", "shape (M x N x K)", "threads", "GFLOP/s");
+  for (int t : a.threads) {
+    kernels::set_num_threads(t);
+    for (const Shape& s : shapes) {
+      std::vector<float> A(s.M * s.K, 0.5f), B(s.N * s.K, 0.25f), C(s.M * s.N);
+      kernels::matmul(A.data(), kernels::Trans::N, B.data(), kernels::Trans::T, C.data(), s.M, s.N, s.K);
+      std::vector<double> rates;
+      const auto start = Clock::now();
+      while (rates.size() < 3 || (seconds_since(start) < 0.5 && rates.size() < 50)) {
+        const auto t0 = Clock::now();
+        kernels::matmul(A.data(), kernels::Trans::N, B.data(), kernels::Trans::T, C.data(), s.M, s.N, s.K);
+        rates.push_back(2.0 * static_cast<double>(s.M * s.N * s.K) / seconds_since(t0) / 1e9);
+      }
+      std::printf("%-32s %8d %12.1f\n", s.name, t, median(rates));
+    }
+  }
+  return 0;
+}
+
+int run_train(BenchArgs a) {
+  kernels::set_num_threads(a.bench_threads);
+  a.model.validate();
+  nn::GPT model(a.model, 1);
+  optim::AdamW opt(model.parameters(), optim::AdamWConfig{});
+  const int64_t B = a.batch_size, T = a.model.block_size, V = a.model.vocab_size;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(V - 1));
+  Tensor inputs = Tensor::empty({B, T}, DType::I32), targets = Tensor::empty({B, T}, DType::I32);
+  for (int64_t i = 0; i < B * T; ++i) {
+    inputs.i32()[i] = token(rng);
+    targets.i32()[i] = token(rng);
+  }
+  std::vector<double> times;
+  float loss = 0.0f;
+  for (int64_t s = 0; s < a.warmup + a.steps; ++s) {
+    const auto t0 = Clock::now();
+    opt.zero_grad();
+    {
+      MemoryScope scope(MemoryCategory::Activations);
+      nn::Context ctx;
+      Tensor logits = model.forward(inputs, ctx);
+      loss = nn::cross_entropy_loss(logits, targets, V);
+      nn::cross_entropy_loss_backward(logits, targets, V, 1.0f);
+      model.backward(logits, ctx);
+    }
+    opt.step(1e-4f);
+    if (s >= a.warmup) times.push_back(seconds_since(t0));
+  }
+  const double step_s = median(times);
+  const double tokens_per_s = static_cast<double>(B * T) / step_s;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const nlohmann::json out = {{"impl", "loom"},
+                              {"threads", kernels::num_threads()},
+                              {"params", a.model.num_parameters()},
+                              {"batch_size", B},
+                              {"block_size", T},
+                              {"median_step_s", step_s},
+                              {"tokens_per_s", tokens_per_s},
+                              {"model_gflops_per_s", tokens_per_s * a.model.flops_per_token(T) / 1e9},
+                              {"tracked_peak_bytes", MemoryTracker::instance().total_peak()},
+                              {"max_rss_bytes", static_cast<int64_t>(usage.ru_maxrss) * 1024},
+                              {"final_loss", loss}};
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+Runner add_bench_command(CLI::App& sub) {
+  auto args = std::make_shared<BenchArgs>();
+  sub.require_subcommand(1);
+  CLI::App* gemm = sub.add_subcommand("gemm", "fp32 GEMM GFLOP/s on transformer shapes (example: loom bench gemm --threads 1,2)");
+  gemm->add_option("--threads", args->threads, "thread counts to measure")->delimiter(',');
+  gemm->allow_extras();
+  CLI::App* tr = sub.add_subcommand("train", "median training-step time on random tokens, as JSON "
+                                             "(example: loom bench train --n-layer 6 --n-embd 384 --n-head 6)");
+  tr->allow_extras();
+  tr->add_option("--n-layer", args->model.n_layer, "transformer blocks");
+  tr->add_option("--n-head", args->model.n_head, "attention heads");
+  tr->add_option("--n-embd", args->model.n_embd, "model width");
+  tr->add_option("--block-size", args->model.block_size, "sequence length");
+  tr->add_option("--vocab-size", args->model.vocab_size, "vocabulary size (tokens are random)");
+  tr->add_option("--batch-size", args->batch_size, "sequences per step");
+  tr->add_option("--steps", args->steps, "timed steps");
+  tr->add_option("--warmup", args->warmup, "untimed steps first");
+  tr->add_option("--threads", args->bench_threads, "compute threads; 0 = all cores");
+  tr->add_flag("--recompute", args->model.recompute, "recompute activations in backward");
+  return [args, gemm, tr]() {
+    if (gemm->parsed()) {
+      reject_unknown_flags(*gemm);
+      return run_gemm(*args);
+    }
+    reject_unknown_flags(*tr);
+    return run_train(*args);
+  };
+}
+
+}  // namespace loom::apps

@@ -1,0 +1,56 @@
+// loom: one binary, one subcommand per task (train, sample, bench, config-reference).
+#include <cstdio>
+#include <exception>
+
+#include "commands.hpp"
+#include "loom/error.hpp"
+#include "loom/train/config.hpp"
+
+namespace loom::apps {
+
+void reject_unknown_flags(const CLI::App& sub) {
+  const std::vector<std::string> extra = sub.remaining();
+  if (extra.empty()) return;
+  std::vector<std::string> known;
+  for (const CLI::Option* o : sub.get_options())
+    for (const std::string& name : o->get_lnames()) known.push_back("--" + name);
+  const std::string hint = train::did_you_mean(extra.front(), known);
+  fail("unknown argument '", extra.front(), "' for 'loom ", sub.get_name(), "'",
+       hint.empty() ? "" : " (did you mean '" + hint + "'?)", "; see 'loom ", sub.get_name(), " --help'");
+}
+
+}  // namespace loom::apps
+
+int main(int argc, char** argv) {
+  CLI::App app{"Loom: train GPT-style models with data, tensor and pipeline parallelism on MPI.\n"
+               "Example: loom train --config configs/shakespeare.toml --steps 200"};
+  app.require_subcommand(1);
+  std::vector<std::pair<CLI::App*, loom::apps::Runner>> runners;
+  auto add = [&](const char* name, const char* help, loom::apps::Runner (*make)(CLI::App&)) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    sub->allow_extras();
+    runners.emplace_back(sub, make(*sub));
+  };
+  add("train", "train a model (example: loom train --config configs/shakespeare.toml)", loom::apps::add_train_command);
+  add("sample", "generate text from a checkpoint (example: loom sample --checkpoint runs/shakespeare --prompt ROMEO:)",
+      loom::apps::add_sample_command);
+  add("bench", "measure kernels and training speed (example: loom bench gemm)", loom::apps::add_bench_command);
+  add("config-reference", "print the configuration reference as Markdown", loom::apps::add_config_reference_command);
+  try {
+    app.parse(argc, argv);
+    for (auto& [sub, run] : runners)
+      if (sub->parsed()) {
+        loom::apps::reject_unknown_flags(*sub);
+        return run();
+      }
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const loom::Error& e) {
+    std::fprintf(stderr, "loom: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,66 @@
+// `loom train`: defaults, then the TOML file, then flags (every config key is a flag).
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "commands.hpp"
+#include "loom/train/config.hpp"
+#include "loom/train/trainer.hpp"
+
+namespace loom::apps {
+
+namespace {
+struct TrainArgs {
+  std::string config_path;
+  bool dry_run = false;
+  std::map<std::string, std::string> flags;  // key -> text, only the flags given
+  std::map<std::string, CLI::Option*> options;
+};
+
+void print_dry_run(train::TrainConfig& config) {
+  std::printf("# resolved configuration\n%s\n", train::to_toml(config).c_str());
+  const int64_t params = config.model.num_parameters();
+  std::printf("# model: %lld parameters (vocabulary size taken from the data at run time: %s)\n",
+              static_cast<long long>(params), config.tokenizer.c_str());
+  std::printf("# predicted state memory (fp32, %s): params %s + grads %s + optimizer %s\n", config.optimizer.c_str(),
+              format_bytes(4 * params).c_str(), format_bytes(4 * params).c_str(),
+              format_bytes((config.optimizer == "adamw" ? 8 : 4) * params).c_str());
+}
+}  // namespace
+
+Runner add_train_command(CLI::App& sub) {
+  auto args = std::make_shared<TrainArgs>();
+  sub.add_option("--config", args->config_path, "TOML configuration file (keys in [model] [data] [train] [optim] [run])");
+  sub.add_flag("--dry-run", args->dry_run, "print the resolved configuration and predicted memory, then exit");
+  train::TrainConfig defaults;
+  for (const train::ConfigKey& k : train::config_schema(defaults)) {
+    const std::string flag = "--" + train::flag_name(k.key);
+    const std::string help = k.help + " [" + k.section + "." + k.key + ", default " + train::value_string(k.target) + "]";
+    args->options[k.key] = std::holds_alternative<bool*>(k.target)
+                               ? sub.add_flag(flag + "{true}", args->flags[k.key], help)
+                               : sub.add_option(flag, args->flags[k.key], help);
+  }
+  return [args]() {
+    train::TrainConfig config;
+    if (!args->config_path.empty()) train::apply_toml_file(config, args->config_path);
+    for (const train::ConfigKey& k : train::config_schema(config))
+      if (args->options[k.key]->count() > 0) train::set_from_string(k, args->flags[k.key]);
+    config.validate();
+    if (args->dry_run) {
+      print_dry_run(config);
+      return 0;
+    }
+    train::Trainer trainer(config);
+    trainer.run();
+    return 0;
+  };
+}
+
+Runner add_config_reference_command(CLI::App& sub) {
+  return []() {
+    std::fputs(train::config_reference_markdown().c_str(), stdout);
+    return 0;
+  };
+}
+
+}  // namespace loom::apps

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs exactly what Loom needs from Debian 12 packages, skipping what is present.
+# Idempotent: a second run installs nothing. Uses sudo when not root.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git ca-certificates zlib1g-dev
+  libdnnl-dev                          # GEMM (oneDNN matmul)
+  libopenmpi-dev openmpi-bin           # transport
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-torch python3-numpy  # numerics oracle and speed baseline (tests/bench only)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "[install] all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "[install] need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo_cmd=(sudo)
+fi
+echo "[install] installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -q
+"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,48 @@
+// A tokenized text corpus split into train and validation parts (first 90% / last 10%,
+// the nanoGPT convention), and deterministic batches: the rows of a batch are a pure
+// function of (seed, split, step, micro-batch), so a resumed run reads exactly the batches
+// an uninterrupted one would, and every data-parallel layout can slice the same global batch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/data/tokenizer.hpp"
+#include "loom/tensor/tensor.hpp"
+
+namespace loom::data {
+
+enum class Split { Train, Val };
+
+struct Batch {
+  Tensor inputs;   // (B, T) i32
+  Tensor targets;  // (B, T) i32, inputs shifted by one
+};
+
+class TextDataset {
+ public:
+  // Reads and tokenizes a UTF-8 text file; throws loom::Error for a missing, unreadable or
+  // too-short file (it must hold more than block_size + 1 tokens in each split).
+  TextDataset(const std::string& path, const std::string& tokenizer_kind, int64_t block_size,
+              double val_fraction = 0.1);
+
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  int64_t size(Split split) const { return static_cast<int64_t>(tokens(split).size()); }
+
+  // Rows [row_begin, row_begin + B) of the global batch for (step, micro_batch); each row a
+  // random window of T + 1 tokens chosen from (seed, split, step, micro_batch, row).
+  Batch batch(Split split, uint64_t seed, int64_t step, int64_t micro_batch, int64_t row_begin, int64_t B,
+              int64_t T) const;
+
+ private:
+  const std::vector<int32_t>& tokens(Split s) const { return s == Split::Train ? train_ : val_; }
+
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<int32_t> train_, val_;
+};
+
+std::string read_text_file(const std::string& path);
+
+}  // namespace loom::data

@@ -1,0 +1,53 @@
+// Tokenizers for text files: character-level (the distinct Unicode code points of the
+// corpus, sorted) and byte-level (256 ids, any file). A tokenizer is fully described by
+// its spec string, which checkpoints keep so `loom sample` decodes exactly as training did.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace loom::data {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  virtual int64_t vocab_size() const = 0;
+  // "char:<vocabulary as UTF-8>" or "byte".
+  virtual std::string spec() const = 0;
+
+  // Builds the tokenizer named by kind ("char" learns its vocabulary from text, "byte").
+  static std::unique_ptr<Tokenizer> create(const std::string& kind, std::string_view text);
+  static std::unique_ptr<Tokenizer> from_spec(const std::string& spec);
+};
+
+class CharTokenizer : public Tokenizer {
+ public:
+  explicit CharTokenizer(std::vector<char32_t> vocabulary);
+  static CharTokenizer from_text(std::string_view text);
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  int64_t vocab_size() const override { return static_cast<int64_t>(vocab_.size()); }
+  std::string spec() const override;
+
+ private:
+  std::vector<char32_t> vocab_;  // sorted code points; id = index
+};
+
+class ByteTokenizer : public Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  int64_t vocab_size() const override { return 256; }
+  std::string spec() const override { return "byte"; }
+};
+
+// UTF-8 <-> code points; throws loom::Error naming the byte offset of invalid input.
+std::vector<char32_t> utf8_decode(std::string_view text);
+std::string utf8_encode(const std::vector<char32_t>& code_points);
+
+}  // namespace loom::data

@@ -1,0 +1,19 @@
+// Causal multi-head self-attention, softmax(Q K^T / sqrt(HS) + mask) V, reading Q, K and V
+// in place from the QKV projection's output. The two products per head are batched oneDNN
+// matmuls over (B, NH) with strided views, so no head is ever copied out.
+#pragma once
+
+#include <cstdint>
+
+namespace loom::kernels {
+
+// out (B, T, C) heads interleaved as (B, T, NH, HS); att (B, NH, T, T) softmax
+// probabilities saved for backward (entries above the diagonal are 0);
+// qkv (B, T, 3C) laid out as [q | k | v], each (NH, HS).
+void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                       int64_t NH);
+// dqkv (B, T, 3C) overwritten; datt (B, NH, T, T) scratch; dout (B, T, C).
+void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                        int64_t B, int64_t T, int64_t C, int64_t NH);
+
+}  // namespace loom::kernels

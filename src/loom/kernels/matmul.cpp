@@ -1,0 +1,110 @@
+#include "loom/kernels/matmul.hpp"
+
+#include <omp.h>
+
+#include <bit>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "dnnl.hpp"
+#include "loom/error.hpp"
+
+namespace loom::kernels {
+
+namespace {
+
+using dnnl::memory;
+using Key = std::vector<int64_t>;
+
+struct Cached {
+  dnnl::matmul primitive;
+  memory::desc a, b, c, bias;
+};
+
+struct Engine {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::mutex mutex;
+  std::map<Key, Cached> cache;
+};
+
+Engine& engine() {
+  static Engine e;
+  return e;
+}
+
+memory::desc f32_desc(const memory::dims& dims, const memory::dims& strides) {
+  return memory::desc(dims, memory::data_type::f32, strides);
+}
+
+// Creates (or finds) the primitive for this exact geometry.
+const Cached& primitive_for(const Key& key, const memory::desc& a, const memory::desc& b,
+                            const memory::desc& c, const memory::desc& bias, float alpha,
+                            bool accumulate) {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  auto it = e.cache.find(key);
+  if (it != e.cache.end()) return it->second;
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (accumulate) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
+  const dnnl::matmul::desc desc = bias.is_zero() ? dnnl::matmul::desc(a, b, c) : dnnl::matmul::desc(a, b, bias, c);
+  const dnnl::matmul::primitive_desc pd(desc, attr, e.engine);
+  Cached entry{dnnl::matmul(pd), a, b, c, bias};
+  return e.cache.emplace(key, std::move(entry)).first->second;
+}
+
+void execute(const Cached& p, const float* A, const float* B, const float* bias, float* C) {
+  Engine& e = engine();
+  memory am(p.a, e.engine, const_cast<float*>(A));
+  memory bm(p.b, e.engine, const_cast<float*>(B));
+  memory cm(p.c, e.engine, C);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+  if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, memory(p.bias, e.engine, const_cast<float*>(bias)));
+  p.primitive.execute(e.stream, args);
+  e.stream.wait();
+}
+
+}  // namespace
+
+void matmul(const float* A, Trans ta, const float* B, Trans tb, float* C, int64_t M, int64_t N,
+            int64_t K, const float* bias, bool accumulate) {
+  if (M == 0 || N == 0) return;
+  const memory::dims a_strides = ta == Trans::N ? memory::dims{K, 1} : memory::dims{1, M};
+  const memory::dims b_strides = tb == Trans::N ? memory::dims{N, 1} : memory::dims{1, K};
+  const Key key{0, M, N, K, ta == Trans::T, tb == Trans::T, bias != nullptr, accumulate,
+                omp_get_max_threads()};
+  const memory::desc bias_desc = bias ? f32_desc({1, N}, {N, 1}) : memory::desc();
+  const Cached& p = primitive_for(key, f32_desc({M, K}, a_strides), f32_desc({K, N}, b_strides),
+                                  f32_desc({M, N}, {N, 1}), bias_desc, 1.0f, accumulate);
+  execute(p, A, B, bias, C);
+}
+
+void batched_matmul(const BatchedMatmul& d, const float* A, const float* B, float* C) {
+  if (d.M == 0 || d.N == 0 || d.batch0 == 0 || d.batch1 == 0) return;
+  const memory::dims a_dims{d.batch0, d.batch1, d.M, d.K};
+  const memory::dims b_dims{d.batch0, d.batch1, d.K, d.N};
+  const memory::dims c_dims{d.batch0, d.batch1, d.M, d.N};
+  auto dims = [](const std::array<int64_t, 4>& s) { return memory::dims(s.begin(), s.end()); };
+  Key key{1, d.batch0, d.batch1, d.M, d.N, d.K};
+  for (auto* s : {&d.a_strides, &d.b_strides, &d.c_strides}) key.insert(key.end(), s->begin(), s->end());
+  key.push_back(std::bit_cast<uint32_t>(d.alpha));  // exact, not rounded
+  key.push_back(d.accumulate);
+  key.push_back(omp_get_max_threads());
+  const Cached& p = primitive_for(key, f32_desc(a_dims, dims(d.a_strides)), f32_desc(b_dims, dims(d.b_strides)),
+                                  f32_desc(c_dims, dims(d.c_strides)), memory::desc(), d.alpha, d.accumulate);
+  execute(p, A, B, nullptr, C);
+}
+
+int64_t matmul_primitive_count() {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  return static_cast<int64_t>(e.cache.size());
+}
+
+}  // namespace loom::kernels

@@ -1,0 +1,47 @@
+#include "loom/nn/block.hpp"
+
+#include "loom/kernels/residual.hpp"
+
+namespace loom::nn {
+
+Block::Block(int64_t C, int64_t NH) {
+  ln1_ = &register_module("ln1", std::make_unique<LayerNorm>(C));
+  attn_ = &register_module("attn", std::make_unique<CausalSelfAttention>(C, NH));
+  ln2_ = &register_module("ln2", std::make_unique<LayerNorm>(C));
+  mlp_ = &register_module("mlp", std::make_unique<MLP>(C));
+}
+
+Tensor Block::forward_body(const Tensor& x, Context& ctx) {
+  Tensor a = attn_->forward(ln1_->forward(x, ctx), ctx);  // (B, T, C)
+  kernels::residual_forward(a.f32(), a.f32(), x.f32(), a.numel());  // a = x + attn(ln1(x))
+  Tensor m = mlp_->forward(ln2_->forward(a, ctx), ctx);    // (B, T, C)
+  kernels::residual_forward(m.f32(), m.f32(), a.f32(), m.numel());
+  return m;
+}
+
+Tensor Block::backward_body(const Tensor& dy, Context& ctx) {
+  // d(residual 2): dy flows to a directly and through mlp(ln2(a)).
+  Tensor da = ln2_->backward(mlp_->backward(dy, ctx), ctx);
+  kernels::add_inplace(da.f32(), dy.f32(), da.numel());
+  Tensor dx = ln1_->backward(attn_->backward(da, ctx), ctx);
+  kernels::add_inplace(dx.f32(), da.f32(), dx.numel());
+  return dx;
+}
+
+Tensor Block::forward_impl(const Tensor& x, Context& ctx) {
+  if (!recompute_) return forward_body(x, ctx);
+  Context scratch;  // dropped on return: only x is kept
+  Tensor y = forward_body(x, scratch);
+  ctx.save(this, {x});
+  return y;
+}
+
+Tensor Block::backward_impl(const Tensor& dy, Context& ctx) {
+  if (!recompute_) return backward_body(dy, ctx);
+  Context replay;
+  forward_body(ctx.saved(this, 0), replay);
+  ctx.release(this);
+  return backward_body(dy, replay);
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,35 @@
+// Pre-LayerNorm transformer block: x + attn(ln1(x)), then + mlp(ln2(.)).
+// With recompute on, forward keeps only the block's input and backward re-runs the
+// forward into a scratch context first (activation checkpointing, Chen et al. 2016).
+#pragma once
+
+#include "loom/nn/causal_self_attention.hpp"
+#include "loom/nn/layer_norm.hpp"
+#include "loom/nn/mlp.hpp"
+
+namespace loom::nn {
+
+class Block : public Module {
+ public:
+  Block(int64_t C, int64_t NH);
+  void set_recompute(bool on) { recompute_ = on; }
+  bool recompute() const { return recompute_; }
+  CausalSelfAttention& attn() { return *attn_; }
+  MLP& mlp() { return *mlp_; }
+
+ protected:
+  Tensor forward_impl(const Tensor& x, Context& ctx) override;  // x (B, T, C)
+  Tensor backward_impl(const Tensor& dy, Context& ctx) override;
+
+ private:
+  Tensor forward_body(const Tensor& x, Context& ctx);
+  Tensor backward_body(const Tensor& dy, Context& ctx);
+
+  bool recompute_ = false;
+  LayerNorm* ln1_;
+  CausalSelfAttention* attn_;
+  LayerNorm* ln2_;
+  MLP* mlp_;
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,40 @@
+#include "loom/nn/causal_self_attention.hpp"
+
+#include "loom/error.hpp"
+#include "loom/kernels/attention.hpp"
+
+namespace loom::nn {
+
+CausalSelfAttention::CausalSelfAttention(int64_t C, int64_t NH) : C_(C), NH_(NH) {
+  check(NH > 0 && C % NH == 0, "n_embd (", C, ") must be divisible by n_head (", NH, ")");
+  qkv_ = &register_module("qkv", std::make_unique<Linear>(C, 3 * C));
+  proj_ = &register_module("proj", std::make_unique<Linear>(C, C));
+}
+
+Tensor CausalSelfAttention::forward_impl(const Tensor& x, Context& ctx) {
+  check(x.ndim() == 3 && x.size(2) == C_, "attention '", name(), "' expects (B, T, ", C_, "), got ",
+        shape_str(x.shape()));
+  const int64_t B = x.size(0), T = x.size(1);
+  Tensor qkv = qkv_->forward(x, ctx);           // (B, T, 3C)
+  Tensor att = Tensor::empty({B, NH_, T, T});   // (B, NH, T, T) softmax probabilities
+  Tensor heads = Tensor::empty({B, T, C_});     // (B, T, NH, HS)
+  kernels::attention_forward(heads.f32(), att.f32(), qkv.f32(), B, T, C_, NH_);
+  ctx.save(this, {qkv, att});
+  return proj_->forward(heads, ctx);
+}
+
+Tensor CausalSelfAttention::backward_impl(const Tensor& dy, Context& ctx) {
+  Tensor dheads = proj_->backward(dy, ctx);  // (B, T, C)
+  const Tensor& qkv = ctx.saved(this, 0);
+  const Tensor& att = ctx.saved(this, 1);
+  const int64_t B = qkv.size(0), T = qkv.size(1);
+  Tensor dqkv = Tensor::empty(qkv.shape());  // (B, T, 3C)
+  {
+    Tensor datt = Tensor::empty(att.shape());  // (B, NH, T, T) scratch
+    kernels::attention_backward(dqkv.f32(), datt.f32(), dheads.f32(), qkv.f32(), att.f32(), B, T, C_, NH_);
+  }
+  ctx.release(this);
+  return qkv_->backward(dqkv, ctx);
+}
+
+}  // namespace loom::nn

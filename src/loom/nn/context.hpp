@@ -1,0 +1,32 @@
+// Context: what one micro-batch's forward saved for its backward, keyed by module.
+// Modules hold parameters, never activations, so several micro-batches can be in flight
+// (pipeline schedules) and dropping a context is how activation recompute frees memory.
+#pragma once
+
+#include <initializer_list>
+#include <unordered_map>
+#include <vector>
+
+#include "loom/tensor/tensor.hpp"
+
+namespace loom::nn {
+
+class Module;
+
+class Context {
+ public:
+  // Replaces what `owner` saved before in this context.
+  void save(const Module* owner, std::initializer_list<Tensor> tensors);
+  // The i-th tensor `owner` saved; throws if forward did not run in this context.
+  const Tensor& saved(const Module* owner, size_t i) const;
+  bool has(const Module* owner) const { return saved_.count(owner) != 0; }
+  void release(const Module* owner) { saved_.erase(owner); }
+  void clear() { saved_.clear(); }
+  // Bytes of distinct storages held (views of one buffer count once).
+  int64_t bytes() const;
+
+ private:
+  std::unordered_map<const Module*, std::vector<Tensor>> saved_;
+};
+
+}  // namespace loom::nn

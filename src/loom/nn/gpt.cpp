@@ -1,0 +1,100 @@
+#include "loom/nn/gpt.hpp"
+
+#include <cmath>
+
+#include "loom/error.hpp"
+#include "loom/kernels/matmul.hpp"
+
+namespace loom::nn {
+
+using kernels::Trans;
+
+int64_t GPTConfig::resolved_padded_vocab() const {
+  return padded_vocab_size > 0 ? padded_vocab_size : (vocab_size + 63) / 64 * 64;
+}
+
+void GPTConfig::validate() const {
+  check(vocab_size >= 1, "vocab_size must be >= 1, got ", vocab_size);
+  check(resolved_padded_vocab() >= vocab_size, "padded_vocab_size (", padded_vocab_size,
+        ") must be >= vocab_size (", vocab_size, ")");
+  check(block_size >= 1, "block_size must be >= 1, got ", block_size);
+  check(n_layer >= 1, "n_layer must be >= 1, got ", n_layer);
+  check(n_head >= 1, "n_head must be >= 1, got ", n_head);
+  check(n_embd >= 1, "n_embd must be >= 1, got ", n_embd);
+  check(n_embd % n_head == 0, "n_embd (", n_embd, ") must be divisible by n_head (", n_head, ")");
+}
+
+int64_t GPTConfig::num_parameters() const {
+  const int64_t C = n_embd;
+  const int64_t per_block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
+  return resolved_padded_vocab() * C + block_size * C + n_layer * per_block + 2 * C;
+}
+
+double GPTConfig::flops_per_token(int64_t T) const {
+  const double C = static_cast<double>(n_embd), L = static_cast<double>(n_layer);
+  const double matmul_params = L * 12.0 * C * C + static_cast<double>(resolved_padded_vocab()) * C;
+  const double attention = L * 2.0 * 2.0 * static_cast<double>(T) * C;  // QK^T and PV, per token
+  return 3.0 * (2.0 * matmul_params + attention);
+}
+
+GPT::GPT(const GPTConfig& config, uint64_t seed) : config_(config) {
+  config_.validate();
+  const int64_t C = config_.n_embd;
+  embedding_ = &register_module(
+      "embedding", std::make_unique<Embedding>(config_.vocab_size, config_.resolved_padded_vocab(),
+                                               config_.block_size, C));
+  // Tied: the LM head reads the same table, so two gradient contributions per backward.
+  embedding_->wte().set_contributions_per_backward(2);
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    Block& b = register_module("blocks." + std::to_string(l), std::make_unique<Block>(C, config_.n_head));
+    b.set_recompute(config_.recompute);
+    blocks_.push_back(&b);
+  }
+  ln_f_ = &register_module("ln_f", std::make_unique<LayerNorm>(C));
+  init_weights(seed);
+}
+
+void GPT::init_weights(uint64_t seed) {
+  // GPT-2: normal(0, 0.02) everywhere, residual projections scaled by 1/sqrt(2L);
+  // biases zero and LayerNorm gains one (set by their constructors).
+  Rng rng(seed);
+  const float stddev = 0.02f;
+  const float residual_stddev = stddev / std::sqrt(2.0f * static_cast<float>(config_.n_layer));
+  init_normal(embedding_->wte().value(), stddev, rng);
+  init_normal(embedding_->wpe().value(), stddev, rng);
+  for (Block* b : blocks_) {
+    init_normal(b->attn().qkv().weight().value(), stddev, rng);
+    init_normal(b->attn().proj().weight().value(), residual_stddev, rng);
+    init_normal(b->mlp().fc().weight().value(), stddev, rng);
+    init_normal(b->mlp().proj().weight().value(), residual_stddev, rng);
+  }
+}
+
+Tensor GPT::forward_impl(const Tensor& idx, Context& ctx) {
+  Tensor x = embedding_->forward(idx, ctx);  // (B, T, C)
+  for (Block* b : blocks_) x = b->forward(x, ctx);
+  x = ln_f_->forward(x, ctx);
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), Vp = config_.resolved_padded_vocab();
+  Tensor logits = Tensor::empty({B, T, Vp});  // (B, T, Vp)
+  kernels::matmul(x.f32(), Trans::N, embedding_->wte().value().f32(), Trans::T, logits.f32(), B * T, Vp, C);
+  ctx.save(this, {x});
+  return logits;
+}
+
+Tensor GPT::backward_impl(const Tensor& dlogits, Context& ctx) {
+  const Tensor& x = ctx.saved(this, 0);  // (B, T, C) final LayerNorm output
+  const int64_t N = x.size(0) * x.size(1), C = x.size(2), Vp = config_.resolved_padded_vocab();
+  Parameter& wte = embedding_->wte();
+  Tensor dx = Tensor::empty(x.shape());  // (B, T, C)
+  kernels::matmul(dlogits.f32(), Trans::N, wte.value().f32(), Trans::N, dx.f32(), N, C, Vp);
+  kernels::matmul(dlogits.f32(), Trans::T, x.f32(), Trans::N, wte.grad().f32(), Vp, C, N, nullptr,
+                  /*accumulate=*/true);
+  wte.grad_contributed();
+  ctx.release(this);
+  dx = ln_f_->backward(dx, ctx);
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) dx = (*it)->backward(dx, ctx);
+  embedding_->backward(dx, ctx);
+  return Tensor();
+}
+
+}  // namespace loom::nn

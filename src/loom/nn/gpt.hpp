@@ -1,0 +1,55 @@
+// GPT-2 style language model: token + position embedding, L pre-LayerNorm blocks, final
+// LayerNorm, LM head tied to the token embedding. forward maps token ids (B, T) to logits
+// (B, T, Vp); the loss lives in loss.hpp so a pipeline's last stage can own it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/nn/block.hpp"
+#include "loom/nn/embedding.hpp"
+#include "loom/nn/init.hpp"
+
+namespace loom::nn {
+
+struct GPTConfig {
+  int64_t vocab_size = 65;        // V: real tokens
+  int64_t padded_vocab_size = 0;  // Vp: 0 means V rounded up to a multiple of 64 (faster GEMMs)
+  int64_t block_size = 256;       // maximum T
+  int64_t n_layer = 6;            // L
+  int64_t n_head = 6;             // NH
+  int64_t n_embd = 384;           // C
+  bool recompute = false;         // activation recompute in every block
+
+  int64_t resolved_padded_vocab() const;
+  // Throws loom::Error naming every impossible value.
+  void validate() const;
+  // Parameters, counted once (the LM head is tied).
+  int64_t num_parameters() const;
+  // Training FLOPs per token (forward + backward = 3x forward), GEMMs and attention.
+  double flops_per_token(int64_t T) const;
+};
+
+class GPT : public Module {
+ public:
+  GPT(const GPTConfig& config, uint64_t seed);
+  const GPTConfig& config() const { return config_; }
+  Embedding& embedding() { return *embedding_; }
+  std::vector<Block*>& blocks() { return blocks_; }
+  LayerNorm& ln_f() { return *ln_f_; }
+
+ protected:
+  Tensor forward_impl(const Tensor& idx, Context& ctx) override;  // (B, T) i32 -> (B, T, Vp)
+  Tensor backward_impl(const Tensor& dlogits, Context& ctx) override;
+
+ private:
+  void init_weights(uint64_t seed);
+
+  GPTConfig config_;
+  Embedding* embedding_;
+  std::vector<Block*> blocks_;
+  LayerNorm* ln_f_;
+};
+
+}  // namespace loom::nn

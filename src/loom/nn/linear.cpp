@@ -1,0 +1,45 @@
+#include "loom/nn/linear.hpp"
+
+#include "loom/error.hpp"
+#include "loom/kernels/matmul.hpp"
+#include "loom/kernels/residual.hpp"
+
+namespace loom::nn {
+
+using kernels::Trans;
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias) : in_(in_features), out_(out_features) {
+  weight_ = &register_parameter("weight", {out_, in_}, /*weight_decay=*/true);
+  bias_ = bias ? &register_parameter("bias", {out_}, /*weight_decay=*/false) : nullptr;
+}
+
+Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
+  check(x.ndim() >= 1 && x.size(-1) == in_, "Linear '", name(), "' expects last dimension ", in_,
+        ", got shape ", shape_str(x.shape()));
+  const int64_t N = x.numel() / in_;
+  Shape out_shape = x.shape();
+  out_shape.back() = out_;
+  Tensor y = Tensor::empty(out_shape);  // (N, OC)
+  kernels::matmul(x.f32(), Trans::N, weight_->value().f32(), Trans::T, y.f32(), N, out_, in_,
+                  bias_ ? bias_->value().f32() : nullptr);
+  ctx.save(this, {x});
+  return y;
+}
+
+Tensor Linear::backward_impl(const Tensor& dy, Context& ctx) {
+  const Tensor& x = ctx.saved(this, 0);  // (N, C)
+  const int64_t N = x.numel() / in_;
+  Tensor dx = Tensor::empty(x.shape());  // (N, C)
+  kernels::matmul(dy.f32(), Trans::N, weight_->value().f32(), Trans::N, dx.f32(), N, in_, out_);
+  kernels::matmul(dy.f32(), Trans::T, x.f32(), Trans::N, weight_->grad().f32(), out_, in_, N, nullptr,
+                  /*accumulate=*/true);
+  weight_->grad_contributed();
+  if (bias_) {
+    kernels::bias_backward(bias_->grad().f32(), dy.f32(), N, out_);
+    bias_->grad_contributed();
+  }
+  ctx.release(this);
+  return dx;
+}
+
+}  // namespace loom::nn

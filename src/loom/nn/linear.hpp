@@ -1,0 +1,28 @@
+// Linear: y = x W^T + b over the last dimension, weight (OC, C) as PyTorch stores it.
+// The two backward GEMMs (dx = dy W, dW += dy^T x) go through oneDNN.
+#pragma once
+
+#include "loom/nn/module.hpp"
+
+namespace loom::nn {
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+
+  Parameter& weight() { return *weight_; }
+  Parameter* bias() { return bias_; }
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
+ protected:
+  Tensor forward_impl(const Tensor& x, Context& ctx) override;
+  Tensor backward_impl(const Tensor& dy, Context& ctx) override;
+
+ private:
+  int64_t in_, out_;
+  Parameter* weight_;  // (OC, C)
+  Parameter* bias_;    // (OC) or null
+};
+
+}  // namespace loom::nn

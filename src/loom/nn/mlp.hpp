@@ -1,0 +1,23 @@
+// The transformer's feed-forward block: Linear(C, 4C), GELU, Linear(4C, C).
+#pragma once
+
+#include "loom/nn/linear.hpp"
+
+namespace loom::nn {
+
+class MLP : public Module {
+ public:
+  explicit MLP(int64_t C);
+  Linear& fc() { return *fc_; }
+  Linear& proj() { return *proj_; }
+
+ protected:
+  Tensor forward_impl(const Tensor& x, Context& ctx) override;
+  Tensor backward_impl(const Tensor& dy, Context& ctx) override;
+
+ private:
+  Linear* fc_;    // C -> 4C
+  Linear* proj_;  // 4C -> C
+};
+
+}  // namespace loom::nn

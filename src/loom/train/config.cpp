@@ -1,0 +1,267 @@
+#include "loom/train/config.hpp"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "loom/error.hpp"
+
+namespace loom::train {
+
+std::vector<ConfigKey> config_schema(TrainConfig& c) {
+  nn::GPTConfig& m = c.model;
+  return {
+      {"model", "n_layer", "transformer blocks (L)", &m.n_layer},
+      {"model", "n_head", "attention heads (NH); must divide n_embd", &m.n_head},
+      {"model", "n_embd", "model width (C)", &m.n_embd},
+      {"model", "block_size", "context length (T) used for training and the maximum for sampling", &m.block_size},
+      {"model", "recompute", "recompute each block's activations in backward instead of keeping them", &m.recompute},
+      {"data", "data", "UTF-8 text file to train on", &c.data},
+      {"data", "tokenizer", "'char' (code points of the corpus) or 'byte'", &c.tokenizer},
+      {"data", "val_fraction", "last fraction of the file held out for validation", &c.val_fraction},
+      {"train", "steps", "optimizer steps", &c.steps},
+      {"train", "batch_size", "sequences per micro-batch (B)", &c.batch_size},
+      {"train", "micro_batches", "micro-batches accumulated per optimizer step", &c.micro_batches},
+      {"train", "seed", "seed for weights and batches", &c.seed},
+      {"train", "on_nan", "on a NaN/inf loss or gradient: 'stop' (error) or 'skip' the step", &c.on_nan},
+      {"optim", "optimizer", "'adamw' or 'sgd'", &c.optimizer},
+      {"optim", "lr", "peak learning rate", &c.lr},
+      {"optim", "min_lr", "learning rate at the end of the cosine decay", &c.min_lr},
+      {"optim", "warmup_steps", "linear warm-up steps", &c.warmup_steps},
+      {"optim", "decay_steps", "step where cosine decay reaches min_lr; 0 = steps", &c.decay_steps},
+      {"optim", "weight_decay", "decoupled weight decay (matrices and embeddings only)", &c.weight_decay},
+      {"optim", "beta1", "AdamW beta1", &c.beta1},
+      {"optim", "beta2", "AdamW beta2", &c.beta2},
+      {"optim", "eps", "AdamW epsilon", &c.eps},
+      {"optim", "momentum", "SGD momentum", &c.momentum},
+      {"optim", "grad_clip", "clip the global gradient norm to this; 0 = off", &c.grad_clip},
+      {"run", "out_dir", "run directory: metrics.jsonl and checkpoints", &c.out_dir},
+      {"run", "log_every", "print a progress line every N steps", &c.log_every},
+      {"run", "eval_every", "validation loss every N steps; 0 = at the end only", &c.eval_every},
+      {"run", "eval_batches", "validation batches per evaluation", &c.eval_batches},
+      {"run", "checkpoint_every", "save a checkpoint every N steps; 0 = at the end only", &c.checkpoint_every},
+      {"run", "keep_checkpoints", "how many recent checkpoints to keep", &c.keep_checkpoints},
+      {"run", "threads", "compute threads; 0 = all cores", &c.threads},
+      {"run", "peak_gflops", "peak GFLOP/s for MFU; 0 = measure a GEMM at start-up", &c.peak_gflops},
+      {"run", "resume", "checkpoint file, run directory or 'latest' (of out_dir) to continue from", &c.resume},
+  };
+}
+
+void TrainConfig::validate() const {
+  model.validate();
+  check(steps >= 0, "steps must be >= 0, got ", steps);
+  check(batch_size >= 1, "batch_size must be >= 1, got ", batch_size);
+  check(micro_batches >= 1, "micro_batches must be >= 1, got ", micro_batches);
+  check(on_nan == "stop" || on_nan == "skip", "on_nan must be 'stop' or 'skip', got '", on_nan, "'");
+  check(optimizer == "adamw" || optimizer == "sgd", "optimizer must be 'adamw' or 'sgd', got '", optimizer, "'");
+  check(tokenizer == "char" || tokenizer == "byte", "tokenizer must be 'char' or 'byte', got '", tokenizer, "'");
+  check(lr > 0, "lr must be > 0, got ", lr);
+  check(min_lr >= 0 && min_lr <= lr, "min_lr must be in [0, lr], got ", min_lr);
+  check(warmup_steps >= 0 && decay_steps >= 0, "warmup_steps and decay_steps must be >= 0");
+  check(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "beta1 and beta2 must be in [0, 1)");
+  check(eps > 0, "eps must be > 0, got ", eps);
+  check(grad_clip >= 0, "grad_clip must be >= 0, got ", grad_clip);
+  check(log_every >= 1, "log_every must be >= 1, got ", log_every);
+  check(eval_every >= 0 && eval_batches >= 1, "eval_every must be >= 0 and eval_batches >= 1");
+  check(checkpoint_every >= 0 && keep_checkpoints >= 1, "checkpoint_every must be >= 0 and keep_checkpoints >= 1");
+  check(threads >= 0, "threads must be >= 0, got ", threads);
+  check(peak_gflops >= 0, "peak_gflops must be >= 0, got ", peak_gflops);
+}
+
+std::string flag_name(const std::string& key) {
+  std::string f = key;
+  std::replace(f.begin(), f.end(), '_', '-');
+  return f;
+}
+
+std::string type_name(const ConfigTarget& target) {
+  return std::visit(
+      [](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, int64_t>) return "integer";
+        if constexpr (std::is_same_v<T, double>) return "number";
+        if constexpr (std::is_same_v<T, bool>) return "boolean";
+        return "string";
+      },
+      target);
+}
+
+std::string value_string(const ConfigTarget& target) {
+  return std::visit(
+      [](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        std::ostringstream os;
+        if constexpr (std::is_same_v<T, bool>) os << (*p ? "true" : "false");
+        else if constexpr (std::is_same_v<T, std::string>) os << '"' << *p << '"';
+        else os << *p;
+        return os.str();
+      },
+      target);
+}
+
+void set_from_string(const ConfigKey& key, const std::string& text) {
+  auto bad = [&]() { fail("--", flag_name(key.key), ": expected ", type_name(key.target), ", got '", text, "'"); };
+  std::visit(
+      [&](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *p);
+          if (ec != std::errc() || end != text.data() + text.size()) bad();
+        } else if constexpr (std::is_same_v<T, double>) {
+          try {
+            size_t used = 0;
+            *p = std::stod(text, &used);
+            if (used != text.size()) bad();
+          } catch (const std::logic_error&) {
+            bad();
+          }
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (text == "true" || text == "1") *p = true;
+          else if (text == "false" || text == "0") *p = false;
+          else bad();
+        } else {
+          *p = text;
+        }
+      },
+      key.target);
+}
+
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      cur[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j)
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      std::swap(prev, cur);
+    }
+    return prev[b.size()];
+  };
+  std::string best;
+  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    const size_t d = distance(word, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+namespace {
+
+std::string suggestion(const std::string& word, const std::vector<std::string>& candidates) {
+  const std::string s = did_you_mean(word, candidates);
+  return s.empty() ? "" : " (did you mean '" + s + "'?)";
+}
+
+void set_from_toml(const ConfigKey& key, const toml::node& node, const std::string& origin) {
+  auto bad = [&]() {
+    fail(origin, ": [", key.section, "] ", key.key, " must be a", type_name(key.target) == "integer" ? "n " : " ",
+         type_name(key.target));
+  };
+  std::visit(
+      [&](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          if (!node.is_integer()) bad();
+          *p = node.as_integer()->get();
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (node.is_integer()) *p = static_cast<double>(node.as_integer()->get());
+          else if (node.is_floating_point()) *p = node.as_floating_point()->get();
+          else bad();
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (!node.is_boolean()) bad();
+          *p = node.as_boolean()->get();
+        } else {
+          if (!node.is_string()) bad();
+          *p = node.as_string()->get();
+        }
+      },
+      key.target);
+}
+
+}  // namespace
+
+void apply_toml_string(TrainConfig& config, const std::string& text, const std::string& origin) {
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    fail(origin, ":", where.line, ":", where.column, ": invalid TOML: ", e.description());
+  }
+  std::vector<ConfigKey> schema = config_schema(config);
+  std::vector<std::string> sections;
+  for (const auto& k : schema)
+    if (std::find(sections.begin(), sections.end(), k.section) == sections.end()) sections.push_back(k.section);
+  for (const auto& [section_name, section_node] : root) {
+    const std::string section(section_name.str());
+    check(std::find(sections.begin(), sections.end(), section) != sections.end(), origin, ": unknown section [",
+          section, "]", suggestion(section, sections));
+    check(section_node.is_table(), origin, ": '", section, "' must be a table ([", section, "])");
+    std::vector<std::string> keys_here;
+    for (const auto& k : schema)
+      if (k.section == section) keys_here.push_back(k.key);
+    for (const auto& [key_name, value] : *section_node.as_table()) {
+      const std::string key(key_name.str());
+      auto it = std::find_if(schema.begin(), schema.end(),
+                             [&](const ConfigKey& k) { return k.section == section && k.key == key; });
+      if (it == schema.end()) {
+        std::string hint = suggestion(key, keys_here);
+        for (const auto& k : schema)  // the right key in the wrong section
+          if (hint.empty() && k.key == key) hint = " (it belongs in [" + k.section + "])";
+        fail(origin, ": unknown key '", key, "' in [", section, "]", hint);
+      }
+      set_from_toml(*it, value, origin);
+    }
+  }
+}
+
+void apply_toml_file(TrainConfig& config, const std::string& path) {
+  std::ifstream in(path);
+  check(in.good(), "cannot open config file '", path, "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  apply_toml_string(config, ss.str(), path);
+}
+
+std::string to_toml(TrainConfig& config) {
+  std::ostringstream os;
+  std::string section;
+  for (const auto& k : config_schema(config)) {
+    if (k.section != section) {
+      os << (section.empty() ? "" : "\n") << "[" << k.section << "]\n";
+      section = k.section;
+    }
+    os << k.key << " = " << value_string(k.target) << "\n";
+  }
+  return os.str();
+}
+
+std::string config_reference_markdown() {
+  TrainConfig defaults;
+  std::ostringstream os;
+  os << "# Configuration reference\n\n"
+     << "Generated by `loom config-reference` from the schema the parser uses "
+     << "(`src/loom/train/config.cpp`). Every key can be set in a TOML file under its section "
+     << "or on the command line as `--key-with-dashes VALUE`; flags override the file.\n";
+  std::string section;
+  for (const auto& k : config_schema(defaults)) {
+    if (k.section != section) {
+      os << "\n## [" << k.section << "]\n\n| key | flag | type | default | meaning |\n|---|---|---|---|---|\n";
+      section = k.section;
+    }
+    os << "| `" << k.key << "` | `--" << flag_name(k.key) << "` | " << type_name(k.target) << " | `"
+       << value_string(k.target) << "` | " << k.help << " |\n";
+  }
+  return os.str();
+}
+
+}  // namespace loom::train

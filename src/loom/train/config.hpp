@@ -1,0 +1,86 @@
+// The training configuration and its schema. One table (config_schema) names every key
+// with its section, type, default and help; the TOML reader, the command-line flags and the
+// configuration reference are all generated from it, so they cannot drift apart.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "loom/nn/gpt.hpp"
+
+namespace loom::train {
+
+struct TrainConfig {
+  nn::GPTConfig model;  // vocab_size comes from the tokenizer at run time
+
+  // [data]
+  std::string data = "data/tinyshakespeare.txt";
+  std::string tokenizer = "char";
+  double val_fraction = 0.1;
+
+  // [train]
+  int64_t steps = 1000;
+  int64_t batch_size = 8;    // B: sequences per micro-batch
+  int64_t micro_batches = 1; // gradient accumulation: micro-batches per optimizer step
+  int64_t seed = 1337;
+  std::string on_nan = "stop";  // "stop" or "skip" the step
+
+  // [optim]
+  std::string optimizer = "adamw";
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int64_t warmup_steps = 100;
+  int64_t decay_steps = 0;  // 0: decay over all steps
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double momentum = 0.9;
+  double grad_clip = 1.0;  // 0: off
+
+  // [run]
+  std::string out_dir = "runs/default";
+  int64_t log_every = 10;
+  int64_t eval_every = 200;  // 0: only at the end
+  int64_t eval_batches = 20;
+  int64_t checkpoint_every = 0;  // 0: only at the end
+  int64_t keep_checkpoints = 2;
+  int64_t threads = 0;           // 0: all cores
+  double peak_gflops = 0;        // MFU denominator; 0: measured at start-up
+  std::string resume;            // "", a checkpoint file, a run directory, or "latest"
+
+  // Throws loom::Error naming each invalid value.
+  void validate() const;
+};
+
+using ConfigTarget = std::variant<int64_t*, double*, bool*, std::string*>;
+
+struct ConfigKey {
+  std::string section;  // TOML table: model, data, train, optim, run
+  std::string key;      // TOML key; the flag is --key with '_' -> '-'
+  std::string help;
+  ConfigTarget target;
+};
+
+std::vector<ConfigKey> config_schema(TrainConfig& config);
+std::string flag_name(const std::string& key);  // "n_layer" -> "n-layer"
+std::string type_name(const ConfigTarget& target);
+std::string value_string(const ConfigTarget& target);
+
+// Sets one key from its text form (a flag's value); throws naming the key and expected type.
+void set_from_string(const ConfigKey& key, const std::string& text);
+// Applies a TOML file over the current values; unknown sections/keys and wrong types are
+// errors naming the file, key and a "did you mean" suggestion.
+void apply_toml_file(TrainConfig& config, const std::string& path);
+void apply_toml_string(TrainConfig& config, const std::string& text, const std::string& origin);
+// The resolved configuration as TOML (printed by --dry-run, stored in checkpoints).
+std::string to_toml(TrainConfig& config);
+// Markdown reference of every key (docs/configuration.md is generated from it).
+std::string config_reference_markdown();
+
+// Closest candidate by edit distance, or "" when nothing is close.
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace loom::train

@@ -1,0 +1,184 @@
+#include "loom/train/safetensors.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "loom/error.hpp"
+
+namespace loom::train {
+
+namespace {
+
+constexpr const char* kFormatVersion = "1";
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+const char* dtype_tag(DType t) { return t == DType::F32 ? "F32" : t == DType::I32 ? "I32" : "BF16"; }
+
+DType dtype_from_tag(const std::string& tag, const std::string& path) {
+  if (tag == "F32") return DType::F32;
+  if (tag == "I32") return DType::I32;
+  if (tag == "BF16") return DType::BF16;
+  fail("'", path, "': unsupported dtype '", tag, "'");
+}
+
+uint32_t crc_of(uint32_t crc, const void* data, int64_t n) {
+  const auto* p = static_cast<const Bytef*>(data);
+  while (n > 0) {  // zlib takes 32-bit lengths
+    const auto chunk = static_cast<uInt>(std::min<int64_t>(n, 1 << 30));
+    crc = static_cast<uint32_t>(crc32(crc, p, chunk));
+    p += chunk;
+    n -= chunk;
+  }
+  return crc;
+}
+
+void fsync_path(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  {
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    check(fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
+    size_t written = 0;
+    while (written < bytes.size()) {
+      const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+      if (n < 0) {
+        const int err = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        fail("cannot write '", path, "': ", std::strerror(err));
+      }
+      written += static_cast<size_t>(n);
+    }
+    const bool synced = ::fsync(fd) == 0;
+    const int err = errno;
+    ::close(fd);
+    if (!synced) {
+      ::unlink(tmp.c_str());
+      fail("cannot sync '", path, "': ", std::strerror(err));
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err));
+  }
+  fsync_path(dir.string(), O_RDONLY | O_DIRECTORY);
+}
+
+void save_tensor_file(const std::string& path, const TensorFile& file) {
+  nlohmann::json header = nlohmann::json::object();
+  int64_t offset = 0;
+  uint32_t crc = crc_of(0, nullptr, 0);
+  for (const auto& [name, t] : file.tensors) {
+    check(name != "__metadata__", "tensor name '__metadata__' is reserved");
+    header[name] = {{"dtype", dtype_tag(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + t.nbytes()}}};
+    offset += t.nbytes();
+    crc = crc_of(crc, t.raw(), t.nbytes());
+  }
+  nlohmann::json meta(file.metadata);
+  meta["loom.format_version"] = kFormatVersion;
+  meta["loom.crc32"] = std::to_string(crc);
+  meta["loom.data_bytes"] = std::to_string(offset);
+  header["__metadata__"] = meta;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+  std::string bytes;
+  bytes.reserve(8 + text.size() + static_cast<size_t>(offset));
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) bytes += static_cast<char>((n >> (8 * i)) & 0xFF);
+  bytes += text;
+  for (const auto& [name, t] : file.tensors) bytes.append(static_cast<const char*>(t.raw()), static_cast<size_t>(t.nbytes()));
+  write_file_atomically(path, bytes);
+}
+
+TensorFile load_tensor_file(const std::string& path, MemoryCategory category) {
+  std::ifstream in(path, std::ios::binary);
+  check(in.good(), "cannot open '", path, "': ", std::strerror(errno));
+  in.seekg(0, std::ios::end);
+  const auto file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  check(file_size >= 8, "'", path, "' is truncated (", file_size, " bytes)");
+  unsigned char len_bytes[8];
+  in.read(reinterpret_cast<char*>(len_bytes), 8);
+  uint64_t header_len = 0;
+  for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(len_bytes[i]) << (8 * i);
+  check(header_len <= kMaxHeaderBytes && 8 + header_len <= file_size, "'", path,
+        "' is truncated or not a tensor file (header length ", header_len, ", file ", file_size, " bytes)");
+  std::string text(header_len, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(header_len));
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("'", path, "' has a corrupted header: ", e.what());
+  }
+  check(header.is_object() && header.contains("__metadata__") && header["__metadata__"].is_object(), "'", path,
+        "' is not a Loom tensor file (no __metadata__)");
+  TensorFile out;
+  try {
+    for (const auto& [k, v] : header["__metadata__"].items()) out.metadata[k] = v.get<std::string>();
+  } catch (const nlohmann::json::exception&) {
+    fail("'", path, "': __metadata__ values must be strings");
+  }
+  const std::string version = out.metadata.count("loom.format_version") ? out.metadata["loom.format_version"] : "";
+  check(version == kFormatVersion, "'", path, "' has format version '", version, "', this Loom reads version ",
+        kFormatVersion);
+  const uint64_t data_bytes = file_size - 8 - header_len;
+  check(out.metadata["loom.data_bytes"] == std::to_string(data_bytes), "'", path, "' is truncated: ", data_bytes,
+        " data bytes, header says ", out.metadata["loom.data_bytes"]);
+  uint32_t crc = crc_of(0, nullptr, 0);
+  uint64_t expected_offset = 0;
+  // Tensors are laid out in name order (std::map), contiguously; anything else is corruption.
+  for (const auto& [name, v] : header.items()) {
+    if (name == "__metadata__") continue;
+    try {
+      const Shape shape = v.at("shape").get<Shape>();
+      const DType dtype = dtype_from_tag(v.at("dtype").get<std::string>(), path);
+      const auto offsets = v.at("data_offsets").get<std::vector<uint64_t>>();
+      check(offsets.size() == 2 && offsets[0] == expected_offset && offsets[1] >= offsets[0] &&
+                offsets[1] <= data_bytes,
+            "'", path, "': tensor '", name, "' has invalid data offsets");
+      // Check the size before allocating, so a corrupted shape cannot ask for terabytes.
+      uint64_t bytes = dtype_size(dtype);
+      for (int64_t d : shape) {
+        check(d >= 0 && static_cast<uint64_t>(d) <= data_bytes, "'", path, "': tensor '", name, "' has invalid shape");
+        bytes *= static_cast<uint64_t>(d);
+        check(bytes <= data_bytes || d == 0, "'", path, "': tensor '", name, "' is larger than the file");
+      }
+      check(bytes == offsets[1] - offsets[0], "'", path, "': tensor '", name, "' shape ", shape_str(shape),
+            " does not match its ", offsets[1] - offsets[0], " bytes");
+      Tensor t = Tensor::empty(shape, dtype, category);
+      in.read(static_cast<char*>(t.raw()), t.nbytes());
+      check(in.good(), "'", path, "' is truncated inside tensor '", name, "'");
+      crc = crc_of(crc, t.raw(), t.nbytes());
+      expected_offset = offsets[1];
+      out.tensors.emplace(name, std::move(t));
+    } catch (const nlohmann::json::exception& e) {
+      fail("'", path, "': malformed entry for tensor '", name, "': ", e.what());
+    }
+  }
+  check(expected_offset == data_bytes, "'", path, "': tensors cover ", expected_offset, " of ", data_bytes, " data bytes");
+  check(std::to_string(crc) == out.metadata["loom.crc32"], "'", path, "' is corrupted: checksum ", crc,
+        " does not match the recorded ", out.metadata["loom.crc32"]);
+  return out;
+}
+
+}  // namespace loom::train

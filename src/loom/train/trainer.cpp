@@ -1,0 +1,167 @@
+#include "loom/train/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "loom/error.hpp"
+#include "loom/kernels/peak_flops.hpp"
+#include "loom/kernels/threads.hpp"
+#include "loom/nn/cross_entropy_loss.hpp"
+#include "loom/optim/adamw.hpp"
+#include "loom/optim/clip.hpp"
+#include "loom/optim/sgd.hpp"
+#include "loom/train/checkpoint.hpp"
+
+namespace loom::train {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+Trainer::Trainer(TrainConfig config, bool quiet) : config_(std::move(config)), quiet_(quiet) {
+  config_.validate();
+  kernels::set_num_threads(static_cast<int>(config_.threads));
+  dataset_ = std::make_unique<data::TextDataset>(config_.data, config_.tokenizer, config_.model.block_size,
+                                                 config_.val_fraction);
+  config_.model.vocab_size = dataset_->tokenizer().vocab_size();
+  model_ = std::make_unique<nn::GPT>(config_.model, static_cast<uint64_t>(config_.seed));
+  if (config_.optimizer == "adamw") {
+    optimizer_ = std::make_unique<optim::AdamW>(
+        model_->parameters(),
+        optim::AdamWConfig{static_cast<float>(config_.beta1), static_cast<float>(config_.beta2),
+                           static_cast<float>(config_.eps), static_cast<float>(config_.weight_decay)});
+  } else {
+    optimizer_ = std::make_unique<optim::SGD>(
+        model_->parameters(),
+        optim::SGDConfig{static_cast<float>(config_.momentum), static_cast<float>(config_.weight_decay)});
+  }
+  schedule_ = optim::LrSchedule{static_cast<float>(config_.lr), static_cast<float>(config_.min_lr),
+                                config_.warmup_steps, config_.decay_steps > 0 ? config_.decay_steps : config_.steps};
+
+  if (!config_.resume.empty()) {
+    const std::string where = config_.resume == "latest" ? config_.out_dir : config_.resume;
+    const std::string path = resolve_checkpoint_path(where);
+    const CheckpointInfo info = load_checkpoint(path, *model_, optimizer_.get(), config_.optimizer);
+    check(info.tokenizer_spec == dataset_->tokenizer().spec(), "checkpoint '", path,
+          "' was trained with a different tokenizer/vocabulary than '", config_.data, "'");
+    step_ = info.step;
+    if (!quiet_) std::printf("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(step_));
+  }
+  if (!config_.out_dir.empty()) {
+    fs::create_directories(config_.out_dir);
+    metrics_ = std::make_unique<MetricsLog>((fs::path(config_.out_dir) / "metrics.jsonl").string());
+  } else {
+    metrics_ = std::make_unique<MetricsLog>("");
+  }
+  peak_gflops_ = config_.peak_gflops > 0 ? config_.peak_gflops : 0.0;
+}
+
+float Trainer::forward_backward(const data::Batch& batch, float loss_scale) {
+  MemoryScope scope(MemoryCategory::Activations);
+  nn::Context ctx;
+  Tensor logits = model_->forward(batch.inputs, ctx);  // (B, T, Vp)
+  const float loss = nn::cross_entropy_loss(logits, batch.targets, config_.model.vocab_size);
+  nn::cross_entropy_loss_backward(logits, batch.targets, config_.model.vocab_size, loss_scale);
+  model_->backward(logits, ctx);  // logits now hold dlogits
+  return loss;
+}
+
+StepResult Trainer::train_step() {
+  StepResult r;
+  r.lr = schedule_.at(step_);
+  optimizer_->zero_grad();
+  const int64_t M = config_.micro_batches, B = config_.batch_size, T = config_.model.block_size;
+  double loss_sum = 0.0;
+  for (int64_t m = 0; m < M; ++m) {
+    const data::Batch batch = dataset_->batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step_, m, 0, B, T);
+    loss_sum += forward_backward(batch, 1.0f / static_cast<float>(M));
+  }
+  r.loss = static_cast<float>(loss_sum / static_cast<double>(M));
+  r.grad_norm = std::sqrt(optim::grad_sum_squares(optimizer_->params()));
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+    check(config_.on_nan == "skip", "non-finite ", std::isfinite(r.loss) ? "gradient norm" : "loss", " at step ",
+          step_ + 1, " (loss ", r.loss, ", grad norm ", r.grad_norm,
+          "); lower lr or set on_nan = \"skip\" to skip such steps");
+    r.skipped = true;
+  } else {
+    optim::clip_grads_to_norm(optimizer_->params(), r.grad_norm, static_cast<float>(config_.grad_clip));
+    optimizer_->step(r.lr);
+  }
+  ++step_;
+  r.step = step_;
+  return r;
+}
+
+float Trainer::evaluate() {
+  MemoryScope scope(MemoryCategory::Activations);
+  const int64_t B = config_.batch_size, T = config_.model.block_size;
+  double sum = 0.0;
+  for (int64_t i = 0; i < config_.eval_batches; ++i) {
+    // The same validation batches at every evaluation: a fixed seed, step = batch index.
+    const data::Batch batch = dataset_->batch(data::Split::Val, 0, i, 0, 0, B, T);
+    nn::Context ctx;
+    Tensor logits = model_->forward(batch.inputs, ctx);
+    sum += nn::cross_entropy_loss(logits, batch.targets, config_.model.vocab_size);
+  }
+  return static_cast<float>(sum / static_cast<double>(config_.eval_batches));
+}
+
+std::string Trainer::save_checkpoint_now() {
+  CheckpointInfo info{step_, to_toml(config_), dataset_->tokenizer().spec(), config_.optimizer};
+  return save_checkpoint(config_.out_dir, *model_, optimizer_.get(), config_.optimizer, info, config_.keep_checkpoints);
+}
+
+void Trainer::log_progress(const StepResult& r, double step_seconds) {
+  const double tokens = static_cast<double>(config_.batch_size * config_.micro_batches * config_.model.block_size);
+  const double tok_per_s = tokens / step_seconds;
+  const double mfu = config_.model.flops_per_token(config_.model.block_size) * tok_per_s / (peak_gflops_ * 1e9);
+  const double avg = elapsed_train_seconds_ / static_cast<double>(std::max<int64_t>(1, steps_timed_));
+  const double eta = avg * static_cast<double>(config_.steps - step_);
+  const int64_t mem = MemoryTracker::instance().total_peak();
+  if (!quiet_)
+    std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %8.0f tok/s | MFU %4.1f%% | mem %s | ETA %s%s\n",
+                static_cast<long long>(r.step), static_cast<long long>(config_.steps), r.loss, r.lr, r.grad_norm,
+                tok_per_s, 100.0 * mfu, format_bytes(mem).c_str(), format_duration(eta).c_str(),
+                r.skipped ? " | SKIPPED (non-finite)" : "");
+  std::fflush(stdout);
+  metrics_->write({{"kind", "train"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                   {"tokens_per_s", tok_per_s}, {"mfu", mfu}, {"peak_mem_bytes", mem}, {"skipped", r.skipped},
+                   {"elapsed_s", elapsed_train_seconds_}});
+}
+
+float Trainer::run() {
+  if (peak_gflops_ <= 0.0) peak_gflops_ = kernels::measure_matmul_gflops();
+  if (!quiet_)
+    std::printf("model: %lld parameters | %lld layers, %lld heads, %lld wide, context %lld, vocab %lld | %d threads, "
+                "matmul peak %.0f GFLOP/s\n",
+                static_cast<long long>(config_.model.num_parameters()), static_cast<long long>(config_.model.n_layer),
+                static_cast<long long>(config_.model.n_head), static_cast<long long>(config_.model.n_embd),
+                static_cast<long long>(config_.model.block_size), static_cast<long long>(config_.model.vocab_size),
+                kernels::num_threads(), peak_gflops_);
+  float val_loss = NAN;
+  auto evaluate_and_log = [&]() {
+    val_loss = evaluate();
+    if (!quiet_) std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step_), val_loss);
+    metrics_->write({{"kind", "val"}, {"step", step_}, {"val_loss", val_loss}});
+  };
+  while (step_ < config_.steps) {
+    const auto t0 = Clock::now();
+    const StepResult r = train_step();
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    elapsed_train_seconds_ += dt;
+    ++steps_timed_;
+    if (r.step % config_.log_every == 0 || r.step == 1 || r.step == config_.steps) log_progress(r, dt);
+    if (config_.eval_every > 0 && r.step % config_.eval_every == 0 && r.step != config_.steps) evaluate_and_log();
+    if (config_.checkpoint_every > 0 && r.step % config_.checkpoint_every == 0 && r.step != config_.steps)
+      save_checkpoint_now();
+  }
+  evaluate_and_log();
+  if (!config_.out_dir.empty()) {
+    const std::string path = save_checkpoint_now();
+    if (!quiet_) std::printf("saved %s\n", path.c_str());
+  }
+  return val_loss;
+}
+
+}  // namespace loom::train

@@ -1,0 +1,62 @@
+// The single-process training loop: deterministic batches, micro-batch gradient
+// accumulation, global-norm clipping, AdamW/SGD with warm-up + cosine LR, NaN/inf guard,
+// periodic validation, progress lines, metrics.jsonl and atomic checkpoints with exact
+// resume. Parallel layouts will wrap the same steps.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "loom/data/text_dataset.hpp"
+#include "loom/nn/gpt.hpp"
+#include "loom/optim/lr_schedule.hpp"
+#include "loom/optim/optimizer.hpp"
+#include "loom/train/config.hpp"
+#include "loom/train/metrics_log.hpp"
+
+namespace loom::train {
+
+struct StepResult {
+  int64_t step = 0;  // the step just completed (1-based count of optimizer steps)
+  float loss = 0.0f;
+  float lr = 0.0f;
+  double grad_norm = 0.0;
+  bool skipped = false;  // non-finite loss or gradient with on_nan = "skip"
+};
+
+class Trainer {
+ public:
+  // Validates the config, reads the data, builds the model and optimizer, and resumes
+  // from a checkpoint when config.resume says so. quiet: no progress lines.
+  explicit Trainer(TrainConfig config, bool quiet = false);
+
+  // Runs until config.steps with logging, evaluation and checkpoints; returns the final val loss.
+  float run();
+  StepResult train_step();
+  float evaluate();
+  std::string save_checkpoint_now();
+
+  nn::GPT& model() { return *model_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  const TrainConfig& config() const { return config_; }
+  const data::TextDataset& dataset() const { return *dataset_; }
+  int64_t step() const { return step_; }
+
+ private:
+  float forward_backward(const data::Batch& batch, float loss_scale);
+  void log_progress(const StepResult& r, double step_seconds);
+
+  TrainConfig config_;
+  bool quiet_;
+  std::unique_ptr<data::TextDataset> dataset_;
+  std::unique_ptr<nn::GPT> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  optim::LrSchedule schedule_;
+  std::unique_ptr<MetricsLog> metrics_;
+  int64_t step_ = 0;
+  double peak_gflops_ = 0.0;
+  double elapsed_train_seconds_ = 0.0;
+  int64_t steps_timed_ = 0;
+};
+
+}  // namespace loom::train

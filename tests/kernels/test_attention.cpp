@@ -1,0 +1,152 @@
+// Causal attention against a naive per-head twin in double (forward, att, backward),
+// finite differences through the fp32 forward, and bit-identical 2-thread runs. Sizes cover
+// one causal block (T = 5), several (T = 64) and a ragged last block (T = 100).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "loom/kernels/attention.hpp"
+#include "loom/kernels/threads.hpp"
+#include "test_util.hpp"
+
+namespace loom::kernels {
+namespace {
+
+using loom::testing::all_close;
+using loom::testing::random_vector;
+
+struct Ref {
+  std::vector<float> out, att, dqkv;
+};
+
+// One head at a time, scores / softmax / weighted sum written out in double.
+Ref reference(const std::vector<float>& qkv, const std::vector<float>& dout, int64_t B, int64_t T,
+              int64_t C, int64_t NH) {
+  const int64_t HS = C / NH, C3 = 3 * C;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  Ref r{std::vector<float>(B * T * C), std::vector<float>(B * NH * T * T, 0.0f),
+        std::vector<float>(B * T * C3, 0.0f)};
+  std::vector<double> dq(B * T * C3, 0.0);  // (B, T, 3C) accumulated in double
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      auto q = [&](int64_t t, int64_t d) -> double { return qkv[(b * T + t) * C3 + h * HS + d]; };
+      auto k = [&](int64_t t, int64_t d) -> double { return qkv[(b * T + t) * C3 + C + h * HS + d]; };
+      auto v = [&](int64_t t, int64_t d) -> double { return qkv[(b * T + t) * C3 + 2 * C + h * HS + d]; };
+      auto dO = [&](int64_t t, int64_t d) -> double { return dout[(b * T + t) * C + h * HS + d]; };
+      std::vector<double> P(T * T, 0.0);
+      for (int64_t i = 0; i < T; ++i) {
+        double mx = -INFINITY;
+        std::vector<double> s(i + 1);
+        for (int64_t j = 0; j <= i; ++j) {
+          s[j] = 0.0;
+          for (int64_t d = 0; d < HS; ++d) s[j] += q(i, d) * k(j, d);
+          s[j] *= scale;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) sum += std::exp(s[j] - mx);
+        for (int64_t j = 0; j <= i; ++j) P[i * T + j] = std::exp(s[j] - mx) / sum;
+        for (int64_t j = 0; j < T; ++j) r.att[((b * NH + h) * T + i) * T + j] = static_cast<float>(P[i * T + j]);
+        for (int64_t d = 0; d < HS; ++d) {
+          double o = 0.0;
+          for (int64_t j = 0; j <= i; ++j) o += P[i * T + j] * v(j, d);
+          r.out[(b * T + i) * C + h * HS + d] = static_cast<float>(o);
+        }
+      }
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> dP(i + 1);
+        double dot = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+          dP[j] = 0.0;
+          for (int64_t d = 0; d < HS; ++d) dP[j] += dO(i, d) * v(j, d);
+          dot += P[i * T + j] * dP[j];
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const double dS = P[i * T + j] * (dP[j] - dot);
+          for (int64_t d = 0; d < HS; ++d) {
+            dq[(b * T + i) * C3 + h * HS + d] += dS * k(j, d) * scale;
+            dq[(b * T + j) * C3 + C + h * HS + d] += dS * q(i, d) * scale;
+            dq[(b * T + j) * C3 + 2 * C + h * HS + d] += P[i * T + j] * dO(i, d);
+          }
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < dq.size(); ++i) r.dqkv[i] = static_cast<float>(dq[i]);
+  return r;
+}
+
+void check_against_reference(int64_t B, int64_t T, int64_t C, int64_t NH) {
+  // Tolerance: rtol 1e-4, atol 2e-6 (fp32 GEMMs over K <= T against double).
+  const auto qkv = random_vector(B * T * 3 * C, 100 + T, -2.0f, 2.0f);
+  const auto dout = random_vector(B * T * C, 200 + T);
+  const Ref ref = reference(qkv, dout, B, T, C, NH);
+  std::vector<float> out(B * T * C), att(B * NH * T * T, 7.0f), datt(B * NH * T * T, 7.0f);
+  std::vector<float> dqkv(B * T * 3 * C, 7.0f);  // garbage: backward must overwrite it
+  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  EXPECT_TRUE(all_close(out, ref.out, 1e-4, 2e-6, "out"));
+  EXPECT_TRUE(all_close(att, ref.att, 1e-4, 2e-6, "att"));
+  for (int64_t bh = 0; bh < B * NH; ++bh)
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = i + 1; j < T; ++j)
+        ASSERT_EQ(att[(bh * T + i) * T + j], 0.0f) << "att above the diagonal at bh " << bh << " i " << i
+                                                   << " j " << j;
+  attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  EXPECT_TRUE(all_close(dqkv, ref.dqkv, 1e-4, 2e-6, "dqkv"));
+}
+
+TEST(Attention, MatchesNaiveTwinSmall) { check_against_reference(2, 5, 12, 3); }
+TEST(Attention, MatchesNaiveTwinSeveralCausalBlocks) { check_against_reference(2, 64, 32, 2); }
+TEST(Attention, MatchesNaiveTwinRaggedBlocks) { check_against_reference(1, 100, 24, 3); }
+TEST(Attention, MatchesNaiveTwinSingleToken) { check_against_reference(3, 1, 8, 2); }
+
+TEST(Attention, FiniteDifferenceGradients) {
+  // loss = sum(out * g) in double; central differences on qkv with h = 1e-2.
+  // Tolerance: atol 1e-3, rtol 1e-2.
+  const int64_t B = 1, T = 4, C = 6, NH = 2;
+  auto qkv = random_vector(B * T * 3 * C, 41);
+  const auto g = random_vector(B * T * C, 42);
+  std::vector<float> out(B * T * C), att(B * NH * T * T), datt(B * NH * T * T), dqkv(B * T * 3 * C);
+  auto loss = [&] {
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    double l = 0.0;
+    for (int64_t i = 0; i < B * T * C; ++i) l += static_cast<double>(out[i]) * g[i];
+    return l;
+  };
+  std::vector<float> numeric(qkv.size());
+  for (size_t i = 0; i < qkv.size(); ++i) {
+    const float p0 = qkv[i], hi = p0 + 1e-2f, lo = p0 - 1e-2f;
+    qkv[i] = hi;
+    const double lp = loss();
+    qkv[i] = lo;
+    const double lm = loss();
+    qkv[i] = p0;
+    numeric[i] = static_cast<float>((lp - lm) / (static_cast<double>(hi) - lo));
+  }
+  loss();
+  attention_backward(dqkv.data(), datt.data(), g.data(), qkv.data(), att.data(), B, T, C, NH);
+  EXPECT_TRUE(all_close(dqkv, numeric, 1e-2, 1e-3, "dqkv"));
+}
+
+TEST(Attention, BitIdenticalForFixedThreadCount) {
+  const int64_t B = 2, T = 96, C = 64, NH = 4;
+  const auto qkv = random_vector(B * T * 3 * C, 51);
+  const auto dout = random_vector(B * T * C, 52);
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    std::vector<float> out(B * T * C), att(B * NH * T * T), datt(B * NH * T * T), dqkv(B * T * 3 * C);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    set_num_threads(1);
+    out.insert(out.end(), att.begin(), att.end());
+    out.insert(out.end(), dqkv.begin(), dqkv.end());
+    return out;
+  };
+  const auto a = run(2), b = run(2), one = run(1);
+  EXPECT_TRUE(all_close(a, b, 0.0, 0.0, "2 threads, run twice"));
+  EXPECT_TRUE(all_close(a, one, 1e-5, 1e-6, "2 threads vs 1"));
+}
+
+}  // namespace
+}  // namespace loom::kernels

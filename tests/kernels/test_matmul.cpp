@@ -1,0 +1,116 @@
+// oneDNN matmul wrappers against naive double loops: all transpose combinations, bias,
+// accumulate, degenerate shapes, strided batched views with alpha, and the primitive cache.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "loom/kernels/matmul.hpp"
+#include "test_util.hpp"
+
+namespace loom::kernels {
+namespace {
+
+using loom::testing::all_close;
+using loom::testing::random_vector;
+
+// C(M, N) = op(A) op(B) [+ bias] [+ C0], in double.
+std::vector<float> naive(const std::vector<float>& A, Trans ta, const std::vector<float>& B, Trans tb,
+                         int64_t M, int64_t N, int64_t K, const float* bias, const std::vector<float>* C0) {
+  std::vector<float> C(M * N);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = bias ? bias[j] : 0.0;
+      if (C0) s += (*C0)[i * N + j];
+      for (int64_t k = 0; k < K; ++k) {
+        const double a = ta == Trans::N ? A[i * K + k] : A[k * M + i];
+        const double b = tb == Trans::N ? B[k * N + j] : B[j * K + k];
+        s += a * b;
+      }
+      C[i * N + j] = static_cast<float>(s);
+    }
+  return C;
+}
+
+struct Shape {
+  int64_t M, N, K;
+};
+
+TEST(Matmul, AllTransposesBiasAndAccumulate) {
+  // Tolerance: rtol 1e-5, atol 1e-5 (fp32 dot products of <= 37 terms against double).
+  const Shape shapes[] = {{7, 13, 5}, {1, 9, 11}, {8, 1, 3}, {6, 4, 1}, {1, 1, 1}, {33, 17, 37}};
+  for (const Shape& s : shapes) {
+    for (Trans ta : {Trans::N, Trans::T}) {
+      for (Trans tb : {Trans::N, Trans::T}) {
+        const std::string what = "M " + std::to_string(s.M) + " N " + std::to_string(s.N) + " K " +
+                                 std::to_string(s.K) + (ta == Trans::T ? " At" : " A") +
+                                 (tb == Trans::T ? " Bt" : " B");
+        const auto A = random_vector(s.M * s.K, 1), B = random_vector(s.K * s.N, 2);
+        const auto bias = random_vector(s.N, 3), C0 = random_vector(s.M * s.N, 4);
+        std::vector<float> C(s.M * s.N, 99.0f);
+        matmul(A.data(), ta, B.data(), tb, C.data(), s.M, s.N, s.K);
+        EXPECT_TRUE(all_close(C, naive(A, ta, B, tb, s.M, s.N, s.K, nullptr, nullptr), 1e-5, 1e-5, what));
+        matmul(A.data(), ta, B.data(), tb, C.data(), s.M, s.N, s.K, bias.data());
+        EXPECT_TRUE(
+            all_close(C, naive(A, ta, B, tb, s.M, s.N, s.K, bias.data(), nullptr), 1e-5, 1e-5, what + " bias"));
+        C = C0;
+        matmul(A.data(), ta, B.data(), tb, C.data(), s.M, s.N, s.K, nullptr, true);
+        EXPECT_TRUE(all_close(C, naive(A, ta, B, tb, s.M, s.N, s.K, nullptr, &C0), 1e-5, 1e-5, what + " acc"));
+        C = C0;
+        matmul(A.data(), ta, B.data(), tb, C.data(), s.M, s.N, s.K, bias.data(), true);
+        EXPECT_TRUE(
+            all_close(C, naive(A, ta, B, tb, s.M, s.N, s.K, bias.data(), &C0), 1e-5, 1e-5, what + " bias acc"));
+      }
+    }
+  }
+}
+
+TEST(Matmul, BatchedStridedViewsWithAlpha) {
+  // Heads read in place from a (B0, T, 3, B1, D) buffer as attention does: A = q (T, D),
+  // B = k^T (D, T) by swapped strides, C written into (B0, T, B1, T) interleaved layout.
+  // Tolerance: rtol 1e-5, atol 1e-5.
+  const int64_t B0 = 2, B1 = 3, T = 5, D = 4, W = 3 * B1 * D;  // W: row width of the buffer
+  const auto buf = random_vector(B0 * T * W, 5);
+  BatchedMatmul d;
+  d.batch0 = B0;
+  d.batch1 = B1;
+  d.M = T;
+  d.N = T;
+  d.K = D;
+  d.a_strides = {T * W, D, W, 1};
+  d.b_strides = {T * W, D, 1, W};
+  d.c_strides = {T * B1 * T, T, B1 * T, 1};
+  d.alpha = 0.5f;
+  const float* q = buf.data();
+  const float* k = buf.data() + B1 * D;
+  std::vector<float> C(B0 * T * B1 * T, 1.0f), want(C.size());
+  for (int64_t b0 = 0; b0 < B0; ++b0)
+    for (int64_t b1 = 0; b1 < B1; ++b1)
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < T; ++j) {
+          double s = 0.0;
+          for (int64_t x = 0; x < D; ++x)
+            s += static_cast<double>(q[b0 * T * W + b1 * D + i * W + x]) * k[b0 * T * W + b1 * D + j * W + x];
+          want[b0 * T * B1 * T + b1 * T + i * B1 * T + j] = static_cast<float>(0.5 * s);
+        }
+  batched_matmul(d, q, k, C.data());
+  EXPECT_TRUE(all_close(C, want, 1e-5, 1e-5, "batched"));
+  d.accumulate = true;
+  batched_matmul(d, q, k, C.data());
+  for (auto& x : want) x *= 2.0f;
+  EXPECT_TRUE(all_close(C, want, 1e-5, 1e-5, "batched accumulate"));
+}
+
+TEST(Matmul, PrimitiveCacheReusesSameShape) {
+  const int64_t M = 3, N = 19, K = 23;  // a shape no other test uses
+  const auto A = random_vector(M * K, 6), B = random_vector(K * N, 7);
+  std::vector<float> C(M * N);
+  matmul(A.data(), Trans::N, B.data(), Trans::N, C.data(), M, N, K);
+  const int64_t after_first = matmul_primitive_count();
+  for (int i = 0; i < 3; ++i) matmul(A.data(), Trans::N, B.data(), Trans::N, C.data(), M, N, K);
+  EXPECT_EQ(matmul_primitive_count(), after_first);
+  matmul(A.data(), Trans::N, B.data(), Trans::N, C.data(), M, N, K, nullptr, true);  // new options
+  EXPECT_EQ(matmul_primitive_count(), after_first + 1);
+}
+
+}  // namespace
+}  // namespace loom::kernels
