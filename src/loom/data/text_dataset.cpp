@@ -43,8 +43,8 @@ TextDataset::TextDataset(const std::string& path, const std::string& tokenizer_k
           " split has ", size(s), " tokens, need more than block_size + 1 = ", block_size + 1);
 }
 
-Batch TextDataset::batch(Split split, uint64_t seed, int64_t step, int64_t micro_batch, int64_t row_begin,
-                         int64_t B, int64_t T) const {
+Batch TextDataset::batch(Split split, uint64_t seed, int64_t step, int64_t row_begin, int64_t B,
+                         int64_t T) const {
   const std::vector<int32_t>& data = tokens(split);
   check(T + 1 < static_cast<int64_t>(data.size()), "sequence length ", T, " too long for a split of ",
         data.size(), " tokens");
@@ -54,7 +54,7 @@ Batch TextDataset::batch(Split split, uint64_t seed, int64_t step, int64_t micro
   const uint64_t key = mix(mix(mix(seed) ^ static_cast<uint64_t>(split)) ^ static_cast<uint64_t>(step));
   for (int64_t b = 0; b < B; ++b) {
     const uint64_t row = static_cast<uint64_t>(row_begin + b);
-    const uint64_t start = mix(mix(key ^ static_cast<uint64_t>(micro_batch)) ^ row) % windows;
+    const uint64_t start = mix(key ^ row) % windows;
     std::memcpy(batch.inputs.i32() + b * T, data.data() + start, static_cast<size_t>(T) * sizeof(int32_t));
     std::memcpy(batch.targets.i32() + b * T, data.data() + start + 1, static_cast<size_t>(T) * sizeof(int32_t));
   }

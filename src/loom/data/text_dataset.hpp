@@ -1,7 +1,8 @@
 // A tokenized text corpus split into train and validation parts (first 90% / last 10%,
-// the nanoGPT convention), and deterministic batches: the rows of a batch are a pure
-// function of (seed, split, step, micro-batch), so a resumed run reads exactly the batches
-// an uninterrupted one would, and every data-parallel layout can slice the same global batch.
+// the nanoGPT convention), and deterministic batches: row r of step s's global batch is a
+// pure function of (seed, split, s, r), so a resumed run reads exactly the batches an
+// uninterrupted one would, and any split of the global batch into micro-batches or
+// data-parallel ranks sees the same rows.
 #pragma once
 
 #include <cstdint>
@@ -31,10 +32,9 @@ class TextDataset {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   int64_t size(Split split) const { return static_cast<int64_t>(tokens(split).size()); }
 
-  // Rows [row_begin, row_begin + B) of the global batch for (step, micro_batch); each row a
-  // random window of T + 1 tokens chosen from (seed, split, step, micro_batch, row).
-  Batch batch(Split split, uint64_t seed, int64_t step, int64_t micro_batch, int64_t row_begin, int64_t B,
-              int64_t T) const;
+  // Rows [row_begin, row_begin + B) of step's global batch; each row a window of T + 1
+  // tokens at a position drawn from (seed, split, step, row).
+  Batch batch(Split split, uint64_t seed, int64_t step, int64_t row_begin, int64_t B, int64_t T) const;
 
  private:
   const std::vector<int32_t>& tokens(Split s) const { return s == Split::Train ? train_ : val_; }

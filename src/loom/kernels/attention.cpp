@@ -55,26 +55,37 @@ struct Views {
   }
 };
 
+// Row i is processed up to the next multiple of 16 columns, with j > i masked by selects
+// rather than ending the loop at i: the vector loops then have no scalar remainder, which
+// for rows of a few hundred elements halved the softmax time. Masked columns may hold
+// anything (never written, or stale), so they are only ever read under a select.
+int64_t padded_row(int64_t i, int64_t T) { return std::min(T, (i + 16) & ~int64_t{15}); }
+
 // In place over att (B, NH, T, T) holding scaled scores in columns j <= i: row i becomes
-// softmax over j <= i, and j > i becomes 0 (those entries were never written or are stale).
+// softmax over j <= i, and j > i becomes 0.
 void causal_softmax(float* att, int64_t BNH, int64_t T) {
 #pragma omp parallel for schedule(static) if (BNH * T * T >= (1 << 15))
   for (int64_t r = 0; r < BNH * T; ++r) {
-    const int64_t i = r % T;
+    const int64_t i = r % T, n = padded_row(i, T);
     float* __restrict row = att + r * T;  // (T)
     float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j <= i; ++j) m = std::max(m, row[j]);
+    // A select, not std::max: GCC vectorises std::max's NaN-ordering poorly here.
+#pragma omp simd reduction(max : m) simdlen(16)
+    for (int64_t j = 0; j < n; ++j) {
+      const float x = j <= i ? row[j] : -INFINITY;
+      m = x > m ? x : m;
+    }
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j <= i; ++j) {
-      row[j] = fast_exp(row[j] - m);
-      sum += row[j];
+    for (int64_t j = 0; j < n; ++j) {
+      const float e = j <= i ? fast_exp(row[j] - m) : 0.0f;
+      row[j] = e;
+      sum += e;
     }
     const float inv = 1.0f / sum;
 #pragma omp simd
-    for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
-    std::memset(row + i + 1, 0, sizeof(float) * (T - i - 1));
+    for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+    std::memset(row + n, 0, sizeof(float) * (T - n));
   }
 }
 
@@ -83,15 +94,15 @@ void causal_softmax(float* att, int64_t BNH, int64_t T) {
 void causal_softmax_backward(float* datt, const float* att, int64_t BNH, int64_t T) {
 #pragma omp parallel for schedule(static) if (BNH * T * T >= (1 << 15))
   for (int64_t r = 0; r < BNH * T; ++r) {
-    const int64_t i = r % T;
+    const int64_t i = r % T, n = padded_row(i, T);
     float* __restrict d = datt + r * T;       // (T)
-    const float* __restrict p = att + r * T;  // (T)
+    const float* __restrict p = att + r * T;  // (T), exactly 0 for j > i
     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-    for (int64_t j = 0; j <= i; ++j) dot += p[j] * d[j];
+    for (int64_t j = 0; j < n; ++j) dot += j <= i ? p[j] * d[j] : 0.0f;
 #pragma omp simd
-    for (int64_t j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - dot);
-    std::memset(d + i + 1, 0, sizeof(float) * (T - i - 1));
+    for (int64_t j = 0; j < n; ++j) d[j] = j <= i ? p[j] * (d[j] - dot) : 0.0f;
+    std::memset(d + n, 0, sizeof(float) * (T - n));
   }
 }
 

@@ -25,8 +25,9 @@ void check_targets(const int32_t* targets, int64_t N, int64_t V) {
 
 float row_max(const float* x, int64_t V) {
   float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < V; ++j) m = std::max(m, x[j]);
+  // A select, not std::max: GCC vectorises std::max's NaN-ordering poorly (3x slower).
+#pragma omp simd reduction(max : m) simdlen(16)
+  for (int64_t j = 0; j < V; ++j) m = x[j] > m ? x[j] : m;
   return m;
 }
 

@@ -96,7 +96,7 @@ std::string value_string(const ConfigTarget& target) {
         using T = std::remove_pointer_t<decltype(p)>;
         std::ostringstream os;
         if constexpr (std::is_same_v<T, bool>) os << (*p ? "true" : "false");
-        else if constexpr (std::is_same_v<T, std::string>) os << '"' << *p << '"';
+        else if constexpr (std::is_same_v<T, std::string>) os << toml::value<std::string>(*p);  // quoted, escaped
         else os << *p;
         return os.str();
       },

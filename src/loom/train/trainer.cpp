@@ -74,7 +74,7 @@ StepResult Trainer::train_step() {
   const int64_t M = config_.micro_batches, B = config_.batch_size, T = config_.model.block_size;
   double loss_sum = 0.0;
   for (int64_t m = 0; m < M; ++m) {
-    const data::Batch batch = dataset_->batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step_, m, 0, B, T);
+    const data::Batch batch = dataset_->batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step_, m * B, B, T);
     loss_sum += forward_backward(batch, 1.0f / static_cast<float>(M));
   }
   r.loss = static_cast<float>(loss_sum / static_cast<double>(M));
@@ -99,7 +99,7 @@ float Trainer::evaluate() {
   double sum = 0.0;
   for (int64_t i = 0; i < config_.eval_batches; ++i) {
     // The same validation batches at every evaluation: a fixed seed, step = batch index.
-    const data::Batch batch = dataset_->batch(data::Split::Val, 0, i, 0, 0, B, T);
+    const data::Batch batch = dataset_->batch(data::Split::Val, 0, i, 0, B, T);
     nn::Context ctx;
     Tensor logits = model_->forward(batch.inputs, ctx);
     sum += nn::cross_entropy_loss(logits, batch.targets, config_.model.vocab_size);

@@ -1,0 +1,169 @@
+// Tensor files and checkpoints: round trip, atomic replacement, and every corruption
+// (truncation, bit flips, wrong version, wrong shapes) is a clear error.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "loom/error.hpp"
+#include "loom/nn/gpt.hpp"
+#include "loom/optim/adamw.hpp"
+#include "loom/train/checkpoint.hpp"
+#include "loom/train/safetensors.hpp"
+
+namespace loom::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("loom_ckpt_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_all(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
+
+std::string error_loading(const fs::path& p) {
+  try {
+    load_tensor_file(p.string());
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TensorFile sample_file() {
+  TensorFile f;
+  Tensor a = Tensor::empty({2, 3});
+  for (int i = 0; i < 6; ++i) a.f32()[i] = 0.5f * static_cast<float>(i);
+  Tensor ids = Tensor::empty({4}, DType::I32);
+  for (int i = 0; i < 4; ++i) ids.i32()[i] = 10 * i;
+  f.tensors = {{"a", a}, {"ids", ids}, {"empty", Tensor::empty({0, 3})}};
+  f.metadata = {{"note", "hello"}};
+  return f;
+}
+
+TEST(TensorFile, RoundTrip) {
+  const fs::path p = fresh_dir("roundtrip") / "x.safetensors";
+  save_tensor_file(p.string(), sample_file());
+  TensorFile g = load_tensor_file(p.string());
+  EXPECT_EQ(g.metadata.at("note"), "hello");
+  EXPECT_EQ(g.tensors.at("a").shape(), (Shape{2, 3}));
+  EXPECT_EQ(g.tensors.at("a").f32()[5], 2.5f);
+  EXPECT_EQ(g.tensors.at("ids").i32()[3], 30);
+  EXPECT_EQ(g.tensors.at("empty").numel(), 0);
+  // No temp files are left behind by the atomic write.
+  int files = 0;
+  for (auto& e : fs::directory_iterator(p.parent_path())) files += e.is_regular_file();
+  EXPECT_EQ(files, 1);
+}
+
+TEST(TensorFile, TruncatedFilesAreErrors) {
+  const fs::path dir = fresh_dir("truncated");
+  save_tensor_file((dir / "ok.safetensors").string(), sample_file());
+  const std::string bytes = read_all(dir / "ok.safetensors");
+  for (size_t keep : {size_t{0}, size_t{5}, size_t{8}, size_t{40}, bytes.size() - 1}) {
+    write_all(dir / "cut.safetensors", bytes.substr(0, keep));
+    const std::string err = error_loading(dir / "cut.safetensors");
+    EXPECT_NE(err.find("truncated"), std::string::npos) << "kept " << keep << ": " << err;
+  }
+  EXPECT_NE(error_loading(dir / "missing.safetensors").find("cannot open"), std::string::npos);
+}
+
+TEST(TensorFile, EveryBitFlipInTheDataIsDetected) {
+  const fs::path dir = fresh_dir("bitflip");
+  save_tensor_file((dir / "ok.safetensors").string(), sample_file());
+  const std::string bytes = read_all(dir / "ok.safetensors");
+  const size_t data_begin = bytes.size() - 6 * 4 - 4 * 4;
+  for (size_t i = data_begin; i < bytes.size(); ++i) {
+    std::string bad = bytes;
+    bad[i] ^= 0x10;
+    write_all(dir / "bad.safetensors", bad);
+    EXPECT_NE(error_loading(dir / "bad.safetensors").find("corrupted"), std::string::npos) << "byte " << i;
+  }
+}
+
+TEST(TensorFile, CorruptedHeaderAndWrongVersionAreErrors) {
+  const fs::path dir = fresh_dir("header");
+  save_tensor_file((dir / "ok.safetensors").string(), sample_file());
+  std::string bytes = read_all(dir / "ok.safetensors");
+  std::string bad = bytes;
+  bad[8] = '#';  // the header's opening brace
+  write_all(dir / "bad.safetensors", bad);
+  EXPECT_NE(error_loading(dir / "bad.safetensors").find("corrupted header"), std::string::npos);
+  std::string other = bytes;
+  const size_t at = other.find("\"loom.format_version\":\"1\"");
+  ASSERT_NE(at, std::string::npos);
+  other[at + 23] = '9';
+  write_all(dir / "v9.safetensors", other);
+  EXPECT_NE(error_loading(dir / "v9.safetensors").find("format version '9'"), std::string::npos);
+  std::string shape = bytes;
+  const size_t s = shape.find("\"shape\":[2,3]");
+  ASSERT_NE(s, std::string::npos);
+  shape[s + 9] = '3';  // (3, 3) no longer matches its byte range
+  write_all(dir / "shape.safetensors", shape);
+  EXPECT_NE(error_loading(dir / "shape.safetensors").find("does not match"), std::string::npos);
+}
+
+nn::GPTConfig tiny() {
+  nn::GPTConfig c;
+  c.vocab_size = 11;
+  c.block_size = 8;
+  c.n_layer = 1;
+  c.n_head = 2;
+  c.n_embd = 8;
+  return c;
+}
+
+TEST(Checkpoint, SavesModelAndOptimizerAndKeepsTheNewest) {
+  const fs::path dir = fresh_dir("ckpt");
+  nn::GPT model(tiny(), 1);
+  optim::AdamW opt(model.parameters(), {});
+  opt.state().begin()->second.fill_(0.25f);
+  opt.set_steps_taken(7);
+  for (int64_t step : {10, 20, 30}) save_checkpoint(dir.string(), model, &opt, "adamw", {step, "[model]\n", "byte", "adamw"}, 2);
+  EXPECT_FALSE(fs::exists(dir / "checkpoint-00000010.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "checkpoint-00000020.safetensors"));
+  EXPECT_EQ(resolve_checkpoint_path(dir.string()), fs::canonical(dir / "checkpoint-00000030.safetensors").string());
+
+  nn::GPT other(tiny(), 2);
+  optim::AdamW other_opt(other.parameters(), {});
+  const CheckpointInfo info = load_checkpoint(resolve_checkpoint_path(dir.string()), other, &other_opt, "adamw");
+  EXPECT_EQ(info.step, 30);
+  EXPECT_EQ(other_opt.steps_taken(), 7);
+  EXPECT_EQ(other_opt.state().begin()->second.f32()[0], 0.25f);
+  auto a = model.parameters(), b = other.parameters();
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(a[i]->value().raw(), b[i]->value().raw(), a[i]->value().nbytes())) << a[i]->name();
+}
+
+TEST(Checkpoint, WrongModelShapeOrOptimizerIsAnError) {
+  const fs::path dir = fresh_dir("mismatch");
+  nn::GPT model(tiny(), 1);
+  const std::string path = save_checkpoint(dir.string(), model, nullptr, "adamw", {1, "", "byte", "adamw"}, 1);
+  nn::GPTConfig wider = tiny();
+  wider.n_embd = 16;
+  nn::GPT other(wider, 1);
+  try {
+    load_checkpoint(path, other, nullptr, "");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'model.embedding.wte' is (64, 8), the model expects (64, 16)"),
+              std::string::npos)
+        << e.what();
+  }
+  optim::AdamW opt(model.parameters(), {});
+  EXPECT_THROW(load_checkpoint(path, model, &opt, "sgd"), Error);
+  EXPECT_THROW(resolve_checkpoint_path((dir / "nothing-here").string()), Error);
+}
+
+}  // namespace
+}  // namespace loom::train

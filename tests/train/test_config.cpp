@@ -1,0 +1,88 @@
+// Config: TOML and flags from one schema; every documented bad input is a clear error.
+#include <gtest/gtest.h>
+
+#include "loom/error.hpp"
+#include "loom/train/config.hpp"
+
+namespace loom::train {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Config, TomlOverridesDefaults) {
+  TrainConfig c;
+  apply_toml_string(c, "[model]\nn_layer = 3\nrecompute = true\n[optim]\nlr = 1\n[run]\nout_dir = 'x'\n", "t.toml");
+  EXPECT_EQ(c.model.n_layer, 3);
+  EXPECT_TRUE(c.model.recompute);
+  EXPECT_EQ(c.lr, 1.0);  // an integer is accepted for a number
+  EXPECT_EQ(c.out_dir, "x");
+  EXPECT_EQ(c.model.n_embd, TrainConfig{}.model.n_embd);
+}
+
+TEST(Config, UnknownKeysSuggestTheClosest) {
+  TrainConfig c;
+  EXPECT_EQ(error_of([&] { apply_toml_string(c, "[model]\nn_layers = 3\n", "t.toml"); }),
+            "t.toml: unknown key 'n_layers' in [model] (did you mean 'n_layer'?)");
+  EXPECT_EQ(error_of([&] { apply_toml_string(c, "[train]\nlr = 0.1\n", "t.toml"); }),
+            "t.toml: unknown key 'lr' in [train] (it belongs in [optim])");
+  EXPECT_EQ(error_of([&] { apply_toml_string(c, "[modle]\nn_layer = 3\n", "t.toml"); }),
+            "t.toml: unknown section [modle] (did you mean 'model'?)");
+}
+
+TEST(Config, WrongTypesAndSyntaxAreErrors) {
+  TrainConfig c;
+  EXPECT_EQ(error_of([&] { apply_toml_string(c, "[model]\nn_layer = 'four'\n", "t.toml"); }),
+            "t.toml: [model] n_layer must be an integer");
+  EXPECT_NE(error_of([&] { apply_toml_string(c, "[model\nn_layer = 4\n", "t.toml"); }).find("t.toml:1:"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { apply_toml_file(c, "/nonexistent.toml"); }), "cannot open config file '/nonexistent.toml'");
+}
+
+TEST(Config, FlagsParseByType) {
+  TrainConfig c;
+  auto schema = config_schema(c);
+  auto key = [&](const std::string& k) { return *std::find_if(schema.begin(), schema.end(), [&](auto& e) { return e.key == k; }); };
+  set_from_string(key("steps"), "42");
+  set_from_string(key("lr"), "3e-4");
+  set_from_string(key("recompute"), "true");
+  EXPECT_EQ(c.steps, 42);
+  EXPECT_FLOAT_EQ(static_cast<float>(c.lr), 3e-4f);
+  EXPECT_TRUE(c.model.recompute);
+  EXPECT_EQ(error_of([&] { set_from_string(key("steps"), "4x"); }), "--steps: expected integer, got '4x'");
+  EXPECT_EQ(error_of([&] { set_from_string(key("lr"), "fast"); }), "--lr: expected number, got 'fast'");
+}
+
+TEST(Config, ValidationNamesTheValue) {
+  TrainConfig c;
+  c.batch_size = 0;
+  EXPECT_EQ(error_of([&] { c.validate(); }), "batch_size must be >= 1, got 0");
+  c = TrainConfig{};
+  c.optimizer = "adam";
+  EXPECT_EQ(error_of([&] { c.validate(); }), "optimizer must be 'adamw' or 'sgd', got 'adam'");
+}
+
+TEST(Config, ResolvedTomlRoundTrips) {
+  TrainConfig a;
+  a.model.n_layer = 5;
+  a.lr = 0.25;
+  a.data = "some \"quoted\" path";
+  TrainConfig b;
+  apply_toml_string(b, to_toml(a), "resolved");
+  EXPECT_EQ(to_toml(a), to_toml(b));
+}
+
+TEST(Config, ReferenceListsEveryKey) {
+  TrainConfig c;
+  const std::string ref = config_reference_markdown();
+  for (const auto& k : config_schema(c)) EXPECT_NE(ref.find("`--" + flag_name(k.key) + "`"), std::string::npos) << k.key;
+}
+
+}  // namespace
+}  // namespace loom::train
