@@ -36,9 +36,11 @@ Runner add_train_command(CLI::App& sub) {
   for (const train::ConfigKey& k : train::config_schema(defaults)) {
     const std::string flag = "--" + train::flag_name(k.key);
     const std::string help = k.help + " [" + k.section + "." + k.key + ", default " + train::value_string(k.target) + "]";
-    args->options[k.key] = std::holds_alternative<bool*>(k.target)
-                               ? sub.add_flag(flag + "{true}", args->flags[k.key], help)
-                               : sub.add_option(flag, args->flags[k.key], help);
+    CLI::Option* option = std::holds_alternative<bool*>(k.target)
+                              ? sub.add_flag(flag + "{true}", args->flags[k.key], help)
+                              : sub.add_option(flag, args->flags[k.key], help);
+    option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
+    args->options[k.key] = option;
   }
   return [args]() {
     train::TrainConfig config;

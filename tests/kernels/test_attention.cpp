@@ -1,6 +1,7 @@
 // Causal attention against a naive per-head twin in double (forward, att, backward),
 // finite differences through the fp32 forward, and bit-identical 2-thread runs. Sizes cover
-// one causal block (T = 5), several (T = 64) and a ragged last block (T = 100).
+// one causal block (T = 5), several (T = 64), a ragged last block (T = 100) and both kinds
+// of head groups (T >= 1024).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -82,8 +83,10 @@ void check_against_reference(int64_t B, int64_t T, int64_t C, int64_t NH) {
   const auto qkv = random_vector(B * T * 3 * C, 100 + T, -2.0f, 2.0f);
   const auto dout = random_vector(B * T * C, 200 + T);
   const Ref ref = reference(qkv, dout, B, T, C, NH);
-  std::vector<float> out(B * T * C), att(B * NH * T * T, 7.0f), datt(B * NH * T * T, 7.0f);
-  std::vector<float> dqkv(B * T * 3 * C, 7.0f);  // garbage: backward must overwrite it
+  // NaN everywhere: every output element must be written, and no GEMM or softmax may read
+  // an entry it did not write first (a NaN would spread).
+  std::vector<float> out(B * T * C, NAN), att(B * NH * T * T, NAN), datt(B * NH * T * T, NAN);
+  std::vector<float> dqkv(B * T * 3 * C, NAN);
   attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
   EXPECT_TRUE(all_close(out, ref.out, 1e-4, 2e-6, "out"));
   EXPECT_TRUE(all_close(att, ref.att, 1e-4, 2e-6, "att"));
@@ -100,6 +103,11 @@ TEST(Attention, MatchesNaiveTwinSmall) { check_against_reference(2, 5, 12, 3); }
 TEST(Attention, MatchesNaiveTwinSeveralCausalBlocks) { check_against_reference(2, 64, 32, 2); }
 TEST(Attention, MatchesNaiveTwinRaggedBlocks) { check_against_reference(1, 100, 24, 3); }
 TEST(Attention, MatchesNaiveTwinSingleToken) { check_against_reference(3, 1, 8, 2); }
+// Long sequences are processed in head groups of <= 16 MiB of scores: T = 1024 with NH = 2
+// gives groups of 2 sequences (3 = 2 + 1); T = 1100 with NH = 4 splits each sequence's
+// heads (3 + 1). Tiny HS keeps the double twin cheap.
+TEST(Attention, MatchesNaiveTwinGroupsOfSequences) { check_against_reference(3, 1024, 8, 2); }
+TEST(Attention, MatchesNaiveTwinGroupsOfHeads) { check_against_reference(2, 1100, 16, 4); }
 
 TEST(Attention, FiniteDifferenceGradients) {
   // loss = sum(out * g) in double; central differences on qkv with h = 1e-2.

@@ -185,7 +185,7 @@ def main():
     model.zero_grad(set_to_none=True)
 
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 0]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": float(meta["weight_decay"])},
          {"params": no_decay, "weight_decay": 0.0}],

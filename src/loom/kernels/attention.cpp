@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "loom/kernels/fast_math.hpp"
 #include "loom/kernels/matmul.hpp"
@@ -26,15 +27,42 @@ int64_t block_rows(int64_t T) {
   return (T + nb - 1) / nb;
 }
 
+// Heads are processed in groups whose (T, T) score matrices together stay within
+// kGroupBytes, so that the GEMM writing a block of scores, the softmax over it and the GEMM
+// reading it back find it in the (shared) last-level cache. A group is either several whole sequences (all NH heads)
+// or some heads of one sequence; either way its att slice is contiguous.
+// 16 MiB measured a little faster than 1 or 4 MiB (fewer, larger GEMMs) and than no
+// grouping at T = 1024; it is one group per 4 heads there and a single group for gpt-mini.
+constexpr int64_t kGroupBytes = int64_t{16} << 20;
+
+struct Group {
+  int64_t b0, nb, h0, nh;
+};
+
+std::vector<Group> groups(int64_t B, int64_t T, int64_t NH) {
+  const int64_t heads = std::max<int64_t>(1, kGroupBytes / (T * T * static_cast<int64_t>(sizeof(float))));
+  std::vector<Group> out;
+  if (heads >= NH) {
+    const int64_t nb = std::min(B, heads / NH);
+    for (int64_t b0 = 0; b0 < B; b0 += nb) out.push_back({b0, std::min(nb, B - b0), 0, NH});
+  } else {
+    for (int64_t b0 = 0; b0 < B; ++b0)
+      for (int64_t h0 = 0; h0 < NH; h0 += heads) out.push_back({b0, 1, h0, std::min(heads, NH - h0)});
+  }
+  return out;
+}
+
+// Strided (batch0, batch1, rows, cols) views for a group of nb sequences x nh heads; strides
+// are those of the full tensors, so a group is just a base pointer and smaller batch counts.
 struct Views {
-  int64_t B, T, C, NH, HS;
-  // (B, NH, T, HS) views of q/k/v inside qkv (B, T, 3C), or of dqkv.
+  int64_t nb, nh, T, C, NH, HS;
+  // (nb, nh, T, HS) views of q/k/v inside qkv (B, T, 3C), or of dqkv.
   std::array<int64_t, 4> qkv_rows() const { return {T * 3 * C, HS, 3 * C, 1}; }
-  // The same, transposed to (B, NH, HS, T): K^T and V^T as right operands.
+  // The same, transposed to (nb, nh, HS, T): K^T and V^T as right operands.
   std::array<int64_t, 4> qkv_cols() const { return {T * 3 * C, HS, 1, 3 * C}; }
-  // (B, NH, T, HS) view of out / dout (B, T, NH, HS).
+  // (nb, nh, T, HS) view of out / dout (B, T, NH, HS).
   std::array<int64_t, 4> out_rows() const { return {T * C, HS, C, 1}; }
-  // (B, NH, T, T) att / datt, and its transpose.
+  // (nb, nh, T, T) att / datt, and its transpose.
   std::array<int64_t, 4> att_rows() const { return {NH * T * T, T * T, T, 1}; }
   std::array<int64_t, 4> att_cols() const { return {NH * T * T, T * T, 1, T}; }
 
@@ -42,8 +70,8 @@ struct Views {
                      const std::array<int64_t, 4>& b, const std::array<int64_t, 4>& c,
                      float alpha = 1.0f) const {
     BatchedMatmul d;
-    d.batch0 = B;
-    d.batch1 = NH;
+    d.batch0 = nb;
+    d.batch1 = nh;
     d.M = M;
     d.N = N;
     d.K = K;
@@ -61,13 +89,14 @@ struct Views {
 // anything (never written, or stale), so they are only ever read under a select.
 int64_t padded_row(int64_t i, int64_t T) { return std::min(T, (i + 16) & ~int64_t{15}); }
 
-// In place over att (B, NH, T, T) holding scaled scores in columns j <= i: row i becomes
-// softmax over j <= i, and j > i becomes 0.
-void causal_softmax(float* att, int64_t BNH, int64_t T) {
-#pragma omp parallel for schedule(static) if (BNH * T * T >= (1 << 15))
-  for (int64_t r = 0; r < BNH * T; ++r) {
-    const int64_t i = r % T, n = padded_row(i, T);
-    float* __restrict row = att + r * T;  // (T)
+// In place over rows [i0, i1) of heads (H, T, T) holding scaled scores in columns j <= i:
+// row i becomes softmax over j <= i, and j > i becomes 0.
+void causal_softmax(float* att, int64_t H, int64_t T, int64_t i0, int64_t i1) {
+  const int64_t R = i1 - i0;
+#pragma omp parallel for schedule(static) if (H * R * T >= (1 << 15))
+  for (int64_t r = 0; r < H * R; ++r) {
+    const int64_t i = i0 + r % R, n = padded_row(i, T);
+    float* __restrict row = att + (r / R * T + i) * T;  // (T)
     float m = -INFINITY;
     // A select, not std::max: GCC vectorises std::max's NaN-ordering poorly here.
 #pragma omp simd reduction(max : m) simdlen(16)
@@ -89,14 +118,15 @@ void causal_softmax(float* att, int64_t BNH, int64_t T) {
   }
 }
 
-// In place over datt (B, NH, T, T) holding dP in columns j <= i: becomes
-// dS = P * (dP - sum_k P dP), the softmax backward, and 0 for j > i.
-void causal_softmax_backward(float* datt, const float* att, int64_t BNH, int64_t T) {
-#pragma omp parallel for schedule(static) if (BNH * T * T >= (1 << 15))
-  for (int64_t r = 0; r < BNH * T; ++r) {
-    const int64_t i = r % T, n = padded_row(i, T);
-    float* __restrict d = datt + r * T;       // (T)
-    const float* __restrict p = att + r * T;  // (T), exactly 0 for j > i
+// In place over rows [i0, i1) of heads (H, T, T) of datt holding dP in columns j <= i:
+// becomes dS = P * (dP - sum_k P dP), the softmax backward, and 0 for j > i.
+void causal_softmax_backward(float* datt, const float* att, int64_t H, int64_t T, int64_t i0, int64_t i1) {
+  const int64_t R = i1 - i0;
+#pragma omp parallel for schedule(static) if (H * R * T >= (1 << 15))
+  for (int64_t r = 0; r < H * R; ++r) {
+    const int64_t i = i0 + r % R, n = padded_row(i, T);
+    float* __restrict d = datt + (r / R * T + i) * T;       // (T)
+    const float* __restrict p = att + (r / R * T + i) * T;  // (T), exactly 0 for j > i
     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
     for (int64_t j = 0; j < n; ++j) dot += j <= i ? p[j] * d[j] : 0.0f;
@@ -110,57 +140,63 @@ void causal_softmax_backward(float* datt, const float* att, int64_t BNH, int64_t
 
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                        int64_t NH) {
-  const Views v{B, T, C, NH, C / NH};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(v.HS));
-  const int64_t blk = block_rows(T);
-  const float* q = qkv;          // (B, T, NH, HS) inside qkv
-  const float* k = qkv + C;      // (B, T, NH, HS) inside qkv
-  const float* val = qkv + 2 * C;  // (B, T, NH, HS) inside qkv
-  // S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T, into att (B, NH, T, T).
-  for (int64_t i0 = 0; i0 < T; i0 += blk) {
-    const int64_t i1 = std::min(T, i0 + blk);
-    batched_matmul(v.desc(i1 - i0, i1, v.HS, v.qkv_rows(), v.qkv_cols(), v.att_rows(), scale),
-                   q + i0 * 3 * C, k, att + i0 * T);
-  }
-  causal_softmax(att, B * NH, T);
-  // out[i0:i1] = P[i0:i1, 0:i1] V[0:i1], written as (B, T, NH, HS).
-  for (int64_t i0 = 0; i0 < T; i0 += blk) {
-    const int64_t i1 = std::min(T, i0 + blk);
-    batched_matmul(v.desc(i1 - i0, v.HS, i1, v.att_rows(), v.qkv_rows(), v.out_rows()), att + i0 * T,
-                   val, out + i0 * C);
+  const int64_t HS = C / NH, blk = block_rows(T);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  for (const Group& g : groups(B, T, NH)) {
+    const Views v{g.nb, g.nh, T, C, NH, HS};
+    const float* q = qkv + g.b0 * T * 3 * C + g.h0 * HS;  // (nb, T, nh, HS) inside qkv
+    const float* k = q + C;                               // (nb, T, nh, HS) inside qkv
+    const float* val = q + 2 * C;                         // (nb, T, nh, HS) inside qkv
+    float* a = att + (g.b0 * NH + g.h0) * T * T;          // (nb * nh, T, T), contiguous
+    float* o = out + g.b0 * T * C + g.h0 * HS;            // (nb, T, nh, HS) inside out
+    for (int64_t i0 = 0; i0 < T; i0 += blk) {
+      const int64_t i1 = std::min(T, i0 + blk);
+      // S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T; softmax; out[i0:i1] = P[i0:i1, 0:i1] V[0:i1].
+      batched_matmul(v.desc(i1 - i0, i1, HS, v.qkv_rows(), v.qkv_cols(), v.att_rows(), scale),
+                     q + i0 * 3 * C, k, a + i0 * T);
+      causal_softmax(a, g.nb * g.nh, T, i0, i1);
+      batched_matmul(v.desc(i1 - i0, HS, i1, v.att_rows(), v.qkv_rows(), v.out_rows()), a + i0 * T, val,
+                     o + i0 * C);
+    }
   }
 }
 
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
                         int64_t B, int64_t T, int64_t C, int64_t NH) {
-  const Views v{B, T, C, NH, C / NH};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(v.HS));
-  const int64_t blk = block_rows(T);
-  const float* q = qkv;            // (B, T, NH, HS) inside qkv
-  const float* k = qkv + C;        // (B, T, NH, HS) inside qkv
-  const float* val = qkv + 2 * C;  // (B, T, NH, HS) inside qkv
-  float* dq = dqkv;                // (B, T, NH, HS) inside dqkv
-  float* dk = dqkv + C;            // (B, T, NH, HS) inside dqkv
-  float* dv = dqkv + 2 * C;        // (B, T, NH, HS) inside dqkv
-  // dP[i0:i1, 0:i1] = dO[i0:i1] V[0:i1]^T, into datt.
-  for (int64_t i0 = 0; i0 < T; i0 += blk) {
-    const int64_t i1 = std::min(T, i0 + blk);
-    batched_matmul(v.desc(i1 - i0, i1, v.HS, v.out_rows(), v.qkv_cols(), v.att_rows()), dout + i0 * C,
-                   val, datt + i0 * T);
-  }
-  causal_softmax_backward(datt, att, B * NH, T);
-  for (int64_t i0 = 0; i0 < T; i0 += blk) {
-    const int64_t i1 = std::min(T, i0 + blk);
-    // dQ[i0:i1] = scale * dS[i0:i1, 0:i1] K[0:i1].
-    batched_matmul(v.desc(i1 - i0, v.HS, i1, v.att_rows(), v.qkv_rows(), v.qkv_rows(), scale),
-                   datt + i0 * T, k, dq + i0 * 3 * C);
-    // Key rows [j0, j1) = [i0, i1) only receive from query rows i >= j0 (causality):
-    // dK[j0:j1] = scale * dS[j0:T, j0:j1]^T Q[j0:T] and dV[j0:j1] = P[j0:T, j0:j1]^T dO[j0:T].
-    const int64_t j0 = i0, j1 = i1;
-    batched_matmul(v.desc(j1 - j0, v.HS, T - j0, v.att_cols(), v.qkv_rows(), v.qkv_rows(), scale),
-                   datt + j0 * T + j0, q + j0 * 3 * C, dk + j0 * 3 * C);
-    batched_matmul(v.desc(j1 - j0, v.HS, T - j0, v.att_cols(), v.out_rows(), v.qkv_rows()),
-                   att + j0 * T + j0, dout + j0 * C, dv + j0 * 3 * C);
+  const int64_t HS = C / NH, blk = block_rows(T);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  for (const Group& g : groups(B, T, NH)) {
+    const Views v{g.nb, g.nh, T, C, NH, HS};
+    const int64_t qkv_off = g.b0 * T * 3 * C + g.h0 * HS, att_off = (g.b0 * NH + g.h0) * T * T;
+    const float* q = qkv + qkv_off;                     // (nb, T, nh, HS) inside qkv
+    const float* k = q + C;                             // (nb, T, nh, HS) inside qkv
+    const float* val = q + 2 * C;                       // (nb, T, nh, HS) inside qkv
+    float* dq = dqkv + qkv_off;                         // (nb, T, nh, HS) inside dqkv
+    float* dk = dq + C;                                 // (nb, T, nh, HS) inside dqkv
+    float* dv = dq + 2 * C;                             // (nb, T, nh, HS) inside dqkv
+    const float* dO = dout + g.b0 * T * C + g.h0 * HS;  // (nb, T, nh, HS) inside dout
+    const float* a = att + att_off;                     // (nb * nh, T, T), contiguous
+    float* da = datt + att_off;                         // (nb * nh, T, T), contiguous
+    for (int64_t i0 = 0; i0 < T; i0 += blk) {
+      const int64_t i1 = std::min(T, i0 + blk);
+      // dP[i0:i1, 0:i1] = dO[i0:i1] V[0:i1]^T; dS by the softmax backward;
+      // dQ[i0:i1] = scale * dS[i0:i1, 0:i1] K[0:i1].
+      batched_matmul(v.desc(i1 - i0, i1, HS, v.out_rows(), v.qkv_cols(), v.att_rows()), dO + i0 * C, val,
+                     da + i0 * T);
+      causal_softmax_backward(da, a, g.nb * g.nh, T, i0, i1);
+      batched_matmul(v.desc(i1 - i0, HS, i1, v.att_rows(), v.qkv_rows(), v.qkv_rows(), scale), da + i0 * T, k,
+                     dq + i0 * 3 * C);
+    }
+    // Key rows [j0, j1) only receive from query rows i >= j0 (causality), so once all of dS is
+    // known: dK[j0:j1] = scale * dS[j0:T, j0:j1]^T Q[j0:T] and dV[j0:j1] = P[j0:T, j0:j1]^T dO[j0:T].
+    // The transposed att/datt blocks include entries above the diagonal, which are exact zeros.
+    for (int64_t j0 = 0; j0 < T; j0 += blk) {
+      const int64_t j1 = std::min(T, j0 + blk);
+      batched_matmul(v.desc(j1 - j0, HS, T - j0, v.att_cols(), v.qkv_rows(), v.qkv_rows(), scale),
+                     da + j0 * T + j0, q + j0 * 3 * C, dk + j0 * 3 * C);
+      batched_matmul(v.desc(j1 - j0, HS, T - j0, v.att_cols(), v.out_rows(), v.qkv_rows()), a + j0 * T + j0,
+                     dO + j0 * C, dv + j0 * 3 * C);
+    }
   }
 }
 

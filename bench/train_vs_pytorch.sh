@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# End-to-end training throughput, Loom vs PyTorch, from the same run on the same machine.
+#
+# Usage: bench/train_vs_pytorch.sh [build dir]        (default: build)
+#
+# For gpt-mini (L=6, H=6, C=384, T=256, V=65, B=8) and the gpt2-small shape (L=12, H=12,
+# C=768, T=1024, V=50304, B=4) at each thread count, runs `loom bench train` and
+# bench/pytorch_train.py alternately, REPEATS times each (who goes first alternates too),
+# and prints the medians: tokens/s of both, their ratio, Loom's MFU (model GFLOP/s over the
+# fp32 matmul peak that `loom bench gemm` measures on "square 1024" at that thread count,
+# best of 3) and the peak memory (max RSS) of both, with the targets next to them.
+# Benchmarks never gate anything: the exit status is 0 whatever the figures.
+#
+# Environment (all optional):
+#   REPEATS=3           runs of each (Loom, PyTorch) pair
+#   GPT2_REPEATS=$REPEATS   the same for gpt2-small alone (a pair takes minutes there)
+#   THREADS="1 2"       thread counts
+#   SIZES="gpt-mini gpt2-small"
+#   MINI_STEPS=8 MINI_WARMUP=2        timed / untimed steps on gpt-mini
+#   GPT2_STEPS=3 GPT2_WARMUP=1 GPT2_BATCH=4   a gpt2-small step takes tens of seconds
+#   PYTHON=/usr/bin/python3           the interpreter with torch
+#   PYTORCH_BLAS_DIR=DIR              a directory holding an optimized libblas.so.3 (OpenBLAS,
+#       BLIS) for PyTorch; default: Debian's openblas-openmp / openblas-pthread / blis
+#       directories when installed. PyTorch's fp32 matmul is its BLAS's: on Debian's
+#       reference libblas3 it runs at a few GFLOP/s, which is not PyTorch at its best, so
+#       the script says loudly when no optimized BLAS is found.
+#   RESULTS=FILE        also keep every raw JSON line there (default: a temp file)
+# PyTorch runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (OpenBLAS picks its own
+# kernels), OMP_NUM_THREADS and OPENBLAS_NUM_THREADS set to the thread count; Loom runs in
+# the caller's environment with --threads.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+LOOM="$BUILD/loom"
+[ -x "$LOOM" ] || { echo "no Loom binary at $LOOM: build it first (ninja -C $BUILD loom)" >&2; exit 1; }
+PYTHON=${PYTHON:-/usr/bin/python3}
+"$PYTHON" -c "import torch" 2>/dev/null || { echo "$PYTHON cannot import torch: install python3-torch" >&2; exit 1; }
+
+REPEATS=${REPEATS:-3}
+THREADS=${THREADS:-"1 2"}
+SIZES=${SIZES:-"gpt-mini gpt2-small"}
+MINI_STEPS=${MINI_STEPS:-8}
+MINI_WARMUP=${MINI_WARMUP:-2}
+GPT2_STEPS=${GPT2_STEPS:-3}
+GPT2_WARMUP=${GPT2_WARMUP:-1}
+GPT2_BATCH=${GPT2_BATCH:-4}
+GPT2_REPEATS=${GPT2_REPEATS:-$REPEATS}
+
+blas_dir=${PYTORCH_BLAS_DIR:-}
+if [ -z "$blas_dir" ]; then
+  for d in /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/x86_64-linux-gnu/openblas-pthread \
+           /usr/lib/x86_64-linux-gnu/blis-openmp /usr/lib/x86_64-linux-gnu/blis-pthread; do
+    if [ -e "$d/libblas.so.3" ]; then blas_dir=$d; break; fi
+  done
+fi
+torch_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+if [ -n "$blas_dir" ]; then
+  [ -e "$blas_dir/libblas.so.3" ] || { echo "PYTORCH_BLAS_DIR=$blas_dir has no libblas.so.3" >&2; exit 1; }
+  torch_env+=("LD_LIBRARY_PATH=$blas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+else
+  echo "WARNING: no optimized BLAS found for PyTorch; it will use whatever libblas.so.3 is" \
+       "installed (Debian's reference BLAS runs fp32 GEMM at a few GFLOP/s). Install" \
+       "libopenblas0-openmp or set PYTORCH_BLAS_DIR for a fair baseline." >&2
+fi
+
+RESULTS=${RESULTS:-$(mktemp /tmp/loom_vs_pytorch.XXXXXX.jsonl)}
+: >"$RESULTS"
+log() { echo "[bench] $*" >&2; }
+
+# size -> "L H C T V B steps warmup"
+shape_of() {
+  case $1 in
+    gpt-mini) echo "6 6 384 256 65 8 $MINI_STEPS $MINI_WARMUP" ;;
+    gpt2-small) echo "12 12 768 1024 50304 $GPT2_BATCH $GPT2_STEPS $GPT2_WARMUP" ;;
+    *) echo "unknown size '$1' (gpt-mini, gpt2-small)" >&2; exit 1 ;;
+  esac
+}
+
+# Runs one side; appends {"size":..., "rep":..., <its JSON>} or a failure record.
+run_one() {  # impl size threads rep
+  local impl=$1 size=$2 t=$3 rep=$4 L H C T V B S W out rc=0
+  read -r L H C T V B S W <<<"$(shape_of "$size")"
+  local args=(--n-layer "$L" --n-head "$H" --n-embd "$C" --block-size "$T" --vocab-size "$V"
+              --batch-size "$B" --steps "$S" --warmup "$W" --threads "$t")
+  if [ "$impl" = loom ]; then
+    out=$("$LOOM" bench train "${args[@]}" 2>&1) || rc=$?
+  else
+    out=$("${torch_env[@]}" OMP_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t" \
+          "$PYTHON" bench/pytorch_train.py "${args[@]}" 2>&1) || rc=$?
+  fi
+  local json
+  json=$(grep -E '^\{' <<<"$out" | tail -1 || true)
+  if [ $rc -ne 0 ] || [ -z "$json" ]; then
+    log "$impl $size threads=$t rep=$rep FAILED (exit $rc): $(tail -3 <<<"$out" | tr '\n' ' ')"
+    json="{\"impl\": \"$impl\", \"failed\": true}"
+  else
+    log "$impl $size threads=$t rep=$rep: $json"
+  fi
+  printf '{"size": "%s", "rep": %d, "run": %s}\n' "$size" "$rep" "$json" >>"$RESULTS"
+}
+
+log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+log "PyTorch BLAS dir: ${blas_dir:-<system libblas.so.3>}; raw results: $RESULTS"
+
+# The matmul peak: best of 3 `loom bench gemm` runs, "square 1024" per thread count.
+thread_list=$(tr ' ' ',' <<<"$THREADS" | sed 's/,,*/,/g; s/^,//; s/,$//')
+gemm_out=""
+for _ in 1 2 3; do gemm_out+=$("$LOOM" bench gemm --threads "$thread_list")$'\n'; done
+peaks=$(awk '/^square 1024/ { t = $3; g = $4; if (g > best[t]) best[t] = g }
+             END { for (t in best) printf "%s:%s ", t, best[t] }' <<<"$gemm_out")
+log "matmul peak (square 1024, GFLOP/s by threads): $peaks"
+
+for size in $SIZES; do
+  for t in $THREADS; do
+    reps=$REPEATS
+    [ "$size" = gpt2-small ] && reps=$GPT2_REPEATS
+    for rep in $(seq 1 "$reps"); do
+      if [ $((rep % 2)) -eq 1 ]; then
+        run_one loom "$size" "$t" "$rep"; run_one pytorch "$size" "$t" "$rep"
+      else
+        run_one pytorch "$size" "$t" "$rep"; run_one loom "$size" "$t" "$rep"
+      fi
+    done
+  done
+done
+
+"$PYTHON" - "$RESULTS" "$peaks" "$SIZES" "$THREADS" <<'EOF'
+import json, sys
+results, peaks, sizes, threads = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split()
+peak = {int(k): float(v) for k, v in (p.split(":") for p in peaks.split())}
+runs = [json.loads(line) for line in open(results) if line.strip()]
+TARGET_RATIO = {"gpt-mini": 1.5, "gpt2-small": 1.2}
+TARGET_MFU = {"gpt2-small": 0.5}
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else None
+
+def pick(size, t, impl, key):
+    return median([r["run"][key] for r in runs if r["size"] == size and r["run"].get("impl") == impl
+                   and not r["run"].get("failed") and int(r["run"]["threads"]) == int(t)])
+
+def fails(size, t, impl):
+    return sum(1 for r in runs if r["size"] == size and r["run"].get("impl") == impl and r["run"].get("failed"))
+
+def mark(ok):
+    return "" if ok is None else (" ok" if ok else " MISS")
+
+hdr = (f"{'size':<11} {'thr':>3} {'Loom tok/s':>11} {'PyTorch tok/s':>14} {'ratio':>6} {'target':>7} "
+       f"{'Loom MFU':>9} {'target':>7} {'Loom RSS MiB':>13} {'PyTorch RSS MiB':>16} {'Loom<=PT':>9} "
+       f"{'Loom tracked MiB':>17}")
+print(hdr)
+print("-" * len(hdr))
+for size in sizes:
+    for t in threads:
+        lt, pt = pick(size, t, "loom", "tokens_per_s"), pick(size, t, "pytorch", "tokens_per_s")
+        lg = pick(size, t, "loom", "model_gflops_per_s")
+        lm, pm = pick(size, t, "loom", "max_rss_bytes"), pick(size, t, "pytorch", "max_rss_bytes")
+        tracked = pick(size, t, "loom", "tracked_peak_bytes")
+        ratio = lt / pt if lt and pt else None
+        mfu = lg / peak[int(t)] if lg and int(t) in peak else None
+        tr, tm = TARGET_RATIO.get(size), TARGET_MFU.get(size)
+        f = lambda x, spec: format(x, spec) if x is not None else "failed"
+        mib = lambda b: f(b / 2**20 if b else None, ".0f")
+        print(f"{size:<11} {t:>3} {f(lt, '.0f'):>11} {f(pt, '.0f'):>14} {f(ratio, '.2f'):>6} "
+              f"{(f'>={tr}' + mark(ratio >= tr if ratio else None)) if tr else '':>7} "
+              f"{f(mfu * 100 if mfu else None, '.1f') + '%':>9} "
+              f"{(f'>={tm:.0%}' + mark(mfu >= tm if mfu else None)) if tm else '':>7} "
+              f"{mib(lm):>13} {mib(pm):>16} {('yes' if lm <= pm else 'NO') if lm and pm else '':>9} "
+              f"{mib(tracked):>17}")
+        for impl in ("loom", "pytorch"):
+            if fails(size, t, impl):
+                print(f"  ({fails(size, t, impl)} {impl} run(s) failed; see the log above)")
+reps = {s: max([r["rep"] for r in runs if r["size"] == s] or [0]) for s in sizes}
+print(f"\nmedians of {', '.join(f'{n} runs ({s})' for s, n in reps.items())}; MFU = Loom model GFLOP/s / "
+      f"`loom bench gemm` square-1024 peak ({', '.join(f'{k} thr: {v:.0f}' for k, v in sorted(peak.items()))} GFLOP/s)")
+blas = sorted({r["run"].get("blas", "") for r in runs if r["run"].get("impl") == "pytorch" and "blas" in r["run"]})
+if blas:
+    print("PyTorch BLAS: " + "; ".join(blas))
+EOF

@@ -1,0 +1,96 @@
+// The `loom` binary end to end: bad input gives one clear message and a non-zero exit,
+// never a crash; train -> sample works from the command line.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code;
+  std::string output;  // stdout and stderr
+};
+
+Result run_loom(const std::string& args) {
+  const std::string cmd = std::string(LOOM_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+std::string temp_path(const std::string& name) { return (fs::temp_directory_path() / ("loom_cli_" + name)).string(); }
+
+const std::string kTiny =
+    "--n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 2 --threads 1 --peak-gflops 100 "
+    "--data " LOOM_SOURCE_DIR "/data/tinyshakespeare.txt";
+
+void expect_error(const std::string& args, const std::string& message) {
+  const Result r = run_loom(args);
+  EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(message), std::string::npos) << "loom " << args << " printed:\n" << r.output;
+  EXPECT_EQ(r.output.find("terminate"), std::string::npos) << r.output;
+}
+
+TEST(Cli, UnknownFlagSuggestsTheClosest) {
+  expect_error("train --n-layr 2", "unknown argument '--n-layr' for 'loom train' (did you mean '--n-layer'?)");
+}
+
+TEST(Cli, BadFlagValues) {
+  expect_error("train --steps ten", "--steps: expected integer, got 'ten'");
+  expect_error("train " + kTiny + " --n-head 3", "n_embd (16) must be divisible by n_head (3)");
+  expect_error("train " + kTiny + " --block-size 0", "block_size must be >= 1, got 0");
+}
+
+TEST(Cli, MissingDataFile) {
+  expect_error("train " + kTiny + " --data /nonexistent/corpus.txt", "cannot open data file '/nonexistent/corpus.txt'");
+}
+
+TEST(Cli, BadConfigFile) {
+  const std::string path = temp_path("bad.toml");
+  std::ofstream(path) << "[model]\nn_layers = 2\n";
+  expect_error("train --config " + path, "unknown key 'n_layers' in [model] (did you mean 'n_layer'?)");
+  expect_error("train --config /nonexistent.toml", "cannot open config file '/nonexistent.toml'");
+}
+
+TEST(Cli, CorruptedCheckpoint) {
+  const std::string path = temp_path("garbage.safetensors");
+  std::ofstream(path) << "this is not a checkpoint at all";
+  expect_error("sample --checkpoint " + path, "is truncated or not a tensor file");
+  expect_error("sample --checkpoint /nonexistent/run", "no checkpoint at '/nonexistent/run");
+}
+
+TEST(Cli, DryRunPrintsTheResolvedConfig) {
+  const Result r = run_loom("train --config " LOOM_SOURCE_DIR "/configs/shakespeare.toml --n-layer 3 --dry-run");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("n_layer = 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("predicted state memory"), std::string::npos) << r.output;
+}
+
+TEST(Cli, TrainThenSampleThenResume) {
+  const std::string dir = temp_path("run");
+  fs::remove_all(dir);
+  Result r = run_loom("train " + kTiny + " --steps 4 --log-every 2 --eval-batches 1 --out-dir " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step     4/4 | loss"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("val loss"), std::string::npos) << r.output;
+  r = run_loom("sample --checkpoint " + dir + " --prompt ROMEO: --tokens 20 --seed 3 --threads 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("ROMEO:", 0), 0u) << r.output;
+  EXPECT_GE(r.output.size(), 26u);
+  r = run_loom("train " + kTiny + " --steps 6 --eval-batches 1 --out-dir " + dir + " --resume latest");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("at step 4"), std::string::npos) << r.output;
+  expect_error("sample --checkpoint " + dir + " --prompt \"~~\xe2\x98\x83\"", "is not in the tokenizer's vocabulary");
+}
+
+}  // namespace
