@@ -1,6 +1,8 @@
 // Config: TOML and flags from one schema; every documented bad input is a clear error.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "loom/error.hpp"
 #include "loom/train/config.hpp"
 
@@ -82,6 +84,20 @@ TEST(Config, ReferenceListsEveryKey) {
   TrainConfig c;
   const std::string ref = config_reference_markdown();
   for (const auto& k : config_schema(c)) EXPECT_NE(ref.find("`--" + flag_name(k.key) + "`"), std::string::npos) << k.key;
+}
+
+}  // namespace
+}  // namespace loom::train
+
+namespace loom::train {
+namespace {
+
+TEST(Config, CommittedReferenceIsCurrent) {
+  std::ifstream in(LOOM_SOURCE_DIR "/docs/configuration.md");
+  ASSERT_TRUE(in.good()) << "docs/configuration.md is missing";
+  const std::string committed((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(committed, config_reference_markdown())
+      << "docs/configuration.md is stale: regenerate it with build/loom config-reference > docs/configuration.md";
 }
 
 }  // namespace
