@@ -81,6 +81,8 @@ shape_of() {
 run_one() {  # impl size threads rep
   local impl=$1 size=$2 t=$3 rep=$4 L H C T V B S W out rc=0
   read -r L H C T V B S W <<<"$(shape_of "$size")"
+  local load
+  load=$(cut -d' ' -f1 /proc/loadavg)  # another busy process skews the timing; the log shows it
   local args=(--n-layer "$L" --n-head "$H" --n-embd "$C" --block-size "$T" --vocab-size "$V"
               --batch-size "$B" --steps "$S" --warmup "$W" --threads "$t")
   if [ "$impl" = loom ]; then
@@ -95,7 +97,7 @@ run_one() {  # impl size threads rep
     log "$impl $size threads=$t rep=$rep FAILED (exit $rc): $(tail -3 <<<"$out" | tr '\n' ' ')"
     json="{\"impl\": \"$impl\", \"failed\": true}"
   else
-    log "$impl $size threads=$t rep=$rep: $json"
+    log "$impl $size threads=$t rep=$rep (load before: $load): $json"
   fi
   printf '{"size": "%s", "rep": %d, "run": %s}\n' "$size" "$rep" "$json" >>"$RESULTS"
 }
