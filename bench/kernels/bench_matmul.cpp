@@ -1,5 +1,6 @@
 // GEMM throughput of the Linear layers of gpt-mini and gpt2-small through matmul.hpp, in the
 // three forms training uses: forward out = x W^T + b, dinp = dout W, dW += dout^T x.
+// Argument: thread count.
 #include <benchmark/benchmark.h>
 
 #include <vector>
@@ -38,9 +39,9 @@ void BM_Linear(benchmark::State& state, int64_t rows, int64_t in, int64_t out, P
 }
 
 #define LOOM_LINEAR(name, rows, in, out)                                                              \
-  BENCHMARK_CAPTURE(BM_Linear, name##_fwd, rows, in, out, Pass::Forward)->Arg(2)->UseRealTime();      \
-  BENCHMARK_CAPTURE(BM_Linear, name##_dinp, rows, in, out, Pass::BackwardInput)->Arg(2)->UseRealTime(); \
-  BENCHMARK_CAPTURE(BM_Linear, name##_dw, rows, in, out, Pass::BackwardWeight)->Arg(2)->UseRealTime()
+  BENCHMARK_CAPTURE(BM_Linear, name##_fwd, rows, in, out, Pass::Forward)->Arg(1)->Arg(2)->UseRealTime();      \
+  BENCHMARK_CAPTURE(BM_Linear, name##_dinp, rows, in, out, Pass::BackwardInput)->Arg(1)->Arg(2)->UseRealTime(); \
+  BENCHMARK_CAPTURE(BM_Linear, name##_dw, rows, in, out, Pass::BackwardWeight)->Arg(1)->Arg(2)->UseRealTime()
 
 // gpt-mini: B*T = 2048, C = 384, padded vocabulary 128.
 LOOM_LINEAR(gpt_mini_qkv, 2048, 384, 1152);
