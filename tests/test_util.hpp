@@ -1,15 +1,19 @@
-// Helpers shared by tests: deterministic random fills and tensor comparison that prints
-// the first mismatches and the largest error.
+// Helpers shared by tests: deterministic random fills, tensor comparison that prints
+// the first mismatches and the largest error, central finite differences, and the
+// "2 threads twice, then 1" determinism check.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "loom/kernels/threads.hpp"
 
 namespace loom::testing {
 
@@ -48,6 +52,42 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& a, const s
   if (a.size() != b.size())
     return ::testing::AssertionFailure() << what << ": sizes " << a.size() << " vs " << b.size();
   return all_close(a.data(), b.data(), static_cast<int64_t>(a.size()), rtol, atol, what);
+}
+
+// d loss / d x by central differences, restoring x. x is moved to x +- float(h) in fp32, and
+// the difference is divided by the float-rounded step actually taken, in double.
+inline double central_difference(float& x, double h, const std::function<double()>& loss) {
+  const float step = static_cast<float>(h);
+  const float p0 = x, hi = p0 + step, lo = p0 - step;
+  x = hi;
+  const double lp = loss();
+  x = lo;
+  const double lm = loss();
+  x = p0;
+  return (lp - lm) / (static_cast<double>(hi) - lo);
+}
+
+// central_difference for every element of xs, in order, as fp32.
+inline std::vector<float> central_differences(std::vector<float>& xs, double h,
+                                              const std::function<double()>& loss) {
+  std::vector<float> grad(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) grad[i] = static_cast<float>(central_difference(xs[i], h, loss));
+  return grad;
+}
+
+// Calls run() with 2 threads, again with 2 and then with 1, going back to 1 thread after each.
+// The two 2-thread results must be bit-identical; the 1-thread one within rtol / atol of them.
+inline void expect_deterministic_across_threads(const std::function<std::vector<float>()>& run, double rtol,
+                                                double atol, const std::string& vs_one = "2 threads vs 1") {
+  auto with = [&](int threads) {
+    kernels::set_num_threads(threads);
+    std::vector<float> r = run();
+    kernels::set_num_threads(1);
+    return r;
+  };
+  const auto a = with(2), b = with(2), one = with(1);
+  EXPECT_TRUE(all_close(a, b, 0.0, 0.0, "2 threads, run twice"));
+  EXPECT_TRUE(all_close(a, one, rtol, atol, vs_one));
 }
 
 }  // namespace loom::testing

@@ -8,13 +8,14 @@
 #include <vector>
 
 #include "loom/kernels/attention.hpp"
-#include "loom/kernels/threads.hpp"
 #include "test_util.hpp"
 
 namespace loom::kernels {
 namespace {
 
 using loom::testing::all_close;
+using loom::testing::central_differences;
+using loom::testing::expect_deterministic_across_threads;
 using loom::testing::random_vector;
 
 struct Ref {
@@ -122,16 +123,7 @@ TEST(Attention, FiniteDifferenceGradients) {
     for (int64_t i = 0; i < B * T * C; ++i) l += static_cast<double>(out[i]) * g[i];
     return l;
   };
-  std::vector<float> numeric(qkv.size());
-  for (size_t i = 0; i < qkv.size(); ++i) {
-    const float p0 = qkv[i], hi = p0 + 1e-2f, lo = p0 - 1e-2f;
-    qkv[i] = hi;
-    const double lp = loss();
-    qkv[i] = lo;
-    const double lm = loss();
-    qkv[i] = p0;
-    numeric[i] = static_cast<float>((lp - lm) / (static_cast<double>(hi) - lo));
-  }
+  const auto numeric = central_differences(qkv, 1e-2, loss);
   loss();
   attention_backward(dqkv.data(), datt.data(), g.data(), qkv.data(), att.data(), B, T, C, NH);
   EXPECT_TRUE(all_close(dqkv, numeric, 1e-2, 1e-3, "dqkv"));
@@ -141,19 +133,16 @@ TEST(Attention, BitIdenticalForFixedThreadCount) {
   const int64_t B = 2, T = 96, C = 64, NH = 4;
   const auto qkv = random_vector(B * T * 3 * C, 51);
   const auto dout = random_vector(B * T * C, 52);
-  auto run = [&](int threads) {
-    set_num_threads(threads);
-    std::vector<float> out(B * T * C), att(B * NH * T * T), datt(B * NH * T * T), dqkv(B * T * 3 * C);
-    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
-    set_num_threads(1);
-    out.insert(out.end(), att.begin(), att.end());
-    out.insert(out.end(), dqkv.begin(), dqkv.end());
-    return out;
-  };
-  const auto a = run(2), b = run(2), one = run(1);
-  EXPECT_TRUE(all_close(a, b, 0.0, 0.0, "2 threads, run twice"));
-  EXPECT_TRUE(all_close(a, one, 1e-5, 1e-6, "2 threads vs 1"));
+  expect_deterministic_across_threads(
+      [&] {
+        std::vector<float> out(B * T * C), att(B * NH * T * T), datt(B * NH * T * T), dqkv(B * T * 3 * C);
+        attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+        attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+        out.insert(out.end(), att.begin(), att.end());
+        out.insert(out.end(), dqkv.begin(), dqkv.end());
+        return out;
+      },
+      1e-5, 1e-6);
 }
 
 }  // namespace

@@ -8,13 +8,14 @@
 
 #include "loom/error.hpp"
 #include "loom/kernels/cross_entropy.hpp"
-#include "loom/kernels/threads.hpp"
 #include "test_util.hpp"
 
 namespace loom::kernels {
 namespace {
 
 using loom::testing::all_close;
+using loom::testing::central_difference;
+using loom::testing::expect_deterministic_across_threads;
 using loom::testing::random_vector;
 
 // losses and dlogits (N, Vp) from the definition, in double.
@@ -79,16 +80,8 @@ TEST(CrossEntropy, FiniteDifferenceGradient) {
     return l;
   };
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t j = 0; j < V; ++j) {
-      float& x = logits[n * Vp + j];
-      const float p0 = x, hi = p0 + 1e-2f, lo = p0 - 1e-2f;
-      x = hi;
-      const double lp = loss();
-      x = lo;
-      const double lm = loss();
-      x = p0;
-      numeric[n * Vp + j] = static_cast<float>((lp - lm) / (static_cast<double>(hi) - lo));
-    }
+    for (int64_t j = 0; j < V; ++j)
+      numeric[n * Vp + j] = static_cast<float>(central_difference(logits[n * Vp + j], 1e-2, loss));
   cross_entropy_backward(logits.data(), targets.data(), dloss, N, V, Vp);
   EXPECT_TRUE(all_close(logits, numeric, 1e-2, 1e-4, "dlogits"));
 }
@@ -111,18 +104,15 @@ TEST(CrossEntropy, BitIdenticalForFixedThreadCount) {
   const int64_t N = 64, V = 1000, Vp = 1024;
   const auto logits = random_vector(N * Vp, 4, -4.0f, 4.0f);
   const auto targets = targets_for(N, V);
-  auto run = [&](int threads) {
-    set_num_threads(threads);
-    std::vector<float> losses(N), d = logits;
-    cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, Vp);
-    cross_entropy_backward(d.data(), targets.data(), 1.0f / N, N, V, Vp);
-    set_num_threads(1);
-    losses.insert(losses.end(), d.begin(), d.end());
-    return losses;
-  };
-  const auto a = run(2), b = run(2), one = run(1);
-  EXPECT_TRUE(all_close(a, b, 0.0, 0.0, "2 threads, run twice"));
-  EXPECT_TRUE(all_close(a, one, 0.0, 0.0, "2 threads vs 1 (rows are independent)"));
+  expect_deterministic_across_threads(
+      [&] {
+        std::vector<float> losses(N), d = logits;
+        cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, Vp);
+        cross_entropy_backward(d.data(), targets.data(), 1.0f / N, N, V, Vp);
+        losses.insert(losses.end(), d.begin(), d.end());
+        return losses;
+      },
+      0.0, 0.0, "2 threads vs 1 (rows are independent)");
 }
 
 }  // namespace

@@ -8,13 +8,14 @@
 
 #include "loom/error.hpp"
 #include "loom/kernels/embedding.hpp"
-#include "loom/kernels/threads.hpp"
 #include "test_util.hpp"
 
 namespace loom::kernels {
 namespace {
 
 using loom::testing::all_close;
+using loom::testing::central_differences;
+using loom::testing::expect_deterministic_across_threads;
 using loom::testing::random_vector;
 
 std::vector<int32_t> random_ids(int64_t n, int64_t V, uint64_t seed) {
@@ -65,20 +66,7 @@ TEST(Embedding, FiniteDifferenceGradients) {
     for (int64_t i = 0; i < B * T * C; ++i) l += static_cast<double>(out[i]) * g[i];
     return l;
   };
-  auto numeric = [&](std::vector<float>& p) {
-    std::vector<float> grad(p.size());
-    for (size_t i = 0; i < p.size(); ++i) {
-      const float p0 = p[i], hi = p0 + 0.1f, lo = p0 - 0.1f;
-      p[i] = hi;
-      const double lp = loss();
-      p[i] = lo;
-      const double lm = loss();
-      p[i] = p0;
-      grad[i] = static_cast<float>((lp - lm) / (static_cast<double>(hi) - lo));
-    }
-    return grad;
-  };
-  const auto nte = numeric(wte), npe = numeric(wpe);
+  const auto nte = central_differences(wte, 0.1, loss), npe = central_differences(wpe, 0.1, loss);
   std::vector<float> dwte(V * C, 0.0f), dwpe(T * C, 0.0f);
   embedding_backward(dwte.data(), dwpe.data(), g.data(), ids.data(), B, T, C);
   EXPECT_TRUE(all_close(dwte, nte, 1e-4, 1e-3, "dwte"));
@@ -122,19 +110,16 @@ TEST(Embedding, BackwardIndependentOfThreadCount) {
   const auto ids = random_ids(B * T, V, 12);
   const auto dout = random_vector(B * T * C, 13);
   const auto wte = random_vector(V * C, 14), wpe = random_vector(T * C, 15);
-  auto run = [&](int threads) {
-    set_num_threads(threads);
-    std::vector<float> out(B * T * C), dwte(V * C, 0.5f), dwpe(T * C, 0.5f);
-    embedding_forward(out.data(), ids.data(), wte.data(), wpe.data(), B, T, C, V);
-    embedding_backward(dwte.data(), dwpe.data(), dout.data(), ids.data(), B, T, C);
-    set_num_threads(1);
-    out.insert(out.end(), dwte.begin(), dwte.end());
-    out.insert(out.end(), dwpe.begin(), dwpe.end());
-    return out;
-  };
-  const auto a = run(2), b = run(2), one = run(1);
-  EXPECT_TRUE(all_close(a, b, 0.0, 0.0, "2 threads, run twice"));
-  EXPECT_TRUE(all_close(a, one, 0.0, 0.0, "2 threads vs 1"));
+  expect_deterministic_across_threads(
+      [&] {
+        std::vector<float> out(B * T * C), dwte(V * C, 0.5f), dwpe(T * C, 0.5f);
+        embedding_forward(out.data(), ids.data(), wte.data(), wpe.data(), B, T, C, V);
+        embedding_backward(dwte.data(), dwpe.data(), dout.data(), ids.data(), B, T, C);
+        out.insert(out.end(), dwte.begin(), dwte.end());
+        out.insert(out.end(), dwpe.begin(), dwpe.end());
+        return out;
+      },
+      0.0, 0.0);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@ namespace loom::kernels {
 namespace {
 
 using loom::testing::all_close;
+using loom::testing::central_differences;
 using loom::testing::random_vector;
 
 constexpr double kS = 0.79788456080286535588;  // sqrt(2 / pi)
@@ -45,22 +46,14 @@ TEST(Gelu, FiniteDifferenceGradient) {
   const int64_t n = 37;
   auto x = random_vector(n, 3, -4.0f, 4.0f);
   const auto g = random_vector(n, 4);
-  std::vector<float> out(n), numeric(n), dinp(n);
+  std::vector<float> out(n), dinp(n);
   auto loss = [&] {
     gelu_forward(out.data(), x.data(), n);
     double l = 0.0;
     for (int64_t i = 0; i < n; ++i) l += static_cast<double>(out[i]) * g[i];
     return l;
   };
-  for (int64_t i = 0; i < n; ++i) {
-    const float p0 = x[i], hi = p0 + 1e-2f, lo = p0 - 1e-2f;
-    x[i] = hi;
-    const double lp = loss();
-    x[i] = lo;
-    const double lm = loss();
-    x[i] = p0;
-    numeric[i] = static_cast<float>((lp - lm) / (static_cast<double>(hi) - lo));
-  }
+  const auto numeric = central_differences(x, 1e-2, loss);
   gelu_backward(dinp.data(), x.data(), g.data(), n);
   EXPECT_TRUE(all_close(dinp, numeric, 1e-3, 1e-4, "dinp"));
 }

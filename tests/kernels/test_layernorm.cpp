@@ -6,13 +6,14 @@
 #include <vector>
 
 #include "loom/kernels/layernorm.hpp"
-#include "loom/kernels/threads.hpp"
 #include "test_util.hpp"
 
 namespace loom::kernels {
 namespace {
 
 using loom::testing::all_close;
+using loom::testing::central_differences;
+using loom::testing::expect_deterministic_across_threads;
 using loom::testing::random_vector;
 
 struct Ref {
@@ -93,20 +94,8 @@ TEST(LayerNorm, FiniteDifferenceGradients) {
     for (int64_t i = 0; i < N * C; ++i) l += static_cast<double>(out[i]) * g[i];
     return l;
   };
-  auto numeric = [&](std::vector<float>& p) {
-    std::vector<float> grad(p.size());
-    for (size_t i = 0; i < p.size(); ++i) {
-      const float p0 = p[i], hi = p0 + 1e-2f, lo = p0 - 1e-2f;
-      p[i] = hi;
-      const double lp = loss();
-      p[i] = lo;
-      const double lm = loss();
-      p[i] = p0;
-      grad[i] = static_cast<float>((lp - lm) / (static_cast<double>(hi) - lo));
-    }
-    return grad;
-  };
-  const auto nx = numeric(x), nw = numeric(w), nb = numeric(b);
+  const auto nx = central_differences(x, 1e-2, loss), nw = central_differences(w, 1e-2, loss),
+             nb = central_differences(b, 1e-2, loss);
   loss();
   std::vector<float> dinp(N * C), dw(C, 0.0f), db(C, 0.0f);
   layernorm_backward(dinp.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), mean.data(),
@@ -145,21 +134,18 @@ TEST(LayerNorm, BitIdenticalForFixedThreadCount) {
   const int64_t N = 512, C = 96;
   const auto x = random_vector(N * C, 31), w = random_vector(C, 32), b = random_vector(C, 33);
   const auto dout = random_vector(N * C, 34);
-  auto run = [&](int threads) {
-    set_num_threads(threads);
-    std::vector<float> out(N * C), mean(N), rstd(N), dinp(N * C), dw(C, 0.0f), db(C, 0.0f);
-    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
-    layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
-                       rstd.data(), N, C);
-    set_num_threads(1);
-    out.insert(out.end(), dinp.begin(), dinp.end());
-    out.insert(out.end(), dw.begin(), dw.end());
-    out.insert(out.end(), db.begin(), db.end());
-    return out;
-  };
-  const auto a = run(2), b2 = run(2), one = run(1);
-  EXPECT_TRUE(all_close(a, b2, 0.0, 0.0, "2 threads, run twice"));
-  EXPECT_TRUE(all_close(a, one, 1e-5, 1e-5, "2 threads vs 1"));
+  expect_deterministic_across_threads(
+      [&] {
+        std::vector<float> out(N * C), mean(N), rstd(N), dinp(N * C), dw(C, 0.0f), db(C, 0.0f);
+        layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+        layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
+                           rstd.data(), N, C);
+        out.insert(out.end(), dinp.begin(), dinp.end());
+        out.insert(out.end(), dw.begin(), dw.end());
+        out.insert(out.end(), db.begin(), db.end());
+        return out;
+      },
+      1e-5, 1e-5);
 }
 
 }  // namespace

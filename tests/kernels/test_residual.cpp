@@ -12,6 +12,8 @@ namespace loom::kernels {
 namespace {
 
 using loom::testing::all_close;
+using loom::testing::central_differences;
+using loom::testing::expect_deterministic_across_threads;
 using loom::testing::random_vector;
 
 TEST(Residual, ElementwiseOpsMatchLoopsIncludingAliasing) {
@@ -89,16 +91,8 @@ TEST(BiasBackward, FiniteDifferenceGradient) {
     for (int64_t i = 0; i < N * OC; ++i) l += static_cast<double>(y[i]) * g[i];
     return l;
   };
-  std::vector<float> numeric(OC), dbias(OC, 0.0f);
-  for (int64_t c = 0; c < OC; ++c) {
-    const float p0 = bias[c], hi = p0 + 0.1f, lo = p0 - 0.1f;
-    bias[c] = hi;
-    const double lp = loss();
-    bias[c] = lo;
-    const double lm = loss();
-    bias[c] = p0;
-    numeric[c] = static_cast<float>((lp - lm) / (static_cast<double>(hi) - lo));
-  }
+  const auto numeric = central_differences(bias, 0.1, loss);
+  std::vector<float> dbias(OC, 0.0f);
   bias_backward(dbias.data(), g.data(), N, OC);
   EXPECT_TRUE(all_close(dbias, numeric, 1e-4, 1e-3, "dbias"));
 }
@@ -107,16 +101,13 @@ TEST(BiasBackward, IndependentOfThreadCount) {
   // Split over columns, each summed in row order: 1 and 2 threads agree bit for bit.
   const int64_t N = 1000, OC = 130;
   const auto dout = random_vector(N * OC, 9);
-  auto run = [&](int threads) {
-    set_num_threads(threads);
-    std::vector<float> dbias(OC, 0.25f);
-    bias_backward(dbias.data(), dout.data(), N, OC);
-    set_num_threads(1);
-    return dbias;
-  };
-  const auto a = run(2), b = run(2), one = run(1);
-  EXPECT_TRUE(all_close(a, b, 0.0, 0.0, "2 threads, run twice"));
-  EXPECT_TRUE(all_close(a, one, 0.0, 0.0, "2 threads vs 1"));
+  expect_deterministic_across_threads(
+      [&] {
+        std::vector<float> dbias(OC, 0.25f);
+        bias_backward(dbias.data(), dout.data(), N, OC);
+        return dbias;
+      },
+      0.0, 0.0);
 }
 
 }  // namespace

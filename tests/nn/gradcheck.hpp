@@ -28,16 +28,6 @@ inline double probe_loss(nn::Module& m, const Tensor& x, const std::vector<float
   return s;
 }
 
-inline double numeric_grad(nn::Module& m, const Tensor& x, const std::vector<float>& probe, float* value, double h) {
-  const float saved = *value;
-  *value = static_cast<float>(saved + h);
-  const double plus = probe_loss(m, x, probe);
-  *value = static_cast<float>(saved - h);
-  const double minus = probe_loss(m, x, probe);
-  *value = saved;
-  return (plus - minus) / (2.0 * h);
-}
-
 // x is an f32 input (its gradient is checked) or an i32 input (not differentiable).
 inline void expect_gradients_match(nn::Module& m, Tensor x, const GradCheckOptions& o = {}) {
   nn::Context ctx;
@@ -52,7 +42,7 @@ inline void expect_gradients_match(nn::Module& m, Tensor x, const GradCheckOptio
     double scale = 0.0;
     for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(static_cast<double>(analytic[i])));
     for (int64_t i = 0; i < n; i += stride) {
-      const double num = numeric_grad(m, x, probe, values + i, o.h);
+      const double num = central_difference(values[i], o.h, [&] { return probe_loss(m, x, probe); });
       EXPECT_NEAR(analytic[i], num, o.atol + o.rtol * scale) << what << "[" << i << "]";
     }
   };
