@@ -25,6 +25,7 @@
 #       reference libblas3 it runs at a few GFLOP/s, which is not PyTorch at its best, so
 #       the script says loudly when no optimized BLAS is found.
 #   RESULTS=FILE        also keep every raw JSON line there (default: a temp file)
+#   REPORT_ONLY=FILE    run nothing but the GEMM peak; print the table of an earlier RESULTS
 # PyTorch runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (OpenBLAS picks its own
 # kernels), OMP_NUM_THREADS and OPENBLAS_NUM_THREADS set to the thread count; Loom runs in
 # the caller's environment with --threads.
@@ -64,8 +65,8 @@ else
        "libopenblas0-openmp or set PYTORCH_BLAS_DIR for a fair baseline." >&2
 fi
 
-RESULTS=${RESULTS:-$(mktemp /tmp/loom_vs_pytorch.XXXXXX.jsonl)}
-: >"$RESULTS"
+RESULTS=${REPORT_ONLY:-${RESULTS:-$(mktemp /tmp/loom_vs_pytorch.XXXXXX.jsonl)}}
+[ -n "${REPORT_ONLY:-}" ] || : >"$RESULTS"
 log() { echo "[bench] $*" >&2; }
 
 # size -> "L H C T V B steps warmup"
@@ -105,30 +106,38 @@ run_one() {  # impl size threads rep
 log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 log "PyTorch BLAS dir: ${blas_dir:-<system libblas.so.3>}; raw results: $RESULTS"
 
-# The matmul peak: best of 3 `loom bench gemm` runs, "square 1024" per thread count.
+# The matmul peak: the best `loom bench gemm` "square 1024" figure per thread count, from
+# runs before and after the training runs (a process that happens to share the cores for a
+# moment makes one set of runs low, which would inflate the MFU).
 thread_list=$(tr ' ' ',' <<<"$THREADS" | sed 's/,,*/,/g; s/^,//; s/,$//')
 gemm_out=""
-for _ in 1 2 3; do gemm_out+=$("$LOOM" bench gemm --threads "$thread_list")$'\n'; done
-peaks=$(awk '/^square 1024/ { t = $3; g = $4; if (g > best[t]) best[t] = g }
-             END { for (t in best) printf "%s:%s ", t, best[t] }' <<<"$gemm_out")
-log "matmul peak (square 1024, GFLOP/s by threads): $peaks"
+measure_peak() {
+  for _ in 1 2 3; do gemm_out+=$("$LOOM" bench gemm --threads "$thread_list")$'\n'; done
+  peaks=$(awk '/^square 1024/ { t = $3; g = $4; if (g > best[t]) best[t] = g }
+               END { for (t in best) printf "%s:%s ", t, best[t] }' <<<"$gemm_out")
+  log "matmul peak so far (square 1024, threads:GFLOP/s): $peaks"
+}
+measure_peak
 
-for size in $SIZES; do
-  for t in $THREADS; do
-    reps=$REPEATS
-    [ "$size" = gpt2-small ] && reps=$GPT2_REPEATS
-    for rep in $(seq 1 "$reps"); do
-      if [ $((rep % 2)) -eq 1 ]; then
-        run_one loom "$size" "$t" "$rep"; run_one pytorch "$size" "$t" "$rep"
-      else
-        run_one pytorch "$size" "$t" "$rep"; run_one loom "$size" "$t" "$rep"
-      fi
+if [ -z "${REPORT_ONLY:-}" ]; then
+  for size in $SIZES; do
+    for t in $THREADS; do
+      reps=$REPEATS
+      [ "$size" = gpt2-small ] && reps=$GPT2_REPEATS
+      for rep in $(seq 1 "$reps"); do
+        if [ $((rep % 2)) -eq 1 ]; then
+          run_one loom "$size" "$t" "$rep"; run_one pytorch "$size" "$t" "$rep"
+        else
+          run_one pytorch "$size" "$t" "$rep"; run_one loom "$size" "$t" "$rep"
+        fi
+      done
     done
   done
-done
+  measure_peak
+fi
 
 "$PYTHON" - "$RESULTS" "$peaks" "$SIZES" "$THREADS" <<'EOF'
-import json, sys
+import json, statistics, sys
 results, peaks, sizes, threads = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split()
 peak = {int(k): float(v) for k, v in (p.split(":") for p in peaks.split())}
 runs = [json.loads(line) for line in open(results) if line.strip()]
@@ -136,8 +145,7 @@ TARGET_RATIO = {"gpt-mini": 1.5, "gpt2-small": 1.2}
 TARGET_MFU = {"gpt2-small": 0.5}
 
 def median(xs):
-    xs = sorted(xs)
-    return xs[len(xs) // 2] if xs else None
+    return statistics.median(xs) if xs else None
 
 def pick(size, t, impl, key):
     return median([r["run"][key] for r in runs if r["size"] == size and r["run"].get("impl") == impl
