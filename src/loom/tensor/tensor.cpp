@@ -5,12 +5,9 @@
 #include <new>
 
 #include "loom/error.hpp"
+#include "loom/tensor/allocator.hpp"
 
 namespace loom {
-
-namespace {
-constexpr int64_t kAlignment = 64;  // one cache line, and a whole AVX-512 vector
-}
 
 std::string shape_str(const Shape& shape) {
   std::string s = "(";
@@ -28,15 +25,14 @@ int64_t shape_numel(const Shape& shape) {
 }
 
 Storage::Storage(int64_t bytes, MemoryCategory category) : bytes_(bytes), category_(category) {
-  const int64_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  data_ = std::aligned_alloc(kAlignment, static_cast<size_t>(rounded > 0 ? rounded : kAlignment));
+  data_ = allocate_block(bytes);
   if (data_ == nullptr) fail("out of memory allocating ", format_bytes(bytes), " for ", category_name(category));
   MemoryTracker::instance().on_alloc(category_, bytes_);
 }
 
 Storage::~Storage() {
   MemoryTracker::instance().on_free(category_, bytes_);
-  std::free(data_);
+  free_block(data_, bytes_);
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, MemoryCategory category) {

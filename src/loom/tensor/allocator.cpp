@@ -1,0 +1,82 @@
+#include "loom/tensor/allocator.hpp"
+
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "loom/tensor/memory_tracker.hpp"
+
+namespace loom {
+
+namespace {
+
+constexpr int64_t kAlignment = 64;            // a cache line and an AVX-512 vector
+constexpr int64_t kCachedMin = 1 << 20;       // smaller blocks come from malloc's own bins
+constexpr int64_t kGranule = 64 << 10;        // sizes rounded up to this for reuse
+
+struct Cache {
+  std::mutex mutex;
+  std::unordered_map<int64_t, std::vector<void*>> free_blocks;  // rounded size -> blocks
+  int64_t bytes = 0;
+};
+
+Cache& cache() {
+  static Cache* c = new Cache;  // never destroyed: tensors may be freed during static teardown
+  return *c;
+}
+
+int64_t rounded(int64_t bytes) {
+  if (bytes < kCachedMin) return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  return (bytes + kGranule - 1) / kGranule * kGranule;
+}
+
+}  // namespace
+
+void* allocate_block(int64_t bytes) {
+  const int64_t size = rounded(bytes > 0 ? bytes : 1);
+  if (size >= kCachedMin) {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mutex);
+    auto it = c.free_blocks.find(size);
+    if (it != c.free_blocks.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      c.bytes -= size;
+      return p;
+    }
+  }
+  return std::aligned_alloc(kAlignment, static_cast<size_t>(size));
+}
+
+void free_block(void* ptr, int64_t bytes) {
+  if (ptr == nullptr) return;
+  const int64_t size = rounded(bytes > 0 ? bytes : 1);
+  if (size >= kCachedMin) {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mutex);
+    if (c.bytes + size <= MemoryTracker::instance().total_peak()) {
+      c.free_blocks[size].push_back(ptr);
+      c.bytes += size;
+      return;
+    }
+  }
+  std::free(ptr);
+}
+
+int64_t cached_block_bytes() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.bytes;
+}
+
+void release_cached_blocks() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  for (auto& [size, blocks] : c.free_blocks)
+    for (void* p : blocks) std::free(p);
+  c.free_blocks.clear();
+  c.bytes = 0;
+}
+
+}  // namespace loom
