@@ -10,6 +10,7 @@ packages=(
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch python3-numpy  # numerics oracle and speed baseline (tests/bench only)
+  libopenblas0-openmp                  # an optimized BLAS, so PyTorch baselines run at their best
 )
 
 missing=()
