@@ -138,7 +138,10 @@ Runner add_bench_command(CLI::App& sub) {
   tr->add_option("--warmup", args->warmup, "untimed steps first");
   tr->add_option("--threads", args->bench_threads, "compute threads; 0 = all cores");
   tr->add_flag("--recompute", args->model.recompute, "recompute activations in backward");
-  return [args, gemm, tr]() {
+  auto comm_runner = std::make_shared<Runner>();
+  add_comm_bench(sub, *comm_runner);
+  return [args, gemm, tr, comm_runner]() {
+    if (!gemm->parsed() && !tr->parsed()) return (*comm_runner)();
     if (gemm->parsed()) {
       reject_unknown_flags(*gemm);
       return run_gemm(*args);

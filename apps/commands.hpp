@@ -16,6 +16,8 @@ Runner add_train_command(CLI::App& app);
 Runner add_sample_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
 Runner add_config_reference_command(CLI::App& app);
+// `loom bench comm` (in bench_comm_command.cpp); sets runner for when it is chosen.
+void add_comm_bench(CLI::App& bench, Runner& runner);
 
 // Throws loom::Error for arguments left over after parsing, suggesting the closest flag.
 void reject_unknown_flags(const CLI::App& sub);

@@ -1,0 +1,47 @@
+#include "loom/comm/comm_thread.hpp"
+
+namespace loom::comm {
+
+CommThread::CommThread() : thread_([this] { loop(); }) {}
+
+CommThread::~CommThread() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Work CommThread::submit(std::string description, std::function<void()> op) {
+  auto state = std::make_shared<Work::State>();
+  state->description = std::move(description);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.emplace_back(state, std::move(op));
+  }
+  cv_.notify_one();
+  return Work(state);
+}
+
+void CommThread::loop() {
+  for (;;) {
+    std::pair<std::shared_ptr<Work::State>, std::function<void()>> item;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::exception_ptr error;
+    try {
+      item.second();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    item.first->finish(error);
+  }
+}
+
+}  // namespace loom::comm

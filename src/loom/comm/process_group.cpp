@@ -1,0 +1,194 @@
+#include "loom/comm/process_group.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "loom/comm/mpi_util.hpp"
+#include "loom/error.hpp"
+
+namespace loom::comm {
+
+ProcessGroup::ProcessGroup(MPI_Comm comm, std::string name) : name_(std::move(name)) {
+  check_mpi(MPI_Comm_dup(comm, &collective_comm_), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_dup(comm, &p2p_comm_), "MPI_Comm_dup");
+  rank_ = comm_rank(collective_comm_);
+  size_ = comm_size(collective_comm_);
+  thread_ = std::make_unique<CommThread>();
+}
+
+ProcessGroup::~ProcessGroup() {
+  thread_.reset();  // drains queued collectives before the communicators go
+  MPI_Comm_free(&collective_comm_);
+  MPI_Comm_free(&p2p_comm_);
+}
+
+void ProcessGroup::set_param_servers(int k) {
+  check(k >= 1, "param-server needs at least 1 server, got ", k);
+  param_servers_ = k;
+}
+
+Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()> body) {
+  const std::string description =
+      op + "(" + std::to_string(n) + " floats) #" + std::to_string(++sequence_) + " on group '" + name_ + "'";
+  return thread_->submit(description, std::move(body));
+}
+
+Work ProcessGroup::all_reduce_async(float* data, int64_t n, ReduceOp op, std::optional<AllReduceAlgorithm> algorithm) {
+  const AllReduceAlgorithm a = algorithm.value_or(default_algorithm_);
+  MPI_Comm comm = collective_comm_;
+  const int size = size_, servers = param_servers_;
+  return submit("all_reduce[" + algorithm_name(a) + "," + reduce_op_name(op) + "]", n, [=]() {
+    switch (a) {
+      case AllReduceAlgorithm::Mpi:
+        check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(n), MPI_FLOAT, mpi_op(op), comm), "MPI_Allreduce");
+        break;
+      case AllReduceAlgorithm::Ring: ring_all_reduce(comm, data, n, op); break;
+      case AllReduceAlgorithm::Tree: tree_all_reduce(comm, data, n, op); break;
+      case AllReduceAlgorithm::Rhd: rhd_all_reduce(comm, data, n, op); break;
+      case AllReduceAlgorithm::ParamServer: param_server_all_reduce(comm, data, n, op, servers); break;
+    }
+    finish_reduction(data, n, op, size);
+  });
+}
+
+void ProcessGroup::all_reduce(float* data, int64_t n, ReduceOp op, std::optional<AllReduceAlgorithm> algorithm) {
+  all_reduce_async(data, n, op, algorithm).wait();
+}
+
+void ProcessGroup::all_reduce(Tensor& t, ReduceOp op, std::optional<AllReduceAlgorithm> algorithm) {
+  all_reduce(t.f32(), t.numel(), op, algorithm);
+}
+
+Work ProcessGroup::reduce_scatter_async(const float* in, float* out, int64_t n, ReduceOp op,
+                                        AllReduceAlgorithm algorithm) {
+  check(algorithm == AllReduceAlgorithm::Mpi || algorithm == AllReduceAlgorithm::Ring,
+        "reduce_scatter supports the 'mpi' and 'ring' algorithms, not '", algorithm_name(algorithm), "'");
+  MPI_Comm comm = collective_comm_;
+  const int size = size_, rank = rank_;
+  return submit("reduce_scatter[" + algorithm_name(algorithm) + "]", n, [=]() {
+    if (algorithm == AllReduceAlgorithm::Mpi) {
+      check_mpi(MPI_Reduce_scatter_block(in, out, mpi_count(n), MPI_FLOAT, mpi_op(op), comm), "MPI_Reduce_scatter_block");
+    } else {
+      std::vector<float> work(in, in + n * size);  // (size * n) the ring reduces in place
+      ring_reduce_scatter(comm, work.data(), n * size, op);
+      std::memcpy(out, work.data() + rank * n, sizeof(float) * static_cast<size_t>(n));
+    }
+    finish_reduction(out, n, op, size);
+  });
+}
+
+void ProcessGroup::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, AllReduceAlgorithm algorithm) {
+  check(in.numel() == out.numel() * size_, "reduce_scatter: input of ", in.numel(), " elements must be ", size_,
+        " x output (", out.numel(), ")");
+  reduce_scatter_async(in.f32(), out.f32(), out.numel(), op, algorithm).wait();
+}
+
+Work ProcessGroup::all_gather_async(const float* in, float* out, int64_t n, AllReduceAlgorithm algorithm) {
+  check(algorithm == AllReduceAlgorithm::Mpi || algorithm == AllReduceAlgorithm::Ring,
+        "all_gather supports the 'mpi' and 'ring' algorithms, not '", algorithm_name(algorithm), "'");
+  MPI_Comm comm = collective_comm_;
+  const int size = size_, rank = rank_;
+  return submit("all_gather[" + algorithm_name(algorithm) + "]", n, [=]() {
+    if (algorithm == AllReduceAlgorithm::Mpi) {
+      check_mpi(MPI_Allgather(in, mpi_count(n), MPI_FLOAT, out, mpi_count(n), MPI_FLOAT, comm), "MPI_Allgather");
+    } else {
+      std::memmove(out + rank * n, in, sizeof(float) * static_cast<size_t>(n));
+      ring_all_gather(comm, out, n * size);
+    }
+  });
+}
+
+void ProcessGroup::all_gather(const Tensor& in, Tensor& out, AllReduceAlgorithm algorithm) {
+  check(out.numel() == in.numel() * size_, "all_gather: output of ", out.numel(), " elements must be ", size_,
+        " x input (", in.numel(), ")");
+  all_gather_async(in.f32(), out.f32(), in.numel(), algorithm).wait();
+}
+
+Work ProcessGroup::broadcast_async(float* data, int64_t n, int root) {
+  check(root >= 0 && root < size_, "broadcast root ", root, " is not a rank of group '", name_, "' (size ", size_, ")");
+  MPI_Comm comm = collective_comm_;
+  return submit("broadcast", n, [=]() {
+    check_mpi(MPI_Bcast(data, mpi_count(n), MPI_FLOAT, root, comm), "MPI_Bcast");
+  });
+}
+
+void ProcessGroup::broadcast(Tensor& t, int root) { broadcast_async(t.f32(), t.numel(), root).wait(); }
+
+Work ProcessGroup::reduce_async(float* data, int64_t n, int root, ReduceOp op) {
+  check(root >= 0 && root < size_, "reduce root ", root, " is not a rank of group '", name_, "' (size ", size_, ")");
+  MPI_Comm comm = collective_comm_;
+  const int rank = rank_, size = size_;
+  return submit("reduce", n, [=]() {
+    check_mpi(MPI_Reduce(rank == root ? MPI_IN_PLACE : data, data, mpi_count(n), MPI_FLOAT, mpi_op(op), root, comm),
+              "MPI_Reduce");
+    if (rank == root) finish_reduction(data, n, op, size);
+  });
+}
+
+void ProcessGroup::reduce(Tensor& t, int root, ReduceOp op) { reduce_async(t.f32(), t.numel(), root, op).wait(); }
+
+Work ProcessGroup::all_to_all_async(const float* in, float* out, int64_t n) {
+  MPI_Comm comm = collective_comm_;
+  return submit("all_to_all", n, [=]() {
+    check_mpi(MPI_Alltoall(in, mpi_count(n), MPI_FLOAT, out, mpi_count(n), MPI_FLOAT, comm), "MPI_Alltoall");
+  });
+}
+
+Work ProcessGroup::all_to_all_v_async(const float* in, std::vector<int64_t> send_counts, float* out,
+                                      std::vector<int64_t> recv_counts) {
+  check(static_cast<int>(send_counts.size()) == size_ && static_cast<int>(recv_counts.size()) == size_,
+        "all_to_all_v: need ", size_, " send and receive counts, got ", send_counts.size(), " and ", recv_counts.size());
+  MPI_Comm comm = collective_comm_;
+  const int64_t total = std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0});
+  return submit("all_to_all_v", total, [=]() {
+    std::vector<int> sc, sd, rc, rd;
+    int64_t so = 0, ro = 0;
+    for (size_t q = 0; q < send_counts.size(); ++q) {
+      sc.push_back(mpi_count(send_counts[q]));
+      sd.push_back(mpi_count(so));
+      rc.push_back(mpi_count(recv_counts[q]));
+      rd.push_back(mpi_count(ro));
+      so += send_counts[q];
+      ro += recv_counts[q];
+    }
+    check_mpi(MPI_Alltoallv(in, sc.data(), sd.data(), MPI_FLOAT, out, rc.data(), rd.data(), MPI_FLOAT, comm),
+              "MPI_Alltoallv");
+  });
+}
+
+Work ProcessGroup::barrier_async() {
+  MPI_Comm comm = collective_comm_;
+  return submit("barrier", 0, [=]() { check_mpi(MPI_Barrier(comm), "MPI_Barrier"); });
+}
+
+void ProcessGroup::barrier() { barrier_async().wait(); }
+
+Work ProcessGroup::send_async(const float* data, int64_t n, int dst, int tag) {
+  check(dst >= 0 && dst < size_, "send to rank ", dst, " outside group '", name_, "' (size ", size_, ")");
+  MPI_Request request;
+  check_mpi(MPI_Isend(data, mpi_count(n), MPI_FLOAT, dst, tag, p2p_comm_, &request), "MPI_Isend");
+  return Work::from_request(request, "send(" + std::to_string(n) + " floats) to " + std::to_string(dst));
+}
+
+Work ProcessGroup::recv_async(float* data, int64_t n, int src, int tag) {
+  check(src >= 0 && src < size_, "recv from rank ", src, " outside group '", name_, "' (size ", size_, ")");
+  MPI_Request request;
+  check_mpi(MPI_Irecv(data, mpi_count(n), MPI_FLOAT, src, tag, p2p_comm_, &request), "MPI_Irecv");
+  return Work::from_request(request, "recv(" + std::to_string(n) + " floats) from " + std::to_string(src));
+}
+
+void ProcessGroup::send(const Tensor& t, int dst, int tag) { send_async(t.f32(), t.numel(), dst, tag).wait(); }
+void ProcessGroup::recv(Tensor& t, int src, int tag) { recv_async(t.f32(), t.numel(), src, tag).wait(); }
+
+std::unique_ptr<ProcessGroup> ProcessGroup::split(int color, int key, std::string name) {
+  MPI_Comm sub = MPI_COMM_NULL;
+  // Issued through the thread so it stays ordered with this group's queued collectives.
+  MPI_Comm comm = collective_comm_;
+  submit("split", 0, [&]() { check_mpi(MPI_Comm_split(comm, color, key, &sub), "MPI_Comm_split"); }).wait();
+  auto group = std::make_unique<ProcessGroup>(sub, std::move(name));
+  MPI_Comm_free(&sub);
+  return group;
+}
+
+}  // namespace loom::comm

@@ -1,0 +1,89 @@
+// ProcessGroup: one MPI communicator and the collectives Loom needs on it, each blocking
+// or asynchronous (returning a Work). Collectives run on the group's communication thread
+// in issue order; point-to-point transfers are posted at once as non-blocking MPI calls on
+// a separate communicator, so a pipeline's sends and receives never queue behind a
+// collective. All-reduce takes any algorithm of algorithms.hpp, per group or per call.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+#include "loom/comm/algorithms.hpp"
+#include "loom/comm/comm_thread.hpp"
+#include "loom/comm/reduce_op.hpp"
+#include "loom/comm/work.hpp"
+#include "loom/tensor/tensor.hpp"
+
+namespace loom::comm {
+
+class ProcessGroup {
+ public:
+  // Works on its own duplicates of comm; name appears in errors and traces ("dp", "tp").
+  ProcessGroup(MPI_Comm comm, std::string name);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return name_; }
+  void set_default_algorithm(AllReduceAlgorithm a) { default_algorithm_ = a; }
+  AllReduceAlgorithm default_algorithm() const { return default_algorithm_; }
+  void set_param_servers(int k);
+
+  // data (n) on every rank becomes the reduction over ranks.
+  Work all_reduce_async(float* data, int64_t n, ReduceOp op = ReduceOp::Sum,
+                        std::optional<AllReduceAlgorithm> algorithm = std::nullopt);
+  void all_reduce(float* data, int64_t n, ReduceOp op = ReduceOp::Sum,
+                  std::optional<AllReduceAlgorithm> algorithm = std::nullopt);
+  void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum, std::optional<AllReduceAlgorithm> algorithm = std::nullopt);
+
+  // in (size * n) on every rank; out (n) gets the reduction of everyone's chunk `rank`.
+  // algorithm: Mpi (MPI_Reduce_scatter_block) or Ring.
+  Work reduce_scatter_async(const float* in, float* out, int64_t n, ReduceOp op = ReduceOp::Sum,
+                            AllReduceAlgorithm algorithm = AllReduceAlgorithm::Mpi);
+  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::Sum,
+                      AllReduceAlgorithm algorithm = AllReduceAlgorithm::Mpi);
+  // in (n) on every rank; out (size * n) gets every rank's in, in rank order.
+  Work all_gather_async(const float* in, float* out, int64_t n, AllReduceAlgorithm algorithm = AllReduceAlgorithm::Mpi);
+  void all_gather(const Tensor& in, Tensor& out, AllReduceAlgorithm algorithm = AllReduceAlgorithm::Mpi);
+
+  Work broadcast_async(float* data, int64_t n, int root);
+  void broadcast(Tensor& t, int root);
+  // data (n): on root, the reduction over ranks; elsewhere unchanged.
+  Work reduce_async(float* data, int64_t n, int root, ReduceOp op = ReduceOp::Sum);
+  void reduce(Tensor& t, int root, ReduceOp op = ReduceOp::Sum);
+  // in (size * n): block q goes to rank q; out (size * n): block q came from rank q.
+  Work all_to_all_async(const float* in, float* out, int64_t n);
+  // Uneven: send_counts[q] elements to rank q, recv_counts[q] from rank q, packed in rank order.
+  Work all_to_all_v_async(const float* in, std::vector<int64_t> send_counts, float* out,
+                          std::vector<int64_t> recv_counts);
+  Work barrier_async();
+  void barrier();
+
+  Work send_async(const float* data, int64_t n, int dst, int tag = 0);
+  Work recv_async(float* data, int64_t n, int src, int tag = 0);
+  void send(const Tensor& t, int dst, int tag = 0);
+  void recv(Tensor& t, int src, int tag = 0);
+
+  // Collective over this group: ranks with the same color form a new group, ordered by key.
+  std::unique_ptr<ProcessGroup> split(int color, int key, std::string name);
+
+ private:
+  Work submit(const std::string& op, int64_t n, std::function<void()> body);
+
+  std::string name_;
+  MPI_Comm collective_comm_ = MPI_COMM_NULL;
+  MPI_Comm p2p_comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  AllReduceAlgorithm default_algorithm_ = AllReduceAlgorithm::Mpi;
+  int param_servers_ = 1;
+  int64_t sequence_ = 0;
+  std::unique_ptr<CommThread> thread_;
+};
+
+}  // namespace loom::comm

@@ -1,0 +1,56 @@
+#include "loom/comm/work.hpp"
+
+namespace loom::comm {
+
+void Work::State::finish(std::exception_ptr e) {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    error = e;
+    done = true;
+  }
+  done_cv.notify_all();
+}
+
+Work Work::completed() {
+  auto s = std::make_shared<State>();
+  s->done = true;
+  return Work(s);
+}
+
+Work Work::from_request(MPI_Request request, std::string description) {
+  auto s = std::make_shared<State>();
+  s->request = request;
+  s->uses_request = true;
+  s->description = std::move(description);
+  return Work(s);
+}
+
+void Work::wait() const {
+  if (!state_) return;
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  if (state_->uses_request) {
+    if (!state_->done) MPI_Wait(&state_->request, MPI_STATUS_IGNORE);
+    state_->done = true;
+    return;
+  }
+  state_->done_cv.wait(lock, [&] { return state_->done; });
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+bool Work::is_done() const {
+  if (!state_) return true;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  if (state_->uses_request && !state_->done) {
+    int flag = 0;
+    MPI_Test(&state_->request, &flag, MPI_STATUS_IGNORE);
+    state_->done = flag != 0;
+  }
+  return state_->done;
+}
+
+const std::string& Work::description() const {
+  static const std::string none;
+  return state_ ? state_->description : none;
+}
+
+}  // namespace loom::comm

@@ -1,0 +1,62 @@
+// Test main for multi-rank tests, run by CTest under mpirun with 1 to 8 ranks. Every rank
+// runs every test; rank 0 prints the usual report, other ranks print only their failures
+// (prefixed with the rank); all ranks agree on the exit code. MPI missing or unusable is a
+// failure, never a skip.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "comm/mpi_test_env.hpp"
+#include "loom/comm/mpi_runtime.hpp"
+#include "loom/kernels/threads.hpp"
+
+namespace {
+
+loom::comm::ProcessGroup* g_world = nullptr;
+
+// On ranks other than 0: failures only, each line naming the rank.
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed())
+      std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
+                   r.line_number(), r.summary());
+  }
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    if (info.result()->Failed())
+      std::fprintf(stderr, "[rank %d] FAILED %s.%s\n", rank_, info.test_suite_name(), info.name());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+
+namespace loom::testing {
+comm::ProcessGroup& world() { return *g_world; }
+}  // namespace loom::testing
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  loom::comm::MpiRuntime mpi(&argc, &argv);
+  g_world = &mpi.world();
+  loom::kernels::set_num_threads(1);
+  const int rank = mpi.world().rank(), size = mpi.world().size();
+  if (rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new RankFailurePrinter(rank));
+  }
+  const int local = RUN_ALL_TESTS();
+  int failed_ranks = 0;
+  const int mine = local != 0 ? 1 : 0;
+  MPI_Allreduce(&mine, &failed_ranks, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0) {
+    if (failed_ranks == 0) std::printf("[mpi] all %d ranks passed\n", size);
+    else std::printf("[mpi] FAILED on %d of %d ranks\n", failed_ranks, size);
+  }
+  return failed_ranks == 0 ? 0 : 1;
+}
