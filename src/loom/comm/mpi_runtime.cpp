@@ -14,11 +14,13 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
     fail("the MPI library provides thread level ", provided, ", Loom needs MPI_THREAD_MULTIPLE (", MPI_THREAD_MULTIPLE,
          ")");
   }
+  watchdog_ = std::make_unique<Watchdog>(MPI_COMM_WORLD);
   world_ = std::make_unique<ProcessGroup>(MPI_COMM_WORLD, "world");
 }
 
 MpiRuntime::~MpiRuntime() {
   world_.reset();
+  watchdog_.reset();
   MPI_Finalize();
 }
 

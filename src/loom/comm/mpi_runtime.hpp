@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "loom/comm/process_group.hpp"
+#include "loom/comm/watchdog.hpp"
 
 namespace loom::comm {
 
@@ -21,6 +22,7 @@ class MpiRuntime {
   [[noreturn]] static void abort(int code);
 
  private:
+  std::unique_ptr<Watchdog> watchdog_;  // before any group, so every group is watched
   std::unique_ptr<ProcessGroup> world_;
 };
 

@@ -1,7 +1,9 @@
 #include "loom/comm/process_group.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <numeric>
 
 #include "loom/comm/mpi_util.hpp"
@@ -12,15 +14,39 @@ namespace loom::comm {
 ProcessGroup::ProcessGroup(MPI_Comm comm, std::string name) : name_(std::move(name)) {
   check_mpi(MPI_Comm_dup(comm, &collective_comm_), "MPI_Comm_dup");
   check_mpi(MPI_Comm_dup(comm, &p2p_comm_), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_dup(comm, &debug_comm_), "MPI_Comm_dup");
   rank_ = comm_rank(collective_comm_);
   size_ = comm_size(collective_comm_);
+  MPI_Group mine, world;
+  MPI_Comm_group(collective_comm_, &mine);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> local(static_cast<size_t>(size_));
+  world_ranks_.resize(static_cast<size_t>(size_));
+  for (int q = 0; q < size_; ++q) local[q] = q;
+  MPI_Group_translate_ranks(mine, size_, local.data(), world, world_ranks_.data());
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
+  // Members create their groups in the same order, so counting same-named groups with the
+  // same first member gives every member the same key.
+  static std::map<std::string, int> created;
+  const std::string base = name_ + "@" + std::to_string(world_ranks_[0]) + "/" + std::to_string(size_);
+  watch_key_ = base + "#" + std::to_string(created[base]++);
+  if (Watchdog* w = Watchdog::instance()) watch_slot_ = w->register_group(watch_key_);
+  if (const char* t = std::getenv("LOOM_COMM_TIMEOUT")) {
+    char* end = nullptr;
+    timeout_s_ = std::strtod(t, &end);
+    check(end != t && *end == '\0' && timeout_s_ >= 0, "LOOM_COMM_TIMEOUT must be seconds >= 0, got '", t, "'");
+  }
+  if (const char* d = std::getenv("LOOM_COMM_DEBUG")) debug_checks_ = std::string(d) == "1";
   thread_ = std::make_unique<CommThread>();
 }
 
 ProcessGroup::~ProcessGroup() {
   thread_.reset();  // drains queued collectives before the communicators go
+  if (Watchdog* w = Watchdog::instance(); w != nullptr && watch_slot_ >= 0) w->release_group(watch_slot_);
   MPI_Comm_free(&collective_comm_);
   MPI_Comm_free(&p2p_comm_);
+  MPI_Comm_free(&debug_comm_);
 }
 
 void ProcessGroup::set_param_servers(int k) {
@@ -29,9 +55,24 @@ void ProcessGroup::set_param_servers(int k) {
 }
 
 Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()> body) {
-  const std::string description =
-      op + "(" + std::to_string(n) + " floats) #" + std::to_string(++sequence_) + " on group '" + name_ + "'";
-  return thread_->submit(description, std::move(body));
+  const int64_t sequence = ++sequence_;
+  const std::string operation = op + "(" + std::to_string(n) + " floats)";
+  const std::string description = operation + " #" + std::to_string(sequence) + " on group '" + name_ + "'";
+  Watchdog* watchdog = Watchdog::instance();
+  MPI_Comm debug_comm = debug_comm_;
+  const bool debug = debug_checks_;
+  const std::string group = name_;
+  const int slot = watch_slot_;
+  Work work = thread_->submit(description, [=, body = std::move(body)]() {
+    if (debug) Watchdog::check_same_call(debug_comm, group, sequence, operation);
+    if (watchdog != nullptr && slot >= 0) watchdog->entered(slot, sequence, operation);
+    body();
+  });
+  if (watchdog != nullptr && slot >= 0)
+    work.watch(sequence, timeout_s_, [watchdog, key = watch_key_, members = world_ranks_](const Work::State& s) {
+      watchdog->report_stuck(key, members, s.sequence, s.description, s.timeout_s);
+    });
+  return work;
 }
 
 Work ProcessGroup::all_reduce_async(float* data, int64_t n, ReduceOp op, std::optional<AllReduceAlgorithm> algorithm) {

@@ -3,6 +3,9 @@
 // in issue order; point-to-point transfers are posted at once as non-blocking MPI calls on
 // a separate communicator, so a pipeline's sends and receives never queue behind a
 // collective. All-reduce takes any algorithm of algorithms.hpp, per group or per call.
+// Every collective is watched (watchdog.hpp): one that waits longer than the timeout
+// (LOOM_COMM_TIMEOUT seconds, default 300) ends the job with a report naming the ranks that
+// never arrived; LOOM_COMM_DEBUG=1 also checks that all ranks make the same call.
 #pragma once
 
 #include <memory>
@@ -15,6 +18,7 @@
 #include "loom/comm/algorithms.hpp"
 #include "loom/comm/comm_thread.hpp"
 #include "loom/comm/reduce_op.hpp"
+#include "loom/comm/watchdog.hpp"
 #include "loom/comm/work.hpp"
 #include "loom/tensor/tensor.hpp"
 
@@ -34,6 +38,11 @@ class ProcessGroup {
   void set_default_algorithm(AllReduceAlgorithm a) { default_algorithm_ = a; }
   AllReduceAlgorithm default_algorithm() const { return default_algorithm_; }
   void set_param_servers(int k);
+  // Seconds a collective may wait before the watchdog ends the job; 0 turns it off.
+  void set_timeout(double seconds) { timeout_s_ = seconds; }
+  double timeout() const { return timeout_s_; }
+  // Debug mode: ranks compare each collective's name and size before running it.
+  void set_debug_checks(bool on) { debug_checks_ = on; }
 
   // data (n) on every rank becomes the reduction over ranks.
   Work all_reduce_async(float* data, int64_t n, ReduceOp op = ReduceOp::Sum,
@@ -79,6 +88,12 @@ class ProcessGroup {
   std::string name_;
   MPI_Comm collective_comm_ = MPI_COMM_NULL;
   MPI_Comm p2p_comm_ = MPI_COMM_NULL;
+  MPI_Comm debug_comm_ = MPI_COMM_NULL;
+  std::vector<int> world_ranks_;  // members, as ranks of MPI_COMM_WORLD
+  std::string watch_key_;         // the same on every member
+  int watch_slot_ = -1;
+  double timeout_s_ = 300.0;
+  bool debug_checks_ = false;
   int rank_ = 0, size_ = 1;
   AllReduceAlgorithm default_algorithm_ = AllReduceAlgorithm::Mpi;
   int param_servers_ = 1;

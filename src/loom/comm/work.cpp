@@ -1,5 +1,7 @@
 #include "loom/comm/work.hpp"
 
+#include <chrono>
+
 namespace loom::comm {
 
 void Work::State::finish(std::exception_ptr e) {
@@ -25,6 +27,13 @@ Work Work::from_request(MPI_Request request, std::string description) {
   return Work(s);
 }
 
+void Work::watch(int64_t sequence, double timeout_s, std::function<void(const State&)> on_timeout) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->sequence = sequence;
+  state_->timeout_s = timeout_s;
+  state_->on_timeout = std::move(on_timeout);
+}
+
 void Work::wait() const {
   if (!state_) return;
   std::unique_lock<std::mutex> lock(state_->mutex);
@@ -32,6 +41,14 @@ void Work::wait() const {
     if (!state_->done) MPI_Wait(&state_->request, MPI_STATUS_IGNORE);
     state_->done = true;
     return;
+  }
+  if (state_->timeout_s > 0 && state_->on_timeout) {
+    const auto limit = std::chrono::duration<double>(state_->timeout_s);
+    if (!state_->done_cv.wait_for(lock, limit, [&] { return state_->done; })) {
+      lock.unlock();
+      state_->on_timeout(*state_);
+      lock.lock();
+    }
   }
   state_->done_cv.wait(lock, [&] { return state_->done; });
   if (state_->error) std::rethrow_exception(state_->error);

@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,6 +24,11 @@ class Work {
     // Point-to-point operations complete through their MPI request instead of the thread.
     MPI_Request request = MPI_REQUEST_NULL;
     bool uses_request = false;
+    int64_t sequence = 0;  // the collective's number within its group
+    // The watchdog: when wait() has waited timeout_s (> 0) in vain it calls on_timeout,
+    // which reports the stuck collective and ends the job (it does not return).
+    double timeout_s = 0.0;
+    std::function<void(const State&)> on_timeout;
     void finish(std::exception_ptr e);
   };
 
@@ -33,6 +39,8 @@ class Work {
   // A handle for a posted non-blocking MPI operation.
   static Work from_request(MPI_Request request, std::string description);
 
+  // Arms the watchdog for this handle (see State::on_timeout).
+  void watch(int64_t sequence, double timeout_s, std::function<void(const State&)> on_timeout);
   void wait() const;
   bool is_done() const;
   const std::string& description() const;
