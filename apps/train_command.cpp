@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "loom/comm/mesh_layout.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/trainer.hpp"
 
@@ -25,6 +26,10 @@ void print_dry_run(train::TrainConfig& config) {
   std::printf("# predicted state memory (fp32, %s): params %s + grads %s + optimizer %s\n", config.optimizer.c_str(),
               format_bytes(4 * params).c_str(), format_bytes(4 * params).c_str(),
               format_bytes((config.optimizer == "adamw" ? 8 : 4) * params).c_str());
+  const comm::MeshLayout layout({{"dp", static_cast<int>(config.dp)}, {"pp", static_cast<int>(config.pp)},
+                                 {"tp", static_cast<int>(config.tp)}},
+                                static_cast<int>(config.dp * config.pp * config.tp));
+  std::printf("\n# %s", layout.rank_map().c_str());
 }
 }  // namespace
 

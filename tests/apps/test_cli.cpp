@@ -76,6 +76,15 @@ TEST(Cli, DryRunPrintsTheResolvedConfig) {
   EXPECT_NE(r.output.find("predicted state memory"), std::string::npos) << r.output;
 }
 
+TEST(Cli, DryRunShowsTheRankMapOfALayout) {
+  const Result r = run_loom("train --dp 2 --pp 2 --tp 2 --dry-run");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("# mesh dp(2) x pp(2) x tp(2) over 8 ranks (tp varies fastest)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tp groups: [0 1] [2 3] [4 5] [6 7]"), std::string::npos) << r.output;
+  expect_error("train --dp 0 --dry-run", "parallel degrees must be >= 1, got dp(0) x pp(1) x tp(1)");
+  expect_error("train " + kTiny + " --dp 2", "layout dp(2) x pp(1) x tp(1) needs 2 ranks");
+}
+
 TEST(Cli, TrainThenSampleThenResume) {
   const std::string dir = temp_path("run");
   fs::remove_all(dir);

@@ -5,6 +5,7 @@
 
 #include "comm/mpi_test_env.hpp"
 #include "loom/comm/device_mesh.hpp"
+#include "loom/comm/mesh_layout.hpp"
 #include "loom/error.hpp"
 
 namespace loom::comm {
@@ -14,7 +15,7 @@ using loom::testing::world;
 
 std::string error_of(const std::vector<MeshDim>& dims, int world_size) {
   try {
-    DeviceMesh::validate(dims, world_size);
+    MeshLayout(dims, world_size);
   } catch (const Error& e) {
     return e.what();
   }
@@ -44,8 +45,8 @@ TEST(DeviceMesh, GroupsAlongEachDimension) {
   const int tp = p % 2 == 0 ? 2 : 1;
   DeviceMesh mesh(world(), {{"dp", p / tp}, {"tp", tp}});
   const int r = world().rank();
-  EXPECT_EQ(mesh.coordinates(r), (std::vector<int>{r / tp, r % tp}));
-  EXPECT_EQ(mesh.rank_at(mesh.coordinates(r)), r);
+  EXPECT_EQ(mesh.layout().coordinates(r), (std::vector<int>{r / tp, r % tp}));
+  EXPECT_EQ(mesh.layout().rank_at(mesh.layout().coordinates(r)), r);
   ProcessGroup& tpg = mesh.group("tp");
   EXPECT_EQ(tpg.size(), tp);
   EXPECT_EQ(tpg.rank(), r % tp);  // neighbouring ranks share a tp group
@@ -74,11 +75,17 @@ TEST(DeviceMesh, ThreeDimensionalMeshOfEightRanks) {
   EXPECT_EQ(dp_tp->size(), 4);
   const int pp = (r / 2) % 2;
   EXPECT_EQ(group_rank_sum(*dp_tp), 0 + 1 + 4 + 5 + 4 * 2 * pp);  // ranks with this pp coordinate
-  const std::string map = mesh.rank_map();
+}
+
+TEST(MeshLayout, RankMapOfEightRanksNeedsNoCommunication) {
+  const MeshLayout layout({{"dp", 2}, {"pp", 2}, {"tp", 2}}, 8);
+  const std::string map = layout.rank_map();
   EXPECT_NE(map.find("mesh dp(2) x pp(2) x tp(2) over 8 ranks (tp varies fastest)"), std::string::npos) << map;
+  EXPECT_NE(map.find("   5    1    0    1"), std::string::npos) << map;  // rank 5 = dp 1, pp 0, tp 1
   EXPECT_NE(map.find("tp groups: [0 1] [2 3] [4 5] [6 7]"), std::string::npos) << map;
   EXPECT_NE(map.find("pp groups: [0 2] [1 3] [4 6] [5 7]"), std::string::npos) << map;
   EXPECT_NE(map.find("dp groups: [0 4] [1 5] [2 6] [3 7]"), std::string::npos) << map;
+  EXPECT_EQ(layout.groups_along({0, 2}), (std::vector<std::vector<int>>{{0, 1, 4, 5}, {2, 3, 6, 7}}));
 }
 
 }  // namespace

@@ -39,6 +39,9 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"optim", "eps", "AdamW epsilon", &c.eps},
       {"optim", "momentum", "SGD momentum", &c.momentum},
       {"optim", "grad_clip", "clip the global gradient norm to this; 0 = off", &c.grad_clip},
+      {"parallel", "dp", "data-parallel degree", &c.dp},
+      {"parallel", "pp", "pipeline-parallel degree", &c.pp},
+      {"parallel", "tp", "tensor-parallel degree (neighbouring ranks)", &c.tp},
       {"run", "out_dir", "run directory: metrics.jsonl and checkpoints", &c.out_dir},
       {"run", "log_every", "print a progress line every N steps", &c.log_every},
       {"run", "eval_every", "validation loss every N steps; 0 = at the end only", &c.eval_every},
@@ -69,6 +72,7 @@ void TrainConfig::validate() const {
   check(eval_every >= 0 && eval_batches >= 1, "eval_every must be >= 0 and eval_batches >= 1");
   check(checkpoint_every >= 0 && keep_checkpoints >= 1, "checkpoint_every must be >= 0 and keep_checkpoints >= 1");
   check(threads >= 0, "threads must be >= 0, got ", threads);
+  check(dp >= 1 && pp >= 1 && tp >= 1, "parallel degrees must be >= 1, got dp(", dp, ") x pp(", pp, ") x tp(", tp, ")");
   check(peak_gflops >= 0, "peak_gflops must be >= 0, got ", peak_gflops);
 }
 

@@ -40,6 +40,11 @@ struct TrainConfig {
   double momentum = 0.9;
   double grad_clip = 1.0;  // 0: off
 
+  // [parallel]: degrees of the layout dp x pp x tp (tp fastest-varying over the ranks)
+  int64_t dp = 1;
+  int64_t pp = 1;
+  int64_t tp = 1;
+
   // [run]
   std::string out_dir = "runs/default";
   int64_t log_every = 10;

@@ -21,6 +21,10 @@ using Clock = std::chrono::steady_clock;
 
 Trainer::Trainer(TrainConfig config, bool quiet) : config_(std::move(config)), quiet_(quiet) {
   config_.validate();
+  check(config_.dp * config_.pp * config_.tp == 1, "layout dp(", config_.dp, ") x pp(", config_.pp, ") x tp(",
+        config_.tp, ") needs ", config_.dp * config_.pp * config_.tp,
+        " ranks, but `loom train` runs on one process so far: data, tensor and pipeline parallel training are "
+        "being built (issues 4-6); see the rank map with --dry-run");
   kernels::set_num_threads(static_cast<int>(config_.threads));
   dataset_ = std::make_unique<data::TextDataset>(config_.data, config_.tokenizer, config_.model.block_size,
                                                  config_.val_fraction);
