@@ -20,7 +20,6 @@ from the usual rule (matrices decay; biases and LayerNorm gains do not), not fro
 Exit status: 0 on success, 2 on bad usage or input, 3 when torch or numpy is missing.
 """
 import json
-import math
 import struct
 import sys
 import zlib
@@ -28,8 +27,8 @@ import zlib
 try:
     import numpy as np
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
+
+    from torch_gpt import GPT, adamw_groups
 except ImportError as e:  # the C++ test turns this into a failure with this message
     print(f"gpt_reference.py: cannot import torch/numpy ({e}); the PyTorch oracle needs "
           f"torch and numpy for {sys.executable}", file=sys.stderr)
@@ -82,79 +81,6 @@ def write_tensor_file(path, tensors, meta=None):
         f.write(data)
 
 
-# nanoGPT-style model whose parameter names are Loom's.
-class Embedding(nn.Module):
-    def __init__(self, vp, block_size, c):
-        super().__init__()
-        self.wte = nn.Parameter(torch.zeros(vp, c))
-        self.wpe = nn.Parameter(torch.zeros(block_size, c))
-
-    def forward(self, idx):
-        t = idx.shape[1]
-        return self.wte[idx] + self.wpe[:t].unsqueeze(0)
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, c, nh):
-        super().__init__()
-        self.nh = nh
-        self.qkv = nn.Linear(c, 3 * c)
-        self.proj = nn.Linear(c, c)
-
-    def forward(self, x):
-        b, t, c = x.shape
-        hs = c // self.nh
-        q, k, v = self.qkv(x).split(c, dim=2)  # [q | k | v], heads contiguous in each
-        q = q.view(b, t, self.nh, hs).transpose(1, 2)
-        k = k.view(b, t, self.nh, hs).transpose(1, 2)
-        v = v.view(b, t, self.nh, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
-        return self.proj(y)
-
-
-class MLP(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.fc = nn.Linear(c, 4 * c)
-        self.proj = nn.Linear(4 * c, c)
-
-    def forward(self, x):
-        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
-
-
-class Block(nn.Module):
-    def __init__(self, c, nh):
-        super().__init__()
-        self.ln1 = nn.LayerNorm(c, eps=1e-5)
-        self.attn = CausalSelfAttention(c, nh)
-        self.ln2 = nn.LayerNorm(c, eps=1e-5)
-        self.mlp = MLP(c)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self, v, vp, block_size, n_layer, nh, c):
-        super().__init__()
-        self.v = v
-        self.embedding = Embedding(vp, block_size, c)
-        self.blocks = nn.ModuleList([Block(c, nh) for _ in range(n_layer)])
-        self.ln_f = nn.LayerNorm(c, eps=1e-5)
-
-    def forward(self, idx, targets):
-        x = self.embedding(idx)
-        for b in self.blocks:
-            x = b(x)
-        logits = self.ln_f(x) @ self.embedding.wte.t()  # tied head, (B, T, Vp)
-        real = logits[..., :self.v]  # padding columns take no part in the loss
-        return F.cross_entropy(real.reshape(-1, self.v), targets.reshape(-1).long())
-
-
 def main():
     if len(sys.argv) != 3:
         print(__doc__, file=sys.stderr)
@@ -184,12 +110,8 @@ def main():
         out["grad." + name] = p.grad.detach().numpy().copy()
     model.zero_grad(set_to_none=True)
 
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": float(meta["weight_decay"])},
-         {"params": no_decay, "weight_decay": 0.0}],
-        lr=float(meta["lr"]), betas=(float(meta["beta1"]), float(meta["beta2"])),
+        adamw_groups(model, float(meta["weight_decay"])), lr=float(meta["lr"]), betas=(float(meta["beta1"]), float(meta["beta2"])),
         eps=float(meta["eps"]), foreach=False)
     train_idx = torch.from_numpy(tensors["train.idx"]).long()
     train_targets = torch.from_numpy(tensors["train.targets"]).long()
