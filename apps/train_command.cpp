@@ -1,10 +1,13 @@
 // `loom train`: defaults, then the TOML file, then flags (every config key is a flag).
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 
 #include "commands.hpp"
 #include "loom/comm/mesh_layout.hpp"
+#include "loom/comm/mpi_runtime.hpp"
+#include "loom/error.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/trainer.hpp"
 
@@ -57,8 +60,27 @@ Runner add_train_command(CLI::App& sub) {
       print_dry_run(config);
       return 0;
     }
-    train::Trainer trainer(config);
-    trainer.run();
+    // Under mpirun/srun, or for a layout of several ranks, the job's processes form the world.
+    const bool launched_by_mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+                                 std::getenv("PMIX_RANK");
+    const int64_t ranks = config.dp * config.pp * config.tp;
+    if (!launched_by_mpi) {
+      check(ranks == 1, "layout dp(", config.dp, ") x pp(", config.pp, ") x tp(", config.tp, ") needs ", ranks,
+            " processes: start it with mpirun -np ", ranks, " loom train ...");
+      train::Trainer trainer(config);
+      trainer.run();
+      return 0;
+    }
+    comm::MpiRuntime mpi(nullptr, nullptr);
+    try {
+      train::Trainer trainer(config, false, &mpi.world());
+      trainer.run();
+    } catch (const Error& e) {
+      // One rank's error must not leave the others waiting in a collective.
+      std::fprintf(stderr, "loom: error on rank %d of %d: %s\n", mpi.world().rank(), mpi.world().size(), e.what());
+      std::fflush(stderr);
+      comm::MpiRuntime::abort(1);
+    }
     return 0;
   };
 }

@@ -82,7 +82,7 @@ TEST(Cli, DryRunShowsTheRankMapOfALayout) {
   EXPECT_NE(r.output.find("# mesh dp(2) x pp(2) x tp(2) over 8 ranks (tp varies fastest)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("tp groups: [0 1] [2 3] [4 5] [6 7]"), std::string::npos) << r.output;
   expect_error("train --dp 0 --dry-run", "parallel degrees must be >= 1, got dp(0) x pp(1) x tp(1)");
-  expect_error("train " + kTiny + " --dp 2", "layout dp(2) x pp(1) x tp(1) needs 2 ranks");
+  expect_error("train " + kTiny + " --dp 2", "layout dp(2) x pp(1) x tp(1) needs 2 processes: start it with mpirun -np 2");
 }
 
 TEST(Cli, TrainThenSampleThenResume) {

@@ -25,6 +25,9 @@ class Parameter {
   Tensor& grad() { return grad_; }
   const Tensor& grad() const { return grad_; }
   int64_t numel() const { return value_.numel(); }
+  // Makes grad() a view into storage owned elsewhere (a data-parallel gradient bucket),
+  // keeping its current values, so reductions run on the gradients in place.
+  void rebind_grad(Tensor view);
   // AdamW decays matrices, not biases or LayerNorm gains.
   bool weight_decay() const { return weight_decay_; }
 

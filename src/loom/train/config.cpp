@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "loom/comm/algorithms.hpp"
 #include "loom/error.hpp"
 
 namespace loom::train {
@@ -42,6 +43,8 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "dp", "data-parallel degree", &c.dp},
       {"parallel", "pp", "pipeline-parallel degree", &c.pp},
       {"parallel", "tp", "tensor-parallel degree (neighbouring ranks)", &c.tp},
+      {"parallel", "allreduce", "data-parallel gradient all-reduce: mpi, ring, tree, rhd or param-server", &c.allreduce},
+      {"parallel", "bucket_mb", "data-parallel gradient bucket size in MiB", &c.bucket_mb},
       {"run", "out_dir", "run directory: metrics.jsonl and checkpoints", &c.out_dir},
       {"run", "log_every", "print a progress line every N steps", &c.log_every},
       {"run", "eval_every", "validation loss every N steps; 0 = at the end only", &c.eval_every},
@@ -73,6 +76,8 @@ void TrainConfig::validate() const {
   check(checkpoint_every >= 0 && keep_checkpoints >= 1, "checkpoint_every must be >= 0 and keep_checkpoints >= 1");
   check(threads >= 0, "threads must be >= 0, got ", threads);
   check(dp >= 1 && pp >= 1 && tp >= 1, "parallel degrees must be >= 1, got dp(", dp, ") x pp(", pp, ") x tp(", tp, ")");
+  comm::parse_algorithm(allreduce);  // names the choices when unknown
+  check(bucket_mb > 0, "bucket_mb must be > 0, got ", bucket_mb);
   check(peak_gflops >= 0, "peak_gflops must be >= 0, got ", peak_gflops);
 }
 

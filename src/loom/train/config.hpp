@@ -44,6 +44,8 @@ struct TrainConfig {
   int64_t dp = 1;
   int64_t pp = 1;
   int64_t tp = 1;
+  std::string allreduce = "mpi";  // DDP's all-reduce algorithm
+  double bucket_mb = 25.0;        // DDP gradient bucket size
 
   // [run]
   std::string out_dir = "runs/default";

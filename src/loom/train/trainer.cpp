@@ -19,12 +19,16 @@ namespace loom::train {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-Trainer::Trainer(TrainConfig config, bool quiet) : config_(std::move(config)), quiet_(quiet) {
+Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
+    : config_(std::move(config)), quiet_(quiet), world_(world) {
   config_.validate();
-  check(config_.dp * config_.pp * config_.tp == 1, "layout dp(", config_.dp, ") x pp(", config_.pp, ") x tp(",
-        config_.tp, ") needs ", config_.dp * config_.pp * config_.tp,
-        " ranks, but `loom train` runs on one process so far: data, tensor and pipeline parallel training are "
-        "being built (issues 4-6); see the rank map with --dry-run");
+  const int64_t ranks = config_.dp * config_.pp * config_.tp;
+  const int64_t world_size = world_ != nullptr ? world_->size() : 1;
+  check(ranks == world_size, "layout dp(", config_.dp, ") x pp(", config_.pp, ") x tp(", config_.tp, ") = ", ranks,
+        " != world size ", world_size, ranks > 1 && world_ == nullptr ? " (start it with mpirun -np N loom train ...)" : "");
+  check(config_.pp == 1 && config_.tp == 1, "pipeline and tensor parallelism (pp(", config_.pp, "), tp(", config_.tp,
+        ")) are not built yet (issues 5-6); data parallelism (dp) is");
+  if (world_ != nullptr && world_->rank() != 0) quiet_ = true;  // rank 0 speaks for the job
   kernels::set_num_threads(static_cast<int>(config_.threads));
   dataset_ = std::make_unique<data::TextDataset>(config_.data, config_.tokenizer, config_.model.block_size,
                                                  config_.val_fraction);
@@ -43,6 +47,12 @@ Trainer::Trainer(TrainConfig config, bool quiet) : config_(std::move(config)), q
   schedule_ = optim::LrSchedule{static_cast<float>(config_.lr), static_cast<float>(config_.min_lr),
                                 config_.warmup_steps, config_.decay_steps > 0 ? config_.decay_steps : config_.steps};
 
+  if (world_ != nullptr && world_->size() > 1) {
+    dp_rank_ = world_->rank();  // dp is the only dimension so far
+    ddp_ = std::make_unique<parallel::DistributedDataParallel>(
+        *model_, *world_,
+        parallel::DdpOptions{static_cast<int64_t>(config_.bucket_mb * 1048576.0), comm::parse_algorithm(config_.allreduce)});
+  }
   if (!config_.resume.empty()) {
     const std::string where = config_.resume == "latest" ? config_.out_dir : config_.resume;
     const std::string path = resolve_checkpoint_path(where);
@@ -52,7 +62,7 @@ Trainer::Trainer(TrainConfig config, bool quiet) : config_(std::move(config)), q
     step_ = info.step;
     if (!quiet_) std::printf("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(step_));
   }
-  if (!config_.out_dir.empty()) {
+  if (!config_.out_dir.empty() && (world_ == nullptr || world_->rank() == 0)) {
     fs::create_directories(config_.out_dir);
     metrics_ = std::make_unique<MetricsLog>((fs::path(config_.out_dir) / "metrics.jsonl").string());
   } else {
@@ -78,10 +88,16 @@ StepResult Trainer::train_step() {
   const int64_t M = config_.micro_batches, B = config_.batch_size, T = config_.model.block_size;
   double loss_sum = 0.0;
   for (int64_t m = 0; m < M; ++m) {
-    const data::Batch batch = dataset_->batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step_, m * B, B, T);
+    // This rank's B rows of global micro-batch m (B * dp rows), so every layout reads the
+    // same global batch.
+    const int64_t row = (m * config_.dp + dp_rank_) * B;
+    const data::Batch batch = dataset_->batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step_, row, B, T);
+    if (ddp_) ddp_->set_sync(m == M - 1);  // communicate once, after the last micro-batch
     loss_sum += forward_backward(batch, 1.0f / static_cast<float>(M));
   }
+  if (ddp_) ddp_->finish_gradient_sync();
   r.loss = static_cast<float>(loss_sum / static_cast<double>(M));
+  if (ddp_) ddp_->group().all_reduce(&r.loss, 1, comm::ReduceOp::Avg);  // the global batch's mean
   r.grad_norm = std::sqrt(optim::grad_sum_squares(optimizer_->params()));
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     check(config_.on_nan == "skip", "non-finite ", std::isfinite(r.loss) ? "gradient norm" : "loss", " at step ",
@@ -102,24 +118,40 @@ float Trainer::evaluate() {
   const int64_t B = config_.batch_size, T = config_.model.block_size;
   double sum = 0.0;
   for (int64_t i = 0; i < config_.eval_batches; ++i) {
-    // The same validation batches at every evaluation: a fixed seed, step = batch index.
-    const data::Batch batch = dataset_->batch(data::Split::Val, 0, i, 0, B, T);
+    // The same validation batches at every evaluation: a fixed seed, step = batch index;
+    // each data-parallel rank takes its rows of the global batch, as in training.
+    const data::Batch batch = dataset_->batch(data::Split::Val, 0, i, dp_rank_ * B, B, T);
     nn::Context ctx;
     Tensor logits = model_->forward(batch.inputs, ctx);
     sum += nn::cross_entropy_loss(logits, batch.targets, config_.model.vocab_size);
   }
-  return static_cast<float>(sum / static_cast<double>(config_.eval_batches));
+  float loss = static_cast<float>(sum / static_cast<double>(config_.eval_batches));
+  if (ddp_) ddp_->group().all_reduce(&loss, 1, comm::ReduceOp::Avg);
+  return loss;
 }
 
 std::string Trainer::save_checkpoint_now() {
+  // Replicas hold identical state: rank 0 writes, the others wait so none runs ahead of a
+  // checkpoint it may need to resume from.
+  if (world_ != nullptr && world_->rank() != 0) {
+    world_->barrier();
+    return resolve_checkpoint_path(config_.out_dir);
+  }
   CheckpointInfo info{step_, to_toml(config_), dataset_->tokenizer().spec(), config_.optimizer};
-  return save_checkpoint(config_.out_dir, *model_, optimizer_.get(), config_.optimizer, info, config_.keep_checkpoints);
+  const std::string path =
+      save_checkpoint(config_.out_dir, *model_, optimizer_.get(), config_.optimizer, info, config_.keep_checkpoints);
+  if (world_ != nullptr) world_->barrier();
+  return path;
 }
 
 void Trainer::log_progress(const StepResult& r, double step_seconds) {
-  const double tokens = static_cast<double>(config_.batch_size * config_.micro_batches * config_.model.block_size);
+  // Tokens of the global batch; MFU against the peak of all the job's processes.
+  const double ranks = static_cast<double>(config_.dp * config_.pp * config_.tp);
+  const double tokens = static_cast<double>(config_.batch_size * config_.micro_batches * config_.model.block_size) *
+                        static_cast<double>(config_.dp);
   const double tok_per_s = tokens / step_seconds;
-  const double mfu = config_.model.flops_per_token(config_.model.block_size) * tok_per_s / (peak_gflops_ * 1e9);
+  const double mfu =
+      config_.model.flops_per_token(config_.model.block_size) * tok_per_s / (peak_gflops_ * 1e9 * ranks);
   const double avg = elapsed_train_seconds_ / static_cast<double>(std::max<int64_t>(1, steps_timed_));
   const double eta = avg * static_cast<double>(config_.steps - step_);
   const int64_t mem = MemoryTracker::instance().total_peak();

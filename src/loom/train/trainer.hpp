@@ -1,16 +1,19 @@
-// The single-process training loop: deterministic batches, micro-batch gradient
-// accumulation, global-norm clipping, AdamW/SGD with warm-up + cosine LR, NaN/inf guard,
-// periodic validation, progress lines, metrics.jsonl and atomic checkpoints with exact
-// resume. Parallel layouts will wrap the same steps.
+// The training loop: deterministic batches, micro-batch gradient accumulation, global-norm
+// clipping, AdamW/SGD with warm-up + cosine LR, NaN/inf guard, periodic validation,
+// progress lines, metrics.jsonl and atomic checkpoints with exact resume. With dp > 1 each
+// rank takes its slice of every global micro-batch and DDP averages the gradients; rank 0
+// alone prints and writes.
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "loom/comm/process_group.hpp"
 #include "loom/data/text_dataset.hpp"
 #include "loom/nn/gpt.hpp"
 #include "loom/optim/lr_schedule.hpp"
 #include "loom/optim/optimizer.hpp"
+#include "loom/parallel/ddp.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/metrics_log.hpp"
 
@@ -27,8 +30,9 @@ struct StepResult {
 class Trainer {
  public:
   // Validates the config, reads the data, builds the model and optimizer, and resumes
-  // from a checkpoint when config.resume says so. quiet: no progress lines.
-  explicit Trainer(TrainConfig config, bool quiet = false);
+  // from a checkpoint when config.resume says so. quiet: no progress lines. world: the
+  // processes of the job (required when dp x pp x tp > 1; its size must equal that product).
+  explicit Trainer(TrainConfig config, bool quiet = false, comm::ProcessGroup* world = nullptr);
 
   // Runs until config.steps with logging, evaluation and checkpoints; returns the final val loss.
   float run();
@@ -41,6 +45,7 @@ class Trainer {
   const TrainConfig& config() const { return config_; }
   const data::TextDataset& dataset() const { return *dataset_; }
   int64_t step() const { return step_; }
+  parallel::DistributedDataParallel* ddp() { return ddp_.get(); }
 
  private:
   float forward_backward(const data::Batch& batch, float loss_scale);
@@ -51,6 +56,9 @@ class Trainer {
   std::unique_ptr<data::TextDataset> dataset_;
   std::unique_ptr<nn::GPT> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  comm::ProcessGroup* world_ = nullptr;
+  std::unique_ptr<parallel::DistributedDataParallel> ddp_;
+  int dp_rank_ = 0;
   optim::LrSchedule schedule_;
   std::unique_ptr<MetricsLog> metrics_;
   int64_t step_ = 0;

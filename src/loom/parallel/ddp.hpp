@@ -1,0 +1,64 @@
+// DistributedDataParallel (Li et al., "PyTorch Distributed", VLDB 2020; the seeds' data
+// parallelism): every rank holds the whole model and a slice of the global batch; gradients
+// are averaged over the data-parallel group. Parameters are grouped into buckets in reverse
+// registration order (roughly the order backward produces them); each parameter's gradient
+// lives in its bucket's flat buffer, and a bucket's all-reduce is launched asynchronously
+// the moment its last gradient is ready, so it overlaps the rest of backward. The model's
+// code does not change: everything hangs off grad-ready hooks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "loom/comm/process_group.hpp"
+#include "loom/nn/module.hpp"
+
+namespace loom::parallel {
+
+struct DdpOptions {
+  int64_t bucket_bytes = int64_t{25} << 20;  // PyTorch's default bucket_cap_mb = 25
+  comm::AllReduceAlgorithm algorithm = comm::AllReduceAlgorithm::Mpi;
+};
+
+class DistributedDataParallel {
+ public:
+  // Collective over group: broadcasts rank 0's parameters so all replicas start equal.
+  DistributedDataParallel(nn::Module& model, comm::ProcessGroup& group, DdpOptions options = {});
+
+  // Gradient accumulation: a backward with sync off launches no communication; gradients
+  // add up locally until a backward with sync on (the last micro-batch).
+  void set_sync(bool on) { sync_ = on; }
+  // Waits for every bucket launched during backward; afterwards each gradient is the
+  // average over the group.
+  void finish_gradient_sync();
+
+  int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
+  const std::vector<nn::Parameter*>& bucket_params(int b) const { return buckets_[b].params; }
+  // In the last synced step: buckets launched before backward returned, and how many of
+  // those had already finished by then (communication hidden behind backward).
+  int64_t launched_during_backward() const { return launched_during_backward_; }
+  int64_t finished_during_backward() const { return finished_during_backward_; }
+  // Bucket indices in the order their all-reduce was launched, in the last synced step.
+  const std::vector<int>& launch_order() const { return last_launch_order_; }
+  comm::ProcessGroup& group() { return group_; }
+
+ private:
+  struct Bucket {
+    std::vector<nn::Parameter*> params;
+    Tensor flat;  // (numel of all params) gradients, category Gradients
+    int pending = 0;
+    comm::Work work;
+    bool launched = false;
+  };
+  void on_grad_ready(int bucket);
+
+  comm::ProcessGroup& group_;
+  DdpOptions options_;
+  std::vector<Bucket> buckets_;
+  bool sync_ = true;
+  int64_t launched_during_backward_ = 0;
+  int64_t finished_during_backward_ = 0;
+  std::vector<int> launch_order_, last_launch_order_;
+};
+
+}  // namespace loom::parallel
