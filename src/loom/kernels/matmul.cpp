@@ -10,6 +10,7 @@
 
 #include "dnnl.hpp"
 #include "loom/error.hpp"
+#include "loom/tensor/tensor.hpp"
 
 namespace loom::kernels {
 
@@ -98,10 +99,10 @@ void matmul(const float* A, Trans ta, const float* B, Trans tb, float* C, int64_
             int64_t K, const float* bias, bool accumulate) {
   if (M == 0 || N == 0) return;
   if (pack_b(ta, tb, M, N) && K > 0) {
-    thread_local std::vector<float> packed;  // (N, K), reused across calls
-    packed.resize(static_cast<size_t>(N * K));
-    transpose(B, packed.data(), K, N);
-    return matmul(A, ta, packed.data(), Trans::T, C, M, N, K, bias, accumulate);
+    // A tracked temporary: the caching allocator hands the same block back next time.
+    const Tensor packed = Tensor::empty({N, K}, DType::F32, MemoryCategory::Other);  // (N, K)
+    transpose(B, packed.f32(), K, N);
+    return matmul(A, ta, packed.f32(), Trans::T, C, M, N, K, bias, accumulate);
   }
   const memory::dims a_strides = ta == Trans::N ? memory::dims{K, 1} : memory::dims{1, M};
   const memory::dims b_strides = tb == Trans::N ? memory::dims{N, 1} : memory::dims{1, K};

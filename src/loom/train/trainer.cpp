@@ -135,7 +135,7 @@ std::string Trainer::save_checkpoint_now() {
   // checkpoint it may need to resume from.
   if (world_ != nullptr && world_->rank() != 0) {
     world_->barrier();
-    return resolve_checkpoint_path(config_.out_dir);
+    return "";  // rank 0's file; this rank may not even see its filesystem
   }
   CheckpointInfo info{step_, to_toml(config_), dataset_->tokenizer().spec(), config_.optimizer};
   const std::string path =

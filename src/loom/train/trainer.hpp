@@ -38,6 +38,7 @@ class Trainer {
   float run();
   StepResult train_step();
   float evaluate();
+  // Writes a checkpoint (rank 0) and returns its path; other ranks wait and get "".
   std::string save_checkpoint_now();
 
   nn::GPT& model() { return *model_; }
