@@ -10,6 +10,7 @@
 
 #include "comm/mpi_test_env.hpp"
 #include "loom/error.hpp"
+#include "loom/plan/memory_model.hpp"
 #include "loom/train/trainer.hpp"
 #include "test_util.hpp"
 
@@ -137,6 +138,19 @@ TEST(Ddp, BucketsLaunchDuringBackwardInReadinessOrder) {
   // Every bucket's all-reduce was started by a grad-ready hook inside backward.
   EXPECT_EQ(ddp->launched_during_backward(), ddp->bucket_count());
   RecordProperty("finished_during_backward", std::to_string(ddp->finished_during_backward()));
+}
+
+TEST(Ddp, ModelStateMemoryMatchesTheFormula) {
+  // Buckets replace the per-parameter gradients, so DDP's state is the formula's 16P.
+  MemoryTracker& m = MemoryTracker::instance();
+  const int64_t before = m.current(MemoryCategory::Parameters) + m.current(MemoryCategory::Gradients) +
+                         m.current(MemoryCategory::OptimizerState);
+  train::Trainer t(tiny(world().size(), 2, 1), true, &world());
+  t.train_step();
+  const int64_t state = m.current(MemoryCategory::Parameters) + m.current(MemoryCategory::Gradients) +
+                        m.current(MemoryCategory::OptimizerState) - before;
+  const int64_t want = plan::model_state_bytes(t.model().num_parameters(), world().size(), 0, 8).total();
+  EXPECT_NEAR(static_cast<double>(state), static_cast<double>(want), 0.05 * static_cast<double>(want));
 }
 
 TEST(Ddp, LayoutMustMatchTheWorld) {

@@ -12,6 +12,7 @@
 #include "loom/optim/adamw.hpp"
 #include "loom/optim/clip.hpp"
 #include "loom/optim/sgd.hpp"
+#include "loom/plan/memory_model.hpp"
 #include "loom/train/checkpoint.hpp"
 
 namespace loom::train {
@@ -144,6 +145,22 @@ std::string Trainer::save_checkpoint_now() {
   return path;
 }
 
+std::string Trainer::memory_report() const {
+  const MemorySnapshot m = MemoryTracker::instance().snapshot();
+  const plan::StateBytes want = plan::model_state_bytes(model_->num_parameters(), static_cast<int>(config_.dp), 0,
+                                                        config_.optimizer == "adamw" ? 8 : 4);
+  auto at = [&](MemoryCategory c) { return static_cast<size_t>(c); };
+  std::string out = "memory on rank " + std::to_string(world_ != nullptr ? world_->rank() : 0) + ": params " +
+                    format_bytes(m.current[at(MemoryCategory::Parameters)]) + " (formula " + format_bytes(want.params) +
+                    ") | grads " + format_bytes(m.current[at(MemoryCategory::Gradients)]) + " (formula " +
+                    format_bytes(want.grads) + ") | optimizer " +
+                    format_bytes(m.current[at(MemoryCategory::OptimizerState)]) + " (formula " +
+                    format_bytes(want.optimizer) + ") | peak activations " +
+                    format_bytes(m.peak[at(MemoryCategory::Activations)]) + " | peak comm buffers " +
+                    format_bytes(m.peak[at(MemoryCategory::CommBuffers)]) + " | peak total " + format_bytes(m.total_peak);
+  return out;
+}
+
 void Trainer::log_progress(const StepResult& r, double step_seconds) {
   // Tokens of the global batch; MFU against the peak of all the job's processes.
   const double ranks = static_cast<double>(config_.dp * config_.pp * config_.tp);
@@ -193,6 +210,7 @@ float Trainer::run() {
       save_checkpoint_now();
   }
   evaluate_and_log();
+  if (!quiet_) std::printf("%s\n", memory_report().c_str());
   if (!config_.out_dir.empty()) {
     const std::string path = save_checkpoint_now();
     if (!quiet_) std::printf("saved %s\n", path.c_str());

@@ -40,6 +40,9 @@ class Trainer {
   float evaluate();
   // Writes a checkpoint (rank 0) and returns its path; other ranks wait and get "".
   std::string save_checkpoint_now();
+  // "memory on rank 0: params 3.2 MiB (formula 3.2 MiB) | ...": the tracker's current bytes
+  // of model state next to the ZeRO formula for this layout, and the peaks of the rest.
+  std::string memory_report() const;
 
   nn::GPT& model() { return *model_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
