@@ -131,6 +131,17 @@ TEST(Collectives, AllToAllEvenAndUneven) {
   g.all_to_all_v_async(vin.data(), send_counts, vout.data(), recv_counts).wait();
   for (int q = 0; q < p; ++q)
     for (int k = 0; k <= r; ++k) EXPECT_EQ(vout[q * (r + 1) + k], static_cast<float>(100 * q + r));
+  // The same through the Tensor forms, which check the sizes.
+  Tensor tin = Tensor::empty({static_cast<int64_t>(vin.size())}), tout = Tensor::empty({p * (r + 1)});
+  std::copy(vin.begin(), vin.end(), tin.f32());
+  g.all_to_all_v(tin, send_counts, tout, recv_counts);
+  EXPECT_TRUE(all_close(tout.f32(), vout.data(), tout.numel(), 0, 0, "all_to_all_v (tensors)"));
+  Tensor ein = Tensor::empty({2 * p}), eout = Tensor::empty({2 * p});
+  std::copy(in.begin(), in.end(), ein.f32());
+  g.all_to_all(ein, eout);
+  EXPECT_TRUE(all_close(eout.f32(), out.data(), 2 * p, 0, 0, "all_to_all (tensors)"));
+  Tensor wrong = Tensor::empty({2 * p + 1});
+  EXPECT_THROW(g.all_to_all(ein, wrong), Error);  // output size differs from the input's
 }
 
 TEST(Collectives, SendRecvAroundTheRing) {

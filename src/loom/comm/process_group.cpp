@@ -176,6 +176,21 @@ Work ProcessGroup::all_to_all_async(const float* in, float* out, int64_t n) {
   });
 }
 
+void ProcessGroup::all_to_all(const Tensor& in, Tensor& out) {
+  check(in.numel() == out.numel() && in.numel() % size_ == 0, "all_to_all: input (", in.numel(), ") and output (",
+        out.numel(), ") must be equal multiples of the group size ", size_);
+  all_to_all_async(in.f32(), out.f32(), in.numel() / size_).wait();
+}
+
+void ProcessGroup::all_to_all_v(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
+                                const std::vector<int64_t>& recv_counts) {
+  const int64_t sent = std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0});
+  const int64_t received = std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t{0});
+  check(sent == in.numel() && received == out.numel(), "all_to_all_v: counts (", sent, " sent, ", received,
+        " received) do not match the tensors (", in.numel(), ", ", out.numel(), ")");
+  all_to_all_v_async(in.f32(), send_counts, out.f32(), recv_counts).wait();
+}
+
 Work ProcessGroup::all_to_all_v_async(const float* in, std::vector<int64_t> send_counts, float* out,
                                       std::vector<int64_t> recv_counts) {
   check(static_cast<int>(send_counts.size()) == size_ && static_cast<int>(recv_counts.size()) == size_,

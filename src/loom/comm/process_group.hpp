@@ -68,9 +68,12 @@ class ProcessGroup {
   void reduce(Tensor& t, int root, ReduceOp op = ReduceOp::Sum);
   // in (size * n): block q goes to rank q; out (size * n): block q came from rank q.
   Work all_to_all_async(const float* in, float* out, int64_t n);
+  void all_to_all(const Tensor& in, Tensor& out);
   // Uneven: send_counts[q] elements to rank q, recv_counts[q] from rank q, packed in rank order.
   Work all_to_all_v_async(const float* in, std::vector<int64_t> send_counts, float* out,
                           std::vector<int64_t> recv_counts);
+  void all_to_all_v(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
+                    const std::vector<int64_t>& recv_counts);
   Work barrier_async();
   void barrier();
 
