@@ -77,16 +77,10 @@ if [ -z "${REPORT_ONLY:-}" ]; then
   done
 fi
 
-blas_dir=${PYTORCH_BLAS_DIR:-}
-if [ -z "$blas_dir" ]; then
-  for d in /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/x86_64-linux-gnu/openblas-pthread \
-           /usr/lib/x86_64-linux-gnu/blis-openmp /usr/lib/x86_64-linux-gnu/blis-pthread; do
-    if [ -e "$d/libblas.so.3" ]; then blas_dir=$d; break; fi
-  done
-fi
+source bench/pytorch_blas.sh
+blas_dir=$(pytorch_blas_dir) || exit 1
 torch_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1)
 if [ -n "$blas_dir" ]; then
-  [ -e "$blas_dir/libblas.so.3" ] || die "PYTORCH_BLAS_DIR=$blas_dir has no libblas.so.3"
   torch_env+=("LD_LIBRARY_PATH=$blas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 elif [ -z "${REPORT_ONLY:-}" ]; then
   log "WARNING: no optimized BLAS found for PyTorch; it will use whatever libblas.so.3 is" \

@@ -34,18 +34,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "oracle"))
-from torch_gpt import GPT, adamw_groups  # noqa: E402
-
-
-def loaded_blas():
-    try:
-        with open("/proc/self/maps") as f:
-            libs = {line.split()[-1] for line in f if ".so" in line}
-    except OSError:
-        return "unknown"
-    hits = sorted(p for p in libs if any(k in os.path.basename(p) for k in ("blas", "mkl_rt", "blis")))
-    return ",".join(hits) or "none"
+from torch_baseline import GPT, adamw_groups, loaded_blas  # the oracle's model
 
 
 def free_port():

@@ -18,24 +18,11 @@ import argparse
 import json
 import os
 import resource
-import sys
 import time
 
 import torch
 
-# The same model the numerical oracle checks Loom against.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "oracle"))
-from torch_gpt import GPT, adamw_groups  # noqa: E402
-
-
-def loaded_blas():
-    try:
-        with open("/proc/self/maps") as f:
-            libs = {line.split()[-1] for line in f if ".so" in line}
-    except OSError:
-        return "unknown"
-    hits = sorted(p for p in libs if any(k in os.path.basename(p) for k in ("blas", "mkl_rt", "blis")))
-    return ",".join(hits) or "none"
+from torch_baseline import GPT, adamw_groups, loaded_blas  # the oracle's model
 
 
 def main():

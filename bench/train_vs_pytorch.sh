@@ -48,16 +48,10 @@ GPT2_WARMUP=${GPT2_WARMUP:-1}
 GPT2_BATCH=${GPT2_BATCH:-4}
 GPT2_REPEATS=${GPT2_REPEATS:-$REPEATS}
 
-blas_dir=${PYTORCH_BLAS_DIR:-}
-if [ -z "$blas_dir" ]; then
-  for d in /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/x86_64-linux-gnu/openblas-pthread \
-           /usr/lib/x86_64-linux-gnu/blis-openmp /usr/lib/x86_64-linux-gnu/blis-pthread; do
-    if [ -e "$d/libblas.so.3" ]; then blas_dir=$d; break; fi
-  done
-fi
+source bench/pytorch_blas.sh
+blas_dir=$(pytorch_blas_dir) || exit 1
 torch_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
 if [ -n "$blas_dir" ]; then
-  [ -e "$blas_dir/libblas.so.3" ] || { echo "PYTORCH_BLAS_DIR=$blas_dir has no libblas.so.3" >&2; exit 1; }
   torch_env+=("LD_LIBRARY_PATH=$blas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 else
   echo "WARNING: no optimized BLAS found for PyTorch; it will use whatever libblas.so.3 is" \
