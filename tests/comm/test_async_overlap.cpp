@@ -69,5 +69,19 @@ TEST(AsyncOverlap, AllReduceProgressesDuringCompute) {
   EXPECT_LT(together, 0.85 * (comm_alone + compute_alone));
 }
 
+TEST(EmulatedLink, AllReduceTakesAtLeastTheModelledTime) {
+  ProcessGroup& g = world();
+  if (g.size() < 2) GTEST_SKIP() << "no link on one rank";
+  std::vector<float> x(static_cast<size_t>(1) << 18, 1.0f);  // 1 MiB
+  g.set_emulated_link(1.0, 50.0);  // 1 Gbit/s, 50 us
+  Work w = g.all_reduce_async(x.data(), static_cast<int64_t>(x.size()), ReduceOp::Sum, AllReduceAlgorithm::Ring);
+  w.wait();
+  g.set_emulated_link(0.0, 0.0);
+  const double p = g.size();
+  const double modelled = 2 * (p - 1) * 50e-6 + 2 * (p - 1) / p * (1 << 20) * 8 / 1e9;
+  EXPECT_GE(w.busy_seconds(), modelled);
+  EXPECT_EQ(x[7], static_cast<float>(g.size()));
+}
+
 }  // namespace
 }  // namespace loom::comm

@@ -138,6 +138,8 @@ TEST(Ddp, BucketsLaunchDuringBackwardInReadinessOrder) {
   // Every bucket's all-reduce was started by a grad-ready hook inside backward.
   EXPECT_EQ(ddp->launched_during_backward(), ddp->bucket_count());
   RecordProperty("finished_during_backward", std::to_string(ddp->finished_during_backward()));
+  EXPECT_GT(ddp->comm_seconds(), 0.0);
+  EXPECT_GE(ddp->exposed_comm_seconds(), 0.0);
 }
 
 TEST(Ddp, ModelStateMemoryMatchesTheFormula) {

@@ -1,5 +1,7 @@
 #include "loom/comm/comm_thread.hpp"
 
+#include <chrono>
+
 namespace loom::comm {
 
 CommThread::CommThread() : thread_([this] { loop(); }) {}
@@ -35,10 +37,15 @@ void CommThread::loop() {
       queue_.pop_front();
     }
     std::exception_ptr error;
+    const auto start = std::chrono::steady_clock::now();
     try {
       item.second();
     } catch (...) {
       error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(item.first->mutex);
+      item.first->busy_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     item.first->finish(error);
   }

@@ -1,12 +1,15 @@
 #include "loom/comm/process_group.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <numeric>
 
 #include "loom/comm/mpi_util.hpp"
+#include "loom/plan/comm_cost.hpp"
 #include "loom/error.hpp"
 
 namespace loom::comm {
@@ -75,11 +78,24 @@ Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()
   return work;
 }
 
+void ProcessGroup::set_emulated_link(double gbps, double latency_us) {
+  check(latency_us >= 0, "emulated link latency must be >= 0 us, got ", latency_us);
+  link_gbps_ = gbps;
+  link_latency_us_ = latency_us;
+}
+
 Work ProcessGroup::all_reduce_async(float* data, int64_t n, ReduceOp op, std::optional<AllReduceAlgorithm> algorithm) {
   const AllReduceAlgorithm a = algorithm.value_or(default_algorithm_);
   MPI_Comm comm = collective_comm_;
   const int size = size_, servers = param_servers_;
+  // MPI's own algorithm is priced as a ring, the bandwidth-optimal choice it makes for large messages.
+  const double emulated_s =
+      link_gbps_ > 0 ? plan::all_reduce_seconds(a == AllReduceAlgorithm::Mpi ? "ring" : algorithm_name(a), n * 4, size,
+                                                plan::LinkCost{link_latency_us_ * 1e-6, 8.0 / (link_gbps_ * 1e9)},
+                                                servers)
+                     : 0.0;
   return submit("all_reduce[" + algorithm_name(a) + "," + reduce_op_name(op) + "]", n, [=]() {
+    const auto start = std::chrono::steady_clock::now();
     switch (a) {
       case AllReduceAlgorithm::Mpi:
         check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(n), MPI_FLOAT, mpi_op(op), comm), "MPI_Allreduce");
@@ -90,6 +106,7 @@ Work ProcessGroup::all_reduce_async(float* data, int64_t n, ReduceOp op, std::op
       case AllReduceAlgorithm::ParamServer: param_server_all_reduce(comm, data, n, op, servers); break;
     }
     finish_reduction(data, n, op, size);
+    if (emulated_s > 0) std::this_thread::sleep_until(start + std::chrono::duration<double>(emulated_s));
   });
 }
 

@@ -43,6 +43,11 @@ class ProcessGroup {
   double timeout() const { return timeout_s_; }
   // Debug mode: ranks compare each collective's name and size before running it.
   void set_debug_checks(bool on) { debug_checks_ = on; }
+  // An emulated network for all-reduce: each one takes at least the alpha-beta time of its
+  // algorithm on a link of `gbps` gigabits/s and `latency_us` (the thread sleeps out the
+  // difference, using no CPU), so overlap of communication with compute can be measured on
+  // one machine. gbps <= 0 turns it off.
+  void set_emulated_link(double gbps, double latency_us);
 
   // data (n) on every rank becomes the reduction over ranks.
   Work all_reduce_async(float* data, int64_t n, ReduceOp op = ReduceOp::Sum,
@@ -97,6 +102,7 @@ class ProcessGroup {
   int watch_slot_ = -1;
   double timeout_s_ = 300.0;
   bool debug_checks_ = false;
+  double link_gbps_ = 0.0, link_latency_us_ = 0.0;
   int rank_ = 0, size_ = 1;
   AllReduceAlgorithm default_algorithm_ = AllReduceAlgorithm::Mpi;
   int param_servers_ = 1;

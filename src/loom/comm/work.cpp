@@ -65,6 +65,12 @@ bool Work::is_done() const {
   return state_->done;
 }
 
+double Work::busy_seconds() const {
+  if (!state_) return 0.0;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->busy_seconds;
+}
+
 const std::string& Work::description() const {
   static const std::string none;
   return state_ ? state_->description : none;

@@ -25,6 +25,7 @@ class Work {
     MPI_Request request = MPI_REQUEST_NULL;
     bool uses_request = false;
     int64_t sequence = 0;  // the collective's number within its group
+    double busy_seconds = 0.0;  // how long the communication thread spent on it
     // The watchdog: when wait() has waited timeout_s (> 0) in vain it calls on_timeout,
     // which reports the stuck collective and ends the job (it does not return).
     double timeout_s = 0.0;
@@ -44,6 +45,8 @@ class Work {
   void wait() const;
   bool is_done() const;
   const std::string& description() const;
+  // Seconds the operation itself took on the communication thread (0 until done).
+  double busy_seconds() const;
 
  private:
   std::shared_ptr<State> state_;

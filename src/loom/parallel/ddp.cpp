@@ -1,5 +1,7 @@
 #include "loom/parallel/ddp.hpp"
 
+#include <chrono>
+
 #include "loom/error.hpp"
 
 namespace loom::parallel {
@@ -57,13 +59,17 @@ void DistributedDataParallel::finish_gradient_sync() {
   launched_during_backward_ = static_cast<int64_t>(launch_order_.size());
   finished_during_backward_ = 0;
   for (int b : launch_order_) finished_during_backward_ += buckets_[b].work.is_done() ? 1 : 0;
+  const auto wait_start = std::chrono::steady_clock::now();
+  comm_seconds_ = 0.0;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = buckets_[b];
     check(bucket.launched, "DDP: bucket ", b, " was never ready: a parameter received no gradient in backward "
           "(every parameter must be used in forward)");
     bucket.work.wait();
     bucket.launched = false;
+    comm_seconds_ += bucket.work.busy_seconds();
   }
+  exposed_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
   last_launch_order_.swap(launch_order_);
   launch_order_.clear();
 }

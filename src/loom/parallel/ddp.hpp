@@ -38,6 +38,11 @@ class DistributedDataParallel {
   // those had already finished by then (communication hidden behind backward).
   int64_t launched_during_backward() const { return launched_during_backward_; }
   int64_t finished_during_backward() const { return finished_during_backward_; }
+  // In the last synced step: seconds the bucket all-reduces took on the communication
+  // thread, and seconds finish_gradient_sync() then waited for them (the part not hidden
+  // behind backward).
+  double comm_seconds() const { return comm_seconds_; }
+  double exposed_comm_seconds() const { return exposed_seconds_; }
   // Bucket indices in the order their all-reduce was launched, in the last synced step.
   const std::vector<int>& launch_order() const { return last_launch_order_; }
   comm::ProcessGroup& group() { return group_; }
@@ -58,6 +63,7 @@ class DistributedDataParallel {
   bool sync_ = true;
   int64_t launched_during_backward_ = 0;
   int64_t finished_during_backward_ = 0;
+  double comm_seconds_ = 0.0, exposed_seconds_ = 0.0;
   std::vector<int> launch_order_, last_launch_order_;
 };
 

@@ -45,6 +45,8 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "tp", "tensor-parallel degree (neighbouring ranks)", &c.tp},
       {"parallel", "allreduce", "data-parallel gradient all-reduce: mpi, ring, tree, rhd or param-server", &c.allreduce},
       {"parallel", "bucket_mb", "data-parallel gradient bucket size in MiB", &c.bucket_mb},
+      {"parallel", "net_gbps", "emulate a network of this many Gbit/s for all-reduce (to see overlap on one machine); 0 = off", &c.net_gbps},
+      {"parallel", "net_latency_us", "latency of the emulated network in microseconds", &c.net_latency_us},
       {"run", "out_dir", "run directory: metrics.jsonl and checkpoints", &c.out_dir},
       {"run", "log_every", "print a progress line every N steps", &c.log_every},
       {"run", "eval_every", "validation loss every N steps; 0 = at the end only", &c.eval_every},
@@ -78,6 +80,7 @@ void TrainConfig::validate() const {
   check(dp >= 1 && pp >= 1 && tp >= 1, "parallel degrees must be >= 1, got dp(", dp, ") x pp(", pp, ") x tp(", tp, ")");
   comm::parse_algorithm(allreduce);  // names the choices when unknown
   check(bucket_mb > 0, "bucket_mb must be > 0, got ", bucket_mb);
+  check(net_gbps >= 0 && net_latency_us >= 0, "net_gbps and net_latency_us must be >= 0");
   check(peak_gflops >= 0, "peak_gflops must be >= 0, got ", peak_gflops);
 }
 

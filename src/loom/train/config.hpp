@@ -46,6 +46,8 @@ struct TrainConfig {
   int64_t tp = 1;
   std::string allreduce = "mpi";  // DDP's all-reduce algorithm
   double bucket_mb = 25.0;        // DDP gradient bucket size
+  double net_gbps = 0.0;          // emulated link for all-reduce (0: the real one)
+  double net_latency_us = 0.0;
 
   // [run]
   std::string out_dir = "runs/default";

@@ -50,6 +50,7 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
 
   if (world_ != nullptr && world_->size() > 1) {
     dp_rank_ = world_->rank();  // dp is the only dimension so far
+    world_->set_emulated_link(config_.net_gbps, config_.net_latency_us);
     ddp_ = std::make_unique<parallel::DistributedDataParallel>(
         *model_, *world_,
         parallel::DdpOptions{static_cast<int64_t>(config_.bucket_mb * 1048576.0), comm::parse_algorithm(config_.allreduce)});
@@ -172,15 +173,26 @@ void Trainer::log_progress(const StepResult& r, double step_seconds) {
   const double avg = elapsed_train_seconds_ / static_cast<double>(std::max<int64_t>(1, steps_timed_));
   const double eta = avg * static_cast<double>(config_.steps - step_);
   const int64_t mem = MemoryTracker::instance().total_peak();
+  // Data parallel: the share of the gradient all-reduce time that backward hid.
+  std::string overlap;
+  double comm_s = 0.0, exposed_s = 0.0;
+  if (ddp_) {
+    comm_s = ddp_->comm_seconds();
+    exposed_s = ddp_->exposed_comm_seconds();
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " | comm %.0f ms, %.0f%% hidden", 1e3 * comm_s,
+                  comm_s > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_s / comm_s) : 0.0);
+    overlap = buf;
+  }
   if (!quiet_)
-    std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %8.0f tok/s | MFU %4.1f%% | mem %s | ETA %s%s\n",
+    std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %8.0f tok/s | MFU %4.1f%% | mem %s%s | ETA %s%s\n",
                 static_cast<long long>(r.step), static_cast<long long>(config_.steps), r.loss, r.lr, r.grad_norm,
-                tok_per_s, 100.0 * mfu, format_bytes(mem).c_str(), format_duration(eta).c_str(),
+                tok_per_s, 100.0 * mfu, format_bytes(mem).c_str(), overlap.c_str(), format_duration(eta).c_str(),
                 r.skipped ? " | SKIPPED (non-finite)" : "");
   std::fflush(stdout);
   metrics_->write({{"kind", "train"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                    {"tokens_per_s", tok_per_s}, {"mfu", mfu}, {"peak_mem_bytes", mem}, {"skipped", r.skipped},
-                   {"elapsed_s", elapsed_train_seconds_}});
+                   {"elapsed_s", elapsed_train_seconds_}, {"comm_s", comm_s}, {"comm_exposed_s", exposed_s}});
 }
 
 float Trainer::run() {
