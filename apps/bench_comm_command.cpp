@@ -12,7 +12,6 @@
 #include "loom/comm/mpi_runtime.hpp"
 #include "loom/error.hpp"
 #include "loom/plan/comm_cost.hpp"
-#include "loom/tensor/memory_tracker.hpp"
 
 namespace loom::apps {
 
