@@ -111,6 +111,22 @@ TEST(Trainer, ResumeFromAMissingCheckpointIsAnError) {
   EXPECT_THROW(Trainer(c, true), Error);
 }
 
+TEST(Trainer, SgdAndByteTokenizerTrainToo) {
+  TrainConfig c = tiny_run("sgd_bytes");
+  c.optimizer = "sgd";
+  c.tokenizer = "byte";
+  c.lr = 0.5;
+  c.momentum = 0.9;
+  c.steps = 40;
+  Trainer t(c, true);
+  EXPECT_EQ(t.model().config().vocab_size, 256);
+  const float first = t.train_step().loss;
+  EXPECT_NEAR(first, std::log(256.0f), 0.3f);
+  float last = first;
+  while (t.step() < c.steps) last = t.train_step().loss;
+  EXPECT_LT(last, first - 0.5f) << "SGD did not learn: " << first << " -> " << last;
+}
+
 TEST(Trainer, DemoModelLearnsInAShortRun) {
   // The demo's model (configs/shakespeare.toml) for 150 steps: validation loss falls from
   // ln(65) = 4.17 to well below 3 nats per character.
