@@ -155,6 +155,41 @@ TEST(Ddp, ModelStateMemoryMatchesTheFormula) {
   EXPECT_NEAR(static_cast<double>(state), static_cast<double>(want), 0.05 * static_cast<double>(want));
 }
 
+TEST(Ddp, ANonFiniteLossOnOneRankStopsOrSkipsOnEveryRank) {
+  const int p = world().size();
+  if (p < 2) GTEST_SKIP() << "needs a second rank to go wrong";
+  // Rank 1 alone computes a NaN loss (a poisoned LayerNorm gain, restored afterwards).
+  auto poisoned_step = [&](train::Trainer& t) {
+    float& gain = t.model().ln_f().weight().value().f32()[0];
+    const float saved = gain;
+    if (world().rank() == 1) gain = NAN;
+    try {
+      const train::StepResult r = t.train_step();
+      gain = saved;
+      return r;
+    } catch (...) {
+      gain = saved;
+      throw;
+    }
+  };
+  train::Trainer stopper(tiny(p, 2, 1), true, &world());
+  try {
+    poisoned_step(stopper);
+    FAIL() << "expected every rank to stop";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("non-finite loss at step 1"), std::string::npos) << e.what();
+  }
+  train::TrainConfig c = tiny(p, 2, 1);
+  c.on_nan = "skip";
+  train::Trainer skipper(c, true, &world());
+  const std::vector<float> before(skipper.model().blocks()[0]->mlp().fc().weight().value().f32(),
+                                  skipper.model().blocks()[0]->mlp().fc().weight().value().f32() + 8);
+  EXPECT_TRUE(poisoned_step(skipper).skipped);  // on every rank, so replicas stay equal
+  EXPECT_TRUE(all_close(skipper.model().blocks()[0]->mlp().fc().weight().value().f32(), before.data(), 8, 0, 0,
+                        "parameters after a skipped step"));
+  EXPECT_FALSE(skipper.train_step().skipped);  // the next, healthy step trains normally
+}
+
 TEST(Ddp, LayoutMustMatchTheWorld) {
   train::TrainConfig c = tiny(world().size() + 1, 2, 1);
   try {
