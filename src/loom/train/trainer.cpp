@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <unistd.h>
+
 #include "loom/error.hpp"
 #include "loom/kernels/peak_flops.hpp"
 #include "loom/kernels/threads.hpp"
@@ -71,6 +73,7 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
     metrics_ = std::make_unique<MetricsLog>("");
   }
   peak_gflops_ = config_.peak_gflops > 0 ? config_.peak_gflops : 0.0;
+  live_progress_ = ::isatty(::fileno(stdout)) != 0;
 }
 
 float Trainer::forward_backward(const data::Batch& batch, float loss_scale) {
@@ -162,7 +165,7 @@ std::string Trainer::memory_report() const {
   return out;
 }
 
-void Trainer::log_progress(const StepResult& r, double step_seconds) {
+void Trainer::log_progress(const StepResult& r, double step_seconds, bool keep) {
   // Tokens of the global batch; MFU against the peak of all the job's processes.
   const double ranks = static_cast<double>(config_.dp * config_.pp * config_.tp);
   const double tokens = static_cast<double>(config_.batch_size * config_.micro_batches * config_.model.block_size) *
@@ -184,12 +187,15 @@ void Trainer::log_progress(const StepResult& r, double step_seconds) {
                   comm_s > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_s / comm_s) : 0.0);
     overlap = buf;
   }
-  if (!quiet_)
-    std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %8.0f tok/s | MFU %4.1f%% | mem %s%s | ETA %s%s\n",
-                static_cast<long long>(r.step), static_cast<long long>(config_.steps), r.loss, r.lr, r.grad_norm,
-                tok_per_s, 100.0 * mfu, format_bytes(mem).c_str(), overlap.c_str(), format_duration(eta).c_str(),
-                r.skipped ? " | SKIPPED (non-finite)" : "");
+  // On a terminal every step rewrites one live line and logged steps stay; in a log file
+  // (CI, Slurm) only the logged steps appear, as plain lines.
+  if (!quiet_ && (keep || live_progress_))
+    std::printf("%sstep %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %8.0f tok/s | MFU %4.1f%% | mem %s%s | ETA %s%s%s",
+                live_progress_ ? "\r\033[K" : "", static_cast<long long>(r.step), static_cast<long long>(config_.steps),
+                r.loss, r.lr, r.grad_norm, tok_per_s, 100.0 * mfu, format_bytes(mem).c_str(), overlap.c_str(),
+                format_duration(eta).c_str(), r.skipped ? " | SKIPPED (non-finite)" : "", keep ? "\n" : "");
   std::fflush(stdout);
+  if (!keep) return;
   metrics_->write({{"kind", "train"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                    {"tokens_per_s", tok_per_s}, {"mfu", mfu}, {"peak_mem_bytes", mem}, {"skipped", r.skipped},
                    {"elapsed_s", elapsed_train_seconds_}, {"comm_s", comm_s}, {"comm_exposed_s", exposed_s}});
@@ -207,7 +213,9 @@ float Trainer::run() {
   float val_loss = NAN;
   auto evaluate_and_log = [&]() {
     val_loss = evaluate();
-    if (!quiet_) std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step_), val_loss);
+    if (!quiet_)
+      std::printf("%sstep %5lld | val loss %.4f\n", live_progress_ ? "\r\033[K" : "", static_cast<long long>(step_),
+                  val_loss);
     metrics_->write({{"kind", "val"}, {"step", step_}, {"val_loss", val_loss}});
   };
   while (step_ < config_.steps) {
@@ -216,7 +224,7 @@ float Trainer::run() {
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     elapsed_train_seconds_ += dt;
     ++steps_timed_;
-    if (r.step % config_.log_every == 0 || r.step == 1 || r.step == config_.steps) log_progress(r, dt);
+    log_progress(r, dt, r.step % config_.log_every == 0 || r.step == 1 || r.step == config_.steps);
     if (config_.eval_every > 0 && r.step % config_.eval_every == 0 && r.step != config_.steps) evaluate_and_log();
     if (config_.checkpoint_every > 0 && r.step % config_.checkpoint_every == 0 && r.step != config_.steps)
       save_checkpoint_now();

@@ -53,7 +53,8 @@ class Trainer {
 
  private:
   float forward_backward(const data::Batch& batch, float loss_scale);
-  void log_progress(const StepResult& r, double step_seconds);
+  // keep: a logged step (a lasting line and a metrics record); otherwise only the live line.
+  void log_progress(const StepResult& r, double step_seconds, bool keep);
 
   TrainConfig config_;
   bool quiet_;
@@ -67,6 +68,7 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;
   int64_t step_ = 0;
   double peak_gflops_ = 0.0;
+  bool live_progress_ = false;  // stdout is a terminal
   double elapsed_train_seconds_ = 0.0;
   int64_t steps_timed_ = 0;
 };
