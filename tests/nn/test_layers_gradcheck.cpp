@@ -66,13 +66,7 @@ TEST(GradCheck, Embedding) {
 }
 
 TEST(GradCheck, WholeGPTLogits) {
-  GPTConfig c;
-  c.vocab_size = 13;
-  c.block_size = 6;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 8;
-  GPT m(c, 3);
+  GPT m({.vocab_size = 13, .block_size = 6, .n_layer = 2, .n_head = 2, .n_embd = 8}, 3);
   randomize_parameters(m, 14, 0.3f);
   Tensor idx = Tensor::empty({2, 5}, DType::I32);  // T < block_size
   for (int i = 0; i < 10; ++i) idx.i32()[i] = (i * 5 + 1) % 13;

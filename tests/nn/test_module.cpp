@@ -11,15 +11,7 @@
 namespace loom::nn {
 namespace {
 
-GPTConfig tiny_config() {
-  GPTConfig c;
-  c.vocab_size = 17;
-  c.block_size = 8;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  return c;
-}
+GPTConfig tiny_config() { return {.vocab_size = 17, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16}; }
 
 Tensor tokens(int64_t B, int64_t T, int64_t V) {
   Tensor idx = Tensor::empty({B, T}, DType::I32);

@@ -113,15 +113,7 @@ TEST(TensorFile, CorruptedHeaderAndWrongVersionAreErrors) {
   EXPECT_NE(error_loading(dir / "shape.safetensors").find("does not match"), std::string::npos);
 }
 
-nn::GPTConfig tiny() {
-  nn::GPTConfig c;
-  c.vocab_size = 11;
-  c.block_size = 8;
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.n_embd = 8;
-  return c;
-}
+nn::GPTConfig tiny() { return {.vocab_size = 11, .block_size = 8, .n_layer = 1, .n_head = 2, .n_embd = 8}; }
 
 TEST(Checkpoint, SavesModelAndOptimizerAndKeepsTheNewest) {
   const fs::path dir = fresh_dir("ckpt");

@@ -11,16 +11,7 @@ namespace {
 
 struct Fixture {
   data::CharTokenizer tokenizer = data::CharTokenizer::from_text("abcdefgh \n");
-  nn::GPT model{[] {
-                  nn::GPTConfig c;
-                  c.vocab_size = 10;
-                  c.block_size = 8;
-                  c.n_layer = 1;
-                  c.n_head = 2;
-                  c.n_embd = 16;
-                  return c;
-                }(),
-                3};
+  nn::GPT model{{.vocab_size = 10, .block_size = 8, .n_layer = 1, .n_head = 2, .n_embd = 16}, 3};
 };
 
 TEST(Sampler, SameSeedSameTextAndPromptKept) {
