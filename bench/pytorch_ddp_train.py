@@ -34,7 +34,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from torch_baseline import GPT, adamw_groups, loaded_blas  # the oracle's model
+from torch_baseline import GPT, add_model_args, adamw_groups, loaded_blas  # the oracle's model
 
 
 def free_port():
@@ -120,14 +120,7 @@ def worker(rank, a, result_queue):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--world-size", type=int, default=2)
-    ap.add_argument("--n-layer", type=int, default=6)
-    ap.add_argument("--n-head", type=int, default=6)
-    ap.add_argument("--n-embd", type=int, default=384)
-    ap.add_argument("--block-size", type=int, default=256)
-    ap.add_argument("--vocab-size", type=int, default=65)
-    ap.add_argument("--batch-size", type=int, default=8, help="sequences per rank")
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=2)
+    add_model_args(ap, batch_help="sequences per rank")
     ap.add_argument("--threads", type=int, default=1, help="threads per rank")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb (PyTorch's default 25)")
     ap.add_argument("--grad-clip", type=float, default=1.0, help="clip the global gradient norm; 0 = off")

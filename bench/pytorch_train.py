@@ -22,19 +22,12 @@ import time
 
 import torch
 
-from torch_baseline import GPT, adamw_groups, loaded_blas  # the oracle's model
+from torch_baseline import GPT, add_model_args, adamw_groups, loaded_blas  # the oracle's model
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n-layer", type=int, default=6)
-    ap.add_argument("--n-head", type=int, default=6)
-    ap.add_argument("--n-embd", type=int, default=384)
-    ap.add_argument("--block-size", type=int, default=256)
-    ap.add_argument("--vocab-size", type=int, default=65)
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=2)
+    add_model_args(ap)
     ap.add_argument("--threads", type=int, default=0, help="0 = all cores")
     a = ap.parse_args()
 

@@ -50,14 +50,20 @@ struct Plain {
     for (int64_t t = 0; t < s.T; ++t) std::copy_n(src.data() + t * HS, HS, dst + (b * s.T + t) * stride + off);
   }
 
+  // Copies head h of sequence b out of qkv (B, T, 3C) into q, k, v (T, HS): the copies a
+  // plain implementation makes.
+  void gather_qkv(const float* qkv, int64_t b, int64_t h) {
+    gather(qkv, 3 * s.C, b, h * HS, q);
+    gather(qkv, 3 * s.C, b, s.C + h * HS, k);
+    gather(qkv, 3 * s.C, b, 2 * s.C + h * HS, v);
+  }
+
   void forward(float* out, float* att, const float* qkv) {
     const int64_t T = s.T, C = s.C;
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
     for (int64_t b = 0; b < s.B; ++b)
       for (int64_t h = 0; h < s.NH; ++h) {
-        gather(qkv, 3 * C, b, h * HS, q);
-        gather(qkv, 3 * C, b, C + h * HS, k);
-        gather(qkv, 3 * C, b, 2 * C + h * HS, v);
+        gather_qkv(qkv, b, h);
         float* P = att + (b * s.NH + h) * T * T;  // (T, T)
         matmul(q.data(), Trans::N, k.data(), Trans::T, P, T, T, HS);
 #pragma omp parallel for schedule(static)
@@ -82,9 +88,7 @@ struct Plain {
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
     for (int64_t b = 0; b < s.B; ++b)
       for (int64_t h = 0; h < s.NH; ++h) {
-        gather(qkv, 3 * C, b, h * HS, q);
-        gather(qkv, 3 * C, b, C + h * HS, k);
-        gather(qkv, 3 * C, b, 2 * C + h * HS, v);
+        gather_qkv(qkv, b, h);
         gather(dout, C, b, h * HS, dO);
         const float* P = att + (b * s.NH + h) * T * T;  // (T, T)
         matmul(P, Trans::T, dO.data(), Trans::N, dv.data(), T, HS, T);
