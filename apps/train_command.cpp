@@ -8,6 +8,7 @@
 #include "loom/comm/mesh_layout.hpp"
 #include "loom/comm/mpi_runtime.hpp"
 #include "loom/error.hpp"
+#include "loom/plan/memory_model.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/trainer.hpp"
 
@@ -26,13 +27,38 @@ void print_dry_run(train::TrainConfig& config) {
   const int64_t params = config.model.num_parameters();
   std::printf("# model: %lld parameters (vocabulary size taken from the data at run time: %s)\n",
               static_cast<long long>(params), config.tokenizer.c_str());
-  std::printf("# predicted state memory (fp32, %s): params %s + grads %s + optimizer %s\n", config.optimizer.c_str(),
-              format_bytes(4 * params).c_str(), format_bytes(4 * params).c_str(),
-              format_bytes((config.optimizer == "adamw" ? 8 : 4) * params).c_str());
+  const plan::StateBytes state =
+      plan::model_state_bytes(params, static_cast<int>(config.shard_size()), static_cast<int>(config.zero),
+                              config.optimizer == "adamw" ? 8 : 4);
+  const char* mode[] = {"DDP, replicated", "ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP"};
+  std::printf("# predicted state memory per rank (fp32, %s, %s, sharded over %lld ranks): params %s + grads %s + "
+              "optimizer %s = %s%s\n",
+              config.optimizer.c_str(), mode[config.zero], static_cast<long long>(config.shard_size()),
+              format_bytes(state.params).c_str(), format_bytes(state.grads).c_str(),
+              format_bytes(state.optimizer).c_str(), format_bytes(state.total()).c_str(),
+              config.zero == 3   ? " + gathered units (one transformer block each)"
+              : config.zero == 2 ? " + full gradients of the units in backward"
+                                 : "");
   const comm::MeshLayout layout({{"dp", static_cast<int>(config.dp)}, {"pp", static_cast<int>(config.pp)},
                                  {"tp", static_cast<int>(config.tp)}},
                                 static_cast<int>(config.dp * config.pp * config.tp));
-  std::printf("\n# %s", layout.rank_map().c_str());
+  std::printf("\n# %s\n", layout.rank_map().c_str());
+  if (config.zero > 0 && config.shard_size() < config.dp) {
+    // HSDP: neighbouring dp ranks shard one copy; equal positions across copies replicate it.
+    const int64_t K = config.shard_size(), R = config.dp / K;
+    std::string shard, replicate;
+    for (int64_t g = 0; g < R; ++g) {
+      shard += " [";
+      for (int64_t k = 0; k < K; ++k) shard += (k ? " " : "") + std::to_string(g * K + k);
+      shard += "]";
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      replicate += " [";
+      for (int64_t g = 0; g < R; ++g) replicate += (g ? " " : "") + std::to_string(g * K + k);
+      replicate += "]";
+    }
+    std::printf("# HSDP over dp ranks: shard groups%s, replicate groups%s\n", shard.c_str(), replicate.c_str());
+  }
 }
 }  // namespace
 

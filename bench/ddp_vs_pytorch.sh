@@ -7,6 +7,8 @@
 # turn, REPEATS times each (the order rotates every repetition):
 #   - Loom DDP, 2 ranks x 1 thread, once per ALLREDUCE algorithm:
 #       mpirun -np 2 loom train --dp 2 --allreduce ALGO --batch-size 8 --threads 1 ...
+#   - Loom sharded data parallelism, 2 ranks x 1 thread, once per ZERO stage:
+#       mpirun -np 2 loom train --dp 2 --zero N --batch-size 8 --threads 1 ...
 #   - Loom serial, 1 rank x 2 threads, the same global batch:
 #       loom train --batch-size 16 --threads 2 ...
 #   - PyTorch DDP, 2 processes x 1 thread, gloo backend, DistributedDataParallel with its
@@ -27,6 +29,7 @@
 # Environment (all optional):
 #   REPEATS=3             runs of each configuration
 #   ALLREDUCE="mpi ring"  Loom DDP all-reduce algorithms (mpi ring tree rhd param-server)
+#   ZERO="1 2 3"          Loom ZeRO stages to run (empty: none)
 #   BUCKET_MB=            Loom's --bucket-mb for the DDP runs (default: Loom's own, 25 MiB)
 #   LOOM_STEPS=12 LOOM_SKIP=2     Loom steps per run / leading steps left out of the median
 #   PY_STEPS=10 PY_WARMUP=2       PyTorch timed / untimed steps per run
@@ -54,6 +57,7 @@ MPIRUN=${MPIRUN:-mpirun}
 DATA=${DATA:-data/tinyshakespeare.txt}
 REPEATS=${REPEATS:-3}
 ALLREDUCE=${ALLREDUCE:-"mpi ring"}
+ZERO=${ZERO-"1 2 3"}
 BUCKET_MB=${BUCKET_MB:-}
 LOOM_STEPS=${LOOM_STEPS:-12}
 LOOM_SKIP=${LOOM_SKIP:-2}
@@ -74,6 +78,9 @@ if [ -z "${REPORT_ONLY:-}" ]; then
   [ "$LOOM_STEPS" -gt "$LOOM_SKIP" ] || die "LOOM_STEPS ($LOOM_STEPS) must exceed LOOM_SKIP ($LOOM_SKIP)"
   for algo in $ALLREDUCE; do
     case $algo in mpi|ring|tree|rhd|param-server) ;; *) die "unknown ALLREDUCE algorithm '$algo'" ;; esac
+  done
+  for stage in $ZERO; do
+    case $stage in 1|2|3) ;; *) die "unknown ZERO stage '$stage' (1, 2 or 3)" ;; esac
   done
 fi
 
@@ -122,6 +129,12 @@ run_one() {  # config rep
             "$LOOM" "${common[@]}" --dp "$RANKS" --allreduce "${cfg#loom-ddp-}" "${bucket[@]}" \
             --batch-size "$B" --threads 1 2>&1) || rc=$?
       [ $rc -ne 0 ] || out+=$'\n'$(loom_median "$dir/metrics.jsonl" 2>&1) || rc=$? ;;
+    loom-zero-*)
+      out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+            "$MPIRUN" --oversubscribe --bind-to none -np "$RANKS" \
+            "$LOOM" "${common[@]}" --dp "$RANKS" --zero "${cfg#loom-zero-}" \
+            --batch-size "$B" --threads 1 2>&1) || rc=$?
+      [ $rc -ne 0 ] || out+=$'\n'$(loom_median "$dir/metrics.jsonl" 2>&1) || rc=$? ;;
     loom-serial)
       out=$("$LOOM" "${common[@]}" --batch-size $((B * RANKS)) --threads "$RANKS" 2>&1) || rc=$?
       [ $rc -ne 0 ] || out+=$'\n'$(loom_median "$dir/metrics.jsonl" 2>&1) || rc=$? ;;
@@ -144,6 +157,7 @@ run_one() {  # config rep
 
 CONFIGS=()
 for algo in $ALLREDUCE; do CONFIGS+=("loom-ddp-$algo"); done
+for stage in $ZERO; do CONFIGS+=("loom-zero-$stage"); done
 CONFIGS+=(loom-serial pytorch-ddp)
 
 if [ -z "${REPORT_ONLY:-}" ]; then

@@ -12,6 +12,7 @@
 #include "loom/error.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/train/trainer.hpp"
+#include "parallel/equivalence.hpp"
 #include "test_util.hpp"
 
 namespace loom::parallel {
@@ -19,69 +20,7 @@ namespace {
 
 using loom::testing::all_close;
 using loom::testing::world;
-
-train::TrainConfig tiny(int64_t dp, int64_t batch_per_rank, int64_t micro_batches) {
-  train::TrainConfig c;
-  c.data = LOOM_SOURCE_DIR "/data/tinyshakespeare.txt";
-  c.model.n_layer = 2;
-  c.model.n_head = 2;
-  c.model.n_embd = 16;
-  c.model.block_size = 16;
-  c.batch_size = batch_per_rank;
-  c.micro_batches = micro_batches;
-  c.dp = dp;
-  c.steps = 20;
-  c.warmup_steps = 3;
-  c.lr = 1e-3;  // AdamW turns reduction-order noise into steps of up to lr where a gradient is ~0
-  c.threads = 1;
-  c.out_dir = "";  // no files: each test compares in memory
-  c.bucket_mb = 0.01;  // ~10 KiB: several buckets even for the tiny model
-  return c;
-}
-
-struct TrainingRun {
-  std::vector<float> losses;
-  std::vector<std::string> names;
-  std::vector<std::vector<float>> params;
-};
-
-TrainingRun run(train::Trainer& t) {
-  TrainingRun r;
-  while (t.step() < t.config().steps) r.losses.push_back(t.train_step().loss);
-  for (nn::Parameter* p : t.model().parameters()) {
-    r.names.push_back(p->name());
-    r.params.emplace_back(p->value().f32(), p->value().f32() + p->numel());
-  }
-  return r;
-}
-
-// Losses: relative 1e-5 each. Parameters: relative 1e-4 of each tensor's largest magnitude,
-// except the key third of each attention QKV bias: its true gradient is exactly zero (a
-// constant added to every key of a query leaves the softmax unchanged), so AdamW steps it
-// by rounding noise, which differs with the reduction order; it is held to the drift bound
-// 2 * steps * lr instead.
-void expect_equivalent(const TrainingRun& ddp, const TrainingRun& serial, const train::TrainConfig& c,
-                       const std::string& what) {
-  ASSERT_EQ(ddp.losses.size(), serial.losses.size());
-  EXPECT_TRUE(all_close(ddp.losses, serial.losses, 1e-5, 0, what + " losses"));
-  const int64_t C = c.model.n_embd;
-  for (size_t i = 0; i < serial.params.size(); ++i) {
-    const std::vector<float>& got = ddp.params[i];
-    const std::vector<float>& want = serial.params[i];
-    const bool qkv_bias = serial.names[i].ends_with("attn.qkv.bias");
-    float scale = 0.0f;
-    for (size_t k = 0; k < want.size(); ++k)
-      if (!qkv_bias || k < static_cast<size_t>(C) || k >= static_cast<size_t>(2 * C)) scale = std::max(scale, std::fabs(want[k]));
-    const std::string name = what + " " + serial.names[i];
-    if (!qkv_bias) {
-      EXPECT_TRUE(all_close(got, want, 0, 1e-4 * scale, name));
-      continue;
-    }
-    EXPECT_TRUE(all_close(got.data(), want.data(), C, 0, 1e-4 * scale, name + " (q)"));
-    EXPECT_TRUE(all_close(got.data() + C, want.data() + C, C, 0, 2.0 * c.steps * c.lr, name + " (k, zero gradient)"));
-    EXPECT_TRUE(all_close(got.data() + 2 * C, want.data() + 2 * C, C, 0, 1e-4 * scale, name + " (v)"));
-  }
-}
+using namespace loom::testing::equivalence;
 
 class DdpEquivalence : public ::testing::TestWithParam<std::string> {};
 

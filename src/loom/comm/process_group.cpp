@@ -84,16 +84,18 @@ void ProcessGroup::set_emulated_link(double gbps, double latency_us) {
   link_latency_us_ = latency_us;
 }
 
+double ProcessGroup::emulated_all_reduce_seconds(const std::string& algorithm, int64_t n) const {
+  if (link_gbps_ <= 0) return 0.0;
+  return plan::all_reduce_seconds(algorithm, n * 4, size_,
+                                  plan::LinkCost{link_latency_us_ * 1e-6, 8.0 / (link_gbps_ * 1e9)}, param_servers_);
+}
+
 Work ProcessGroup::all_reduce_async(float* data, int64_t n, ReduceOp op, std::optional<AllReduceAlgorithm> algorithm) {
   const AllReduceAlgorithm a = algorithm.value_or(default_algorithm_);
   MPI_Comm comm = collective_comm_;
   const int size = size_, servers = param_servers_;
   // MPI's own algorithm is priced as a ring, the bandwidth-optimal choice it makes for large messages.
-  const double emulated_s =
-      link_gbps_ > 0 ? plan::all_reduce_seconds(a == AllReduceAlgorithm::Mpi ? "ring" : algorithm_name(a), n * 4, size,
-                                                plan::LinkCost{link_latency_us_ * 1e-6, 8.0 / (link_gbps_ * 1e9)},
-                                                servers)
-                     : 0.0;
+  const double emulated_s = emulated_all_reduce_seconds(a == AllReduceAlgorithm::Mpi ? "ring" : algorithm_name(a), n);
   return submit("all_reduce[" + algorithm_name(a) + "," + reduce_op_name(op) + "]", n, [=]() {
     const auto start = std::chrono::steady_clock::now();
     switch (a) {
@@ -124,8 +126,22 @@ Work ProcessGroup::reduce_scatter_async(const float* in, float* out, int64_t n, 
         "reduce_scatter supports the 'mpi' and 'ring' algorithms, not '", algorithm_name(algorithm), "'");
   MPI_Comm comm = collective_comm_;
   const int size = size_, rank = rank_;
+  const bool in_place = out == in + rank * n;
+  // A ring reduce-scatter is half a ring all-reduce: the same steps without the gather.
+  const double emulated_s = 0.5 * emulated_all_reduce_seconds("ring", n * size);
   return submit("reduce_scatter[" + algorithm_name(algorithm) + "]", n, [=]() {
-    if (algorithm == AllReduceAlgorithm::Mpi) {
+    const auto start = std::chrono::steady_clock::now();
+    if (in_place) {
+      float* data = out - rank * n;
+      if (algorithm == AllReduceAlgorithm::Mpi) {
+        // MPI puts an in-place result at the front of the buffer; move it to this rank's chunk.
+        check_mpi(MPI_Reduce_scatter_block(MPI_IN_PLACE, data, mpi_count(n), MPI_FLOAT, mpi_op(op), comm),
+                  "MPI_Reduce_scatter_block");
+        if (rank != 0) std::memmove(out, data, sizeof(float) * static_cast<size_t>(n));
+      } else {
+        ring_reduce_scatter(comm, data, n * size, op);
+      }
+    } else if (algorithm == AllReduceAlgorithm::Mpi) {
       check_mpi(MPI_Reduce_scatter_block(in, out, mpi_count(n), MPI_FLOAT, mpi_op(op), comm), "MPI_Reduce_scatter_block");
     } else {
       std::vector<float> work(in, in + n * size);  // (size * n) the ring reduces in place
@@ -133,6 +149,7 @@ Work ProcessGroup::reduce_scatter_async(const float* in, float* out, int64_t n, 
       std::memcpy(out, work.data() + rank * n, sizeof(float) * static_cast<size_t>(n));
     }
     finish_reduction(out, n, op, size);
+    if (emulated_s > 0) std::this_thread::sleep_until(start + std::chrono::duration<double>(emulated_s));
   });
 }
 
@@ -147,13 +164,18 @@ Work ProcessGroup::all_gather_async(const float* in, float* out, int64_t n, AllR
         "all_gather supports the 'mpi' and 'ring' algorithms, not '", algorithm_name(algorithm), "'");
   MPI_Comm comm = collective_comm_;
   const int size = size_, rank = rank_;
+  const bool in_place = in == out + rank * n;
+  const double emulated_s = 0.5 * emulated_all_reduce_seconds("ring", n * size);
   return submit("all_gather[" + algorithm_name(algorithm) + "]", n, [=]() {
+    const auto start = std::chrono::steady_clock::now();
     if (algorithm == AllReduceAlgorithm::Mpi) {
-      check_mpi(MPI_Allgather(in, mpi_count(n), MPI_FLOAT, out, mpi_count(n), MPI_FLOAT, comm), "MPI_Allgather");
+      check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : in, mpi_count(n), MPI_FLOAT, out, mpi_count(n), MPI_FLOAT, comm),
+                "MPI_Allgather");
     } else {
-      std::memmove(out + rank * n, in, sizeof(float) * static_cast<size_t>(n));
+      if (!in_place) std::memmove(out + rank * n, in, sizeof(float) * static_cast<size_t>(n));
       ring_all_gather(comm, out, n * size);
     }
+    if (emulated_s > 0) std::this_thread::sleep_until(start + std::chrono::duration<double>(emulated_s));
   });
 }
 

@@ -43,10 +43,10 @@ class ProcessGroup {
   double timeout() const { return timeout_s_; }
   // Debug mode: ranks compare each collective's name and size before running it.
   void set_debug_checks(bool on) { debug_checks_ = on; }
-  // An emulated network for all-reduce: each one takes at least the alpha-beta time of its
-  // algorithm on a link of `gbps` gigabits/s and `latency_us` (the thread sleeps out the
-  // difference, using no CPU), so overlap of communication with compute can be measured on
-  // one machine. gbps <= 0 turns it off.
+  // An emulated network: each all-reduce takes at least the alpha-beta time of its algorithm
+  // (a reduce-scatter or all-gather half a ring all-reduce) on a link of `gbps` gigabits/s
+  // and `latency_us` (the thread sleeps out the difference, using no CPU), so overlap of
+  // communication with compute can be measured on one machine. gbps <= 0 turns it off.
   void set_emulated_link(double gbps, double latency_us);
 
   // data (n) on every rank becomes the reduction over ranks.
@@ -57,12 +57,14 @@ class ProcessGroup {
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum, std::optional<AllReduceAlgorithm> algorithm = std::nullopt);
 
   // in (size * n) on every rank; out (n) gets the reduction of everyone's chunk `rank`.
-  // algorithm: Mpi (MPI_Reduce_scatter_block) or Ring.
+  // algorithm: Mpi (MPI_Reduce_scatter_block) or Ring. In place when out == in + rank * n
+  // (the rest of in is then scratch).
   Work reduce_scatter_async(const float* in, float* out, int64_t n, ReduceOp op = ReduceOp::Sum,
                             AllReduceAlgorithm algorithm = AllReduceAlgorithm::Mpi);
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::Sum,
                       AllReduceAlgorithm algorithm = AllReduceAlgorithm::Mpi);
-  // in (n) on every rank; out (size * n) gets every rank's in, in rank order.
+  // in (n) on every rank; out (size * n) gets every rank's in, in rank order. In place when
+  // in == out + rank * n.
   Work all_gather_async(const float* in, float* out, int64_t n, AllReduceAlgorithm algorithm = AllReduceAlgorithm::Mpi);
   void all_gather(const Tensor& in, Tensor& out, AllReduceAlgorithm algorithm = AllReduceAlgorithm::Mpi);
 
@@ -92,6 +94,8 @@ class ProcessGroup {
 
  private:
   Work submit(const std::string& op, int64_t n, std::function<void()> body);
+  // Seconds an all-reduce of n floats takes on the emulated link; 0 when it is off.
+  double emulated_all_reduce_seconds(const std::string& algorithm, int64_t n) const;
 
   std::string name_;
   MPI_Comm collective_comm_ = MPI_COMM_NULL;

@@ -10,10 +10,13 @@ std::string join_name(const std::string& prefix, const std::string& local) {
 
 Tensor Module::forward(const Tensor& x, Context& ctx) {
   for (auto& hook : pre_forward_hooks_) hook(*this, ctx);
-  return forward_impl(x, ctx);
+  Tensor y = forward_impl(x, ctx);
+  for (auto& hook : post_forward_hooks_) hook(*this, ctx);
+  return y;
 }
 
 Tensor Module::backward(const Tensor& dy, Context& ctx) {
+  for (auto& hook : pre_backward_hooks_) hook(*this, ctx);
   Tensor dx = backward_impl(dy, ctx);
   for (auto& hook : post_backward_hooks_) hook(*this, ctx);
   return dx;
@@ -60,7 +63,8 @@ int64_t Module::num_parameters() {
 }
 
 void Module::zero_grad() {
-  for (Parameter* p : parameters()) p->grad().zero_();
+  for (Parameter* p : parameters())
+    if (p->grad().defined()) p->grad().zero_();  // sharded training drops full gradients between steps
 }
 
 }  // namespace loom::nn

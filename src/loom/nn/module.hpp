@@ -1,8 +1,8 @@
 // Module: a layer or model with an explicit forward and backward (DESIGN.md decision 1).
 // forward(x, ctx) saves what backward needs in ctx; backward(dy, ctx) returns dx and
-// accumulates parameter gradients. Pre-forward and post-backward hooks (decision 2) are the
-// seam for data parallelism: FSDP gathers before forward and frees after backward there,
-// without the model code knowing.
+// accumulates parameter gradients. Hooks before and after forward and backward (decision 2)
+// are the seam for data parallelism: FSDP gathers a unit's parameters before its forward
+// and backward and frees them after, without the model code knowing.
 #pragma once
 
 #include <functional>
@@ -18,6 +18,8 @@ namespace loom::nn {
 class Module {
  public:
   using PreForwardHook = std::function<void(Module&, Context&)>;
+  using PostForwardHook = std::function<void(Module&, Context&)>;
+  using PreBackwardHook = std::function<void(Module&, Context&)>;
   using PostBackwardHook = std::function<void(Module&, Context&)>;
 
   explicit Module(std::string name = "") : name_(std::move(name)) {}
@@ -25,9 +27,9 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
-  // Runs the pre-forward hooks, then this module's forward.
+  // Runs the pre-forward hooks, this module's forward, then the post-forward hooks.
   Tensor forward(const Tensor& x, Context& ctx);
-  // Runs this module's backward, then the post-backward hooks.
+  // Runs the pre-backward hooks, this module's backward, then the post-backward hooks.
   Tensor backward(const Tensor& dy, Context& ctx);
 
   // Full dotted path from the root ("blocks.3.mlp"); "" for the root.
@@ -38,6 +40,8 @@ class Module {
   int64_t num_parameters();
 
   void add_pre_forward_hook(PreForwardHook hook) { pre_forward_hooks_.push_back(std::move(hook)); }
+  void add_post_forward_hook(PostForwardHook hook) { post_forward_hooks_.push_back(std::move(hook)); }
+  void add_pre_backward_hook(PreBackwardHook hook) { pre_backward_hooks_.push_back(std::move(hook)); }
   void add_post_backward_hook(PostBackwardHook hook) { post_backward_hooks_.push_back(std::move(hook)); }
   void zero_grad();
 
@@ -62,6 +66,8 @@ class Module {
   std::vector<std::pair<std::string, std::unique_ptr<Parameter>>> params_;  // local name, param
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   std::vector<PreForwardHook> pre_forward_hooks_;
+  std::vector<PostForwardHook> post_forward_hooks_;
+  std::vector<PreBackwardHook> pre_backward_hooks_;
   std::vector<PostBackwardHook> post_backward_hooks_;
 };
 

@@ -6,14 +6,41 @@ namespace loom::nn {
 
 Parameter::Parameter(std::string name, const Shape& shape, bool weight_decay)
     : name_(std::move(name)),
+      shape_(shape),
       value_(Tensor::zeros(shape, DType::F32, MemoryCategory::Parameters)),
       grad_(Tensor::zeros(shape, DType::F32, MemoryCategory::Gradients)),
       weight_decay_(weight_decay) {}
 
+Parameter::Parameter(std::string name, Tensor value_view, Tensor grad_view, bool weight_decay)
+    : name_(std::move(name)),
+      shape_(value_view.shape()),
+      value_(std::move(value_view)),
+      grad_(std::move(grad_view)),
+      weight_decay_(weight_decay) {
+  check(grad_.shape() == shape_, "parameter '", name_, "': gradient ", shape_str(grad_.shape()), " does not match value ",
+        shape_str(shape_));
+}
+
+namespace {
+void check_view(const std::string& name, const char* what, const Tensor& view, const Shape& shape) {
+  check(view.shape() == shape, what, " of '", name, "': view ", shape_str(view.shape()), " does not match ",
+        shape_str(shape));
+}
+}  // namespace
+
 void Parameter::rebind_grad(Tensor view) {
-  check(view.shape() == value_.shape(), "rebind_grad of '", name_, "': view ", shape_str(view.shape()),
-        " does not match ", shape_str(value_.shape()));
+  check_view(name_, "rebind_grad", view, shape_);
   view.copy_from(grad_);
+  grad_ = std::move(view);
+}
+
+void Parameter::rebind_value(Tensor view) {
+  check_view(name_, "rebind_value", view, shape_);
+  value_ = std::move(view);
+}
+
+void Parameter::rebind_grad_storage(Tensor view) {
+  check_view(name_, "rebind_grad_storage", view, shape_);
   grad_ = std::move(view);
 }
 

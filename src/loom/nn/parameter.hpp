@@ -17,6 +17,8 @@ class Parameter {
   using GradReadyHook = std::function<void(Parameter&)>;
 
   Parameter(std::string name, const Shape& shape, bool weight_decay);
+  // A parameter over storage owned elsewhere: a sharded optimizer's slice of a flat shard.
+  Parameter(std::string name, Tensor value_view, Tensor grad_view, bool weight_decay);
 
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
@@ -24,10 +26,18 @@ class Parameter {
   const Tensor& value() const { return value_; }
   Tensor& grad() { return grad_; }
   const Tensor& grad() const { return grad_; }
-  int64_t numel() const { return value_.numel(); }
+  // The logical shape, also while the value is released (ZeRO-3 between gathers).
+  const Shape& shape() const { return shape_; }
+  int64_t numel() const { return shape_numel(shape_); }
   // Makes grad() a view into storage owned elsewhere (a data-parallel gradient bucket),
   // keeping its current values, so reductions run on the gradients in place.
   void rebind_grad(Tensor view);
+  // Sharded data parallelism: value() and grad() become views of a gathered flat buffer
+  // (contents as they are there), or are dropped (undefined) while the buffer is freed.
+  void rebind_value(Tensor view);
+  void release_value() { value_ = Tensor(); }
+  void rebind_grad_storage(Tensor view);
+  void release_grad() { grad_ = Tensor(); }
   // AdamW decays matrices, not biases or LayerNorm gains.
   bool weight_decay() const { return weight_decay_; }
 
@@ -39,6 +49,7 @@ class Parameter {
 
  private:
   std::string name_;
+  Shape shape_;
   Tensor value_;  // category Parameters
   Tensor grad_;   // category Gradients, same shape; accumulated across micro-batches
   bool weight_decay_;

@@ -5,8 +5,8 @@ namespace loom::optim {
 AdamW::AdamW(std::vector<nn::Parameter*> params, const AdamWConfig& config)
     : Optimizer(std::move(params)), config_(config) {
   for (nn::Parameter* p : params_) {
-    exp_avg_.push_back(Tensor::zeros(p->value().shape(), DType::F32, MemoryCategory::OptimizerState));
-    exp_avg_sq_.push_back(Tensor::zeros(p->value().shape(), DType::F32, MemoryCategory::OptimizerState));
+    exp_avg_.push_back(Tensor::zeros(p->shape(), DType::F32, MemoryCategory::OptimizerState));
+    exp_avg_sq_.push_back(Tensor::zeros(p->shape(), DType::F32, MemoryCategory::OptimizerState));
   }
 }
 

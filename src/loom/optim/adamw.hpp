@@ -19,6 +19,7 @@ class AdamW : public Optimizer {
   AdamW(std::vector<nn::Parameter*> params, const AdamWConfig& config);
   void step(float lr) override;
   std::map<std::string, Tensor> state() override;
+  std::vector<std::string> state_kinds() const override { return {"exp_avg", "exp_avg_sq"}; }
 
  private:
   AdamWConfig config_;

@@ -20,6 +20,8 @@ class Optimizer {
   // Every state tensor by a stable name ("exp_avg.blocks.0.mlp.fc.weight"); views of the
   // optimizer's own storage, so loading into them restores the state.
   virtual std::map<std::string, Tensor> state() = 0;
+  // The prefixes of those names, one per tensor kept per parameter ("exp_avg", "exp_avg_sq").
+  virtual std::vector<std::string> state_kinds() const = 0;
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
   const std::vector<nn::Parameter*>& params() const { return params_; }

@@ -5,7 +5,7 @@ namespace loom::optim {
 SGD::SGD(std::vector<nn::Parameter*> params, const SGDConfig& config)
     : Optimizer(std::move(params)), config_(config) {
   for (nn::Parameter* p : params_)
-    momentum_.push_back(Tensor::zeros(p->value().shape(), DType::F32, MemoryCategory::OptimizerState));
+    momentum_.push_back(Tensor::zeros(p->shape(), DType::F32, MemoryCategory::OptimizerState));
 }
 
 void SGD::step(float lr) {

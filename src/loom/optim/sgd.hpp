@@ -16,6 +16,7 @@ class SGD : public Optimizer {
   SGD(std::vector<nn::Parameter*> params, const SGDConfig& config);
   void step(float lr) override;
   std::map<std::string, Tensor> state() override;
+  std::vector<std::string> state_kinds() const override { return {"momentum"}; }
 
  private:
   SGDConfig config_;

@@ -33,7 +33,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& model, comm::Proces
     bucket.flat = Tensor::zeros({numel}, DType::F32, MemoryCategory::Gradients);
     int64_t offset = 0;
     for (nn::Parameter* p : members) {
-      p->rebind_grad(bucket.flat.narrow(offset, p->numel()).view(p->value().shape()));
+      p->rebind_grad(bucket.flat.narrow(offset, p->numel()).view(p->shape()));
       offset += p->numel();
     }
     bucket.pending = static_cast<int>(members.size());

@@ -50,20 +50,33 @@ void copy_into(Tensor& dst, const TensorFile& f, const std::string& name, const 
 
 }  // namespace
 
+std::map<std::string, Tensor> checkpoint_tensors(nn::Module& model, optim::Optimizer* optimizer) {
+  std::map<std::string, Tensor> out;
+  for (nn::Parameter* p : model.parameters()) out.emplace("model." + p->name(), p->value());
+  if (optimizer != nullptr)
+    for (auto& [name, t] : optimizer->state()) out.emplace("optim." + name, t);
+  return out;
+}
+
 std::string save_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer* optimizer,
                             const std::string& optimizer_name, const CheckpointInfo& info, int64_t keep) {
+  CheckpointInfo with_optimizer = info;
+  with_optimizer.optimizer = optimizer_name;
+  with_optimizer.optimizer_steps = optimizer != nullptr ? optimizer->steps_taken() : -1;
+  return save_checkpoint(dir, checkpoint_tensors(model, optimizer), with_optimizer, keep);
+}
+
+std::string save_checkpoint(const std::string& dir, const std::map<std::string, Tensor>& tensors,
+                            const CheckpointInfo& info, int64_t keep) {
   fs::create_directories(dir);
   TensorFile f;
-  for (nn::Parameter* p : model.parameters()) f.tensors.emplace("model." + p->name(), p->value());
-  if (optimizer != nullptr) {
-    for (auto& [name, t] : optimizer->state()) f.tensors.emplace("optim." + name, t);
-    f.metadata["optimizer_steps"] = std::to_string(optimizer->steps_taken());
-  }
+  for (const auto& [name, t] : tensors) f.tensors.emplace(name, t);
+  if (info.optimizer_steps >= 0) f.metadata["optimizer_steps"] = std::to_string(info.optimizer_steps);
   f.metadata["loom.kind"] = kKind;
   f.metadata["step"] = std::to_string(info.step);
   f.metadata["config"] = info.config_toml;
   f.metadata["tokenizer"] = info.tokenizer_spec;
-  f.metadata["optimizer"] = optimizer_name;
+  f.metadata["optimizer"] = info.optimizer;
   const std::string name = checkpoint_name(info.step);
   const std::string path = (fs::path(dir) / name).string();
   save_tensor_file(path, f);
@@ -101,18 +114,29 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
 
 CheckpointInfo load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* optimizer,
                                const std::string& optimizer_name) {
+  CheckpointInfo info = load_checkpoint(path, checkpoint_tensors(model, optimizer), optimizer_name);
+  if (optimizer != nullptr) optimizer->set_steps_taken(info.optimizer_steps);
+  return info;
+}
+
+CheckpointInfo load_checkpoint(const std::string& path, const std::map<std::string, Tensor>& destinations,
+                               const std::string& optimizer_name) {
   TensorFile f = load_tensor_file(path);
   CheckpointInfo info = info_from(f, path);
-  for (nn::Parameter* p : model.parameters()) copy_into(p->value(), f, "model." + p->name(), path);
-  if (optimizer != nullptr) {
+  bool wants_optimizer = false;
+  for (const auto& [name, t] : destinations) wants_optimizer |= name.rfind("optim.", 0) == 0;
+  if (wants_optimizer) {
     check(info.optimizer == optimizer_name, "checkpoint '", path, "' was trained with optimizer '", info.optimizer,
           "', this run uses '", optimizer_name, "'");
-    for (auto& [name, t] : optimizer->state()) copy_into(t, f, "optim." + name, path);
     try {
-      optimizer->set_steps_taken(std::stoll(f.metadata.at("optimizer_steps")));
+      info.optimizer_steps = std::stoll(f.metadata.at("optimizer_steps"));
     } catch (const std::exception&) {
       fail("checkpoint '", path, "' has no valid optimizer step count");
     }
+  }
+  for (const auto& [name, t] : destinations) {
+    Tensor dst = t;  // a view: loading writes the caller's storage
+    copy_into(dst, f, name, path);
   }
   return info;
 }

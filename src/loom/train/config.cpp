@@ -43,7 +43,9 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "dp", "data-parallel degree", &c.dp},
       {"parallel", "pp", "pipeline-parallel degree", &c.pp},
       {"parallel", "tp", "tensor-parallel degree (neighbouring ranks)", &c.tp},
-      {"parallel", "allreduce", "data-parallel gradient all-reduce: mpi, ring, tree, rhd or param-server", &c.allreduce},
+      {"parallel", "zero", "ZeRO stage: 0 = DDP (replicated), 1 = optimizer state sharded, 2 = + gradients, 3 = + parameters (FSDP)", &c.zero},
+      {"parallel", "hsdp_shard", "hybrid sharding: shard over groups of this many dp ranks, replicate across groups; 0 = shard over all dp ranks", &c.hsdp_shard},
+      {"parallel", "allreduce", "data-parallel gradient all-reduce: mpi, ring, tree, rhd or param-server (ZeRO: mpi or ring)", &c.allreduce},
       {"parallel", "bucket_mb", "data-parallel gradient bucket size in MiB", &c.bucket_mb},
       {"parallel", "net_gbps", "emulate a network of this many Gbit/s for all-reduce (to see overlap on one machine); 0 = off", &c.net_gbps},
       {"parallel", "net_latency_us", "latency of the emulated network in microseconds", &c.net_latency_us},
@@ -80,6 +82,12 @@ void TrainConfig::validate() const {
   check(dp >= 1 && pp >= 1 && tp >= 1, "parallel degrees must be >= 1, got dp(", dp, ") x pp(", pp, ") x tp(", tp, ")");
   comm::parse_algorithm(allreduce);  // names the choices when unknown
   check(bucket_mb > 0, "bucket_mb must be > 0, got ", bucket_mb);
+  check(zero >= 0 && zero <= 3, "zero must be 0, 1, 2 or 3 (the ZeRO stage), got ", zero);
+  check(hsdp_shard >= 0, "hsdp_shard must be >= 0, got ", hsdp_shard);
+  check(hsdp_shard == 0 || zero >= 1, "hsdp_shard needs a sharded mode: set zero to 1, 2 or 3");
+  check(hsdp_shard == 0 || dp % hsdp_shard == 0, "hsdp_shard (", hsdp_shard, ") must divide dp (", dp, ")");
+  check(zero == 0 || allreduce == "mpi" || allreduce == "ring", "ZeRO reduce-scatters and all-gathers with 'mpi' or 'ring', not '",
+        allreduce, "'");
   check(net_gbps >= 0 && net_latency_us >= 0, "net_gbps and net_latency_us must be >= 0");
   check(peak_gflops >= 0, "peak_gflops must be >= 0, got ", peak_gflops);
 }

@@ -44,6 +44,8 @@ struct TrainConfig {
   int64_t dp = 1;
   int64_t pp = 1;
   int64_t tp = 1;
+  int64_t zero = 0;               // ZeRO stage: 0 = DDP, 1-3 sharded (3 = FSDP)
+  int64_t hsdp_shard = 0;         // HSDP: shard over groups of this many dp ranks (0 = all of dp)
   std::string allreduce = "mpi";  // DDP's all-reduce algorithm
   double bucket_mb = 25.0;        // DDP gradient bucket size
   double net_gbps = 0.0;          // emulated link for all-reduce (0: the real one)
@@ -62,6 +64,9 @@ struct TrainConfig {
 
   // Throws loom::Error naming each invalid value.
   void validate() const;
+  // The ranks one copy of the model state is sharded over: hsdp_shard, else all of dp
+  // (with zero = 0 every rank holds everything, so 1).
+  int64_t shard_size() const { return zero == 0 ? 1 : (hsdp_shard > 0 ? hsdp_shard : dp); }
 };
 
 using ConfigTarget = std::variant<int64_t*, double*, bool*, std::string*>;

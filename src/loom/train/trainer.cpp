@@ -37,35 +37,21 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
                                                  config_.val_fraction);
   config_.model.vocab_size = dataset_->tokenizer().vocab_size();
   model_ = std::make_unique<nn::GPT>(config_.model, static_cast<uint64_t>(config_.seed));
+  setup_data_parallel();
+  // Sharded modes: the optimizer steps this rank's shards, not the model's parameters.
+  const std::vector<nn::Parameter*> stepped = sharded_ ? sharded_->shard_parameters() : model_->parameters();
   if (config_.optimizer == "adamw") {
     optimizer_ = std::make_unique<optim::AdamW>(
-        model_->parameters(),
-        optim::AdamWConfig{static_cast<float>(config_.beta1), static_cast<float>(config_.beta2),
-                           static_cast<float>(config_.eps), static_cast<float>(config_.weight_decay)});
+        stepped, optim::AdamWConfig{static_cast<float>(config_.beta1), static_cast<float>(config_.beta2),
+                                    static_cast<float>(config_.eps), static_cast<float>(config_.weight_decay)});
   } else {
     optimizer_ = std::make_unique<optim::SGD>(
-        model_->parameters(),
-        optim::SGDConfig{static_cast<float>(config_.momentum), static_cast<float>(config_.weight_decay)});
+        stepped, optim::SGDConfig{static_cast<float>(config_.momentum), static_cast<float>(config_.weight_decay)});
   }
   schedule_ = optim::LrSchedule{static_cast<float>(config_.lr), static_cast<float>(config_.min_lr),
                                 config_.warmup_steps, config_.decay_steps > 0 ? config_.decay_steps : config_.steps};
-
-  if (world_ != nullptr && world_->size() > 1) {
-    dp_rank_ = world_->rank();  // dp is the only dimension so far
-    world_->set_emulated_link(config_.net_gbps, config_.net_latency_us);
-    ddp_ = std::make_unique<parallel::DistributedDataParallel>(
-        *model_, *world_,
-        parallel::DdpOptions{static_cast<int64_t>(config_.bucket_mb * 1048576.0), comm::parse_algorithm(config_.allreduce)});
-  }
-  if (!config_.resume.empty()) {
-    const std::string where = config_.resume == "latest" ? config_.out_dir : config_.resume;
-    const std::string path = resolve_checkpoint_path(where);
-    const CheckpointInfo info = load_checkpoint(path, *model_, optimizer_.get(), config_.optimizer);
-    check(info.tokenizer_spec == dataset_->tokenizer().spec(), "checkpoint '", path,
-          "' was trained with a different tokenizer/vocabulary than '", config_.data, "'");
-    step_ = info.step;
-    if (!quiet_) std::printf("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(step_));
-  }
+  if (!config_.resume.empty())
+    resume_from(resolve_checkpoint_path(config_.resume == "latest" ? config_.out_dir : config_.resume));
   if (!config_.out_dir.empty() && (world_ == nullptr || world_->rank() == 0)) {
     fs::create_directories(config_.out_dir);
     metrics_ = std::make_unique<MetricsLog>((fs::path(config_.out_dir) / "metrics.jsonl").string());
@@ -73,7 +59,51 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
     metrics_ = std::make_unique<MetricsLog>("");
   }
   peak_gflops_ = config_.peak_gflops > 0 ? config_.peak_gflops : 0.0;
-  live_progress_ = ::isatty(::fileno(stdout)) != 0;
+  // Under mpirun a rank's stdout is a pseudo-terminal even when the job's output goes to a log.
+  live_progress_ = ::isatty(::fileno(stdout)) != 0 && world_ == nullptr;
+}
+
+void Trainer::setup_data_parallel() {
+  if (world_ == nullptr || (world_->size() == 1 && config_.zero == 0)) return;
+  dp_group_ = world_;  // dp is the only dimension so far
+  dp_rank_ = world_->rank();
+  world_->set_emulated_link(config_.net_gbps, config_.net_latency_us);
+  const comm::AllReduceAlgorithm algorithm = comm::parse_algorithm(config_.allreduce);
+  if (config_.zero == 0) {
+    ddp_ = std::make_unique<parallel::DistributedDataParallel>(
+        *model_, *world_, parallel::DdpOptions{static_cast<int64_t>(config_.bucket_mb * 1048576.0), algorithm});
+    return;
+  }
+  // Shard over groups of K neighbouring ranks; the ranks holding the same chunk in each
+  // group form a replicate group (HSDP; with K = dp it has one member).
+  const int K = static_cast<int>(config_.shard_size());
+  shard_group_ = world_->split(dp_rank_ / K, dp_rank_ % K, "shard");
+  replicate_group_ = world_->split(dp_rank_ % K, dp_rank_ / K, "replicate");
+  for (comm::ProcessGroup* g : {shard_group_.get(), replicate_group_.get()})
+    g->set_emulated_link(config_.net_gbps, config_.net_latency_us);
+  parallel::ZeroOptions options;
+  options.stage = static_cast<int>(config_.zero);
+  for (nn::Block* block : model_->blocks()) options.units.push_back(block);
+  options.algorithm = algorithm;
+  sharded_ = std::make_unique<parallel::ShardedDataParallel>(*model_, *shard_group_, replicate_group_.get(), options);
+}
+
+void Trainer::resume_from(const std::string& path) {
+  CheckpointInfo info;
+  if (sharded_) {
+    // Every rank reads the serial-layout file and keeps its shards.
+    const std::vector<std::string> kinds = optimizer_->state_kinds();
+    std::map<std::string, Tensor> full = sharded_->empty_full_state_dict(kinds);
+    info = load_checkpoint(path, full, config_.optimizer);
+    sharded_->load_full_state_dict(full, optimizer_->state(), kinds);
+    optimizer_->set_steps_taken(info.optimizer_steps);
+  } else {
+    info = load_checkpoint(path, *model_, optimizer_.get(), config_.optimizer);
+  }
+  check(info.tokenizer_spec == dataset_->tokenizer().spec(), "checkpoint '", path,
+        "' was trained with a different tokenizer/vocabulary than '", config_.data, "'");
+  step_ = info.step;
+  if (!quiet_) std::printf("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(step_));
 }
 
 float Trainer::forward_backward(const data::Batch& batch, float loss_scale) {
@@ -90,6 +120,7 @@ StepResult Trainer::train_step() {
   StepResult r;
   r.lr = schedule_.at(step_);
   optimizer_->zero_grad();
+  if (sharded_) sharded_->zero_grad();
   const int64_t M = config_.micro_batches, B = config_.batch_size, T = config_.model.block_size;
   double loss_sum = 0.0;
   for (int64_t m = 0; m < M; ++m) {
@@ -98,12 +129,15 @@ StepResult Trainer::train_step() {
     const int64_t row = (m * config_.dp + dp_rank_) * B;
     const data::Batch batch = dataset_->batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step_, row, B, T);
     if (ddp_) ddp_->set_sync(m == M - 1);  // communicate once, after the last micro-batch
+    if (sharded_) sharded_->set_sync(m == M - 1);
     loss_sum += forward_backward(batch, 1.0f / static_cast<float>(M));
   }
   if (ddp_) ddp_->finish_gradient_sync();
+  if (sharded_) sharded_->finish_gradient_sync();
   r.loss = static_cast<float>(loss_sum / static_cast<double>(M));
-  if (ddp_) ddp_->group().all_reduce(&r.loss, 1, comm::ReduceOp::Avg);  // the global batch's mean
-  r.grad_norm = std::sqrt(optim::grad_sum_squares(optimizer_->params()));
+  if (dp_group_ != nullptr) dp_group_->all_reduce(&r.loss, 1, comm::ReduceOp::Avg);  // the global batch's mean
+  // The whole gradient's norm; in sharded modes summed over the shards, so clipping agrees.
+  r.grad_norm = std::sqrt(sharded_ ? sharded_->grad_sum_squares() : optim::grad_sum_squares(optimizer_->params()));
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     check(config_.on_nan == "skip", "non-finite ", std::isfinite(r.loss) ? "gradient norm" : "loss", " at step ",
           step_ + 1, " (loss ", r.loss, ", grad norm ", r.grad_norm,
@@ -112,6 +146,7 @@ StepResult Trainer::train_step() {
   } else {
     optim::clip_grads_to_norm(optimizer_->params(), r.grad_norm, static_cast<float>(config_.grad_clip));
     optimizer_->step(r.lr);
+    if (sharded_) sharded_->after_optimizer_step();
   }
   ++step_;
   r.step = step_;
@@ -131,35 +166,45 @@ float Trainer::evaluate() {
     sum += nn::cross_entropy_loss(logits, batch.targets, config_.model.vocab_size);
   }
   float loss = static_cast<float>(sum / static_cast<double>(config_.eval_batches));
-  if (ddp_) ddp_->group().all_reduce(&loss, 1, comm::ReduceOp::Avg);
+  if (dp_group_ != nullptr) dp_group_->all_reduce(&loss, 1, comm::ReduceOp::Avg);
   return loss;
 }
 
+std::map<std::string, Tensor> Trainer::state_dict() {
+  if (sharded_) return sharded_->full_state_dict(optimizer_->state(), optimizer_->state_kinds());
+  return checkpoint_tensors(*model_, optimizer_.get());
+}
+
 std::string Trainer::save_checkpoint_now() {
-  // Replicas hold identical state: rank 0 writes, the others wait so none runs ahead of a
-  // checkpoint it may need to resume from.
-  if (world_ != nullptr && world_->rank() != 0) {
-    world_->barrier();
-    return "";  // rank 0's file; this rank may not even see its filesystem
+  // Sharded modes gather the serial layout first (collective). Rank 0 writes; the others
+  // wait so none runs ahead of a checkpoint it may need to resume from.
+  const std::map<std::string, Tensor> tensors = state_dict();
+  std::string path;
+  if (world_ == nullptr || world_->rank() == 0) {
+    const CheckpointInfo info{step_, to_toml(config_), dataset_->tokenizer().spec(), config_.optimizer,
+                              optimizer_->steps_taken()};
+    path = save_checkpoint(config_.out_dir, tensors, info, config_.keep_checkpoints);
   }
-  CheckpointInfo info{step_, to_toml(config_), dataset_->tokenizer().spec(), config_.optimizer};
-  const std::string path =
-      save_checkpoint(config_.out_dir, *model_, optimizer_.get(), config_.optimizer, info, config_.keep_checkpoints);
   if (world_ != nullptr) world_->barrier();
-  return path;
+  return path;  // "" on other ranks: rank 0's file, which this rank may not even see
 }
 
 std::string Trainer::memory_report() const {
   const MemorySnapshot m = MemoryTracker::instance().snapshot();
-  const plan::StateBytes want = plan::model_state_bytes(model_->num_parameters(), static_cast<int>(config_.dp), 0,
-                                                        config_.optimizer == "adamw" ? 8 : 4);
+  const plan::StateBytes want =
+      plan::model_state_bytes(model_->num_parameters(), static_cast<int>(config_.shard_size()),
+                              static_cast<int>(config_.zero), config_.optimizer == "adamw" ? 8 : 4);
   auto at = [&](MemoryCategory c) { return static_cast<size_t>(c); };
   std::string out = "memory on rank " + std::to_string(world_ != nullptr ? world_->rank() : 0) + ": params " +
                     format_bytes(m.current[at(MemoryCategory::Parameters)]) + " (formula " + format_bytes(want.params) +
                     ") | grads " + format_bytes(m.current[at(MemoryCategory::Gradients)]) + " (formula " +
                     format_bytes(want.grads) + ") | optimizer " +
                     format_bytes(m.current[at(MemoryCategory::OptimizerState)]) + " (formula " +
-                    format_bytes(want.optimizer) + ") | peak activations " +
+                    format_bytes(want.optimizer) + ")" +
+                    (sharded_ ? " | unit buffers up to " +
+                                    format_bytes(sharded_->gathered_buffer_bytes() + sharded_->gradient_buffer_bytes())
+                              : std::string()) +
+                    " | peak activations " +
                     format_bytes(m.peak[at(MemoryCategory::Activations)]) + " | peak comm buffers " +
                     format_bytes(m.peak[at(MemoryCategory::CommBuffers)]) + " | peak total " + format_bytes(m.total_peak);
   return out;
@@ -179,9 +224,9 @@ void Trainer::log_progress(const StepResult& r, double step_seconds, bool keep) 
   // Data parallel: the share of the gradient all-reduce time that backward hid.
   std::string overlap;
   double comm_s = 0.0, exposed_s = 0.0;
-  if (ddp_) {
-    comm_s = ddp_->comm_seconds();
-    exposed_s = ddp_->exposed_comm_seconds();
+  if (ddp_ || sharded_) {
+    comm_s = ddp_ ? ddp_->comm_seconds() : sharded_->comm_seconds();
+    exposed_s = ddp_ ? ddp_->exposed_comm_seconds() : sharded_->exposed_comm_seconds();
     char buf[64];
     std::snprintf(buf, sizeof buf, " | comm %.0f ms, %.0f%% hidden", 1e3 * comm_s,
                   comm_s > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_s / comm_s) : 0.0);

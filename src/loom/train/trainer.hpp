@@ -1,10 +1,12 @@
 // The training loop: deterministic batches, micro-batch gradient accumulation, global-norm
 // clipping, AdamW/SGD with warm-up + cosine LR, NaN/inf guard, periodic validation,
 // progress lines, metrics.jsonl and atomic checkpoints with exact resume. With dp > 1 each
-// rank takes its slice of every global micro-batch and DDP averages the gradients; rank 0
-// alone prints and writes.
+// rank takes its slice of every global micro-batch and DDP (zero = 0) or sharded data
+// parallelism (ZeRO 1-3, HSDP) averages the gradients; rank 0 alone prints and writes, and
+// checkpoints always have the serial layout.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -14,6 +16,7 @@
 #include "loom/optim/lr_schedule.hpp"
 #include "loom/optim/optimizer.hpp"
 #include "loom/parallel/ddp.hpp"
+#include "loom/parallel/zero.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/metrics_log.hpp"
 
@@ -44,14 +47,21 @@ class Trainer {
   // of model state next to the ZeRO formula for this layout, and the peaks of the rest.
   std::string memory_report() const;
 
+  // Collective: full copies of every parameter ("model.<name>") and optimizer state tensor
+  // ("optim.<kind>.<name>"), gathered from the shards in sharded modes; what a checkpoint holds.
+  std::map<std::string, Tensor> state_dict();
+
   nn::GPT& model() { return *model_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
   const TrainConfig& config() const { return config_; }
   const data::TextDataset& dataset() const { return *dataset_; }
   int64_t step() const { return step_; }
   parallel::DistributedDataParallel* ddp() { return ddp_.get(); }
+  parallel::ShardedDataParallel* sharded() { return sharded_.get(); }
 
  private:
+  void setup_data_parallel();
+  void resume_from(const std::string& path);
   float forward_backward(const data::Batch& batch, float loss_scale);
   // keep: a logged step (a lasting line and a metrics record); otherwise only the live line.
   void log_progress(const StepResult& r, double step_seconds, bool keep);
@@ -62,7 +72,10 @@ class Trainer {
   std::unique_ptr<nn::GPT> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   comm::ProcessGroup* world_ = nullptr;
+  comm::ProcessGroup* dp_group_ = nullptr;  // all data-parallel ranks, when dp > 1
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;
+  std::unique_ptr<comm::ProcessGroup> shard_group_, replicate_group_;  // sharded modes
+  std::unique_ptr<parallel::ShardedDataParallel> sharded_;
   int dp_rank_ = 0;
   optim::LrSchedule schedule_;
   std::unique_ptr<MetricsLog> metrics_;

@@ -1,0 +1,348 @@
+#include "loom/parallel/zero.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <set>
+
+#include "loom/error.hpp"
+#include "loom/kernels/residual.hpp"
+
+namespace loom::parallel {
+
+namespace {
+
+void copy_elements(float* dst, const float* src, int64_t n) {
+  std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n));
+}
+
+// A full-size copy of flat[offset, offset + numel(shape)) with the given shape.
+Tensor slice_copy(const Tensor& flat, int64_t offset, const Shape& shape) {
+  Tensor t = Tensor::empty(shape, DType::F32, MemoryCategory::Other);
+  copy_elements(t.f32(), flat.f32() + offset, t.numel());
+  return t;
+}
+
+}  // namespace
+
+ShardedDataParallel::ShardedDataParallel(nn::Module& root, comm::ProcessGroup& shard, comm::ProcessGroup* replicate,
+                                         ZeroOptions options)
+    : shard_(shard), replicate_(replicate), options_(std::move(options)) {
+  check(options_.stage >= 1 && options_.stage <= 3, "ZeRO stage must be 1, 2 or 3, got ", options_.stage);
+  check(options_.algorithm == comm::AllReduceAlgorithm::Mpi || options_.algorithm == comm::AllReduceAlgorithm::Ring,
+        "sharded data parallelism reduce-scatters and all-gathers with 'mpi' or 'ring', not '",
+        comm::algorithm_name(options_.algorithm), "'");
+  // All replicas start from rank 0's parameters.
+  for (nn::Parameter* p : root.parameters()) {
+    shard_.broadcast(p->value(), 0);
+    if (replicate_ != nullptr) replicate_->broadcast(p->value(), 0);
+  }
+
+  std::set<nn::Parameter*> in_units;
+  for (nn::Module* m : options_.units) {
+    Unit u;
+    u.module = m;
+    u.params = m->parameters();
+    for (nn::Parameter* p : u.params)
+      check(in_units.insert(p).second, "parameter '", p->name(), "' belongs to two sharding units");
+    units_.push_back(std::move(u));
+  }
+  Unit rest;
+  rest.module = &root;
+  for (nn::Parameter* p : root.parameters())
+    if (!in_units.count(p)) rest.params.push_back(p);
+  units_.push_back(std::move(rest));
+  for (Unit& u : units_) build_unit(u);
+  if (options_.stage == 3) gather_group_ = shard_.split(0, shard_.rank(), shard_.name() + ".gather");
+  install_hooks(root);
+}
+
+ShardedDataParallel::~ShardedDataParallel() {
+  // Nothing may still write into buffers about to be freed.
+  for (Reduction& r : reductions_) r.work.wait();
+  for (Unit& u : units_)
+    if (u.gather == Unit::Gather::InFlight) u.gather_work.wait();
+}
+
+Tensor ShardedDataParallel::shard_of(const Tensor& flat) const {
+  const int64_t S = flat.numel() / shard_.size();
+  return flat.narrow(shard_.rank() * S, S);
+}
+
+void ShardedDataParallel::build_unit(Unit& u) {
+  const int N = shard_.size();
+  const int unit_index = static_cast<int>(&u - units_.data());
+  int64_t numel = 0;
+  for (nn::Parameter* p : u.params) {
+    u.offsets.push_back(numel);
+    numel += p->numel();
+  }
+  u.shard_numel = (numel + N - 1) / N;
+  const int64_t S = u.shard_numel, begin = shard_.rank() * S;
+
+  // Parameters: stages 1-2 keep them whole in one flat buffer; stage 3 keeps this rank's chunk.
+  if (options_.stage < 3) {
+    u.flat_value = Tensor::zeros({N * S}, DType::F32, MemoryCategory::Parameters);
+    for (size_t k = 0; k < u.params.size(); ++k) {
+      nn::Parameter& p = *u.params[k];
+      Tensor view = u.flat_value.narrow(u.offsets[k], p.numel()).view(p.shape());
+      view.copy_from(p.value());
+      p.rebind_value(view);
+    }
+    u.shard_value = shard_of(u.flat_value);
+  } else {
+    u.shard_value = Tensor::zeros({S}, DType::F32, MemoryCategory::Parameters);
+  }
+  // Gradients: stage 1 keeps the full gradient; stages 2-3 only this rank's chunk.
+  if (options_.stage == 1) {
+    u.flat_grad = Tensor::zeros({N * S}, DType::F32, MemoryCategory::Gradients);
+    for (size_t k = 0; k < u.params.size(); ++k)
+      u.params[k]->rebind_grad(u.flat_grad.narrow(u.offsets[k], u.params[k]->numel()).view(u.params[k]->shape()));
+    u.shard_grad = shard_of(u.flat_grad);
+  } else {
+    u.shard_grad = Tensor::zeros({S}, DType::F32, MemoryCategory::Gradients);
+  }
+
+  for (size_t k = 0; k < u.params.size(); ++k) {
+    nn::Parameter* p = u.params[k];
+    const int64_t lo = std::max(u.offsets[k], begin), hi = std::min(u.offsets[k] + p->numel(), begin + S);
+    if (lo < hi) {
+      Piece piece{unit_index, p, lo - u.offsets[k], lo - begin, nullptr};
+      if (options_.stage == 3) copy_elements(u.shard_value.f32() + piece.shard_offset, p->value().f32() + piece.param_offset, hi - lo);
+      piece.shard_param = std::make_unique<nn::Parameter>(p->name(), u.shard_value.narrow(piece.shard_offset, hi - lo),
+                                                          u.shard_grad.narrow(piece.shard_offset, hi - lo),
+                                                          p->weight_decay());
+      pieces_.push_back(std::move(piece));
+    }
+    if (options_.stage >= 2) p->release_grad();
+    if (options_.stage == 3) p->release_value();
+  }
+}
+
+void ShardedDataParallel::install_hooks(nn::Module& root) {
+  const int blocks = static_cast<int>(units_.size()) - 1, root_unit = blocks;
+  const bool params_sharded = options_.stage == 3, grads_sharded = options_.stage >= 2;
+  for (int i = 0; i < blocks; ++i) {
+    nn::Module& m = *units_[i].module;
+    if (params_sharded) {
+      m.add_pre_forward_hook([this, i, blocks](nn::Module&, nn::Context&) {
+        wait_gather(i);
+        if (i + 1 < blocks) launch_gather(i + 1, /*prefetch=*/true);
+      });
+      m.add_post_forward_hook([this, i](nn::Module&, nn::Context&) { release(i); });
+      m.add_pre_backward_hook([this, i](nn::Module&, nn::Context&) {
+        wait_gather(i);
+        if (i > 0) launch_gather(i - 1, true);
+      });
+    }
+    if (grads_sharded) m.add_pre_backward_hook([this, i](nn::Module&, nn::Context&) { bind_fresh_grad(i); });
+    m.add_post_backward_hook([this, i, params_sharded](nn::Module&, nn::Context&) {
+      launch_reduce_scatter(i);
+      if (params_sharded) release(i);
+    });
+  }
+  // The root unit stays gathered from the root's forward to the end of its backward.
+  if (params_sharded) {
+    root.add_pre_forward_hook([this, root_unit, blocks](nn::Module&, nn::Context&) {
+      launch_gather(root_unit, false);
+      if (blocks > 0) launch_gather(0, true);
+      wait_gather(root_unit);
+    });
+    root.add_pre_backward_hook([this, root_unit, blocks](nn::Module&, nn::Context&) {
+      wait_gather(root_unit);
+      if (blocks > 0) launch_gather(blocks - 1, true);
+    });
+  }
+  if (grads_sharded) root.add_pre_backward_hook([this, root_unit](nn::Module&, nn::Context&) { bind_fresh_grad(root_unit); });
+  root.add_post_backward_hook([this, root_unit, params_sharded](nn::Module&, nn::Context&) {
+    launch_reduce_scatter(root_unit);
+    if (params_sharded) release(root_unit);
+  });
+}
+
+void ShardedDataParallel::launch_gather(int i, bool prefetch) {
+  Unit& u = units_[i];
+  if (u.gather != Unit::Gather::Released) return;
+  u.flat_value = Tensor::empty({shard_.size() * u.shard_numel}, DType::F32, MemoryCategory::Parameters);
+  u.gather_work = gather_group_->all_gather_async(u.shard_value.f32(), u.flat_value.f32(), u.shard_numel, options_.algorithm);
+  u.gather = Unit::Gather::InFlight;
+  ++gathers_;
+  if (prefetch) ++prefetched_;
+}
+
+void ShardedDataParallel::wait_gather(int i) {
+  Unit& u = units_[i];
+  if (u.gather == Unit::Gather::Ready) return;
+  launch_gather(i, false);
+  u.gather_work.wait();
+  for (size_t k = 0; k < u.params.size(); ++k)
+    u.params[k]->rebind_value(u.flat_value.narrow(u.offsets[k], u.params[k]->numel()).view(u.params[k]->shape()));
+  u.gather = Unit::Gather::Ready;
+}
+
+void ShardedDataParallel::release(int i) {
+  Unit& u = units_[i];
+  if (u.gather == Unit::Gather::InFlight) u.gather_work.wait();
+  for (nn::Parameter* p : u.params) p->release_value();
+  u.flat_value = Tensor();
+  u.gather = Unit::Gather::Released;
+}
+
+void ShardedDataParallel::bind_fresh_grad(int i) {
+  Unit& u = units_[i];
+  u.flat_grad = Tensor::zeros({shard_.size() * u.shard_numel}, DType::F32, MemoryCategory::Gradients);
+  for (size_t k = 0; k < u.params.size(); ++k)
+    u.params[k]->rebind_grad_storage(u.flat_grad.narrow(u.offsets[k], u.params[k]->numel()).view(u.params[k]->shape()));
+}
+
+void ShardedDataParallel::launch_reduce_scatter(int i) {
+  Unit& u = units_[i];
+  if (options_.stage == 1 && !sync_) return;  // gradients accumulate in the full buffer
+  // In place: this rank's chunk of the full gradient becomes the group's average.
+  float* flat = u.flat_grad.f32();
+  Reduction r{i, shard_.reduce_scatter_async(flat, flat + shard_.rank() * u.shard_numel, u.shard_numel,
+                                             comm::ReduceOp::Avg, options_.algorithm),
+              Tensor()};
+  if (options_.stage >= 2) {
+    // The buffer now belongs to the reduction; the parameters hold no full gradient.
+    r.buffer = std::move(u.flat_grad);
+    u.flat_grad = Tensor();
+    for (nn::Parameter* p : u.params) p->release_grad();
+  }
+  reductions_.push_back(std::move(r));
+  while (options_.stage >= 2 && static_cast<int64_t>(reductions_.size()) > kMaxReductionsInFlight) {
+    complete_reduction(reductions_.front());
+    reductions_.pop_front();
+  }
+}
+
+void ShardedDataParallel::complete_reduction(const Reduction& r) {
+  r.work.wait();
+  step_comm_seconds_ += r.work.busy_seconds();
+  if (!r.buffer.defined()) return;  // stage 1 reduced into the shard itself
+  Unit& u = units_[r.unit];
+  kernels::add_inplace(u.shard_grad.f32(), shard_of(r.buffer).f32(), u.shard_numel);  // accumulate micro-batches
+}
+
+void ShardedDataParallel::zero_grad() {
+  for (Unit& u : units_) (options_.stage == 1 ? u.flat_grad : u.shard_grad).zero_();
+  gathers_ = prefetched_ = 0;
+}
+
+void ShardedDataParallel::finish_gradient_sync() {
+  const auto wait_start = std::chrono::steady_clock::now();
+  for (const Reduction& r : reductions_) complete_reduction(r);
+  reductions_.clear();
+  if (!sync_) return;
+  if (replicate_ != nullptr && replicate_->size() > 1) {
+    // HSDP: ranks holding the same chunk in different replicas average it.
+    std::vector<comm::Work> works;
+    for (Unit& u : units_)
+      works.push_back(replicate_->all_reduce_async(u.shard_grad.f32(), u.shard_numel, comm::ReduceOp::Avg));
+    for (comm::Work& w : works) {
+      w.wait();
+      step_comm_seconds_ += w.busy_seconds();
+    }
+  }
+  exposed_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
+  comm_seconds_ = step_comm_seconds_;
+  step_comm_seconds_ = 0.0;
+}
+
+std::vector<nn::Parameter*> ShardedDataParallel::shard_parameters() const {
+  std::vector<nn::Parameter*> out;
+  for (const Piece& p : pieces_) out.push_back(p.shard_param.get());
+  return out;
+}
+
+double ShardedDataParallel::grad_sum_squares() {
+  float sum = 0.0f;
+  for (const Piece& p : pieces_) sum += static_cast<float>(kernels::sum_squares(p.shard_param->grad().f32(), p.shard_param->numel()));
+  shard_.all_reduce(&sum, 1, comm::ReduceOp::Sum);
+  return sum;
+}
+
+void ShardedDataParallel::after_optimizer_step() {
+  if (options_.stage == 3) {
+    for (int i = 0; i < static_cast<int>(units_.size()); ++i) release(i);
+    return;
+  }
+  std::vector<comm::Work> works;
+  for (Unit& u : units_) {
+    float* flat = u.flat_value.f32();
+    works.push_back(shard_.all_gather_async(flat + shard_.rank() * u.shard_numel, flat, u.shard_numel, options_.algorithm));
+  }
+  for (comm::Work& w : works) w.wait();
+}
+
+int64_t ShardedDataParallel::largest_unit_bytes() const {
+  int64_t most = 0;
+  for (const Unit& u : units_) most = std::max(most, shard_.size() * u.shard_numel * static_cast<int64_t>(sizeof(float)));
+  return most;
+}
+
+std::map<std::string, Tensor> ShardedDataParallel::full_state_dict(const std::map<std::string, Tensor>& optimizer_state,
+                                                                   const std::vector<std::string>& kinds) {
+  MemoryScope scope(MemoryCategory::Other);
+  std::map<std::string, Tensor> out;
+  const int64_t N = shard_.size();
+  // Gathers a unit's shard-shaped tensor and cuts it into full per-parameter tensors.
+  auto gather_into = [&](const Unit& u, const Tensor& shard, const std::string& prefix) {
+    Tensor flat = Tensor::empty({N * u.shard_numel});
+    shard_.all_gather(shard, flat, options_.algorithm);
+    for (size_t k = 0; k < u.params.size(); ++k)
+      out[prefix + u.params[k]->name()] = slice_copy(flat, u.offsets[k], u.params[k]->shape());
+  };
+  for (int i = 0; i < static_cast<int>(units_.size()); ++i) {
+    const Unit& u = units_[i];
+    if (options_.stage < 3) {
+      for (size_t k = 0; k < u.params.size(); ++k)
+        out["model." + u.params[k]->name()] = slice_copy(u.flat_value, u.offsets[k], u.params[k]->shape());
+    } else {
+      gather_into(u, u.shard_value, "model.");
+    }
+    for (const std::string& kind : kinds) {
+      Tensor shard = Tensor::zeros({u.shard_numel});
+      for (const Piece& p : pieces_) {
+        if (p.unit != i) continue;
+        const Tensor& state = optimizer_state.at(kind + "." + p.param->name());
+        copy_elements(shard.f32() + p.shard_offset, state.f32(), state.numel());
+      }
+      gather_into(u, shard, "optim." + kind + ".");
+    }
+  }
+  return out;
+}
+
+std::map<std::string, Tensor> ShardedDataParallel::empty_full_state_dict(const std::vector<std::string>& kinds) const {
+  MemoryScope scope(MemoryCategory::Other);
+  std::map<std::string, Tensor> out;
+  for (const Unit& u : units_)
+    for (nn::Parameter* p : u.params) {
+      out["model." + p->name()] = Tensor::zeros(p->shape());
+      for (const std::string& kind : kinds) out["optim." + kind + "." + p->name()] = Tensor::zeros(p->shape());
+    }
+  return out;
+}
+
+void ShardedDataParallel::load_full_state_dict(const std::map<std::string, Tensor>& full,
+                                               const std::map<std::string, Tensor>& optimizer_state,
+                                               const std::vector<std::string>& kinds) {
+  auto at = [&](const std::string& name) -> const Tensor& {
+    auto it = full.find(name);
+    check(it != full.end(), "sharded state: no tensor '", name, "'");
+    return it->second;
+  };
+  if (options_.stage < 3)
+    for (const Unit& u : units_)
+      for (nn::Parameter* p : u.params) p->value().copy_from(at("model." + p->name()));
+  for (const Piece& p : pieces_) {
+    nn::Parameter& shard = *p.shard_param;
+    if (options_.stage == 3) copy_elements(shard.value().f32(), at("model." + p.param->name()).f32() + p.param_offset, shard.numel());
+    for (const std::string& kind : kinds)
+      copy_elements(optimizer_state.at(kind + "." + p.param->name()).f32(),
+                    at("optim." + kind + "." + p.param->name()).f32() + p.param_offset, shard.numel());
+  }
+}
+
+}  // namespace loom::parallel

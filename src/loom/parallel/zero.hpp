@@ -1,0 +1,151 @@
+// Sharded data parallelism: ZeRO stages 1-3 (Rajbhandari et al. 2020), FSDP (Zhao et al.
+// 2023) and hybrid sharding. Every rank of the shard group keeps 1/N of the model state:
+//   stage 1: optimizer state; the full gradient is reduce-scattered once per step, each rank
+//            updates its shard of the parameters, and the shards are all-gathered back;
+//   stage 2: + gradients: each unit's full gradient lives only while its backward runs and
+//            is reduce-scattered (and freed) right after, every micro-batch;
+//   stage 3: + parameters (FSDP): a unit's parameters are all-gathered just before its
+//            forward and again before its backward and freed after each; the next unit's
+//            gather is prefetched while the current one computes.
+// A unit is a module (one transformer block by default); the root's other parameters
+// (embeddings, final LayerNorm) form the root unit, gathered from the root's forward to the
+// end of its backward. Each unit's parameters are laid out in one flat buffer padded to a
+// multiple of N; rank r owns the r-th chunk. The optimizer steps shard_parameters(): one
+// parameter per piece of a model parameter that falls into this rank's chunk.
+// Hybrid sharding (HSDP): with a replicate group, shards are also averaged across replicas
+// (ranks holding the same chunk) once per step. Everything hangs off module hooks; the
+// model's code does not change.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/comm/process_group.hpp"
+#include "loom/nn/module.hpp"
+
+namespace loom::parallel {
+
+struct ZeroOptions {
+  int stage = 1;  // 1, 2 or 3
+  // Modules whose parameters form one unit each, in forward order (a GPT's blocks).
+  std::vector<nn::Module*> units;
+  // Reduce-scatter and all-gather algorithm: Mpi or Ring.
+  comm::AllReduceAlgorithm algorithm = comm::AllReduceAlgorithm::Mpi;
+};
+
+class ShardedDataParallel {
+ public:
+  // Collective over shard (and replicate): rank 0's parameters are broadcast, then sharded.
+  ShardedDataParallel(nn::Module& root, comm::ProcessGroup& shard, comm::ProcessGroup* replicate, ZeroOptions options);
+  ~ShardedDataParallel();
+  ShardedDataParallel(const ShardedDataParallel&) = delete;
+  ShardedDataParallel& operator=(const ShardedDataParallel&) = delete;
+
+  int stage() const { return options_.stage; }
+  // What the optimizer steps: this rank's pieces of the parameters, 1-D, named after them.
+  std::vector<nn::Parameter*> shard_parameters() const;
+  // Gradient accumulation: stage 1 reduces only after a backward with sync on; stages 2-3
+  // reduce every micro-batch (no full gradient is kept) and average replicas only on sync.
+  void set_sync(bool on) { sync_ = on; }
+  // Zeroes the gradient shards (and stage 1's full gradients) before a step.
+  void zero_grad();
+  // Waits for every reduction; afterwards each gradient shard is the average over the whole
+  // data-parallel group (shard x replicate).
+  void finish_gradient_sync();
+  // Collective: the squared norm of the whole averaged gradient, summed over the shards.
+  double grad_sum_squares();
+  // After the optimizer stepped the shards: stages 1-2 all-gather the updated parameters;
+  // stage 3 drops any gathered copy (now stale).
+  void after_optimizer_step();
+
+  // Checkpoints in the serial layout. Collective: full copies of every parameter
+  // ("model.<name>") and of every optimizer state tensor ("optim.<kind>.<name>") from the
+  // shards, given the optimizer's state() and state_kinds().
+  std::map<std::string, Tensor> full_state_dict(const std::map<std::string, Tensor>& optimizer_state,
+                                                const std::vector<std::string>& kinds);
+  // Zero tensors of the serial layout's names and shapes, to load a checkpoint into.
+  std::map<std::string, Tensor> empty_full_state_dict(const std::vector<std::string>& kinds) const;
+  // Takes this rank's shards from full tensors (as full_state_dict names them).
+  void load_full_state_dict(const std::map<std::string, Tensor>& full, const std::map<std::string, Tensor>& optimizer_state,
+                            const std::vector<std::string>& kinds);
+
+  int64_t unit_count() const { return static_cast<int64_t>(units_.size()); }
+  // Bytes of one unit's padded flat buffer (the largest), which stage 3 gathers and stages
+  // 2-3 hold as a full gradient while the unit's backward runs.
+  int64_t largest_unit_bytes() const;
+  // The declared transient buffers on top of the sharded state, at most: stage 3 holds the
+  // root unit, the computing unit and the prefetched one gathered; stages 2-3 hold the root's
+  // and the computing unit's full gradients plus those still being reduce-scattered.
+  int64_t gathered_buffer_bytes() const { return options_.stage == 3 ? 3 * largest_unit_bytes() : 0; }
+  int64_t gradient_buffer_bytes() const {
+    return options_.stage >= 2 ? static_cast<int64_t>(2 + kMaxReductionsInFlight) * largest_unit_bytes() : 0;
+  }
+  // Reductions in flight at once in stages 2-3: each holds a unit's full gradient, so this
+  // bounds the extra memory while still overlapping communication with backward.
+  static constexpr int64_t kMaxReductionsInFlight = 2;
+  // In the last synced step: seconds the gradient reductions took on the communication
+  // thread, and seconds finish_gradient_sync() waited for them.
+  double comm_seconds() const { return comm_seconds_; }
+  double exposed_comm_seconds() const { return exposed_seconds_; }
+  // Stage 3: all-gathers in the last step, and how many of them were prefetched (launched
+  // before the unit needed them).
+  int64_t gathers() const { return gathers_; }
+  int64_t prefetched_gathers() const { return prefetched_; }
+
+ private:
+  struct Unit {
+    nn::Module* module = nullptr;  // the root for the root unit
+    std::vector<nn::Parameter*> params;
+    std::vector<int64_t> offsets;  // of each parameter in the flat buffer
+    int64_t shard_numel = 0;       // S; the flat buffer is N * S (padded)
+    Tensor flat_value;             // stages 1-2: always; stage 3: while gathered
+    Tensor shard_value;            // stage 3: this rank's S values (stages 1-2: a view of flat_value)
+    Tensor flat_grad;              // stage 1: always; stages 2-3: during the unit's backward
+    Tensor shard_grad;             // this rank's S gradient values (stage 1: a view of flat_grad)
+    enum class Gather { Released, InFlight, Ready } gather = Gather::Released;
+    bool prefetched = false;
+    comm::Work gather_work;
+  };
+  struct Reduction {
+    int unit;
+    comm::Work work;
+    Tensor buffer;  // stages 2-3: the unit's full gradient, freed once its chunk is added to the shard
+  };
+  struct Piece {  // the part of a model parameter inside this rank's shard
+    int unit;
+    nn::Parameter* param;
+    int64_t param_offset;  // first element of param in the piece
+    int64_t shard_offset;  // where it sits in the unit's shard
+    std::unique_ptr<nn::Parameter> shard_param;
+  };
+
+  void build_unit(Unit& u);
+  void install_hooks(nn::Module& root);
+  // Stage 3: starts the all-gather of unit i (if not under way) / waits for it and binds
+  // the parameters to the gathered buffer / frees it.
+  void launch_gather(int i, bool prefetch);
+  void wait_gather(int i);
+  void release(int i);
+  // Stages 2-3: a fresh zeroed full gradient for the unit's backward.
+  void bind_fresh_grad(int i);
+  void launch_reduce_scatter(int i);
+  void complete_reduction(const Reduction& r);
+  Tensor shard_of(const Tensor& flat) const;
+
+  comm::ProcessGroup& shard_;
+  comm::ProcessGroup* replicate_;
+  std::unique_ptr<comm::ProcessGroup> gather_group_;  // all-gathers on their own thread
+  ZeroOptions options_;
+  std::vector<Unit> units_;  // the root unit last
+  std::vector<Piece> pieces_;
+  std::deque<Reduction> reductions_;  // in flight, oldest first
+  bool sync_ = true;
+  double comm_seconds_ = 0.0, exposed_seconds_ = 0.0, step_comm_seconds_ = 0.0;
+  int64_t gathers_ = 0, prefetched_ = 0;
+};
+
+}  // namespace loom::parallel
