@@ -4,11 +4,11 @@
 
 namespace loom::nn {
 
-Block::Block(int64_t C, int64_t NH) {
+Block::Block(int64_t C, int64_t NH, const LayerBuilder& layers) {
   ln1_ = &register_module("ln1", std::make_unique<LayerNorm>(C));
-  attn_ = &register_module("attn", std::make_unique<CausalSelfAttention>(C, NH));
+  attn_ = &register_module("attn", std::make_unique<CausalSelfAttention>(C, NH, layers));
   ln2_ = &register_module("ln2", std::make_unique<LayerNorm>(C));
-  mlp_ = &register_module("mlp", std::make_unique<MLP>(C));
+  mlp_ = &register_module("mlp", std::make_unique<MLP>(C, layers));
 }
 
 Tensor Block::forward_body(const Tensor& x, Context& ctx) {

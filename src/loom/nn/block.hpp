@@ -11,7 +11,7 @@ namespace loom::nn {
 
 class Block : public Module {
  public:
-  Block(int64_t C, int64_t NH);
+  Block(int64_t C, int64_t NH, const LayerBuilder& layers = serial_layers());
   void set_recompute(bool on) { recompute_ = on; }
   bool recompute() const { return recompute_; }
   CausalSelfAttention& attn() { return *attn_; }

@@ -5,15 +5,17 @@
 
 namespace loom::nn {
 
-CausalSelfAttention::CausalSelfAttention(int64_t C, int64_t NH) : C_(C), NH_(NH) {
+CausalSelfAttention::CausalSelfAttention(int64_t C, int64_t NH, const LayerBuilder& layers) {
   check(NH > 0 && C % NH == 0, "n_embd (", C, ") must be divisible by n_head (", NH, ")");
-  qkv_ = &register_module("qkv", std::make_unique<Linear>(C, 3 * C));
-  proj_ = &register_module("proj", std::make_unique<Linear>(C, C));
+  const int64_t t = layers.tensor_parallel_size();
+  check(NH % t == 0, "n_head (", NH, ") must be divisible by the tensor-parallel degree tp (", t, ")");
+  C_ = C / t;
+  NH_ = NH / t;
+  qkv_ = &register_module("qkv", layers.column_parallel_linear(C, 3 * C, /*blocks=*/3));
+  proj_ = &register_module("proj", layers.row_parallel_linear(C, C));
 }
 
 Tensor CausalSelfAttention::forward_impl(const Tensor& x, Context& ctx) {
-  check(x.ndim() == 3 && x.size(2) == C_, "attention '", name(), "' expects (B, T, ", C_, "), got ",
-        shape_str(x.shape()));
   const int64_t B = x.size(0), T = x.size(1);
   Tensor qkv = qkv_->forward(x, ctx);           // (B, T, 3C)
   Tensor att = Tensor::empty({B, NH_, T, T});   // (B, NH, T, T) softmax probabilities

@@ -2,13 +2,16 @@
 // all heads, and an output projection.
 #pragma once
 
+#include "loom/nn/layer_builder.hpp"
 #include "loom/nn/linear.hpp"
 
 namespace loom::nn {
 
 class CausalSelfAttention : public Module {
  public:
-  CausalSelfAttention(int64_t C, int64_t NH);
+  // Under tensor parallelism (layers.tensor_parallel_size() = t) this rank computes NH/t
+  // heads: QKV column-parallel, the output projection row-parallel.
+  CausalSelfAttention(int64_t C, int64_t NH, const LayerBuilder& layers = serial_layers());
   Linear& qkv() { return *qkv_; }
   Linear& proj() { return *proj_; }
 
@@ -17,7 +20,7 @@ class CausalSelfAttention : public Module {
   Tensor backward_impl(const Tensor& dy, Context& ctx) override;
 
  private:
-  int64_t C_, NH_;
+  int64_t C_, NH_;  // this rank's width and heads (C/t, NH/t)
   Linear* qkv_;   // C -> 3C
   Linear* proj_;  // C -> C
 };

@@ -16,7 +16,6 @@ class Embedding : public Module {
   Tensor forward_impl(const Tensor& idx, Context& ctx) override;  // idx (B, T) i32 -> (B, T, C)
   Tensor backward_impl(const Tensor& dy, Context& ctx) override;  // returns an undefined tensor
 
- private:
   int64_t V_, block_size_, C_;
   Parameter* wte_;  // (Vp, C)
   Parameter* wpe_;  // (block_size, C)

@@ -37,16 +37,17 @@ double GPTConfig::flops_per_token(int64_t T) const {
   return 3.0 * (2.0 * matmul_params + attention);
 }
 
-GPT::GPT(const GPTConfig& config, uint64_t seed) : config_(config) {
+GPT::GPT(const GPTConfig& config, uint64_t seed, const LayerBuilder& layers) : config_(config), layers_(layers) {
   config_.validate();
-  const int64_t C = config_.n_embd;
+  const int64_t C = config_.n_embd, t = layers_.tensor_parallel_size();
+  check(config_.resolved_padded_vocab() % t == 0, "padded vocabulary (", config_.resolved_padded_vocab(),
+        ") must be divisible by the tensor-parallel degree tp (", t, "): pad it to a multiple of 64 x tp");
   embedding_ = &register_module(
-      "embedding", std::make_unique<Embedding>(config_.vocab_size, config_.resolved_padded_vocab(),
-                                               config_.block_size, C));
+      "embedding", layers_.embedding(config_.vocab_size, config_.resolved_padded_vocab(), config_.block_size, C));
   // Tied: the LM head reads the same table, so two gradient contributions per backward.
   embedding_->wte().set_contributions_per_backward(2);
   for (int64_t l = 0; l < config_.n_layer; ++l) {
-    Block& b = register_module("blocks." + std::to_string(l), std::make_unique<Block>(C, config_.n_head));
+    Block& b = register_module("blocks." + std::to_string(l), std::make_unique<Block>(C, config_.n_head, layers_));
     b.set_recompute(config_.recompute);
     blocks_.push_back(&b);
   }
@@ -60,13 +61,13 @@ void GPT::init_weights(uint64_t seed) {
   Rng rng(seed);
   const float stddev = 0.02f;
   const float residual_stddev = stddev / std::sqrt(2.0f * static_cast<float>(config_.n_layer));
-  init_normal(embedding_->wte().value(), stddev, rng);
-  init_normal(embedding_->wpe().value(), stddev, rng);
+  init_normal(embedding_->wte(), stddev, rng);
+  init_normal(embedding_->wpe(), stddev, rng);
   for (Block* b : blocks_) {
-    init_normal(b->attn().qkv().weight().value(), stddev, rng);
-    init_normal(b->attn().proj().weight().value(), residual_stddev, rng);
-    init_normal(b->mlp().fc().weight().value(), stddev, rng);
-    init_normal(b->mlp().proj().weight().value(), residual_stddev, rng);
+    init_normal(b->attn().qkv().weight(), stddev, rng);
+    init_normal(b->attn().proj().weight(), residual_stddev, rng);
+    init_normal(b->mlp().fc().weight(), stddev, rng);
+    init_normal(b->mlp().proj().weight(), residual_stddev, rng);
   }
 }
 
@@ -74,7 +75,7 @@ Tensor GPT::forward_impl(const Tensor& idx, Context& ctx) {
   Tensor x = embedding_->forward(idx, ctx);  // (B, T, C)
   for (Block* b : blocks_) x = b->forward(x, ctx);
   x = ln_f_->forward(x, ctx);
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), Vp = config_.resolved_padded_vocab();
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), Vp = embedding_->wte().value().size(0);
   Tensor logits = Tensor::empty({B, T, Vp});  // (B, T, Vp)
   kernels::matmul(x.f32(), Trans::N, embedding_->wte().value().f32(), Trans::T, logits.f32(), B * T, Vp, C);
   ctx.save(this, {x});
@@ -83,13 +84,14 @@ Tensor GPT::forward_impl(const Tensor& idx, Context& ctx) {
 
 Tensor GPT::backward_impl(const Tensor& dlogits, Context& ctx) {
   const Tensor& x = ctx.saved(this, 0);  // (B, T, C) final LayerNorm output
-  const int64_t N = x.size(0) * x.size(1), C = x.size(2), Vp = config_.resolved_padded_vocab();
+  const int64_t N = x.size(0) * x.size(1), C = x.size(2), Vp = embedding_->wte().value().size(0);
   Parameter& wte = embedding_->wte();
   Tensor dx = Tensor::empty(x.shape());  // (B, T, C)
   kernels::matmul(dlogits.f32(), Trans::N, wte.value().f32(), Trans::N, dx.f32(), N, C, Vp);
   kernels::matmul(dlogits.f32(), Trans::T, x.f32(), Trans::N, wte.grad().f32(), Vp, C, N, nullptr,
                   /*accumulate=*/true);
   wte.grad_contributed();
+  layers_.sum_partial_input_gradient(dx);
   ctx.release(this);
   dx = ln_f_->backward(dx, ctx);
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) dx = (*it)->backward(dx, ctx);

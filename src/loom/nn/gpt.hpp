@@ -1,6 +1,7 @@
 // GPT-2 style language model: token + position embedding, L pre-LayerNorm blocks, final
 // LayerNorm, LM head tied to the token embedding. forward maps token ids (B, T) to logits
-// (B, T, Vp); the loss lives in loss.hpp so a pipeline's last stage can own it.
+// (B, T, Vp) (tensor parallel: this rank's Vp/t vocabulary columns); the loss lives in
+// cross_entropy_loss.hpp so a pipeline's last stage can own it.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include "loom/nn/block.hpp"
 #include "loom/nn/embedding.hpp"
 #include "loom/nn/init.hpp"
+#include "loom/nn/layer_builder.hpp"
 
 namespace loom::nn {
 
@@ -33,7 +35,8 @@ struct GPTConfig {
 
 class GPT : public Module {
  public:
-  GPT(const GPTConfig& config, uint64_t seed);
+  // layers: serial, or tensor-parallel (parallel/tensor_parallel) for a 1/t slice per rank.
+  GPT(const GPTConfig& config, uint64_t seed, const LayerBuilder& layers = serial_layers());
   const GPTConfig& config() const { return config_; }
   Embedding& embedding() { return *embedding_; }
   std::vector<Block*>& blocks() { return blocks_; }
@@ -47,6 +50,7 @@ class GPT : public Module {
   void init_weights(uint64_t seed);
 
   GPTConfig config_;
+  const LayerBuilder& layers_;
   Embedding* embedding_;
   std::vector<Block*> blocks_;
   LayerNorm* ln_f_;

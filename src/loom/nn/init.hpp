@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <random>
 
+#include "loom/nn/parameter.hpp"
 #include "loom/tensor/tensor.hpp"
 
 namespace loom::nn {
@@ -12,5 +13,8 @@ namespace loom::nn {
 using Rng = std::mt19937_64;
 
 void init_normal(Tensor& t, float stddev, Rng& rng);
+// A tensor-parallel piece gets its slice of the full tensor drawn in the serial order, so
+// every layout starts from the serial run's weights.
+void init_normal(Parameter& p, float stddev, Rng& rng);
 
 }  // namespace loom::nn

@@ -13,7 +13,9 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias) : in_(in_fe
   bias_ = bias ? &register_parameter("bias", {out_}, /*weight_decay=*/false) : nullptr;
 }
 
-Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
+Tensor Linear::forward_impl(const Tensor& x, Context& ctx) { return project(x, ctx, /*add_bias=*/true); }
+
+Tensor Linear::project(const Tensor& x, Context& ctx, bool add_bias) {
   check(x.ndim() >= 1 && x.size(-1) == in_, "Linear '", name(), "' expects last dimension ", in_,
         ", got shape ", shape_str(x.shape()));
   const int64_t N = x.numel() / in_;
@@ -21,7 +23,7 @@ Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
   out_shape.back() = out_;
   Tensor y = Tensor::empty(out_shape);  // (N, OC)
   kernels::matmul(x.f32(), Trans::N, weight_->value().f32(), Trans::T, y.f32(), N, out_, in_,
-                  bias_ ? bias_->value().f32() : nullptr);
+                  bias_ && add_bias ? bias_->value().f32() : nullptr);
   ctx.save(this, {x});
   return y;
 }

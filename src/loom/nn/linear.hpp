@@ -18,8 +18,9 @@ class Linear : public Module {
  protected:
   Tensor forward_impl(const Tensor& x, Context& ctx) override;
   Tensor backward_impl(const Tensor& dy, Context& ctx) override;
+  // y = x W^T (+ b when add_bias); saves x for backward.
+  Tensor project(const Tensor& x, Context& ctx, bool add_bias);
 
- private:
   int64_t in_, out_;
   Parameter* weight_;  // (OC, C)
   Parameter* bias_;    // (OC) or null

@@ -4,9 +4,9 @@
 
 namespace loom::nn {
 
-MLP::MLP(int64_t C) {
-  fc_ = &register_module("fc", std::make_unique<Linear>(C, 4 * C));
-  proj_ = &register_module("proj", std::make_unique<Linear>(4 * C, C));
+MLP::MLP(int64_t C, const LayerBuilder& layers) {
+  fc_ = &register_module("fc", layers.column_parallel_linear(C, 4 * C));
+  proj_ = &register_module("proj", layers.row_parallel_linear(4 * C, C));
 }
 
 Tensor MLP::forward_impl(const Tensor& x, Context& ctx) {

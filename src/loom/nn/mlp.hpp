@@ -1,13 +1,15 @@
 // The transformer's feed-forward block: Linear(C, 4C), GELU, Linear(4C, C).
 #pragma once
 
+#include "loom/nn/layer_builder.hpp"
 #include "loom/nn/linear.hpp"
 
 namespace loom::nn {
 
 class MLP : public Module {
  public:
-  explicit MLP(int64_t C);
+  // Tensor parallel: fc column-parallel, proj row-parallel (4C/t hidden units per rank).
+  explicit MLP(int64_t C, const LayerBuilder& layers = serial_layers());
   Linear& fc() { return *fc_; }
   Linear& proj() { return *proj_; }
 

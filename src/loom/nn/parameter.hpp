@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/nn/shard_spec.hpp"
 #include "loom/tensor/tensor.hpp"
 
 namespace loom::nn {
@@ -38,6 +39,9 @@ class Parameter {
   void release_value() { value_ = Tensor(); }
   void rebind_grad_storage(Tensor view);
   void release_grad() { grad_ = Tensor(); }
+  // Tensor parallelism: which piece of the full parameter this rank holds (default: all of it).
+  const ShardSpec& shard_spec() const { return shard_spec_; }
+  void set_shard_spec(const ShardSpec& spec) { shard_spec_ = spec; }
   // AdamW decays matrices, not biases or LayerNorm gains.
   bool weight_decay() const { return weight_decay_; }
 
@@ -53,6 +57,7 @@ class Parameter {
   Tensor value_;  // category Parameters
   Tensor grad_;   // category Gradients, same shape; accumulated across micro-batches
   bool weight_decay_;
+  ShardSpec shard_spec_;
   int contributions_per_backward_ = 1;
   int contributions_seen_ = 0;
   std::vector<GradReadyHook> grad_ready_hooks_;

@@ -255,9 +255,10 @@ std::vector<nn::Parameter*> ShardedDataParallel::shard_parameters() const {
   return out;
 }
 
-double ShardedDataParallel::grad_sum_squares() {
+double ShardedDataParallel::grad_sum_squares(const std::function<bool(const nn::Parameter&)>& counted) {
   float sum = 0.0f;
-  for (const Piece& p : pieces_) sum += static_cast<float>(kernels::sum_squares(p.shard_param->grad().f32(), p.shard_param->numel()));
+  for (const Piece& p : pieces_)
+    if (!counted || counted(*p.param)) sum += static_cast<float>(kernels::sum_squares(p.shard_param->grad().f32(), p.shard_param->numel()));
   shard_.all_reduce(&sum, 1, comm::ReduceOp::Sum);
   return sum;
 }

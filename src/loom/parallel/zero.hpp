@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -56,8 +57,9 @@ class ShardedDataParallel {
   // Waits for every reduction; afterwards each gradient shard is the average over the whole
   // data-parallel group (shard x replicate).
   void finish_gradient_sync();
-  // Collective: the squared norm of the whole averaged gradient, summed over the shards.
-  double grad_sum_squares();
+  // Collective: the squared norm of the whole averaged gradient, summed over the shards;
+  // counted (when given) picks the model parameters to include.
+  double grad_sum_squares(const std::function<bool(const nn::Parameter&)>& counted = {});
   // After the optimizer stepped the shards: stages 1-2 all-gather the updated parameters;
   // stage 3 drops any gathered copy (now stale).
   void after_optimizer_step();

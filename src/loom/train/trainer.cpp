@@ -29,14 +29,25 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
   const int64_t world_size = world_ != nullptr ? world_->size() : 1;
   check(ranks == world_size, "layout dp(", config_.dp, ") x pp(", config_.pp, ") x tp(", config_.tp, ") = ", ranks,
         " != world size ", world_size, ranks > 1 && world_ == nullptr ? " (start it with mpirun -np N loom train ...)" : "");
-  check(config_.pp == 1 && config_.tp == 1, "pipeline and tensor parallelism (pp(", config_.pp, "), tp(", config_.tp,
-        ")) are not built yet (issues 5-6); data parallelism (dp) is");
+  check(config_.pp == 1, "pipeline parallelism (pp(", config_.pp,
+        ")) is not built yet (issue 6); data and tensor parallelism (dp, tp) are");
   if (world_ != nullptr && world_->rank() != 0) quiet_ = true;  // rank 0 speaks for the job
   kernels::set_num_threads(static_cast<int>(config_.threads));
   dataset_ = std::make_unique<data::TextDataset>(config_.data, config_.tokenizer, config_.model.block_size,
                                                  config_.val_fraction);
   config_.model.vocab_size = dataset_->tokenizer().vocab_size();
-  model_ = std::make_unique<nn::GPT>(config_.model, static_cast<uint64_t>(config_.seed));
+  // Tensor parallel: the vocabulary is padded to a multiple of 64 x tp, so every rank's
+  // slice of the embedding and of the logits has the same size (as Megatron-LM pads it).
+  if (config_.tp > 1 && config_.model.padded_vocab_size == 0)
+    config_.model.padded_vocab_size = (config_.model.vocab_size + 64 * config_.tp - 1) / (64 * config_.tp) * 64 * config_.tp;
+  setup_mesh();
+  model_ = std::make_unique<nn::GPT>(config_.model, static_cast<uint64_t>(config_.seed),
+                                     tp_layers_ ? static_cast<const nn::LayerBuilder&>(*tp_layers_) : nn::serial_layers());
+  if (tp_layers_) {
+    const int64_t Vl = config_.model.resolved_padded_vocab() / config_.tp;
+    tp_loss_ = std::make_unique<parallel::tp::VocabParallelCrossEntropy>(config_.model.vocab_size,
+                                                                         tp_group_->rank() * Vl, *tp_group_);
+  }
   setup_data_parallel();
   // Sharded modes: the optimizer steps this rank's shards, not the model's parameters.
   const std::vector<nn::Parameter*> stepped = sharded_ ? sharded_->shard_parameters() : model_->parameters();
@@ -63,22 +74,37 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
   live_progress_ = ::isatty(::fileno(stdout)) != 0 && world_ == nullptr;
 }
 
-void Trainer::setup_data_parallel() {
-  if (world_ == nullptr || (world_->size() == 1 && config_.zero == 0)) return;
-  dp_group_ = world_;  // dp is the only dimension so far
-  dp_rank_ = world_->rank();
+void Trainer::setup_mesh() {
+  if (world_ == nullptr) return;
   world_->set_emulated_link(config_.net_gbps, config_.net_latency_us);
+  if (config_.tp == 1 && config_.pp == 1) {
+    dp_group_ = world_;  // data parallelism over every rank
+  } else {
+    // tp varies fastest: tensor-parallel partners are neighbouring ranks.
+    mesh_ = std::make_unique<comm::DeviceMesh>(*world_, std::vector<comm::MeshDim>{{"dp", static_cast<int>(config_.dp)},
+                                                                                  {"pp", static_cast<int>(config_.pp)},
+                                                                                  {"tp", static_cast<int>(config_.tp)}});
+    dp_group_ = &mesh_->group("dp");
+    tp_group_ = &mesh_->group("tp");
+    for (comm::ProcessGroup* g : {dp_group_, tp_group_}) g->set_emulated_link(config_.net_gbps, config_.net_latency_us);
+    if (config_.tp > 1) tp_layers_ = std::make_unique<parallel::tp::TensorParallelLayers>(*tp_group_);
+  }
+  dp_rank_ = dp_group_->rank();
+}
+
+void Trainer::setup_data_parallel() {
+  if (dp_group_ == nullptr || (dp_group_->size() == 1 && config_.zero == 0)) return;
   const comm::AllReduceAlgorithm algorithm = comm::parse_algorithm(config_.allreduce);
   if (config_.zero == 0) {
     ddp_ = std::make_unique<parallel::DistributedDataParallel>(
-        *model_, *world_, parallel::DdpOptions{static_cast<int64_t>(config_.bucket_mb * 1048576.0), algorithm});
+        *model_, *dp_group_, parallel::DdpOptions{static_cast<int64_t>(config_.bucket_mb * 1048576.0), algorithm});
     return;
   }
   // Shard over groups of K neighbouring ranks; the ranks holding the same chunk in each
   // group form a replicate group (HSDP; with K = dp it has one member).
   const int K = static_cast<int>(config_.shard_size());
-  shard_group_ = world_->split(dp_rank_ / K, dp_rank_ % K, "shard");
-  replicate_group_ = world_->split(dp_rank_ % K, dp_rank_ / K, "replicate");
+  shard_group_ = dp_group_->split(dp_rank_ / K, dp_rank_ % K, "shard");
+  replicate_group_ = dp_group_->split(dp_rank_ % K, dp_rank_ / K, "replicate");
   for (comm::ProcessGroup* g : {shard_group_.get(), replicate_group_.get()})
     g->set_emulated_link(config_.net_gbps, config_.net_latency_us);
   parallel::ZeroOptions options;
@@ -89,17 +115,23 @@ void Trainer::setup_data_parallel() {
 }
 
 void Trainer::resume_from(const std::string& path) {
-  CheckpointInfo info;
-  if (sharded_) {
-    // Every rank reads the serial-layout file and keeps its shards.
-    const std::vector<std::string> kinds = optimizer_->state_kinds();
-    std::map<std::string, Tensor> full = sharded_->empty_full_state_dict(kinds);
-    info = load_checkpoint(path, full, config_.optimizer);
-    sharded_->load_full_state_dict(full, optimizer_->state(), kinds);
-    optimizer_->set_steps_taken(info.optimizer_steps);
-  } else {
-    info = load_checkpoint(path, *model_, optimizer_.get(), config_.optimizer);
-  }
+  // Checkpoints hold the serial layout: load into full-size tensors, then keep this rank's
+  // tensor-parallel slice and data-parallel shard of each.
+  const std::vector<std::string> kinds = optimizer_->state_kinds();
+  const std::map<std::string, Tensor> local =
+      sharded_ ? sharded_->empty_full_state_dict(kinds) : checkpoint_tensors(*model_, optimizer_.get());
+  std::map<std::string, Tensor> file = local;
+  for (auto& [key, t] : file)
+    if (const nn::ShardSpec spec = tensor_parallel_spec(key); spec.sharded())
+      t = Tensor::zeros(spec.full_shape(t.shape()), DType::F32, MemoryCategory::Other);
+  const CheckpointInfo info = load_checkpoint(path, file, config_.optimizer);
+  for (auto& [key, t] : local)
+    if (const nn::ShardSpec spec = tensor_parallel_spec(key); spec.sharded()) {
+      Tensor dst = t;
+      copy_shard(file.at(key), dst, spec);
+    }
+  if (sharded_) sharded_->load_full_state_dict(local, optimizer_->state(), kinds);
+  optimizer_->set_steps_taken(info.optimizer_steps);
   check(info.tokenizer_spec == dataset_->tokenizer().spec(), "checkpoint '", path,
         "' was trained with a different tokenizer/vocabulary than '", config_.data, "'");
   step_ = info.step;
@@ -109,11 +141,40 @@ void Trainer::resume_from(const std::string& path) {
 float Trainer::forward_backward(const data::Batch& batch, float loss_scale) {
   MemoryScope scope(MemoryCategory::Activations);
   nn::Context ctx;
-  Tensor logits = model_->forward(batch.inputs, ctx);  // (B, T, Vp)
+  Tensor logits = model_->forward(batch.inputs, ctx);  // (B, T, Vp), or (B, T, Vp/tp)
+  if (tp_loss_) {
+    const float loss = tp_loss_->forward(logits, batch.targets);
+    tp_loss_->backward(logits, batch.targets, loss_scale);
+    model_->backward(logits, ctx);
+    return loss;
+  }
   const float loss = nn::cross_entropy_loss(logits, batch.targets, config_.model.vocab_size);
   nn::cross_entropy_loss_backward(logits, batch.targets, config_.model.vocab_size, loss_scale);
   model_->backward(logits, ctx);  // logits now hold dlogits
   return loss;
+}
+
+double Trainer::global_grad_sum_squares() {
+  // The whole model's gradient, each parameter counted once: summed over data-parallel
+  // shards (ZeRO) and tensor-parallel slices; a parameter replicated across tp (LayerNorm,
+  // row-parallel bias) only from tp rank 0.
+  const bool all_replicas = tp_group_ == nullptr || tp_group_->rank() == 0;
+  auto counted = [all_replicas](const nn::Parameter& p) { return all_replicas || p.shard_spec().sharded(); };
+  double sum = 0.0;
+  if (sharded_) {
+    sum = sharded_->grad_sum_squares(counted);
+  } else {
+    std::vector<nn::Parameter*> params;
+    for (nn::Parameter* p : optimizer_->params())
+      if (counted(*p)) params.push_back(p);
+    sum = optim::grad_sum_squares(params);
+  }
+  if (tp_group_ != nullptr && tp_group_->size() > 1) {
+    float s = static_cast<float>(sum);
+    tp_group_->all_reduce(&s, 1, comm::ReduceOp::Sum);
+    sum = s;
+  }
+  return sum;
 }
 
 StepResult Trainer::train_step() {
@@ -136,8 +197,7 @@ StepResult Trainer::train_step() {
   if (sharded_) sharded_->finish_gradient_sync();
   r.loss = static_cast<float>(loss_sum / static_cast<double>(M));
   if (dp_group_ != nullptr) dp_group_->all_reduce(&r.loss, 1, comm::ReduceOp::Avg);  // the global batch's mean
-  // The whole gradient's norm; in sharded modes summed over the shards, so clipping agrees.
-  r.grad_norm = std::sqrt(sharded_ ? sharded_->grad_sum_squares() : optim::grad_sum_squares(optimizer_->params()));
+  r.grad_norm = std::sqrt(global_grad_sum_squares());
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     check(config_.on_nan == "skip", "non-finite ", std::isfinite(r.loss) ? "gradient norm" : "loss", " at step ",
           step_ + 1, " (loss ", r.loss, ", grad norm ", r.grad_norm,
@@ -163,16 +223,50 @@ float Trainer::evaluate() {
     const data::Batch batch = dataset_->batch(data::Split::Val, 0, i, dp_rank_ * B, B, T);
     nn::Context ctx;
     Tensor logits = model_->forward(batch.inputs, ctx);
-    sum += nn::cross_entropy_loss(logits, batch.targets, config_.model.vocab_size);
+    sum += tp_loss_ ? tp_loss_->forward(logits, batch.targets)
+                    : nn::cross_entropy_loss(logits, batch.targets, config_.model.vocab_size);
   }
   float loss = static_cast<float>(sum / static_cast<double>(config_.eval_batches));
   if (dp_group_ != nullptr) dp_group_->all_reduce(&loss, 1, comm::ReduceOp::Avg);
   return loss;
 }
 
+nn::ShardSpec Trainer::tensor_parallel_spec(const std::string& key) {
+  // "model.<param>" or "optim.<kind>.<param>": the parameter's spec.
+  if (tp_layers_ == nullptr) return {};
+  if (param_specs_.empty())
+    for (nn::Parameter* p : model_->parameters()) param_specs_[p->name()] = p->shard_spec();
+  std::string name = key.substr(key.find('.') + 1);
+  if (key.rfind("optim.", 0) == 0) name = name.substr(name.find('.') + 1);
+  auto it = param_specs_.find(name);
+  check(it != param_specs_.end(), "state tensor '", key, "' belongs to no parameter");
+  return it->second;
+}
+
 std::map<std::string, Tensor> Trainer::state_dict() {
-  if (sharded_) return sharded_->full_state_dict(optimizer_->state(), optimizer_->state_kinds());
-  return checkpoint_tensors(*model_, optimizer_.get());
+  std::map<std::string, Tensor> local = sharded_ ? sharded_->full_state_dict(optimizer_->state(), optimizer_->state_kinds())
+                                                 : checkpoint_tensors(*model_, optimizer_.get());
+  if (tp_layers_ == nullptr) return local;
+  // Tensor parallel: gather every split tensor's slices (in key order on every rank).
+  std::map<std::string, Tensor> full;
+  const int t = tp_group_->size();
+  for (auto& [key, slice] : local) {
+    nn::ShardSpec spec = tensor_parallel_spec(key);
+    if (!spec.sharded()) {
+      full[key] = slice;
+      continue;
+    }
+    const int64_t n = slice.numel();
+    Tensor gathered = Tensor::empty({t * n}, DType::F32, MemoryCategory::Other);
+    tp_group_->all_gather(slice.view({n}), gathered);
+    Tensor whole = Tensor::empty(spec.full_shape(slice.shape()), DType::F32, MemoryCategory::Other);
+    for (int r = 0; r < t; ++r) {
+      spec.index = r;
+      place_shard(gathered.narrow(r * n, n).view(slice.shape()), whole, spec);
+    }
+    full[key] = whole;
+  }
+  return full;
 }
 
 std::string Trainer::save_checkpoint_now() {

@@ -10,12 +10,15 @@
 #include <memory>
 #include <string>
 
+#include "loom/comm/device_mesh.hpp"
 #include "loom/comm/process_group.hpp"
 #include "loom/data/text_dataset.hpp"
 #include "loom/nn/gpt.hpp"
 #include "loom/optim/lr_schedule.hpp"
 #include "loom/optim/optimizer.hpp"
 #include "loom/parallel/ddp.hpp"
+#include "loom/parallel/tensor_parallel/tensor_parallel_layers.hpp"
+#include "loom/parallel/tensor_parallel/vocab_parallel_cross_entropy.hpp"
 #include "loom/parallel/zero.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/metrics_log.hpp"
@@ -60,7 +63,11 @@ class Trainer {
   parallel::ShardedDataParallel* sharded() { return sharded_.get(); }
 
  private:
+  void setup_mesh();
   void setup_data_parallel();
+  double global_grad_sum_squares();
+  // The tensor-parallel split of a state tensor ("model.<param>", "optim.<kind>.<param>").
+  nn::ShardSpec tensor_parallel_spec(const std::string& key);
   void resume_from(const std::string& path);
   float forward_backward(const data::Batch& batch, float loss_scale);
   // keep: a logged step (a lasting line and a metrics record); otherwise only the live line.
@@ -72,7 +79,12 @@ class Trainer {
   std::unique_ptr<nn::GPT> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   comm::ProcessGroup* world_ = nullptr;
-  comm::ProcessGroup* dp_group_ = nullptr;  // all data-parallel ranks, when dp > 1
+  std::unique_ptr<comm::DeviceMesh> mesh_;  // when tp or pp > 1
+  comm::ProcessGroup* dp_group_ = nullptr;   // this rank's data-parallel group (MPI runs)
+  comm::ProcessGroup* tp_group_ = nullptr;   // this rank's tensor-parallel group
+  std::unique_ptr<parallel::tp::TensorParallelLayers> tp_layers_;     // tp > 1
+  std::unique_ptr<parallel::tp::VocabParallelCrossEntropy> tp_loss_;  // tp > 1
+  std::map<std::string, nn::ShardSpec> param_specs_;
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;
   std::unique_ptr<comm::ProcessGroup> shard_group_, replicate_group_;  // sharded modes
   std::unique_ptr<parallel::ShardedDataParallel> sharded_;

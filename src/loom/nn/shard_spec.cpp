@@ -1,0 +1,65 @@
+#include "loom/nn/shard_spec.hpp"
+
+#include <cstring>
+
+#include "loom/error.hpp"
+
+namespace loom::nn {
+
+Shape ShardSpec::full_shape(const Shape& local) const {
+  Shape full = local;
+  if (sharded()) full.at(static_cast<size_t>(dim)) *= parts;
+  return full;
+}
+
+namespace {
+
+// Calls copy(local_offset, full_offset, n) for every contiguous run of the piece.
+template <class F>
+void for_each_run(const Shape& local, const ShardSpec& spec, F&& copy) {
+  if (!spec.sharded()) {
+    copy(0, 0, shape_numel(local));
+    return;
+  }
+  const size_t d = static_cast<size_t>(spec.dim);
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < d; ++i) outer *= local[i];
+  for (size_t i = d + 1; i < local.size(); ++i) inner *= local[i];
+  const int64_t local_len = local[d], full_len = local_len * spec.parts;
+  check(local_len % spec.blocks == 0, "shard of ", local_len, " along dim ", spec.dim, " is not divisible into ",
+        spec.blocks, " blocks");
+  const int64_t per_block = local_len / spec.blocks;  // this rank's rows of each block
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t b = 0; b < spec.blocks; ++b) {
+      const int64_t local_row = b * per_block;
+      const int64_t full_row = b * per_block * spec.parts + spec.index * per_block;
+      copy((o * local_len + local_row) * inner, (o * full_len + full_row) * inner, per_block * inner);
+    }
+}
+
+void check_shapes(const Tensor& full, const Tensor& local, const ShardSpec& spec) {
+  check(full.shape() == spec.full_shape(local.shape()), "shard ", shape_str(local.shape()), " does not fit ",
+        shape_str(full.shape()), " split ", spec.parts, " ways along dim ", spec.dim);
+}
+
+}  // namespace
+
+void copy_shard(const Tensor& full, Tensor& local, const ShardSpec& spec) {
+  check_shapes(full, local, spec);
+  const float* src = full.f32();
+  float* dst = local.f32();
+  for_each_run(local.shape(), spec, [&](int64_t l, int64_t f, int64_t n) {
+    std::memcpy(dst + l, src + f, sizeof(float) * static_cast<size_t>(n));
+  });
+}
+
+void place_shard(const Tensor& local, Tensor& full, const ShardSpec& spec) {
+  check_shapes(full, local, spec);
+  const float* src = local.f32();
+  float* dst = full.f32();
+  for_each_run(local.shape(), spec, [&](int64_t l, int64_t f, int64_t n) {
+    std::memcpy(dst + f, src + l, sizeof(float) * static_cast<size_t>(n));
+  });
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,29 @@
+// How a parameter is split across a tensor-parallel group: along `dim`, into `parts`
+// pieces, this rank holding piece `index`. `blocks` > 1 splits each of that many equal
+// blocks of the dimension separately (a fused QKV weight: every rank takes its slice of q,
+// of k and of v). A parameter with dim < 0 is whole on every rank (replicated).
+#pragma once
+
+#include <cstdint>
+
+#include "loom/tensor/tensor.hpp"
+
+namespace loom::nn {
+
+struct ShardSpec {
+  int dim = -1;
+  int64_t parts = 1;
+  int64_t index = 0;
+  int64_t blocks = 1;
+
+  bool sharded() const { return dim >= 0 && parts > 1; }
+  // The full tensor's shape, given this rank's piece's.
+  Shape full_shape(const Shape& local) const;
+};
+
+// local = this rank's piece of full (shapes as the spec says).
+void copy_shard(const Tensor& full, Tensor& local, const ShardSpec& spec);
+// The inverse: writes local into its place in full.
+void place_shard(const Tensor& local, Tensor& full, const ShardSpec& spec);
+
+}  // namespace loom::nn

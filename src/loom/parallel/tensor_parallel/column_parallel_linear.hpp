@@ -1,0 +1,25 @@
+// ColumnParallelLinear: y = x W^T + b with W's rows (output features) split across the
+// tensor-parallel group, so each rank computes its slice of the outputs from the whole,
+// replicated input. The f operator sums the partial input gradients in backward. With
+// blocks > 1 each of that many equal blocks of outputs is split separately: a fused QKV
+// projection gives every rank the q, k and v columns of its own heads.
+#pragma once
+
+#include "loom/comm/process_group.hpp"
+#include "loom/nn/linear.hpp"
+
+namespace loom::parallel::tp {
+
+class ColumnParallelLinear : public nn::Linear {
+ public:
+  ColumnParallelLinear(int64_t in_features, int64_t out_features, int64_t blocks, comm::ProcessGroup& group);
+
+ protected:
+  Tensor forward_impl(const Tensor& x, nn::Context& ctx) override;  // x (N, C) -> (N, OC/t)
+  Tensor backward_impl(const Tensor& dy, nn::Context& ctx) override;
+
+ private:
+  comm::ProcessGroup& group_;
+};
+
+}  // namespace loom::parallel::tp

@@ -1,0 +1,24 @@
+// RowParallelLinear: y = x W^T + b with W's columns (input features) split across the
+// tensor-parallel group: each rank multiplies its slice of the input (the output of a
+// column-parallel layer, never gathered) and the g operator sums the partial outputs. The
+// bias is replicated and added once, after the sum; its gradient is the same on every rank.
+#pragma once
+
+#include "loom/comm/process_group.hpp"
+#include "loom/nn/linear.hpp"
+
+namespace loom::parallel::tp {
+
+class RowParallelLinear : public nn::Linear {
+ public:
+  RowParallelLinear(int64_t in_features, int64_t out_features, comm::ProcessGroup& group);
+
+ protected:
+  Tensor forward_impl(const Tensor& x, nn::Context& ctx) override;  // x (N, C/t) -> (N, OC)
+  Tensor backward_impl(const Tensor& dy, nn::Context& ctx) override;
+
+ private:
+  comm::ProcessGroup& group_;
+};
+
+}  // namespace loom::parallel::tp
