@@ -1,8 +1,10 @@
 // Tensor parallelism against the serial layers and the serial run. Each parallel layer
-// alone, over a tensor-parallel group of the whole world (t = 1, 2, 4, 8), must give the
-// serial layer's output and input/weight gradients (relative 1e-5, against the largest
-// magnitude); the whole GPT trained 20 steps under tp (and dp x tp, and with ZeRO-1) must
-// give the serial run's losses (relative 1e-5) and parameters (relative 1e-4).
+// alone, over a tensor-parallel group of the whole world (t = 1..8), with and without
+// sequence parallelism, must give the serial layer's output and input/weight gradients
+// (relative 1e-5, against the largest magnitude); the whole GPT trained 20 steps under tp
+// (and dp x tp, with ZeRO, with sequence parallelism) must give the serial run's losses
+// (relative 1e-5) and parameters (relative 1e-4); one layer's saved activations must match
+// plan::activation_bytes_per_layer within 10%.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +15,9 @@
 #include "comm/mpi_test_env.hpp"
 #include "loom/error.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
+#include "loom/nn/gpt.hpp"
+#include "loom/parallel/tensor_parallel/tensor_parallel_layers.hpp"
+#include "loom/plan/memory_model.hpp"
 #include "loom/parallel/tensor_parallel/column_parallel_linear.hpp"
 #include "loom/parallel/tensor_parallel/row_parallel_linear.hpp"
 #include "loom/parallel/tensor_parallel/vocab_parallel_cross_entropy.hpp"
@@ -62,96 +67,144 @@ void randomize(nn::Linear& l, uint64_t seed) {
   l.bias()->value().copy_from(tensor_of(random_vector(l.bias()->numel(), seed + 1), l.bias()->shape()));
 }
 
-class ColumnParallel : public ::testing::TestWithParam<int64_t> {};
+// This rank's chunk of the sequence (dim 1 of (B, T, C)), as sequence parallelism holds it.
+Tensor sequence_chunk(const Tensor& full) {
+  Shape shape = full.shape();
+  shape[1] /= world().size();
+  Tensor local = Tensor::empty(shape);
+  nn::copy_shard(full, local, nn::ShardSpec{1, world().size(), world().rank(), 1});
+  return local;
+}
+
+// This rank's slice of the features (last dim), in `blocks` blocks.
+Tensor feature_slice(const Tensor& full, int64_t blocks = 1) {
+  Shape shape = full.shape();
+  shape.back() /= world().size();
+  Tensor local = Tensor::empty(shape);
+  nn::copy_shard(full, local, nn::ShardSpec{static_cast<int>(shape.size()) - 1, world().size(), world().rank(), blocks});
+  return local;
+}
+
+// A replicated parameter's gradient under sequence parallelism is partial: the sum over tp.
+Tensor summed(const Tensor& partial) {
+  Tensor sum = Tensor::empty(partial.shape());
+  sum.copy_from(partial);
+  world().all_reduce(sum, comm::ReduceOp::Sum);
+  return sum;
+}
+
+struct LayerCase {
+  int64_t blocks;
+  bool sequence_parallel;
+};
+
+void PrintTo(const LayerCase& c, std::ostream* os) {
+  *os << c.blocks << " block(s)" << (c.sequence_parallel ? ", sequence parallel" : "");
+}
+
+std::string layer_case_name(const ::testing::TestParamInfo<LayerCase>& info) {
+  return (info.param.blocks == 1 ? std::string("plain") : std::string("fused_qkv")) + (info.param.sequence_parallel ? "_sp" : "");
+}
+
+class ColumnParallel : public ::testing::TestWithParam<LayerCase> {};
 
 TEST_P(ColumnParallel, MatchesTheSerialLinear) {
-  const int64_t blocks = GetParam(), C = 8, OC = 8 * blocks * world().size(), N = 6;
+  const auto [blocks, sp] = GetParam();
+  const int64_t t = world().size(), C = 8, OC = 8 * blocks * t, B = 2, T = 2 * t;
   nn::Linear serial(C, OC);
   randomize(serial, 7);
-  ColumnParallelLinear parallel(C, OC, blocks, world());
+  ColumnParallelLinear parallel(C, OC, blocks, world(), sp);
   copy_weights(serial, parallel);
-  const Tensor x = tensor_of(random_vector(N * C, 3), {N, C});
+  const Tensor x = tensor_of(random_vector(B * T * C, 3), {B, T, C});
   nn::Context sc, pc;
   const Tensor y_serial = serial.forward(x, sc);
-  const Tensor y_parallel = parallel.forward(x, pc);
-  // This rank's output columns are its slice of the serial output (columns = output features).
-  Tensor want_y = Tensor::empty({N, OC / world().size()});
-  nn::copy_shard(y_serial, want_y, nn::ShardSpec{1, world().size(), world().rank(), blocks});
-  EXPECT_TRUE(close(y_parallel, want_y, "column-parallel output"));
-
-  const Tensor dy = tensor_of(random_vector(N * OC, 5), {N, OC});
-  Tensor dy_local = Tensor::empty({N, OC / world().size()});
-  nn::copy_shard(dy, dy_local, nn::ShardSpec{1, world().size(), world().rank(), blocks});
-  EXPECT_TRUE(close(parallel.backward(dy_local, pc), serial.backward(dy, sc), "column-parallel dx (f's sum)"));
+  // This rank's output features of the whole sequence, from the whole input or its chunk of it.
+  EXPECT_TRUE(close(parallel.forward(sp ? sequence_chunk(x) : x, pc), feature_slice(y_serial, blocks), "output"));
+  const Tensor dy = tensor_of(random_vector(B * T * OC, 5), {B, T, OC});
+  const Tensor dx_serial = serial.backward(dy, sc);
+  EXPECT_TRUE(close(parallel.backward(feature_slice(dy, blocks), pc), sp ? sequence_chunk(dx_serial) : dx_serial,
+                    "dx (f's backward: sum, or reduce-scatter)"));
   EXPECT_TRUE(close(parallel.weight().grad(), slice_of(serial.weight().grad(), parallel.weight()), "dW"));
   EXPECT_TRUE(close(parallel.bias()->grad(), slice_of(serial.bias()->grad(), *parallel.bias()), "db"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Blocks, ColumnParallel, ::testing::Values(1, 3),
-                         [](const auto& info) { return info.param == 1 ? std::string("plain") : std::string("fused_qkv"); });
+INSTANTIATE_TEST_SUITE_P(Cases, ColumnParallel,
+                         ::testing::Values(LayerCase{1, false}, LayerCase{3, false}, LayerCase{1, true}, LayerCase{3, true}),
+                         layer_case_name);
 
-TEST(RowParallel, MatchesTheSerialLinear) {
-  const int64_t C = 8 * world().size(), OC = 12, N = 6;
+class RowParallel : public ::testing::TestWithParam<bool> {};
+
+TEST_P(RowParallel, MatchesTheSerialLinear) {
+  const bool sp = GetParam();
+  const int64_t t = world().size(), C = 8 * t, OC = 12, B = 2, T = 2 * t;
   nn::Linear serial(C, OC);
   randomize(serial, 11);
-  RowParallelLinear parallel(C, OC, world());
+  RowParallelLinear parallel(C, OC, world(), sp);
   copy_weights(serial, parallel);
-  const nn::ShardSpec columns{1, world().size(), world().rank(), 1};
-  const Tensor x = tensor_of(random_vector(N * C, 13), {N, C});
-  Tensor x_local = Tensor::empty({N, C / world().size()});
-  nn::copy_shard(x, x_local, columns);
+  const Tensor x = tensor_of(random_vector(B * T * C, 13), {B, T, C});
   nn::Context sc, pc;
-  EXPECT_TRUE(close(parallel.forward(x_local, pc), serial.forward(x, sc), "row-parallel output (g's sum)"));
-  const Tensor dy = tensor_of(random_vector(N * OC, 17), {N, OC});
+  const Tensor y_serial = serial.forward(x, sc);
+  EXPECT_TRUE(close(parallel.forward(feature_slice(x), pc), sp ? sequence_chunk(y_serial) : y_serial,
+                    "output (g: sum, or reduce-scatter)"));
+  const Tensor dy = tensor_of(random_vector(B * T * OC, 17), {B, T, OC});
   const Tensor dx_serial = serial.backward(dy, sc);
-  Tensor want_dx = Tensor::empty({N, C / world().size()});
-  nn::copy_shard(dx_serial, want_dx, columns);
-  EXPECT_TRUE(close(parallel.backward(dy, pc), want_dx, "row-parallel dx"));
+  EXPECT_TRUE(close(parallel.backward(sp ? sequence_chunk(dy) : dy, pc), feature_slice(dx_serial), "dx"));
   EXPECT_TRUE(close(parallel.weight().grad(), slice_of(serial.weight().grad(), parallel.weight()), "dW"));
-  EXPECT_TRUE(close(parallel.bias()->grad(), serial.bias()->grad(), "db (replicated)"));
+  EXPECT_TRUE(close(sp ? summed(parallel.bias()->grad()) : parallel.bias()->grad(), serial.bias()->grad(),
+                    "db (replicated)"));
 }
 
-TEST(VocabParallel, EmbeddingAndCrossEntropyMatchSerial) {
-  const int64_t t = world().size(), V = 50, Vp = 16 * t * ((V + 16 * t - 1) / (16 * t)), T = 5, B = 2, C = 8;
+INSTANTIATE_TEST_SUITE_P(Cases, RowParallel, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? std::string("sp") : std::string("plain"); });
+
+class VocabParallel : public ::testing::TestWithParam<bool> {};
+
+TEST_P(VocabParallel, EmbeddingAndCrossEntropyMatchSerial) {
+  const bool sp = GetParam();
+  const int64_t t = world().size(), V = 50, Vp = 16 * t * ((V + 16 * t - 1) / (16 * t)), T = 2 * t, B = 2, C = 8;
   nn::Embedding serial(V, Vp, T, C);
   serial.wte().value().copy_from(tensor_of(random_vector(Vp * C, 19), {Vp, C}));
   serial.wpe().value().copy_from(tensor_of(random_vector(T * C, 23), {T, C}));
-  VocabParallelEmbedding parallel(V, Vp, T, C, world());
+  VocabParallelEmbedding parallel(V, Vp, T, C, world(), sp);
   parallel.wte().value().copy_from(slice_of(serial.wte().value(), parallel.wte()));
   parallel.wpe().value().copy_from(serial.wpe().value());
   Tensor idx = Tensor::empty({B, T}, DType::I32);
   for (int64_t i = 0; i < B * T; ++i) idx.i32()[i] = static_cast<int32_t>((i * 17 + 3) % V);
   nn::Context sc, pc;
-  EXPECT_TRUE(close(parallel.forward(idx, pc), serial.forward(idx, sc), "embedding output"));
+  const Tensor out_serial = serial.forward(idx, sc);
+  EXPECT_TRUE(close(parallel.forward(idx, pc), sp ? sequence_chunk(out_serial) : out_serial, "embedding output"));
   const Tensor dy = tensor_of(random_vector(B * T * C, 29), {B, T, C});
   serial.backward(dy, sc);
-  parallel.backward(dy, pc);
+  parallel.backward(sp ? sequence_chunk(dy) : dy, pc);
   EXPECT_TRUE(close(parallel.wte().grad(), slice_of(serial.wte().grad(), parallel.wte()), "dwte"));
-  EXPECT_TRUE(close(parallel.wpe().grad(), serial.wpe().grad(), "dwpe"));
+  EXPECT_TRUE(close(sp ? summed(parallel.wpe().grad()) : parallel.wpe().grad(), serial.wpe().grad(), "dwpe"));
+  if (sp) return;  // the loss sees whole sequences either way
 
   // Cross-entropy over logits split by vocabulary, padding columns included.
   Tensor logits = tensor_of(random_vector(B * T * Vp, 31, -3.0f, 3.0f), {B, T, Vp});
-  const nn::ShardSpec vocab{2, t, world().rank(), 1};
-  Tensor local = Tensor::empty({B, T, Vp / t});
-  nn::copy_shard(logits, local, vocab);
+  Tensor local = feature_slice(logits);
   VocabParallelCrossEntropy ce(V, world().rank() * (Vp / t), world());
   const float loss = ce.forward(local, idx);
   const float want = nn::cross_entropy_loss(logits, idx, V);
   EXPECT_NEAR(loss, want, 1e-5 * std::fabs(want)) << "vocab-parallel loss";
   ce.backward(local, idx, 0.5f);
   nn::cross_entropy_loss_backward(logits, idx, V, 0.5f);
-  Tensor want_local = Tensor::empty({B, T, Vp / t});
-  nn::copy_shard(logits, want_local, vocab);
-  EXPECT_TRUE(close(local, want_local, "vocab-parallel dlogits"));
+  EXPECT_TRUE(close(local, feature_slice(logits), "vocab-parallel dlogits"));
 }
+
+INSTANTIATE_TEST_SUITE_P(Cases, VocabParallel, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? std::string("sp") : std::string("plain"); });
 
 // The whole GPT under dp x tp against the serial run of the same global batch.
 struct Layout {
   int64_t tp;
   int zero;
+  bool sequence_parallel;
 };
 
-void PrintTo(const Layout& l, std::ostream* os) { *os << "tp " << l.tp << ", zero " << l.zero; }
+void PrintTo(const Layout& l, std::ostream* os) {
+  *os << "tp " << l.tp << ", zero " << l.zero << (l.sequence_parallel ? ", sequence parallel" : "");
+}
 
 class TensorParallelGpt : public ::testing::TestWithParam<Layout> {};
 
@@ -171,16 +224,52 @@ TEST_P(TensorParallelGpt, SameLossesAndParametersAsSerial) {
   train::TrainConfig c = config(dp, 2);
   c.tp = layout.tp;
   c.zero = layout.zero;
+  c.sequence_parallel = layout.sequence_parallel;
   train::Trainer parallel(c, true, &world());
   expect_equivalent(run(parallel), want, c,
-                    "dp " + std::to_string(dp) + " x tp " + std::to_string(layout.tp) + ", zero " + std::to_string(layout.zero));
+                    "dp " + std::to_string(dp) + " x tp " + std::to_string(layout.tp) + ", zero " +
+                        std::to_string(layout.zero) + (layout.sequence_parallel ? ", SP" : ""));
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelGpt,
-                         ::testing::Values(Layout{2, 0}, Layout{4, 0}, Layout{2, 1}, Layout{4, 1}),
+                         ::testing::Values(Layout{2, 0, false}, Layout{4, 0, false}, Layout{2, 1, false},
+                                           Layout{4, 1, false}, Layout{2, 3, false}, Layout{2, 0, true},
+                                           Layout{4, 0, true}, Layout{2, 1, true}, Layout{4, 2, true}),
                          [](const auto& info) {
-                           return "tp" + std::to_string(info.param.tp) + "_zero" + std::to_string(info.param.zero);
+                           return "tp" + std::to_string(info.param.tp) + "_zero" + std::to_string(info.param.zero) +
+                                  (info.param.sequence_parallel ? "_sp" : "");
                          });
+
+class ActivationMemory : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ActivationMemory, PerLayerMatchesTheFormula) {
+  // The activations one more layer keeps, measured as the difference between a 3- and a
+  // 2-layer model's saved activations after forward, against plan::activation_bytes_per_layer.
+  const bool sp = GetParam();
+  const int64_t t = world().size();
+  if (sp && t == 1) GTEST_SKIP() << "sequence parallelism needs tp > 1";
+  const int64_t B = 2, T = 8 * t, C = 16 * t, NH = 2 * t;
+  TensorParallelLayers layers(world(), sp);
+  auto saved_after_forward = [&](int64_t L) {
+    nn::GPTConfig config{.vocab_size = 65, .padded_vocab_size = 64 * t * ((65 + 64 * t - 1) / (64 * t)),
+                         .block_size = T, .n_layer = L, .n_head = NH, .n_embd = C};
+    nn::GPT model(config, 1, layers);
+    Tensor idx = Tensor::zeros({B, T}, DType::I32);
+    MemoryScope scope(MemoryCategory::Activations);
+    const int64_t before = MemoryTracker::instance().current(MemoryCategory::Activations);
+    nn::Context ctx;
+    Tensor logits = model.forward(idx, ctx);
+    return MemoryTracker::instance().current(MemoryCategory::Activations) - before;
+  };
+  const int64_t measured = saved_after_forward(3) - saved_after_forward(2);
+  const int64_t formula = plan::activation_bytes_per_layer(B, T, C, NH, t, sp);
+  EXPECT_NEAR(static_cast<double>(measured), static_cast<double>(formula), 0.10 * static_cast<double>(formula))
+      << "tp " << t << (sp ? " with" : " without") << " sequence parallelism";
+  RecordProperty("activation_bytes_per_layer", std::to_string(measured));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ActivationMemory, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? std::string("sp") : std::string("plain"); });
 
 TEST(TensorParallelGpt, HeadsMustDivideAmongRanks) {
   const int p = world().size();

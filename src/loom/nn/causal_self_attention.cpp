@@ -16,8 +16,8 @@ CausalSelfAttention::CausalSelfAttention(int64_t C, int64_t NH, const LayerBuild
 }
 
 Tensor CausalSelfAttention::forward_impl(const Tensor& x, Context& ctx) {
-  const int64_t B = x.size(0), T = x.size(1);
-  Tensor qkv = qkv_->forward(x, ctx);           // (B, T, 3C)
+  Tensor qkv = qkv_->forward(x, ctx);           // (B, T, 3C): the whole sequence, also under sequence parallelism
+  const int64_t B = qkv.size(0), T = qkv.size(1);
   Tensor att = Tensor::empty({B, NH_, T, T});   // (B, NH, T, T) softmax probabilities
   Tensor heads = Tensor::empty({B, T, C_});     // (B, T, NH, HS)
   kernels::attention_forward(heads.f32(), att.f32(), qkv.f32(), B, T, C_, NH_);

@@ -75,23 +75,24 @@ Tensor GPT::forward_impl(const Tensor& idx, Context& ctx) {
   Tensor x = embedding_->forward(idx, ctx);  // (B, T, C)
   for (Block* b : blocks_) x = b->forward(x, ctx);
   x = ln_f_->forward(x, ctx);
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), Vp = embedding_->wte().value().size(0);
+  const Tensor h = layers_.head_input(x);  // (B, T, C): the whole sequence
+  const int64_t B = h.size(0), T = h.size(1), C = h.size(2), Vp = embedding_->wte().value().size(0);
   Tensor logits = Tensor::empty({B, T, Vp});  // (B, T, Vp)
-  kernels::matmul(x.f32(), Trans::N, embedding_->wte().value().f32(), Trans::T, logits.f32(), B * T, Vp, C);
+  kernels::matmul(h.f32(), Trans::N, embedding_->wte().value().f32(), Trans::T, logits.f32(), B * T, Vp, C);
   ctx.save(this, {x});
   return logits;
 }
 
 Tensor GPT::backward_impl(const Tensor& dlogits, Context& ctx) {
-  const Tensor& x = ctx.saved(this, 0);  // (B, T, C) final LayerNorm output
-  const int64_t N = x.size(0) * x.size(1), C = x.size(2), Vp = embedding_->wte().value().size(0);
+  const Tensor h = layers_.head_input(ctx.saved(this, 0));  // (B, T, C) final LayerNorm output
+  const int64_t N = h.size(0) * h.size(1), C = h.size(2), Vp = embedding_->wte().value().size(0);
   Parameter& wte = embedding_->wte();
-  Tensor dx = Tensor::empty(x.shape());  // (B, T, C)
-  kernels::matmul(dlogits.f32(), Trans::N, wte.value().f32(), Trans::N, dx.f32(), N, C, Vp);
-  kernels::matmul(dlogits.f32(), Trans::T, x.f32(), Trans::N, wte.grad().f32(), Vp, C, N, nullptr,
+  Tensor dh = Tensor::empty(h.shape());  // (B, T, C)
+  kernels::matmul(dlogits.f32(), Trans::N, wte.value().f32(), Trans::N, dh.f32(), N, C, Vp);
+  kernels::matmul(dlogits.f32(), Trans::T, h.f32(), Trans::N, wte.grad().f32(), Vp, C, N, nullptr,
                   /*accumulate=*/true);
   wte.grad_contributed();
-  layers_.sum_partial_input_gradient(dx);
+  Tensor dx = layers_.head_input_gradient(dh);
   ctx.release(this);
   dx = ln_f_->backward(dx, ctx);
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) dx = (*it)->backward(dx, ctx);

@@ -26,9 +26,12 @@ class LayerBuilder {
   virtual std::unique_ptr<Linear> row_parallel_linear(int64_t in, int64_t out) const;
   // Token + position embedding; tensor parallel: the vocabulary rows split.
   virtual std::unique_ptr<Embedding> embedding(int64_t V, int64_t Vp, int64_t block_size, int64_t C) const;
-  // The tied LM head reads replicated activations with a vocabulary-split weight, so each
-  // rank's input gradient is partial and must be summed (the f operator's backward).
-  virtual void sum_partial_input_gradient(Tensor& dx) const { (void)dx; }
+  // The tied LM head multiplies the whole sequence's activations by a vocabulary-split
+  // weight (the f operator around it): head_input gathers a sequence-parallel x, and
+  // head_input_gradient sums the ranks' partial input gradients (reduce-scattered back to
+  // sequence chunks under sequence parallelism).
+  virtual Tensor head_input(const Tensor& x) const { return x; }
+  virtual Tensor head_input_gradient(const Tensor& dx) const { return dx; }
 };
 
 // The serial layers.

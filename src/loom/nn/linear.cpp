@@ -13,9 +13,19 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias) : in_(in_fe
   bias_ = bias ? &register_parameter("bias", {out_}, /*weight_decay=*/false) : nullptr;
 }
 
-Tensor Linear::forward_impl(const Tensor& x, Context& ctx) { return project(x, ctx, /*add_bias=*/true); }
+Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
+  Tensor y = project(x, /*add_bias=*/true);
+  ctx.save(this, {x});
+  return y;
+}
 
-Tensor Linear::project(const Tensor& x, Context& ctx, bool add_bias) {
+Tensor Linear::backward_impl(const Tensor& dy, Context& ctx) {
+  Tensor dx = backward_from(dy, ctx.saved(this, 0), /*bias_grad=*/true);
+  ctx.release(this);
+  return dx;
+}
+
+Tensor Linear::project(const Tensor& x, bool add_bias) {
   check(x.ndim() >= 1 && x.size(-1) == in_, "Linear '", name(), "' expects last dimension ", in_,
         ", got shape ", shape_str(x.shape()));
   const int64_t N = x.numel() / in_;
@@ -24,23 +34,20 @@ Tensor Linear::project(const Tensor& x, Context& ctx, bool add_bias) {
   Tensor y = Tensor::empty(out_shape);  // (N, OC)
   kernels::matmul(x.f32(), Trans::N, weight_->value().f32(), Trans::T, y.f32(), N, out_, in_,
                   bias_ && add_bias ? bias_->value().f32() : nullptr);
-  ctx.save(this, {x});
   return y;
 }
 
-Tensor Linear::backward_impl(const Tensor& dy, Context& ctx) {
-  const Tensor& x = ctx.saved(this, 0);  // (N, C)
+Tensor Linear::backward_from(const Tensor& dy, const Tensor& x, bool bias_grad) {
   const int64_t N = x.numel() / in_;
   Tensor dx = Tensor::empty(x.shape());  // (N, C)
   kernels::matmul(dy.f32(), Trans::N, weight_->value().f32(), Trans::N, dx.f32(), N, in_, out_);
   kernels::matmul(dy.f32(), Trans::T, x.f32(), Trans::N, weight_->grad().f32(), out_, in_, N, nullptr,
                   /*accumulate=*/true);
   weight_->grad_contributed();
-  if (bias_) {
+  if (bias_ && bias_grad) {
     kernels::bias_backward(bias_->grad().f32(), dy.f32(), N, out_);
     bias_->grad_contributed();
   }
-  ctx.release(this);
   return dx;
 }
 

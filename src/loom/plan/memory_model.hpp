@@ -19,4 +19,15 @@ struct StateBytes {
 // optimizer_bytes_per_param: 8 for AdamW (two moments), 4 for SGD with momentum.
 StateBytes model_state_bytes(int64_t params, int dp, int zero_stage, int64_t optimizer_bytes_per_param);
 
+// Activation bytes one transformer layer keeps for backward, per rank, for a micro-batch of
+// B sequences of T tokens, width C, NH heads, tensor-parallel degree t. Loom's counterpart
+// of Korthikanti et al. (2022), sbh(34 + 5as/h) in fp16 with dropout masks: Loom keeps fp32
+// and has no dropout, so per layer
+//   4 BTC (the inputs of ln1, qkv, ln2, fc: replicated across tp; split t ways along the
+//          sequence with sequence parallelism)
+// + 12 BTC / t (q, k, v, the attention output, the MLP's pre- and post-GELU activations)
+// + NH B T^2 / t (the softmax probabilities) + 4 BT (LayerNorm statistics, / t with SP),
+// each times 4 bytes.
+int64_t activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t t, bool sequence_parallel);
+
 }  // namespace loom::plan

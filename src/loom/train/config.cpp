@@ -43,6 +43,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "dp", "data-parallel degree", &c.dp},
       {"parallel", "pp", "pipeline-parallel degree", &c.pp},
       {"parallel", "tp", "tensor-parallel degree (neighbouring ranks)", &c.tp},
+      {"parallel", "sequence_parallel", "with tp > 1, also split the activations outside the tensor-parallel layers (LayerNorm, residual) along the sequence", &c.sequence_parallel},
       {"parallel", "zero", "ZeRO stage: 0 = DDP (replicated), 1 = optimizer state sharded, 2 = + gradients, 3 = + parameters (FSDP)", &c.zero},
       {"parallel", "hsdp_shard", "hybrid sharding: shard over groups of this many dp ranks, replicate across groups; 0 = shard over all dp ranks", &c.hsdp_shard},
       {"parallel", "allreduce", "data-parallel gradient all-reduce: mpi, ring, tree, rhd or param-server (ZeRO: mpi or ring)", &c.allreduce},
@@ -82,6 +83,9 @@ void TrainConfig::validate() const {
   check(dp >= 1 && pp >= 1 && tp >= 1, "parallel degrees must be >= 1, got dp(", dp, ") x pp(", pp, ") x tp(", tp, ")");
   comm::parse_algorithm(allreduce);  // names the choices when unknown
   check(bucket_mb > 0, "bucket_mb must be > 0, got ", bucket_mb);
+  check(!sequence_parallel || tp > 1, "sequence_parallel needs tensor parallelism: set tp > 1");
+  check(!sequence_parallel || model.block_size % tp == 0, "sequence_parallel splits the sequence over tp ranks: block_size (",
+        model.block_size, ") must be divisible by tp (", tp, ")");
   check(zero >= 0 && zero <= 3, "zero must be 0, 1, 2 or 3 (the ZeRO stage), got ", zero);
   check(hsdp_shard >= 0, "hsdp_shard must be >= 0, got ", hsdp_shard);
   check(hsdp_shard == 0 || zero >= 1, "hsdp_shard needs a sharded mode: set zero to 1, 2 or 3");

@@ -44,6 +44,7 @@ struct TrainConfig {
   int64_t dp = 1;
   int64_t pp = 1;
   int64_t tp = 1;
+  bool sequence_parallel = false;  // split LayerNorm/residual activations along the sequence (tp > 1)
   int64_t zero = 0;               // ZeRO stage: 0 = DDP, 1-3 sharded (3 = FSDP)
   int64_t hsdp_shard = 0;         // HSDP: shard over groups of this many dp ranks (0 = all of dp)
   std::string allreduce = "mpi";  // DDP's all-reduce algorithm

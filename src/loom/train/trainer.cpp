@@ -15,6 +15,7 @@
 #include "loom/optim/clip.hpp"
 #include "loom/optim/sgd.hpp"
 #include "loom/plan/memory_model.hpp"
+#include "loom/parallel/tensor_parallel/sequence_parallel.hpp"
 #include "loom/train/checkpoint.hpp"
 
 namespace loom::train {
@@ -47,6 +48,8 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
     const int64_t Vl = config_.model.resolved_padded_vocab() / config_.tp;
     tp_loss_ = std::make_unique<parallel::tp::VocabParallelCrossEntropy>(config_.model.vocab_size,
                                                                          tp_group_->rank() * Vl, *tp_group_);
+    // Before DDP/ZeRO install their hooks: partial replicated gradients are summed first.
+    if (config_.sequence_parallel) parallel::tp::sum_replicated_gradients(*model_, *tp_group_);
   }
   setup_data_parallel();
   // Sharded modes: the optimizer steps this rank's shards, not the model's parameters.
@@ -87,7 +90,8 @@ void Trainer::setup_mesh() {
     dp_group_ = &mesh_->group("dp");
     tp_group_ = &mesh_->group("tp");
     for (comm::ProcessGroup* g : {dp_group_, tp_group_}) g->set_emulated_link(config_.net_gbps, config_.net_latency_us);
-    if (config_.tp > 1) tp_layers_ = std::make_unique<parallel::tp::TensorParallelLayers>(*tp_group_);
+    if (config_.tp > 1)
+      tp_layers_ = std::make_unique<parallel::tp::TensorParallelLayers>(*tp_group_, config_.sequence_parallel);
   }
   dp_rank_ = dp_group_->rank();
 }

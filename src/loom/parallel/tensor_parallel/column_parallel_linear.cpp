@@ -14,20 +14,32 @@ int64_t local_outputs(int64_t out, int64_t blocks, int t) {
 }  // namespace
 
 ColumnParallelLinear::ColumnParallelLinear(int64_t in_features, int64_t out_features, int64_t blocks,
-                                           comm::ProcessGroup& group)
-    : nn::Linear(in_features, local_outputs(out_features, blocks, group.size())), group_(group) {
+                                           comm::ProcessGroup& group, bool sequence_parallel)
+    : nn::Linear(in_features, local_outputs(out_features, blocks, group.size())),
+      group_(group),
+      sequence_parallel_(sequence_parallel) {
   const nn::ShardSpec spec{0, group.size(), group.rank(), blocks};
   weight().set_shard_spec(spec);
   if (bias() != nullptr) bias()->set_shard_spec(spec);
 }
 
 Tensor ColumnParallelLinear::forward_impl(const Tensor& x, nn::Context& ctx) {
-  return project(x, ctx, /*add_bias=*/true);  // f forward is the identity
+  // f forward: the identity, or the gather of the sequence chunks.
+  Tensor y = project(sequence_parallel_ ? gather_sequence(x, group_) : x, /*add_bias=*/true);
+  ctx.save(this, {x});
+  return y;
 }
 
 Tensor ColumnParallelLinear::backward_impl(const Tensor& dy, nn::Context& ctx) {
-  Tensor dx = nn::Linear::backward_impl(dy, ctx);
-  f_backward(dx, group_);
+  const Tensor& x = ctx.saved(this, 0);
+  Tensor dx;
+  if (sequence_parallel_) {
+    dx = reduce_scatter_sequence(backward_from(dy, gather_sequence(x, group_), true), group_);
+  } else {
+    dx = backward_from(dy, x, true);
+    f_backward(dx, group_);
+  }
+  ctx.release(this);
   return dx;
 }
 

@@ -2,7 +2,8 @@
 // tensor-parallel group, so each rank computes its slice of the outputs from the whole,
 // replicated input. The f operator sums the partial input gradients in backward. With
 // blocks > 1 each of that many equal blocks of outputs is split separately: a fused QKV
-// projection gives every rank the q, k and v columns of its own heads.
+// projection gives every rank the q, k and v columns of its own heads. Under sequence
+// parallelism f is an all-gather of the sequence chunks and its backward a reduce-scatter.
 #pragma once
 
 #include "loom/comm/process_group.hpp"
@@ -12,7 +13,10 @@ namespace loom::parallel::tp {
 
 class ColumnParallelLinear : public nn::Linear {
  public:
-  ColumnParallelLinear(int64_t in_features, int64_t out_features, int64_t blocks, comm::ProcessGroup& group);
+  // sequence_parallel: the input arrives split along the sequence (B, T/t, C) and is
+  // all-gathered (only this rank's chunk is kept for backward, which gathers it again).
+  ColumnParallelLinear(int64_t in_features, int64_t out_features, int64_t blocks, comm::ProcessGroup& group,
+                       bool sequence_parallel = false);
 
  protected:
   Tensor forward_impl(const Tensor& x, nn::Context& ctx) override;  // x (N, C) -> (N, OC/t)
@@ -20,6 +24,7 @@ class ColumnParallelLinear : public nn::Linear {
 
  private:
   comm::ProcessGroup& group_;
+  bool sequence_parallel_;
 };
 
 }  // namespace loom::parallel::tp

@@ -1,5 +1,9 @@
 #include "loom/parallel/tensor_parallel/mappings.hpp"
 
+#include <cstring>
+
+#include "loom/error.hpp"
+
 namespace loom::parallel::tp {
 
 namespace {
@@ -11,5 +15,48 @@ void sum_over(Tensor& t, comm::ProcessGroup& group) {
 void f_backward(Tensor& dx, comm::ProcessGroup& group) { sum_over(dx, group); }
 
 void g_forward(Tensor& y, comm::ProcessGroup& group) { sum_over(y, group); }
+
+namespace {
+// Activations are (B, T, C) with T outermost within a sequence, so a rank's chunk
+// (rows [r T/t, (r+1) T/t) of every sequence) is B separate runs: the collectives work on
+// rank-major blocks (t, B, T/t, C), and these move rows between the two layouts.
+void copy_chunks(float* dst, const float* src, int64_t B, int64_t Tl, int64_t C, int t, bool to_blocks) {
+  const size_t run = sizeof(float) * static_cast<size_t>(Tl * C);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int r = 0; r < t; ++r)
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t block = (r * B + b) * Tl * C, seq = (b * t + r) * Tl * C;
+      if (to_blocks)
+        std::memcpy(dst + block, src + seq, run);
+      else
+        std::memcpy(dst + seq, src + block, run);
+    }
+}
+}  // namespace
+
+Tensor gather_sequence(const Tensor& local, comm::ProcessGroup& group) {
+  const int t = group.size();
+  if (t == 1) return local;
+  check(local.ndim() == 3, "gather_sequence expects (B, T/t, C), got ", shape_str(local.shape()));
+  const int64_t B = local.size(0), Tl = local.size(1), C = local.size(2);
+  Tensor blocks = Tensor::empty({t * local.numel()}, DType::F32, MemoryCategory::CommBuffers);
+  group.all_gather(local.view({local.numel()}), blocks);
+  Tensor full = Tensor::empty({B, t * Tl, C});
+  copy_chunks(full.f32(), blocks.f32(), B, Tl, C, t, /*to_blocks=*/false);
+  return full;
+}
+
+Tensor reduce_scatter_sequence(const Tensor& full, comm::ProcessGroup& group) {
+  const int t = group.size();
+  if (t == 1) return full;
+  check(full.ndim() == 3 && full.size(1) % t == 0, "sequence parallelism: the sequence length (",
+        full.ndim() == 3 ? full.size(1) : -1, ") must be divisible by tp (", t, ")");
+  const int64_t B = full.size(0), Tl = full.size(1) / t, C = full.size(2);
+  Tensor blocks = Tensor::empty({full.numel()}, DType::F32, MemoryCategory::CommBuffers);
+  copy_chunks(blocks.f32(), full.f32(), B, Tl, C, t, /*to_blocks=*/true);
+  Tensor local = Tensor::empty({B, Tl, C});
+  group.reduce_scatter(blocks, local, comm::ReduceOp::Sum);
+  return local;
+}
 
 }  // namespace loom::parallel::tp

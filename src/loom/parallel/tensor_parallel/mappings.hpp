@@ -5,6 +5,9 @@
 //   g: after a row-parallel layer; all-reduce of the partial outputs in forward, identity
 //      backward.
 // Sums run in rank order on every rank, so the replicas stay bit-identical.
+// Sequence parallelism (Korthikanti et al. 2022) splits the activations outside those
+// regions (LayerNorm, residual) along the sequence: f becomes an all-gather along the
+// sequence (backward: reduce-scatter) and g a reduce-scatter (backward: all-gather).
 #pragma once
 
 #include "loom/comm/process_group.hpp"
@@ -16,5 +19,10 @@ namespace loom::parallel::tp {
 void f_backward(Tensor& dx, comm::ProcessGroup& group);
 // g's forward: y becomes the sum of the group's partial outputs.
 void g_forward(Tensor& y, comm::ProcessGroup& group);
+
+// local (B, T/t, C) -> (B, T, C): the group's sequence chunks in rank order.
+Tensor gather_sequence(const Tensor& local, comm::ProcessGroup& group);
+// full (B, T, C), partial on every rank -> (B, T/t, C): this rank's chunk of the sum.
+Tensor reduce_scatter_sequence(const Tensor& full, comm::ProcessGroup& group);
 
 }  // namespace loom::parallel::tp

@@ -1,7 +1,9 @@
 // RowParallelLinear: y = x W^T + b with W's columns (input features) split across the
 // tensor-parallel group: each rank multiplies its slice of the input (the output of a
 // column-parallel layer, never gathered) and the g operator sums the partial outputs. The
-// bias is replicated and added once, after the sum; its gradient is the same on every rank.
+// bias is replicated and added once, after the sum; its gradient is the same on every rank
+// (under sequence parallelism each rank's is partial, from its chunk of the sequence, and the
+// replicated-gradient sum of sequence_parallel.hpp completes it).
 #pragma once
 
 #include "loom/comm/process_group.hpp"
@@ -11,7 +13,10 @@ namespace loom::parallel::tp {
 
 class RowParallelLinear : public nn::Linear {
  public:
-  RowParallelLinear(int64_t in_features, int64_t out_features, comm::ProcessGroup& group);
+  // sequence_parallel: the partial outputs are reduce-scattered along the sequence
+  // (B, T/t, C), and the output gradient all-gathered in backward.
+  RowParallelLinear(int64_t in_features, int64_t out_features, comm::ProcessGroup& group,
+                    bool sequence_parallel = false);
 
  protected:
   Tensor forward_impl(const Tensor& x, nn::Context& ctx) override;  // x (N, C/t) -> (N, OC)
@@ -19,6 +24,7 @@ class RowParallelLinear : public nn::Linear {
 
  private:
   comm::ProcessGroup& group_;
+  bool sequence_parallel_;
 };
 
 }  // namespace loom::parallel::tp

@@ -8,18 +8,27 @@
 namespace loom::parallel::tp {
 
 std::unique_ptr<nn::Linear> TensorParallelLayers::column_parallel_linear(int64_t in, int64_t out, int64_t blocks) const {
-  return std::make_unique<ColumnParallelLinear>(in, out, blocks, group_);
+  return std::make_unique<ColumnParallelLinear>(in, out, blocks, group_, sequence_parallel_);
 }
 
 std::unique_ptr<nn::Linear> TensorParallelLayers::row_parallel_linear(int64_t in, int64_t out) const {
-  return std::make_unique<RowParallelLinear>(in, out, group_);
+  return std::make_unique<RowParallelLinear>(in, out, group_, sequence_parallel_);
 }
 
 std::unique_ptr<nn::Embedding> TensorParallelLayers::embedding(int64_t V, int64_t Vp, int64_t block_size,
                                                                int64_t C) const {
-  return std::make_unique<VocabParallelEmbedding>(V, Vp, block_size, C, group_);
+  return std::make_unique<VocabParallelEmbedding>(V, Vp, block_size, C, group_, sequence_parallel_);
 }
 
-void TensorParallelLayers::sum_partial_input_gradient(Tensor& dx) const { f_backward(dx, group_); }
+Tensor TensorParallelLayers::head_input(const Tensor& x) const {
+  return sequence_parallel_ ? gather_sequence(x, group_) : x;  // f forward
+}
+
+Tensor TensorParallelLayers::head_input_gradient(const Tensor& dx) const {
+  if (sequence_parallel_) return reduce_scatter_sequence(dx, group_);  // f backward
+  Tensor sum = dx;
+  f_backward(sum, group_);
+  return sum;
+}
 
 }  // namespace loom::parallel::tp

@@ -15,11 +15,12 @@ int64_t local_rows(int64_t padded_vocab, int t) {
 }  // namespace
 
 VocabParallelEmbedding::VocabParallelEmbedding(int64_t vocab_size, int64_t padded_vocab_size, int64_t block_size,
-                                               int64_t C, comm::ProcessGroup& group)
+                                               int64_t C, comm::ProcessGroup& group, bool sequence_parallel)
     : nn::Embedding(vocab_size, local_rows(padded_vocab_size, group.size()), block_size, C),
       group_(group),
       vocab_begin_(group.rank() * local_rows(padded_vocab_size, group.size())),
-      rows_(local_rows(padded_vocab_size, group.size())) {
+      rows_(local_rows(padded_vocab_size, group.size())),
+      sequence_parallel_(sequence_parallel) {
   wte().set_shard_spec(nn::ShardSpec{0, group.size(), group.rank(), 1});
 }
 
@@ -37,11 +38,17 @@ Tensor VocabParallelEmbedding::forward_impl(const Tensor& idx, nn::Context& ctx)
     const int64_t row = ids[i] - vocab_begin_;
     if (row >= 0 && row < rows_) std::memcpy(o + i * C_, table + row * C_, sizeof(float) * static_cast<size_t>(C_));
   }
-  g_forward(out, group_);  // every token's row came from exactly one rank
+  // Every token's row came from exactly one rank: the sum over the group is the lookup.
+  if (sequence_parallel_)
+    out = reduce_scatter_sequence(out, group_);  // (B, T/t, C)
+  else
+    g_forward(out, group_);
+  const int64_t Tl = out.size(1), t0 = sequence_parallel_ ? group_.rank() * Tl : 0;  // positions held here
   const float* pos = wpe().value().f32();
+  o = out.f32();
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = 0; c < C_; ++c) o[(b * T + t) * C_ + c] += pos[t * C_ + c];
+    for (int64_t t = 0; t < Tl; ++t)
+      for (int64_t c = 0; c < C_; ++c) o[(b * Tl + t) * C_ + c] += pos[(t0 + t) * C_ + c];
   ctx.save(this, {idx});
   return out;
 }
@@ -50,17 +57,22 @@ Tensor VocabParallelEmbedding::backward_impl(const Tensor& dy, nn::Context& ctx)
   const Tensor& idx = ctx.saved(this, 0);
   const int64_t B = idx.size(0), T = idx.size(1);
   const int32_t* ids = idx.i32();
-  const float* g = dy.f32();
   float* dwte = wte().grad().f32();
   float* dwpe = wpe().grad().f32();
-  // In (b, t) order, as the serial kernel, so each row sums in the same order.
+  // Positions: from this rank's rows (under sequence parallelism a partial sum, completed
+  // across tp like every replicated parameter's).
+  const int64_t Tl = dy.size(1), t0 = sequence_parallel_ ? group_.rank() * Tl : 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < Tl; ++t)
+      for (int64_t c = 0; c < C_; ++c) dwpe[(t0 + t) * C_ + c] += dy.f32()[(b * Tl + t) * C_ + c];
+  // Tokens: every position's gradient, in (b, t) order as the serial kernel sums them.
+  const Tensor full = sequence_parallel_ ? gather_sequence(dy, group_) : dy;
+  const float* g = full.f32();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
-      const float* row_grad = g + (b * T + t) * C_;
       const int64_t row = ids[b * T + t] - vocab_begin_;
       if (row >= 0 && row < rows_)
-        for (int64_t c = 0; c < C_; ++c) dwte[row * C_ + c] += row_grad[c];
-      for (int64_t c = 0; c < C_; ++c) dwpe[t * C_ + c] += row_grad[c];
+        for (int64_t c = 0; c < C_; ++c) dwte[row * C_ + c] += g[(b * T + t) * C_ + c];
     }
   wte().grad_contributed();
   wpe().grad_contributed();

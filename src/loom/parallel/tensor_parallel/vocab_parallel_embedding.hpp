@@ -12,8 +12,10 @@ namespace loom::parallel::tp {
 
 class VocabParallelEmbedding : public nn::Embedding {
  public:
+  // sequence_parallel: the output is this rank's chunk of the sequence (B, T/t, C), the
+  // ranks' rows reduce-scattered instead of all-reduced.
   VocabParallelEmbedding(int64_t vocab_size, int64_t padded_vocab_size, int64_t block_size, int64_t C,
-                         comm::ProcessGroup& group);
+                         comm::ProcessGroup& group, bool sequence_parallel = false);
   // This rank's rows are token ids [vocab_begin, vocab_begin + rows).
   int64_t vocab_begin() const { return vocab_begin_; }
 
@@ -24,6 +26,7 @@ class VocabParallelEmbedding : public nn::Embedding {
  private:
   comm::ProcessGroup& group_;
   int64_t vocab_begin_, rows_;
+  bool sequence_parallel_;
 };
 
 }  // namespace loom::parallel::tp
