@@ -8,6 +8,7 @@
 #include "loom/comm/mesh_layout.hpp"
 #include "loom/comm/mpi_runtime.hpp"
 #include "loom/error.hpp"
+#include "loom/plan/comm_cost.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/trainer.hpp"
@@ -24,9 +25,11 @@ struct TrainArgs {
 
 void print_dry_run(train::TrainConfig& config) {
   std::printf("# resolved configuration\n%s\n", train::to_toml(config).c_str());
-  const int64_t params = config.model.num_parameters();
-  std::printf("# model: %lld parameters (vocabulary size taken from the data at run time: %s)\n",
-              static_cast<long long>(params), config.tokenizer.c_str());
+  const int64_t params = config.model.num_parameters(config.tp);
+  std::printf("# model: %lld parameters, %lld per tensor-parallel rank (vocabulary size taken from the data at run "
+              "time: %s)\n",
+              static_cast<long long>(config.model.num_parameters()), static_cast<long long>(params),
+              config.tokenizer.c_str());
   const plan::StateBytes state =
       plan::model_state_bytes(params, static_cast<int>(config.shard_size()), static_cast<int>(config.zero),
                               config.optimizer == "adamw" ? 8 : 4);
@@ -39,6 +42,18 @@ void print_dry_run(train::TrainConfig& config) {
               config.zero == 3   ? " + gathered units (one transformer block each)"
               : config.zero == 2 ? " + full gradients of the units in backward"
                                  : "");
+  if (config.tp > 1) {
+    const int64_t C = config.model.n_embd, T = config.model.block_size;
+    std::printf("# predicted activations per layer per rank (fp32, micro-batch %lld x %lld): %s; tensor-parallel "
+                "traffic per step per rank: %s\n",
+                static_cast<long long>(config.batch_size), static_cast<long long>(T),
+                format_bytes(plan::activation_bytes_per_layer(config.batch_size, T, C, config.model.n_head, config.tp,
+                                                              config.sequence_parallel))
+                    .c_str(),
+                format_bytes(plan::tensor_parallel_bytes_per_step(config.batch_size, T, C, config.model.n_layer, T,
+                                                                  config.micro_batches, config.sequence_parallel))
+                    .c_str());
+  }
   const comm::MeshLayout layout({{"dp", static_cast<int>(config.dp)}, {"pp", static_cast<int>(config.pp)},
                                  {"tp", static_cast<int>(config.tp)}},
                                 static_cast<int>(config.dp * config.pp * config.tp));

@@ -17,6 +17,7 @@
 #include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/nn/gpt.hpp"
 #include "loom/parallel/tensor_parallel/tensor_parallel_layers.hpp"
+#include "loom/plan/comm_cost.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/parallel/tensor_parallel/column_parallel_linear.hpp"
 #include "loom/parallel/tensor_parallel/row_parallel_linear.hpp"
@@ -226,6 +227,7 @@ TEST_P(TensorParallelGpt, SameLossesAndParametersAsSerial) {
   c.zero = layout.zero;
   c.sequence_parallel = layout.sequence_parallel;
   train::Trainer parallel(c, true, &world());
+  EXPECT_EQ(parallel.model().num_parameters(), parallel.config().model.num_parameters(layout.tp));
   expect_equivalent(run(parallel), want, c,
                     "dp " + std::to_string(dp) + " x tp " + std::to_string(layout.tp) + ", zero " +
                         std::to_string(layout.zero) + (layout.sequence_parallel ? ", SP" : ""));
@@ -239,6 +241,29 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelGpt,
                            return "tp" + std::to_string(info.param.tp) + "_zero" + std::to_string(info.param.zero) +
                                   (info.param.sequence_parallel ? "_sp" : "");
                          });
+
+class TensorParallelTraffic : public ::testing::TestWithParam<bool> {};
+
+TEST_P(TensorParallelTraffic, BytesPerStepMatchTheAnalyticCount) {
+  const bool sp = GetParam();
+  const int p = world().size();
+  if (p < 2) GTEST_SKIP() << "needs tp > 1";
+  train::TrainConfig c = tiny(1, 2, 2);
+  c.model.n_head = 2 * p;
+  c.model.n_embd = 8 * p;
+  c.model.block_size = 4 * p;
+  c.tp = p;
+  c.sequence_parallel = sp;
+  train::Trainer t(c, true, &world());
+  const train::StepResult r = t.train_step();
+  const int64_t want = plan::tensor_parallel_bytes_per_step(c.batch_size, c.model.block_size, c.model.n_embd,
+                                                            c.model.n_layer, c.model.block_size, c.micro_batches, sp);
+  EXPECT_EQ(r.tp_comm_bytes, want) << (sp ? "with" : "without") << " sequence parallelism";
+  EXPECT_GT(r.tp_comm_seconds, 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, TensorParallelTraffic, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? std::string("sp") : std::string("plain"); });
 
 class ActivationMemory : public ::testing::TestWithParam<bool> {};
 

@@ -57,7 +57,17 @@ void ProcessGroup::set_param_servers(int k) {
   param_servers_ = k;
 }
 
-Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()> body) {
+CommStats ProcessGroup::stats() const {
+  return CommStats{counters_->calls.load(), counters_->bytes.load(), 1e-9 * static_cast<double>(counters_->nanoseconds.load())};
+}
+
+void ProcessGroup::reset_stats() {
+  counters_->calls = 0;
+  counters_->bytes = 0;
+  counters_->nanoseconds = 0;
+}
+
+Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()> body, int64_t payload) {
   const int64_t sequence = ++sequence_;
   const std::string operation = op + "(" + std::to_string(n) + " floats)";
   const std::string description = operation + " #" + std::to_string(sequence) + " on group '" + name_ + "'";
@@ -66,10 +76,16 @@ Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()
   const bool debug = debug_checks_;
   const std::string group = name_;
   const int slot = watch_slot_;
+  std::shared_ptr<Counters> counters = counters_;
+  const int64_t bytes = 4 * (payload >= 0 ? payload : n);
   Work work = thread_->submit(description, [=, body = std::move(body)]() {
     if (debug) Watchdog::check_same_call(debug_comm, group, sequence, operation);
     if (watchdog != nullptr && slot >= 0) watchdog->entered(slot, sequence, operation);
+    const auto start = std::chrono::steady_clock::now();
     body();
+    counters->nanoseconds += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    counters->bytes += bytes;
+    ++counters->calls;
   });
   if (watchdog != nullptr && slot >= 0)
     work.watch(sequence, timeout_s_, [watchdog, key = watch_key_, members = world_ranks_](const Work::State& s) {
@@ -150,7 +166,7 @@ Work ProcessGroup::reduce_scatter_async(const float* in, float* out, int64_t n, 
     }
     finish_reduction(out, n, op, size);
     if (emulated_s > 0) std::this_thread::sleep_until(start + std::chrono::duration<double>(emulated_s));
-  });
+  }, n * size);
 }
 
 void ProcessGroup::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, AllReduceAlgorithm algorithm) {
@@ -176,7 +192,7 @@ Work ProcessGroup::all_gather_async(const float* in, float* out, int64_t n, AllR
       ring_all_gather(comm, out, n * size);
     }
     if (emulated_s > 0) std::this_thread::sleep_until(start + std::chrono::duration<double>(emulated_s));
-  });
+  }, n * size);
 }
 
 void ProcessGroup::all_gather(const Tensor& in, Tensor& out, AllReduceAlgorithm algorithm) {

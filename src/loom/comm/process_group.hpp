@@ -8,6 +8,7 @@
 // never arrived; LOOM_COMM_DEBUG=1 also checks that all ranks make the same call.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +24,14 @@
 #include "loom/tensor/tensor.hpp"
 
 namespace loom::comm {
+
+// What a group's collectives did since the last reset: how many, the bytes of the whole
+// tensors they reduced or gathered, and the seconds the communication thread spent on them.
+struct CommStats {
+  int64_t calls = 0;
+  int64_t bytes = 0;
+  double seconds = 0.0;
+};
 
 class ProcessGroup {
  public:
@@ -89,11 +98,15 @@ class ProcessGroup {
   void send(const Tensor& t, int dst, int tag = 0);
   void recv(Tensor& t, int src, int tag = 0);
 
+  CommStats stats() const;
+  void reset_stats();
+
   // Collective over this group: ranks with the same color form a new group, ordered by key.
   std::unique_ptr<ProcessGroup> split(int color, int key, std::string name);
 
  private:
-  Work submit(const std::string& op, int64_t n, std::function<void()> body);
+  // payload: floats of the whole tensor the collective works on (counted in stats()).
+  Work submit(const std::string& op, int64_t n, std::function<void()> body, int64_t payload = -1);
   // Seconds an all-reduce of n floats takes on the emulated link; 0 when it is off.
   double emulated_all_reduce_seconds(const std::string& algorithm, int64_t n) const;
 
@@ -112,6 +125,10 @@ class ProcessGroup {
   int param_servers_ = 1;
   int64_t sequence_ = 0;
   std::unique_ptr<CommThread> thread_;
+  struct Counters {
+    std::atomic<int64_t> calls{0}, bytes{0}, nanoseconds{0};
+  };
+  std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
 };
 
 }  // namespace loom::comm

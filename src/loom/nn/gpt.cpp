@@ -24,10 +24,12 @@ void GPTConfig::validate() const {
   check(n_embd % n_head == 0, "n_embd (", n_embd, ") must be divisible by n_head (", n_head, ")");
 }
 
-int64_t GPTConfig::num_parameters() const {
+int64_t GPTConfig::num_parameters(int64_t tp) const {
   const int64_t C = n_embd;
-  const int64_t per_block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
-  return resolved_padded_vocab() * C + block_size * C + n_layer * per_block + 2 * C;
+  // Split by tp: qkv (weight + bias), attention proj weight, fc (weight + bias), MLP proj weight.
+  const int64_t split = (3 * C * C + 3 * C) + C * C + (4 * C * C + 4 * C) + 4 * C * C;
+  const int64_t replicated = 2 * C + C + 2 * C + C;  // two LayerNorms, the two row-parallel biases
+  return resolved_padded_vocab() / tp * C + block_size * C + n_layer * (split / tp + replicated) + 2 * C;
 }
 
 double GPTConfig::flops_per_token(int64_t T) const {

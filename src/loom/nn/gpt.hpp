@@ -27,8 +27,10 @@ struct GPTConfig {
   int64_t resolved_padded_vocab() const;
   // Throws loom::Error naming every impossible value.
   void validate() const;
-  // Parameters, counted once (the LM head is tied).
-  int64_t num_parameters() const;
+  // Parameters, counted once (the LM head is tied); with tp > 1 those one tensor-parallel
+  // rank holds (its slice of the split matrices, the vocabulary and their biases, plus every
+  // replicated LayerNorm, position table and row-parallel bias).
+  int64_t num_parameters(int64_t tp = 1) const;
   // Training FLOPs per token (forward + backward = 3x forward), GEMMs and attention.
   double flops_per_token(int64_t T) const;
 };

@@ -37,4 +37,12 @@ double all_reduce_bus_bandwidth(int64_t bytes, double seconds, int p) {
   return static_cast<double>(bytes) / seconds * 2.0 * (p - 1) / p;
 }
 
+int64_t tensor_parallel_bytes_per_step(int64_t B, int64_t T, int64_t C, int64_t L, int64_t block_size, int64_t M,
+                                       bool sequence_parallel) {
+  const int64_t activation = B * T * C, loss = 3 * B * T;
+  const int64_t per_micro_batch = (sequence_parallel ? 10 * L + 5 : 4 * L + 2) * activation + loss;
+  const int64_t replicated = sequence_parallel ? M * (6 * C * L + block_size * C + 2 * C) : 0;
+  return 4 * (M * per_micro_batch + replicated + 1);
+}
+
 }  // namespace loom::plan

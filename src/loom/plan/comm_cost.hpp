@@ -22,4 +22,18 @@ double all_reduce_seconds(const std::string& algorithm, int64_t bytes, int p, co
 // comparable across rank counts (the link speed a ring would need).
 double all_reduce_bus_bandwidth(int64_t bytes, double seconds, int p);
 
+// Bytes of the tensors one rank's tensor-parallel collectives reduce or gather in a training
+// step of a GPT (L layers, width C, context block_size) over M micro-batches of B x T
+// tokens. Without sequence parallelism each layer all-reduces a (B, T, C) activation 4 times
+// (g after attention and MLP in forward, f before them in backward: Shoeybi et al. 2019),
+// plus the embedding (forward) and the LM head's input gradient (backward), plus 3 floats
+// per token for the vocabulary-parallel loss. With sequence parallelism a layer moves 10:
+// 2 all-gathers and 2 reduce-scatters forward, and backward the same again plus the
+// re-gathered inputs of the 2 column-parallel layers (only sequence chunks are kept); the
+// embedding and head add 5; the replicated parameters' partial gradients are summed once
+// (6C per layer, block_size x C + 2C for the position table and final LayerNorm). The
+// gradient norm adds one float.
+int64_t tensor_parallel_bytes_per_step(int64_t B, int64_t T, int64_t C, int64_t L, int64_t block_size, int64_t M,
+                                       bool sequence_parallel);
+
 }  // namespace loom::plan

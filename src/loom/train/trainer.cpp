@@ -184,6 +184,7 @@ double Trainer::global_grad_sum_squares() {
 StepResult Trainer::train_step() {
   StepResult r;
   r.lr = schedule_.at(step_);
+  if (tp_group_ != nullptr) tp_group_->reset_stats();
   optimizer_->zero_grad();
   if (sharded_) sharded_->zero_grad();
   const int64_t M = config_.micro_batches, B = config_.batch_size, T = config_.model.block_size;
@@ -214,6 +215,11 @@ StepResult Trainer::train_step() {
   }
   ++step_;
   r.step = step_;
+  if (tp_group_ != nullptr) {
+    const comm::CommStats s = tp_group_->stats();
+    r.tp_comm_seconds = s.seconds;
+    r.tp_comm_bytes = s.bytes;
+  }
   return r;
 }
 
@@ -330,6 +336,11 @@ void Trainer::log_progress(const StepResult& r, double step_seconds, bool keep) 
                   comm_s > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_s / comm_s) : 0.0);
     overlap = buf;
   }
+  if (tp_group_ != nullptr && tp_group_->size() > 1) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " | tp comm %.0f ms, %s", 1e3 * r.tp_comm_seconds, format_bytes(r.tp_comm_bytes).c_str());
+    overlap += buf;
+  }
   // On a terminal every step rewrites one live line and logged steps stay; in a log file
   // (CI, Slurm) only the logged steps appear, as plain lines.
   if (!quiet_ && (keep || live_progress_))
@@ -341,7 +352,8 @@ void Trainer::log_progress(const StepResult& r, double step_seconds, bool keep) 
   if (!keep) return;
   metrics_->write({{"kind", "train"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                    {"tokens_per_s", tok_per_s}, {"mfu", mfu}, {"peak_mem_bytes", mem}, {"skipped", r.skipped},
-                   {"elapsed_s", elapsed_train_seconds_}, {"comm_s", comm_s}, {"comm_exposed_s", exposed_s}});
+                   {"elapsed_s", elapsed_train_seconds_}, {"comm_s", comm_s}, {"comm_exposed_s", exposed_s},
+                   {"tp_comm_s", r.tp_comm_seconds}, {"tp_comm_bytes", r.tp_comm_bytes}});
 }
 
 float Trainer::run() {
