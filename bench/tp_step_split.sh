@@ -18,7 +18,8 @@
 # Benchmarks never gate anything: the exit status is 0 whatever the figures.
 #
 # Environment (all optional): REPEATS=2, LOOM_STEPS=8, LOOM_SKIP=2, PEAK_GFLOPS=160,
-# MPIRUN=mpirun, DATA=data/tinyshakespeare.txt, PYTHON=/usr/bin/python3.
+# MPIRUN=mpirun, DATA=data/tinyshakespeare.txt, PYTHON=/usr/bin/python3, RESULTS=FILE (keep
+# the raw JSON lines), REPORT_ONLY=FILE (run nothing; print the table of an earlier RESULTS).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -39,7 +40,8 @@ command -v "$MPIRUN" >/dev/null || die "no MPI launcher '$MPIRUN' on PATH (insta
 
 WORK=$(mktemp -d /tmp/tp_step_split.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-RESULTS="$WORK/results.jsonl"
+RESULTS=${REPORT_ONLY:-${RESULTS:-$WORK/results.jsonl}}
+[ -n "${REPORT_ONLY:-}" ] || : >"$RESULTS"
 
 declare -A MODEL=([gpt-mini]="--n-layer 6 --n-head 6 --n-embd 384 --batch-size 8"
                   [wide]="--n-layer 4 --n-head 16 --n-embd 1024 --batch-size 4")
@@ -72,7 +74,7 @@ EOF
   rm -rf "$dir"
 }
 
-for rep in $(seq 1 "$REPEATS"); do
+[ -n "${REPORT_ONLY:-}" ] || for rep in $(seq 1 "$REPEATS"); do
   for model in gpt-mini wide; do
     for layout in tp1 tp2 tp2-sp; do run_one "$model" "$layout" "$rep"; done
   done
@@ -96,7 +98,7 @@ for model in ("gpt-mini", "wide"):
         nbytes = statistics.median(r["tp_comm_bytes"] for r in rs)
         base = base or step
         print(f"{model:<9} {layout:<8} {shape:<11} {step:8.3f} {step - comm:8.3f} {comm:8.3f} {100 * comm / step:6.1f}% "
-              f"{nbytes / 2**20:10.1f} MiB {r['analytic'] or '-':>10} {base / step:7.2f}x")
+              f"{nbytes / 2**20:10.1f} MiB {rs[0]['analytic'] or '-':>10} {base / step:7.2f}x")
 print(f"\nseconds per step, medians over {max(r['rep'] for r in runs)} runs; the global batch is the same in every row "
       "of a model (tp splits each sequence's work, it does not add data)")
 EOF

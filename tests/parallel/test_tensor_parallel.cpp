@@ -129,6 +129,20 @@ TEST_P(ColumnParallel, MatchesTheSerialLinear) {
   EXPECT_TRUE(close(parallel.bias()->grad(), slice_of(serial.bias()->grad(), *parallel.bias()), "db"));
 }
 
+TEST(ColumnParallel, GatheredOutputIsTheSerialOutput) {
+  const int64_t t = world().size(), C = 8, OC = 8 * 3 * t, B = 2, T = 3;
+  nn::Linear serial(C, OC);
+  randomize(serial, 37);
+  ColumnParallelLinear parallel(C, OC, /*blocks=*/3, world(), /*sequence_parallel=*/false, /*gather_output=*/true);
+  copy_weights(serial, parallel);
+  const Tensor x = tensor_of(random_vector(B * T * C, 41), {B, T, C});
+  nn::Context sc, pc;
+  EXPECT_TRUE(close(parallel.forward(x, pc), serial.forward(x, sc), "gathered output"));
+  const Tensor dy = tensor_of(random_vector(B * T * OC, 43), {B, T, OC});
+  EXPECT_TRUE(close(parallel.backward(dy, pc), serial.backward(dy, sc), "dx"));
+  EXPECT_TRUE(close(parallel.weight().grad(), slice_of(serial.weight().grad(), parallel.weight()), "dW"));
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, ColumnParallel,
                          ::testing::Values(LayerCase{1, false}, LayerCase{3, false}, LayerCase{1, true}, LayerCase{3, true}),
                          layer_case_name);

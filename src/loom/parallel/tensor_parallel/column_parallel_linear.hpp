@@ -15,8 +15,11 @@ class ColumnParallelLinear : public nn::Linear {
  public:
   // sequence_parallel: the input arrives split along the sequence (B, T/t, C) and is
   // all-gathered (only this rank's chunk is kept for backward, which gathers it again).
+  // gather_output: all-gather the ranks' output features into the whole (N, OC) output
+  // (backward then keeps this rank's slice of the output gradient), for a column-parallel
+  // layer not followed by a row-parallel one.
   ColumnParallelLinear(int64_t in_features, int64_t out_features, int64_t blocks, comm::ProcessGroup& group,
-                       bool sequence_parallel = false);
+                       bool sequence_parallel = false, bool gather_output = false);
 
  protected:
   Tensor forward_impl(const Tensor& x, nn::Context& ctx) override;  // x (N, C) -> (N, OC/t)
@@ -25,6 +28,8 @@ class ColumnParallelLinear : public nn::Linear {
  private:
   comm::ProcessGroup& group_;
   bool sequence_parallel_;
+  bool gather_output_;
+  int64_t blocks_;
 };
 
 }  // namespace loom::parallel::tp

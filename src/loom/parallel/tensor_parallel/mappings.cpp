@@ -46,6 +46,32 @@ Tensor gather_sequence(const Tensor& local, comm::ProcessGroup& group) {
   return full;
 }
 
+namespace {
+nn::ShardSpec feature_spec(const Tensor& t, int64_t blocks, const comm::ProcessGroup& group, int index) {
+  return nn::ShardSpec{t.ndim() - 1, group.size(), index, blocks};
+}
+}  // namespace
+
+Tensor gather_features(const Tensor& local, int64_t blocks, comm::ProcessGroup& group) {
+  const int t = group.size();
+  if (t == 1) return local;
+  const int64_t n = local.numel();
+  Tensor all = Tensor::empty({t * n}, DType::F32, MemoryCategory::CommBuffers);
+  group.all_gather(local.view({n}), all);
+  Tensor full = Tensor::empty(feature_spec(local, blocks, group, 0).full_shape(local.shape()));
+  for (int r = 0; r < t; ++r) nn::place_shard(all.narrow(r * n, n).view(local.shape()), full, feature_spec(local, blocks, group, r));
+  return full;
+}
+
+Tensor slice_features(const Tensor& full, int64_t blocks, comm::ProcessGroup& group) {
+  if (group.size() == 1) return full;
+  Shape shape = full.shape();
+  shape.back() /= group.size();
+  Tensor local = Tensor::empty(shape);
+  nn::copy_shard(full, local, feature_spec(local, blocks, group, group.rank()));
+  return local;
+}
+
 Tensor reduce_scatter_sequence(const Tensor& full, comm::ProcessGroup& group) {
   const int t = group.size();
   if (t == 1) return full;

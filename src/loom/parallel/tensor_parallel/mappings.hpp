@@ -11,6 +11,7 @@
 #pragma once
 
 #include "loom/comm/process_group.hpp"
+#include "loom/nn/shard_spec.hpp"
 #include "loom/tensor/tensor.hpp"
 
 namespace loom::parallel::tp {
@@ -24,5 +25,10 @@ void g_forward(Tensor& y, comm::ProcessGroup& group);
 Tensor gather_sequence(const Tensor& local, comm::ProcessGroup& group);
 // full (B, T, C), partial on every rank -> (B, T/t, C): this rank's chunk of the sum.
 Tensor reduce_scatter_sequence(const Tensor& full, comm::ProcessGroup& group);
+
+// Features (last dim, in `blocks` blocks each split t ways): (..., F/t) on every rank ->
+// (..., F) in the serial order, and back to this rank's slice.
+Tensor gather_features(const Tensor& local, int64_t blocks, comm::ProcessGroup& group);
+Tensor slice_features(const Tensor& full, int64_t blocks, comm::ProcessGroup& group);
 
 }  // namespace loom::parallel::tp
