@@ -51,7 +51,8 @@ void print_dry_run(train::TrainConfig& config) {
                                                               config.sequence_parallel))
                     .c_str(),
                 format_bytes(plan::tensor_parallel_bytes_per_step(config.batch_size, T, C, config.model.n_layer, T,
-                                                                  config.micro_batches, config.sequence_parallel))
+                                                                  config.micro_batches, config.sequence_parallel,
+                                                                  static_cast<int>(config.zero)))
                     .c_str());
   }
   const comm::MeshLayout layout({{"dp", static_cast<int>(config.dp)}, {"pp", static_cast<int>(config.pp)},

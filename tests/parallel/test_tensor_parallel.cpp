@@ -215,10 +215,12 @@ struct Layout {
   int64_t tp;
   int zero;
   bool sequence_parallel;
+  int64_t micro_batches = 1;
 };
 
 void PrintTo(const Layout& l, std::ostream* os) {
-  *os << "tp " << l.tp << ", zero " << l.zero << (l.sequence_parallel ? ", sequence parallel" : "");
+  *os << "tp " << l.tp << ", zero " << l.zero << (l.sequence_parallel ? ", sequence parallel" : "") << ", "
+      << l.micro_batches << " micro-batches";
 }
 
 class TensorParallelGpt : public ::testing::TestWithParam<Layout> {};
@@ -229,7 +231,7 @@ TEST_P(TensorParallelGpt, SameLossesAndParametersAsSerial) {
   if (p % layout.tp != 0 || (layout.tp == 1 && layout.zero == 0)) GTEST_SKIP() << "layout does not fit " << p << " ranks";
   const int64_t dp = p / layout.tp;
   auto config = [&](int64_t dp_degree, int64_t batch) {
-    train::TrainConfig c = tiny(dp_degree, batch, 1);
+    train::TrainConfig c = tiny(dp_degree, batch, layout.micro_batches);
     c.model.n_head = 4;
     c.model.padded_vocab_size = 64 * layout.tp * ((65 + 64 * layout.tp - 1) / (64 * layout.tp));
     return c;
@@ -250,10 +252,12 @@ TEST_P(TensorParallelGpt, SameLossesAndParametersAsSerial) {
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelGpt,
                          ::testing::Values(Layout{2, 0, false}, Layout{4, 0, false}, Layout{2, 1, false},
                                            Layout{4, 1, false}, Layout{2, 3, false}, Layout{2, 0, true},
-                                           Layout{4, 0, true}, Layout{2, 1, true}, Layout{4, 2, true}),
+                                           Layout{4, 0, true}, Layout{2, 1, true}, Layout{4, 2, true},
+                                           Layout{2, 0, true, 3}, Layout{2, 2, true, 3}),
                          [](const auto& info) {
                            return "tp" + std::to_string(info.param.tp) + "_zero" + std::to_string(info.param.zero) +
-                                  (info.param.sequence_parallel ? "_sp" : "");
+                                  (info.param.sequence_parallel ? "_sp" : "") +
+                                  (info.param.micro_batches > 1 ? "_mb" + std::to_string(info.param.micro_batches) : "");
                          });
 
 class TensorParallelTraffic : public ::testing::TestWithParam<bool> {};

@@ -38,10 +38,11 @@ double all_reduce_bus_bandwidth(int64_t bytes, double seconds, int p) {
 }
 
 int64_t tensor_parallel_bytes_per_step(int64_t B, int64_t T, int64_t C, int64_t L, int64_t block_size, int64_t M,
-                                       bool sequence_parallel) {
+                                       bool sequence_parallel, int zero_stage) {
   const int64_t activation = B * T * C, loss = 3 * B * T;
   const int64_t per_micro_batch = (sequence_parallel ? 10 * L + 5 : 4 * L + 2) * activation + loss;
-  const int64_t replicated = sequence_parallel ? M * (6 * C * L + block_size * C + 2 * C) : 0;
+  const int64_t sums = zero_stage >= 2 ? M : 1;
+  const int64_t replicated = sequence_parallel ? sums * (6 * C * L + block_size * C + 2 * C) : 0;
   return 4 * (M * per_micro_batch + replicated + 1);
 }
 

@@ -30,10 +30,11 @@ double all_reduce_bus_bandwidth(int64_t bytes, double seconds, int p);
 // per token for the vocabulary-parallel loss. With sequence parallelism a layer moves 10:
 // 2 all-gathers and 2 reduce-scatters forward, and backward the same again plus the
 // re-gathered inputs of the 2 column-parallel layers (only sequence chunks are kept); the
-// embedding and head add 5; the replicated parameters' partial gradients are summed once
-// (6C per layer, block_size x C + 2C for the position table and final LayerNorm). The
+// embedding and head add 5; the replicated parameters' partial gradients are summed (6C
+// per layer, block_size x C + 2C for the position table and final LayerNorm) once per step,
+// or once per micro-batch under ZeRO-2/3 (whose gradients do not accumulate in place). The
 // gradient norm adds one float.
 int64_t tensor_parallel_bytes_per_step(int64_t B, int64_t T, int64_t C, int64_t L, int64_t block_size, int64_t M,
-                                       bool sequence_parallel);
+                                       bool sequence_parallel, int zero_stage = 0);
 
 }  // namespace loom::plan

@@ -49,7 +49,8 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
     tp_loss_ = std::make_unique<parallel::tp::VocabParallelCrossEntropy>(config_.model.vocab_size,
                                                                          tp_group_->rank() * Vl, *tp_group_);
     // Before DDP/ZeRO install their hooks: partial replicated gradients are summed first.
-    if (config_.sequence_parallel) parallel::tp::sum_replicated_gradients(*model_, *tp_group_);
+    if (config_.sequence_parallel)
+      replicated_sum_ = std::make_unique<parallel::tp::ReplicatedGradientSum>(*model_, *tp_group_, config_.zero >= 2);
   }
   setup_data_parallel();
   // Sharded modes: the optimizer steps this rank's shards, not the model's parameters.
@@ -196,6 +197,7 @@ StepResult Trainer::train_step() {
     const data::Batch batch = dataset_->batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step_, row, B, T);
     if (ddp_) ddp_->set_sync(m == M - 1);  // communicate once, after the last micro-batch
     if (sharded_) sharded_->set_sync(m == M - 1);
+    if (replicated_sum_) replicated_sum_->set_sync(m == M - 1);
     loss_sum += forward_backward(batch, 1.0f / static_cast<float>(M));
   }
   if (ddp_) ddp_->finish_gradient_sync();

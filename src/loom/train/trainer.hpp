@@ -17,6 +17,7 @@
 #include "loom/optim/lr_schedule.hpp"
 #include "loom/optim/optimizer.hpp"
 #include "loom/parallel/ddp.hpp"
+#include "loom/parallel/tensor_parallel/sequence_parallel.hpp"
 #include "loom/parallel/tensor_parallel/tensor_parallel_layers.hpp"
 #include "loom/parallel/tensor_parallel/vocab_parallel_cross_entropy.hpp"
 #include "loom/parallel/zero.hpp"
@@ -88,6 +89,7 @@ class Trainer {
   comm::ProcessGroup* tp_group_ = nullptr;   // this rank's tensor-parallel group
   std::unique_ptr<parallel::tp::TensorParallelLayers> tp_layers_;     // tp > 1
   std::unique_ptr<parallel::tp::VocabParallelCrossEntropy> tp_loss_;  // tp > 1
+  std::unique_ptr<parallel::tp::ReplicatedGradientSum> replicated_sum_;  // sequence parallel
   std::map<std::string, nn::ShardSpec> param_specs_;
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;
   std::unique_ptr<comm::ProcessGroup> shard_group_, replicate_group_;  // sharded modes

@@ -2,10 +2,13 @@
 
 namespace loom::parallel::tp {
 
-void sum_replicated_gradients(nn::Module& model, comm::ProcessGroup& group) {
+ReplicatedGradientSum::ReplicatedGradientSum(nn::Module& model, comm::ProcessGroup& group, bool every_backward)
+    : group_(group), every_backward_(every_backward) {
   for (nn::Parameter* p : model.parameters())
     if (!p->shard_spec().sharded())
-      p->add_grad_ready_hook([&group](nn::Parameter& q) { group.all_reduce(q.grad(), comm::ReduceOp::Sum); });
+      p->add_grad_ready_hook([this](nn::Parameter& q) {
+        if (every_backward_ || sync_) group_.all_reduce(q.grad(), comm::ReduceOp::Sum);
+      });
 }
 
 }  // namespace loom::parallel::tp

@@ -1,7 +1,8 @@
 // Under sequence parallelism each rank computes the LayerNorm, position-embedding and
 // row-parallel-bias gradients from its own chunk of the sequence only, so these replicated
-// parameters' gradients are partial: sum them over the tensor-parallel group as each becomes
-// ready (before data parallelism reduces it), so every replica steps alike.
+// parameters' gradients are partial: they are summed over the tensor-parallel group as each
+// becomes ready (from a grad-ready hook installed before DDP's or ZeRO's, so the sum comes
+// before data parallelism reduces it), and every replica steps alike.
 #pragma once
 
 #include "loom/comm/process_group.hpp"
@@ -9,8 +10,19 @@
 
 namespace loom::parallel::tp {
 
-// Adds a grad-ready hook to every parameter of model not split across group; install it
-// before DDP or ZeRO so it runs first.
-void sum_replicated_gradients(nn::Module& model, comm::ProcessGroup& group);
+class ReplicatedGradientSum {
+ public:
+  // every_backward: the gradients hold only the current backward's contribution (ZeRO-2/3
+  // give each backward fresh buffers), so each is summed; otherwise they accumulate over
+  // micro-batches and are summed once, in the backward with sync on (summing the running
+  // total every time would count earlier micro-batches again).
+  ReplicatedGradientSum(nn::Module& model, comm::ProcessGroup& group, bool every_backward);
+  void set_sync(bool on) { sync_ = on; }
+
+ private:
+  comm::ProcessGroup& group_;
+  bool every_backward_;
+  bool sync_ = true;
+};
 
 }  // namespace loom::parallel::tp
