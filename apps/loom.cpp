@@ -1,4 +1,4 @@
-// loom: one binary, one subcommand per task (train, sample, bench, config-reference).
+// loom: one binary, one subcommand per task (train, sample, bench, schedule, config-reference).
 #include <cstdio>
 #include <exception>
 
@@ -35,6 +35,9 @@ int main(int argc, char** argv) {
   add("sample", "generate text from a checkpoint (example: loom sample --checkpoint runs/shakespeare --prompt ROMEO:)",
       loom::apps::add_sample_command);
   add("bench", "measure kernels and training speed (example: loom bench gemm)", loom::apps::add_bench_command);
+  add("schedule",
+      "check and draw a pipeline schedule (example: loom schedule --pp 4 --micro-batches 8 --svg 1f1b.svg)",
+      loom::apps::add_schedule_command);
   add("config-reference", "print the configuration reference as Markdown", loom::apps::add_config_reference_command);
   try {
     app.parse(argc, argv);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 namespace {
@@ -83,6 +84,43 @@ TEST(Cli, DryRunShowsTheRankMapOfALayout) {
   EXPECT_NE(r.output.find("tp groups: [0 1] [2 3] [4 5] [6 7]"), std::string::npos) << r.output;
   expect_error("train --dp 0 --dry-run", "parallel degrees must be >= 1, got dp(0) x pp(1) x tp(1)");
   expect_error("train " + kTiny + " --dp 2", "layout dp(2) x pp(1) x tp(1) needs 2 processes: start it with mpirun -np 2");
+}
+
+TEST(Cli, SchedulePrintsActionsBubbleAndTimeline) {
+  const std::string svg = temp_path("1f1b.svg");
+  fs::remove(svg);
+  Result r = run_loom("schedule --pp 4 --micro-batches 8 --schedule 1f1b --svg " + svg);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 0: F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7\n"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("bubble / compute time: 0.3750   theory (p-1)/m = 3/8 = 0.3750"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("bubble share of the timeline: 0.2727   theory (p-1)/(m + p-1) = 0.2727"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("peak micro-batches of activations held per rank: 4 3 2 1"), std::string::npos) << r.output;
+  std::ifstream in(svg);
+  const std::string picture((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(picture.rfind("<svg", 0), 0u) << picture.substr(0, 200);
+  r = run_loom("schedule --pp 4 --micro-batches 8 --schedule interleaved --chunks 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("theory (p-1)/(m v) = 3/16 = 0.1875"), std::string::npos) << r.output;
+  expect_error("schedule --pp 4 --micro-batches 6 --schedule interleaved --chunks 2",
+               "the interleaved schedule needs the micro-batches (6) to be a multiple of pp (4)");
+  expect_error("schedule --schedule zb", "unknown pipeline schedule 'zb' (expected gpipe, 1f1b or interleaved)");
+}
+
+TEST(Cli, ScheduleFileIsCheckedBeforeUse) {
+  const std::string good = temp_path("good_schedule.txt"), bad = temp_path("bad_schedule.txt");
+  std::ofstream(good) << "# 1F1B on two ranks\nF0 F1 B0 B1\nF0 B0 F1 B1\n";
+  std::ofstream(bad) << "F0 B0 F1 B1\nF1 B1 F0 B0\n";
+  const Result r = run_loom("schedule --file " + good);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1: F0 B0 F1 B1"), std::string::npos) << r.output;
+  expect_error("schedule --file " + bad, "custom schedule " + bad +
+               ": deadlock: rank 0: B0 waits for the gradient of micro-batch 0 from rank 1, and rank 1: F1 waits for "
+               "the activation of micro-batch 1 from rank 0, which is itself waiting (a cycle)");
+  expect_error("schedule --file " + good + " --pp 3", "--pp 3 disagrees with " + good + ", which has 2");
+  expect_error("schedule --file /nonexistent/schedule.txt", "cannot open schedule file '/nonexistent/schedule.txt'");
 }
 
 TEST(Cli, TrainThenSampleThenResume) {

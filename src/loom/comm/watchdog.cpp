@@ -43,6 +43,7 @@ Watchdog::~Watchdog() {
 Watchdog* Watchdog::instance() { return g_instance; }
 
 int Watchdog::register_group(const std::string& key) {
+  std::lock_guard<std::mutex> guard(table_mutex_);
   const auto free_slot = std::find(slot_used_.begin(), slot_used_.end(), false);
   check(free_slot != slot_used_.end(), "more than ", kSlots, " live process groups on one rank");
   *free_slot = true;
@@ -57,6 +58,7 @@ int Watchdog::register_group(const std::string& key) {
 }
 
 void Watchdog::release_group(int slot) {
+  std::lock_guard<std::mutex> guard(table_mutex_);
   MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, window_);
   std::memset(table_ + slot * kEntryBytes, 0, kEntryBytes);
   MPI_Win_unlock(rank_, window_);
@@ -64,6 +66,7 @@ void Watchdog::release_group(int slot) {
 }
 
 void Watchdog::entered(int slot, int64_t sequence, const std::string& operation) {
+  std::lock_guard<std::mutex> guard(table_mutex_);
   MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, window_);
   char* entry = table_ + slot * kEntryBytes;
   std::memcpy(entry + kKeyBytes, &sequence, 8);

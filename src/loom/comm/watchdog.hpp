@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,9 @@ class Watchdog {
                               const std::string& operation);
 
  private:
+  // One lock of the own table at a time: each group's communication thread records its
+  // collectives here, and MPI forbids a process two concurrent locks on the same target.
+  std::mutex table_mutex_;
   MPI_Win window_ = MPI_WIN_NULL;
   char* table_ = nullptr;  // kSlots entries: key, int64 sequence, operation name
   int rank_ = 0;

@@ -39,65 +39,102 @@ double GPTConfig::flops_per_token(int64_t T) const {
   return 3.0 * (2.0 * matmul_params + attention);
 }
 
-GPT::GPT(const GPTConfig& config, uint64_t seed, const LayerBuilder& layers) : config_(config), layers_(layers) {
+GPT::GPT(const GPTConfig& config, uint64_t seed, const LayerBuilder& layers, GPTStage stage)
+    : config_(config), layers_(layers), stage_(stage) {
   config_.validate();
-  const int64_t C = config_.n_embd, t = layers_.tensor_parallel_size();
-  check(config_.resolved_padded_vocab() % t == 0, "padded vocabulary (", config_.resolved_padded_vocab(),
-        ") must be divisible by the tensor-parallel degree tp (", t, "): pad it to a multiple of 64 x tp");
-  embedding_ = &register_module(
-      "embedding", layers_.embedding(config_.vocab_size, config_.resolved_padded_vocab(), config_.block_size, C));
-  // Tied: the LM head reads the same table, so two gradient contributions per backward.
-  embedding_->wte().set_contributions_per_backward(2);
-  for (int64_t l = 0; l < config_.n_layer; ++l) {
+  if (stage_.end_block < 0) stage_.end_block = config_.n_layer;
+  check(0 <= stage_.first_block && stage_.first_block <= stage_.end_block && stage_.end_block <= config_.n_layer,
+        "pipeline stage blocks [", stage_.first_block, ", ", stage_.end_block, ") are not within the model's ",
+        config_.n_layer, " blocks");
+  const int64_t C = config_.n_embd, t = layers_.tensor_parallel_size(), Vp = config_.resolved_padded_vocab();
+  check(Vp % t == 0, "padded vocabulary (", Vp, ") must be divisible by the tensor-parallel degree tp (", t,
+        "): pad it to a multiple of 64 x tp");
+  if (stage_.embedding) {
+    embedding_ = &register_module("embedding", layers_.embedding(config_.vocab_size, Vp, config_.block_size, C));
+    // Tied: the LM head reads the same table, so two gradient contributions per backward.
+    if (stage_.head) embedding_->wte().set_contributions_per_backward(2);
+  }
+  for (int64_t l = stage_.first_block; l < stage_.end_block; ++l) {
     Block& b = register_module("blocks." + std::to_string(l), std::make_unique<Block>(C, config_.n_head, layers_));
     b.set_recompute(config_.recompute);
     blocks_.push_back(&b);
   }
-  ln_f_ = &register_module("ln_f", std::make_unique<LayerNorm>(C));
+  if (stage_.head) {
+    ln_f_ = &register_module("ln_f", std::make_unique<LayerNorm>(C));
+    if (!stage_.embedding) {
+      head_copy_ = &register_parameter("embedding.wte", {Vp / t, C}, /*weight_decay=*/true);
+      head_copy_->set_shard_spec(layers_.vocabulary_shard());
+    }
+  }
   init_weights(seed);
+}
+
+Embedding& GPT::embedding() {
+  check(embedding_ != nullptr, "this pipeline stage has no embedding");
+  return *embedding_;
+}
+
+Parameter& GPT::head_weight() {
+  check(has_head(), "this pipeline stage has no LM head");
+  return embedding_ != nullptr ? embedding_->wte() : *head_copy_;
 }
 
 void GPT::init_weights(uint64_t seed) {
   // GPT-2: normal(0, 0.02) everywhere, residual projections scaled by 1/sqrt(2L);
-  // biases zero and LayerNorm gains one (set by their constructors).
+  // biases zero and LayerNorm gains one (set by their constructors). The draws follow the
+  // whole model's order on every stage (a part another stage holds is drawn and dropped),
+  // so every layout starts from the serial weights.
   Rng rng(seed);
   const float stddev = 0.02f;
   const float residual_stddev = stddev / std::sqrt(2.0f * static_cast<float>(config_.n_layer));
-  init_normal(embedding_->wte(), stddev, rng);
-  init_normal(embedding_->wpe(), stddev, rng);
-  for (Block* b : blocks_) {
-    init_normal(b->attn().qkv().weight(), stddev, rng);
-    init_normal(b->attn().proj().weight(), residual_stddev, rng);
-    init_normal(b->mlp().fc().weight(), stddev, rng);
-    init_normal(b->mlp().proj().weight(), residual_stddev, rng);
+  auto draw = [&](Parameter* p, const Shape& full, float sd) {
+    if (p != nullptr) return init_normal(*p, sd, rng);
+    Tensor scratch = Tensor::empty(full, DType::F32, MemoryCategory::Other);
+    init_normal(scratch, sd, rng);
+  };
+  const int64_t C = config_.n_embd;
+  draw(embedding_ ? &embedding_->wte() : head_copy_, {config_.resolved_padded_vocab(), C}, stddev);
+  draw(embedding_ ? &embedding_->wpe() : nullptr, {config_.block_size, C}, stddev);
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    Block* b = l >= stage_.first_block && l < stage_.end_block ? blocks_[l - stage_.first_block] : nullptr;
+    draw(b ? &b->attn().qkv().weight() : nullptr, {3 * C, C}, stddev);
+    draw(b ? &b->attn().proj().weight() : nullptr, {C, C}, residual_stddev);
+    draw(b ? &b->mlp().fc().weight() : nullptr, {4 * C, C}, stddev);
+    draw(b ? &b->mlp().proj().weight() : nullptr, {C, 4 * C}, residual_stddev);
   }
 }
 
-Tensor GPT::forward_impl(const Tensor& idx, Context& ctx) {
-  Tensor x = embedding_->forward(idx, ctx);  // (B, T, C)
+Tensor GPT::forward_impl(const Tensor& input, Context& ctx) {
+  Tensor x = embedding_ ? embedding_->forward(input, ctx) : input;  // (B, T, C)
   for (Block* b : blocks_) x = b->forward(x, ctx);
+  if (!has_head()) return x;
   x = ln_f_->forward(x, ctx);
   const Tensor h = layers_.head_input(x);  // (B, T, C): the whole sequence
-  const int64_t B = h.size(0), T = h.size(1), C = h.size(2), Vp = embedding_->wte().value().size(0);
+  Parameter& wte = head_weight();
+  const int64_t B = h.size(0), T = h.size(1), C = h.size(2), Vp = wte.value().size(0);
   Tensor logits = Tensor::empty({B, T, Vp});  // (B, T, Vp)
-  kernels::matmul(h.f32(), Trans::N, embedding_->wte().value().f32(), Trans::T, logits.f32(), B * T, Vp, C);
+  kernels::matmul(h.f32(), Trans::N, wte.value().f32(), Trans::T, logits.f32(), B * T, Vp, C);
   ctx.save(this, {x});
   return logits;
 }
 
-Tensor GPT::backward_impl(const Tensor& dlogits, Context& ctx) {
-  const Tensor h = layers_.head_input(ctx.saved(this, 0));  // (B, T, C) final LayerNorm output
-  const int64_t N = h.size(0) * h.size(1), C = h.size(2), Vp = embedding_->wte().value().size(0);
-  Parameter& wte = embedding_->wte();
-  Tensor dh = Tensor::empty(h.shape());  // (B, T, C)
-  kernels::matmul(dlogits.f32(), Trans::N, wte.value().f32(), Trans::N, dh.f32(), N, C, Vp);
-  kernels::matmul(dlogits.f32(), Trans::T, h.f32(), Trans::N, wte.grad().f32(), Vp, C, N, nullptr,
-                  /*accumulate=*/true);
-  wte.grad_contributed();
-  Tensor dx = layers_.head_input_gradient(dh);
-  ctx.release(this);
-  dx = ln_f_->backward(dx, ctx);
+Tensor GPT::backward_impl(const Tensor& dout, Context& ctx) {
+  Tensor dx = dout;  // (B, T, C), or dlogits on the head's stage
+  if (has_head()) {
+    const Tensor h = layers_.head_input(ctx.saved(this, 0));  // (B, T, C) final LayerNorm output
+    Parameter& wte = head_weight();
+    const int64_t N = h.size(0) * h.size(1), C = h.size(2), Vp = wte.value().size(0);
+    Tensor dh = Tensor::empty(h.shape());  // (B, T, C)
+    kernels::matmul(dout.f32(), Trans::N, wte.value().f32(), Trans::N, dh.f32(), N, C, Vp);
+    kernels::matmul(dout.f32(), Trans::T, h.f32(), Trans::N, wte.grad().f32(), Vp, C, N, nullptr,
+                    /*accumulate=*/true);
+    wte.grad_contributed();
+    dx = layers_.head_input_gradient(dh);
+    ctx.release(this);
+    dx = ln_f_->backward(dx, ctx);
+  }
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) dx = (*it)->backward(dx, ctx);
+  if (!embedding_) return dx;
   embedding_->backward(dx, ctx);
   return Tensor();
 }

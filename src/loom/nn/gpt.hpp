@@ -35,12 +35,32 @@ struct GPTConfig {
   double flops_per_token(int64_t T) const;
 };
 
+// The part of the model a pipeline stage (or one interleaved chunk of it) holds: blocks
+// [first_block, end_block), the embedding on the first stage, the final LayerNorm and the
+// tied LM head on the last. The default is the whole model. A stage with the head but not
+// the embedding keeps its own copy of the token table ("embedding.wte"), initialised alike;
+// the pipeline sums the two copies' gradients so they stay equal.
+struct GPTStage {
+  int64_t first_block = 0;
+  int64_t end_block = -1;  // -1: n_layer
+  bool embedding = true;
+  bool head = true;
+};
+
 class GPT : public Module {
  public:
   // layers: serial, or tensor-parallel (parallel/tensor_parallel) for a 1/t slice per rank.
-  GPT(const GPTConfig& config, uint64_t seed, const LayerBuilder& layers = serial_layers());
+  // forward maps token ids (stage with the embedding) or activations (B, T, C) to logits
+  // (stage with the head) or activations; backward returns the input gradient (undefined
+  // on the embedding's stage).
+  GPT(const GPTConfig& config, uint64_t seed, const LayerBuilder& layers = serial_layers(), GPTStage stage = {});
   const GPTConfig& config() const { return config_; }
-  Embedding& embedding() { return *embedding_; }
+  const GPTStage& stage() const { return stage_; }
+  bool has_embedding() const { return embedding_ != nullptr; }
+  bool has_head() const { return ln_f_ != nullptr; }
+  Embedding& embedding();
+  // The LM head's weight: the embedding's token table, or this stage's copy of it.
+  Parameter& head_weight();
   std::vector<Block*>& blocks() { return blocks_; }
   LayerNorm& ln_f() { return *ln_f_; }
 
@@ -53,9 +73,11 @@ class GPT : public Module {
 
   GPTConfig config_;
   const LayerBuilder& layers_;
-  Embedding* embedding_;
+  GPTStage stage_;
+  Embedding* embedding_ = nullptr;
   std::vector<Block*> blocks_;
-  LayerNorm* ln_f_;
+  LayerNorm* ln_f_ = nullptr;
+  Parameter* head_copy_ = nullptr;  // the head's token table on a stage without the embedding
 };
 
 }  // namespace loom::nn

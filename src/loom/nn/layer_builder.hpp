@@ -31,6 +31,8 @@ class LayerBuilder {
   // head_input_gradient sums the ranks' partial input gradients (reduce-scattered back to
   // sequence chunks under sequence parallelism).
   virtual Tensor head_input(const Tensor& x) const { return x; }
+  // How the token table is split (by vocabulary rows under tensor parallelism).
+  virtual ShardSpec vocabulary_shard() const { return {}; }
   virtual Tensor head_input_gradient(const Tensor& dx) const { return dx; }
 };
 

@@ -48,10 +48,20 @@ void DistributedDataParallel::on_grad_ready(int b) {
   Bucket& bucket = buckets_[b];
   if (--bucket.pending > 0) return;
   bucket.pending = static_cast<int>(bucket.params.size());  // ready for the next backward
-  if (!sync_) return;
+  if (sync_) launch(b);
+}
+
+void DistributedDataParallel::launch(int b) {
+  Bucket& bucket = buckets_[b];
   bucket.work = group_.all_reduce_async(bucket.flat.f32(), bucket.flat.numel(), comm::ReduceOp::Avg, options_.algorithm);
   bucket.launched = true;
   launch_order_.push_back(b);
+}
+
+void DistributedDataParallel::sync_now() {
+  sync_ = true;
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
+    if (!buckets_[b].launched) launch(b);
 }
 
 void DistributedDataParallel::finish_gradient_sync() {

@@ -31,6 +31,9 @@ class DistributedDataParallel {
   // Waits for every bucket launched during backward; afterwards each gradient is the
   // average over the group.
   void finish_gradient_sync();
+  // Launches the all-reduce of every bucket not launched yet (a pipeline reduces once, after
+  // its last backward, with sync off until then); finish_gradient_sync() then waits.
+  void sync_now();
 
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
   const std::vector<nn::Parameter*>& bucket_params(int b) const { return buckets_[b].params; }
@@ -56,6 +59,7 @@ class DistributedDataParallel {
     bool launched = false;
   };
   void on_grad_ready(int bucket);
+  void launch(int bucket);
 
   comm::ProcessGroup& group_;
   DdpOptions options_;

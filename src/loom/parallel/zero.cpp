@@ -224,6 +224,12 @@ void ShardedDataParallel::complete_reduction(const Reduction& r) {
   kernels::add_inplace(u.shard_grad.f32(), shard_of(r.buffer).f32(), u.shard_numel);  // accumulate micro-batches
 }
 
+void ShardedDataParallel::sync_now() {
+  check(options_.stage == 1, "ZeRO-", options_.stage, " reduces in every backward; only stage 1 can defer to sync_now()");
+  sync_ = true;
+  for (int i = 0; i < static_cast<int>(units_.size()); ++i) launch_reduce_scatter(i);
+}
+
 void ShardedDataParallel::zero_grad() {
   for (Unit& u : units_) (options_.stage == 1 ? u.flat_grad : u.shard_grad).zero_();
   gathers_ = prefetched_ = 0;

@@ -57,6 +57,9 @@ class ShardedDataParallel {
   // Waits for every reduction; afterwards each gradient shard is the average over the whole
   // data-parallel group (shard x replicate).
   void finish_gradient_sync();
+  // Stage 1: reduce-scatters every unit now (a pipeline reduces once, after its last
+  // backward, with sync off until then); finish_gradient_sync() then waits.
+  void sync_now();
   // Collective: the squared norm of the whole averaged gradient, summed over the shards;
   // counted (when given) picks the model parameters to include.
   double grad_sum_squares(const std::function<bool(const nn::Parameter&)>& counted = {});

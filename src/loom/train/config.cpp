@@ -44,6 +44,9 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "dp", "data-parallel degree", &c.dp},
       {"parallel", "pp", "pipeline-parallel degree", &c.pp},
       {"parallel", "tp", "tensor-parallel degree (neighbouring ranks)", &c.tp},
+      {"parallel", "schedule", "pipeline schedule (pp > 1): 1f1b (PipeDream-flush: at most pp micro-batches of activations in flight), gpipe (all forwards, then all backwards) or interleaved (1F1B over `chunks` model chunks per rank; micro_batches divisible by pp)", &c.schedule},
+      {"parallel", "chunks", "model chunks per pipeline rank for the interleaved schedule (v >= 2; the bubble shrinks by v)", &c.chunks},
+      {"parallel", "pp_layers", "transformer blocks per pipeline stage, e.g. \"3,3,2,2\"; empty = balanced by cost", &c.pp_layers},
       {"parallel", "sequence_parallel", "with tp > 1, also split the activations outside the tensor-parallel layers (LayerNorm, residual) along the sequence", &c.sequence_parallel},
       {"parallel", "zero", "ZeRO stage: 0 = DDP (replicated), 1 = optimizer state sharded, 2 = + gradients, 3 = + parameters (FSDP)", &c.zero},
       {"parallel", "hsdp_shard", "hybrid sharding: shard over groups of this many dp ranks, replicate across groups; 0 = shard over all dp ranks", &c.hsdp_shard},
@@ -84,6 +87,14 @@ void TrainConfig::validate() const {
   check(dp >= 1 && pp >= 1 && tp >= 1, "parallel degrees must be >= 1, got dp(", dp, ") x pp(", pp, ") x tp(", tp, ")");
   comm::parse_algorithm(allreduce);  // names the choices when unknown
   check(bucket_mb > 0, "bucket_mb must be > 0, got ", bucket_mb);
+  check(schedule == "1f1b" || schedule == "gpipe" || schedule == "interleaved",
+        "schedule must be '1f1b', 'gpipe' or 'interleaved', got '", schedule, "'");
+  check(chunks >= 1, "chunks must be >= 1, got ", chunks);
+  check((schedule == "interleaved") == (chunks > 1), schedule == "interleaved"
+        ? "the interleaved schedule needs chunks >= 2 model chunks per pipeline rank"
+        : "chunks > 1 (model chunks per pipeline rank) needs schedule = \"interleaved\"");
+  check(pp == 1 || zero <= 1, "pipeline parallelism composes with zero 0 or 1, not ", zero,
+        " (stages 2-3 reduce every micro-batch while a pipeline reduces once, after its last backward)");
   check(!sequence_parallel || tp > 1, "sequence_parallel needs tensor parallelism: set tp > 1");
   check(!sequence_parallel || model.block_size % tp == 0, "sequence_parallel splits the sequence over tp ranks: block_size (",
         model.block_size, ") must be divisible by tp (", tp, ")");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 
 #include <unistd.h>
 
@@ -15,6 +16,10 @@
 #include "loom/optim/clip.hpp"
 #include "loom/optim/sgd.hpp"
 #include "loom/plan/memory_model.hpp"
+#include "loom/parallel/pipeline/model_chunks.hpp"
+#include "loom/parallel/pipeline/partition.hpp"
+#include "loom/parallel/pipeline/schedule_check.hpp"
+#include "loom/parallel/pipeline/schedules.hpp"
 #include "loom/parallel/tensor_parallel/sequence_parallel.hpp"
 #include "loom/train/checkpoint.hpp"
 
@@ -30,8 +35,6 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
   const int64_t world_size = world_ != nullptr ? world_->size() : 1;
   check(ranks == world_size, "layout dp(", config_.dp, ") x pp(", config_.pp, ") x tp(", config_.tp, ") = ", ranks,
         " != world size ", world_size, ranks > 1 && world_ == nullptr ? " (start it with mpirun -np N loom train ...)" : "");
-  check(config_.pp == 1, "pipeline parallelism (pp(", config_.pp,
-        ")) is not built yet (issue 6); data and tensor parallelism (dp, tp) are");
   if (world_ != nullptr && world_->rank() != 0) quiet_ = true;  // rank 0 speaks for the job
   kernels::set_num_threads(static_cast<int>(config_.threads));
   dataset_ = std::make_unique<data::TextDataset>(config_.data, config_.tokenizer, config_.model.block_size,
@@ -42,8 +45,15 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
   if (config_.tp > 1 && config_.model.padded_vocab_size == 0)
     config_.model.padded_vocab_size = (config_.model.vocab_size + 64 * config_.tp - 1) / (64 * config_.tp) * 64 * config_.tp;
   setup_mesh();
-  model_ = std::make_unique<nn::GPT>(config_.model, static_cast<uint64_t>(config_.seed),
-                                     tp_layers_ ? static_cast<const nn::LayerBuilder&>(*tp_layers_) : nn::serial_layers());
+  const nn::LayerBuilder& layers =
+      tp_layers_ ? static_cast<const nn::LayerBuilder&>(*tp_layers_) : nn::serial_layers();
+  if (pp_group_ == nullptr) {
+    auto gpt = std::make_unique<nn::GPT>(config_.model, static_cast<uint64_t>(config_.seed), layers);
+    chunks_ = {gpt.get()};
+    model_ = std::move(gpt);
+  } else {
+    setup_pipeline(layers);
+  }
   if (tp_layers_) {
     const int64_t Vl = config_.model.resolved_padded_vocab() / config_.tp;
     tp_loss_ = std::make_unique<parallel::tp::VocabParallelCrossEntropy>(config_.model.vocab_size,
@@ -78,6 +88,38 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
   live_progress_ = ::isatty(::fileno(stdout)) != 0 && world_ == nullptr;
 }
 
+void Trainer::setup_pipeline(const nn::LayerBuilder& layers) {
+  namespace pl = parallel::pipeline;
+  std::vector<int64_t> blocks;
+  std::stringstream list(config_.pp_layers);
+  for (std::string item; std::getline(list, item, ',');) {
+    try {
+      blocks.push_back(std::stoll(item));
+    } catch (const std::logic_error&) {
+      fail("pp_layers must list blocks per stage like \"3,3,2,2\", got '", config_.pp_layers, "'");
+    }
+  }
+  // This rank holds virtual stages rank, rank + p, ... (one per chunk).
+  const int64_t p = config_.pp, v = config_.chunks, rank = pp_group_->rank();
+  const std::vector<nn::GPTStage> stages = pl::partition_stages(config_.model, p, v, blocks);
+  std::vector<std::unique_ptr<nn::GPT>> chunks;
+  for (int64_t c = 0; c < v; ++c)
+    chunks.push_back(std::make_unique<nn::GPT>(config_.model, static_cast<uint64_t>(config_.seed), layers,
+                                               stages[static_cast<size_t>(c * p + rank)]));
+  auto holder = std::make_unique<pl::ModelChunks>(std::move(chunks));
+  chunks_ = holder->chunks();
+  model_ = std::move(holder);
+  // Every rank checks the whole schedule before the first step (it is data, so a bad one is
+  // named here instead of hanging later), then keeps its own part.
+  const pl::Schedule schedule = pl::build_schedule(pl::parse_schedule_kind(config_.schedule), static_cast<int>(p),
+                                                   static_cast<int>(config_.micro_batches), static_cast<int>(v));
+  pl::check_schedule(schedule);
+  pipeline_actions_ = schedule.ranks.at(static_cast<size_t>(rank));
+  const int64_t T = config_.model.block_size, t = config_.sequence_parallel ? config_.tp : 1;
+  pipeline_ = std::make_unique<pl::PipelineExecutor>(chunks_, *pp_group_, config_.micro_batches,
+                                                     Shape{config_.batch_size, T / t, config_.model.n_embd});
+}
+
 void Trainer::setup_mesh() {
   if (world_ == nullptr) return;
   world_->set_emulated_link(config_.net_gbps, config_.net_latency_us);
@@ -91,6 +133,15 @@ void Trainer::setup_mesh() {
     dp_group_ = &mesh_->group("dp");
     tp_group_ = &mesh_->group("tp");
     for (comm::ProcessGroup* g : {dp_group_, tp_group_}) g->set_emulated_link(config_.net_gbps, config_.net_latency_us);
+    if (config_.pp > 1) {
+      pp_group_ = &mesh_->group("pp");
+      // The first and last stage of a pipeline each hold the tied token table (embedding and
+      // LM head): they form a group to sum its two gradients. Other ranks get groups of one.
+      const int pp_rank = pp_group_->rank(), last = static_cast<int>(config_.pp) - 1;
+      const int end = mesh_->coordinate("dp") * static_cast<int>(config_.tp) + mesh_->coordinate("tp");
+      const bool holds_table = pp_rank == 0 || pp_rank == last;
+      embedding_group_ = world_->split(holds_table ? end : world_->size() + world_->rank(), pp_rank, "embedding");
+    }
     if (config_.tp > 1)
       tp_layers_ = std::make_unique<parallel::tp::TensorParallelLayers>(*tp_group_, config_.sequence_parallel);
   }
@@ -114,7 +165,8 @@ void Trainer::setup_data_parallel() {
     g->set_emulated_link(config_.net_gbps, config_.net_latency_us);
   parallel::ZeroOptions options;
   options.stage = static_cast<int>(config_.zero);
-  for (nn::Block* block : model_->blocks()) options.units.push_back(block);
+  for (nn::GPT* chunk : chunks_)
+    for (nn::Block* block : chunk->blocks()) options.units.push_back(block);
   options.algorithm = algorithm;
   sharded_ = std::make_unique<parallel::ShardedDataParallel>(*model_, *shard_group_, replicate_group_.get(), options);
 }
@@ -143,51 +195,29 @@ void Trainer::resume_from(const std::string& path) {
   if (!quiet_) std::printf("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(step_));
 }
 
-float Trainer::forward_backward(const data::Batch& batch, float loss_scale) {
-  MemoryScope scope(MemoryCategory::Activations);
-  nn::Context ctx;
-  Tensor logits = model_->forward(batch.inputs, ctx);  // (B, T, Vp), or (B, T, Vp/tp)
+float Trainer::loss_of(Tensor& logits, const Tensor& targets, bool backward, float scale) {
+  const int64_t V = config_.model.vocab_size;
   if (tp_loss_) {
-    const float loss = tp_loss_->forward(logits, batch.targets);
-    tp_loss_->backward(logits, batch.targets, loss_scale);
-    model_->backward(logits, ctx);
+    const float loss = tp_loss_->forward(logits, targets);
+    if (backward) tp_loss_->backward(logits, targets, scale);
     return loss;
   }
-  const float loss = nn::cross_entropy_loss(logits, batch.targets, config_.model.vocab_size);
-  nn::cross_entropy_loss_backward(logits, batch.targets, config_.model.vocab_size, loss_scale);
-  model_->backward(logits, ctx);  // logits now hold dlogits
+  const float loss = nn::cross_entropy_loss(logits, targets, V);
+  if (backward) nn::cross_entropy_loss_backward(logits, targets, V, scale);
   return loss;
 }
 
-double Trainer::global_grad_sum_squares() {
-  // The whole model's gradient, each parameter counted once: summed over data-parallel
-  // shards (ZeRO) and tensor-parallel slices; a parameter replicated across tp (LayerNorm,
-  // row-parallel bias) only from tp rank 0.
-  const bool all_replicas = tp_group_ == nullptr || tp_group_->rank() == 0;
-  auto counted = [all_replicas](const nn::Parameter& p) { return all_replicas || p.shard_spec().sharded(); };
-  double sum = 0.0;
-  if (sharded_) {
-    sum = sharded_->grad_sum_squares(counted);
-  } else {
-    std::vector<nn::Parameter*> params;
-    for (nn::Parameter* p : optimizer_->params())
-      if (counted(*p)) params.push_back(p);
-    sum = optim::grad_sum_squares(params);
-  }
-  if (tp_group_ != nullptr && tp_group_->size() > 1) {
-    float s = static_cast<float>(sum);
-    tp_group_->all_reduce(&s, 1, comm::ReduceOp::Sum);
-    sum = s;
-  }
-  return sum;
+float Trainer::forward_backward(const data::Batch& batch, float loss_scale) {
+  MemoryScope scope(MemoryCategory::Activations);
+  nn::Context ctx;
+  nn::GPT& model = *chunks_.front();
+  Tensor logits = model.forward(batch.inputs, ctx);  // (B, T, Vp), or (B, T, Vp/tp)
+  const float loss = loss_of(logits, batch.targets, /*backward=*/true, loss_scale);
+  model.backward(logits, ctx);  // logits now hold dlogits
+  return loss;
 }
 
-StepResult Trainer::train_step() {
-  StepResult r;
-  r.lr = schedule_.at(step_);
-  if (tp_group_ != nullptr) tp_group_->reset_stats();
-  optimizer_->zero_grad();
-  if (sharded_) sharded_->zero_grad();
+float Trainer::local_gradients() {
   const int64_t M = config_.micro_batches, B = config_.batch_size, T = config_.model.block_size;
   double loss_sum = 0.0;
   for (int64_t m = 0; m < M; ++m) {
@@ -202,7 +232,82 @@ StepResult Trainer::train_step() {
   }
   if (ddp_) ddp_->finish_gradient_sync();
   if (sharded_) sharded_->finish_gradient_sync();
-  r.loss = static_cast<float>(loss_sum / static_cast<double>(M));
+  return static_cast<float>(loss_sum / static_cast<double>(M));
+}
+
+float Trainer::pipeline_gradients() {
+  const int64_t M = config_.micro_batches, B = config_.batch_size, T = config_.model.block_size;
+  std::vector<data::Batch> batches;  // this rank's rows of every micro-batch (token ids: small)
+  for (int64_t m = 0; m < M; ++m)
+    batches.push_back(dataset_->batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step_,
+                                      (m * config_.dp + dp_rank_) * B, B, T));
+  // Data parallelism reduces once, after the pipeline's last backward and after the first
+  // and last stage have summed the tied token table's gradient.
+  if (ddp_) ddp_->set_sync(false);
+  if (sharded_) sharded_->set_sync(false);
+  const double loss_sum = pipeline_->run(
+      pipeline_actions_, [&](int64_t mb) { return batches[mb].inputs; },
+      [&](Tensor& logits, int64_t mb) {
+        return loss_of(logits, batches[mb].targets, /*backward=*/true, 1.0f / static_cast<float>(M));
+      },
+      [&](int64_t mb, int64_t) {
+        if (replicated_sum_) replicated_sum_->set_sync(mb == M - 1);
+      });
+  if (embedding_group_->size() > 1) {
+    // Rank 0's first chunk holds the embedding, rank p-1's last chunk the head.
+    nn::Parameter& table = chunks_.front()->has_embedding() ? chunks_.front()->embedding().wte() : chunks_.back()->head_weight();
+    embedding_group_->all_reduce(table.grad(), comm::ReduceOp::Sum);
+  }
+  if (ddp_) {
+    ddp_->sync_now();
+    ddp_->finish_gradient_sync();
+  }
+  if (sharded_) {
+    sharded_->sync_now();
+    sharded_->finish_gradient_sync();
+  }
+  float loss = static_cast<float>(loss_sum / static_cast<double>(M));  // the last stage's; 0 elsewhere
+  pp_group_->all_reduce(&loss, 1, comm::ReduceOp::Sum);
+  return loss;
+}
+
+double Trainer::global_grad_sum_squares() {
+  // The whole model's gradient, each parameter counted once: summed over data-parallel
+  // shards (ZeRO) and tensor-parallel slices; a parameter replicated across tp (LayerNorm,
+  // row-parallel bias) only from tp rank 0.
+  // The last pipeline stage's copy of the tied token table is not counted: the first
+  // stage's holds the same (summed) gradient.
+  const bool all_replicas = tp_group_ == nullptr || tp_group_->rank() == 0;
+  const nn::Parameter* table_copy =
+      chunks_.back()->has_head() && !chunks_.front()->has_embedding() ? &chunks_.back()->head_weight() : nullptr;
+  auto counted = [all_replicas, table_copy](const nn::Parameter& p) {
+    return &p != table_copy && (all_replicas || p.shard_spec().sharded());
+  };
+  double sum = 0.0;
+  if (sharded_) {
+    sum = sharded_->grad_sum_squares(counted);
+  } else {
+    std::vector<nn::Parameter*> params;
+    for (nn::Parameter* p : optimizer_->params())
+      if (counted(*p)) params.push_back(p);
+    sum = optim::grad_sum_squares(params);
+  }
+  for (comm::ProcessGroup* g : {tp_group_, pp_group_})
+    if (g != nullptr && g->size() > 1) {
+      float s = static_cast<float>(sum);
+      g->all_reduce(&s, 1, comm::ReduceOp::Sum);
+      sum = s;
+    }
+  return sum;
+}
+
+StepResult Trainer::train_step() {
+  StepResult r;
+  r.lr = schedule_.at(step_);
+  if (tp_group_ != nullptr) tp_group_->reset_stats();
+  optimizer_->zero_grad();
+  if (sharded_) sharded_->zero_grad();
+  r.loss = pipeline_ ? pipeline_gradients() : local_gradients();
   if (dp_group_ != nullptr) dp_group_->all_reduce(&r.loss, 1, comm::ReduceOp::Avg);  // the global batch's mean
   r.grad_norm = std::sqrt(global_grad_sum_squares());
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
@@ -229,14 +334,23 @@ float Trainer::evaluate() {
   MemoryScope scope(MemoryCategory::Activations);
   const int64_t B = config_.batch_size, T = config_.model.block_size;
   double sum = 0.0;
-  for (int64_t i = 0; i < config_.eval_batches; ++i) {
+  if (pipeline_) {
+    std::vector<data::Batch> batches;
+    for (int64_t i = 0; i < config_.eval_batches; ++i)
+      batches.push_back(dataset_->batch(data::Split::Val, 0, i, dp_rank_ * B, B, T));
+    float last_stage = static_cast<float>(pipeline_->run_forward(
+        [&](int64_t i) { return batches[i].inputs; },
+        [&](Tensor& logits, int64_t i) { return loss_of(logits, batches[i].targets, false, 1.0f); }, config_.eval_batches));
+    pp_group_->all_reduce(&last_stage, 1, comm::ReduceOp::Sum);
+    sum = last_stage;
+  }
+  for (int64_t i = 0; i < (pipeline_ ? 0 : config_.eval_batches); ++i) {
     // The same validation batches at every evaluation: a fixed seed, step = batch index;
     // each data-parallel rank takes its rows of the global batch, as in training.
     const data::Batch batch = dataset_->batch(data::Split::Val, 0, i, dp_rank_ * B, B, T);
     nn::Context ctx;
-    Tensor logits = model_->forward(batch.inputs, ctx);
-    sum += tp_loss_ ? tp_loss_->forward(logits, batch.targets)
-                    : nn::cross_entropy_loss(logits, batch.targets, config_.model.vocab_size);
+    Tensor logits = chunks_.front()->forward(batch.inputs, ctx);
+    sum += loss_of(logits, batch.targets, /*backward=*/false, 1.0f);
   }
   float loss = static_cast<float>(sum / static_cast<double>(config_.eval_batches));
   if (dp_group_ != nullptr) dp_group_->all_reduce(&loss, 1, comm::ReduceOp::Avg);
@@ -258,7 +372,7 @@ nn::ShardSpec Trainer::tensor_parallel_spec(const std::string& key) {
 std::map<std::string, Tensor> Trainer::state_dict() {
   std::map<std::string, Tensor> local = sharded_ ? sharded_->full_state_dict(optimizer_->state(), optimizer_->state_kinds())
                                                  : checkpoint_tensors(*model_, optimizer_.get());
-  if (tp_layers_ == nullptr) return local;
+  if (tp_layers_ == nullptr) return pp_group_ ? gather_pipeline(std::move(local)) : local;
   // Tensor parallel: gather every split tensor's slices (in key order on every rank).
   std::map<std::string, Tensor> full;
   const int t = tp_group_->size();
@@ -278,7 +392,42 @@ std::map<std::string, Tensor> Trainer::state_dict() {
     }
     full[key] = whole;
   }
-  return full;
+  return pp_group_ ? gather_pipeline(std::move(full)) : full;
+}
+
+std::map<std::string, Tensor> Trainer::gather_pipeline(std::map<std::string, Tensor> local) {
+  // Each stage in turn broadcasts its tensors over the pipeline: a header of floats (count;
+  // per tensor name length, rank, dims), the name's characters, the values. The first and
+  // last stage both hold the tied token table; the first stage's copy is kept.
+  std::map<std::string, Tensor> all;
+  auto broadcast = [&](std::vector<float>& v, int root) {
+    pp_group_->broadcast_async(v.data(), static_cast<int64_t>(v.size()), root).wait();
+  };
+  for (int owner = 0; owner < pp_group_->size(); ++owner) {
+    const bool mine = owner == pp_group_->rank();
+    std::vector<float> count{static_cast<float>(mine ? local.size() : 0)};
+    broadcast(count, owner);
+    auto it = local.begin();
+    for (int64_t i = 0; i < static_cast<int64_t>(count[0]); ++i) {
+      std::vector<float> header(2 + 8, 0.0f);  // name length, rank, up to 8 dims
+      if (mine) {
+        header[0] = static_cast<float>(it->first.size());
+        header[1] = static_cast<float>(it->second.ndim());
+        for (int d = 0; d < it->second.ndim(); ++d) header[2 + d] = static_cast<float>(it->second.size(d));
+      }
+      broadcast(header, owner);
+      std::vector<float> name(static_cast<size_t>(header[0]));
+      if (mine) std::copy(it->first.begin(), it->first.end(), name.begin());
+      broadcast(name, owner);
+      Shape shape;
+      for (int d = 0; d < static_cast<int>(header[1]); ++d) shape.push_back(static_cast<int64_t>(header[2 + d]));
+      Tensor t = mine ? it->second : Tensor::empty(shape, DType::F32, MemoryCategory::Other);
+      pp_group_->broadcast(t, owner);
+      all.emplace(std::string(name.begin(), name.end()), t);
+      if (mine) ++it;
+    }
+  }
+  return all;
 }
 
 std::string Trainer::save_checkpoint_now() {

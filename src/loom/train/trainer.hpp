@@ -17,6 +17,7 @@
 #include "loom/optim/lr_schedule.hpp"
 #include "loom/optim/optimizer.hpp"
 #include "loom/parallel/ddp.hpp"
+#include "loom/parallel/pipeline/executor.hpp"
 #include "loom/parallel/tensor_parallel/sequence_parallel.hpp"
 #include "loom/parallel/tensor_parallel/tensor_parallel_layers.hpp"
 #include "loom/parallel/tensor_parallel/vocab_parallel_cross_entropy.hpp"
@@ -59,7 +60,8 @@ class Trainer {
   // ("optim.<kind>.<name>"), gathered from the shards in sharded modes; what a checkpoint holds.
   std::map<std::string, Tensor> state_dict();
 
-  nn::GPT& model() { return *model_; }
+  // The model, or this rank's first pipeline chunk.
+  nn::GPT& model() { return *chunks_.front(); }
   optim::Optimizer& optimizer() { return *optimizer_; }
   const TrainConfig& config() const { return config_; }
   const data::TextDataset& dataset() const { return *dataset_; }
@@ -69,22 +71,37 @@ class Trainer {
 
  private:
   void setup_mesh();
+  void setup_pipeline(const nn::LayerBuilder& layers);
   void setup_data_parallel();
   double global_grad_sum_squares();
   // The tensor-parallel split of a state tensor ("model.<param>", "optim.<kind>.<param>").
   nn::ShardSpec tensor_parallel_spec(const std::string& key);
   void resume_from(const std::string& path);
   float forward_backward(const data::Batch& batch, float loss_scale);
+  // The loss of logits against targets (vocabulary-parallel under tp); with backward, the
+  // logits become dlogits of loss * scale.
+  float loss_of(Tensor& logits, const Tensor& targets, bool backward, float scale);
+  // One step's gradients, averaged over data parallelism; returns the mean loss of this
+  // data-parallel rank's micro-batches.
+  float local_gradients();
+  float pipeline_gradients();
+  // Pipeline: every stage's tensors gathered onto pp rank 0 (collective over the pipeline).
+  std::map<std::string, Tensor> gather_pipeline(std::map<std::string, Tensor> local);
   // keep: a logged step (a lasting line and a metrics record); otherwise only the live line.
   void log_progress(const StepResult& r, double step_seconds, bool keep);
 
   TrainConfig config_;
   bool quiet_;
   std::unique_ptr<data::TextDataset> dataset_;
-  std::unique_ptr<nn::GPT> model_;
+  std::unique_ptr<nn::Module> model_;  // the GPT, or this rank's pipeline chunks under one module
+  std::vector<nn::GPT*> chunks_;       // the GPT, or this rank's chunks in virtual-stage order
   std::unique_ptr<optim::Optimizer> optimizer_;
   comm::ProcessGroup* world_ = nullptr;
   std::unique_ptr<comm::DeviceMesh> mesh_;  // when tp or pp > 1
+  comm::ProcessGroup* pp_group_ = nullptr;  // this rank's pipeline (pp > 1)
+  std::unique_ptr<comm::ProcessGroup> embedding_group_;  // the first and last stage: the tied token table
+  std::unique_ptr<parallel::pipeline::PipelineExecutor> pipeline_;
+  std::vector<parallel::pipeline::Action> pipeline_actions_;  // this rank's part of the schedule
   comm::ProcessGroup* dp_group_ = nullptr;   // this rank's data-parallel group (MPI runs)
   comm::ProcessGroup* tp_group_ = nullptr;   // this rank's tensor-parallel group
   std::unique_ptr<parallel::tp::TensorParallelLayers> tp_layers_;     // tp > 1

@@ -20,6 +20,7 @@ class TensorParallelLayers : public nn::LayerBuilder {
   std::unique_ptr<nn::Linear> row_parallel_linear(int64_t in, int64_t out) const override;
   std::unique_ptr<nn::Embedding> embedding(int64_t V, int64_t Vp, int64_t block_size, int64_t C) const override;
   Tensor head_input(const Tensor& x) const override;
+  nn::ShardSpec vocabulary_shard() const override { return nn::ShardSpec{0, group_.size(), group_.rank(), 1}; }
   Tensor head_input_gradient(const Tensor& dx) const override;
   comm::ProcessGroup& group() const { return group_; }
   bool sequence_parallel() const { return sequence_parallel_; }

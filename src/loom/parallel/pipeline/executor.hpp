@@ -1,0 +1,59 @@
+// The pipeline executor: runs one rank's part of any schedule (GPipe, 1F1B, interleaved;
+// DESIGN.md decision 4) over its model chunks. It follows the rank's forwards and backwards
+// in order; before a forward it receives the activation from the previous virtual stage and
+// after it sends its output on; before a backward it receives the output gradient from the
+// next stage and after it sends the input gradient back (where the schedule's transfer
+// actions put them). Sends are posted asynchronously (they overlap the next compute); a
+// receive completes where its data is first needed, so any schedule that passes the
+// pre-flight check (schedule_check.hpp) runs without deadlock.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "loom/comm/process_group.hpp"
+#include "loom/nn/gpt.hpp"
+#include "loom/parallel/pipeline/schedule.hpp"
+
+namespace loom::parallel::pipeline {
+
+class PipelineExecutor {
+ public:
+  // chunks: this rank's model chunks (chunk c is virtual stage c * p + rank of p * v).
+  // activation_shape: what flows between stages, (B, T, C) or (B, T/t, C) under sequence
+  // parallelism.
+  PipelineExecutor(std::vector<nn::GPT*> chunks, comm::ProcessGroup& group, int64_t micro_batches,
+                   Shape activation_shape);
+
+  // input(mb): micro-batch mb's token ids (used by the first virtual stage).
+  // loss(logits, mb): on the last virtual stage, the loss of micro-batch mb, turning logits
+  //   into dlogits in place (scaled for the micro-batch count).
+  // before_backward(mb, chunk): lets data/sequence parallelism know the last backward.
+  // Returns the summed loss of the micro-batches on the last stage's rank (0 elsewhere).
+  double run(const std::vector<Action>& actions, const std::function<Tensor(int64_t)>& input,
+             const std::function<float(Tensor&, int64_t)>& loss,
+             const std::function<void(int64_t, int64_t)>& before_backward);
+  // Forward only (evaluation), micro-batch after micro-batch; loss(logits, mb) must not
+  // write the logits. Returns the summed loss on the last stage's rank (0 elsewhere).
+  double run_forward(const std::function<Tensor(int64_t)>& input, const std::function<float(Tensor&, int64_t)>& loss,
+                     int64_t micro_batches);
+
+  int64_t virtual_stages() const { return p_ * v_; }
+
+ private:
+  int tag(bool gradient, int64_t virtual_stage, int64_t micro_batch) const;
+  void reap_sends(bool all);
+
+  std::vector<nn::GPT*> chunks_;
+  comm::ProcessGroup& group_;
+  int64_t p_, v_, rank_, micro_batches_;
+  Shape activation_shape_;
+  struct PendingSend {
+    comm::Work work;
+    Tensor data;  // alive until the send completes
+  };
+  std::vector<PendingSend> sends_;
+};
+
+}  // namespace loom::parallel::pipeline

@@ -1,0 +1,16 @@
+// The pipeline picture of the papers as an SVG: one row per rank, time to the right, a box per
+// forward (blue) and backward (orange) labelled with its micro-batch (".c" for chunk c > 0,
+// later chunks in lighter shades); the bubbles are the empty space. Drawn from any Timeline:
+// a schedule simulated with unit costs, or the executor's measured times.
+#pragma once
+
+#include <string>
+
+#include "loom/parallel/pipeline/timeline.hpp"
+
+namespace loom::parallel::pipeline {
+
+// title: the first line of text above the rows (escaped here).
+std::string timeline_svg(const Timeline& t, const std::string& title);
+
+}  // namespace loom::parallel::pipeline
