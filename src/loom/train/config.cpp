@@ -62,6 +62,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"run", "keep_checkpoints", "how many recent checkpoints to keep", &c.keep_checkpoints},
       {"run", "threads", "compute threads; 0 = all cores", &c.threads},
       {"run", "peak_gflops", "peak GFLOP/s for MFU; 0 = measure a GEMM at start-up", &c.peak_gflops},
+      {"run", "pipeline_svg", "with pp > 1, write the last step's measured pipeline timeline (ranks x time) to this SVG file", &c.pipeline_svg},
       {"run", "resume", "checkpoint file, run directory or 'latest' (of out_dir) to continue from", &c.resume},
   };
 }

@@ -64,7 +64,8 @@ struct TrainConfig {
   int64_t keep_checkpoints = 2;
   int64_t threads = 0;           // 0: all cores
   double peak_gflops = 0;        // MFU denominator; 0: measured at start-up
-  std::string resume;            // "", a checkpoint file, a run directory, or "latest"
+  std::string resume;
+  std::string pipeline_svg;  // pp > 1: write the last step's measured timeline here            // "", a checkpoint file, a run directory, or "latest"
 
   // Throws loom::Error naming each invalid value.
   void validate() const;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "loom/parallel/pipeline/partition.hpp"
 #include "loom/parallel/pipeline/schedule_check.hpp"
 #include "loom/parallel/pipeline/schedules.hpp"
+#include "loom/parallel/pipeline/timeline_svg.hpp"
 #include "loom/parallel/tensor_parallel/sequence_parallel.hpp"
 #include "loom/train/checkpoint.hpp"
 
@@ -308,6 +310,13 @@ StepResult Trainer::train_step() {
   optimizer_->zero_grad();
   if (sharded_) sharded_->zero_grad();
   r.loss = pipeline_ ? pipeline_gradients() : local_gradients();
+  if (pipeline_) {
+    last_timeline_ = pipeline_->gather_timeline();
+    r.pipeline_bubble = last_timeline_.bubble_over_compute();
+    r.pipeline_bubble_theory = parallel::pipeline::theoretical_bubble(static_cast<int>(config_.pp),
+                                                                      static_cast<int>(config_.micro_batches),
+                                                                      static_cast<int>(config_.chunks));
+  }
   if (dp_group_ != nullptr) dp_group_->all_reduce(&r.loss, 1, comm::ReduceOp::Avg);  // the global batch's mean
   r.grad_norm = std::sqrt(global_grad_sum_squares());
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
@@ -487,6 +496,12 @@ void Trainer::log_progress(const StepResult& r, double step_seconds, bool keep) 
                   comm_s > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_s / comm_s) : 0.0);
     overlap = buf;
   }
+  if (r.pipeline_bubble >= 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " | bubble %.0f%% (theory %.0f%%)", 100.0 * r.pipeline_bubble,
+                  100.0 * r.pipeline_bubble_theory);
+    overlap += buf;
+  }
   if (tp_group_ != nullptr && tp_group_->size() > 1) {
     char buf[64];
     std::snprintf(buf, sizeof buf, " | tp comm %.0f ms, %s", 1e3 * r.tp_comm_seconds, format_bytes(r.tp_comm_bytes).c_str());
@@ -504,7 +519,8 @@ void Trainer::log_progress(const StepResult& r, double step_seconds, bool keep) 
   metrics_->write({{"kind", "train"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                    {"tokens_per_s", tok_per_s}, {"mfu", mfu}, {"peak_mem_bytes", mem}, {"skipped", r.skipped},
                    {"elapsed_s", elapsed_train_seconds_}, {"comm_s", comm_s}, {"comm_exposed_s", exposed_s},
-                   {"tp_comm_s", r.tp_comm_seconds}, {"tp_comm_bytes", r.tp_comm_bytes}});
+                   {"tp_comm_s", r.tp_comm_seconds}, {"tp_comm_bytes", r.tp_comm_bytes},
+                   {"pipeline_bubble", r.pipeline_bubble}});
 }
 
 float Trainer::run() {
@@ -537,6 +553,15 @@ float Trainer::run() {
   }
   evaluate_and_log();
   if (!quiet_) std::printf("%s\n", memory_report().c_str());
+  if (pipeline_ && !config_.pipeline_svg.empty() && (world_ == nullptr || world_->rank() == 0)) {
+    std::ofstream svg(config_.pipeline_svg);
+    svg << parallel::pipeline::timeline_svg(
+        last_timeline_, "measured pipeline, last step: " + config_.schedule + ", pp " + std::to_string(config_.pp) + ", " +
+                            std::to_string(config_.micro_batches) + " micro-batches; bubble " +
+                            std::to_string(static_cast<int>(100 * last_timeline_.bubble_over_compute() + 0.5)) + "% of compute");
+    check(svg.good(), "cannot write the pipeline picture to '", config_.pipeline_svg, "'");
+    if (!quiet_) std::printf("wrote %s\n", config_.pipeline_svg.c_str());
+  }
   if (!config_.out_dir.empty()) {
     const std::string path = save_checkpoint_now();
     if (!quiet_) std::printf("saved %s\n", path.c_str());

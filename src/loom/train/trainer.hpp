@@ -37,6 +37,9 @@ struct StepResult {
   // their time is not hidden behind compute) and the bytes of the tensors they reduced.
   double tp_comm_seconds = 0.0;
   int64_t tp_comm_bytes = 0;
+  // Pipeline: the measured idle time over compute time of the step, and the theory's (p-1)/(m v).
+  double pipeline_bubble = -1.0;
+  double pipeline_bubble_theory = -1.0;
 };
 
 class Trainer {
@@ -102,6 +105,7 @@ class Trainer {
   std::unique_ptr<comm::ProcessGroup> embedding_group_;  // the first and last stage: the tied token table
   std::unique_ptr<parallel::pipeline::PipelineExecutor> pipeline_;
   std::vector<parallel::pipeline::Action> pipeline_actions_;  // this rank's part of the schedule
+  parallel::pipeline::Timeline last_timeline_;                // the last step's, measured
   comm::ProcessGroup* dp_group_ = nullptr;   // this rank's data-parallel group (MPI runs)
   comm::ProcessGroup* tp_group_ = nullptr;   // this rank's tensor-parallel group
   std::unique_ptr<parallel::tp::TensorParallelLayers> tp_layers_;     // tp > 1

@@ -1,11 +1,21 @@
 #include "loom/parallel/pipeline/executor.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
 #include <map>
 #include <utility>
 
 #include "loom/error.hpp"
 
 namespace loom::parallel::pipeline {
+
+namespace {
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
 
 PipelineExecutor::PipelineExecutor(std::vector<nn::GPT*> chunks, comm::ProcessGroup& group, int64_t micro_batches,
                                    Shape activation_shape)
@@ -43,8 +53,10 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
   std::map<std::pair<int64_t, int64_t>, nn::Context> contexts;  // (micro-batch, chunk)
   std::map<std::pair<int64_t, int64_t>, Tensor> dlogits;        // last stage: from the loss
   double loss_sum = 0.0;
+  trace_.clear();
   for (const Action& a : actions) {
     if (is_transfer(a.kind)) continue;  // posted by the forwards and backwards themselves
+    TimedAction timed{a, 0.0, 0.0};
     const int64_t k = a.chunk * p_ + rank_;  // virtual stage
     const auto key = std::make_pair(a.micro_batch, a.chunk);
     nn::GPT& model = *chunks_.at(static_cast<size_t>(a.chunk));
@@ -57,6 +69,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
         group_.recv_async(x.f32(), x.numel(), static_cast<int>((k - 1) % p_), tag(false, k, a.micro_batch)).wait();
       }
       MemoryScope scope(MemoryCategory::Activations);
+      timed.start = now_seconds();  // after the receive: waiting is bubble, not compute
       Tensor y = model.forward(x, contexts[key]);
       if (k == S - 1) {
         loss_sum += loss(y, a.micro_batch);  // y becomes dlogits
@@ -75,16 +88,70 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
       }
       before_backward(a.micro_batch, a.chunk);
       MemoryScope scope(MemoryCategory::Activations);
+      timed.start = now_seconds();
       Tensor dx = model.backward(dy, contexts.at(key));
       contexts.erase(key);
       if (k > 0)
         sends_.push_back({group_.send_async(dx.f32(), dx.numel(), static_cast<int>((k - 1) % p_), tag(true, k - 1, a.micro_batch)), dx});
     }
+    timed.end = now_seconds();
+    trace_.push_back(timed);
     reap_sends(false);
   }
   reap_sends(true);
   check(contexts.empty(), "pipeline schedule left ", contexts.size(), " micro-batch(es) without their backward");
   return loss_sum;
+}
+
+Timeline PipelineExecutor::gather_timeline() {
+  // Each rank broadcasts its actions as floats: kind, micro-batch, chunk, then start and end
+  // as the raw bits of a double in two floats each (a broadcast copies bits exactly).
+  constexpr int kFields = 7;
+  Timeline t;
+  t.pp = static_cast<int>(p_);
+  t.micro_batches = static_cast<int>(micro_batches_);
+  t.chunks = static_cast<int>(v_);
+  t.ranks.resize(static_cast<size_t>(p_));
+  t.peak_activations.assign(static_cast<size_t>(p_), 0);
+  double origin = std::numeric_limits<double>::infinity();
+  for (int owner = 0; owner < p_; ++owner) {
+    const bool mine = owner == rank_;
+    std::vector<float> count{static_cast<float>(mine ? trace_.size() : 0)};
+    group_.broadcast_async(count.data(), 1, owner).wait();
+    std::vector<float> data(static_cast<size_t>(count[0]) * kFields);
+    if (mine)
+      for (size_t i = 0; i < trace_.size(); ++i) {
+        float* f = data.data() + i * kFields;
+        f[0] = static_cast<float>(trace_[i].action.kind);
+        f[1] = static_cast<float>(trace_[i].action.micro_batch);
+        f[2] = static_cast<float>(trace_[i].action.chunk);
+        std::memcpy(f + 3, &trace_[i].start, sizeof(double));
+        std::memcpy(f + 5, &trace_[i].end, sizeof(double));
+      }
+    if (!data.empty()) group_.broadcast_async(data.data(), static_cast<int64_t>(data.size()), owner).wait();
+    for (size_t i = 0; i < data.size() / kFields; ++i) {
+      const float* f = data.data() + i * kFields;
+      TimedAction a;
+      a.action.kind = static_cast<ActionKind>(static_cast<int>(f[0]));
+      a.action.micro_batch = static_cast<int>(f[1]);
+      a.action.chunk = static_cast<int>(f[2]);
+      std::memcpy(&a.start, f + 3, sizeof(double));
+      std::memcpy(&a.end, f + 5, sizeof(double));
+      origin = std::min(origin, a.start);
+      t.ranks[static_cast<size_t>(owner)].push_back(a);
+    }
+  }
+  for (auto& rank : t.ranks) {
+    int held = 0;
+    for (TimedAction& a : rank) {
+      a.start -= origin;
+      a.end -= origin;
+      held += a.action.kind == ActionKind::Forward ? 1 : -1;
+      t.peak_activations[static_cast<size_t>(&rank - t.ranks.data())] =
+          std::max(t.peak_activations[static_cast<size_t>(&rank - t.ranks.data())], held);
+    }
+  }
+  return t;
 }
 
 double PipelineExecutor::run_forward(const std::function<Tensor(int64_t)>& input,

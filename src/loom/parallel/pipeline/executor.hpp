@@ -15,6 +15,7 @@
 #include "loom/comm/process_group.hpp"
 #include "loom/nn/gpt.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
+#include "loom/parallel/pipeline/timeline.hpp"
 
 namespace loom::parallel::pipeline {
 
@@ -40,6 +41,12 @@ class PipelineExecutor {
                      int64_t micro_batches);
 
   int64_t virtual_stages() const { return p_ * v_; }
+  // The last run's forwards and backwards on this rank, in seconds of the system-wide
+  // monotonic clock (comparable across the processes of one machine).
+  const std::vector<TimedAction>& trace() const { return trace_; }
+  // Collective over the pipeline: every rank's trace of the last run, times from the first
+  // compute's start: the measured picture (timeline_svg) and bubble.
+  Timeline gather_timeline();
 
  private:
   int tag(bool gradient, int64_t virtual_stage, int64_t micro_batch) const;
@@ -54,6 +61,7 @@ class PipelineExecutor {
     Tensor data;  // alive until the send completes
   };
   std::vector<PendingSend> sends_;
+  std::vector<TimedAction> trace_;
 };
 
 }  // namespace loom::parallel::pipeline
