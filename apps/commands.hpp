@@ -5,8 +5,13 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "loom/comm/process_group.hpp"
+#include "loom/train/config.hpp"
 
 namespace loom::apps {
 
@@ -17,8 +22,25 @@ Runner add_sample_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
 Runner add_config_reference_command(CLI::App& app);
 Runner add_schedule_command(CLI::App& app);
+Runner add_verify_command(CLI::App& app);
 // `loom bench comm` (in bench_comm_command.cpp); sets runner for when it is chosen.
 void add_comm_bench(CLI::App& bench, Runner& runner);
+
+// Every configuration key as a flag (`n_layer` -> --n-layer) plus --config FILE.
+struct ConfigFlags {
+  std::string config_path;
+  std::map<std::string, std::string> values;  // key -> text, only the flags given
+  std::map<std::string, CLI::Option*> options;
+  // defaults, then the TOML file, then the flags given; validated.
+  train::TrainConfig resolve(train::TrainConfig defaults) const;
+  bool given(const std::string& key) const;
+};
+std::shared_ptr<ConfigFlags> add_config_flags(CLI::App& sub, const train::TrainConfig& defaults);
+
+// Started by mpirun/srun (their environment variables are set).
+bool launched_by_mpi();
+// Runs body on the MPI world; a loom::Error on any rank aborts the whole job with its message.
+int run_on_world(const std::function<void(comm::ProcessGroup&)>& body);
 
 // Throws loom::Error for arguments left over after parsing, suggesting the closest flag.
 void reject_unknown_flags(const CLI::App& sub);

@@ -38,6 +38,10 @@ int main(int argc, char** argv) {
   add("schedule",
       "check and draw a pipeline schedule (example: loom schedule --pp 4 --micro-batches 8 --svg 1f1b.svg)",
       loom::apps::add_schedule_command);
+  add("verify",
+      "train a tiny model serially and under a layout and compare them step by step "
+      "(example: mpirun -np 8 loom verify --dp 2 --pp 2 --tp 2 --zero 1)",
+      loom::apps::add_verify_command);
   add("config-reference", "print the configuration reference as Markdown", loom::apps::add_config_reference_command);
   try {
     app.parse(argc, argv);

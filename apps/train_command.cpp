@@ -16,12 +16,6 @@
 namespace loom::apps {
 
 namespace {
-struct TrainArgs {
-  std::string config_path;
-  bool dry_run = false;
-  std::map<std::string, std::string> flags;  // key -> text, only the flags given
-  std::map<std::string, CLI::Option*> options;
-};
 
 void print_dry_run(train::TrainConfig& config) {
   std::printf("# resolved configuration\n%s\n", train::to_toml(config).c_str());
@@ -78,52 +72,72 @@ void print_dry_run(train::TrainConfig& config) {
 }
 }  // namespace
 
-Runner add_train_command(CLI::App& sub) {
-  auto args = std::make_shared<TrainArgs>();
-  sub.add_option("--config", args->config_path, "TOML configuration file (keys in [model] [data] [train] [optim] [run])");
-  sub.add_flag("--dry-run", args->dry_run, "print the resolved configuration and predicted memory, then exit");
-  train::TrainConfig defaults;
-  for (const train::ConfigKey& k : train::config_schema(defaults)) {
+std::shared_ptr<ConfigFlags> add_config_flags(CLI::App& sub, const train::TrainConfig& defaults) {
+  auto flags = std::make_shared<ConfigFlags>();
+  sub.add_option("--config", flags->config_path, "TOML configuration file (keys in [model] [data] [train] [optim] [run])");
+  train::TrainConfig shown = defaults;
+  for (const train::ConfigKey& k : train::config_schema(shown)) {
     const std::string flag = "--" + train::flag_name(k.key);
     const std::string help = k.help + " [" + k.section + "." + k.key + ", default " + train::value_string(k.target) + "]";
     CLI::Option* option = std::holds_alternative<bool*>(k.target)
-                              ? sub.add_flag(flag + "{true}", args->flags[k.key], help)
-                              : sub.add_option(flag, args->flags[k.key], help);
+                              ? sub.add_flag(flag + "{true}", flags->values[k.key], help)
+                              : sub.add_option(flag, flags->values[k.key], help);
     option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
-    args->options[k.key] = option;
+    flags->options[k.key] = option;
   }
-  return [args]() {
-    train::TrainConfig config;
-    if (!args->config_path.empty()) train::apply_toml_file(config, args->config_path);
-    for (const train::ConfigKey& k : train::config_schema(config))
-      if (args->options[k.key]->count() > 0) train::set_from_string(k, args->flags[k.key]);
-    config.validate();
-    if (args->dry_run) {
+  return flags;
+}
+
+train::TrainConfig ConfigFlags::resolve(train::TrainConfig config) const {
+  if (!config_path.empty()) train::apply_toml_file(config, config_path);
+  for (const train::ConfigKey& k : train::config_schema(config))
+    if (options.at(k.key)->count() > 0) train::set_from_string(k, values.at(k.key));
+  config.validate();
+  return config;
+}
+
+bool ConfigFlags::given(const std::string& key) const { return options.at(key)->count() > 0; }
+
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+}
+
+int run_on_world(const std::function<void(comm::ProcessGroup&)>& body) {
+  comm::MpiRuntime mpi(nullptr, nullptr);
+  try {
+    body(mpi.world());
+  } catch (const Error& e) {
+    // One rank's error must not leave the others waiting in a collective.
+    std::fprintf(stderr, "loom: error on rank %d of %d: %s\n", mpi.world().rank(), mpi.world().size(), e.what());
+    std::fflush(stderr);
+    comm::MpiRuntime::abort(1);
+  }
+  return 0;
+}
+
+Runner add_train_command(CLI::App& sub) {
+  auto dry_run = std::make_shared<bool>(false);
+  sub.add_flag("--dry-run", *dry_run, "print the resolved configuration and predicted memory, then exit");
+  std::shared_ptr<ConfigFlags> flags = add_config_flags(sub, train::TrainConfig{});
+  return [flags, dry_run]() {
+    train::TrainConfig config = flags->resolve(train::TrainConfig{});
+    if (*dry_run) {
       print_dry_run(config);
       return 0;
     }
     // Under mpirun/srun, or for a layout of several ranks, the job's processes form the world.
-    const bool launched_by_mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
-                                 std::getenv("PMIX_RANK");
     const int64_t ranks = config.dp * config.pp * config.tp;
-    if (!launched_by_mpi) {
+    if (!launched_by_mpi()) {
       check(ranks == 1, "layout dp(", config.dp, ") x pp(", config.pp, ") x tp(", config.tp, ") needs ", ranks,
             " processes: start it with mpirun -np ", ranks, " loom train ...");
       train::Trainer trainer(config);
       trainer.run();
       return 0;
     }
-    comm::MpiRuntime mpi(nullptr, nullptr);
-    try {
-      train::Trainer trainer(config, false, &mpi.world());
+    return run_on_world([&](comm::ProcessGroup& world) {
+      train::Trainer trainer(config, false, &world);
       trainer.run();
-    } catch (const Error& e) {
-      // One rank's error must not leave the others waiting in a collective.
-      std::fprintf(stderr, "loom: error on rank %d of %d: %s\n", mpi.world().rank(), mpi.world().size(), e.what());
-      std::fflush(stderr);
-      comm::MpiRuntime::abort(1);
-    }
-    return 0;
+    });
   };
 }
 

@@ -1,0 +1,141 @@
+// `loom verify`: the equivalence harness as a user command. It trains the same small model
+// twice from the same seed and global batch: serially (on every rank, locally) and under the
+// requested layout (any dp x pp x tp, ZeRO stage, schedule, sequence parallelism), and prints
+// per step the loss difference and the parameter tensor that differs most. Exit status 1
+// when either goes past its tolerance: the check users (and CI) can run on any combination.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "commands.hpp"
+#include "loom/error.hpp"
+#include "loom/train/trainer.hpp"
+
+namespace loom::apps {
+
+namespace {
+
+// Parameters get a looser default than losses: in AdamW's first steps a parameter that
+// starts at zero (a bias) is only ~lr large, and elements whose gradient is near zero move by
+// an amount that amplifies reduction-order rounding; a real bug (a missing sum, a wrong
+// slice) shows as errors of order 1.
+struct Tolerances {
+  double loss_rtol = 1e-5;
+  double param_rtol = 1e-3;
+};
+
+// The layout's twin without any parallelism: the same global batch on one process.
+train::TrainConfig serial_twin(const train::TrainConfig& c, int64_t padded_vocab) {
+  train::TrainConfig s = c;
+  s.batch_size = c.batch_size * c.dp;
+  s.dp = s.pp = s.tp = 1;
+  s.zero = s.hsdp_shard = 0;
+  s.sequence_parallel = false;
+  s.schedule = "1f1b";
+  s.chunks = 1;
+  s.model.padded_vocab_size = padded_vocab;
+  return s;
+}
+
+struct Worst {
+  std::string name = "-";
+  double error = 0.0;
+};
+
+// Each parameter's largest difference relative to its largest magnitude. The key third of an
+// attention QKV bias has an exactly zero true gradient (a constant added to every key leaves
+// the softmax unchanged), so AdamW moves it by rounding noise alone; it is held to the drift
+// bound 2 * steps * lr relative to that bound instead.
+Worst worst_parameter(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want,
+                      const train::TrainConfig& c, int64_t steps) {
+  Worst worst;
+  for (const auto& [key, w] : want) {
+    if (key.rfind("model.", 0) != 0) continue;
+    const Tensor& g = got.at(key);
+    check(g.shape() == w.shape(), "verify: ", key, " is ", shape_str(g.shape()), " under the layout, ",
+          shape_str(w.shape()), " serially");
+    const bool qkv_bias = key.ends_with("attn.qkv.bias");
+    const int64_t C = c.model.n_embd;
+    float scale = 0.0f;
+    for (int64_t i = 0; i < w.numel(); ++i)
+      if (!qkv_bias || i < C || i >= 2 * C) scale = std::max(scale, std::fabs(w.f32()[i]));
+    const double drift = 2.0 * static_cast<double>(steps) * c.lr;
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      const double diff = std::fabs(static_cast<double>(g.f32()[i]) - w.f32()[i]);
+      const bool zero_gradient = qkv_bias && i >= C && i < 2 * C;
+      const double error = zero_gradient ? diff / drift * c.lr : diff / std::max(1e-12, static_cast<double>(scale));
+      if (error > worst.error) worst = {key.substr(6), error};
+    }
+  }
+  return worst;
+}
+
+int verify(const train::TrainConfig& config, const Tolerances& tol, comm::ProcessGroup* world) {
+  const bool speaks = world == nullptr || world->rank() == 0;
+  train::Trainer parallel(config, /*quiet=*/true, world);
+  train::Trainer serial(serial_twin(config, parallel.config().model.resolved_padded_vocab()), true);
+  if (speaks)
+    std::printf("verify: dp %lld x pp %lld x tp %lld, zero %lld%s%s, %lld micro-batch(es) of %lld; tolerances: loss "
+                "%.0e, parameters %.0e (relative)\n",
+                static_cast<long long>(config.dp), static_cast<long long>(config.pp), static_cast<long long>(config.tp),
+                static_cast<long long>(config.zero), config.sequence_parallel ? ", sequence parallel" : "",
+                config.pp > 1 ? (", schedule " + config.schedule).c_str() : "",
+                static_cast<long long>(config.micro_batches), static_cast<long long>(config.batch_size), tol.loss_rtol,
+                tol.param_rtol);
+  bool ok = true;
+  for (int64_t step = 1; step <= config.steps; ++step) {
+    const float want = serial.train_step().loss;
+    const float got = parallel.train_step().loss;
+    const double loss_error = std::fabs(static_cast<double>(got) - want) / std::max(1e-12, std::fabs(static_cast<double>(want)));
+    const Worst worst = worst_parameter(parallel.state_dict(), serial.state_dict(), config, step);
+    const bool step_ok = loss_error <= tol.loss_rtol && worst.error <= tol.param_rtol;
+    ok = ok && step_ok;
+    if (speaks)
+      std::printf("step %3lld | loss %.6f vs serial %.6f (rel %.1e) | worst parameter %s (rel %.1e)%s\n",
+                  static_cast<long long>(step), got, want, loss_error, worst.name.c_str(), worst.error,
+                  step_ok ? "" : "  <-- past tolerance");
+  }
+  if (speaks) std::printf(ok ? "verify: equivalent to the serial run\n" : "verify: NOT equivalent to the serial run\n");
+  std::fflush(stdout);
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+Runner add_verify_command(CLI::App& sub) {
+  // A model small enough to train twice in seconds, with 4 heads and 8 blocks so most
+  // layouts fit; every key can still be set.
+  train::TrainConfig defaults;
+  defaults.model.n_layer = 8;
+  defaults.model.n_head = 4;
+  defaults.model.n_embd = 32;
+  defaults.model.block_size = 32;
+  defaults.batch_size = 2;
+  defaults.micro_batches = 4;
+  defaults.steps = 5;
+  defaults.warmup_steps = 2;
+  defaults.lr = 1e-3;
+  defaults.threads = 1;
+  defaults.out_dir = "";
+  auto tol = std::make_shared<Tolerances>();
+  sub.add_option("--loss-rtol", tol->loss_rtol, "relative loss tolerance per step [default 1e-5]");
+  sub.add_option("--param-rtol", tol->param_rtol,
+                 "parameter tolerance, relative to each tensor's largest magnitude [default 1e-3]");
+  std::shared_ptr<ConfigFlags> flags = add_config_flags(sub, defaults);
+  return [flags, tol, defaults]() {
+    const train::TrainConfig config = flags->resolve(defaults);
+    const int64_t ranks = config.dp * config.pp * config.tp;
+    if (!launched_by_mpi()) {
+      check(ranks == 1, "layout dp(", config.dp, ") x pp(", config.pp, ") x tp(", config.tp, ") needs ", ranks,
+            " processes: start it with mpirun -np ", ranks, " loom verify ...");
+      return verify(config, *tol, nullptr);
+    }
+    int status = 0;
+    run_on_world([&](comm::ProcessGroup& world) { status = verify(config, *tol, &world); });
+    return status;
+  };
+}
+
+}  // namespace loom::apps
