@@ -1,7 +1,8 @@
 // Causal attention against a naive per-head twin in double (forward, att, backward),
 // finite differences through the fp32 forward, and bit-identical 2-thread runs. Sizes cover
-// one causal block (T = 5), several (T = 64), a ragged last block (T = 100) and both kinds
-// of head groups (T >= 1024).
+// one causal block (T = 5), several (T = 128: 2 x 64 rows), a ragged last block (T = 200:
+// 67 + 67 + 66 rows, and rows that end inside a 16-lane chunk) and both kinds of head groups
+// (T >= 1024).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -101,8 +102,8 @@ void check_against_reference(int64_t B, int64_t T, int64_t C, int64_t NH) {
 }
 
 TEST(Attention, MatchesNaiveTwinSmall) { check_against_reference(2, 5, 12, 3); }
-TEST(Attention, MatchesNaiveTwinSeveralCausalBlocks) { check_against_reference(2, 64, 32, 2); }
-TEST(Attention, MatchesNaiveTwinRaggedBlocks) { check_against_reference(1, 100, 24, 3); }
+TEST(Attention, MatchesNaiveTwinSeveralCausalBlocks) { check_against_reference(2, 128, 32, 2); }
+TEST(Attention, MatchesNaiveTwinRaggedBlocks) { check_against_reference(1, 200, 24, 3); }
 TEST(Attention, MatchesNaiveTwinSingleToken) { check_against_reference(3, 1, 8, 2); }
 // Long sequences are processed in head groups of <= 16 MiB of scores: T = 1024 with NH = 2
 // gives groups of 2 sequences (3 = 2 + 1); T = 1100 with NH = 4 splits each sequence's

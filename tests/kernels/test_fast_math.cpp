@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "loom/kernels/fast_math.hpp"
 
@@ -57,6 +58,30 @@ TEST(FastExp, VectorisedLoopMatchesScalarCalls) {
     EXPECT_EQ(y[i], fast_exp(xi)) << "x = " << x[i];
   }
 }
+
+#if LOOM_FAST_MATH_AVX512
+TEST(FastExp, Avx512MatchesScalarBitForBit) {
+  // fast_exp16 (the intrinsics kernels' version) must give fast_exp's value for every input.
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x{0.0f, -0.0f, 1e-30f, -1e-30f, inf, -inf, std::numeric_limits<float>::quiet_NaN(),
+                       -87.33654f, -87.3365f, -87.34f, 88.72283f, 88.7228f, 88.73f, -1000.0f, 1000.0f};
+  for (int64_t i = 0; i <= 400'000; ++i) x.push_back(static_cast<float>(-90.0 + 180.0 * static_cast<double>(i) / 400'000));
+  while (x.size() % 16 != 0) x.push_back(1.0f);
+  for (size_t i = 0; i < x.size(); i += 16) {
+    alignas(64) float y[16];
+    _mm512_store_ps(y, fast_exp16(_mm512_loadu_ps(x.data() + i)));
+    for (size_t j = 0; j < 16; ++j) {
+      const volatile float xi = x[i + j];
+      const float want = fast_exp(xi);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(y[j])) << "x = " << x[i + j];
+      } else {
+        EXPECT_EQ(y[j], want) << "x = " << x[i + j];
+      }
+    }
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace loom::kernels

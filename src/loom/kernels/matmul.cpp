@@ -83,14 +83,19 @@ bool pack_b(Trans ta, Trans tb, int64_t M, int64_t N) {
   return tb == Trans::N && M >= 256 && (ta == Trans::N || aliased_rows);
 }
 
-// dst (N, K) = src (K, N)^T, in cache-sized tiles.
-void transpose(const float* src, float* dst, int64_t K, int64_t N) {
+// dst (N, K) = src (K, N)^T, in cache-sized tiles. Inside a tile the inner loop runs along a
+// row of dst (contiguous stores, strided loads, vectorised by GCC): 2-4x faster than storing
+// along dst's columns, which for a (1536, 384) weight are 6 KiB apart (4K-aliased).
+void transpose(const float* __restrict src, float* __restrict dst, int64_t K, int64_t N) {
   constexpr int64_t kTile = 32;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (K * N >= (1 << 15))
   for (int64_t k0 = 0; k0 < K; k0 += kTile)
-    for (int64_t n0 = 0; n0 < N; n0 += kTile)
-      for (int64_t k = k0; k < std::min(K, k0 + kTile); ++k)
-        for (int64_t n = n0; n < std::min(N, n0 + kTile); ++n) dst[n * K + k] = src[k * N + n];
+    for (int64_t n0 = 0; n0 < N; n0 += kTile) {
+      const int64_t k1 = std::min(K, k0 + kTile), n1 = std::min(N, n0 + kTile);
+      for (int64_t n = n0; n < n1; ++n)
+#pragma omp simd
+        for (int64_t k = k0; k < k1; ++k) dst[n * K + k] = src[k * N + n];
+    }
 }
 
 }  // namespace
