@@ -46,10 +46,12 @@ struct Variant {
   std::string schedule;
   int zero;
   bool sequence_parallel;
+  bool recompute = false;
 };
 
 void PrintTo(const Variant& v, std::ostream* os) {
-  *os << v.schedule << (v.zero ? ", zero 1" : "") << (v.sequence_parallel ? ", sequence parallel" : "");
+  *os << v.schedule << (v.zero ? ", zero 1" : "") << (v.sequence_parallel ? ", sequence parallel" : "")
+      << (v.recompute ? ", recompute" : "");
 }
 
 class PipelineEquivalence : public ::testing::TestWithParam<Variant> {};
@@ -72,6 +74,7 @@ TEST_P(PipelineEquivalence, EveryLayoutMatchesSerial) {
     c.chunks = interleaved ? 2 : 1;
     c.zero = v.zero;
     c.sequence_parallel = v.sequence_parallel;
+    c.model.recompute = v.recompute;
     train::Trainer parallel(c, true, &world());
     expect_equivalent(run(parallel), want, c,
                       "dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + " x tp " + std::to_string(l.tp) +
@@ -82,10 +85,11 @@ TEST_P(PipelineEquivalence, EveryLayoutMatchesSerial) {
 INSTANTIATE_TEST_SUITE_P(Schedules, PipelineEquivalence,
                          ::testing::Values(Variant{"1f1b", 0, false}, Variant{"gpipe", 0, false},
                                            Variant{"interleaved", 0, false}, Variant{"1f1b", 1, false},
-                                           Variant{"interleaved", 1, false}, Variant{"1f1b", 0, true}),
+                                           Variant{"interleaved", 1, false}, Variant{"1f1b", 0, true},
+                                           Variant{"gpipe", 0, false, true}, Variant{"interleaved", 0, true, true}),
                          [](const auto& info) {
                            return info.param.schedule + (info.param.zero ? "_zero1" : "") +
-                                  (info.param.sequence_parallel ? "_sp" : "");
+                                  (info.param.sequence_parallel ? "_sp" : "") + (info.param.recompute ? "_recompute" : "");
                          });
 
 TEST(Pipeline, OneFOneBHoldsFewerMicroBatchesThanGPipe) {

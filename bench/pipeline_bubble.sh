@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Pipeline bubble, measured next to theory, and the 4-rank demo layout next to the serial run.
+#
+# Usage: bench/pipeline_bubble.sh [build dir]        (default: build)
+#
+# 1. For p = 2 and 4 pipeline ranks (4 is oversubscribed on a 2-core machine) and m = 4, 8,
+#    16 micro-batches of 2 sequences, 1F1B (and interleaved with 2 chunks where p divides m):
+#      mpirun -np p loom train --pp p --micro-batches m --batch-size 2 --schedule S ...
+#    on an 8-block model (L=8, H=8, C=256, T=128). The bubble is the executor's measured idle
+#    time over compute time of a step (the `pipeline_bubble` field of metrics.jsonl, median
+#    over the steps after the first LOOM_SKIP), printed next to (p-1)/m, or (p-1)/(m v).
+# 2. configs/shakespeare.toml trained serially (1 process x 2 threads) and as
+#    dp 1 x pp 2 x tp 2 (4 processes x 1 thread): tokens/s of each and the ratio.
+# Benchmarks never gate anything: the exit status is 0 whatever the figures.
+#
+# Environment (all optional): LOOM_STEPS=6, LOOM_SKIP=2, PEAK_GFLOPS=160, MPIRUN=mpirun,
+# DATA=data/tinyshakespeare.txt, PYTHON=/usr/bin/python3.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+LOOM="$BUILD/loom"
+PYTHON=${PYTHON:-/usr/bin/python3}
+MPIRUN=${MPIRUN:-mpirun}
+DATA=${DATA:-data/tinyshakespeare.txt}
+LOOM_STEPS=${LOOM_STEPS:-6}
+LOOM_SKIP=${LOOM_SKIP:-2}
+PEAK_GFLOPS=${PEAK_GFLOPS:-160}
+
+die() { echo "pipeline_bubble: $*" >&2; exit 1; }
+[ -x "$LOOM" ] || die "no Loom binary at $LOOM: build it first (ninja -C $BUILD loom)"
+command -v "$MPIRUN" >/dev/null || die "no MPI launcher '$MPIRUN' on PATH (install openmpi-bin or set MPIRUN)"
+WORK=$(mktemp -d /tmp/pipeline_bubble.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+mpi() { OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$MPIRUN" --oversubscribe --bind-to none "$@"; }
+
+median_of() {  # metrics.jsonl field
+  "$PYTHON" - "$1" "$2" "$LOOM_SKIP" <<'EOF'
+import json, statistics, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+vals = [r[sys.argv[2]] for r in recs if r.get("kind") == "train" and r["step"] > int(sys.argv[3])]
+print(statistics.median(vals))
+EOF
+}
+
+printf '%-12s %3s %4s %6s %16s %16s\n' schedule p m chunks "measured bubble" "theory"
+for p in 2 4; do
+  for m in 4 8 16; do
+    for schedule in 1f1b interleaved; do
+      chunks=1
+      if [ "$schedule" = interleaved ]; then
+        chunks=2
+        [ $((m % p)) -eq 0 ] || continue
+      fi
+      dir="$WORK/p$p.m$m.$schedule"
+      mpi -np "$p" "$LOOM" train --data "$DATA" --n-layer 8 --n-head 8 --n-embd 256 --block-size 128 \
+        --batch-size 2 --micro-batches "$m" --pp "$p" --schedule "$schedule" --chunks "$chunks" --threads 1 \
+        --steps "$LOOM_STEPS" --log-every 1 --eval-every 0 --eval-batches 1 --peak-gflops "$PEAK_GFLOPS" \
+        --out-dir "$dir" >/dev/null 2>&1 || { echo "p=$p m=$m $schedule failed" >&2; continue; }
+      measured=$(median_of "$dir/metrics.jsonl" pipeline_bubble)
+      theory=$("$PYTHON" -c "print(($p - 1) / ($m * $chunks))")
+      printf '%-12s %3d %4d %6d %15.1f%% %15.1f%%\n' "$schedule" "$p" "$m" "$chunks" \
+        "$("$PYTHON" -c "print(100 * $measured)")" "$("$PYTHON" -c "print(100 * $theory)")"
+    done
+  done
+done
+
+echo
+common=(train --config configs/shakespeare.toml --data "$DATA" --steps 30 --log-every 1 --eval-every 0
+        --eval-batches 1 --peak-gflops "$PEAK_GFLOPS" --micro-batches 4 --batch-size 8)
+"$LOOM" "${common[@]}" --threads 2 --out-dir "$WORK/serial" >/dev/null 2>&1 || die "the serial run failed"
+mpi -np 4 "$LOOM" "${common[@]}" --pp 2 --tp 2 --threads 1 --out-dir "$WORK/demo" >/dev/null 2>&1 ||
+  die "the 4-rank run failed"
+serial=$(median_of "$WORK/serial/metrics.jsonl" tokens_per_s)
+demo=$(median_of "$WORK/demo/metrics.jsonl" tokens_per_s)
+"$PYTHON" -c "
+s, d = $serial, $demo
+print(f'configs/shakespeare.toml, global batch 4 x 8 x 128 tokens: serial 1 x 2 threads {s:.0f} tok/s; '
+      f'dp 1 x pp 2 x tp 2 (4 processes x 1 thread on 2 cores) {d:.0f} tok/s = {d / s:.2f}x serial')"
