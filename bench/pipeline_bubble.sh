@@ -17,22 +17,11 @@
 # DATA=data/tinyshakespeare.txt, PYTHON=/usr/bin/python3.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
-BUILD=${1:-build}
-LOOM="$BUILD/loom"
-PYTHON=${PYTHON:-/usr/bin/python3}
-MPIRUN=${MPIRUN:-mpirun}
-DATA=${DATA:-data/tinyshakespeare.txt}
+BENCH_NAME=pipeline_bubble
+source "$(dirname "$0")/mpi_bench_setup.sh"
 LOOM_STEPS=${LOOM_STEPS:-6}
-LOOM_SKIP=${LOOM_SKIP:-2}
-PEAK_GFLOPS=${PEAK_GFLOPS:-160}
-
-die() { echo "pipeline_bubble: $*" >&2; exit 1; }
-[ -x "$LOOM" ] || die "no Loom binary at $LOOM: build it first (ninja -C $BUILD loom)"
-command -v "$MPIRUN" >/dev/null || die "no MPI launcher '$MPIRUN' on PATH (install openmpi-bin or set MPIRUN)"
 WORK=$(mktemp -d /tmp/pipeline_bubble.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-mpi() { OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$MPIRUN" --oversubscribe --bind-to none "$@"; }
 
 median_of() {  # metrics.jsonl field
   "$PYTHON" - "$1" "$2" "$LOOM_SKIP" <<'EOF'

@@ -22,20 +22,10 @@
 # the raw JSON lines), REPORT_ONLY=FILE (run nothing; print the table of an earlier RESULTS).
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
-BUILD=${1:-build}
-LOOM="$BUILD/loom"
-PYTHON=${PYTHON:-/usr/bin/python3}
-MPIRUN=${MPIRUN:-mpirun}
-DATA=${DATA:-data/tinyshakespeare.txt}
+BENCH_NAME=tp_step_split
+source "$(dirname "$0")/mpi_bench_setup.sh"
 REPEATS=${REPEATS:-2}
 LOOM_STEPS=${LOOM_STEPS:-8}
-LOOM_SKIP=${LOOM_SKIP:-2}
-PEAK_GFLOPS=${PEAK_GFLOPS:-160}
-
-die() { echo "tp_step_split: $*" >&2; exit 1; }
-[ -x "$LOOM" ] || die "no Loom binary at $LOOM: build it first (ninja -C $BUILD loom)"
-command -v "$MPIRUN" >/dev/null || die "no MPI launcher '$MPIRUN' on PATH (install openmpi-bin or set MPIRUN)"
 [ "$LOOM_STEPS" -gt "$LOOM_SKIP" ] || die "LOOM_STEPS ($LOOM_STEPS) must exceed LOOM_SKIP ($LOOM_SKIP)"
 
 WORK=$(mktemp -d /tmp/tp_step_split.XXXXXX)
@@ -57,8 +47,7 @@ run_one() {  # model layout rep
       local sp=()
       [ "$layout" = tp2 ] || sp=(--sequence-parallel)
       analytic=$("$LOOM" "${args[@]}" --tp 2 "${sp[@]}" --dry-run | sed -n 's/.*tensor-parallel traffic per step per rank: //p')
-      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$MPIRUN" --oversubscribe --bind-to none -np 2 \
-        "$LOOM" "${args[@]}" --tp 2 "${sp[@]}" --threads 1 >/dev/null 2>&1 || { echo "$model $layout failed" >&2; return; } ;;
+      mpi -np 2 "$LOOM" "${args[@]}" --tp 2 "${sp[@]}" --threads 1 >/dev/null 2>&1 || { echo "$model $layout failed" >&2; return; } ;;
   esac
   "$PYTHON" - "$dir/metrics.jsonl" "$LOOM_SKIP" "$model" "$layout" "$rep" "$analytic" >>"$RESULTS" <<'EOF'
 import json, statistics, sys
