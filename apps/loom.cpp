@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
       "train a tiny model serially and under a layout and compare them step by step "
       "(example: mpirun -np 8 loom verify --dp 2 --pp 2 --tp 2 --zero 1)",
       loom::apps::add_verify_command);
+  add("plan", "rank layouts of a model on a cluster by predicted memory and step time "
+      "(example: loom plan --model gpt3-175b --cluster dgx-a100 --gpus 1024 --global-batch 1536)",
+      loom::apps::add_plan_command);
   add("config-reference", "print the configuration reference as Markdown", loom::apps::add_config_reference_command);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,107 @@
+// `loom plan`: the best layouts for a model on a cluster, by the planner's memory and time
+// model (src/loom/plan/layout_cost.hpp), as a table or JSON.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "commands.hpp"
+#include "loom/error.hpp"
+#include "loom/plan/layout_cost.hpp"
+
+namespace loom::apps {
+
+namespace {
+
+struct PlanArgs {
+  std::string model = "gpt2-small", cluster = "dgx-a100";
+  int64_t devices = 8, global_batch = 512, top = 10;
+  int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0;  // 0: the preset's
+  bool json = false;
+};
+
+std::string layout_name(const plan::Layout& l) {
+  return "dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + " x tp " + std::to_string(l.tp) +
+         (l.chunks > 1 ? " (v " + std::to_string(l.chunks) + ")" : "") + ", mb " + std::to_string(l.micro_batch) +
+         (l.recompute ? ", recompute" : "");
+}
+
+// The largest term by which a layout's step exceeds the best one's.
+std::string why_slower(const plan::LayoutCost& c, const plan::LayoutCost& best) {
+  const std::pair<const char*, double> terms[] = {{"compute", c.compute_s - best.compute_s},
+                                                  {"pipeline bubble", c.bubble_s - best.bubble_s},
+                                                  {"tp communication", c.tp_comm_s - best.tp_comm_s},
+                                                  {"pp communication", c.pp_comm_s - best.pp_comm_s},
+                                                  {"dp communication", c.dp_comm_s - best.dp_comm_s}};
+  auto worst = terms[0];
+  for (const auto& t : terms)
+    if (t.second > worst.second) worst = t;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "+%.0f ms %s", 1e3 * worst.second, worst.first);
+  return buf;
+}
+
+}  // namespace
+
+Runner add_plan_command(CLI::App& sub) {
+  auto a = std::make_shared<PlanArgs>();
+  sub.add_option("--model", a->model, "model preset: gpt2-small, gpt3-1.3b, gpt3-175b, gpt-1t, sc21-1.7b, sc21-145b");
+  sub.add_option("--cluster", a->cluster, "cluster preset: dgx-a100 or local");
+  sub.add_option("--gpus,--devices", a->devices, "devices to lay the model out on");
+  sub.add_option("--global-batch", a->global_batch, "sequences per step");
+  sub.add_option("--layers", a->layers, "override the preset's layers");
+  sub.add_option("--hidden", a->hidden, "override the preset's hidden size");
+  sub.add_option("--heads", a->heads, "override the preset's attention heads");
+  sub.add_option("--seq", a->seq, "override the preset's sequence length");
+  sub.add_option("--vocab", a->vocab, "override the preset's vocabulary");
+  sub.add_option("--top", a->top, "layouts to print [10]");
+  sub.add_flag("--json", a->json, "print the ranking as JSON");
+  return [a]() {
+    plan::ModelSpec model = plan::model_preset(a->model);
+    for (auto [field, value] : {std::pair{&model.layers, a->layers}, {&model.hidden, a->hidden},
+                                {&model.heads, a->heads}, {&model.seq, a->seq}, {&model.vocab, a->vocab}})
+      if (value > 0) *field = value;
+    check(model.hidden % model.heads == 0, "hidden (", model.hidden, ") must be divisible by heads (", model.heads, ")");
+    check(a->devices >= 1 && a->global_batch >= 1, "--gpus and --global-batch must be >= 1");
+    const plan::ClusterSpec cluster = plan::cluster_preset(a->cluster);
+    const std::vector<plan::LayoutCost> ranked = plan::search(model, cluster, a->devices, a->global_batch);
+    const auto first_invalid =
+        std::find_if(ranked.begin(), ranked.end(), [](const plan::LayoutCost& c) { return !c.valid; });
+    const int64_t valid = first_invalid - ranked.begin();
+    if (a->json) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const plan::LayoutCost& c : ranked) {
+        const plan::Layout& l = c.layout;
+        out.push_back({{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"virtual_stages", l.pp * l.chunks},
+                       {"micro_batch_size", l.micro_batch}, {"zero", l.dp > 1 ? l.zero : 0}, {"recompute", l.recompute},
+                       {"sequence_parallel", l.sequence_parallel}, {"valid", c.valid}, {"why_not", c.why_not},
+                       {"memory_bytes_per_device", c.memory_bytes()}, {"step_s", c.valid ? c.step_s() : 0.0},
+                       {"tflops_per_device", c.flops_per_device / 1e12}});
+      }
+      std::printf("%s\n", out.dump(1).c_str());
+      return 0;
+    }
+    std::printf("%s (%lld parameters) on %lld x %s, global batch %lld\n", model.name.c_str(),
+                static_cast<long long>(model.parameters()), static_cast<long long>(a->devices), cluster.name.c_str(),
+                static_cast<long long>(a->global_batch));
+    check(valid > 0, "no layout fits: ", ranked.empty() ? "no layout divides the devices" : ranked.front().why_not);
+    std::printf("%-44s %9s %9s %9s %9s %9s %9s %9s %10s  %s\n", "layout", "mem GiB", "step s", "compute", "bubble", "tp",
+                "pp", "dp", "TFLOP/s", "vs best");
+    for (int64_t i = 0; i < std::min(valid, a->top); ++i) {
+      const plan::LayoutCost& c = ranked[static_cast<size_t>(i)];
+      std::printf("%-44s %9.1f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %10.1f  %s\n", layout_name(c.layout).c_str(),
+                  static_cast<double>(c.memory_bytes()) / (1 << 30), c.step_s(), c.compute_s, c.bubble_s, c.tp_comm_s,
+                  c.pp_comm_s, c.dp_comm_s, c.flops_per_device / 1e12, i == 0 ? "best" : why_slower(c, ranked[0]).c_str());
+    }
+    std::map<std::string, int> reasons;
+    for (auto it = first_invalid; it != ranked.end(); ++it) reasons[it->why_not.substr(0, it->why_not.find(':'))]++;
+    for (const auto& [why, count] : reasons)
+      std::printf("rejected %d layout(s): %s\n", count,
+                  why == "out of memory" ? "out of memory" : (why + " do not divide or fit the layout").c_str());
+    return 0;
+  };
+}
+
+}  // namespace loom::apps

@@ -1,0 +1,86 @@
+// The planner's cost model: formulas against hand-computed cases, invalid layouts named, and
+// the search returning only valid layouts, preferring plain data parallelism when the model
+// fits and tensor/pipeline parallelism when it does not.
+#include <gtest/gtest.h>
+
+#include "loom/error.hpp"
+#include "loom/plan/layout_cost.hpp"
+
+namespace loom::plan {
+namespace {
+
+TEST(PlanSpecs, ParametersAndFlopsOfGpt2Small) {
+  const ModelSpec m = model_preset("gpt2-small");
+  // 12 L h^2 + 13 L h + V h + s h + 2h with L 12, h 768, V 50304, s 1024.
+  EXPECT_EQ(m.parameters(), 12 * 12 * 768 * 768 + 13 * 12 * 768 + 50304 * 768 + 1024 * 768 + 2 * 768);
+  const double want = 72.0 * 1024 * 12 * 768.0 * 768 * (1 + 1024.0 / (6 * 768) + 50304.0 / (12 * 12 * 768));
+  EXPECT_DOUBLE_EQ(m.flops_per_sequence(false), want);
+  EXPECT_DOUBLE_EQ(m.flops_per_sequence(true), want * 4 / 3);
+  EXPECT_THROW(model_preset("gpt-5"), Error);
+  EXPECT_THROW(cluster_preset("moon"), Error);
+}
+
+TEST(PlanCost, MemoryFollowsZeroAndKorthikanti) {
+  const ModelSpec m{"m", 8, 1024, 16, 2048, 51200};
+  ClusterSpec c = cluster_preset("dgx-a100");
+  Layout l;
+  l.dp = 4;
+  l.tp = 2;
+  l.pp = 2;
+  l.micro_batch = 1;
+  l.recompute = false;
+  l.sequence_parallel = false;
+  const LayoutCost cost = predict(m, c, l, 16);
+  ASSERT_TRUE(cost.valid) << cost.why_not;
+  const int64_t p = m.parameters() / 4;
+  EXPECT_EQ(cost.state_bytes, 4 * p + 12 * p / 4);  // ZeRO-1 over dp 4
+  // Korthikanti with t = 2: sbh (10 + 24/t + 5as/(ht)), 4 layers per stage, 2 micro-batches
+  // in flight on stage 0 (1F1B, p = 2).
+  const double s = 2048, b = 1, h = 1024, a = 16, t = 2;
+  EXPECT_NEAR(static_cast<double>(cost.activation_bytes), s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) * 4 * 2, 1.0);
+  l.sequence_parallel = true;
+  const LayoutCost sp = predict(m, c, l, 16);
+  EXPECT_NEAR(static_cast<double>(sp.activation_bytes), s * b * h * (34 + 5 * a * s / h) / t * 4 * 2, 1.0);
+  EXPECT_EQ(cost.micro_batches, 4);
+  EXPECT_NEAR(cost.bubble_s, cost.compute_s * 1 / 4, 1e-12);  // (p - 1)/m
+}
+
+TEST(PlanCost, InvalidLayoutsAreNamed) {
+  const ModelSpec m{"m", 8, 1024, 16, 2048, 51200};
+  const ClusterSpec c = cluster_preset("dgx-a100");
+  EXPECT_EQ(predict(m, c, Layout{1, 1, 3}, 8).why_not.rfind("heads:", 0), 0u);
+  EXPECT_EQ(predict(m, c, Layout{1, 3, 1}, 8).why_not.rfind("layers:", 0), 0u);
+  EXPECT_EQ(predict(m, c, Layout{3, 1, 1}, 8).why_not.rfind("batch:", 0), 0u);
+  EXPECT_EQ(predict(m, c, Layout{1, 2, 1, 2, 1}, 3).why_not.rfind("interleaving:", 0), 0u);
+  const ModelSpec huge = model_preset("gpt3-175b");
+  EXPECT_EQ(predict(huge, c, Layout{8, 1, 1}, 8).why_not.rfind("out of memory:", 0), 0u);
+}
+
+TEST(PlanSearch, PrefersDataParallelismWhenTheModelFits) {
+  // A small model on 8 devices of one node: replicas need no tensor or pipeline splits.
+  const std::vector<LayoutCost> ranked = search(model_preset("gpt2-small"), cluster_preset("dgx-a100"), 8, 64);
+  ASSERT_FALSE(ranked.empty());
+  ASSERT_TRUE(ranked.front().valid);
+  EXPECT_EQ(ranked.front().layout.dp, 8);
+  bool seen_invalid = false;
+  for (const LayoutCost& c : ranked) {
+    if (!c.valid) {
+      seen_invalid = true;
+      continue;
+    }
+    EXPECT_FALSE(seen_invalid) << "valid layouts come first";
+    EXPECT_EQ(c.layout.dp * c.layout.pp * c.layout.tp, 8);
+    EXPECT_LE(c.memory_bytes(), cluster_preset("dgx-a100").memory_bytes);
+  }
+}
+
+TEST(PlanSearch, SplitsTheModelWhenItDoesNotFit) {
+  // 175B parameters cannot be replicated: every valid layout uses tensor or pipeline parallelism.
+  const std::vector<LayoutCost> ranked = search(model_preset("gpt3-175b"), cluster_preset("dgx-a100"), 1024, 1536);
+  ASSERT_TRUE(ranked.front().valid);
+  for (const LayoutCost& c : ranked)
+    if (c.valid) EXPECT_GT(c.layout.tp * c.layout.pp, 1);
+}
+
+}  // namespace
+}  // namespace loom::plan
