@@ -8,6 +8,7 @@
 #include "loom/comm/mesh_layout.hpp"
 #include "loom/comm/mpi_runtime.hpp"
 #include "loom/error.hpp"
+#include "loom/parallel/pipeline/partition.hpp"
 #include "loom/plan/comm_cost.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/train/config.hpp"
@@ -48,6 +49,19 @@ void print_dry_run(train::TrainConfig& config) {
                                                                   config.micro_batches, config.sequence_parallel,
                                                                   static_cast<int>(config.zero)))
                     .c_str());
+  }
+  if (config.pp > 1) {
+    // The same partition the trainer uses: virtual stage k on pipeline rank k % pp.
+    const std::vector<nn::GPTStage> stages =
+        parallel::pipeline::partition_stages(config.model, config.pp, config.chunks, config.pipeline_layers());
+    std::printf("# pipeline stages (%s):", config.schedule.c_str());
+    for (size_t k = 0; k < stages.size(); ++k) {
+      const nn::GPTStage& s = stages[k];
+      std::printf("%s pp rank %lld: blocks %lld-%lld%s%s", k ? ";" : "", static_cast<long long>(k % config.pp),
+                  static_cast<long long>(s.first_block), static_cast<long long>(s.end_block - 1),
+                  s.embedding ? " + embedding" : "", s.head ? " + final norm and LM head" : "");
+    }
+    std::printf("\n");
   }
   const comm::MeshLayout layout({{"dp", static_cast<int>(config.dp)}, {"pp", static_cast<int>(config.pp)},
                                  {"tp", static_cast<int>(config.tp)}},

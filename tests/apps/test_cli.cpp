@@ -82,7 +82,12 @@ TEST(Cli, DryRunShowsTheRankMapOfALayout) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("# mesh dp(2) x pp(2) x tp(2) over 8 ranks (tp varies fastest)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("tp groups: [0 1] [2 3] [4 5] [6 7]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("# pipeline stages (1f1b): pp rank 0: blocks 0-"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("+ final norm and LM head"), std::string::npos) << r.output;
   expect_error("train --dp 0 --dry-run", "parallel degrees must be >= 1, got dp(0) x pp(1) x tp(1)");
+  expect_error("train --pp 2 --pp-layers 1,x --dry-run", "pp_layers must list blocks per stage like \"3,3,2,2\", got '1,x'");
+  expect_error("train --pp 2 --pp-layers 4,3 --dry-run", "pp_layers adds up to 7 blocks, the model has 6");
+  expect_error("train --pp 2 --zero 2 --dry-run", "pipeline parallelism composes with zero 0 or 1, not 2");
   expect_error("train " + kTiny + " --dp 2", "layout dp(2) x pp(1) x tp(1) needs 2 processes: start it with mpirun -np 2");
 }
 

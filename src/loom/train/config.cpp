@@ -67,6 +67,24 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
   };
 }
 
+std::vector<int64_t> TrainConfig::pipeline_layers() const {
+  std::vector<int64_t> blocks;
+  std::stringstream list(pp_layers);
+  for (std::string item; std::getline(list, item, ',');) {
+    size_t used = 0;
+    int64_t n = 0;
+    try {
+      n = std::stoll(item, &used);
+    } catch (const std::logic_error&) {
+      used = 0;
+    }
+    check(used > 0 && used == item.size() && n >= 1, "pp_layers must list blocks per stage like \"3,3,2,2\", got '",
+          pp_layers, "'");
+    blocks.push_back(n);
+  }
+  return blocks;
+}
+
 void TrainConfig::validate() const {
   model.validate();
   check(steps >= 0, "steps must be >= 0, got ", steps);
@@ -88,6 +106,7 @@ void TrainConfig::validate() const {
   check(dp >= 1 && pp >= 1 && tp >= 1, "parallel degrees must be >= 1, got dp(", dp, ") x pp(", pp, ") x tp(", tp, ")");
   comm::parse_algorithm(allreduce);  // names the choices when unknown
   check(bucket_mb > 0, "bucket_mb must be > 0, got ", bucket_mb);
+  pipeline_layers();  // names a malformed list now rather than at start-up
   check(schedule == "1f1b" || schedule == "gpipe" || schedule == "interleaved",
         "schedule must be '1f1b', 'gpipe' or 'interleaved', got '", schedule, "'");
   check(chunks >= 1, "chunks must be >= 1, got ", chunks);

@@ -71,6 +71,8 @@ struct TrainConfig {
   void validate() const;
   // The ranks one copy of the model state is sharded over: hsdp_shard, else all of dp
   // (with zero = 0 every rank holds everything, so 1).
+  // pp_layers as numbers (empty: balanced); loom::Error naming the text when malformed.
+  std::vector<int64_t> pipeline_layers() const;
   int64_t shard_size() const { return zero == 0 ? 1 : (hsdp_shard > 0 ? hsdp_shard : dp); }
 };
 

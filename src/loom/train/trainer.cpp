@@ -92,15 +92,7 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
 
 void Trainer::setup_pipeline(const nn::LayerBuilder& layers) {
   namespace pl = parallel::pipeline;
-  std::vector<int64_t> blocks;
-  std::stringstream list(config_.pp_layers);
-  for (std::string item; std::getline(list, item, ',');) {
-    try {
-      blocks.push_back(std::stoll(item));
-    } catch (const std::logic_error&) {
-      fail("pp_layers must list blocks per stage like \"3,3,2,2\", got '", config_.pp_layers, "'");
-    }
-  }
+  const std::vector<int64_t> blocks = config_.pipeline_layers();
   // This rank holds virtual stages rank, rank + p, ... (one per chunk).
   const int64_t p = config_.pp, v = config_.chunks, rank = pp_group_->rank();
   const std::vector<nn::GPTStage> stages = pl::partition_stages(config_.model, p, v, blocks);
