@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,29 @@ inline void expect_equivalent(const TrainingRun& ddp, const TrainingRun& serial,
     EXPECT_TRUE(all_close(got.data() + C, want.data() + C, C, 0, 2.0 * c.steps * c.lr, name + " (k, zero gradient)"));
     EXPECT_TRUE(all_close(got.data() + 2 * C, want.data() + 2 * C, C, 0, 1e-4 * scale, name + " (v)"));
   }
+}
+
+// A checkpoint directory every rank of one machine sees, emptied by rank 0 before use.
+inline std::string fresh_shared_dir(const std::string& name, comm::ProcessGroup& world) {
+  const std::string dir = std::filesystem::temp_directory_path() / (name + "_np" + std::to_string(world.size()));
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+  world.barrier();
+  return dir;
+}
+
+inline void remove_shared_dir(const std::string& dir, comm::ProcessGroup& world) {
+  world.barrier();
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// Trains c's layout for `steps` steps and saves a checkpoint into dir (rank 0 writes).
+inline void train_and_checkpoint(train::TrainConfig c, int64_t steps, const std::string& dir,
+                                 comm::ProcessGroup& world) {
+  c.steps = steps;
+  c.out_dir = dir;
+  train::Trainer saver(c, true, &world);
+  run(saver);
+  saver.save_checkpoint_now();
 }
 
 }  // namespace loom::testing::equivalence

@@ -5,7 +5,6 @@
 // serially. Bad pipeline layouts fail on every rank with a clear message.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -124,9 +123,7 @@ TEST(Pipeline, OneFOneBHoldsFewerMicroBatchesThanGPipe) {
 TEST(Pipeline, CheckpointResumesSerially) {
   const int64_t p = world().size();
   if (p < 2) GTEST_SKIP() << "a pipeline needs 2 ranks";
-  const std::string dir = std::filesystem::temp_directory_path() / ("loom_pipeline_checkpoint_np" + std::to_string(p));
-  if (world().rank() == 0) std::filesystem::remove_all(dir);
-  world().barrier();
+  const std::string dir = fresh_shared_dir("loom_pipeline_checkpoint", world());
   const Layout l{1, p, 1};
   train::TrainConfig c = config_for(l, 1, 2);
   c.steps = 10;
@@ -134,12 +131,7 @@ TEST(Pipeline, CheckpointResumesSerially) {
   c.pp = p;
   train::Trainer straight(c, true, &world());
   const TrainingRun want = run(straight);
-  train::TrainConfig first = c;
-  first.steps = 5;
-  first.out_dir = dir;
-  train::Trainer saver(first, true, &world());
-  run(saver);
-  saver.save_checkpoint_now();
+  train_and_checkpoint(c, 5, dir, world());
   train::TrainConfig serial_config = config_for(l, 1, 2);
   serial_config.steps = 10;
   serial_config.decay_steps = 10;
@@ -147,8 +139,7 @@ TEST(Pipeline, CheckpointResumesSerially) {
   train::Trainer serial(serial_config, true);
   const std::vector<float> last_five(want.losses.end() - 5, want.losses.end());
   expect_equivalent(run(serial), {last_five, want.names, want.params}, c, "serial resumed from a pipeline");
-  world().barrier();
-  if (world().rank() == 0) std::filesystem::remove_all(dir);
+  remove_shared_dir(dir, world());
 }
 
 TEST(Pipeline, MoreStagesThanBlocksIsAnErrorOnEveryRank) {

@@ -4,7 +4,6 @@
 // match the ZeRO formula within 5% plus the declared unit buffers.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <ostream>
 #include <string>
 
@@ -122,9 +121,7 @@ TEST(ZeroCheckpoint, ResumesUnderAnotherLayoutAndSerially) {
   // ZeRO-3 saves in the serial layout; a ZeRO-1 run and a serial run resumed from that file
   // must continue exactly like the uninterrupted ZeRO-3 run.
   const int p = world().size();
-  const std::string dir = std::filesystem::temp_directory_path() / ("loom_zero_checkpoint_np" + std::to_string(p));
-  if (world().rank() == 0) std::filesystem::remove_all(dir);
-  world().barrier();
+  const std::string dir = fresh_shared_dir("loom_zero_checkpoint", world());
   train::TrainConfig c = tiny(p, 2, 1);
   c.steps = 10;
   c.decay_steps = 10;  // the same schedule for the 5-step first half
@@ -133,12 +130,7 @@ TEST(ZeroCheckpoint, ResumesUnderAnotherLayoutAndSerially) {
   const TrainingRun want = run(straight);
   const std::vector<float> last_five(want.losses.end() - 5, want.losses.end());
 
-  train::TrainConfig first = c;
-  first.steps = 5;
-  first.out_dir = dir;
-  train::Trainer saver(first, true, &world());
-  run(saver);
-  saver.save_checkpoint_now();
+  train_and_checkpoint(c, 5, dir, world());
 
   train::TrainConfig resumed = c;
   resumed.zero = 1;
@@ -154,8 +146,7 @@ TEST(ZeroCheckpoint, ResumesUnderAnotherLayoutAndSerially) {
   train::Trainer serial(serial_config, true);  // every rank on its own, from rank 0's file
   const TrainingRun continued = run(serial);
   expect_equivalent(continued, {last_five, want.names, want.params}, c, "serial resumed from ZeRO-3");
-  world().barrier();
-  if (world().rank() == 0) std::filesystem::remove_all(dir);
+  remove_shared_dir(dir, world());
 }
 
 }  // namespace
