@@ -5,6 +5,9 @@
 // serially. Bad pipeline layouts fail on every rank with a clear message.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -117,6 +120,37 @@ TEST(Pipeline, OneFOneBHoldsFewerMicroBatchesThanGPipe) {
     RecordProperty("gpipe_over_1f1b", std::to_string(gpipe / one_f_one_b));
     EXPECT_NEAR(gpipe / one_f_one_b, want, 0.25 * want)
         << "stage 0 peak activations: GPipe " << gpipe << " bytes, 1F1B " << one_f_one_b << " bytes";
+  }
+}
+
+TEST(Pipeline, DataParallelReductionOverlapsTheLastBackward) {
+  // DDP under a pipeline with one chunk per rank launches every bucket from grad-ready hooks
+  // during the stage's last backward; interleaved chunks reduce after the pipeline (a bucket
+  // may span chunks). Either way the averaged gradients gathered into the serial layout
+  // equal the serial run's.
+  const int64_t p = world().size();
+  if (p < 4 || p % 2 != 0) GTEST_SKIP() << "needs dp >= 2 x pp 2";
+  const Layout l{p / 2, 2, 1};
+  for (const std::string schedule : {"1f1b", "gpipe", "interleaved"}) {
+    train::TrainConfig c = config_for(l, l.dp, 2);
+    c.pp = 2;
+    c.schedule = schedule;
+    c.chunks = schedule == "interleaved" ? 2 : 1;
+    train::Trainer parallel(c, true, &world());
+    train::Trainer serial(config_for(l, 1, 2 * l.dp), true);
+    parallel.train_step();
+    serial.train_step();
+    ASSERT_NE(parallel.ddp(), nullptr);
+    const int64_t want_launched = schedule == "interleaved" ? 0 : parallel.ddp()->bucket_count();
+    EXPECT_EQ(parallel.ddp()->launched_during_backward(), want_launched) << schedule;
+    const std::map<std::string, Tensor> got = parallel.gradient_dict(), want = serial.gradient_dict();
+    ASSERT_EQ(got.size(), want.size()) << schedule;
+    for (const auto& [name, g] : want) {
+      const Tensor& t = got.at(name);
+      float scale = 0.0f;
+      for (int64_t i = 0; i < g.numel(); ++i) scale = std::max(scale, std::fabs(g.f32()[i]));
+      EXPECT_TRUE(loom::testing::all_close(t.f32(), g.f32(), g.numel(), 0, 1e-4 * scale, schedule + " " + name));
+    }
   }
 }
 

@@ -60,15 +60,19 @@ void DistributedDataParallel::launch(int b) {
 
 void DistributedDataParallel::sync_now() {
   sync_ = true;
+  launched_before_sync_now_ = static_cast<int64_t>(launch_order_.size());
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
     if (!buckets_[b].launched) launch(b);
 }
 
 void DistributedDataParallel::finish_gradient_sync() {
   if (!sync_) return;
-  launched_during_backward_ = static_cast<int64_t>(launch_order_.size());
+  launched_during_backward_ =
+      launched_before_sync_now_ >= 0 ? launched_before_sync_now_ : static_cast<int64_t>(launch_order_.size());
+  launched_before_sync_now_ = -1;
   finished_during_backward_ = 0;
-  for (int b : launch_order_) finished_during_backward_ += buckets_[b].work.is_done() ? 1 : 0;
+  for (int64_t i = 0; i < launched_during_backward_; ++i)
+    finished_during_backward_ += buckets_[launch_order_[i]].work.is_done() ? 1 : 0;
   const auto wait_start = std::chrono::steady_clock::now();
   comm_seconds_ = 0.0;
   for (size_t b = 0; b < buckets_.size(); ++b) {

@@ -37,8 +37,9 @@ class DistributedDataParallel {
 
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
   const std::vector<nn::Parameter*>& bucket_params(int b) const { return buckets_[b].params; }
-  // In the last synced step: buckets launched before backward returned, and how many of
-  // those had already finished by then (communication hidden behind backward).
+  // In the last synced step: buckets launched by grad-ready hooks during backward (not by
+  // sync_now()), and how many of those had already finished by then (communication hidden
+  // behind backward).
   int64_t launched_during_backward() const { return launched_during_backward_; }
   int64_t finished_during_backward() const { return finished_during_backward_; }
   // In the last synced step: seconds the bucket all-reduces took on the communication
@@ -66,6 +67,7 @@ class DistributedDataParallel {
   std::vector<Bucket> buckets_;
   bool sync_ = true;
   int64_t launched_during_backward_ = 0;
+  int64_t launched_before_sync_now_ = -1;  // -1: sync_now() not called this step
   int64_t finished_during_backward_ = 0;
   double comm_seconds_ = 0.0, exposed_seconds_ = 0.0;
   std::vector<int> launch_order_, last_launch_order_;

@@ -235,8 +235,13 @@ float Trainer::pipeline_gradients() {
   for (int64_t m = 0; m < M; ++m)
     batches.push_back(dataset_->batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step_,
                                       (m * config_.dp + dp_rank_) * B, B, T));
-  // Data parallelism reduces once, after the pipeline's last backward and after the first
-  // and last stage have summed the tied token table's gradient.
+  // DDP with one chunk per rank reduces its buckets during each stage's last backward (as
+  // outside a pipeline), so the reduction overlaps it; the tied token table's two copies,
+  // each averaged over data parallelism, are summed afterwards (sums commute). With
+  // interleaving a bucket can span chunks whose last backwards are far apart, and ZeRO-1's
+  // shards of the table differ between the first and last stage: those reduce once, after
+  // the pipeline's last backward and the table's sum.
+  const bool overlap_dp = ddp_ && chunks_.size() == 1;
   if (ddp_) ddp_->set_sync(false);
   if (sharded_) sharded_->set_sync(false);
   const double loss_sum = pipeline_->run(
@@ -246,13 +251,15 @@ float Trainer::pipeline_gradients() {
       },
       [&](int64_t mb, int64_t) {
         if (replicated_sum_) replicated_sum_->set_sync(mb == M - 1);
+        if (overlap_dp) ddp_->set_sync(mb == M - 1);
       });
+  if (overlap_dp) ddp_->finish_gradient_sync();  // every bucket was launched in the last backward
   if (embedding_group_->size() > 1) {
     // Rank 0's first chunk holds the embedding, rank p-1's last chunk the head.
     nn::Parameter& table = chunks_.front()->has_embedding() ? chunks_.front()->embedding().wte() : chunks_.back()->head_weight();
     embedding_group_->all_reduce(table.grad(), comm::ReduceOp::Sum);
   }
-  if (ddp_) {
+  if (ddp_ && !overlap_dp) {
     ddp_->sync_now();
     ddp_->finish_gradient_sync();
   }
@@ -371,8 +378,28 @@ nn::ShardSpec Trainer::tensor_parallel_spec(const std::string& key) {
 }
 
 std::map<std::string, Tensor> Trainer::state_dict() {
-  std::map<std::string, Tensor> local = sharded_ ? sharded_->full_state_dict(optimizer_->state(), optimizer_->state_kinds())
-                                                 : checkpoint_tensors(*model_, optimizer_.get());
+  return serial_layout(sharded_ ? sharded_->full_state_dict(optimizer_->state(), optimizer_->state_kinds())
+                                : checkpoint_tensors(*model_, optimizer_.get()));
+}
+
+std::map<std::string, Tensor> Trainer::gradient_dict() {
+  // Named like optimizer state ("optim.grad.<param>") so the data-parallel shards, the
+  // tensor-parallel slices and the pipeline stages are gathered by the same code.
+  std::map<std::string, Tensor> grads;
+  for (nn::Parameter* p : optimizer_->params()) grads["grad." + p->name()] = p->grad();
+  std::map<std::string, Tensor> local;
+  if (sharded_) {
+    for (auto& [key, t] : sharded_->full_state_dict(grads, {"grad"}))
+      if (key.rfind("optim.", 0) == 0) local.emplace(key, t);
+  } else {
+    for (auto& [key, t] : grads) local.emplace("optim." + key, t);
+  }
+  std::map<std::string, Tensor> out;
+  for (auto& [key, t] : serial_layout(std::move(local))) out.emplace(key.substr(std::string("optim.").size()), t);
+  return out;
+}
+
+std::map<std::string, Tensor> Trainer::serial_layout(std::map<std::string, Tensor> local) {
   if (tp_layers_ == nullptr) return pp_group_ ? gather_pipeline(std::move(local)) : local;
   // Tensor parallel: gather every split tensor's slices (in key order on every rank).
   std::map<std::string, Tensor> full;

@@ -62,6 +62,9 @@ class Trainer {
   // Collective: full copies of every parameter ("model.<name>") and optimizer state tensor
   // ("optim.<kind>.<name>"), gathered from the shards in sharded modes; what a checkpoint holds.
   std::map<std::string, Tensor> state_dict();
+  // Collective: the averaged gradient of every parameter ("grad.<name>") after a step, in the
+  // serial layout (what `loom verify` compares).
+  std::map<std::string, Tensor> gradient_dict();
 
   // The model, or this rank's first pipeline chunk.
   nn::GPT& model() { return *chunks_.front(); }
@@ -88,6 +91,9 @@ class Trainer {
   // data-parallel rank's micro-batches.
   float local_gradients();
   float pipeline_gradients();
+  // Collective: this rank's slices of model and optimizer tensors gathered across tensor
+  // parallelism and the pipeline into full tensors.
+  std::map<std::string, Tensor> serial_layout(std::map<std::string, Tensor> local);
   // Pipeline: every stage's tensors gathered onto pp rank 0 (collective over the pipeline).
   std::map<std::string, Tensor> gather_pipeline(std::map<std::string, Tensor> local);
   // keep: a logged step (a lasting line and a metrics record); otherwise only the live line.
