@@ -20,6 +20,10 @@ ProcessGroup::ProcessGroup(MPI_Comm comm, std::string name) : name_(std::move(na
   check_mpi(MPI_Comm_dup(comm, &debug_comm_), "MPI_Comm_dup");
   rank_ = comm_rank(collective_comm_);
   size_ = comm_size(collective_comm_);
+  MPI_Comm node = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(debug_comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  ranks_on_node_ = comm_size(node);
+  MPI_Comm_free(&node);
   MPI_Group mine, world;
   MPI_Comm_group(collective_comm_, &mine);
   MPI_Comm_group(MPI_COMM_WORLD, &world);

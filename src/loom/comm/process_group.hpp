@@ -44,6 +44,8 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::string& name() const { return name_; }
+  // How many of the group's ranks share this rank's node (shared-memory domain).
+  int ranks_on_node() const { return ranks_on_node_; }
   void set_default_algorithm(AllReduceAlgorithm a) { default_algorithm_ = a; }
   AllReduceAlgorithm default_algorithm() const { return default_algorithm_; }
   void set_param_servers(int k);
@@ -111,6 +113,7 @@ class ProcessGroup {
   double emulated_all_reduce_seconds(const std::string& algorithm, int64_t n) const;
 
   std::string name_;
+  int ranks_on_node_ = 1;
   MPI_Comm collective_comm_ = MPI_COMM_NULL;
   MPI_Comm p2p_comm_ = MPI_COMM_NULL;
   MPI_Comm debug_comm_ = MPI_COMM_NULL;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <unistd.h>
 
@@ -493,6 +494,24 @@ std::string Trainer::memory_report() const {
   return out;
 }
 
+double Trainer::measure_peak_gflops() {
+  // One rank measures while the others wait: ranks measuring side by side on shared cores
+  // would each see a fraction of the peak.
+  if (world_ == nullptr) return kernels::measure_matmul_gflops();
+  float peak = world_->rank() == 0 ? static_cast<float>(kernels::measure_matmul_gflops()) : 0.0f;
+  world_->broadcast_async(&peak, 1, 0).wait();
+  return peak;
+}
+
+double Trainer::core_share() const {
+  // Ranks oversubscribing a node's cores (4 ranks x 1 thread on 2 cores) each get a share
+  // of a core's peak, so the job's peak is the cores it can use.
+  if (world_ == nullptr) return 1.0;
+  const double wanted = static_cast<double>(world_->ranks_on_node()) * kernels::num_threads();
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::min(1.0, cores / wanted);
+}
+
 void Trainer::log_progress(const StepResult& r, double step_seconds, bool keep) {
   // Tokens of the global batch; MFU against the peak of all the job's processes.
   const double ranks = static_cast<double>(config_.dp * config_.pp * config_.tp);
@@ -500,7 +519,7 @@ void Trainer::log_progress(const StepResult& r, double step_seconds, bool keep) 
                         static_cast<double>(config_.dp);
   const double tok_per_s = tokens / step_seconds;
   const double mfu =
-      config_.model.flops_per_token(config_.model.block_size) * tok_per_s / (peak_gflops_ * 1e9 * ranks);
+      config_.model.flops_per_token(config_.model.block_size) * tok_per_s / (peak_gflops_ * 1e9 * ranks * core_share());
   const double avg = elapsed_train_seconds_ / static_cast<double>(std::max<int64_t>(1, steps_timed_));
   const double eta = avg * static_cast<double>(config_.steps - step_);
   const int64_t mem = MemoryTracker::instance().total_peak();
@@ -543,7 +562,7 @@ void Trainer::log_progress(const StepResult& r, double step_seconds, bool keep) 
 }
 
 float Trainer::run() {
-  if (peak_gflops_ <= 0.0) peak_gflops_ = kernels::measure_matmul_gflops();
+  if (peak_gflops_ <= 0.0) peak_gflops_ = measure_peak_gflops();
   if (!quiet_)
     std::printf("model: %lld parameters | %lld layers, %lld heads, %lld wide, context %lld, vocab %lld | %d threads, "
                 "matmul peak %.0f GFLOP/s\n",

@@ -96,6 +96,11 @@ class Trainer {
   std::map<std::string, Tensor> serial_layout(std::map<std::string, Tensor> local);
   // Pipeline: every stage's tensors gathered onto pp rank 0 (collective over the pipeline).
   std::map<std::string, Tensor> gather_pipeline(std::map<std::string, Tensor> local);
+  // The matmul peak of one rank (its threads), measured by rank 0 alone and shared.
+  double measure_peak_gflops();
+  // The share of its threads' cores a rank gets: below 1 when the node's ranks x threads
+  // exceed its cores.
+  double core_share() const;
   // keep: a logged step (a lasting line and a metrics record); otherwise only the live line.
   void log_progress(const StepResult& r, double step_seconds, bool keep);
 
