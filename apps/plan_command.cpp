@@ -20,6 +20,9 @@ struct PlanArgs {
   int64_t devices = 8, global_batch = 512, top = 10;
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0;  // 0: the preset's
   bool json = false;
+  std::string recompute = "any";
+  int zero = 1;
+  std::string sequence_parallel = "on";
 };
 
 std::string layout_name(const plan::Layout& l) {
@@ -28,18 +31,36 @@ std::string layout_name(const plan::Layout& l) {
          (l.recompute ? ", recompute" : "");
 }
 
-// The largest term by which a layout's step exceeds the best one's.
+// Why a runner-up loses to the best layout: its step's excess in percent, the term that costs
+// it most and the one where it saves most (a near tie is a gain that almost pays for a loss).
 std::string why_slower(const plan::LayoutCost& c, const plan::LayoutCost& best) {
-  const std::pair<const char*, double> terms[] = {{"compute", c.compute_s - best.compute_s},
-                                                  {"pipeline bubble", c.bubble_s - best.bubble_s},
-                                                  {"tp communication", c.tp_comm_s - best.tp_comm_s},
-                                                  {"pp communication", c.pp_comm_s - best.pp_comm_s},
-                                                  {"dp communication", c.dp_comm_s - best.dp_comm_s}};
-  auto worst = terms[0];
-  for (const auto& t : terms)
+  const plan::StepTime &a = c.time, &b = best.time;
+  const std::pair<const char*, double> terms[] = {{"compute", a.compute_s - b.compute_s},
+                                                  {"bubble", a.bubble_s - b.bubble_s},
+                                                  {"tp comm", a.tp_comm_s - b.tp_comm_s},
+                                                  {"pp comm", a.pp_comm_s - b.pp_comm_s},
+                                                  {"dp comm", a.dp_comm_s - b.dp_comm_s},
+                                                  {"optimizer", a.optimizer_s - b.optimizer_s}};
+  auto worst = terms[0], gain = terms[0];
+  for (const auto& t : terms) {
     if (t.second > worst.second) worst = t;
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "+%.0f ms %s", 1e3 * worst.second, worst.first);
+    if (t.second < gain.second) gain = t;
+  }
+  char buf[160];
+  const double pct = 100.0 * (c.step_s() / best.step_s() - 1.0);
+  int n = std::snprintf(buf, sizeof buf, "+%.1f%%%s: %s +%.3g s", pct, pct < 3.0 ? " (near tie)" : "", worst.first,
+                        worst.second);
+  if (gain.second < 0) std::snprintf(buf + n, sizeof buf - n, ", %s %.3g s", gain.first, gain.second);
+  return buf;
+}
+
+// Flags a layout that fills more than 90% of the usable memory: allocator fragmentation or
+// buffers the model leaves out may push it over.
+std::string memory_note(const plan::LayoutCost& c, const plan::ClusterSpec& cluster) {
+  const double share = static_cast<double>(c.memory_bytes()) / static_cast<double>(cluster.memory_bytes - cluster.reserved_bytes);
+  if (share <= 0.9) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " [memory %.0f%% full]", 100.0 * share);
   return buf;
 }
 
@@ -58,6 +79,12 @@ Runner add_plan_command(CLI::App& sub) {
   sub.add_option("--vocab", a->vocab, "override the preset's vocabulary");
   sub.add_option("--top", a->top, "layouts to print [10]");
   sub.add_flag("--json", a->json, "print the ranking as JSON");
+  sub.add_option("--recompute", a->recompute, "full activation recompute: on, off or any [any]")
+      ->check(CLI::IsMember({"on", "off", "any"}));
+  sub.add_option("--zero", a->zero, "ZeRO stage inside data parallelism (1: distributed optimizer) [1]")
+      ->check(CLI::Range(0, 3));
+  sub.add_option("--sequence-parallel", a->sequence_parallel, "sequence parallelism with tp > 1: on or off [on]")
+      ->check(CLI::IsMember({"on", "off"}));
   return [a]() {
     plan::ModelSpec model = plan::model_preset(a->model);
     for (auto [field, value] : {std::pair{&model.layers, a->layers}, {&model.hidden, a->hidden},
@@ -66,7 +93,11 @@ Runner add_plan_command(CLI::App& sub) {
     check(model.hidden % model.heads == 0, "hidden (", model.hidden, ") must be divisible by heads (", model.heads, ")");
     check(a->devices >= 1 && a->global_batch >= 1, "--gpus and --global-batch must be >= 1");
     const plan::ClusterSpec cluster = plan::cluster_preset(a->cluster);
-    const std::vector<plan::LayoutCost> ranked = plan::search(model, cluster, a->devices, a->global_batch);
+    plan::SearchSpace space;
+    space.zero = a->zero;
+    space.sequence_parallel = a->sequence_parallel == "on";
+    if (a->recompute != "any") space.recompute = {a->recompute == "on"};
+    const std::vector<plan::LayoutCost> ranked = plan::search(model, cluster, a->devices, a->global_batch, space);
     const auto first_invalid =
         std::find_if(ranked.begin(), ranked.end(), [](const plan::LayoutCost& c) { return !c.valid; });
     const int64_t valid = first_invalid - ranked.begin();
@@ -88,12 +119,13 @@ Runner add_plan_command(CLI::App& sub) {
                 static_cast<long long>(a->global_batch));
     check(valid > 0, "no layout fits: ", ranked.empty() ? "no layout divides the devices" : ranked.front().why_not);
     std::printf("%-44s %9s %9s %9s %9s %9s %9s %9s %10s  %s\n", "layout", "mem GiB", "step s", "compute", "bubble", "tp",
-                "pp", "dp", "TFLOP/s", "vs best");
+                "pp", "dp", "TFLOP/s", "why the runners-up lose");
     for (int64_t i = 0; i < std::min(valid, a->top); ++i) {
       const plan::LayoutCost& c = ranked[static_cast<size_t>(i)];
       std::printf("%-44s %9.1f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %10.1f  %s\n", layout_name(c.layout).c_str(),
-                  static_cast<double>(c.memory_bytes()) / (1 << 30), c.step_s(), c.compute_s, c.bubble_s, c.tp_comm_s,
-                  c.pp_comm_s, c.dp_comm_s, c.flops_per_device / 1e12, i == 0 ? "best" : why_slower(c, ranked[0]).c_str());
+                  static_cast<double>(c.memory_bytes()) / (1 << 30), c.step_s(), c.time.compute_s, c.time.bubble_s,
+                  c.time.tp_comm_s, c.time.pp_comm_s, c.time.dp_comm_s, c.flops_per_device / 1e12,
+                  ((i == 0 ? std::string("best") : why_slower(c, ranked[0])) + memory_note(c, cluster)).c_str());
     }
     std::map<std::string, int> reasons;
     for (auto it = first_invalid; it != ranked.end(); ++it) reasons[it->why_not.substr(0, it->why_not.find(':'))]++;
