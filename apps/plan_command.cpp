@@ -10,13 +10,14 @@
 #include "commands.hpp"
 #include "loom/error.hpp"
 #include "loom/plan/layout_cost.hpp"
+#include "loom/plan/spec_files.hpp"
 
 namespace loom::apps {
 
 namespace {
 
 struct PlanArgs {
-  std::string model = "gpt2-small", cluster = "dgx-a100";
+  std::string model = "gpt2-small", cluster = "dgx-a100", model_file, cluster_file;
   int64_t devices = 8, global_batch = 512, top = 10;
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0;  // 0: the preset's
   bool json = false;
@@ -68,8 +69,12 @@ std::string memory_note(const plan::LayoutCost& c, const plan::ClusterSpec& clus
 
 Runner add_plan_command(CLI::App& sub) {
   auto a = std::make_shared<PlanArgs>();
-  sub.add_option("--model", a->model, "model preset: gpt2-small, gpt3-1.3b, gpt3-175b, gpt-1t, sc21-1.7b, sc21-145b");
-  sub.add_option("--cluster", a->cluster, "cluster preset: dgx-a100 or local");
+  sub.add_option("--model", a->model,
+                 "model preset (gpt2-small, gpt3-1.3b, gpt3-175b, gpt-1t, sc21-1.7b, sc21-145b, sc21-1t) or a .toml file");
+  sub.add_option("--cluster", a->cluster,
+                 "cluster preset (dgx-a100, local: this machine, measured; local-default) or a .toml file");
+  sub.add_option("--model-file", a->model_file, "model description in TOML (configs/plan/sc21-145b.toml)");
+  sub.add_option("--cluster-file", a->cluster_file, "cluster description in TOML (configs/plan/dgx-a100.toml)");
   sub.add_option("--gpus,--devices", a->devices, "devices to lay the model out on");
   sub.add_option("--global-batch", a->global_batch, "sequences per step");
   sub.add_option("--layers", a->layers, "override the preset's layers");
@@ -86,13 +91,17 @@ Runner add_plan_command(CLI::App& sub) {
   sub.add_option("--sequence-parallel", a->sequence_parallel, "sequence parallelism with tp > 1: on or off [on]")
       ->check(CLI::IsMember({"on", "off"}));
   return [a]() {
-    plan::ModelSpec model = plan::model_preset(a->model);
+    auto is_toml = [](const std::string& s) { return s.size() > 5 && s.substr(s.size() - 5) == ".toml"; };
+    if (a->model_file.empty() && is_toml(a->model)) a->model_file = a->model;
+    if (a->cluster_file.empty() && is_toml(a->cluster)) a->cluster_file = a->cluster;
+    plan::ModelSpec model = a->model_file.empty() ? plan::model_preset(a->model) : plan::model_from_file(a->model_file);
     for (auto [field, value] : {std::pair{&model.layers, a->layers}, {&model.hidden, a->hidden},
                                 {&model.heads, a->heads}, {&model.seq, a->seq}, {&model.vocab, a->vocab}})
       if (value > 0) *field = value;
     check(model.hidden % model.heads == 0, "hidden (", model.hidden, ") must be divisible by heads (", model.heads, ")");
     check(a->devices >= 1 && a->global_batch >= 1, "--gpus and --global-batch must be >= 1");
-    const plan::ClusterSpec cluster = plan::cluster_preset(a->cluster);
+    const plan::ClusterSpec cluster =
+        !a->cluster_file.empty() ? plan::cluster_from_file(a->cluster_file) : plan::cluster_preset(a->cluster);
     plan::SearchSpace space;
     space.zero = a->zero;
     space.sequence_parallel = a->sequence_parallel == "on";
