@@ -74,7 +74,23 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
   }
   double activations = layer_activation_bytes(model, cluster, l, l.recompute) * layers * in_flight;
   if (l.recompute) activations += layer_activation_bytes(model, cluster, l, false);  // one layer re-run at a time
+  if (cluster.precision == Precision::Fp32) {
+    // Outside the layers Loom keeps the embedding's (B, T, C) output on the first stage, and
+    // on the last the final LayerNorm's input and output and the logits and probabilities
+    // (B, T, V/t), for every micro-batch in flight.
+    const double tokens = static_cast<double>(l.micro_batch * model.seq), h = static_cast<double>(model.hidden);
+    double outside = tokens * h;
+    if (l.pp == 1) outside += 2.0 * tokens * h + 2.0 * tokens * static_cast<double>(model.vocab / l.tp);
+    activations += 4.0 * outside * in_flight;
+  }
   c.activation_bytes = static_cast<int64_t>(activations);
+  if (zero == 3) {
+    // Gathered whole while in use: the root unit (embeddings, final LayerNorm) and a layer
+    // plus the prefetched next one, weights and their gradients before the reduce-scatter.
+    const int64_t layer = (12 * model.hidden * model.hidden + 13 * model.hidden) / l.tp;
+    const int64_t root = model.vocab * model.hidden / l.tp + model.seq * model.hidden + 2 * model.hidden;
+    c.state_bytes += 2 * value_bytes(cluster.precision) * (root + 2 * layer);
+  }
   const int64_t usable = cluster.memory_bytes - cluster.reserved_bytes;
   if (c.memory_bytes() > usable)
     return invalid("out of memory: " + std::to_string(c.memory_bytes() >> 20) + " MiB needed per device, " +
