@@ -31,6 +31,7 @@ struct PlanArgs {
   int zero = 1;
   std::string sequence_parallel = "on";
   int64_t dp = 0, pp = 0, tp = 0, micro_batch = 0, chunks = 1;  // dp > 0: this one layout only
+  double link_latency_us = 0, link_gbs = 0;                      // > 0: override both link tiers
 };
 
 double median(std::vector<double> v) {
@@ -140,6 +141,9 @@ Runner add_plan_command(CLI::App& sub) {
   sub.add_option("--pp", a->pp, "pipeline degree of the one layout [1]");
   sub.add_option("--tp", a->tp, "tensor-parallel degree of the one layout [1]");
   sub.add_option("--micro-batch-size", a->micro_batch, "sequences per micro-batch of the one layout [per-replica batch / pp]");
+  sub.add_option("--link-latency-us", a->link_latency_us,
+                 "latency of every link, e.g. the alpha `loom bench comm` measured (overrides the cluster's)");
+  sub.add_option("--link-gbs", a->link_gbs, "bandwidth of every link in GB/s, e.g. 1/beta from `loom bench comm`");
   sub.add_option("--chunks", a->chunks, "virtual pipeline stages per rank of the one layout [1]");
   sub.add_flag("--json", a->json, "print the ranking as JSON");
   sub.add_option("--recompute", a->recompute, "full activation recompute: on, off or any [any]")
@@ -161,9 +165,13 @@ Runner add_plan_command(CLI::App& sub) {
       }
     check(model.hidden % model.heads == 0, "hidden (", model.hidden, ") must be divisible by heads (", model.heads, ")");
     check(a->devices >= 1 && a->global_batch >= 1, "--gpus and --global-batch must be >= 1");
-    const plan::ClusterSpec cluster = !a->cluster_file.empty() ? plan::cluster_from_file(a->cluster_file)
+    plan::ClusterSpec cluster = !a->cluster_file.empty() ? plan::cluster_from_file(a->cluster_file)
                                       : a->cluster == "local"  ? measure_local_cluster()
                                                                : plan::cluster_preset(a->cluster);
+    for (plan::LinkCost* link : {&cluster.intra_node, &cluster.inter_node}) {
+      if (a->link_latency_us > 0) link->alpha_s = a->link_latency_us * 1e-6;
+      if (a->link_gbs > 0) link->beta_s_per_byte = 1.0 / (a->link_gbs * 1e9);
+    }
     plan::SearchSpace space;
     space.zero = a->zero;
     space.sequence_parallel = a->sequence_parallel == "on";

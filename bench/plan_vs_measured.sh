@@ -6,11 +6,16 @@
 #
 # Usage: bench/plan_vs_measured.sh [build dir]        (default: build)
 #
+# The link comes from `loom bench comm` on 2 ranks, the GEMM rate and the copy bandwidth from
+# `loom plan --cluster local`, measured next to each run.
 # Model: L=4, H=4, C=128, T=128, char vocabulary (65, padded to 128), global batch 8
 # sequences a step, no recompute, fp32 Adam. Layouts: serial, dp2 (DDP, ZeRO-1, ZeRO-3), tp2,
-# pp2 with 1F1B over 4 micro-batches. Measured step time: the median of the steps after the
-# first LOOM_SKIP (metrics.jsonl `elapsed_s` differences); memory: the largest
-# `peak_mem_bytes`. On a shared machine the timings are indicative only.
+# pp2 with 1F1B over 4 micro-batches. Measured step time: the median wall time of the steps
+# after the first LOOM_SKIP (metrics.jsonl `elapsed_s` differences), and the CPU time a step
+# costs the busiest rank (user + sys of a LOOM_STEPS run minus a LOOM_SKIP run, per step):
+# what a step takes on cores of its own when other jobs share the machine (MPI waits spin,
+# so they count). Memory: the largest `peak_mem_bytes` of rank 0. On a shared machine the
+# timings are indicative only.
 # Benchmarks never gate anything: the exit status is 0 whatever the figures.
 #
 # Environment (all optional): LOOM_STEPS=8, LOOM_SKIP=2, MPIRUN=mpirun,
@@ -25,7 +30,12 @@ trap 'rm -rf "$WORK"' EXIT
 MODEL=(--n-layer 4 --n-head 4 --n-embd 128 --block-size 128)
 PLAN_MODEL=(--layers 4 --heads 4 --hidden 128 --seq 128 --vocab 128)
 
-# One cluster description for every prediction, measured once before the runs.
+# The MPI link between two ranks as `loom bench comm` measures it (ping-pong alpha and beta);
+# the GEMM rate and copy bandwidth `loom plan --cluster local` measures before each prediction.
+link=$(mpi -np 2 "$LOOM" bench comm --csv --sizes 8B:8B </dev/null | sed -n 's/^# ranks=2 alpha_us=\([0-9.]*\) beta_GBps=\([0-9.]*\)$/\1 \2/p')
+read -r alpha_us link_gbs <<<"$link"
+[ -n "${link_gbs:-}" ] || die "could not read the link from loom bench comm"
+echo "MPI link (loom bench comm, 2 ranks): alpha $alpha_us us, $link_gbs GB/s"
 "$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus 1 --global-batch 8 --dp 1 --recompute off | sed -n 2p
 
 measured() {  # metrics.jsonl -> "step_s peak_bytes"
@@ -44,21 +54,38 @@ if not c["valid"]: sys.exit("invalid layout: " + c["why_not"])
 print(c["step_s"], c["memory_bytes_per_device"])'
 }
 
-printf '%-22s %12s %12s %7s %12s %12s %7s\n' layout "pred step s" "meas step s" ratio "pred MiB" "meas MiB" ratio
+train() {  # name ranks steps flags...: runs loom train, each rank's CPU seconds in $WORK/name.cpu.<rank>
+  local name=$1 ranks=$2 steps=$3
+  shift 3
+  mpi -np "$ranks" sh -c '/usr/bin/time -f "%U %S" -o "$0.$OMPI_COMM_WORLD_RANK" "$@"' "$WORK/$name.cpu" \
+    "$LOOM" train --data "$DATA" "${MODEL[@]}" --threads 1 --steps "$steps" --log-every 1 --eval-every 0 \
+    --eval-batches 1 --out-dir "$WORK/$name" "$@" </dev/null >"$WORK/$name.log" 2>&1
+}
+busiest_cpu() {  # name: the largest user + sys over the ranks
+  cat "$WORK/$1".cpu.* | awk '{ t = $1 + $2; if (t > m) m = t } END { print m }'
+}
+
+printf '%-12s %10s %10s %6s %10s %6s %10s %10s %6s\n' layout "pred s" "wall s" ratio "cpu s" ratio "pred MiB" \
+  "meas MiB" ratio
 # name | ranks | train flags | plan flags
 while IFS='|' read -r name ranks train_flags plan_flags; do
   dir="$WORK/$name"
   # shellcheck disable=SC2086
-  mpi -np "$ranks" "$LOOM" train --data "$DATA" "${MODEL[@]}" --threads 1 --steps "$LOOM_STEPS" --log-every 1 \
-    --eval-every 0 --eval-batches 1 --out-dir "$dir" $train_flags </dev/null >"$WORK/$name.log" 2>&1 ||
+  train "$name" "$ranks" "$LOOM_STEPS" $train_flags ||
     { echo "$name: loom train failed (see below)" >&2; tail -5 "$WORK/$name.log" >&2; continue; }
+  # shellcheck disable=SC2086
+  train "$name-short" "$ranks" "$LOOM_SKIP" $train_flags || die "$name: the short run failed"
+  cpu_s=$(awk -v a="$(busiest_cpu "$name")" -v b="$(busiest_cpu "$name-short")" -v n=$((LOOM_STEPS - LOOM_SKIP)) \
+    'BEGIN { print (a - b) / n }')
   read -r meas_s meas_b < <(measured "$dir/metrics.jsonl")
   # shellcheck disable=SC2086
   read -r pred_s pred_b < <("$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus "$ranks" --global-batch 8 \
-    --recompute off --sequence-parallel off --json $plan_flags </dev/null | predicted)
+    --recompute off --sequence-parallel off --link-latency-us "$alpha_us" --link-gbs "$link_gbs" --json $plan_flags \
+    </dev/null | predicted)
   "$PYTHON" -c "
-ps, ms, pb, mb = $pred_s, $meas_s, $pred_b, $meas_b
-print('%-22s %12.4f %12.4f %7.2f %12.1f %12.1f %7.2f' % ('$name', ps, ms, ps / ms, pb / 2**20, mb / 2**20, pb / mb))"
+ps, ms, cs, pb, mb = $pred_s, $meas_s, $cpu_s, $pred_b, $meas_b
+print('%-12s %10.4f %10.4f %6.2f %10.4f %6.2f %10.1f %10.1f %6.2f' % ('$name', ps, ms, ps / ms, cs, ps / cs, pb / 2**20,
+      mb / 2**20, pb / mb))"
 done <<'LAYOUTS'
 serial|1|--batch-size 8|--dp 1 --micro-batch-size 8
 dp2|2|--dp 2 --batch-size 4|--dp 2 --micro-batch-size 4 --zero 0
