@@ -1,15 +1,17 @@
 // `loom plan`: the best layouts for a model on a cluster, by the planner's memory and time
-// model (src/loom/plan/layout_cost.hpp), as a table or JSON.
+// model (src/loom/plan/layout_cost.hpp), as a table or JSON, or the cost of one layout;
+// `--cluster local` measures this machine first.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
-#include <cstring>
-#include <unistd.h>
-#include <vector>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "loom/error.hpp"
@@ -112,7 +114,8 @@ std::string why_slower(const plan::LayoutCost& c, const plan::LayoutCost& best) 
 // Flags a layout that fills more than 90% of the usable memory: allocator fragmentation or
 // buffers the model leaves out may push it over.
 std::string memory_note(const plan::LayoutCost& c, const plan::ClusterSpec& cluster) {
-  const double share = static_cast<double>(c.memory_bytes()) / static_cast<double>(cluster.memory_bytes - cluster.reserved_bytes);
+  const double usable = static_cast<double>(cluster.memory_bytes - cluster.reserved_bytes);
+  const double share = static_cast<double>(c.memory_bytes()) / usable;
   if (share <= 0.9) return "";
   char buf[64];
   std::snprintf(buf, sizeof buf, " [memory %.0f%% full]", 100.0 * share);
@@ -205,7 +208,8 @@ Runner add_plan_command(CLI::App& sub) {
                        {"micro_batch_size", l.micro_batch}, {"zero", l.dp > 1 ? l.zero : 0}, {"recompute", l.recompute},
                        {"sequence_parallel", l.sequence_parallel}, {"valid", c.valid}, {"why_not", c.why_not},
                        {"memory_bytes_per_device", c.memory_bytes()},
-                       {"state_bytes", c.state_bytes}, {"activation_bytes", c.activation_bytes}, {"step_s", c.valid ? c.step_s() : 0.0},
+                       {"state_bytes", c.state_bytes}, {"activation_bytes", c.activation_bytes},
+                       {"step_s", c.valid ? c.step_s() : 0.0},
                        {"tflops_per_device", c.flops_per_device / 1e12}, {"micro_batches", c.micro_batches},
                        {"time_s", {{"compute", c.time.compute_s}, {"tp_comm", c.time.tp_comm_s},
                                    {"bubble", c.time.bubble_s}, {"pp_comm", c.time.pp_comm_s},
@@ -226,8 +230,8 @@ Runner add_plan_command(CLI::App& sub) {
     const bool mib = ranked.front().memory_bytes() < (int64_t{1} << 30);
     const double unit = mib ? double(1 << 20) : double(1 << 30);
     const bool giga = cluster.peak_flops < 1e12;  // devices below a TFLOP/s: GFLOP/s
-    std::printf("%-44s %9s %9s %9s %9s %9s %9s %9s %10s  %s\n", "layout", mib ? "mem MiB" : "mem GiB", "step s", "compute", "bubble", "tp",
-                "pp", "dp", giga ? "GFLOP/s" : "TFLOP/s", "why the runners-up lose");
+    std::printf("%-44s %9s %9s %9s %9s %9s %9s %9s %10s  %s\n", "layout", mib ? "mem MiB" : "mem GiB", "step s",
+                "compute", "bubble", "tp comm", "pp comm", "dp comm", giga ? "GFLOP/s" : "TFLOP/s", "why the runners-up lose");
     for (int64_t i = 0; i < std::min(valid, a->top); ++i) {
       const plan::LayoutCost& c = ranked[static_cast<size_t>(i)];
       std::printf("%-44s %9.1f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %10.1f  %s\n", layout_name(c.layout).c_str(),

@@ -32,7 +32,8 @@ PLAN_MODEL=(--layers 4 --heads 4 --hidden 128 --seq 128 --vocab 128)
 
 # The MPI link between two ranks as `loom bench comm` measures it (ping-pong alpha and beta);
 # the GEMM rate and copy bandwidth `loom plan --cluster local` measures before each prediction.
-link=$(mpi -np 2 "$LOOM" bench comm --csv --sizes 8B:8B </dev/null | sed -n 's/^# ranks=2 alpha_us=\([0-9.]*\) beta_GBps=\([0-9.]*\)$/\1 \2/p')
+link=$(mpi -np 2 "$LOOM" bench comm --csv --sizes 8B:8B </dev/null |
+  sed -n 's/^# ranks=2 alpha_us=\([0-9.]*\) beta_GBps=\([0-9.]*\)$/\1 \2/p')
 read -r alpha_us link_gbs <<<"$link"
 [ -n "${link_gbs:-}" ] || die "could not read the link from loom bench comm"
 echo "MPI link (loom bench comm, 2 ranks): alpha $alpha_us us, $link_gbs GB/s"

@@ -46,7 +46,8 @@ TEST(PlanSpecFiles, BadModelFilesAreNamed) {
   const std::string ok = "layers = 2\nhidden = 64\nheads = 4\nseq = 32\nvocab = 65\n";
   EXPECT_EQ(model_from_toml(ok, "m.toml").name, "m");
   EXPECT_EQ(error_of([] { model_from_toml("layers = 2\nhidden = 64\n", "m.toml"); }), "m.toml: missing key 'heads'");
-  EXPECT_NE(error_of([&] { model_from_toml(ok + "hiden = 3\n", "m.toml"); }).find("m.toml: unknown key 'hiden'; known keys: name, layers"),
+  EXPECT_NE(error_of([&] { model_from_toml(ok + "hiden = 3\n", "m.toml"); })
+                .find("m.toml: unknown key 'hiden'; known keys: name, layers"),
             std::string::npos);
   EXPECT_EQ(error_of([&] { model_from_toml("layers = \"two\"\n", "m.toml"); }), "m.toml: layers must be a positive integer");
   EXPECT_EQ(error_of([&] { model_from_toml("layers = 2.5\n", "m.toml"); }), "m.toml: layers must be a positive integer");

@@ -14,7 +14,9 @@ namespace loom::plan {
 // C (m, n) = A (m, k) . B (k, n), `batch` independent copies (attention's heads).
 struct Gemm {
   int64_t m = 0, n = 0, k = 0, batch = 1;
-  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch); }
+  double flops() const {
+    return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch);
+  }
 };
 
 // Share of the compute units busy over the waves of a GEMM's output tiles (1 without waves).
