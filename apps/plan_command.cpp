@@ -1,26 +1,85 @@
 // `loom plan`: the best layouts for a model on a cluster, by the planner's memory and time
-// model (src/loom/plan/layout_cost.hpp), as a table or JSON.
+// model (src/loom/plan/layout_cost.hpp), as a table or JSON, or the cost of one layout;
+// `--cluster local` measures this machine first.
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "loom/error.hpp"
+#include "loom/kernels/peak_flops.hpp"
+#include "loom/kernels/threads.hpp"
 #include "loom/plan/layout_cost.hpp"
+#include "loom/plan/spec_files.hpp"
 
 namespace loom::apps {
 
 namespace {
 
 struct PlanArgs {
-  std::string model = "gpt2-small", cluster = "dgx-a100";
+  std::string model = "gpt2-small", cluster = "dgx-a100", model_file, cluster_file;
   int64_t devices = 8, global_batch = 512, top = 10;
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0;  // 0: the preset's
   bool json = false;
+  std::string recompute = "any";
+  int zero = 1;
+  std::string sequence_parallel = "on";
+  int64_t dp = 0, pp = 0, tp = 0, micro_batch = 0, chunks = 1;  // dp > 0: this one layout only
+  double link_latency_us = 0, link_gbs = 0;                      // > 0: override both link tiers
 };
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Bytes/s of copying a 32 MiB buffer (read + write counted), the median of a few passes: on
+// a machine shared with other jobs the median is the share a training run will get.
+double measure_copy_bandwidth() {
+  const size_t n = size_t{32} << 20;
+  std::vector<char> a(n, 1), b(n, 0);
+  std::vector<double> rates;
+  for (int i = 0; i < 9; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(b.data(), a.data(), n);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rates.push_back(2.0 * static_cast<double>(n) / dt);
+    a[static_cast<size_t>(i)] = b[n - 1 - static_cast<size_t>(i)];  // keep the copies observable
+  }
+  return median(rates);
+}
+
+// This machine as Loom runs on it: a process per core with one thread, fp32. The peak is
+// oneDNN's GEMM rate on one thread (as `loom bench gemm --threads 1`), the bandwidth a
+// single-threaded copy; Open MPI's shared-memory transport copies each message twice through
+// a shared buffer, so a link moves half the copy bandwidth, after ~2 us of latency.
+plan::ClusterSpec measure_local_cluster() {
+  plan::ClusterSpec c;
+  c.name = "local";
+  c.devices_per_node = std::max<int64_t>(1, sysconf(_SC_NPROCESSORS_ONLN));
+  c.memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / c.devices_per_node;
+  const int threads = kernels::num_threads();
+  kernels::set_num_threads(1);
+  std::vector<double> gflops;  // the median of short windows, as for the bandwidth
+  for (int i = 0; i < 9; ++i) gflops.push_back(kernels::measure_matmul_gflops(0.04, 512));
+  c.peak_flops = median(gflops) * 1e9;
+  kernels::set_num_threads(threads);
+  c.gemm_peak_share = 1.0;  // the peak is itself a GEMM's measured rate
+  c.memory_bandwidth = measure_copy_bandwidth();
+  c.compute_units = 0;
+  c.precision = plan::Precision::Fp32;
+  c.intra_node = {2e-6, 2.0 / c.memory_bandwidth};
+  c.inter_node = c.intra_node;
+  return c;
+}
 
 std::string layout_name(const plan::Layout& l) {
   return "dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + " x tp " + std::to_string(l.tp) +
@@ -28,18 +87,38 @@ std::string layout_name(const plan::Layout& l) {
          (l.recompute ? ", recompute" : "");
 }
 
-// The largest term by which a layout's step exceeds the best one's.
+// Why a runner-up loses to the best layout: its step's excess in percent, the term that costs
+// it most and the one where it saves most (a near tie is a gain that almost pays for a loss).
 std::string why_slower(const plan::LayoutCost& c, const plan::LayoutCost& best) {
-  const std::pair<const char*, double> terms[] = {{"compute", c.compute_s - best.compute_s},
-                                                  {"pipeline bubble", c.bubble_s - best.bubble_s},
-                                                  {"tp communication", c.tp_comm_s - best.tp_comm_s},
-                                                  {"pp communication", c.pp_comm_s - best.pp_comm_s},
-                                                  {"dp communication", c.dp_comm_s - best.dp_comm_s}};
-  auto worst = terms[0];
-  for (const auto& t : terms)
+  const plan::StepTime &a = c.time, &b = best.time;
+  const std::pair<const char*, double> terms[] = {{"compute", a.compute_s - b.compute_s},
+                                                  {"bubble", a.bubble_s - b.bubble_s},
+                                                  {"tp comm", a.tp_comm_s - b.tp_comm_s},
+                                                  {"pp comm", a.pp_comm_s - b.pp_comm_s},
+                                                  {"dp comm", a.dp_comm_s - b.dp_comm_s},
+                                                  {"optimizer", a.optimizer_s - b.optimizer_s}};
+  auto worst = terms[0], gain = terms[0];
+  for (const auto& t : terms) {
     if (t.second > worst.second) worst = t;
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "+%.0f ms %s", 1e3 * worst.second, worst.first);
+    if (t.second < gain.second) gain = t;
+  }
+  char buf[160];
+  const double pct = 100.0 * (c.step_s() / best.step_s() - 1.0);
+  if (pct < 0.05) return "tie: the same predicted step";
+  int n = std::snprintf(buf, sizeof buf, "+%.1f%%%s: %s +%.3g s", pct, pct < 3.0 ? " (near tie)" : "", worst.first,
+                        worst.second);
+  if (gain.second < 0) std::snprintf(buf + n, sizeof buf - n, ", %s %.3g s", gain.first, gain.second);
+  return buf;
+}
+
+// Flags a layout that fills more than 90% of the usable memory: allocator fragmentation or
+// buffers the model leaves out may push it over.
+std::string memory_note(const plan::LayoutCost& c, const plan::ClusterSpec& cluster) {
+  const double usable = static_cast<double>(cluster.memory_bytes - cluster.reserved_bytes);
+  const double share = static_cast<double>(c.memory_bytes()) / usable;
+  if (share <= 0.9) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " [memory %.0f%% full]", 100.0 * share);
   return buf;
 }
 
@@ -47,8 +126,12 @@ std::string why_slower(const plan::LayoutCost& c, const plan::LayoutCost& best) 
 
 Runner add_plan_command(CLI::App& sub) {
   auto a = std::make_shared<PlanArgs>();
-  sub.add_option("--model", a->model, "model preset: gpt2-small, gpt3-1.3b, gpt3-175b, gpt-1t, sc21-1.7b, sc21-145b");
-  sub.add_option("--cluster", a->cluster, "cluster preset: dgx-a100 or local");
+  sub.add_option("--model", a->model,
+                 "model preset (gpt2-small, gpt3-1.3b, gpt3-175b, gpt-1t, sc21-1.7b, sc21-145b, sc21-1t) or a .toml file");
+  sub.add_option("--cluster", a->cluster,
+                 "cluster preset (dgx-a100, local: this machine, measured; local-default) or a .toml file");
+  sub.add_option("--model-file", a->model_file, "model description in TOML (configs/plan/sc21-145b.toml)");
+  sub.add_option("--cluster-file", a->cluster_file, "cluster description in TOML (configs/plan/dgx-a100.toml)");
   sub.add_option("--gpus,--devices", a->devices, "devices to lay the model out on");
   sub.add_option("--global-batch", a->global_batch, "sequences per step");
   sub.add_option("--layers", a->layers, "override the preset's layers");
@@ -57,16 +140,63 @@ Runner add_plan_command(CLI::App& sub) {
   sub.add_option("--seq", a->seq, "override the preset's sequence length");
   sub.add_option("--vocab", a->vocab, "override the preset's vocabulary");
   sub.add_option("--top", a->top, "layouts to print [10]");
+  sub.add_option("--dp", a->dp, "price this layout only: data-parallel degree (with --pp, --tp)");
+  sub.add_option("--pp", a->pp, "pipeline degree of the one layout [1]");
+  sub.add_option("--tp", a->tp, "tensor-parallel degree of the one layout [1]");
+  sub.add_option("--micro-batch-size", a->micro_batch, "sequences per micro-batch of the one layout [per-replica batch / pp]");
+  sub.add_option("--link-latency-us", a->link_latency_us,
+                 "latency of every link, e.g. the alpha `loom bench comm` measured (overrides the cluster's)");
+  sub.add_option("--link-gbs", a->link_gbs, "bandwidth of every link in GB/s, e.g. 1/beta from `loom bench comm`");
+  sub.add_option("--chunks", a->chunks, "virtual pipeline stages per rank of the one layout [1]");
   sub.add_flag("--json", a->json, "print the ranking as JSON");
+  sub.add_option("--recompute", a->recompute, "full activation recompute: on, off or any [any]")
+      ->check(CLI::IsMember({"on", "off", "any"}));
+  sub.add_option("--zero", a->zero, "ZeRO stage inside data parallelism (1: distributed optimizer) [1]")
+      ->check(CLI::Range(0, 3));
+  sub.add_option("--sequence-parallel", a->sequence_parallel, "sequence parallelism with tp > 1: on or off [on]")
+      ->check(CLI::IsMember({"on", "off"}));
   return [a]() {
-    plan::ModelSpec model = plan::model_preset(a->model);
+    auto is_toml = [](const std::string& s) { return s.size() > 5 && s.substr(s.size() - 5) == ".toml"; };
+    if (a->model_file.empty() && is_toml(a->model)) a->model_file = a->model;
+    if (a->cluster_file.empty() && is_toml(a->cluster)) a->cluster_file = a->cluster;
+    plan::ModelSpec model = a->model_file.empty() ? plan::model_preset(a->model) : plan::model_from_file(a->model_file);
     for (auto [field, value] : {std::pair{&model.layers, a->layers}, {&model.hidden, a->hidden},
                                 {&model.heads, a->heads}, {&model.seq, a->seq}, {&model.vocab, a->vocab}})
-      if (value > 0) *field = value;
+      if (value > 0 && value != *field) {
+        *field = value;
+        model.name = "custom";
+      }
     check(model.hidden % model.heads == 0, "hidden (", model.hidden, ") must be divisible by heads (", model.heads, ")");
     check(a->devices >= 1 && a->global_batch >= 1, "--gpus and --global-batch must be >= 1");
-    const plan::ClusterSpec cluster = plan::cluster_preset(a->cluster);
-    const std::vector<plan::LayoutCost> ranked = plan::search(model, cluster, a->devices, a->global_batch);
+    plan::ClusterSpec cluster = !a->cluster_file.empty() ? plan::cluster_from_file(a->cluster_file)
+                                      : a->cluster == "local"  ? measure_local_cluster()
+                                                               : plan::cluster_preset(a->cluster);
+    for (plan::LinkCost* link : {&cluster.intra_node, &cluster.inter_node}) {
+      if (a->link_latency_us > 0) link->alpha_s = a->link_latency_us * 1e-6;
+      if (a->link_gbs > 0) link->beta_s_per_byte = 1.0 / (a->link_gbs * 1e9);
+    }
+    plan::SearchSpace space;
+    space.zero = a->zero;
+    space.sequence_parallel = a->sequence_parallel == "on";
+    if (a->recompute != "any") space.recompute = {a->recompute == "on"};
+    std::vector<plan::LayoutCost> ranked;
+    if (a->dp > 0) {
+      plan::Layout l;
+      l.dp = a->dp;
+      l.pp = std::max<int64_t>(1, a->pp);
+      l.tp = std::max<int64_t>(1, a->tp);
+      l.chunks = a->chunks;
+      const int64_t per_replica = a->global_batch / l.dp;
+      l.micro_batch = a->micro_batch > 0 ? a->micro_batch : std::max<int64_t>(1, per_replica / l.pp);
+      l.zero = a->zero;
+      l.recompute = a->recompute == "on";
+      l.sequence_parallel = space.sequence_parallel && l.tp > 1;
+      check(l.dp * l.pp * l.tp == a->devices, "dp (", l.dp, ") x pp (", l.pp, ") x tp (", l.tp, ") = ",
+            l.dp * l.pp * l.tp, " != --gpus ", a->devices);
+      ranked.push_back(plan::predict(model, cluster, l, a->global_batch));
+    } else {
+      ranked = plan::search(model, cluster, a->devices, a->global_batch, space);
+    }
     const auto first_invalid =
         std::find_if(ranked.begin(), ranked.end(), [](const plan::LayoutCost& c) { return !c.valid; });
     const int64_t valid = first_invalid - ranked.begin();
@@ -77,8 +207,13 @@ Runner add_plan_command(CLI::App& sub) {
         out.push_back({{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"virtual_stages", l.pp * l.chunks},
                        {"micro_batch_size", l.micro_batch}, {"zero", l.dp > 1 ? l.zero : 0}, {"recompute", l.recompute},
                        {"sequence_parallel", l.sequence_parallel}, {"valid", c.valid}, {"why_not", c.why_not},
-                       {"memory_bytes_per_device", c.memory_bytes()}, {"step_s", c.valid ? c.step_s() : 0.0},
-                       {"tflops_per_device", c.flops_per_device / 1e12}});
+                       {"memory_bytes_per_device", c.memory_bytes()},
+                       {"state_bytes", c.state_bytes}, {"activation_bytes", c.activation_bytes},
+                       {"step_s", c.valid ? c.step_s() : 0.0},
+                       {"tflops_per_device", c.flops_per_device / 1e12}, {"micro_batches", c.micro_batches},
+                       {"time_s", {{"compute", c.time.compute_s}, {"tp_comm", c.time.tp_comm_s},
+                                   {"bubble", c.time.bubble_s}, {"pp_comm", c.time.pp_comm_s},
+                                   {"dp_comm", c.time.dp_comm_s}, {"optimizer", c.time.optimizer_s}}}});
       }
       std::printf("%s\n", out.dump(1).c_str());
       return 0;
@@ -86,14 +221,23 @@ Runner add_plan_command(CLI::App& sub) {
     std::printf("%s (%lld parameters) on %lld x %s, global batch %lld\n", model.name.c_str(),
                 static_cast<long long>(model.parameters()), static_cast<long long>(a->devices), cluster.name.c_str(),
                 static_cast<long long>(a->global_batch));
+    if (cluster.name == "local")
+      std::printf("local: %lld devices (a process per core, 1 thread each), %.1f GiB each, GEMM %.1f GFLOP/s, copy %.1f GB/s\n",
+                  static_cast<long long>(cluster.devices_per_node), static_cast<double>(cluster.memory_bytes) / (1 << 30),
+                  cluster.peak_flops / 1e9, cluster.memory_bandwidth / 1e9);
     check(valid > 0, "no layout fits: ", ranked.empty() ? "no layout divides the devices" : ranked.front().why_not);
-    std::printf("%-44s %9s %9s %9s %9s %9s %9s %9s %10s  %s\n", "layout", "mem GiB", "step s", "compute", "bubble", "tp",
-                "pp", "dp", "TFLOP/s", "vs best");
+    // Memory in GiB, or MiB for models that do not need a GiB.
+    const bool mib = ranked.front().memory_bytes() < (int64_t{1} << 30);
+    const double unit = mib ? double(1 << 20) : double(1 << 30);
+    const bool giga = cluster.peak_flops < 1e12;  // devices below a TFLOP/s: GFLOP/s
+    std::printf("%-44s %9s %9s %9s %9s %9s %9s %9s %10s  %s\n", "layout", mib ? "mem MiB" : "mem GiB", "step s",
+                "compute", "bubble", "tp comm", "pp comm", "dp comm", giga ? "GFLOP/s" : "TFLOP/s", "why the runners-up lose");
     for (int64_t i = 0; i < std::min(valid, a->top); ++i) {
       const plan::LayoutCost& c = ranked[static_cast<size_t>(i)];
       std::printf("%-44s %9.1f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %10.1f  %s\n", layout_name(c.layout).c_str(),
-                  static_cast<double>(c.memory_bytes()) / (1 << 30), c.step_s(), c.compute_s, c.bubble_s, c.tp_comm_s,
-                  c.pp_comm_s, c.dp_comm_s, c.flops_per_device / 1e12, i == 0 ? "best" : why_slower(c, ranked[0]).c_str());
+                  static_cast<double>(c.memory_bytes()) / unit, c.step_s(), c.time.compute_s, c.time.bubble_s,
+                  c.time.tp_comm_s, c.time.pp_comm_s, c.time.dp_comm_s, c.flops_per_device / (giga ? 1e9 : 1e12),
+                  ((i == 0 ? std::string("best") : why_slower(c, ranked[0])) + memory_note(c, cluster)).c_str());
     }
     std::map<std::string, int> reasons;
     for (auto it = first_invalid; it != ranked.end(); ++it) reasons[it->why_not.substr(0, it->why_not.find(':'))]++;

@@ -8,21 +8,31 @@ namespace loom::plan {
 
 namespace {
 
-// Bytes of the 2-byte activations one layer keeps per micro-batch (Korthikanti et al. 2022,
-// no dropout masks counted separately): sbh(34 + 5as/h) serially; with tensor parallelism
-// sbh(10 + 24/t + 5as/(ht)); with sequence parallelism as well, sbh(34 + 5as/h)/t; with
-// full recompute only the layer's input, 2sbh (split t ways with sequence parallelism).
-double layer_activation_bytes(const ModelSpec& m, const Layout& l, bool recompute) {
+// Bytes of the activations one layer keeps per micro-batch. Mixed precision: Korthikanti et
+// al. 2022 in 2-byte values, sbh(34 + 5as/h) serially; with tensor parallelism
+// sbh(10 + 24/t + 5as/(ht)); with sequence parallelism as well, sbh(34 + 5as/h)/t. Fp32:
+// Loom's own layer (memory_model.hpp, matched by its memory tracker). With full recompute
+// only the layer's input, s b h values (split t ways with sequence parallelism).
+double layer_activation_bytes(const ModelSpec& m, const ClusterSpec& c, const Layout& l, bool recompute) {
   const double s = static_cast<double>(m.seq), b = static_cast<double>(l.micro_batch),
                h = static_cast<double>(m.hidden), a = static_cast<double>(m.heads), t = static_cast<double>(l.tp);
   const bool sp = l.sequence_parallel && l.tp > 1;
-  if (recompute) return 2.0 * s * b * h / (sp ? t : 1.0);
+  const double bpv = static_cast<double>(value_bytes(c.precision));
+  if (recompute) return bpv * s * b * h / (sp ? t : 1.0);
+  if (c.precision == Precision::Fp32)
+    return static_cast<double>(activation_bytes_per_layer(l.micro_batch, m.seq, m.hidden, m.heads, l.tp, sp));
   if (sp) return s * b * h * (34.0 + 5.0 * a * s / h) / t;
   return s * b * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
 }
 
-const LinkCost& link_for(const ClusterSpec& c, int64_t span) {
-  return span <= c.devices_per_node ? c.intra_node : c.inter_node;
+// Model-state bytes per device: fp32 as memory_model.hpp counts them (4 + 4 + 8); mixed
+// precision 2-byte weights and gradients and 12 bytes of fp32 master weights and moments,
+// ZeRO sharding the 12, then the gradients, then the weights over dp.
+int64_t state_bytes(const ClusterSpec& c, int64_t params, int64_t dp, int zero) {
+  if (c.precision == Precision::Fp32) return model_state_bytes(params, static_cast<int>(dp), zero, 8).total();
+  const int64_t n = dp;
+  const int64_t state[] = {16 * params, 4 * params + 12 * params / n, 2 * params + 14 * params / n, 16 * params / n};
+  return state[std::clamp(zero, 0, 3)];
 }
 
 }  // namespace
@@ -47,13 +57,14 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
     return invalid("interleaving: needs pp > 1 and the micro-batches (" + std::to_string(m) + ") divisible by pp");
   c.micro_batches = m;
 
-  // Memory: model state (bf16 weights and gradients, fp32 master and moments: 2 + 2 + 12
-  // bytes per parameter, ZeRO sharding the last over dp) and the first stage's activations.
+  // Memory: the first stage's model state (its layers, the token table split over tp and the
+  // position table) and activations.
   const int64_t params = model.parameters() / (l.tp * l.pp);
+  const int64_t first_stage_params =
+      (model.layers / l.pp) * (12 * model.hidden * model.hidden + 13 * model.hidden) / l.tp +
+      model.vocab * model.hidden / l.tp + model.seq * model.hidden;
   const int zero = l.dp > 1 ? l.zero : 0;
-  const int64_t n = l.dp;
-  const int64_t state[] = {16 * params, 4 * params + 12 * params / n, 2 * params + 14 * params / n, 16 * params / n};
-  c.state_bytes = state[std::clamp(zero, 0, 3)];
+  c.state_bytes = state_bytes(cluster, l.pp > 1 ? first_stage_params : params, l.dp, zero);
   const double layers = static_cast<double>(model.layers / l.pp);
   // In flight on stage 0: 1 without a pipeline, p under 1F1B, p (1 + (p-1)/(p v)) interleaved.
   double in_flight = 1.0;
@@ -61,57 +72,59 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
     const double p = static_cast<double>(l.pp), v = static_cast<double>(l.chunks);
     in_flight = std::min(static_cast<double>(m), l.chunks > 1 ? p * (1.0 + (p - 1.0) / (p * v)) : p);
   }
-  double activations = layer_activation_bytes(model, l, l.recompute) * layers * in_flight;
-  if (l.recompute) activations += layer_activation_bytes(model, l, false);  // one layer re-run at a time
+  double activations = layer_activation_bytes(model, cluster, l, l.recompute) * layers * in_flight;
+  if (l.recompute) activations += layer_activation_bytes(model, cluster, l, false);  // one layer re-run at a time
+  if (cluster.precision == Precision::Fp32) {
+    // Outside the layers Loom keeps the embedding's (B, T, C) output on the first stage, and
+    // on the last the final LayerNorm's input and output and the logits and probabilities
+    // (B, T, V/t), for every micro-batch in flight.
+    const double tokens = static_cast<double>(l.micro_batch * model.seq), h = static_cast<double>(model.hidden);
+    double outside = tokens * h;
+    if (l.pp == 1) outside += 2.0 * tokens * h + 2.0 * tokens * static_cast<double>(model.vocab / l.tp);
+    activations += 4.0 * outside * in_flight;
+  }
   c.activation_bytes = static_cast<int64_t>(activations);
-  if (c.memory_bytes() > cluster.memory_bytes)
+  if (zero == 3) {
+    // Gathered whole while in use: the root unit (embeddings, final LayerNorm) and a layer
+    // plus the prefetched next one, weights and their gradients before the reduce-scatter.
+    const int64_t layer = (12 * model.hidden * model.hidden + 13 * model.hidden) / l.tp;
+    const int64_t root = model.vocab * model.hidden / l.tp + model.seq * model.hidden + 2 * model.hidden;
+    c.state_bytes += 2 * value_bytes(cluster.precision) * (root + 2 * layer);
+  }
+  const int64_t usable = cluster.memory_bytes - cluster.reserved_bytes;
+  if (c.memory_bytes() > usable)
     return invalid("out of memory: " + std::to_string(c.memory_bytes() >> 20) + " MiB needed per device, " +
-                   std::to_string(cluster.memory_bytes >> 20) + " MiB available");
+                   std::to_string(usable >> 20) + " MiB available");
 
-  // Time: compute at the GEMM efficiency, the pipeline bubble, and the communication of each
-  // dimension on the link it crosses (tp innermost, then pp, then dp), none overlapped.
+  c.time = step_time(model, cluster, l, m, params);
   const int64_t devices = l.dp * l.pp * l.tp;
   const double flops = model.flops_per_sequence(l.recompute) * static_cast<double>(global_batch);
-  c.compute_s = flops / (static_cast<double>(devices) * cluster.peak_flops * cluster.gemm_efficiency);
-  c.bubble_s = c.compute_s * static_cast<double>(l.pp - 1) / static_cast<double>(m * l.chunks);
-  const double activation = 2.0 * static_cast<double>(l.micro_batch * model.seq * model.hidden);  // bytes
-  if (l.tp > 1) {
-    const double per_all_reduce = all_reduce_seconds("ring", static_cast<int64_t>(activation), static_cast<int>(l.tp),
-                                                     link_for(cluster, l.tp));
-    const double per_layer = l.recompute ? 6.0 : 4.0;  // 2 forward, 2 backward, 2 more re-running forward
-    c.tp_comm_s = per_all_reduce * per_layer * layers * static_cast<double>(m);
-  }
-  if (l.pp > 1) {
-    const LinkCost& link = link_for(cluster, l.tp * l.pp);
-    const double bytes = activation / static_cast<double>(l.tp);  // scattered over tp (Megatron)
-    c.pp_comm_s = 2.0 * static_cast<double>(m * l.chunks) * (link.alpha_s + bytes * link.beta_s_per_byte);
-  }
-  if (l.dp > 1)
-    c.dp_comm_s = all_reduce_seconds("ring", 2 * params, static_cast<int>(l.dp), link_for(cluster, devices));
   c.flops_per_device = flops / c.step_s() / static_cast<double>(devices);
   c.valid = true;
   return c;
 }
 
 std::vector<LayoutCost> search(const ModelSpec& model, const ClusterSpec& cluster, int64_t devices,
-                               int64_t global_batch) {
+                               int64_t global_batch, const SearchSpace& space) {
   std::vector<LayoutCost> valid, rejected;
   for (int64_t tp = 1; tp <= std::min(devices, cluster.devices_per_node); ++tp) {
-    if (devices % tp != 0) continue;
+    if (devices % tp != 0 || cluster.devices_per_node % tp != 0) continue;
     for (int64_t pp = 1; pp <= devices / tp; ++pp) {
       if ((devices / tp) % pp != 0) continue;
-      for (int64_t mb : {1, 2, 4, 8})
-        for (int64_t chunks : {1, 2}) {
+      for (int64_t mb : space.micro_batches)
+        for (int64_t chunks : space.chunks) {
           if (chunks > 1 && pp == 1) continue;
-          for (bool recompute : {false, true}) {
-            Layout l{devices / (tp * pp), pp, tp, chunks, mb, 1, recompute, tp > 1};
+          for (bool recompute : space.recompute) {
+            Layout l{devices / (tp * pp), pp, tp, chunks, mb, space.zero, recompute,
+                     space.sequence_parallel && tp > 1};
             LayoutCost c = predict(model, cluster, l, global_batch);
             (c.valid ? valid : rejected).push_back(c);
           }
         }
     }
   }
-  std::stable_sort(valid.begin(), valid.end(), [](const LayoutCost& a, const LayoutCost& b) { return a.step_s() < b.step_s(); });
+  std::stable_sort(valid.begin(), valid.end(),
+                   [](const LayoutCost& a, const LayoutCost& b) { return a.step_s() < b.step_s(); });
   valid.insert(valid.end(), rejected.begin(), rejected.end());
   return valid;
 }

@@ -14,9 +14,11 @@ int64_t ModelSpec::parameters() const {
 double ModelSpec::flops_per_sequence(bool recompute) const {
   const double s = static_cast<double>(seq), L = static_cast<double>(layers), h = static_cast<double>(hidden),
                V = static_cast<double>(vocab);
-  const double flops = 72.0 * s * L * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * L * h));
-  return recompute ? flops * 4.0 / 3.0 : flops;
+  const double blocks = 72.0 * s * L * h * h * (1.0 + s / (6.0 * h));
+  return (recompute ? blocks * 4.0 / 3.0 : blocks) + 6.0 * s * h * V;
 }
+
+int64_t value_bytes(Precision p) { return p == Precision::Mixed ? 2 : 4; }
 
 namespace {
 
@@ -29,6 +31,7 @@ const std::map<std::string, ModelSpec>& models() {
       // Narayanan et al. 2021 (SC21), table 1: the smallest and a large configuration.
       {"sc21-1.7b", {"sc21-1.7b", 24, 2304, 24, 2048, 51200}},
       {"sc21-145b", {"sc21-145b", 80, 12288, 96, 2048, 51200}},
+      {"sc21-1t", {"sc21-1t", 128, 25600, 160, 2048, 51200}},
   };
   return presets;
 }
@@ -36,13 +39,42 @@ const std::map<std::string, ModelSpec>& models() {
 const std::map<std::string, ClusterSpec>& clusters() {
   static const std::map<std::string, ClusterSpec> presets = [] {
     std::map<std::string, ClusterSpec> c;
-    // DGX A100 nodes of SC21: 8 x A100 80 GB, 312 TFLOP/s bf16 each; NVSwitch 600 GB/s per GPU
-    // (300 GB/s each way); 8 x 200 Gb/s HDR InfiniBand per node (25 GB/s per GPU).
-    ClusterSpec a100{"dgx-a100", 8, int64_t{80} << 30, 312e12, 0.55, {5e-6, 1.0 / 300e9}, {10e-6, 1.0 / 25e9}};
+    // DGX A100 nodes of SC21 (NVIDIA A100 datasheet and DGX A100 user guide):
+    ClusterSpec a100;
+    a100.name = "dgx-a100";
+    a100.devices_per_node = 8;
+    a100.memory_bytes = int64_t{80} << 30;
+    // The CUDA context (~0.5 GiB), NCCL's buffers and cuBLAS workspaces (a few hundred MiB)
+    // and allocator fragmentation: our estimate.
+    a100.reserved_bytes = int64_t{2} << 30;
+    a100.peak_flops = 312e12;  // dense bf16/fp16 tensor-core peak (datasheet)
+    // cuBLAS reaches ~80% of that peak on large bf16 GEMMs in isolation; inside a full
+    // node's training step clocks sit lower under the 400 W cap. 0.75 is our estimate, the
+    // one constant here not read off a datasheet.
+    a100.gemm_peak_share = 0.75;
+    a100.memory_bandwidth = 0.85 * 2039e9;  // HBM2e 2039 GB/s (datasheet); ~85% streaming
+    a100.compute_units = 108;               // SMs (A100 whitepaper)
+    a100.tile_m = 256;                      // cuBLAS's largest tensor-core tile (NVIDIA Deep
+    a100.tile_n = 128;                      // Learning Performance Guide, "wave quantization")
+    // NVSwitch: 600 GB/s per GPU both ways, 300 each way; NCCL all-reduce bus bandwidth on a
+    // DGX A100 is ~230 GB/s (nccl-tests), which is 1/beta of the ring model.
+    a100.intra_node = {5e-6, 1.0 / 230e9};
+    // One 200 Gb/s HDR InfiniBand NIC per GPU: 25 GB/s; ~23 GB/s achieved per NIC.
+    a100.inter_node = {10e-6, 1.0 / 23e9};
     c.emplace(a100.name, a100);
-    // This machine: a process per core, 12 GiB each, oneDNN fp32 GEMM ~170 GFLOP/s per core at
-    // ~75% in a training step, shared-memory transfers of a few GB/s.
-    ClusterSpec local{"local", 2, int64_t{12} << 30, 170e9, 0.75, {2e-6, 1.0 / 4e9}, {2e-6, 1.0 / 4e9}};
+    // A 2-core machine like the one Loom is developed on, fp32 oneDNN on one core per rank;
+    // `--cluster local` measures the machine it runs on instead (local_cluster.hpp).
+    ClusterSpec local;
+    local.name = "local-default";
+    local.devices_per_node = 2;
+    local.memory_bytes = int64_t{12} << 30;
+    local.peak_flops = 100e9;
+    local.gemm_peak_share = 1.0;  // the peak is itself a measured GEMM rate
+    local.memory_bandwidth = 8e9;
+    local.compute_units = 0;
+    local.precision = Precision::Fp32;
+    local.intra_node = {2e-6, 1.0 / 4e9};
+    local.inter_node = local.intra_node;
     c.emplace(local.name, local);
     return c;
   }();

@@ -1,5 +1,6 @@
-// What the planner plans for: a GPT-family model and a cluster, from named presets or given
-// field by field. Pure data; the formulas live in layout_cost.hpp.
+// What the planner plans for: a GPT-family model and a cluster, from named presets, TOML
+// files (spec_files.hpp) or given field by field. Pure data; the formulas live in
+// gemm_cost.hpp, step_time.hpp and layout_cost.hpp.
 #pragma once
 
 #include <cstdint>
@@ -20,26 +21,40 @@ struct ModelSpec {
 
   // Parameters: 12 L h^2 + 13 L h (blocks) + V h + s h (embeddings) + 2h (final norm).
   int64_t parameters() const;
-  // Training FLOPs of one sequence (Narayanan et al. 2021, eq. 3 per sequence):
-  // 72 s L h^2 (1 + s / 6h + V / 12 L h), times 4/3 with full activation recompute.
+  // Training FLOPs of one sequence (Narayanan et al. 2021, eq. 3 per sequence): the blocks'
+  // 72 s L h^2 (1 + s / 6h), times 4/3 with full activation recompute (one more forward),
+  // plus the LM head's 6 s h V, which is never recomputed.
   double flops_per_sequence(bool recompute) const;
 };
+
+// What a device trains in. Mixed: 2-byte weights, gradients and activations with fp32 master
+// weights and Adam moments (Micikevicius et al. 2018; the seeds' 2 + 2 + 12 bytes). Fp32:
+// Loom on a CPU, 4 + 4 + 8 bytes and 4-byte activations.
+enum class Precision { Mixed, Fp32 };
 
 struct ClusterSpec {
   std::string name = "custom";
   int64_t devices_per_node = 8;
   int64_t memory_bytes = int64_t{80} << 30;  // per device
-  double peak_flops = 312e12;                // per device, in the training precision
-  double gemm_efficiency = 0.5;              // share of peak the model's GEMMs reach
-  LinkCost intra_node;                       // per device, inside a node
-  LinkCost inter_node;                       // per device, between nodes
+  int64_t reserved_bytes = 0;                // per device, not for the model (runtime, buffers)
+  double peak_flops = 312e12;                // per device, dense GEMM in the training precision
+  double gemm_peak_share = 0.75;             // share of peak a large, well-shaped GEMM sustains
+  double memory_bandwidth = 1.7e12;          // bytes/s per device that streaming kernels reach
+  int64_t compute_units = 108;               // GEMM tiles run in waves of this many; 0: no waves
+  int64_t tile_m = 256, tile_n = 128;        // output tile of one compute unit
+  Precision precision = Precision::Mixed;
+  LinkCost intra_node;  // per device, inside a node
+  LinkCost inter_node;  // per device (its own NIC), between nodes
 };
 
-// Presets: gpt2-small, gpt3-1.3b, gpt3-175b, gpt-1t, sc21-1.7b, sc21-145b.
+// Bytes of one value of the weights, gradients and activations in the training precision.
+int64_t value_bytes(Precision p);
+
+// Presets: gpt2-small, gpt3-1.3b, gpt3-175b, gpt-1t, sc21-1.7b, sc21-145b, sc21-1t.
 ModelSpec model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
-// Presets: dgx-a100 (Narayanan et al. 2021's cluster), local (this 2-core machine, a process
-// per core).
+// Presets: dgx-a100 (Narayanan et al. 2021's cluster), local-default (a 2-core machine like
+// the one Loom is developed on; `loom plan --cluster local` measures this one instead).
 ClusterSpec cluster_preset(const std::string& name);
 std::vector<std::string> cluster_preset_names();
 

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The planner against Loom itself: for the layouts Loom can run on this machine (a process
+# per core, 1 thread each), `loom plan --cluster local` predicts the step time and the peak
+# memory of rank 0; `loom train` runs a few steps of the same layout; both are printed side
+# by side with the ratio (targets: memory within 10%, step time within 25%).
+#
+# Usage: bench/plan_vs_measured.sh [build dir]        (default: build)
+#
+# The link comes from `loom bench comm` on 2 ranks, the GEMM rate and the copy bandwidth from
+# `loom plan --cluster local`, measured next to each run.
+# Model: L=4, H=4, C=128, T=128, char vocabulary (65, padded to 128), global batch 8
+# sequences a step, no recompute, fp32 Adam. Layouts: serial, dp2 (DDP, ZeRO-1, ZeRO-3), tp2,
+# pp2 with 1F1B over 4 micro-batches. Measured step time: the median wall time of the steps
+# after the first LOOM_SKIP (metrics.jsonl `elapsed_s` differences), and the CPU time a step
+# costs the busiest rank (user + sys of a LOOM_STEPS run minus a LOOM_SKIP run, per step):
+# what a step takes on cores of its own when other jobs share the machine (MPI waits spin,
+# so they count). Memory: the largest `peak_mem_bytes` of rank 0. On a shared machine the
+# timings are indicative only.
+# Benchmarks never gate anything: the exit status is 0 whatever the figures.
+#
+# Environment (all optional): LOOM_STEPS=8, LOOM_SKIP=2, MPIRUN=mpirun,
+# DATA=data/tinyshakespeare.txt, PYTHON=/usr/bin/python3.
+set -euo pipefail
+
+BENCH_NAME=plan_vs_measured
+source "$(dirname "$0")/mpi_bench_setup.sh"
+LOOM_STEPS=${LOOM_STEPS:-8}
+WORK=$(mktemp -d /tmp/plan_vs_measured.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+MODEL=(--n-layer 4 --n-head 4 --n-embd 128 --block-size 128)
+PLAN_MODEL=(--layers 4 --heads 4 --hidden 128 --seq 128 --vocab 128)
+
+# The MPI link between two ranks as `loom bench comm` measures it (ping-pong alpha and beta);
+# the GEMM rate and copy bandwidth `loom plan --cluster local` measures before each prediction.
+link=$(mpi -np 2 "$LOOM" bench comm --csv --sizes 8B:8B </dev/null |
+  sed -n 's/^# ranks=2 alpha_us=\([0-9.]*\) beta_GBps=\([0-9.]*\)$/\1 \2/p')
+read -r alpha_us link_gbs <<<"$link"
+[ -n "${link_gbs:-}" ] || die "could not read the link from loom bench comm"
+echo "MPI link (loom bench comm, 2 ranks): alpha $alpha_us us, $link_gbs GB/s"
+"$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus 1 --global-batch 8 --dp 1 --recompute off | sed -n 2p
+
+measured() {  # metrics.jsonl -> "step_s peak_bytes"
+  "$PYTHON" - "$1" "$LOOM_SKIP" <<'PY'
+import json, statistics, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+train = [r for r in recs if r.get("kind") == "train"]
+steps = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(train, train[1:]) if b["step"] > int(sys.argv[2])]
+print(statistics.median(steps), max(r["peak_mem_bytes"] for r in train))
+PY
+}
+
+predicted() {  # loom plan --json -> "step_s memory_bytes"
+  "$PYTHON" -c 'import json, sys; c = json.load(sys.stdin)[0]
+if not c["valid"]: sys.exit("invalid layout: " + c["why_not"])
+print(c["step_s"], c["memory_bytes_per_device"])'
+}
+
+train() {  # name ranks steps flags...: runs loom train, each rank's CPU seconds in $WORK/name.cpu.<rank>
+  local name=$1 ranks=$2 steps=$3
+  shift 3
+  mpi -np "$ranks" sh -c '/usr/bin/time -f "%U %S" -o "$0.$OMPI_COMM_WORLD_RANK" "$@"' "$WORK/$name.cpu" \
+    "$LOOM" train --data "$DATA" "${MODEL[@]}" --threads 1 --steps "$steps" --log-every 1 --eval-every 0 \
+    --eval-batches 1 --out-dir "$WORK/$name" "$@" </dev/null >"$WORK/$name.log" 2>&1
+}
+busiest_cpu() {  # name: the largest user + sys over the ranks
+  cat "$WORK/$1".cpu.* | awk '{ t = $1 + $2; if (t > m) m = t } END { print m }'
+}
+
+printf '%-12s %10s %10s %6s %10s %6s %10s %10s %6s\n' layout "pred s" "wall s" ratio "cpu s" ratio "pred MiB" \
+  "meas MiB" ratio
+# name | ranks | train flags | plan flags
+while IFS='|' read -r name ranks train_flags plan_flags; do
+  dir="$WORK/$name"
+  # shellcheck disable=SC2086
+  train "$name" "$ranks" "$LOOM_STEPS" $train_flags ||
+    { echo "$name: loom train failed (see below)" >&2; tail -5 "$WORK/$name.log" >&2; continue; }
+  # shellcheck disable=SC2086
+  train "$name-short" "$ranks" "$LOOM_SKIP" $train_flags || die "$name: the short run failed"
+  cpu_s=$(awk -v a="$(busiest_cpu "$name")" -v b="$(busiest_cpu "$name-short")" -v n=$((LOOM_STEPS - LOOM_SKIP)) \
+    'BEGIN { print (a - b) / n }')
+  read -r meas_s meas_b < <(measured "$dir/metrics.jsonl")
+  # shellcheck disable=SC2086
+  read -r pred_s pred_b < <("$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus "$ranks" --global-batch 8 \
+    --recompute off --sequence-parallel off --link-latency-us "$alpha_us" --link-gbs "$link_gbs" --json $plan_flags \
+    </dev/null | predicted)
+  "$PYTHON" -c "
+ps, ms, cs, pb, mb = $pred_s, $meas_s, $cpu_s, $pred_b, $meas_b
+# Under heavy load the short run can cost more CPU than the long one: no figure then.
+cpu = '%10.4f %6.2f' % (cs, ps / cs) if cs > 0 else '%10s %6s' % ('n/a', '')
+print('%-12s %10.4f %10.4f %6.2f %s %10.1f %10.1f %6.2f' % ('$name', ps, ms, ps / ms, cpu, pb / 2**20, mb / 2**20,
+      pb / mb))"
+done <<'LAYOUTS'
+serial|1|--batch-size 8|--dp 1 --micro-batch-size 8
+dp2|2|--dp 2 --batch-size 4|--dp 2 --micro-batch-size 4 --zero 0
+dp2-zero1|2|--dp 2 --zero 1 --batch-size 4|--dp 2 --micro-batch-size 4 --zero 1
+dp2-zero3|2|--dp 2 --zero 3 --batch-size 4|--dp 2 --micro-batch-size 4 --zero 3
+tp2|2|--tp 2 --batch-size 8|--dp 1 --tp 2 --micro-batch-size 8
+pp2-1f1b|2|--pp 2 --schedule 1f1b --micro-batches 4 --batch-size 2|--dp 1 --pp 2 --micro-batch-size 2
+LAYOUTS

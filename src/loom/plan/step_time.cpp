@@ -1,0 +1,137 @@
+#include "loom/plan/step_time.hpp"
+
+#include <algorithm>
+
+#include "loom/plan/gemm_cost.hpp"
+
+namespace loom::plan {
+
+namespace {
+
+const LinkCost& link_for(const ClusterSpec& c, bool inside_node) { return inside_node ? c.intra_node : c.inter_node; }
+
+// A ring all-gather or reduce-scatter whose full tensor has `bytes` bytes: half a ring all-reduce.
+double ring_half_seconds(double bytes, int64_t ranks, const LinkCost& link) {
+  if (ranks <= 1) return 0.0;
+  const double p = static_cast<double>(ranks);
+  return (p - 1.0) * link.alpha_s + (p - 1.0) / p * bytes * link.beta_s_per_byte;
+}
+
+// Bytes the elementwise kernels of one layer's forward move per token. Mixed precision counts
+// Megatron's fused kernels on 2-byte values with 1-byte dropout masks: two LayerNorms (read +
+// write h each), two bias-dropout-residual adds (read 2h, write h + mask), bias-GeLU (read +
+// write 4h / t), scale-mask-softmax (read + write a s / t) and its dropout (read, write, mask):
+// 22h + 16h/t + 9as/t. Loom's fp32 layer has no dropout: LayerNorms 2 x 8h, residual adds
+// 2 x 12h, GeLU 32h / t, softmax 8as / t. With sequence parallelism the LayerNorms and adds
+// run on s / t tokens. Backward moves twice as much (saved inputs and incoming gradients in,
+// gradients out).
+double elementwise_bytes_per_token(const ModelSpec& m, const ClusterSpec& c, const Layout& l) {
+  const double h = static_cast<double>(m.hidden), a = static_cast<double>(m.heads), s = static_cast<double>(m.seq),
+               t = static_cast<double>(l.tp);
+  const double replicated = l.sequence_parallel && l.tp > 1 ? 1.0 / t : 1.0;
+  if (c.precision == Precision::Mixed) return 22.0 * h * replicated + 16.0 * h / t + 9.0 * a * s / t;
+  return 40.0 * h * replicated + 32.0 * h / t + 8.0 * a * s / t;
+}
+
+}  // namespace
+
+LayerTime layer_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l) {
+  const int64_t bpv = value_bytes(c.precision);
+  const int64_t T = l.micro_batch * m.seq, h = m.hidden, t = l.tp, d = m.hidden / m.heads;
+  // (T, h) x (h, 3h/t) qkv, (T, h/t) x (h/t, h) projection, (T, h) x (h, 4h/t) and
+  // (T, 4h/t) x (4h/t, h) MLP; per head (s, d) x (d, s) scores and (s, s) x (s, d) context.
+  const Gemm gemms[] = {{T, 3 * h / t, h},
+                        {T, h, h / t},
+                        {T, 4 * h / t, h},
+                        {T, h, 4 * h / t},
+                        {m.seq, m.seq, d, l.micro_batch * m.heads / t},
+                        {m.seq, d, m.seq, l.micro_batch * m.heads / t}};
+  LayerTime lt;
+  for (const Gemm& g : gemms) {
+    lt.forward_gemm += gemm_seconds(g, c, bpv);
+    lt.backward_gemm += gemm_backward_seconds(g, c, bpv);
+  }
+  const double elementwise = elementwise_bytes_per_token(m, c, l) * static_cast<double>(T) / c.memory_bandwidth;
+  lt.forward_elementwise = elementwise;
+  lt.backward_elementwise = 2.0 * elementwise;
+  if (t > 1) {
+    // Each collective moves a (T, h) activation. Without sequence parallelism: an all-reduce
+    // (two halves) after attention and MLP forward, before them backward (Shoeybi et al.
+    // 2019). With it: 2 all-gathers + 2 reduce-scatters forward, backward the same plus
+    // re-gathering the 2 column-parallel inputs (Korthikanti et al. 2022).
+    const double one = ring_half_seconds(static_cast<double>(T * h * bpv), t, link_for(c, t <= c.devices_per_node));
+    lt.forward_tp = 4.0 * one;  // 2 all-reduces or 2 all-gathers + 2 reduce-scatters
+    lt.backward_tp = (l.sequence_parallel ? 6.0 : 4.0) * one;
+  }
+  return lt;
+}
+
+double hierarchical_all_reduce_seconds(double bytes, int64_t ranks, int64_t per_node, const ClusterSpec& c) {
+  if (ranks <= 1) return 0.0;
+  per_node = std::clamp<int64_t>(per_node, 1, ranks);
+  if (per_node == ranks) return 2.0 * ring_half_seconds(bytes, ranks, c.intra_node);
+  const int64_t nodes = ranks / per_node;
+  return 2.0 * ring_half_seconds(bytes, per_node, c.intra_node) +
+         2.0 * ring_half_seconds(bytes / static_cast<double>(per_node), nodes, c.inter_node);
+}
+
+StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, int64_t micro_batches,
+                   int64_t params_per_device) {
+  const int64_t bpv = value_bytes(c.precision);
+  const double mb = static_cast<double>(micro_batches), p = static_cast<double>(l.pp),
+               v = static_cast<double>(l.chunks);
+  const double layers = static_cast<double>(m.layers) / p;  // per device, over its chunks
+  const LayerTime lt = layer_time(m, c, l);
+  const double re = l.recompute ? 1.0 : 0.0;  // full recompute runs each layer's forward again
+  const double layer_compute = (1.0 + re) * (lt.forward_gemm + lt.forward_elementwise) + lt.backward_gemm +
+                               lt.backward_elementwise;
+  const double layer_tp = (1.0 + re) * lt.forward_tp + lt.backward_tp;
+
+  // The LM head on the last stage: (T, h) x (h, V/t) forward and its two backward GEMMs, and
+  // the cross-entropy over fp32 logits (write, read; gradient write, read: 16 bytes a logit).
+  const int64_t T = l.micro_batch * m.seq;
+  const Gemm head{T, m.vocab / l.tp, m.hidden};
+  const double head_s = gemm_seconds(head, c, bpv) + gemm_backward_seconds(head, c, bpv) +
+                        16.0 * static_cast<double>(T * (m.vocab / l.tp)) / c.memory_bandwidth;
+
+  StepTime st;
+  // The last stage is the busiest (its layers plus the head); it sets the steady state.
+  const double stage_s = layers * (layer_compute + layer_tp);
+  st.compute_s = mb * (layers * layer_compute + head_s);
+  st.tp_comm_s = mb * layers * layer_tp;
+  // Fill and drain: (p - 1) / v stage-times of one micro-batch (Narayanan et al. 2021).
+  st.bubble_s = (p - 1.0) / v * stage_s;
+
+  // Megatron orders ranks tp, dp, pp: stages are tp x dp devices apart.
+  const bool pp_inside = l.tp * l.dp * l.pp <= c.devices_per_node;
+  if (l.pp > 1) {
+    const LinkCost& link = link_for(c, pp_inside);
+    // Scattered over tp and gathered after (Narayanan et al. 2021, section 4.1).
+    const double bytes = static_cast<double>(T * m.hidden * bpv) / static_cast<double>(l.tp);
+    st.pp_comm_s = 2.0 * (mb * v + p - 1.0) * (link.alpha_s + bytes * link.beta_s_per_byte);
+  }
+
+  const int zero = l.dp > 1 ? l.zero : 0;
+  const int64_t dp_per_node = std::max<int64_t>(1, std::min(l.dp, c.devices_per_node / std::min(l.tp, c.devices_per_node)));
+  const double grad_bytes = static_cast<double>(params_per_device * bpv);
+  if (l.dp > 1) {
+    // Reduce-scatter + all-gather (ZeRO) or all-reduce (DDP) cost the same ring traffic.
+    double comm = hierarchical_all_reduce_seconds(grad_bytes, l.dp, dp_per_node, c);
+    // Buckets reduce while the last micro-batch's backward runs (gradients are final only
+    // then); ZeRO-3 also gathers the parameters before each forward and backward, prefetched
+    // under the compute of the previous unit.
+    double window = layers * (lt.backward_gemm + lt.backward_elementwise + re * (lt.forward_gemm + lt.forward_elementwise));
+    if (zero == 3) {
+      comm += mb * (2.0 + re) * 0.5 * hierarchical_all_reduce_seconds(grad_bytes, l.dp, dp_per_node, c);
+      window = st.compute_s;
+    }
+    st.dp_comm_s = std::max(0.0, comm - window);
+  }
+  // Adam reads gradient, master weight and two moments and writes the last three and the
+  // working copy: 28 bytes a parameter in both precisions, memory-bound.
+  const double sharded = static_cast<double>(params_per_device) / (zero >= 1 ? static_cast<double>(l.dp) : 1.0);
+  st.optimizer_s = 28.0 * sharded / c.memory_bandwidth;
+  return st;
+}
+
+}  // namespace loom::plan

@@ -1,0 +1,56 @@
+// Time of one training step of a layout, term by term: the GEMMs of each layer at their
+// shape's efficiency (gemm_cost.hpp), the memory-bound elementwise kernels at the memory
+// bandwidth, the tensor-parallel collectives (not overlapped, as in Megatron), the pipeline
+// bubble and point-to-point transfers, the data-parallel gradient reduction overlapped with
+// the last micro-batch's backward, and the optimizer step. Pure functions.
+#pragma once
+
+#include <cstdint>
+
+#include "loom/plan/specs.hpp"
+
+namespace loom::plan {
+
+struct Layout {
+  int64_t dp = 1, pp = 1, tp = 1;
+  int64_t chunks = 1;       // virtual pipeline stages per rank (interleaved 1F1B when > 1)
+  int64_t micro_batch = 1;  // sequences per micro-batch
+  int zero = 1;             // ZeRO stage inside dp (the distributed optimizer by default)
+  bool recompute = true;    // full activation recompute per layer
+  bool sequence_parallel = true;
+};
+
+// One transformer layer on one device for one micro-batch, seconds.
+struct LayerTime {
+  double forward_gemm = 0, backward_gemm = 0;        // GEMMs, backward = 2 per forward GEMM
+  double forward_elementwise = 0, backward_elementwise = 0;
+  double forward_tp = 0, backward_tp = 0;            // tensor-parallel collectives
+  double forward() const { return forward_gemm + forward_elementwise + forward_tp; }
+  double backward() const { return backward_gemm + backward_elementwise + backward_tp; }
+};
+
+// Seconds per step by term; the step is their sum.
+struct StepTime {
+  double compute_s = 0;    // GEMMs and elementwise kernels of the busiest stage (recompute included)
+  double tp_comm_s = 0;    // tensor-parallel collectives on the busiest stage
+  double bubble_s = 0;     // pipeline fill and drain
+  double pp_comm_s = 0;    // point-to-point activations and gradients on the critical path
+  double dp_comm_s = 0;    // the exposed part of the gradient reduction (and ZeRO-3 gathers)
+  double optimizer_s = 0;  // Adam over this device's (sharded) parameters
+  double total() const { return compute_s + tp_comm_s + bubble_s + pp_comm_s + dp_comm_s + optimizer_s; }
+};
+
+LayerTime layer_time(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
+
+// Seconds of an all-reduce of `bytes` over `ranks` devices, `per_node` of them in each node:
+// a ring inside a node; across nodes reduce-scatter inside the node, a ring over the nodes on
+// each device's own NIC for its 1/per_node share, all-gather inside the node (NCCL's rings
+// over all NICs of a node amount to the same).
+double hierarchical_all_reduce_seconds(double bytes, int64_t ranks, int64_t per_node, const ClusterSpec& cluster);
+
+// The step of `layout` with `micro_batches` micro-batches per pipeline and `params_per_device`
+// parameters on each device (before ZeRO sharding).
+StepTime step_time(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, int64_t micro_batches,
+                   int64_t params_per_device);
+
+}  // namespace loom::plan

@@ -1,0 +1,71 @@
+// The planner's fp32 case (Loom on a CPU): 4 + 4 + 8 bytes a parameter, Loom's own layer
+// activations (memory_model.hpp) and those outside the layers, against a hand-computed case
+// and against the memory tracker's peak over a real training step of the serial trainer.
+#include <gtest/gtest.h>
+
+#include "loom/plan/layout_cost.hpp"
+#include "loom/plan/memory_model.hpp"
+#include "loom/train/trainer.hpp"
+
+namespace loom::plan {
+namespace {
+
+ClusterSpec cpu() {
+  ClusterSpec c = cluster_preset("local-default");
+  EXPECT_EQ(c.precision, Precision::Fp32);
+  return c;
+}
+
+// One replica, the whole batch in one micro-batch, nothing recomputed, as `loom train` runs.
+Layout serial(int64_t micro_batch) {
+  Layout l;
+  l.micro_batch = micro_batch;
+  l.recompute = false;
+  l.sequence_parallel = false;
+  return l;
+}
+
+TEST(PlanFp32, MemoryOfASerialLayoutByHand) {
+  const ModelSpec m{"m", 4, 128, 4, 128, 128};
+  Layout l = serial(8);
+  const LayoutCost c = predict(m, cpu(), l, 8);
+  ASSERT_TRUE(c.valid) << c.why_not;
+  const int64_t P = 12 * 4 * 128 * 128 + 13 * 4 * 128 + 128 * 128 + 128 * 128 + 2 * 128;
+  EXPECT_EQ(c.state_bytes, 16 * P);
+  // Per layer 4 (4 BTC + 12 BTC + NH B T^2 + 4 BT) bytes; outside: the embedding output,
+  // the final LayerNorm's input and output (3 BTC) and logits and probabilities (2 BTV).
+  const int64_t B = 8, T = 128, C = 128, NH = 4, V = 128;
+  const int64_t layer = 4 * (16 * B * T * C + NH * B * T * T + 4 * B * T);
+  EXPECT_EQ(c.activation_bytes, 4 * layer + 4 * (3 * B * T * C + 2 * B * T * V));
+  // ZeRO-1 over dp 2 shards the 8 bytes of Adam state.
+  l.dp = 2;
+  l.micro_batch = 4;
+  l.zero = 1;
+  EXPECT_EQ(predict(m, cpu(), l, 8).state_bytes, 8 * P + 8 * P / 2);
+}
+
+TEST(PlanFp32, PredictsTheTrackedPeakOfASerialStep) {
+  train::TrainConfig t;
+  t.data = LOOM_SOURCE_DIR "/data/tinyshakespeare.txt";
+  t.model.n_layer = 2;
+  t.model.n_embd = 64;
+  t.model.n_head = 4;
+  t.model.block_size = 64;
+  t.batch_size = 4;
+  t.steps = 1;
+  t.out_dir = "";
+  MemoryTracker& tracker = MemoryTracker::instance();
+  const int64_t before = tracker.total_current();
+  tracker.reset_peaks();
+  train::Trainer trainer(t, true);
+  trainer.train_step();
+  const int64_t measured = tracker.total_peak() - before;
+  // The character vocabulary (65) is padded to 128 rows.
+  const ModelSpec m{"m", 2, 64, 4, 64, 128};
+  const LayoutCost c = predict(m, cpu(), serial(4), 4);
+  EXPECT_NEAR(static_cast<double>(c.memory_bytes()), static_cast<double>(measured), 0.10 * measured)
+      << "predicted " << c.memory_bytes() << " measured " << measured;
+}
+
+}  // namespace
+}  // namespace loom::plan

@@ -1,0 +1,63 @@
+// `loom plan` end to end: TOML files and presets, the explanation of the runners-up, one
+// layout priced on its own, this machine measured, and bad input as one clear message.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+std::pair<int, std::string> plan(const std::string& args) {
+  const std::string cmd = std::string(LOOM_BINARY) + " plan " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+const std::string kSc21 = " --recompute on --zero 0 --sequence-parallel off";
+
+TEST(PlanCli, FilesGiveThePresetsRankingWithReasons) {
+  const auto [code, out] = plan("--model " LOOM_SOURCE_DIR "/configs/plan/sc21-145b.toml --cluster-file " LOOM_SOURCE_DIR
+                                "/configs/plan/dgx-a100.toml --gpus 1536 --global-batch 2304 --top 4" + kSc21);
+  ASSERT_EQ(code, 0) << out;
+  const auto [preset_code, preset] = plan("--model sc21-145b --cluster dgx-a100 --gpus 1536 --global-batch 2304 --top 4" + kSc21);
+  ASSERT_EQ(preset_code, 0) << preset;
+  // Same rows after the header line (which names the cluster file).
+  EXPECT_EQ(out.substr(out.find('\n')), preset.substr(preset.find('\n')));
+  EXPECT_NE(out.find("why the runners-up lose"), std::string::npos) << out;
+  EXPECT_NE(out.find("tp comm +"), std::string::npos) << out;
+  EXPECT_NE(out.find("% full]"), std::string::npos) << out;
+}
+
+TEST(PlanCli, OneLayoutOnThisMachine) {
+  const auto [code, out] = plan("--cluster local --layers 2 --hidden 64 --heads 4 --seq 64 --vocab 128 --gpus 2 "
+                                "--global-batch 8 --dp 1 --pp 2 --micro-batch-size 2 --recompute off --json");
+  ASSERT_EQ(code, 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_TRUE(j[0]["valid"].get<bool>());
+  EXPECT_EQ(j[0]["pp"], 2);
+  EXPECT_EQ(j[0]["micro_batches"], 4);
+  EXPECT_GT(j[0]["step_s"].get<double>(), 0.0);
+  EXPECT_GT(j[0]["time_s"]["pp_comm"].get<double>(), 0.0);
+}
+
+TEST(PlanCli, BadInputIsOneMessage) {
+  auto expect_error = [](const std::string& args, const std::string& message) {
+    const auto [code, out] = plan(args);
+    EXPECT_EQ(code, 1) << out;
+    EXPECT_NE(out.find(message), std::string::npos) << "loom plan " << args << " printed:\n" << out;
+  };
+  expect_error("--gpus 4 --dp 3", "dp (3) x pp (1) x tp (1) = 3 != --gpus 4");
+  expect_error("--model-file /nonexistent/m.toml", "cannot open '/nonexistent/m.toml'");
+  expect_error("--cluster moon", "unknown cluster 'moon'");
+  expect_error("--model gpt3-175b --cluster local-default --gpus 2 --global-batch 8", "no layout fits: out of memory");
+}
+
+}  // namespace
