@@ -1,23 +1,17 @@
 // `loom plan` end to end: TOML files and presets, the explanation of the runners-up, one
 // layout priced on its own, this machine measured, and bad input as one clear message.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "run_loom.hpp"
 
 namespace {
 
 std::pair<int, std::string> plan(const std::string& args) {
-  const std::string cmd = std::string(LOOM_BINARY) + " plan " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+  const loom::testing::LoomRun r = loom::testing::run_loom("plan " + args);
+  return {r.exit_code, r.output};
 }
 
 const std::string kSc21 = " --recompute on --zero 0 --sequence-parallel off";
