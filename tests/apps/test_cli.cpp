@@ -1,33 +1,21 @@
 // The `loom` binary end to end: bad input gives one clear message and a non-zero exit,
 // never a crash; train -> sample works from the command line.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 
+#include "run_command.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
+using Result = loom::testing::CommandResult;
 
-Result run_loom(const std::string& args) {
-  const std::string cmd = std::string(LOOM_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
+Result run_loom(const std::string& args) { return loom::testing::run_command(std::string(LOOM_BINARY) + " " + args); }
 
 std::string temp_path(const std::string& name) { return (fs::temp_directory_path() / ("loom_cli_" + name)).string(); }
 
