@@ -61,7 +61,14 @@ std::string chrome_events(const std::vector<trace::Event>& events, const std::ve
   };
   add({{"ph", "M"}, {"pid", rank}, {"tid", 0}, {"name", "process_name"}, {"args", {{"name", process_name}}}});
   add({{"ph", "M"}, {"pid", rank}, {"tid", 0}, {"name", "process_sort_index"}, {"args", {{"sort_index", rank}}}});
+  // Named rows: compute, and the communication threads that recorded something (a job
+  // creates groups, e.g. of one rank, that never communicate).
+  std::vector<bool> used(rows.size(), false);
+  used[0] = true;
+  for (const trace::Event& e : events)
+    if (e.row >= 0 && static_cast<size_t>(e.row) < rows.size()) used[static_cast<size_t>(e.row)] = true;
   for (size_t r = 0; r < rows.size(); ++r) {
+    if (!used[r]) continue;
     add({{"ph", "M"}, {"pid", rank}, {"tid", r}, {"name", "thread_name"}, {"args", {{"name", rows[r]}}}});
     add({{"ph", "M"}, {"pid", rank}, {"tid", r}, {"name", "thread_sort_index"}, {"args", {{"sort_index", r}}}});
   }
