@@ -45,6 +45,9 @@ int main(int argc, char** argv) {
   add("plan", "rank layouts of a model on a cluster by predicted memory and step time "
       "(example: loom plan --model gpt3-175b --cluster dgx-a100 --gpus 1024 --global-batch 1536)",
       loom::apps::add_plan_command);
+  add("report", "write a run's report.html: loss, throughput, memory per rank, pipeline, communication "
+      "(example: loom report runs/shakespeare)",
+      loom::apps::add_report_command);
   add("config-reference", "print the configuration reference as Markdown", loom::apps::add_config_reference_command);
   try {
     app.parse(argc, argv);

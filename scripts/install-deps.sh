@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch python3-numpy  # numerics oracle and speed baseline (tests/bench only)
   libopenblas0-openmp                  # an optimized BLAS, so PyTorch baselines run at their best
+  chromium                             # renders the run report in a test (headless)
 )
 
 missing=()

@@ -2,19 +2,18 @@
 // never a crash; train -> sample works from the command line.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 
-#include "run_loom.hpp"
+#include "run_command.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-using Result = loom::testing::LoomRun;
+using Result = loom::testing::CommandResult;
 using loom::testing::run_loom;
 
 std::string temp_path(const std::string& name) { return (fs::temp_directory_path() / ("loom_cli_" + name)).string(); }

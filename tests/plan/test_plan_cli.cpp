@@ -5,12 +5,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "run_loom.hpp"
+#include "run_command.hpp"
 
 namespace {
 
 std::pair<int, std::string> plan(const std::string& args) {
-  const loom::testing::LoomRun r = loom::testing::run_loom("plan " + args);
+  const loom::testing::CommandResult r = loom::testing::run_loom("plan " + args);
   return {r.exit_code, r.output};
 }
 

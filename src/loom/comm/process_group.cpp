@@ -11,6 +11,7 @@
 #include "loom/comm/mpi_util.hpp"
 #include "loom/plan/comm_cost.hpp"
 #include "loom/error.hpp"
+#include "loom/trace/recorder.hpp"
 
 namespace loom::comm {
 
@@ -46,6 +47,7 @@ ProcessGroup::ProcessGroup(MPI_Comm comm, std::string name) : name_(std::move(na
   }
   if (const char* d = std::getenv("LOOM_COMM_DEBUG")) debug_checks_ = std::string(d) == "1";
   thread_ = std::make_unique<CommThread>();
+  trace_row_ = trace::row("comm " + name_, /*unique=*/true);
 }
 
 ProcessGroup::~ProcessGroup() {
@@ -82,10 +84,20 @@ Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()
   const int slot = watch_slot_;
   std::shared_ptr<Counters> counters = counters_;
   const int64_t bytes = 4 * (payload >= 0 ? payload : n);
+  const int row = trace_row_;
   Work work = thread_->submit(description, [=, body = std::move(body)]() {
     if (debug) Watchdog::check_same_call(debug_comm, group, sequence, operation);
     if (watchdog != nullptr && slot >= 0) watchdog->entered(slot, sequence, operation);
     const auto start = std::chrono::steady_clock::now();
+    trace::set_thread_row(row);
+    // op: "all_reduce[ring,sum]", the operation, then its algorithm and reduction.
+    const size_t bracket = op.find('[');
+    trace::Span span("comm", std::string_view(op).substr(0, bracket));
+    if (trace::enabled()) {
+      span.arg("group", group).arg("bytes", bytes).arg("seq", sequence);
+      if (bracket != std::string::npos)
+        span.arg("algorithm", op.substr(bracket + 1, op.find_first_of(",]", bracket) - bracket - 1));
+    }
     body();
     counters->nanoseconds += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
     counters->bytes += bytes;

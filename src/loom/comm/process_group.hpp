@@ -127,6 +127,7 @@ class ProcessGroup {
   AllReduceAlgorithm default_algorithm_ = AllReduceAlgorithm::Mpi;
   int param_servers_ = 1;
   int64_t sequence_ = 0;
+  int trace_row_ = 0;  // this group's communication thread's row in a trace
   std::unique_ptr<CommThread> thread_;
   struct Counters {
     std::atomic<int64_t> calls{0}, bytes{0}, nanoseconds{0};

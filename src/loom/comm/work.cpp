@@ -1,6 +1,9 @@
 #include "loom/comm/work.hpp"
 
 #include <chrono>
+#include <optional>
+
+#include "loom/trace/recorder.hpp"
 
 namespace loom::comm {
 
@@ -36,6 +39,9 @@ void Work::watch(int64_t sequence, double timeout_s, std::function<void(const St
 
 void Work::wait() const {
   if (!state_) return;
+  // A trace shows where the caller waited for a collective: communication not hidden.
+  std::optional<trace::Span> span;
+  if (trace::enabled() && !state_->uses_request && !is_done()) span.emplace("wait", state_->description);
   std::unique_lock<std::mutex> lock(state_->mutex);
   if (state_->uses_request) {
     if (!state_->done) MPI_Wait(&state_->request, MPI_STATUS_IGNORE);

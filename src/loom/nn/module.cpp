@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "loom/trace/recorder.hpp"
+
 namespace loom::nn {
 
 std::string join_name(const std::string& prefix, const std::string& local) {
@@ -9,6 +11,7 @@ std::string join_name(const std::string& prefix, const std::string& local) {
 }
 
 Tensor Module::forward(const Tensor& x, Context& ctx) {
+  trace::Span span("forward", name_.empty() ? std::string_view("model") : std::string_view(name_));
   for (auto& hook : pre_forward_hooks_) hook(*this, ctx);
   Tensor y = forward_impl(x, ctx);
   for (auto& hook : post_forward_hooks_) hook(*this, ctx);
@@ -16,6 +19,7 @@ Tensor Module::forward(const Tensor& x, Context& ctx) {
 }
 
 Tensor Module::backward(const Tensor& dy, Context& ctx) {
+  trace::Span span("backward", name_.empty() ? std::string_view("model") : std::string_view(name_));
   for (auto& hook : pre_backward_hooks_) hook(*this, ctx);
   Tensor dx = backward_impl(dy, ctx);
   for (auto& hook : post_backward_hooks_) hook(*this, ctx);

@@ -63,6 +63,8 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"run", "threads", "compute threads; 0 = all cores", &c.threads},
       {"run", "peak_gflops", "peak GFLOP/s for MFU; 0 = measure a GEMM at start-up", &c.peak_gflops},
       {"run", "pipeline_svg", "with pp > 1, write the last step's measured pipeline timeline (ranks x time) to this SVG file", &c.pipeline_svg},
+      {"run", "trace", "write a Chrome trace-event file of trace_steps to out_dir/trace.json (open it in Perfetto)", &c.trace},
+      {"run", "trace_steps", "steps traced, FIRST:LAST (1-based, e.g. \"5:8\"); empty = 2:4", &c.trace_steps},
       {"run", "resume", "checkpoint file, run directory or 'latest' (of out_dir) to continue from", &c.resume},
   };
 }

@@ -65,6 +65,8 @@ struct TrainConfig {
   int64_t threads = 0;           // 0: all cores
   double peak_gflops = 0;        // MFU denominator; 0: measured at start-up
   std::string resume;
+  bool trace = false;        // write a Chrome trace of trace_steps to out_dir/trace.json
+  std::string trace_steps;   // "5:8"; "": steps 2-4
   std::string pipeline_svg;  // pp > 1: write the last step's measured timeline here            // "", a checkpoint file, a run directory, or "latest"
 
   // Throws loom::Error naming each invalid value.

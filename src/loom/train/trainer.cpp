@@ -25,6 +25,7 @@
 #include "loom/parallel/pipeline/timeline_svg.hpp"
 #include "loom/parallel/tensor_parallel/sequence_parallel.hpp"
 #include "loom/train/checkpoint.hpp"
+#include "loom/train/memory_file.hpp"
 
 namespace loom::train {
 
@@ -86,6 +87,7 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
   } else {
     metrics_ = std::make_unique<MetricsLog>("");
   }
+  trace_window_ = std::make_unique<TraceWindow>(config_, world_);
   peak_gflops_ = config_.peak_gflops > 0 ? config_.peak_gflops : 0.0;
   // Under mpirun a rank's stdout is a pseudo-terminal even when the job's output goes to a log.
   live_progress_ = ::isatty(::fileno(stdout)) != 0 && world_ == nullptr;
@@ -191,6 +193,7 @@ void Trainer::resume_from(const std::string& path) {
 }
 
 float Trainer::loss_of(Tensor& logits, const Tensor& targets, bool backward, float scale) {
+  trace::Span span("loss", backward ? "loss forward+backward" : "loss");
   const int64_t V = config_.model.vocab_size;
   if (tp_loss_) {
     const float loss = tp_loss_->forward(logits, targets);
@@ -219,12 +222,18 @@ float Trainer::local_gradients() {
     // This rank's B rows of global micro-batch m (B * dp rows), so every layout reads the
     // same global batch.
     const int64_t row = (m * config_.dp + dp_rank_) * B;
-    const data::Batch batch = dataset_->batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step_, row, B, T);
+    trace::set_micro_batch(m);
+    data::Batch batch;
+    {
+      trace::Span load("data", "load batch");
+      batch = dataset_->batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step_, row, B, T);
+    }
     if (ddp_) ddp_->set_sync(m == M - 1);  // communicate once, after the last micro-batch
     if (sharded_) sharded_->set_sync(m == M - 1);
     if (replicated_sum_) replicated_sum_->set_sync(m == M - 1);
     loss_sum += forward_backward(batch, 1.0f / static_cast<float>(M));
   }
+  trace::set_micro_batch(-1);
   if (ddp_) ddp_->finish_gradient_sync();
   if (sharded_) sharded_->finish_gradient_sync();
   return static_cast<float>(loss_sum / static_cast<double>(M));
@@ -233,9 +242,11 @@ float Trainer::local_gradients() {
 float Trainer::pipeline_gradients() {
   const int64_t M = config_.micro_batches, B = config_.batch_size, T = config_.model.block_size;
   std::vector<data::Batch> batches;  // this rank's rows of every micro-batch (token ids: small)
-  for (int64_t m = 0; m < M; ++m)
+  for (int64_t m = 0; m < M; ++m) {
+    trace::Span load("data", "load batch");
     batches.push_back(dataset_->batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step_,
                                       (m * config_.dp + dp_rank_) * B, B, T));
+  }
   // DDP with one chunk per rank reduces its buckets during each stage's last backward (as
   // outside a pipeline), so the reduction overlaps it; the tied token table's two copies,
   // each averaged over data parallelism, are summed afterwards (sums commute). With
@@ -304,6 +315,8 @@ double Trainer::global_grad_sum_squares() {
 }
 
 StepResult Trainer::train_step() {
+  trace::Span span("step", "step");
+  span.arg("step", step_ + 1);
   StepResult r;
   r.lr = schedule_.at(step_);
   if (tp_group_ != nullptr) tp_group_->reset_stats();
@@ -318,13 +331,17 @@ StepResult Trainer::train_step() {
                                                                       static_cast<int>(config_.chunks));
   }
   if (dp_group_ != nullptr) dp_group_->all_reduce(&r.loss, 1, comm::ReduceOp::Avg);  // the global batch's mean
-  r.grad_norm = std::sqrt(global_grad_sum_squares());
+  {
+    trace::Span norm_span("optimizer", "grad norm");
+    r.grad_norm = std::sqrt(global_grad_sum_squares());
+  }
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     check(config_.on_nan == "skip", "non-finite ", std::isfinite(r.loss) ? "gradient norm" : "loss", " at step ",
           step_ + 1, " (loss ", r.loss, ", grad norm ", r.grad_norm,
           "); lower lr or set on_nan = \"skip\" to skip such steps");
     r.skipped = true;
   } else {
+    trace::Span step_span("optimizer", "optimizer step");
     optim::clip_grads_to_norm(optimizer_->params(), r.grad_norm, static_cast<float>(config_.grad_clip));
     optimizer_->step(r.lr);
     if (sharded_) sharded_->after_optimizer_step();
@@ -340,6 +357,7 @@ StepResult Trainer::train_step() {
 }
 
 float Trainer::evaluate() {
+  trace::Span span("eval", "evaluate");
   MemoryScope scope(MemoryCategory::Activations);
   const int64_t B = config_.batch_size, T = config_.model.block_size;
   double sum = 0.0;
@@ -475,9 +493,7 @@ std::string Trainer::save_checkpoint_now() {
 
 std::string Trainer::memory_report() const {
   const MemorySnapshot m = MemoryTracker::instance().snapshot();
-  const plan::StateBytes want =
-      plan::model_state_bytes(model_->num_parameters(), static_cast<int>(config_.shard_size()),
-                              static_cast<int>(config_.zero), config_.optimizer == "adamw" ? 8 : 4);
+  const plan::StateBytes want = state_formula();
   auto at = [&](MemoryCategory c) { return static_cast<size_t>(c); };
   std::string out = "memory on rank " + std::to_string(world_ != nullptr ? world_->rank() : 0) + ": params " +
                     format_bytes(m.current[at(MemoryCategory::Parameters)]) + " (formula " + format_bytes(want.params) +
@@ -510,6 +526,23 @@ double Trainer::core_share() const {
   const double wanted = static_cast<double>(world_->ranks_on_node()) * kernels::num_threads();
   const double cores = std::max(1u, std::thread::hardware_concurrency());
   return std::min(1.0, cores / wanted);
+}
+
+plan::StateBytes Trainer::state_formula() const {
+  return plan::model_state_bytes(model_->num_parameters(), static_cast<int>(config_.shard_size()),
+                                 static_cast<int>(config_.zero), config_.optimizer == "adamw" ? 8 : 4);
+}
+
+nlohmann::json Trainer::memory_json() const {
+  // Activations: the per-layer formula x this rank's blocks per chunk x the (micro-batch,
+  // chunk) pairs a pipeline schedule holds at once (1 without a pipeline).
+  const int64_t in_flight = pipeline_ ? last_timeline_.peak_activations.at(static_cast<size_t>(pp_group_->rank())) : 1;
+  const int64_t activations = plan::activation_bytes_per_layer(config_.batch_size, config_.model.block_size,
+                                                               config_.model.n_embd, config_.model.n_head, config_.tp,
+                                                               config_.sequence_parallel) *
+                              static_cast<int64_t>(chunks_.front()->blocks().size()) * in_flight;
+  const int rank = world_ != nullptr ? world_->rank() : 0;
+  return memory_record(rank, rank_name(config_, rank), state_formula(), activations);
 }
 
 void Trainer::log_progress(const StepResult& r, double step_seconds, bool keep) {
@@ -580,7 +613,9 @@ float Trainer::run() {
   };
   while (step_ < config_.steps) {
     const auto t0 = Clock::now();
+    trace_window_->before_step(step_ + 1);
     const StepResult r = train_step();
+    trace_window_->after_step(r.step);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     elapsed_train_seconds_ += dt;
     ++steps_timed_;
@@ -589,8 +624,10 @@ float Trainer::run() {
     if (config_.checkpoint_every > 0 && r.step % config_.checkpoint_every == 0 && r.step != config_.steps)
       save_checkpoint_now();
   }
+  trace_window_->finish();
   evaluate_and_log();
   if (!quiet_) std::printf("%s\n", memory_report().c_str());
+  if (!config_.out_dir.empty()) write_memory_file((fs::path(config_.out_dir) / "memory.json").string(), world_, memory_json());
   if (pipeline_ && !config_.pipeline_svg.empty() && (world_ == nullptr || world_->rank() == 0)) {
     std::ofstream svg(config_.pipeline_svg);
     svg << parallel::pipeline::timeline_svg(

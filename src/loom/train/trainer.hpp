@@ -22,8 +22,10 @@
 #include "loom/parallel/tensor_parallel/tensor_parallel_layers.hpp"
 #include "loom/parallel/tensor_parallel/vocab_parallel_cross_entropy.hpp"
 #include "loom/parallel/zero.hpp"
+#include "loom/plan/memory_model.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/metrics_log.hpp"
+#include "loom/train/trace_window.hpp"
 
 namespace loom::train {
 
@@ -58,6 +60,9 @@ class Trainer {
   // "memory on rank 0: params 3.2 MiB (formula 3.2 MiB) | ...": the tracker's current bytes
   // of model state next to the ZeRO formula for this layout, and the peaks of the rest.
   std::string memory_report() const;
+  // This rank's memory by category next to the formulas, as memory.json records it.
+  nlohmann::json memory_json() const;
+  plan::StateBytes state_formula() const;  // the ZeRO formula's model state of this rank
 
   // Collective: full copies of every parameter ("model.<name>") and optimizer state tensor
   // ("optim.<kind>.<name>"), gathered from the shards in sharded modes; what a checkpoint holds.
@@ -129,6 +134,7 @@ class Trainer {
   int dp_rank_ = 0;
   optim::LrSchedule schedule_;
   std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<TraceWindow> trace_window_;
   int64_t step_ = 0;
   double peak_gflops_ = 0.0;
   bool live_progress_ = false;  // stdout is a terminal

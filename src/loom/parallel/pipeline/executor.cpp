@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "loom/error.hpp"
+#include "loom/trace/recorder.hpp"
 
 namespace loom::parallel::pipeline {
 
@@ -35,6 +36,23 @@ int PipelineExecutor::tag(bool gradient, int64_t virtual_stage, int64_t micro_ba
   return static_cast<int>(((gradient ? 1 : 0) * p_ * v_ + virtual_stage) * micro_batches_ + micro_batch);
 }
 
+void PipelineExecutor::receive(Tensor& x, bool gradient, int64_t virtual_stage, int64_t micro_batch) {
+  const int64_t peer = gradient ? virtual_stage + 1 : virtual_stage - 1;
+  trace::Span span("p2p", gradient ? "recv gradient" : "recv activation");
+  span.arg("group", group_.name()).arg("bytes", 4 * x.numel()).arg("peer", static_cast<int>(peer % p_)).arg("mb", micro_batch);
+  group_.recv_async(x.f32(), x.numel(), static_cast<int>(peer % p_), tag(gradient, virtual_stage, micro_batch)).wait();
+}
+
+void PipelineExecutor::send(const Tensor& y, bool gradient, int64_t virtual_stage, int64_t micro_batch) {
+  // virtual_stage: the receiver's; the send completes while this rank computes on.
+  const int peer = static_cast<int>(virtual_stage % p_);
+  trace::AsyncSpan span("p2p", gradient ? "send gradient" : "send activation",
+                        trace::enabled() ? nlohmann::json{{"group", group_.name()}, {"bytes", 4 * y.numel()},
+                                                          {"peer", peer}, {"mb", micro_batch}}
+                                         : nlohmann::json());
+  sends_.push_back({group_.send_async(y.f32(), y.numel(), peer, tag(gradient, virtual_stage, micro_batch)), y, std::move(span)});
+}
+
 void PipelineExecutor::reap_sends(bool all) {
   std::vector<PendingSend> still;
   for (PendingSend& s : sends_) {
@@ -60,22 +78,25 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
     const int64_t k = a.chunk * p_ + rank_;  // virtual stage
     const auto key = std::make_pair(a.micro_batch, a.chunk);
     nn::GPT& model = *chunks_.at(static_cast<size_t>(a.chunk));
+    trace::set_micro_batch(a.micro_batch);
     if (a.kind == ActionKind::Forward) {
       Tensor x;
       if (k == 0) {
         x = input(a.micro_batch);
       } else {
         x = Tensor::empty(activation_shape_, DType::F32, MemoryCategory::Activations);
-        group_.recv_async(x.f32(), x.numel(), static_cast<int>((k - 1) % p_), tag(false, k, a.micro_batch)).wait();
+        receive(x, false, k, a.micro_batch);
       }
       MemoryScope scope(MemoryCategory::Activations);
+      trace::Span span("pipeline", "F");  // the timeline's box: after the receive, as timed.start
+      span.arg("mb", a.micro_batch).arg("chunk", a.chunk);
       timed.start = now_seconds();  // after the receive: waiting is bubble, not compute
       Tensor y = model.forward(x, contexts[key]);
       if (k == S - 1) {
         loss_sum += loss(y, a.micro_batch);  // y becomes dlogits
         dlogits[key] = y;
       } else {
-        sends_.push_back({group_.send_async(y.f32(), y.numel(), static_cast<int>((k + 1) % p_), tag(false, k + 1, a.micro_batch)), y});
+        send(y, false, k + 1, a.micro_batch);
       }
     } else {
       Tensor dy;
@@ -84,20 +105,23 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
         dlogits.erase(key);
       } else {
         dy = Tensor::empty(activation_shape_, DType::F32, MemoryCategory::Activations);
-        group_.recv_async(dy.f32(), dy.numel(), static_cast<int>((k + 1) % p_), tag(true, k, a.micro_batch)).wait();
+        receive(dy, true, k, a.micro_batch);
       }
       before_backward(a.micro_batch, a.chunk);
       MemoryScope scope(MemoryCategory::Activations);
+      trace::Span span("pipeline", "B");
+      span.arg("mb", a.micro_batch).arg("chunk", a.chunk);
       timed.start = now_seconds();
       Tensor dx = model.backward(dy, contexts.at(key));
       contexts.erase(key);
       if (k > 0)
-        sends_.push_back({group_.send_async(dx.f32(), dx.numel(), static_cast<int>((k - 1) % p_), tag(true, k - 1, a.micro_batch)), dx});
+        send(dx, true, k - 1, a.micro_batch);
     }
     timed.end = now_seconds();
     trace_.push_back(timed);
     reap_sends(false);
   }
+  trace::set_micro_batch(-1);
   reap_sends(true);
   check(contexts.empty(), "pipeline schedule left ", contexts.size(), " micro-batch(es) without their backward");
   return loss_sum;
@@ -166,7 +190,7 @@ double PipelineExecutor::run_forward(const std::function<Tensor(int64_t)>& input
         x = input(mb);
       } else {
         x = Tensor::empty(activation_shape_, DType::F32, MemoryCategory::Activations);
-        group_.recv_async(x.f32(), x.numel(), static_cast<int>((k - 1) % p_), tag(false, k, mb)).wait();
+        receive(x, false, k, mb);
       }
       MemoryScope scope(MemoryCategory::Activations);
       nn::Context ctx;
@@ -174,7 +198,7 @@ double PipelineExecutor::run_forward(const std::function<Tensor(int64_t)>& input
       if (k == S - 1)
         loss_sum += loss(y, mb);
       else
-        sends_.push_back({group_.send_async(y.f32(), y.numel(), static_cast<int>((k + 1) % p_), tag(false, k + 1, mb)), y});
+        send(y, false, k + 1, mb);
     }
   reap_sends(true);
   return loss_sum;

@@ -16,6 +16,7 @@
 #include "loom/nn/gpt.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
 #include "loom/parallel/pipeline/timeline.hpp"
+#include "loom/trace/recorder.hpp"
 
 namespace loom::parallel::pipeline {
 
@@ -50,6 +51,10 @@ class PipelineExecutor {
 
  private:
   int tag(bool gradient, int64_t virtual_stage, int64_t micro_batch) const;
+  // virtual_stage: the receiving stage's. A receive waits for its data; a send is posted
+  // and completes while this rank computes on.
+  void receive(Tensor& x, bool gradient, int64_t virtual_stage, int64_t micro_batch);
+  void send(const Tensor& y, bool gradient, int64_t virtual_stage, int64_t micro_batch);
   void reap_sends(bool all);
 
   std::vector<nn::GPT*> chunks_;
@@ -59,6 +64,7 @@ class PipelineExecutor {
   struct PendingSend {
     comm::Work work;
     Tensor data;  // alive until the send completes
+    trace::AsyncSpan span;
   };
   std::vector<PendingSend> sends_;
   std::vector<TimedAction> trace_;

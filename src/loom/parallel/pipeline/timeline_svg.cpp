@@ -9,7 +9,6 @@ namespace loom::parallel::pipeline {
 namespace {
 
 constexpr double kBoxPx = 28.0;  // width of the shortest forward or backward
-constexpr double kMaxPlotPx = 2400.0;
 constexpr double kRowPx = 30.0, kLeftPx = 70.0, kTopPx = 44.0;
 // Tableau colours: chunk c takes shade c % 2 (dark, light).
 constexpr const char* kForward[] = {"#4e79a7", "#a0cbe8"};
@@ -40,17 +39,17 @@ double nice_step(double min_step) {
 
 }  // namespace
 
-std::string timeline_svg(const Timeline& t, const std::string& title) {
+std::string timeline_svg(const Timeline& t, const std::string& title, double max_plot_px) {
   const double span = std::max(t.makespan(), 1e-12);
   double shortest = span;
   for (const auto& actions : t.ranks)
     for (const TimedAction& a : actions)
       if (!is_transfer(a.action.kind) && a.end > a.start) shortest = std::min(shortest, a.end - a.start);
-  const double px = std::min(kBoxPx / shortest, kMaxPlotPx / span);  // pixels per unit of time
+  const double px = std::min(kBoxPx / shortest, max_plot_px / span);  // pixels per unit of time
   const double width = kLeftPx + span * px + 20, height = kTopPx + t.pp * kRowPx + 50;
   std::ostringstream os;
   os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-     << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
+     << "\" viewBox=\"0 0 " << width << " " << height << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
      << "<text x=\"" << kLeftPx << "\" y=\"18\" font-size=\"13\">" << escape(title) << "</text>\n";
   for (int r = 0; r < t.pp; ++r) {

@@ -10,7 +10,8 @@
 
 namespace loom::parallel::pipeline {
 
-// title: the first line of text above the rows (escaped here).
-std::string timeline_svg(const Timeline& t, const std::string& title);
+// title: the first line of text above the rows (escaped here). max_plot_px: the widest the
+// time axis may be drawn (boxes too narrow for their label go unlabelled).
+std::string timeline_svg(const Timeline& t, const std::string& title, double max_plot_px = 2400.0);
 
 }  // namespace loom::parallel::pipeline

@@ -1,0 +1,38 @@
+#include "loom/train/memory_file.hpp"
+
+#include <fstream>
+
+#include "loom/comm/gather_text.hpp"
+#include "loom/error.hpp"
+#include "loom/tensor/memory_tracker.hpp"
+
+namespace loom::train {
+
+nlohmann::json memory_record(int rank, const std::string& name, const plan::StateBytes& state, int64_t activations) {
+  const MemorySnapshot m = MemoryTracker::instance().snapshot();
+  nlohmann::json current, peak;
+  for (int c = 0; c < kMemoryCategoryCount; ++c) {
+    const std::string key(category_name(static_cast<MemoryCategory>(c)));
+    current[key] = m.current[static_cast<size_t>(c)];
+    peak[key] = m.peak[static_cast<size_t>(c)];
+  }
+  return {{"rank", rank},
+          {"name", name},
+          {"current", current},
+          {"peak", peak},
+          {"total_peak", m.total_peak},
+          {"formula", {{"params", state.params}, {"grads", state.grads}, {"optimizer", state.optimizer}, {"activations", activations}}}};
+}
+
+void write_memory_file(const std::string& path, comm::ProcessGroup* world, const nlohmann::json& mine) {
+  const std::vector<std::string> all =
+      world != nullptr ? comm::gather_text(*world, mine.dump()) : std::vector<std::string>{mine.dump()};
+  if (world != nullptr && world->rank() != 0) return;
+  nlohmann::json file{{"ranks", nlohmann::json::array()}};
+  for (const std::string& text : all) file["ranks"].push_back(nlohmann::json::parse(text));
+  std::ofstream out(path);
+  out << file.dump(1) << "\n";
+  check(out.good(), "cannot write per-rank memory to '", path, "'");
+}
+
+}  // namespace loom::train

@@ -1,0 +1,22 @@
+// <out_dir>/memory.json for `loom report`: every rank's memory by category (what is held at
+// the end of the run and the peaks) next to the formulas' prediction (ZeRO model state,
+// activations per layer), gathered onto rank 0, which writes the file.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/comm/process_group.hpp"
+#include "loom/plan/memory_model.hpp"
+
+namespace loom::train {
+
+// This rank's record: {"rank", "name", "current": {category: bytes}, "peak": {...},
+// "total_peak", "formula": {"params", "grads", "optimizer", "activations"}}.
+nlohmann::json memory_record(int rank, const std::string& name, const plan::StateBytes& state, int64_t activations);
+
+// Collective over world (nullptr: one process): rank 0 writes {"ranks": [record, ...]} to path.
+void write_memory_file(const std::string& path, comm::ProcessGroup* world, const nlohmann::json& mine);
+
+}  // namespace loom::train

@@ -1,0 +1,135 @@
+#include "loom/train/trace_window.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "loom/comm/gather_text.hpp"
+#include "loom/comm/mesh_layout.hpp"
+#include "loom/error.hpp"
+
+namespace loom::train {
+
+namespace {
+constexpr int64_t kDefaultFirst = 2, kDefaultLast = 4;
+
+int64_t parse_step(const std::string& text, const std::string& whole) {
+  size_t used = 0;
+  int64_t v = -1;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  check(used == text.size() && !text.empty() && v >= 1, "trace_steps must be FIRST:LAST steps (1-based), e.g. \"5:8\"; got '",
+        whole, "'");
+  return v;
+}
+}  // namespace
+
+TraceSteps parse_trace_steps(const std::string& text, int64_t steps) {
+  TraceSteps s;
+  if (text.empty()) {
+    s.first = std::min(kDefaultFirst, steps);
+    s.last = std::min(kDefaultLast, steps);
+    return s;
+  }
+  const size_t colon = text.find(':');
+  s.first = parse_step(text.substr(0, colon), text);
+  s.last = colon == std::string::npos ? s.first : parse_step(text.substr(colon + 1), text);
+  check(s.first <= s.last, "trace_steps '", text, "': the first step comes after the last");
+  check(s.first <= steps, "trace_steps '", text, "' starts after the run's last step (", steps, ")");
+  s.last = std::min(s.last, steps);
+  return s;
+}
+
+std::string rank_name(const TrainConfig& config, int rank) {
+  const comm::MeshLayout mesh({{"dp", static_cast<int>(config.dp)}, {"pp", static_cast<int>(config.pp)}, {"tp", static_cast<int>(config.tp)}},
+                              static_cast<int>(config.dp * config.pp * config.tp));
+  const std::vector<int> at = mesh.coordinates(rank);
+  return "rank " + std::to_string(rank) + " (dp " + std::to_string(at[0]) + ", pp " + std::to_string(at[1]) + ", tp " +
+         std::to_string(at[2]) + ")";
+}
+
+std::string chrome_events(const std::vector<trace::Event>& events, const std::vector<std::string>& rows, int rank,
+                          const std::string& process_name) {
+  using nlohmann::json;
+  std::string out;
+  auto add = [&](const json& e) {
+    if (!out.empty()) out += ",\n";
+    out += e.dump();
+  };
+  add({{"ph", "M"}, {"pid", rank}, {"tid", 0}, {"name", "process_name"}, {"args", {{"name", process_name}}}});
+  add({{"ph", "M"}, {"pid", rank}, {"tid", 0}, {"name", "process_sort_index"}, {"args", {{"sort_index", rank}}}});
+  // Named rows: compute, and the communication threads that recorded something (a job
+  // creates groups, e.g. of one rank, that never communicate).
+  std::vector<bool> used(rows.size(), false);
+  used[0] = true;
+  for (const trace::Event& e : events)
+    if (e.row >= 0 && static_cast<size_t>(e.row) < rows.size()) used[static_cast<size_t>(e.row)] = true;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (!used[r]) continue;
+    add({{"ph", "M"}, {"pid", rank}, {"tid", r}, {"name", "thread_name"}, {"args", {{"name", rows[r]}}}});
+    add({{"ph", "M"}, {"pid", rank}, {"tid", r}, {"name", "thread_sort_index"}, {"args", {{"sort_index", r}}}});
+  }
+  for (const trace::Event& e : events) {
+    json j{{"ph", std::string(1, e.phase)}, {"pid", rank}, {"tid", e.row}, {"name", e.name},
+           {"ts", static_cast<double>(e.ts_ns) / 1e3}};
+    if (!e.category.empty()) j["cat"] = e.category;
+    if (e.phase == 'X') j["dur"] = static_cast<double>(e.dur_ns) / 1e3;
+    if (e.phase == 'b' || e.phase == 'e') {
+      // Asynchronous ids are global in the file: the rank in the high bits.
+      char id[32];
+      std::snprintf(id, sizeof id, "0x%llx", static_cast<unsigned long long>((uint64_t(rank) << 40) | e.id));
+      j["id"] = id;
+    }
+    if (!e.args.is_null()) j["args"] = e.args;
+    add(j);
+  }
+  return out;
+}
+
+TraceWindow::TraceWindow(const TrainConfig& config, comm::ProcessGroup* world) : world_(world) {
+  if (!config.trace) return;
+  check(!config.out_dir.empty(), "trace needs an out_dir to write trace.json into");
+  on_ = true;
+  steps_ = parse_trace_steps(config.trace_steps, config.steps);
+  path_ = (std::filesystem::path(config.out_dir) / "trace.json").string();
+  process_name_ = rank_name(config, world_ != nullptr ? world_->rank() : 0);
+  layout_ = "dp " + std::to_string(config.dp) + " x pp " + std::to_string(config.pp) + " x tp " + std::to_string(config.tp);
+}
+
+void TraceWindow::before_step(int64_t step) {
+  if (!on_ || recording_ || written_ || step < steps_.first || step > steps_.last) return;
+  if (world_ != nullptr) world_->barrier();  // the common origin of every rank's clock
+  trace::start();
+  recording_ = true;
+}
+
+void TraceWindow::after_step(int64_t step) {
+  if (recording_ && step >= steps_.last) write();
+}
+
+void TraceWindow::finish() {
+  if (recording_) write();
+}
+
+void TraceWindow::write() {
+  trace::stop();
+  recording_ = false;
+  written_ = true;
+  const std::vector<trace::Event> events = trace::take_events();
+  const std::string mine = chrome_events(events, trace::row_names(), world_ != nullptr ? world_->rank() : 0, process_name_);
+  const std::vector<std::string> all = world_ != nullptr ? comm::gather_text(*world_, mine) : std::vector<std::string>{mine};
+  if (world_ != nullptr && world_->rank() != 0) return;
+  std::ofstream out(path_);
+  out << "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"layout\": \"" << layout_ << "\", \"trace_steps\": \""
+      << steps_.first << ":" << steps_.last << "\"},\n\"traceEvents\": [\n";
+  for (size_t q = 0; q < all.size(); ++q) out << (q > 0 ? ",\n" : "") << all[q];
+  out << "\n]}\n";
+  check(out.good(), "cannot write the trace to '", path_, "'");
+  std::printf("wrote %s (steps %lld-%lld, %zu ranks; open it in https://ui.perfetto.dev or chrome://tracing)\n",
+              path_.c_str(), static_cast<long long>(steps_.first), static_cast<long long>(steps_.last), all.size());
+}
+
+}  // namespace loom::train
