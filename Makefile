@@ -6,8 +6,12 @@ JOBS ?= $(shell nproc)
 
 .PHONY: deps configure build demo test bench clean
 
+# The demo needs only the build's packages; tests and benchmarks also need PyTorch and Chromium.
+DEPS ?= all
+demo: DEPS = demo
+
 deps:
-	./scripts/install-deps.sh
+	./scripts/install-deps.sh $(DEPS)
 
 $(BUILD)/build.ninja:
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)

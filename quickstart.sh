@@ -8,5 +8,5 @@ case "${1:-}" in
   demo|test) ;;
   *) echo "usage: ./quickstart.sh demo|test" >&2; exit 2 ;;
 esac
-./scripts/install-deps.sh
+./scripts/install-deps.sh "$1"
 exec make "$1"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs exactly what Loom needs from Debian 12 packages, skipping what is present.
 # Idempotent: a second run installs nothing. Uses sudo when not root.
+#   scripts/install-deps.sh        everything: build, run, tests and benchmarks
+#   scripts/install-deps.sh demo   only what building and running Loom need (the demo)
 set -euo pipefail
 
 packages=(
@@ -8,11 +10,15 @@ packages=(
   libdnnl-dev                          # GEMM (oneDNN matmul)
   libopenmpi-dev openmpi-bin           # transport
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-torch python3-numpy  # numerics oracle and speed baseline (tests/bench only)
-  libopenblas0-openmp                  # an optimized BLAS, so PyTorch baselines run at their best
-  chromium                             # renders the run report in a test (headless)
+  libgtest-dev libgmock-dev libbenchmark-dev   # the build configures the test and benchmark targets
 )
+if [ "${1:-all}" != demo ]; then
+  packages+=(
+    python3 python3-torch python3-numpy  # numerics oracle and speed baseline (tests/bench only)
+    libopenblas0-openmp                  # an optimized BLAS, so PyTorch baselines run at their best
+    chromium                             # renders the run report in a test (headless)
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
