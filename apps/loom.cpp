@@ -1,4 +1,4 @@
-// loom: one binary, one subcommand per task (train, sample, bench, schedule, config-reference).
+// loom: one binary, one subcommand per task (train, sample, bench, schedule, convert, config-reference).
 #include <cstdio>
 #include <exception>
 
@@ -45,6 +45,10 @@ int main(int argc, char** argv) {
   add("plan", "rank layouts of a model on a cluster by predicted memory and step time "
       "(example: loom plan --model gpt3-175b --cluster dgx-a100 --gpus 1024 --global-batch 1536)",
       loom::apps::add_plan_command);
+  add("convert",
+      "re-shard a checkpoint: to one file, or to a sharded checkpoint for another layout "
+      "(example: mpirun -np 4 loom convert --from runs/a --to runs/b --dp 2 --tp 2)",
+      loom::apps::add_convert_command);
   add("config-reference", "print the configuration reference as Markdown", loom::apps::add_config_reference_command);
   try {
     app.parse(argc, argv);
