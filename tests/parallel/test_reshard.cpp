@@ -26,6 +26,7 @@ struct Layout {
   int64_t dp = 1, pp = 1, tp = 1, zero = 0, chunks = 1;
   bool sequence_parallel = false;
   std::string format = "sharded";
+  int64_t hsdp_shard = 0;
   int64_t ranks() const { return dp * pp * tp; }
 };
 
@@ -33,6 +34,7 @@ std::ostream& operator<<(std::ostream& os, const Layout& l) {
   os << "dp" << l.dp << " pp" << l.pp << " tp" << l.tp << " zero" << l.zero;
   if (l.chunks > 1) os << " interleaved" << l.chunks;
   if (l.sequence_parallel) os << " sp";
+  if (l.hsdp_shard > 0) os << " hsdp" << l.hsdp_shard;
   return os << " (" << l.format << ")";
 }
 
@@ -53,6 +55,7 @@ TrainConfig config_of(const Layout& l, int64_t rows, int64_t micro) {
   c.chunks = l.chunks;
   if (l.chunks > 1) c.schedule = "interleaved";
   c.sequence_parallel = l.sequence_parallel;
+  c.hsdp_shard = l.hsdp_shard;
   c.checkpoint_format = l.format;
   c.steps = 10;
   c.decay_steps = 10;  // the same schedule for the 5-step first half
@@ -117,6 +120,11 @@ Layout L(int64_t dp, int64_t pp, int64_t tp, int64_t zero, int64_t chunks = 1, b
   return {dp, pp, tp, zero, chunks, sp, format};
 }
 
+Layout hsdp(Layout l, int64_t shard) {
+  l.hsdp_shard = shard;
+  return l;
+}
+
 const Layout kSerial = L(1, 1, 1, 0);
 const Layout kSerialFile = L(1, 1, 1, 0, 1, false, "single");
 
@@ -134,10 +142,32 @@ INSTANTIATE_TEST_SUITE_P(
         // 4 ranks
         Pair{L(1, 2, 1, 0, 2), L(2, 1, 1, 1)} /* needs 2 */, Pair{L(2, 2, 1, 0, 2), L(4, 1, 1, 1)},
         Pair{kSerialFile, L(2, 1, 2, 0)}, Pair{L(2, 1, 2, 3), L(1, 2, 2, 0)}, Pair{L(1, 2, 2, 1, 2), L(4, 1, 1, 3)},
-        Pair{L(4, 1, 1, 3), L(2, 2, 1, 1)},
+        Pair{L(4, 1, 1, 3), L(2, 2, 1, 1)}, Pair{hsdp(L(4, 1, 1, 2), 2), L(2, 1, 2, 3)},
         // 8 ranks
         Pair{L(2, 2, 2, 1), L(4, 1, 2, 3, 1, true)}, Pair{L(8, 1, 1, 3), kSerial}, Pair{L(2, 2, 2, 0, 2), kSerialFile}),
     [](const auto& info) { return "pair" + std::to_string(info.index); });
+
+TEST(ReshardErrors, AMissingRankFileFailsTheResumeOnEveryRank) {
+  const int p = world().size();
+  if (p < 2) GTEST_SKIP() << "needs 2 ranks";
+  // ZeRO-3: rank 1 alone reads rank-00001's shards, yet every rank must stop with its message.
+  const std::string dir = fresh_shared_dir("loom_reshard_missing", world());
+  TrainConfig c = config_of(L(p, 1, 1, 3), 2 * p, 1);
+  c.out_dir = dir;
+  {
+    Trainer saver(c, true, &world());
+    saver.save_checkpoint_now();
+  }
+  world().barrier();
+  if (world().rank() == 0) std::filesystem::remove(std::filesystem::path(dir) / "checkpoint-00000000" / "rank-00001.safetensors");
+  world().barrier();
+  c.resume = dir;
+  const std::string error = loom::testing::error_of([&] { Trainer resumed(c, true, &world()); });
+  EXPECT_NE(error.find("rank 1: checkpoint '"), std::string::npos) << error;
+  EXPECT_NE(error.find("is missing its rank file 'rank-00001.safetensors' (named by its manifest)"), std::string::npos)
+      << error;
+  remove_shared_dir(dir, world());
+}
 
 }  // namespace
 }  // namespace loom::train

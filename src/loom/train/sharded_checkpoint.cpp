@@ -139,6 +139,12 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const std::vecto
   return final_dir.string();
 }
 
+void on_every_rank(comm::ProcessGroup* world, const std::function<void()>& f) {
+  const std::vector<std::string> errors = all_gather_strings(world, attempt(f));
+  for (size_t r = 0; r < errors.size(); ++r)
+    check(errors[r].empty(), errors.size() > 1 ? "rank " + std::to_string(r) + ": " : "", errors[r]);
+}
+
 CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   sharded_ = fs::is_directory(path);
   if (sharded_) {

@@ -6,6 +6,7 @@
 // each destination piece is filled from the checkpoint pieces it overlaps (reshard.hpp).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -56,6 +57,11 @@ class CheckpointReader {
   std::unique_ptr<TensorFile> single_;  // a single-file checkpoint, read whole (one checksum covers it)
   std::map<std::string, std::unique_ptr<TensorFileReader>> files_;  // rank files opened so far
 };
+
+// Runs f on every rank of world (null: this process); when it fails anywhere, every rank
+// throws, naming the first rank that failed and its message, so no rank is left waiting
+// in a collective for one that gave up.
+void on_every_rank(comm::ProcessGroup* world, const std::function<void()>& f);
 
 // Loads destinations from the checkpoint at path; with "optim." destinations the checkpoint's
 // optimizer must be optimizer_name. Returns the checkpoint's metadata.

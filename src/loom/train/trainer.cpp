@@ -167,7 +167,9 @@ void Trainer::setup_data_parallel() {
 
 void Trainer::resume_from(const std::string& path) {
   // Any checkpoint, whatever layout wrote it: each rank fills its own pieces (reshard.hpp).
-  const CheckpointInfo info = load_state(path, local_state(), config_.optimizer);
+  // A rank that cannot read its pieces fails the resume on every rank.
+  CheckpointInfo info;
+  on_every_rank(world_, [&] { info = load_state(path, local_state(), config_.optimizer); });
   optimizer_->set_steps_taken(info.optimizer_steps);
   check(info.tokenizer_spec == dataset_->tokenizer().spec(), "checkpoint '", path,
         "' was trained with a different tokenizer/vocabulary than '", config_.data, "'");
