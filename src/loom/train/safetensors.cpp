@@ -52,6 +52,8 @@ void fsync_path(const std::string& path, int flags) {
 
 }  // namespace
 
+void sync_directory(const std::string& path) { fsync_path(path, O_RDONLY | O_DIRECTORY); }
+
 void write_file_atomically(const std::string& path, const std::string& bytes) {
   namespace fs = std::filesystem;
   const fs::path target(path);
@@ -84,7 +86,7 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
     ::unlink(tmp.c_str());
     fail("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err));
   }
-  fsync_path(dir.string(), O_RDONLY | O_DIRECTORY);
+  sync_directory(dir.string());
 }
 
 std::string encode_tensor_file(const TensorFile& file) {

@@ -56,6 +56,9 @@ class TensorFileReader {
 // CRC-32 (zlib) of n bytes, continuing crc (start from 0).
 uint32_t crc32_of(uint32_t crc, const void* data, int64_t n);
 
+// fsyncs a directory, so a rename inside it (a published checkpoint) survives a crash.
+void sync_directory(const std::string& path);
+
 // Writes bytes to path atomically (temp file in the same directory, fsync, rename, fsync dir).
 void write_file_atomically(const std::string& path, const std::string& bytes);
 

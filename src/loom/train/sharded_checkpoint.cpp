@@ -35,21 +35,21 @@ std::vector<std::string> all_gather_strings(comm::ProcessGroup* world, const std
   return out;
 }
 
-// Every rank learns whether any rank failed, and throws the first failure's message.
-void agree(comm::ProcessGroup* world, const std::string& error) {
-  const std::vector<std::string> errors = all_gather_strings(world, error);
-  for (size_t r = 0; r < errors.size(); ++r)
-    check(errors[r].empty(), "checkpoint not written: rank ", r, ": ", errors[r]);
-}
-
-template <class F>
-std::string attempt(F&& f) {  // "" or the error's message
+std::string attempt(const std::function<void()>& f) {  // "" or the error's message
   try {
     f();
   } catch (const std::exception& e) {
     return e.what();
   }
   return "";
+}
+
+// Every rank learns whether any rank failed (error non-empty) and throws its message,
+// naming the rank when there are several.
+void agree(comm::ProcessGroup* world, const std::string& error) {
+  const std::vector<std::string> errors = all_gather_strings(world, error);
+  for (size_t r = 0; r < errors.size(); ++r)
+    check(errors[r].empty(), errors.size() > 1 ? "rank " + std::to_string(r) + ": " : "", errors[r]);
 }
 
 std::string rank_file_name(int rank) {
@@ -134,16 +134,13 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const std::vecto
     write_file_atomically((tmp_dir / kManifestName).string(), text);
     fs::remove_all(final_dir);  // the same step saved again
     fs::rename(tmp_dir, final_dir);
+    sync_directory(run_dir);  // the rename is durable before `latest` names it
     publish_checkpoint(run_dir, name, keep);
   }));
   return final_dir.string();
 }
 
-void on_every_rank(comm::ProcessGroup* world, const std::function<void()>& f) {
-  const std::vector<std::string> errors = all_gather_strings(world, attempt(f));
-  for (size_t r = 0; r < errors.size(); ++r)
-    check(errors[r].empty(), errors.size() > 1 ? "rank " + std::to_string(r) + ": " : "", errors[r]);
-}
+void on_every_rank(comm::ProcessGroup* world, const std::function<void()>& f) { agree(world, attempt(f)); }
 
 CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   sharded_ = fs::is_directory(path);
