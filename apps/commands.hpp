@@ -25,6 +25,7 @@ Runner add_schedule_command(CLI::App& app);
 Runner add_verify_command(CLI::App& app);
 Runner add_plan_command(CLI::App& app);
 Runner add_report_command(CLI::App& app);
+Runner add_convert_command(CLI::App& app);
 // `loom bench comm` (in bench_comm_command.cpp); sets runner for when it is chosen.
 void add_comm_bench(CLI::App& bench, Runner& runner);
 

@@ -1,4 +1,4 @@
-// loom: one binary, one subcommand per task (train, sample, bench, schedule, config-reference).
+// loom: one binary, one subcommand per task (train, sample, bench, schedule, convert, config-reference).
 #include <cstdio>
 #include <exception>
 
@@ -48,6 +48,10 @@ int main(int argc, char** argv) {
   add("report", "write a run's report.html: loss, throughput, memory per rank, pipeline, communication "
       "(example: loom report runs/shakespeare)",
       loom::apps::add_report_command);
+  add("convert",
+      "re-shard a checkpoint: to one file, or to a sharded checkpoint for another layout "
+      "(example: mpirun -np 4 loom convert --from runs/a --to runs/b --dp 2 --tp 2)",
+      loom::apps::add_convert_command);
   add("config-reference", "print the configuration reference as Markdown", loom::apps::add_config_reference_command);
   try {
     app.parse(argc, argv);

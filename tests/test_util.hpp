@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/error.hpp"
 #include "loom/kernels/threads.hpp"
 
 namespace loom::testing {
@@ -88,6 +89,16 @@ inline void expect_deterministic_across_threads(const std::function<std::vector<
   const auto a = with(2), b = with(2), one = with(1);
   EXPECT_TRUE(all_close(a, b, 0.0, 0.0, "2 threads, run twice"));
   EXPECT_TRUE(all_close(a, one, rtol, atol, vs_one));
+}
+
+// The loom::Error message f throws, or "(no error)": tests assert each documented message.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 }  // namespace loom::testing

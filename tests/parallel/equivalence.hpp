@@ -97,7 +97,7 @@ inline void remove_shared_dir(const std::string& dir, comm::ProcessGroup& world)
   if (world.rank() == 0) std::filesystem::remove_all(dir);
 }
 
-// Trains c's layout for `steps` steps and saves a checkpoint into dir (rank 0 writes).
+// Trains c's layout for `steps` steps and saves a checkpoint into dir (c's checkpoint format).
 inline void train_and_checkpoint(train::TrainConfig c, int64_t steps, const std::string& dir,
                                  comm::ProcessGroup& world) {
   c.steps = steps;

@@ -5,18 +5,12 @@
 
 #include "loom/error.hpp"
 #include "loom/train/config.hpp"
+#include "test_util.hpp"
 
 namespace loom::train {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 TEST(Config, TomlOverridesDefaults) {
   TrainConfig c;

@@ -9,36 +9,12 @@
 #include "loom/error.hpp"
 #include "loom/train/trainer.hpp"
 #include "test_util.hpp"
+#include "train/tiny_run.hpp"
 
 namespace loom::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-TrainConfig tiny_run(const std::string& name) {
-  TrainConfig c;
-  c.data = LOOM_SOURCE_DIR "/data/tinyshakespeare.txt";
-  c.model.n_layer = 2;
-  c.model.n_head = 2;
-  c.model.n_embd = 16;
-  c.model.block_size = 16;
-  c.batch_size = 4;
-  c.steps = 6;
-  c.warmup_steps = 2;
-  c.lr = 3e-3;
-  c.threads = 1;
-  c.eval_batches = 2;
-  c.peak_gflops = 100;  // skip the start-up measurement
-  c.out_dir = (fs::temp_directory_path() / ("loom_train_" + name)).string();
-  fs::remove_all(c.out_dir);
-  return c;
-}
-
-std::vector<float> losses_of(Trainer& t, int64_t until) {
-  std::vector<float> out;
-  while (t.step() < until) out.push_back(t.train_step().loss);
-  return out;
-}
 
 void expect_same_parameters(nn::GPT& a, nn::GPT& b) {
   auto pa = a.parameters(), pb = b.parameters();

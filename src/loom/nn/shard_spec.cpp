@@ -1,4 +1,5 @@
 #include "loom/nn/shard_spec.hpp"
+#include "loom/nn/shard_runs.hpp"
 
 #include <cstring>
 
@@ -36,6 +37,16 @@ void for_each_run(const Shape& local, const ShardSpec& spec, F&& copy) {
       copy((o * local_len + local_row) * inner, (o * full_len + full_row) * inner, per_block * inner);
     }
 }
+
+}  // namespace
+
+std::vector<ShardRun> shard_runs(const Shape& local, const ShardSpec& spec) {
+  std::vector<ShardRun> runs;
+  for_each_run(local, spec, [&](int64_t l, int64_t f, int64_t n) { runs.push_back({l, f, n}); });
+  return runs;
+}
+
+namespace {
 
 void check_shapes(const Tensor& full, const Tensor& local, const ShardSpec& spec) {
   check(full.shape() == spec.full_shape(local.shape()), "shard ", shape_str(local.shape()), " does not fit ",

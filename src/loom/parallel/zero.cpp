@@ -261,6 +261,12 @@ std::vector<nn::Parameter*> ShardedDataParallel::shard_parameters() const {
   return out;
 }
 
+std::vector<ShardedDataParallel::ShardPiece> ShardedDataParallel::shard_pieces() const {
+  std::vector<ShardPiece> out;
+  for (const Piece& p : pieces_) out.push_back({p.param, p.param_offset, p.shard_param.get()});
+  return out;
+}
+
 double ShardedDataParallel::grad_sum_squares(const std::function<bool(const nn::Parameter&)>& counted) {
   float sum = 0.0f;
   for (const Piece& p : pieces_)
@@ -319,37 +325,6 @@ std::map<std::string, Tensor> ShardedDataParallel::full_state_dict(const std::ma
     }
   }
   return out;
-}
-
-std::map<std::string, Tensor> ShardedDataParallel::empty_full_state_dict(const std::vector<std::string>& kinds) const {
-  MemoryScope scope(MemoryCategory::Other);
-  std::map<std::string, Tensor> out;
-  for (const Unit& u : units_)
-    for (nn::Parameter* p : u.params) {
-      out["model." + p->name()] = Tensor::zeros(p->shape());
-      for (const std::string& kind : kinds) out["optim." + kind + "." + p->name()] = Tensor::zeros(p->shape());
-    }
-  return out;
-}
-
-void ShardedDataParallel::load_full_state_dict(const std::map<std::string, Tensor>& full,
-                                               const std::map<std::string, Tensor>& optimizer_state,
-                                               const std::vector<std::string>& kinds) {
-  auto at = [&](const std::string& name) -> const Tensor& {
-    auto it = full.find(name);
-    check(it != full.end(), "sharded state: no tensor '", name, "'");
-    return it->second;
-  };
-  if (options_.stage < 3)
-    for (const Unit& u : units_)
-      for (nn::Parameter* p : u.params) p->value().copy_from(at("model." + p->name()));
-  for (const Piece& p : pieces_) {
-    nn::Parameter& shard = *p.shard_param;
-    if (options_.stage == 3) copy_elements(shard.value().f32(), at("model." + p.param->name()).f32() + p.param_offset, shard.numel());
-    for (const std::string& kind : kinds)
-      copy_elements(optimizer_state.at(kind + "." + p.param->name()).f32(),
-                    at("optim." + kind + "." + p.param->name()).f32() + p.param_offset, shard.numel());
-  }
 }
 
 }  // namespace loom::parallel

@@ -67,16 +67,21 @@ class ShardedDataParallel {
   // stage 3 drops any gathered copy (now stale).
   void after_optimizer_step();
 
+  // This rank's pieces for distributed checkpoints: the model parameter, the first element
+  // of it the piece holds, and the optimizer's 1-D parameter over the piece (under stage 3
+  // its value is the only copy of those elements).
+  struct ShardPiece {
+    const nn::Parameter* param;
+    int64_t param_offset;
+    nn::Parameter* shard;
+  };
+  std::vector<ShardPiece> shard_pieces() const;
+
   // Checkpoints in the serial layout. Collective: full copies of every parameter
   // ("model.<name>") and of every optimizer state tensor ("optim.<kind>.<name>") from the
   // shards, given the optimizer's state() and state_kinds().
   std::map<std::string, Tensor> full_state_dict(const std::map<std::string, Tensor>& optimizer_state,
                                                 const std::vector<std::string>& kinds);
-  // Zero tensors of the serial layout's names and shapes, to load a checkpoint into.
-  std::map<std::string, Tensor> empty_full_state_dict(const std::vector<std::string>& kinds) const;
-  // Takes this rank's shards from full tensors (as full_state_dict names them).
-  void load_full_state_dict(const std::map<std::string, Tensor>& full, const std::map<std::string, Tensor>& optimizer_state,
-                            const std::vector<std::string>& kinds);
 
   int64_t unit_count() const { return static_cast<int64_t>(units_.size()); }
   // Bytes of one unit's padded flat buffer (the largest), which stage 3 gathers and stages

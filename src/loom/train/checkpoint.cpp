@@ -1,11 +1,13 @@
 #include "loom/train/checkpoint.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 
 #include "loom/error.hpp"
 #include "loom/train/safetensors.hpp"
+#include "loom/train/sharded_checkpoint.hpp"
 
 namespace loom::train {
 
@@ -15,13 +17,26 @@ namespace {
 
 constexpr const char* kKind = "loom-checkpoint";
 
-std::string checkpoint_name(int64_t step) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "checkpoint-%08lld.safetensors", static_cast<long long>(step));
-  return buf;
+std::string checkpoint_name(int64_t step) { return checkpoint_dir_name(step) + ".safetensors"; }
+
+// The step of a run directory entry "checkpoint-<step>[.safetensors|.tmp]", or -1.
+int64_t step_of(const std::string& entry) {
+  if (entry.rfind("checkpoint-", 0) != 0) return -1;
+  const std::string digits = entry.substr(11, entry.find('.') == std::string::npos ? std::string::npos : entry.find('.') - 11);
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit) || digits.size() > 18) return -1;
+  return std::stoll(digits);
 }
 
-CheckpointInfo info_from(const TensorFile& f, const std::string& path) {
+// Whole tensors of the serial layout as load destinations.
+std::vector<StatePiece> whole_pieces(const std::map<std::string, Tensor>& tensors) {
+  std::vector<StatePiece> out;
+  for (const auto& [name, t] : tensors) out.push_back({name, t.shape(), whole_piece(t.shape()), t, true});
+  return out;
+}
+
+}  // namespace
+
+CheckpointInfo checkpoint_info_from(const TensorFile& f, const std::string& path) {
   auto get = [&](const std::string& key) {
     auto it = f.metadata.find(key);
     check(it != f.metadata.end(), "'", path, "' is not a Loom checkpoint (no '", key, "')");
@@ -31,24 +46,15 @@ CheckpointInfo info_from(const TensorFile& f, const std::string& path) {
   CheckpointInfo info;
   try {
     info.step = std::stoll(get("step"));
+    if (f.metadata.count("optimizer_steps")) info.optimizer_steps = std::stoll(f.metadata.at("optimizer_steps"));
   } catch (const std::logic_error&) {
-    fail("'", path, "' has an invalid step '", get("step"), "'");
+    fail("'", path, "' has an invalid step count");
   }
   info.config_toml = get("config");
   info.tokenizer_spec = get("tokenizer");
   info.optimizer = get("optimizer");
   return info;
 }
-
-void copy_into(Tensor& dst, const TensorFile& f, const std::string& name, const std::string& path) {
-  auto it = f.tensors.find(name);
-  check(it != f.tensors.end(), "checkpoint '", path, "' has no tensor '", name, "'");
-  check(it->second.shape() == dst.shape() && it->second.dtype() == dst.dtype(), "checkpoint '", path, "': tensor '",
-        name, "' is ", shape_str(it->second.shape()), ", the model expects ", shape_str(dst.shape()));
-  dst.copy_from(it->second);
-}
-
-}  // namespace
 
 std::map<std::string, Tensor> checkpoint_tensors(nn::Module& model, optim::Optimizer* optimizer) {
   std::map<std::string, Tensor> out;
@@ -66,9 +72,8 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model, optim::Op
   return save_checkpoint(dir, checkpoint_tensors(model, optimizer), with_optimizer, keep);
 }
 
-std::string save_checkpoint(const std::string& dir, const std::map<std::string, Tensor>& tensors,
-                            const CheckpointInfo& info, int64_t keep) {
-  fs::create_directories(dir);
+void write_checkpoint_file(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                           const CheckpointInfo& info) {
   TensorFile f;
   for (const auto& [name, t] : tensors) f.tensors.emplace(name, t);
   if (info.optimizer_steps >= 0) f.metadata["optimizer_steps"] = std::to_string(info.optimizer_steps);
@@ -77,40 +82,81 @@ std::string save_checkpoint(const std::string& dir, const std::map<std::string, 
   f.metadata["config"] = info.config_toml;
   f.metadata["tokenizer"] = info.tokenizer_spec;
   f.metadata["optimizer"] = info.optimizer;
+  save_tensor_file(path, f);
+}
+
+std::string save_checkpoint(const std::string& dir, const std::map<std::string, Tensor>& tensors,
+                            const CheckpointInfo& info, int64_t keep) {
+  fs::create_directories(dir);
   const std::string name = checkpoint_name(info.step);
   const std::string path = (fs::path(dir) / name).string();
-  save_tensor_file(path, f);
+  write_checkpoint_file(path, tensors, info);
+  publish_checkpoint(dir, name, keep);
+  return path;
+}
 
-  // Point `latest` at the complete file: a new symlink renamed over the old one is atomic.
-  const fs::path latest = fs::path(dir) / "latest";
-  const fs::path tmp_link = fs::path(dir) / ".latest.tmp";
+std::string checkpoint_dir_name(int64_t step) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "checkpoint-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+bool is_complete_checkpoint(const std::string& path) {
+  if (fs::is_directory(path)) return fs::exists(fs::path(path) / kManifestName);
+  return fs::is_regular_file(path);
+}
+
+void publish_checkpoint(const std::string& run_dir, const std::string& name, int64_t keep) {
+  // Point `latest` at the complete checkpoint: a new symlink renamed over the old one is atomic.
+  const fs::path latest = fs::path(run_dir) / "latest";
+  const fs::path tmp_link = fs::path(run_dir) / ".latest.tmp";
   fs::remove(tmp_link);
   fs::create_symlink(name, tmp_link);
   fs::rename(tmp_link, latest);
 
-  std::vector<std::string> existing;
-  for (const auto& entry : fs::directory_iterator(dir)) {
+  // Only now may older ones go: the newest `keep` complete checkpoints stay, and partial
+  // ones (a writer that died) older than the new one are removed.
+  std::vector<std::pair<int64_t, std::string>> complete;
+  for (const auto& entry : fs::directory_iterator(run_dir)) {
     const std::string n = entry.path().filename().string();
-    if (n.rfind("checkpoint-", 0) == 0 && n.size() > 12 && entry.path().extension() == ".safetensors")
-      existing.push_back(n);
+    const int64_t step = step_of(n);
+    if (step < 0 || n == name) continue;
+    const bool partial = n.ends_with(".tmp") || !is_complete_checkpoint(entry.path().string());
+    if (partial && step < step_of(name))
+      fs::remove_all(entry.path());
+    else if (!partial && (n.ends_with(".safetensors") || entry.is_directory()))
+      complete.emplace_back(step, n);
   }
-  std::sort(existing.begin(), existing.end());
-  for (size_t i = 0; i + static_cast<size_t>(keep) < existing.size(); ++i)
-    if (existing[i] != name) fs::remove(fs::path(dir) / existing[i]);
-  return path;
+  std::sort(complete.begin(), complete.end());
+  // The new checkpoint counts as one of the `keep`.
+  for (size_t i = 0; i + static_cast<size_t>(keep) < complete.size() + 1; ++i) fs::remove_all(fs::path(run_dir) / complete[i].second);
 }
 
 std::string resolve_checkpoint_path(const std::string& path_or_dir) {
   fs::path p(path_or_dir);
-  if (fs::is_directory(p)) p /= "latest";
-  check(fs::exists(p), "no checkpoint at '", p.string(), "'");
-  return fs::canonical(p).string();
+  const bool run_dir = fs::is_directory(p) && !fs::exists(p / kManifestName) && step_of(p.filename().string()) < 0;
+  if (!run_dir) {
+    check(fs::exists(p), "no checkpoint at '", p.string(), "'");
+    return fs::canonical(p).string();
+  }
+  if (fs::exists(p / "latest") && is_complete_checkpoint((p / "latest").string())) return fs::canonical(p / "latest").string();
+  // `latest` is missing or names a checkpoint whose manifest never appeared (its writer
+  // crashed): the newest complete checkpoint is the one to continue from.
+  std::string best;
+  int64_t best_step = -1;
+  for (const auto& entry : fs::directory_iterator(p)) {
+    const std::string n = entry.path().filename().string();
+    const int64_t step = step_of(n);
+    if (step > best_step && !n.ends_with(".tmp") && is_complete_checkpoint(entry.path().string())) {
+      best_step = step;
+      best = entry.path().string();
+    }
+  }
+  check(best_step >= 0, "no complete checkpoint in '", p.string(), "'");
+  return fs::canonical(best).string();
 }
 
-CheckpointInfo read_checkpoint_info(const std::string& path) {
-  TensorFile f = load_tensor_file(path);
-  return info_from(f, path);
-}
+CheckpointInfo read_checkpoint_info(const std::string& path) { return CheckpointReader(path).info(); }
 
 CheckpointInfo load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* optimizer,
                                const std::string& optimizer_name) {
@@ -121,24 +167,7 @@ CheckpointInfo load_checkpoint(const std::string& path, nn::Module& model, optim
 
 CheckpointInfo load_checkpoint(const std::string& path, const std::map<std::string, Tensor>& destinations,
                                const std::string& optimizer_name) {
-  TensorFile f = load_tensor_file(path);
-  CheckpointInfo info = info_from(f, path);
-  bool wants_optimizer = false;
-  for (const auto& [name, t] : destinations) wants_optimizer |= name.rfind("optim.", 0) == 0;
-  if (wants_optimizer) {
-    check(info.optimizer == optimizer_name, "checkpoint '", path, "' was trained with optimizer '", info.optimizer,
-          "', this run uses '", optimizer_name, "'");
-    try {
-      info.optimizer_steps = std::stoll(f.metadata.at("optimizer_steps"));
-    } catch (const std::exception&) {
-      fail("checkpoint '", path, "' has no valid optimizer step count");
-    }
-  }
-  for (const auto& [name, t] : destinations) {
-    Tensor dst = t;  // a view: loading writes the caller's storage
-    copy_into(dst, f, name, path);
-  }
-  return info;
+  return load_state(path, whole_pieces(destinations), optimizer_name);
 }
 
 }  // namespace loom::train

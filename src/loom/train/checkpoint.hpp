@@ -1,7 +1,10 @@
 // Training checkpoints: model parameters, optimizer state, step, configuration and
-// tokenizer in one tensor file, written atomically, so resuming continues bit-exactly
-// (batches and the learning rate are pure functions of the step). The run directory keeps
-// the newest `keep` checkpoints and a `latest` link to the newest complete one.
+// tokenizer, written atomically, so resuming continues bit-exactly (batches and the
+// learning rate are pure functions of the step). Two formats: one tensor file
+// (checkpoint-<step>.safetensors, the serial layout) or a sharded directory
+// (checkpoint-<step>/, sharded_checkpoint.hpp); both load through the same functions. The
+// run directory keeps the newest `keep` complete checkpoints and a `latest` link to the
+// newest; a checkpoint becomes `latest` only once complete.
 #pragma once
 
 #include <cstdint>
@@ -31,17 +34,34 @@ std::string save_checkpoint(const std::string& dir, const std::map<std::string, 
 std::string save_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer* optimizer,
                             const std::string& optimizer_name, const CheckpointInfo& info, int64_t keep);
 
-// Resolves a checkpoint argument: a file, a run directory (its latest), or "<dir>/latest".
+// Writes one single-file checkpoint at path (atomically); no run directory bookkeeping.
+void write_checkpoint_file(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                           const CheckpointInfo& info);
+
+// "checkpoint-00000042": a sharded checkpoint's directory in the run directory.
+std::string checkpoint_dir_name(int64_t step);
+// Points <run_dir>/latest at the complete checkpoint `name` (atomically), then prunes: keeps
+// the newest `keep` complete checkpoints and removes older ones and abandoned partial ones.
+void publish_checkpoint(const std::string& run_dir, const std::string& name, int64_t keep);
+// A single file, or a directory holding a manifest (a checkpoint whose writer finished).
+bool is_complete_checkpoint(const std::string& path);
+
+// Resolves a checkpoint argument: a file, a checkpoint directory, a run directory (its
+// latest, or when that is incomplete the newest complete checkpoint), or "<dir>/latest".
 std::string resolve_checkpoint_path(const std::string& path_or_dir);
 
 // Reads only the metadata (for `loom sample` to rebuild the model first).
 CheckpointInfo read_checkpoint_info(const std::string& path);
 
+struct TensorFile;
+// The metadata of a single-file checkpoint; loom::Error naming path when it is not one.
+CheckpointInfo checkpoint_info_from(const TensorFile& file, const std::string& path);
+
 // Loads values into model (and optimizer when given); every parameter must be present with
 // its exact shape, else loom::Error naming the tensor.
 CheckpointInfo load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* optimizer,
                                const std::string& optimizer_name);
-// Loads into each destination tensor by name (a sharded run's full-size buffers); with
+// Loads into each destination tensor by name (whole tensors of the serial layout); with
 // "optim." names, the checkpoint's optimizer must be optimizer_name.
 CheckpointInfo load_checkpoint(const std::string& path, const std::map<std::string, Tensor>& destinations,
                                const std::string& optimizer_name);

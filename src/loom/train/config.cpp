@@ -59,7 +59,8 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"run", "eval_every", "validation loss every N steps; 0 = at the end only", &c.eval_every},
       {"run", "eval_batches", "validation batches per evaluation", &c.eval_batches},
       {"run", "checkpoint_every", "save a checkpoint every N steps; 0 = at the end only", &c.checkpoint_every},
-      {"run", "keep_checkpoints", "how many recent checkpoints to keep", &c.keep_checkpoints},
+      {"run", "keep_checkpoints", "how many recent complete checkpoints to keep (older ones are removed only after a new one is complete)", &c.keep_checkpoints},
+      {"run", "checkpoint_format", "'sharded' (a directory: each rank writes its own pieces, then a manifest), 'single' (one file in the serial layout, gathered to rank 0) or 'auto' (sharded when the job has more than one rank). Either loads into any layout", &c.checkpoint_format},
       {"run", "threads", "compute threads; 0 = all cores", &c.threads},
       {"run", "peak_gflops", "peak GFLOP/s for MFU; 0 = measure a GEMM at start-up", &c.peak_gflops},
       {"run", "pipeline_svg", "with pp > 1, write the last step's measured pipeline timeline (ranks x time) to this SVG file", &c.pipeline_svg},
@@ -104,6 +105,8 @@ void TrainConfig::validate() const {
   check(log_every >= 1, "log_every must be >= 1, got ", log_every);
   check(eval_every >= 0 && eval_batches >= 1, "eval_every must be >= 0 and eval_batches >= 1");
   check(checkpoint_every >= 0 && keep_checkpoints >= 1, "checkpoint_every must be >= 0 and keep_checkpoints >= 1");
+  check(checkpoint_format == "auto" || checkpoint_format == "sharded" || checkpoint_format == "single",
+        "checkpoint_format must be 'auto', 'sharded' or 'single', got '", checkpoint_format, "'");
   check(threads >= 0, "threads must be >= 0, got ", threads);
   check(dp >= 1 && pp >= 1 && tp >= 1, "parallel degrees must be >= 1, got dp(", dp, ") x pp(", pp, ") x tp(", tp, ")");
   comm::parse_algorithm(allreduce);  // names the choices when unknown

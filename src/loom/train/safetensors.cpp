@@ -28,7 +28,9 @@ DType dtype_from_tag(const std::string& tag, const std::string& path) {
   fail("'", path, "': unsupported dtype '", tag, "'");
 }
 
-uint32_t crc_of(uint32_t crc, const void* data, int64_t n) {
+}  // namespace
+
+uint32_t crc32_of(uint32_t crc, const void* data, int64_t n) {
   const auto* p = static_cast<const Bytef*>(data);
   while (n > 0) {  // zlib takes 32-bit lengths
     const auto chunk = static_cast<uInt>(std::min<int64_t>(n, 1 << 30));
@@ -39,6 +41,8 @@ uint32_t crc_of(uint32_t crc, const void* data, int64_t n) {
   return crc;
 }
 
+namespace {
+
 void fsync_path(const std::string& path, int flags) {
   const int fd = ::open(path.c_str(), flags);
   if (fd < 0) return;
@@ -47,6 +51,8 @@ void fsync_path(const std::string& path, int flags) {
 }
 
 }  // namespace
+
+void sync_directory(const std::string& path) { fsync_path(path, O_RDONLY | O_DIRECTORY); }
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
   namespace fs = std::filesystem;
@@ -80,18 +86,18 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
     ::unlink(tmp.c_str());
     fail("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err));
   }
-  fsync_path(dir.string(), O_RDONLY | O_DIRECTORY);
+  sync_directory(dir.string());
 }
 
-void save_tensor_file(const std::string& path, const TensorFile& file) {
+std::string encode_tensor_file(const TensorFile& file) {
   nlohmann::json header = nlohmann::json::object();
   int64_t offset = 0;
-  uint32_t crc = crc_of(0, nullptr, 0);
+  uint32_t crc = crc32_of(0, nullptr, 0);
   for (const auto& [name, t] : file.tensors) {
     check(name != "__metadata__", "tensor name '__metadata__' is reserved");
     header[name] = {{"dtype", dtype_tag(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + t.nbytes()}}};
     offset += t.nbytes();
-    crc = crc_of(crc, t.raw(), t.nbytes());
+    crc = crc32_of(crc, t.raw(), t.nbytes());
   }
   nlohmann::json meta(file.metadata);
   meta["loom.format_version"] = kFormatVersion;
@@ -106,10 +112,14 @@ void save_tensor_file(const std::string& path, const TensorFile& file) {
   for (int i = 0; i < 8; ++i) bytes += static_cast<char>((n >> (8 * i)) & 0xFF);
   bytes += text;
   for (const auto& [name, t] : file.tensors) bytes.append(static_cast<const char*>(t.raw()), static_cast<size_t>(t.nbytes()));
-  write_file_atomically(path, bytes);
+  return bytes;
 }
 
-TensorFile load_tensor_file(const std::string& path, MemoryCategory category) {
+void save_tensor_file(const std::string& path, const TensorFile& file) {
+  write_file_atomically(path, encode_tensor_file(file));
+}
+
+TensorFileReader::TensorFileReader(const std::string& path) : path_(path) {
   std::ifstream in(path, std::ios::binary);
   check(in.good(), "cannot open '", path, "': ", std::strerror(errno));
   in.seekg(0, std::ios::end);
@@ -132,19 +142,18 @@ TensorFile load_tensor_file(const std::string& path, MemoryCategory category) {
   }
   check(header.is_object() && header.contains("__metadata__") && header["__metadata__"].is_object(), "'", path,
         "' is not a Loom tensor file (no __metadata__)");
-  TensorFile out;
   try {
-    for (const auto& [k, v] : header["__metadata__"].items()) out.metadata[k] = v.get<std::string>();
+    for (const auto& [k, v] : header["__metadata__"].items()) metadata_[k] = v.get<std::string>();
   } catch (const nlohmann::json::exception&) {
     fail("'", path, "': __metadata__ values must be strings");
   }
-  const std::string version = out.metadata.count("loom.format_version") ? out.metadata["loom.format_version"] : "";
+  const std::string version = metadata_.count("loom.format_version") ? metadata_["loom.format_version"] : "";
   check(version == kFormatVersion, "'", path, "' has format version '", version, "', this Loom reads version ",
         kFormatVersion);
   const uint64_t data_bytes = file_size - 8 - header_len;
-  check(out.metadata["loom.data_bytes"] == std::to_string(data_bytes), "'", path, "' is truncated: ", data_bytes,
-        " data bytes, header says ", out.metadata["loom.data_bytes"]);
-  uint32_t crc = crc_of(0, nullptr, 0);
+  check(metadata_["loom.data_bytes"] == std::to_string(data_bytes), "'", path, "' is truncated: ", data_bytes,
+        " data bytes, header says ", metadata_["loom.data_bytes"]);
+  check(metadata_.count("loom.crc32") != 0, "'", path, "' has no checksum");
   uint64_t expected_offset = 0;
   // Tensors are laid out in name order (std::map), contiguously; anything else is corruption.
   for (const auto& [name, v] : header.items()) {
@@ -156,7 +165,7 @@ TensorFile load_tensor_file(const std::string& path, MemoryCategory category) {
       check(offsets.size() == 2 && offsets[0] == expected_offset && offsets[1] >= offsets[0] &&
                 offsets[1] <= data_bytes,
             "'", path, "': tensor '", name, "' has invalid data offsets");
-      // Check the size before allocating, so a corrupted shape cannot ask for terabytes.
+      // Check the size before anything allocates, so a corrupted shape cannot ask for terabytes.
       uint64_t bytes = dtype_size(dtype);
       for (int64_t d : shape) {
         check(d >= 0 && static_cast<uint64_t>(d) <= data_bytes, "'", path, "': tensor '", name, "' has invalid shape");
@@ -165,19 +174,52 @@ TensorFile load_tensor_file(const std::string& path, MemoryCategory category) {
       }
       check(bytes == offsets[1] - offsets[0], "'", path, "': tensor '", name, "' shape ", shape_str(shape),
             " does not match its ", offsets[1] - offsets[0], " bytes");
-      Tensor t = Tensor::empty(shape, dtype, category);
-      in.read(static_cast<char*>(t.raw()), t.nbytes());
-      check(in.good(), "'", path, "' is truncated inside tensor '", name, "'");
-      crc = crc_of(crc, t.raw(), t.nbytes());
+      entries_.emplace(name, Entry{shape, dtype, 8 + header_len + offsets[0]});
       expected_offset = offsets[1];
-      out.tensors.emplace(name, std::move(t));
     } catch (const nlohmann::json::exception& e) {
       fail("'", path, "': malformed entry for tensor '", name, "': ", e.what());
     }
   }
   check(expected_offset == data_bytes, "'", path, "': tensors cover ", expected_offset, " of ", data_bytes, " data bytes");
-  check(std::to_string(crc) == out.metadata["loom.crc32"], "'", path, "' is corrupted: checksum ", crc,
-        " does not match the recorded ", out.metadata["loom.crc32"]);
+}
+
+std::vector<std::string> TensorFileReader::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, e] : entries_) out.push_back(name);
+  return out;
+}
+
+const TensorFileReader::Entry& TensorFileReader::entry(const std::string& name) const {
+  auto it = entries_.find(name);
+  check(it != entries_.end(), "'", path_, "' has no tensor '", name, "'");
+  return it->second;
+}
+
+const Shape& TensorFileReader::shape(const std::string& name) const { return entry(name).shape; }
+
+Tensor TensorFileReader::read(const std::string& name, MemoryCategory category) const {
+  const Entry& e = entry(name);
+  std::ifstream in(path_, std::ios::binary);
+  check(in.good(), "cannot open '", path_, "': ", std::strerror(errno));
+  in.seekg(static_cast<std::streamoff>(e.offset));
+  Tensor t = Tensor::empty(e.shape, e.dtype, category);
+  in.read(static_cast<char*>(t.raw()), t.nbytes());
+  check(in.good(), "'", path_, "' is truncated inside tensor '", name, "'");
+  return t;
+}
+
+TensorFile load_tensor_file(const std::string& path, MemoryCategory category) {
+  const TensorFileReader reader(path);
+  TensorFile out;
+  out.metadata = reader.metadata();
+  uint32_t crc = crc32_of(0, nullptr, 0);
+  for (const std::string& name : reader.names()) {  // name order = file order
+    Tensor t = reader.read(name, category);
+    crc = crc32_of(crc, t.raw(), t.nbytes());
+    out.tensors.emplace(name, std::move(t));
+  }
+  check(std::to_string(crc) == reader.recorded_crc32(), "'", path, "' is corrupted: checksum ", crc,
+        " does not match the recorded ", reader.recorded_crc32());
   return out;
 }
 

@@ -4,7 +4,9 @@
 // in the header's __metadata__, and writes atomically: temp file, fsync, rename.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <vector>
 #include <string>
 
 #include "loom/tensor/tensor.hpp"
@@ -18,9 +20,44 @@ struct TensorFile {
 
 // Atomic: a reader sees either the previous file or the complete new one.
 void save_tensor_file(const std::string& path, const TensorFile& file);
+// The file's bytes (header and data), as save_tensor_file writes them.
+std::string encode_tensor_file(const TensorFile& file);
 // Throws loom::Error naming the path and the problem for a missing, truncated, corrupted
 // (checksum) or malformed file. Tensors are allocated in `category`.
 TensorFile load_tensor_file(const std::string& path, MemoryCategory category = MemoryCategory::Other);
+
+// Reads single tensors of a file without reading the rest (a sharded checkpoint's rank
+// reads only the pieces it needs). The header is validated on opening; the data's checksum
+// covers the whole file, so a caller reading single tensors checks its own checksums.
+class TensorFileReader {
+ public:
+  explicit TensorFileReader(const std::string& path);
+  const std::string& path() const { return path_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  std::vector<std::string> names() const;
+  bool contains(const std::string& name) const { return entries_.count(name) != 0; }
+  const Shape& shape(const std::string& name) const;
+  Tensor read(const std::string& name, MemoryCategory category = MemoryCategory::Other) const;
+  // The CRC-32 of the whole data section, as recorded in the header.
+  const std::string& recorded_crc32() const { return metadata_.at("loom.crc32"); }
+
+ private:
+  struct Entry {
+    Shape shape;
+    DType dtype;
+    uint64_t offset;  // of the first byte, from the start of the file
+  };
+  const Entry& entry(const std::string& name) const;
+  std::string path_;
+  std::map<std::string, std::string> metadata_;
+  std::map<std::string, Entry> entries_;
+};
+
+// CRC-32 (zlib) of n bytes, continuing crc (start from 0).
+uint32_t crc32_of(uint32_t crc, const void* data, int64_t n);
+
+// fsyncs a directory, so a rename inside it (a published checkpoint) survives a crash.
+void sync_directory(const std::string& path);
 
 // Writes bytes to path atomically (temp file in the same directory, fsync, rename, fsync dir).
 void write_file_atomically(const std::string& path, const std::string& bytes);

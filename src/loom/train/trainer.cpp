@@ -169,22 +169,10 @@ void Trainer::setup_data_parallel() {
 }
 
 void Trainer::resume_from(const std::string& path) {
-  // Checkpoints hold the serial layout: load into full-size tensors, then keep this rank's
-  // tensor-parallel slice and data-parallel shard of each.
-  const std::vector<std::string> kinds = optimizer_->state_kinds();
-  const std::map<std::string, Tensor> local =
-      sharded_ ? sharded_->empty_full_state_dict(kinds) : checkpoint_tensors(*model_, optimizer_.get());
-  std::map<std::string, Tensor> file = local;
-  for (auto& [key, t] : file)
-    if (const nn::ShardSpec spec = tensor_parallel_spec(key); spec.sharded())
-      t = Tensor::zeros(spec.full_shape(t.shape()), DType::F32, MemoryCategory::Other);
-  const CheckpointInfo info = load_checkpoint(path, file, config_.optimizer);
-  for (auto& [key, t] : local)
-    if (const nn::ShardSpec spec = tensor_parallel_spec(key); spec.sharded()) {
-      Tensor dst = t;
-      copy_shard(file.at(key), dst, spec);
-    }
-  if (sharded_) sharded_->load_full_state_dict(local, optimizer_->state(), kinds);
+  // Any checkpoint, whatever layout wrote it: each rank fills its own pieces (reshard.hpp).
+  // A rank that cannot read its pieces fails the resume on every rank.
+  CheckpointInfo info;
+  on_every_rank(world_, [&] { info = load_state(path, local_state(), config_.optimizer); });
   optimizer_->set_steps_taken(info.optimizer_steps);
   check(info.tokenizer_spec == dataset_->tokenizer().spec(), "checkpoint '", path,
         "' was trained with a different tokenizer/vocabulary than '", config_.data, "'");
@@ -478,15 +466,17 @@ std::map<std::string, Tensor> Trainer::gather_pipeline(std::map<std::string, Ten
 }
 
 std::string Trainer::save_checkpoint_now() {
-  // Sharded modes gather the serial layout first (collective). Rank 0 writes; the others
-  // wait so none runs ahead of a checkpoint it may need to resume from.
+  const CheckpointInfo info{step_, to_toml(config_), dataset_->tokenizer().spec(), config_.optimizer,
+                            optimizer_->steps_taken()};
+  const bool sharded_format =
+      config_.checkpoint_format == "sharded" || (config_.checkpoint_format == "auto" && world_ != nullptr && world_->size() > 1);
+  if (sharded_format)
+    return save_sharded_checkpoint(config_.out_dir, local_state(), info, layout(), config_.keep_checkpoints, world_);
+  // Single file: the serial layout gathered (collective), rank 0 writes; the others wait so
+  // none runs ahead of a checkpoint it may need to resume from.
   const std::map<std::string, Tensor> tensors = state_dict();
   std::string path;
-  if (world_ == nullptr || world_->rank() == 0) {
-    const CheckpointInfo info{step_, to_toml(config_), dataset_->tokenizer().spec(), config_.optimizer,
-                              optimizer_->steps_taken()};
-    path = save_checkpoint(config_.out_dir, tensors, info, config_.keep_checkpoints);
-  }
+  if (world_ == nullptr || world_->rank() == 0) path = save_checkpoint(config_.out_dir, tensors, info, config_.keep_checkpoints);
   if (world_ != nullptr) world_->barrier();
   return path;  // "" on other ranks: rank 0's file, which this rank may not even see
 }

@@ -2,8 +2,9 @@
 // clipping, AdamW/SGD with warm-up + cosine LR, NaN/inf guard, periodic validation,
 // progress lines, metrics.jsonl and atomic checkpoints with exact resume. With dp > 1 each
 // rank takes its slice of every global micro-batch and DDP (zero = 0) or sharded data
-// parallelism (ZeRO 1-3, HSDP) averages the gradients; rank 0 alone prints and writes, and
-// checkpoints always have the serial layout.
+// parallelism (ZeRO 1-3, HSDP) averages the gradients; rank 0 alone prints. Checkpoints
+// are sharded (each rank writes its own pieces) or single files in the serial layout, and
+// either resumes under any layout.
 #pragma once
 
 #include <map>
@@ -26,6 +27,7 @@
 #include "loom/train/config.hpp"
 #include "loom/train/metrics_log.hpp"
 #include "loom/train/trace_window.hpp"
+#include "loom/train/sharded_checkpoint.hpp"
 
 namespace loom::train {
 
@@ -55,8 +57,14 @@ class Trainer {
   float run();
   StepResult train_step();
   float evaluate();
-  // Writes a checkpoint (rank 0) and returns its path; other ranks wait and get "".
+  // Collective: writes a checkpoint in config().checkpoint_format and returns its path
+  // (single files: rank 0 writes, the other ranks wait and get "").
   std::string save_checkpoint_now();
+  // This rank's pieces of the logical (serial-layout) model and optimizer state, as views of
+  // its storage, each marked owner on exactly one rank (trainer_state.cpp).
+  std::vector<StatePiece> local_state();
+  // The layout a sharded checkpoint records.
+  CheckpointLayout layout() const;
   // "memory on rank 0: params 3.2 MiB (formula 3.2 MiB) | ...": the tracker's current bytes
   // of model state next to the ZeRO formula for this layout, and the peaks of the rest.
   std::string memory_report() const;

@@ -1,0 +1,101 @@
+// `loom convert`: re-shards a checkpoint offline. To one file (a path ending in
+// .safetensors; one process): every tensor assembled from the checkpoint's pieces. To a run
+// directory for a layout (under mpirun, dp x pp x tp processes): the layout's trainer loads
+// the checkpoint through the same re-sharding path a resume takes and writes its own pieces
+// as a sharded checkpoint, so a converted checkpoint is exactly what that layout would save.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "commands.hpp"
+#include "loom/error.hpp"
+#include "loom/train/checkpoint.hpp"
+#include "loom/train/sharded_checkpoint.hpp"
+#include "loom/train/trainer.hpp"
+
+namespace loom::apps {
+
+namespace {
+struct ConvertArgs {
+  std::string from, to, data;
+  int64_t dp = 1, pp = 1, tp = 1, zero = 0, chunks = 1, hsdp_shard = 0;
+  bool sequence_parallel = false;
+};
+
+void to_single_file(const std::string& from, const std::string& to) {
+  train::CheckpointReader reader(from);
+  const std::map<std::string, Tensor> tensors = train::read_full_state(reader);
+  train::write_checkpoint_file(to, tensors, reader.info());
+  std::printf("wrote %s: %zu tensors at step %lld from %s\n", to.c_str(), tensors.size(),
+              static_cast<long long>(reader.info().step), from.c_str());
+}
+
+train::TrainConfig target_config(const ConvertArgs& a, const std::string& from) {
+  train::CheckpointReader reader(from);
+  train::TrainConfig c;
+  train::apply_toml_string(c, reader.info().config_toml, from + " (stored configuration)");
+  c.dp = a.dp;
+  c.pp = a.pp;
+  c.tp = a.tp;
+  c.zero = a.zero;
+  c.hsdp_shard = a.hsdp_shard;
+  c.sequence_parallel = a.sequence_parallel;
+  c.chunks = a.chunks;
+  c.pp_layers = "";  // the stored split belongs to the old pipeline
+  c.schedule = a.chunks > 1 ? "interleaved" : (c.schedule == "interleaved" ? "1f1b" : c.schedule);
+  if (a.chunks > 1) c.micro_batches = (std::max(c.micro_batches, a.pp) + a.pp - 1) / a.pp * a.pp;
+  if (!a.data.empty()) c.data = a.data;
+  // The token table keeps the checkpoint's rows (the padding depends on the tp it was saved under).
+  auto wte = reader.manifest().tensors.find("model.embedding.wte");
+  if (wte != reader.manifest().tensors.end()) c.model.padded_vocab_size = wte->second.shape.at(0);
+  c.resume = from;
+  c.out_dir = a.to;
+  c.checkpoint_format = "sharded";
+  return c;
+}
+}  // namespace
+
+Runner add_convert_command(CLI::App& sub) {
+  auto args = std::make_shared<ConvertArgs>();
+  sub.add_option("--from", args->from, "checkpoint: a file, a sharded checkpoint directory or a run directory")->required();
+  sub.add_option("--to", args->to,
+                 "FILE.safetensors: one file in the serial layout; else a run directory to write a sharded "
+                 "checkpoint for the layout given (run under mpirun -np dp*pp*tp)")
+      ->required();
+  sub.add_option("--dp", args->dp, "target data-parallel degree");
+  sub.add_option("--pp", args->pp, "target pipeline-parallel degree");
+  sub.add_option("--tp", args->tp, "target tensor-parallel degree");
+  sub.add_option("--zero", args->zero, "target ZeRO stage (0-3)");
+  sub.add_option("--chunks", args->chunks, "target model chunks per pipeline rank (interleaved)");
+  sub.add_option("--hsdp-shard", args->hsdp_shard, "target hybrid-sharding group size");
+  sub.add_flag("--sequence-parallel", args->sequence_parallel, "target uses sequence parallelism");
+  sub.add_option("--data", args->data, "the training text, when not at the path the checkpoint's configuration names");
+  return [args]() {
+    const std::string from = train::resolve_checkpoint_path(args->from);
+    if (args->to.ends_with(".safetensors")) {
+      check(args->dp * args->pp * args->tp == 1, "converting to one file takes no layout; write a directory for dp(",
+            args->dp, ") x pp(", args->pp, ") x tp(", args->tp, ")");
+      to_single_file(from, args->to);
+      return 0;
+    }
+    const train::TrainConfig config = target_config(*args, from);
+    auto convert = [&](comm::ProcessGroup* world) {
+      train::Trainer trainer(config, true, world);
+      const std::string path = trainer.save_checkpoint_now();
+      if (world == nullptr || world->rank() == 0)
+        std::printf("wrote %s for dp %lld x pp %lld x tp %lld, zero %lld, step %lld\n", path.c_str(),
+                    static_cast<long long>(config.dp), static_cast<long long>(config.pp), static_cast<long long>(config.tp),
+                    static_cast<long long>(config.zero), static_cast<long long>(trainer.step()));
+    };
+    if (!launched_by_mpi()) {
+      check(config.dp * config.pp * config.tp == 1, "layout dp(", config.dp, ") x pp(", config.pp, ") x tp(", config.tp,
+            ") needs ", config.dp * config.pp * config.tp, " processes: start it with mpirun -np ",
+            config.dp * config.pp * config.tp, " loom convert ...");
+      convert(nullptr);
+      return 0;
+    }
+    return run_on_world([&](comm::ProcessGroup& world) { convert(&world); });
+  };
+}
+
+}  // namespace loom::apps

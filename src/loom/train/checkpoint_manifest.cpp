@@ -1,0 +1,148 @@
+#include "loom/train/checkpoint_manifest.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "loom/error.hpp"
+
+namespace loom::train {
+
+namespace {
+
+using nlohmann::json;
+
+json layout_json(const CheckpointLayout& l) {
+  return {{"dp", l.dp},         {"pp", l.pp},         {"tp", l.tp},
+          {"zero", l.zero},     {"chunks", l.chunks}, {"hsdp_shard", l.hsdp_shard},
+          {"sequence_parallel", l.sequence_parallel}};
+}
+
+}  // namespace
+
+void check_file_name(const std::string& name, const std::string& origin) {
+  const std::filesystem::path p(name);
+  check(!name.empty() && !p.is_absolute() && name.find('/') == std::string::npos &&
+            name.find('\\') == std::string::npos && name != "." && name != "..",
+        origin, ": file '", name, "' is outside the checkpoint directory (rank files are plain names inside it)");
+}
+
+std::string manifest_to_json(const Manifest& m) {
+  json files = json::object();
+  for (const auto& [name, f] : m.files) files[name] = {{"bytes", f.bytes}, {"crc32", f.crc32}};
+  json tensors = json::object();
+  for (const auto& [name, t] : m.tensors) {
+    json pieces = json::array();
+    for (const ManifestPiece& p : t.pieces) {
+      json piece = {{"file", p.file}, {"key", p.key}, {"begin", p.layout.begin}, {"end", p.layout.end}, {"crc32", p.crc32}};
+      if (p.layout.spec.sharded())
+        piece["slice"] = {{"dim", p.layout.spec.dim},
+                          {"parts", p.layout.spec.parts},
+                          {"index", p.layout.spec.index},
+                          {"blocks", p.layout.spec.blocks}};
+      pieces.push_back(piece);
+    }
+    tensors[name] = {{"shape", t.shape}, {"pieces", pieces}};
+  }
+  const json out = {{"format", "loom-sharded-checkpoint"},
+                    {"format_version", kManifestVersion},
+                    {"layout", layout_json(m.layout)},
+                    {"step", m.info.step},
+                    {"optimizer", m.info.optimizer},
+                    {"optimizer_steps", m.info.optimizer_steps},
+                    {"config", m.info.config_toml},
+                    {"tokenizer", m.info.tokenizer_spec},
+                    {"files", files},
+                    {"tensors", tensors}};
+  return out.dump(1);
+}
+
+Manifest parse_manifest(const std::string& text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    fail(origin, " is not valid JSON: ", e.what());
+  }
+  Manifest m;
+  std::string field;  // named in the error when a field is missing or mistyped
+  try {
+    field = "format";
+    check(j.at("format").get<std::string>() == "loom-sharded-checkpoint", origin, " is not a Loom checkpoint manifest");
+    field = "format_version";
+    const int64_t version = j.at("format_version").get<int64_t>();
+    check(version == kManifestVersion, origin, " has format version ", version, "; this Loom reads version ",
+          kManifestVersion);
+    field = "layout";
+    const json& l = j.at("layout");
+    m.layout = {l.at("dp").get<int64_t>(),     l.at("pp").get<int64_t>(),     l.at("tp").get<int64_t>(),
+                l.at("zero").get<int64_t>(),   l.at("chunks").get<int64_t>(), l.at("hsdp_shard").get<int64_t>(),
+                l.at("sequence_parallel").get<bool>()};
+    field = "step";
+    m.info.step = j.at("step").get<int64_t>();
+    check(m.info.step >= 0, origin, ": invalid step ", m.info.step);
+    field = "optimizer";
+    m.info.optimizer = j.at("optimizer").get<std::string>();
+    field = "optimizer_steps";
+    m.info.optimizer_steps = j.at("optimizer_steps").get<int64_t>();
+    field = "config";
+    m.info.config_toml = j.at("config").get<std::string>();
+    field = "tokenizer";
+    m.info.tokenizer_spec = j.at("tokenizer").get<std::string>();
+    field = "files";
+    for (const auto& [name, f] : j.at("files").items()) {
+      check_file_name(name, origin);
+      m.files[name] = {f.at("bytes").get<int64_t>(), f.at("crc32").get<uint32_t>()};
+    }
+    for (const auto& [name, t] : j.at("tensors").items()) {
+      field = "tensors." + name;
+      ManifestTensor& tensor = m.tensors[name];
+      tensor.shape = t.at("shape").get<Shape>();
+      for (const json& p : t.at("pieces")) {
+        ManifestPiece piece;
+        piece.file = p.at("file").get<std::string>();
+        check_file_name(piece.file, origin);
+        check(m.files.count(piece.file) != 0, origin, ": tensor '", name, "' has a piece in '", piece.file,
+              "', which the manifest does not list");
+        piece.key = p.at("key").get<std::string>();
+        piece.layout.begin = p.at("begin").get<int64_t>();
+        piece.layout.end = p.at("end").get<int64_t>();
+        piece.crc32 = p.at("crc32").get<uint32_t>();
+        if (p.contains("slice")) {
+          const json& s = p.at("slice");
+          piece.layout.spec = {s.at("dim").get<int>(), s.at("parts").get<int64_t>(), s.at("index").get<int64_t>(),
+                               s.at("blocks").get<int64_t>()};
+        }
+        check_piece(tensor.shape, piece.layout, origin + ": tensor '" + name + "'");
+        check(piece.layout.numel() * static_cast<int64_t>(sizeof(float)) <= m.files[piece.file].bytes, origin,
+              ": tensor '", name, "' has a piece larger than its file '", piece.file, "'");
+        tensor.pieces.push_back(std::move(piece));
+      }
+    }
+  } catch (const json::exception& e) {
+    fail(origin, ": missing or invalid field '", field, "': ", e.what());
+  }
+  for (const auto& [name, t] : m.tensors) {
+    std::vector<PieceLayout> layouts;
+    for (const ManifestPiece& p : t.pieces) layouts.push_back(p.layout);
+    try {
+      check_tiling(name, t.shape, layouts);
+    } catch (const Error& e) {
+      fail(origin, ": the pieces do not cover the tensor exactly: ", e.what());
+    }
+  }
+  return m;
+}
+
+Manifest read_manifest(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / kManifestName).string();
+  std::ifstream in(path, std::ios::binary);
+  check(in.good(), "checkpoint '", dir, "' has no ", kManifestName,
+        " (an incomplete checkpoint: its writer did not finish); it cannot be loaded");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_manifest(text.str(), "manifest '" + path + "'");
+}
+
+}  // namespace loom::train

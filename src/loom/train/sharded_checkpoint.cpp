@@ -1,0 +1,226 @@
+#include "loom/train/sharded_checkpoint.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "loom/error.hpp"
+
+namespace loom::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Every rank's string, on every rank (bytes carried as floats: the groups move floats).
+std::vector<std::string> all_gather_strings(comm::ProcessGroup* world, const std::string& mine) {
+  if (world == nullptr || world->size() == 1) return {mine};
+  const int n = world->size();
+  Tensor length = Tensor::empty({1});
+  length.f32()[0] = static_cast<float>(mine.size());
+  Tensor lengths = Tensor::empty({n});
+  world->all_gather(length, lengths);
+  int64_t longest = 1;
+  for (int r = 0; r < n; ++r) longest = std::max(longest, static_cast<int64_t>(lengths.f32()[r]));
+  Tensor chars = Tensor::zeros({longest});
+  for (size_t i = 0; i < mine.size(); ++i) chars.f32()[i] = static_cast<float>(static_cast<unsigned char>(mine[i]));
+  Tensor all = Tensor::empty({n * longest});
+  world->all_gather(chars, all);
+  std::vector<std::string> out(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r)
+    for (int64_t i = 0; i < static_cast<int64_t>(lengths.f32()[r]); ++i)
+      out[static_cast<size_t>(r)] += static_cast<char>(static_cast<int>(all.f32()[r * longest + i]));
+  return out;
+}
+
+std::string attempt(const std::function<void()>& f) {  // "" or the error's message
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Every rank learns whether any rank failed (error non-empty) and throws its message,
+// naming the rank when there are several.
+void agree(comm::ProcessGroup* world, const std::string& error) {
+  const std::vector<std::string> errors = all_gather_strings(world, error);
+  for (size_t r = 0; r < errors.size(); ++r)
+    check(errors[r].empty(), errors.size() > 1 ? "rank " + std::to_string(r) + ": " : "", errors[r]);
+}
+
+std::string rank_file_name(int rank) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "rank-%05d.safetensors", rank);
+  return buf;
+}
+
+uint32_t crc_of(const Tensor& t) { return crc32_of(crc32_of(0, nullptr, 0), t.raw(), t.nbytes()); }
+
+}  // namespace
+
+std::string save_sharded_checkpoint(const std::string& run_dir, const std::vector<StatePiece>& pieces,
+                                    const CheckpointInfo& info, const CheckpointLayout& layout, int64_t keep,
+                                    comm::ProcessGroup* world) {
+  const int rank = world != nullptr ? world->rank() : 0;
+  const std::string name = checkpoint_dir_name(info.step);
+  const fs::path final_dir = fs::path(run_dir) / name, tmp_dir = fs::path(run_dir) / (name + ".tmp");
+  // Rank 0 prepares an empty temporary directory; a crashed earlier attempt's is discarded.
+  agree(world, rank != 0 ? "" : attempt([&] {
+    fs::create_directories(run_dir);
+    fs::remove_all(tmp_dir);
+    fs::create_directory(tmp_dir);
+  }));
+
+  // Each rank writes the pieces it alone holds, and reports them (or its error).
+  json report = json::object();
+  const std::string error = attempt([&] {
+    TensorFile file;
+    json listed = json::array();
+    for (const StatePiece& p : pieces) {
+      if (!p.owner) continue;
+      check(p.data.numel() == p.layout.numel(), "piece of '", p.name, "' holds ", p.data.numel(), " elements, its layout ",
+            p.layout.numel());
+      check(file.tensors.emplace(p.name, p.data).second, "two pieces of '", p.name, "' on one rank");
+      json piece = {{"name", p.name}, {"shape", p.full_shape}, {"begin", p.layout.begin}, {"end", p.layout.end},
+                    {"crc32", crc_of(p.data)}};
+      if (p.layout.spec.sharded())
+        piece["slice"] = {{"dim", p.layout.spec.dim}, {"parts", p.layout.spec.parts}, {"index", p.layout.spec.index},
+                          {"blocks", p.layout.spec.blocks}};
+      listed.push_back(piece);
+    }
+    if (file.tensors.empty()) return;  // a pure replica: nothing of its own
+    file.metadata["loom.kind"] = "loom-checkpoint-shard";
+    file.metadata["step"] = std::to_string(info.step);
+    const std::string bytes = encode_tensor_file(file);
+    write_file_atomically((tmp_dir / rank_file_name(rank)).string(), bytes);  // fsynced
+    report = {{"file", rank_file_name(rank)},
+              {"bytes", bytes.size()},
+              {"crc32", crc32_of(crc32_of(0, nullptr, 0), bytes.data(), static_cast<int64_t>(bytes.size()))},
+              {"pieces", listed}};
+  });
+  const std::vector<std::string> reports = all_gather_strings(world, error.empty() ? report.dump() : "");
+  agree(world, error);
+
+  // Rank 0: the manifest, last; then the directory becomes visible under its final name.
+  agree(world, rank != 0 ? "" : attempt([&] {
+    Manifest m;
+    m.layout = layout;
+    m.info = info;
+    for (const std::string& text : reports) {
+      const json r = json::parse(text);
+      if (!r.contains("file")) continue;
+      const std::string file = r["file"].get<std::string>();
+      m.files[file] = {r["bytes"].get<int64_t>(), r["crc32"].get<uint32_t>()};
+      for (const json& p : r["pieces"]) {
+        ManifestTensor& t = m.tensors[p["name"].get<std::string>()];
+        t.shape = p["shape"].get<Shape>();
+        ManifestPiece piece{file, p["name"].get<std::string>(), {}, p["crc32"].get<uint32_t>()};
+        piece.layout.begin = p["begin"].get<int64_t>();
+        piece.layout.end = p["end"].get<int64_t>();
+        if (p.contains("slice"))
+          piece.layout.spec = {p["slice"]["dim"].get<int>(), p["slice"]["parts"].get<int64_t>(),
+                               p["slice"]["index"].get<int64_t>(), p["slice"]["blocks"].get<int64_t>()};
+        t.pieces.push_back(piece);
+      }
+    }
+    const std::string text = manifest_to_json(m);
+    // What a loader will check, checked before anything is published: a layout whose
+    // owners do not tile every tensor is a bug named here, not a checkpoint that fails later.
+    parse_manifest(text, "the manifest being written for step " + std::to_string(info.step));
+    write_file_atomically((tmp_dir / kManifestName).string(), text);
+    fs::remove_all(final_dir);  // the same step saved again
+    fs::rename(tmp_dir, final_dir);
+    sync_directory(run_dir);  // the rename is durable before `latest` names it
+    publish_checkpoint(run_dir, name, keep);
+  }));
+  return final_dir.string();
+}
+
+void on_every_rank(comm::ProcessGroup* world, const std::function<void()>& f) { agree(world, attempt(f)); }
+
+CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
+  sharded_ = fs::is_directory(path);
+  if (sharded_) {
+    manifest_ = read_manifest(path);
+    return;
+  }
+  single_ = std::make_unique<TensorFile>(load_tensor_file(path));
+  manifest_.info = checkpoint_info_from(*single_, path);
+  const std::string file = fs::path(path).filename().string();
+  manifest_.files[file] = {static_cast<int64_t>(fs::file_size(path)), 0};
+  for (const auto& [name, t] : single_->tensors)
+    manifest_.tensors[name] = {t.shape(), {{file, name, whole_piece(t.shape()), 0}}};
+}
+
+Tensor CheckpointReader::piece_data(const ManifestPiece& piece) {
+  if (single_) return single_->tensors.at(piece.key);
+  auto it = files_.find(piece.file);
+  if (it == files_.end()) {
+    const std::string file = (fs::path(path_) / piece.file).string();
+    check(fs::exists(file), "checkpoint '", path_, "' is missing its rank file '", piece.file, "' (named by its manifest)");
+    const int64_t bytes = static_cast<int64_t>(fs::file_size(file)), want = manifest_.files.at(piece.file).bytes;
+    check(bytes == want, "checkpoint '", path_, "': rank file '", piece.file, "' is ", bytes, " bytes, the manifest says ",
+          want, " (truncated or replaced)");
+    it = files_.emplace(piece.file, std::make_unique<TensorFileReader>(file)).first;
+  }
+  Tensor t = it->second->read(piece.key);
+  check(t.dtype() == DType::F32 && t.numel() == piece.layout.numel(), "checkpoint '", path_, "': '", piece.key, "' in '",
+        piece.file, "' holds ", t.numel(), " elements, the manifest says ", piece.layout.numel());
+  const uint32_t crc = crc_of(t);
+  check(crc == piece.crc32, "checkpoint '", path_, "': '", piece.key, "' in rank file '", piece.file,
+        "' is corrupted (CRC-32 ", crc, ", the manifest recorded ", piece.crc32, ")");
+  return t;
+}
+
+void CheckpointReader::load_into(const std::vector<StatePiece>& destinations) {
+  for (const StatePiece& dst : destinations) {
+    auto it = manifest_.tensors.find(dst.name);
+    check(it != manifest_.tensors.end(), "checkpoint '", path_, "' has no tensor '", dst.name, "'");
+    const ManifestTensor& t = it->second;
+    check(t.shape == dst.full_shape, "checkpoint '", path_, "': tensor '", dst.name, "' is ", shape_str(t.shape),
+          ", the model expects ", shape_str(dst.full_shape));
+    check(dst.data.numel() == dst.layout.numel(), "destination of '", dst.name, "' holds ", dst.data.numel(),
+          " elements, its layout ", dst.layout.numel());
+    Tensor out = dst.data;  // a view: loading writes the caller's storage
+    int64_t copied = 0;
+    for (const ManifestPiece& piece : t.pieces) {
+      if (overlap(t.shape, piece.layout, dst.layout).empty()) continue;  // never read what is not needed
+      copied += copy_overlap(t.shape, piece.layout, piece_data(piece).f32(), dst.layout, out.f32());
+    }
+    check(copied == dst.layout.numel(), "checkpoint '", path_, "': the pieces of '", dst.name, "' cover ", copied, " of ",
+          dst.layout.numel(), " elements this rank needs");
+  }
+}
+
+CheckpointInfo load_state(const std::string& path, const std::vector<StatePiece>& destinations,
+                          const std::string& optimizer_name) {
+  CheckpointReader reader(path);
+  const CheckpointInfo& info = reader.info();
+  bool wants_optimizer = false;
+  for (const StatePiece& d : destinations) wants_optimizer |= d.name.rfind("optim.", 0) == 0;
+  if (wants_optimizer) {
+    check(info.optimizer == optimizer_name, "checkpoint '", path, "' was trained with optimizer '", info.optimizer,
+          "', this run uses '", optimizer_name, "'");
+    check(info.optimizer_steps >= 0, "checkpoint '", path, "' has no valid optimizer step count");
+  }
+  reader.load_into(destinations);
+  return info;
+}
+
+std::map<std::string, Tensor> read_full_state(CheckpointReader& reader) {
+  std::map<std::string, Tensor> out;
+  std::vector<StatePiece> whole;
+  for (const auto& [name, t] : reader.manifest().tensors) {
+    Tensor full = Tensor::empty(t.shape);
+    out.emplace(name, full);
+    whole.push_back({name, t.shape, whole_piece(t.shape), full, true});
+  }
+  reader.load_into(whole);
+  return out;
+}
+
+}  // namespace loom::train

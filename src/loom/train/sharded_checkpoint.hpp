@@ -1,0 +1,74 @@
+// Distributed checkpoints: every rank writes only the pieces of the logical (serial-layout)
+// state it alone holds into checkpoint-<step>.tmp/rank-NNNNN.safetensors; after every rank
+// has reported its file's size and CRC-32, rank 0 writes manifest.json last, renames the
+// directory to checkpoint-<step>/ and only then moves `latest` and prunes old checkpoints.
+// Loading goes through one path for every layout pair (and for single-file checkpoints):
+// each destination piece is filled from the checkpoint pieces it overlaps (reshard.hpp).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/comm/process_group.hpp"
+#include "loom/train/checkpoint_manifest.hpp"
+#include "loom/train/safetensors.hpp"
+
+namespace loom::train {
+
+// One piece of this rank's state: what it writes (when owner) and where a load puts it.
+struct StatePiece {
+  std::string name;    // "model.<param>" or "optim.<kind>.<param>"
+  Shape full_shape;    // the logical tensor's
+  PieceLayout layout;  // which of its elements this piece holds
+  Tensor data;         // a view of this rank's storage, layout.numel() elements
+  bool owner = true;   // the one holder of these elements that writes them (no replica does)
+};
+
+// Collective over world (null: one process). Writes <run_dir>/checkpoint-<step>/ as above;
+// returns its path on every rank. A failure on any rank is a loom::Error on every rank,
+// and leaves the previous checkpoint and `latest` untouched.
+std::string save_sharded_checkpoint(const std::string& run_dir, const std::vector<StatePiece>& pieces,
+                                    const CheckpointInfo& info, const CheckpointLayout& layout, int64_t keep,
+                                    comm::ProcessGroup* world);
+
+// A checkpoint to load from: a sharded directory (its manifest validated) or a single file
+// (seen as a manifest of whole tensors, so loading has one code path).
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& path);
+  const std::string& path() const { return path_; }
+  bool sharded() const { return sharded_; }
+  const Manifest& manifest() const { return manifest_; }
+  const CheckpointInfo& info() const { return manifest_.info; }
+  // Fills every destination from the pieces it overlaps, reading only those; loom::Error
+  // naming the tensor for a missing tensor or a shape mismatch, naming the file for a
+  // missing, truncated or corrupted rank file.
+  void load_into(const std::vector<StatePiece>& destinations);
+
+ private:
+  Tensor piece_data(const ManifestPiece& piece);
+
+  std::string path_;
+  bool sharded_ = false;
+  Manifest manifest_;
+  std::unique_ptr<TensorFile> single_;  // a single-file checkpoint, read whole (one checksum covers it)
+  std::map<std::string, std::unique_ptr<TensorFileReader>> files_;  // rank files opened so far
+};
+
+// Runs f on every rank of world (null: this process); when it fails anywhere, every rank
+// throws, naming the first rank that failed and its message, so no rank is left waiting
+// in a collective for one that gave up.
+void on_every_rank(comm::ProcessGroup* world, const std::function<void()>& f);
+
+// Loads destinations from the checkpoint at path; with "optim." destinations the checkpoint's
+// optimizer must be optimizer_name. Returns the checkpoint's metadata.
+CheckpointInfo load_state(const std::string& path, const std::vector<StatePiece>& destinations,
+                          const std::string& optimizer_name);
+
+// Every tensor of the checkpoint in full, for one process (`loom convert`, `loom sample`).
+std::map<std::string, Tensor> read_full_state(CheckpointReader& reader);
+
+}  // namespace loom::train

@@ -1,0 +1,173 @@
+// Re-sharding on load: a checkpoint saved under layout A (sharded directory or single file)
+// and resumed under layout B must continue exactly like the uninterrupted serial run
+// (losses relative 1e-5, parameters relative 1e-4). Layouts cover dp, tp, pp, ZeRO 0-3,
+// interleaving, sequence parallelism and the serial process, at 1..8 ranks; a pair runs at
+// the rank counts its layouts fit (serial fits every count: each rank alone, rank 0 saves).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+#include <sstream>
+#include <ostream>
+#include <string>
+
+#include "comm/mpi_test_env.hpp"
+#include "loom/train/trainer.hpp"
+#include "parallel/equivalence.hpp"
+
+namespace loom::train {
+namespace {
+
+using loom::testing::world;
+using namespace loom::testing::equivalence;
+
+struct Layout {
+  int64_t dp = 1, pp = 1, tp = 1, zero = 0, chunks = 1;
+  bool sequence_parallel = false;
+  std::string format = "sharded";
+  int64_t hsdp_shard = 0;
+  int64_t ranks() const { return dp * pp * tp; }
+};
+
+std::ostream& operator<<(std::ostream& os, const Layout& l) {
+  os << "dp" << l.dp << " pp" << l.pp << " tp" << l.tp << " zero" << l.zero;
+  if (l.chunks > 1) os << " interleaved" << l.chunks;
+  if (l.sequence_parallel) os << " sp";
+  if (l.hsdp_shard > 0) os << " hsdp" << l.hsdp_shard;
+  return os << " (" << l.format << ")";
+}
+
+struct Pair {
+  Layout from, to;
+};
+
+void PrintTo(const Pair& p, std::ostream* os) { *os << p.from << " -> " << p.to; }
+
+// rows: global rows per micro-batch, divisible by both pairs' dp; micro: micro-batches.
+TrainConfig config_of(const Layout& l, int64_t rows, int64_t micro) {
+  TrainConfig c = tiny(l.dp, rows / l.dp, micro);
+  c.model.n_layer = 4;  // room for pp 2 x 2 chunks
+  c.model.padded_vocab_size = 128;  // the same token table under tp 1 and 2
+  c.pp = l.pp;
+  c.tp = l.tp;
+  c.zero = l.zero;
+  c.chunks = l.chunks;
+  if (l.chunks > 1) c.schedule = "interleaved";
+  c.sequence_parallel = l.sequence_parallel;
+  c.hsdp_shard = l.hsdp_shard;
+  c.checkpoint_format = l.format;
+  c.steps = 10;
+  c.decay_steps = 10;  // the same schedule for the 5-step first half
+  return c;
+}
+
+// Runs body under layout l: on the whole world, or each rank alone for the serial layout.
+template <class F>
+void under(const Layout& l, F&& body) {
+  if (l.ranks() == 1) {
+    body(static_cast<comm::ProcessGroup*>(nullptr));
+  } else {
+    body(&world());
+  }
+}
+
+class Reshard : public ::testing::TestWithParam<Pair> {};
+
+TEST_P(Reshard, ResumesUnderAnotherLayoutLikeTheUninterruptedSerialRun) {
+  const Pair pair = GetParam();
+  const int p = world().size();
+  for (const Layout& l : {pair.from, pair.to})
+    if (l.ranks() != 1 && l.ranks() != p) GTEST_SKIP() << "needs " << l.ranks() << " ranks";
+  if (pair.from.ranks() == 1 && pair.to.ranks() == 1 && p > 1) GTEST_SKIP() << "serial to serial runs at 1 rank";
+  const int64_t rows = std::lcm(pair.from.dp, pair.to.dp) * 2;
+  const int64_t micro = std::max<int64_t>(2, std::max(pair.from.pp, pair.to.pp));
+
+  Layout serial;
+  TrainConfig reference = config_of(serial, rows, micro);
+  Trainer straight(reference, true);
+  const TrainingRun want = run(straight);
+  const std::vector<float> last_five(want.losses.end() - 5, want.losses.end());
+
+  const std::string dir = fresh_shared_dir("loom_reshard", world());
+  under(pair.from, [&](comm::ProcessGroup* g) {
+    TrainConfig c = config_of(pair.from, rows, micro);
+    c.steps = 5;
+    c.out_dir = dir;
+    Trainer saver(c, true, g);
+    run(saver);
+    if (g != nullptr || world().rank() == 0) saver.save_checkpoint_now();
+  });
+  world().barrier();
+  // The format on disk is the one asked for.
+  const std::string saved = resolve_checkpoint_path(dir);
+  EXPECT_EQ(std::filesystem::is_directory(saved), pair.from.format == "sharded") << saved;
+
+  under(pair.to, [&](comm::ProcessGroup* g) {
+    TrainConfig c = config_of(pair.to, rows, micro);
+    c.resume = dir;
+    Trainer resumed(c, true, g);
+    EXPECT_EQ(resumed.step(), 5);
+    std::ostringstream what;
+    what << pair.from << " -> " << pair.to;
+    expect_equivalent(run(resumed), {last_five, want.names, want.params}, c, what.str());
+  });
+  remove_shared_dir(dir, world());
+}
+
+Layout L(int64_t dp, int64_t pp, int64_t tp, int64_t zero, int64_t chunks = 1, bool sp = false,
+         const std::string& format = "sharded") {
+  return {dp, pp, tp, zero, chunks, sp, format};
+}
+
+Layout hsdp(Layout l, int64_t shard) {
+  l.hsdp_shard = shard;
+  return l;
+}
+
+const Layout kSerial = L(1, 1, 1, 0);
+const Layout kSerialFile = L(1, 1, 1, 0, 1, false, "single");
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, Reshard,
+    ::testing::Values(
+        // 1 rank: the sharded format in one process.
+        Pair{kSerial, kSerial},
+        // 2 ranks
+        Pair{L(2, 1, 1, 3), kSerial}, Pair{L(1, 1, 2, 0), L(1, 2, 1, 0)}, Pair{L(1, 2, 1, 0), L(2, 1, 1, 1)},
+        Pair{kSerialFile, L(2, 1, 1, 2)}, Pair{L(2, 1, 1, 1), L(1, 1, 2, 0, 1, true)}, Pair{L(2, 1, 1, 0), L(2, 1, 1, 3)},
+        // 3 and 5 ranks: ZeRO shards with padding
+        Pair{L(3, 1, 1, 3), kSerial}, Pair{L(3, 1, 1, 2), L(3, 1, 1, 0)}, Pair{kSerialFile, L(5, 1, 1, 3)},
+        Pair{L(5, 1, 1, 1), kSerialFile},
+        // 4 ranks
+        Pair{L(1, 2, 1, 0, 2), L(2, 1, 1, 1)} /* needs 2 */, Pair{L(2, 2, 1, 0, 2), L(4, 1, 1, 1)},
+        Pair{kSerialFile, L(2, 1, 2, 0)}, Pair{L(2, 1, 2, 3), L(1, 2, 2, 0)}, Pair{L(1, 2, 2, 1, 2), L(4, 1, 1, 3)},
+        Pair{L(4, 1, 1, 3), L(2, 2, 1, 1)}, Pair{hsdp(L(4, 1, 1, 2), 2), L(2, 1, 2, 3)},
+        // 8 ranks
+        Pair{L(2, 2, 2, 1), L(4, 1, 2, 3, 1, true)}, Pair{L(8, 1, 1, 3), kSerial}, Pair{L(2, 2, 2, 0, 2), kSerialFile}),
+    [](const auto& info) { return "pair" + std::to_string(info.index); });
+
+TEST(ReshardErrors, AMissingRankFileFailsTheResumeOnEveryRank) {
+  const int p = world().size();
+  if (p < 2) GTEST_SKIP() << "needs 2 ranks";
+  // ZeRO-3: rank 1 alone reads rank-00001's shards, yet every rank must stop with its message.
+  const std::string dir = fresh_shared_dir("loom_reshard_missing", world());
+  TrainConfig c = config_of(L(p, 1, 1, 3), 2 * p, 1);
+  c.out_dir = dir;
+  {
+    Trainer saver(c, true, &world());
+    saver.save_checkpoint_now();
+  }
+  world().barrier();
+  if (world().rank() == 0) std::filesystem::remove(std::filesystem::path(dir) / "checkpoint-00000000" / "rank-00001.safetensors");
+  world().barrier();
+  c.resume = dir;
+  const std::string error = loom::testing::error_of([&] { Trainer resumed(c, true, &world()); });
+  EXPECT_NE(error.find("rank 1: checkpoint '"), std::string::npos) << error;
+  EXPECT_NE(error.find("is missing its rank file 'rank-00001.safetensors' (named by its manifest)"), std::string::npos)
+      << error;
+  remove_shared_dir(dir, world());
+}
+
+}  // namespace
+}  // namespace loom::train

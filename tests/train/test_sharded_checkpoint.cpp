@@ -1,0 +1,236 @@
+// Distributed checkpoints in one process: re-sharding pieces against the obviously-correct
+// twin (cut the full tensor with copy_shard), a sharded checkpoint's layout on disk and
+// bit-exact resume, retention, a writer that died before its manifest, and every damaged
+// or hostile checkpoint (no manifest, a file outside the directory, a missing rank file,
+// a bad checksum, pieces that do not cover a tensor) as a clear error naming the problem.
+// Multi-rank layouts are tested in tests/parallel/test_reshard.cpp.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "loom/error.hpp"
+#include "loom/train/reshard.hpp"
+#include "loom/train/sharded_checkpoint.hpp"
+#include "loom/train/trainer.hpp"
+#include "test_util.hpp"
+#include "train/tiny_run.hpp"
+
+namespace loom::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The twin: elements [begin, end) of the slice cut from the full tensor by copy_shard.
+std::vector<float> cut(const Tensor& full, const PieceLayout& p) {
+  Tensor slice = Tensor::empty(slice_shape(full.shape(), p.spec, "test"));
+  nn::copy_shard(full, slice, p.spec);
+  return std::vector<float>(slice.f32() + p.begin, slice.f32() + p.end);
+}
+
+// The pieces of a layout: tp slices (spec with parts), each cut into `ranges` flat ranges
+// of uneven sizes (ZeRO shards of different units).
+std::vector<PieceLayout> layout_pieces(const Shape& full, nn::ShardSpec spec, int64_t ranges) {
+  std::vector<PieceLayout> out;
+  for (int64_t i = 0; i < spec.parts; ++i) {
+    spec.index = i;
+    const int64_t n = shape_numel(slice_shape(full, spec, "test"));
+    int64_t begin = 0;
+    for (int64_t r = 0; r < ranges; ++r) {
+      const int64_t end = r + 1 == ranges ? n : begin + (n / ranges) + (r % 2);  // uneven
+      out.push_back({spec, begin, end});
+      begin = end;
+    }
+  }
+  return out;
+}
+
+TEST(Reshard, EveryPieceAssemblesFromAnyOtherLayoutsPieces) {
+  const Shape full_shape{6, 12};
+  Tensor full = Tensor::empty(full_shape);
+  const std::vector<float> values = testing::random_vector(72, 7);
+  std::copy(values.begin(), values.end(), full.f32());
+  const std::vector<std::vector<PieceLayout>> layouts = {
+      layout_pieces(full_shape, {}, 1),                  // serial
+      layout_pieces(full_shape, {}, 5),                  // ZeRO over 5 ranks
+      layout_pieces(full_shape, {0, 2, 0, 1}, 1),        // column parallel
+      layout_pieces(full_shape, {0, 2, 0, 3}, 2),        // fused QKV (3 blocks), + ZeRO 2
+      layout_pieces(full_shape, {1, 2, 0, 1}, 3),        // row parallel, + ZeRO 3
+      layout_pieces(full_shape, {1, 3, 0, 2}, 1),        // 3 parts of 2 blocks along dim 1
+  };
+  for (size_t a = 0; a < layouts.size(); ++a) {
+    check_tiling("layout " + std::to_string(a), full_shape, layouts[a]);
+    // Layout a's pieces as stored data.
+    std::vector<std::vector<float>> stored;
+    for (const PieceLayout& p : layouts[a]) stored.push_back(cut(full, p));
+    for (size_t b = 0; b < layouts.size(); ++b)
+      for (const PieceLayout& dst : layouts[b]) {
+        std::vector<float> got(static_cast<size_t>(dst.numel()), -99.0f);
+        int64_t copied = 0;
+        for (size_t k = 0; k < stored.size(); ++k)
+          copied += copy_overlap(full_shape, layouts[a][k], stored[k].data(), dst, got.data());
+        EXPECT_EQ(copied, dst.numel()) << a << " -> " << b;
+        EXPECT_EQ(got, cut(full, dst)) << "layout " << a << " -> " << b << " piece [" << dst.begin << ", " << dst.end << ")";
+      }
+  }
+}
+
+using testing::error_of;
+
+TEST(Reshard, PiecesThatDoNotTileATensorAreNamed) {
+  const Shape s{4, 4};
+  EXPECT_NE(error_of([&] { check_tiling("w", s, {{{}, 0, 7}, {{}, 9, 16}}); }).find("tensor 'w' (4, 4): elements [7, 9) are in no piece"),
+            std::string::npos)
+      << error_of([&] { check_tiling("w", s, {{{}, 0, 7}, {{}, 9, 16}}); });
+  EXPECT_NE(error_of([&] { check_tiling("w", s, {{{}, 0, 9}, {{}, 7, 16}}); }).find("elements [7, 9) are in two pieces"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { check_tiling("w", s, {{{}, 0, 12}}); }).find("elements [12, 16) are in no piece"), std::string::npos);
+  EXPECT_NE(error_of([&] { check_piece(s, {{0, 3, 0, 1}, 0, 4}, "w"); }).find("does not split into 3 parts"),
+            std::string::npos);
+}
+
+TrainConfig sharded_run(const std::string& name) {
+  TrainConfig c = tiny_run("sharded_" + name);
+  c.checkpoint_format = "sharded";
+  return c;
+}
+
+TEST(ShardedCheckpoint, WritesRankFilesAndManifestAndResumesBitExactly) {
+  TrainConfig c = sharded_run("resume");
+  Trainer straight(c, true);
+  const std::vector<float> all = losses_of(straight, 6);
+  Trainer first(c, true);
+  losses_of(first, 3);
+  const std::string path = first.save_checkpoint_now();
+  const fs::path dir = fs::path(c.out_dir) / "checkpoint-00000003";
+  EXPECT_EQ(path, dir.string());
+  EXPECT_TRUE(fs::exists(dir / "manifest.json"));
+  EXPECT_TRUE(fs::exists(dir / "rank-00000.safetensors"));
+  EXPECT_FALSE(fs::exists(fs::path(c.out_dir) / "checkpoint-00000003.tmp"));
+  EXPECT_EQ(fs::read_symlink(fs::path(c.out_dir) / "latest"), "checkpoint-00000003");
+  const Manifest m = read_manifest(dir.string());
+  EXPECT_EQ(m.info.step, 3);
+  EXPECT_EQ(m.info.optimizer, "adamw");
+  EXPECT_EQ(m.tensors.at("model.embedding.wte").shape, (Shape{128, 16}));
+
+  TrainConfig resumed_config = c;
+  resumed_config.resume = "latest";
+  Trainer resumed(resumed_config, true);
+  EXPECT_EQ(resumed.step(), 3);
+  const std::vector<float> rest = losses_of(resumed, 6);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(rest[i], all[3 + i]) << "step " << 4 + i;  // bit-identical
+  // `loom sample`'s path: the serial model loads from the directory too.
+  nn::GPT model(straight.model().config(), 0);
+  load_checkpoint(resolve_checkpoint_path(c.out_dir), model, nullptr, "");
+  auto want = first.model().parameters(), got = model.parameters();
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(want[i]->value().raw(), got[i]->value().raw(), want[i]->value().nbytes())) << want[i]->name();
+}
+
+TEST(ShardedCheckpoint, RetentionKeepsTheNewestCompleteOnesAndADeadWriterIsIgnored) {
+  TrainConfig c = sharded_run("retention");
+  c.keep_checkpoints = 2;
+  Trainer t(c, true);
+  for (int64_t step : {1, 2, 3}) {
+    losses_of(t, step);
+    t.save_checkpoint_now();
+  }
+  const fs::path run(c.out_dir);
+  EXPECT_FALSE(fs::exists(run / "checkpoint-00000001"));
+  EXPECT_TRUE(fs::exists(run / "checkpoint-00000002"));
+  // A writer that died before its manifest (simulated: the manifest deleted), and one that
+  // died before renaming its directory: resume takes the newest complete checkpoint.
+  fs::remove(run / "checkpoint-00000003" / "manifest.json");
+  fs::create_directory(run / "checkpoint-00000009.tmp");
+  fs::copy_file(run / "checkpoint-00000002" / "rank-00000.safetensors", run / "checkpoint-00000009.tmp" / "rank-00000.safetensors");
+  EXPECT_EQ(resolve_checkpoint_path(c.out_dir), fs::canonical(run / "checkpoint-00000002").string());
+  TrainConfig again = c;
+  again.resume = "latest";
+  Trainer resumed(again, true);
+  EXPECT_EQ(resumed.step(), 2);
+  // Naming the incomplete checkpoint itself is an error, never a load.
+  EXPECT_NE(error_of([&] { load_checkpoint((run / "checkpoint-00000003").string(), resumed.model(), nullptr, ""); })
+                .find("has no manifest.json (an incomplete checkpoint"),
+            std::string::npos);
+  // The next complete checkpoint clears the partial older ones and keeps two complete ones.
+  losses_of(resumed, 4);
+  resumed.save_checkpoint_now();
+  EXPECT_FALSE(fs::exists(run / "checkpoint-00000003"));
+  EXPECT_TRUE(fs::exists(run / "checkpoint-00000002"));
+  EXPECT_TRUE(fs::exists(run / "checkpoint-00000004"));
+  EXPECT_TRUE(fs::exists(run / "checkpoint-00000009.tmp"));  // newer: not this writer's to remove
+}
+
+// A saved sharded checkpoint, damaged by `damage`, fails to load with a message containing want.
+void expect_load_error(const std::string& name, const std::function<void(const fs::path&)>& damage,
+                       const std::string& want) {
+  TrainConfig c = sharded_run("damaged_" + name);
+  Trainer t(c, true);
+  losses_of(t, 1);
+  const fs::path dir = t.save_checkpoint_now();
+  damage(dir);
+  const std::string error = error_of([&] { load_checkpoint(dir.string(), t.model(), &t.optimizer(), "adamw"); });
+  EXPECT_NE(error.find(want), std::string::npos) << name << ": " << error;
+}
+
+void edit_manifest(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+  std::ifstream in(dir / "manifest.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  edit(j);
+  std::ofstream(dir / "manifest.json") << j.dump();
+}
+
+TEST(ShardedCheckpoint, DamagedOrHostileCheckpointsAreClearErrors) {
+  expect_load_error("no_manifest", [](const fs::path& d) { fs::remove(d / "manifest.json"); }, "has no manifest.json");
+  expect_load_error(
+      "traversal",
+      [](const fs::path& d) {
+        edit_manifest(d, [](nlohmann::json& j) {
+          j["files"]["../../etc/passwd"] = j["files"]["rank-00000.safetensors"];
+        });
+      },
+      "file '../../etc/passwd' is outside the checkpoint directory");
+  expect_load_error(
+      "absolute",
+      [](const fs::path& d) {
+        edit_manifest(d, [](nlohmann::json& j) {
+          j["tensors"]["model.ln_f.weight"]["pieces"][0]["file"] = "/tmp/rank-00000.safetensors";
+        });
+      },
+      "file '/tmp/rank-00000.safetensors' is outside the checkpoint directory");
+  expect_load_error("missing_rank_file", [](const fs::path& d) { fs::remove(d / "rank-00000.safetensors"); },
+                    "is missing its rank file 'rank-00000.safetensors'");
+  expect_load_error(
+      "bad_checksum",
+      [](const fs::path& d) {
+        std::fstream f(d / "rank-00000.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(-5, std::ios::end);
+        char byte = 0;
+        f.read(&byte, 1);
+        byte ^= 0x10;
+        f.seekp(-5, std::ios::end);
+        f.write(&byte, 1);
+      },
+      "in rank file 'rank-00000.safetensors' is corrupted (CRC-32");
+  expect_load_error(
+      "not_covered",
+      [](const fs::path& d) {
+        edit_manifest(d, [](nlohmann::json& j) { j["tensors"]["model.ln_f.bias"]["pieces"][0]["end"] = 10; });
+      },
+      "the pieces do not cover the tensor exactly: tensor 'model.ln_f.bias' (16): elements [10, 16) are in no piece");
+  expect_load_error(
+      "version", [](const fs::path& d) { edit_manifest(d, [](nlohmann::json& j) { j["format_version"] = 99; }); },
+      "has format version 99; this Loom reads version 1");
+  expect_load_error(
+      "missing_field", [](const fs::path& d) { edit_manifest(d, [](nlohmann::json& j) { j.erase("layout"); }); },
+      "missing or invalid field 'layout'");
+  expect_load_error(
+      "truncated", [](const fs::path& d) { fs::resize_file(d / "rank-00000.safetensors", 100); },
+      "rank file 'rank-00000.safetensors' is 100 bytes, the manifest says");
+}
+
+}  // namespace
+}  // namespace loom::train
