@@ -4,7 +4,7 @@ BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
 
-.PHONY: deps configure build demo test bench clean
+.PHONY: deps configure build demo test sanitize bench clean
 
 # The demo needs only the build's packages; tests and benchmarks also need PyTorch and Chromium.
 DEPS ?= all
@@ -29,6 +29,11 @@ demo: configure
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# AddressSanitizer + UBSan build (build-asan) and run of the single-process and 2-rank tests;
+# not part of `make test`: the second full build would double CI's time.
+sanitize: deps
+	./scripts/sanitize-tests.sh build-asan
 
 bench: build
 	./bench/run_all.sh $(BUILD)

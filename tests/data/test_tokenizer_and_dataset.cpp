@@ -52,6 +52,20 @@ TEST(Utf8, InvalidInputNamesTheOffset) {
   EXPECT_THROW(utf8_decode(std::string("a\xe2\x82", 3)), Error);  // truncated sequence
 }
 
+// Found by the fuzzer: an overlong form decoded to a character that encodes differently.
+TEST(Utf8, OverlongFormsSurrogatesAndValuesPastTheRangeAreInvalid) {
+  for (const std::string bad : {"\xc0\xaf", "\xe0\x80\xaf", "\xf0\x8f\xa6\x8a", "\xed\xa0\x80", "\xf4\x90\x80\x80"}) {
+    try {
+      utf8_decode("x" + bad);
+      ADD_FAILURE() << "accepted " << ::testing::PrintToString(bad);
+    } catch (const Error& e) {
+      EXPECT_STREQ(e.what(), "invalid UTF-8 at byte offset 1 (an overlong form, a surrogate or a value past U+10FFFF)");
+    }
+  }
+  const std::string edges = "\x7f\xc2\x80\xef\xbf\xbf\xf0\x90\x80\x80\xf4\x8f\xbf\xbf";  // smallest/largest of each length
+  EXPECT_EQ(utf8_encode(utf8_decode(edges)), edges);
+}
+
 TEST(TextDataset, BatchesAreDeterministicShiftedWindows) {
   TextDataset ds(LOOM_SOURCE_DIR "/data/tinyshakespeare.txt", "char", 32);
   Batch a = ds.batch(Split::Train, 1, 5, 0, 4, 32);

@@ -1,7 +1,11 @@
 // Tensor files and checkpoints: round trip, atomic replacement, and every corruption
-// (truncation, bit flips, wrong version, wrong shapes) is a clear error.
+// (truncation, bit flips, wrong version, wrong shapes) is a clear error; a full disk leaves
+// the earlier checkpoints as they were. (Random mutations: tests/fuzz/test_fuzz_readers.cpp.)
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <algorithm>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -155,6 +159,41 @@ TEST(Checkpoint, WrongModelShapeOrOptimizerIsAnError) {
   optim::AdamW opt(model.parameters(), {});
   EXPECT_THROW(load_checkpoint(path, model, &opt, "sgd"), Error);
   EXPECT_THROW(resolve_checkpoint_path((dir / "nothing-here").string()), Error);
+}
+
+// A full disk, simulated by a file-size limit (with SIGXFSZ ignored, writes past it fail
+// with EFBIG as they would with ENOSPC): a clear error, no partial or temporary file, and
+// the earlier checkpoints and `latest` untouched.
+TEST(Checkpoint, DiskFullLeavesEarlierCheckpointsAndLatestIntact) {
+  const fs::path dir = fresh_dir("disk_full");
+  nn::GPT model(tiny(), 1);
+  optim::AdamW opt(model.parameters(), {});
+  const std::string first = save_checkpoint(dir.string(), model, &opt, "adamw", {1, "", "byte", "adamw"}, 2);
+  const std::string first_bytes = read_all(first);
+  rlimit old{};
+  ASSERT_EQ(0, getrlimit(RLIMIT_FSIZE, &old));
+  const auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old;
+  small.rlim_cur = first_bytes.size() / 2;
+  ASSERT_EQ(0, setrlimit(RLIMIT_FSIZE, &small));
+  std::string error = "(no error)";
+  try {
+    save_checkpoint(dir.string(), model, &opt, "adamw", {2, "", "byte", "adamw"}, 2);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, previous_handler);
+  EXPECT_NE(error.find("cannot write '" + (dir / "checkpoint-00000002.safetensors").string() + "': File too large"),
+            std::string::npos)
+      << error;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"checkpoint-00000001.safetensors", "latest"}));
+  EXPECT_EQ(resolve_checkpoint_path(dir.string()), fs::canonical(first).string());
+  EXPECT_EQ(read_all(first), first_bytes);
+  EXPECT_EQ(load_checkpoint(first, model, &opt, "adamw").step, 1);
 }
 
 }  // namespace

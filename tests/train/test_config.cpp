@@ -53,6 +53,9 @@ TEST(Config, FlagsParseByType) {
   EXPECT_TRUE(c.model.recompute);
   EXPECT_EQ(error_of([&] { set_from_string(key("steps"), "4x"); }), "--steps: expected integer, got '4x'");
   EXPECT_EQ(error_of([&] { set_from_string(key("lr"), "fast"); }), "--lr: expected number, got 'fast'");
+  // Found by the fuzzer: such a value printed into a checkpoint's TOML did not read back.
+  EXPECT_EQ(error_of([&] { set_from_string(key("out_dir"), "runs/\xf4x"); }),
+            "--out-dir: the value is not valid UTF-8 (invalid UTF-8 at byte offset 6)");
 }
 
 TEST(Config, ValidationNamesTheValue) {
@@ -69,9 +72,14 @@ TEST(Config, ResolvedTomlRoundTrips) {
   a.model.n_layer = 5;
   a.lr = 0.25;
   a.data = "some \"quoted\" path";
+  // Found by the fuzzer: a leading newline was dropped, and doubles kept 6 digits.
+  a.pipeline_svg = "\nstarts with a newline\t\\";
+  a.min_lr = 1.2345678901234567e-5;
   TrainConfig b;
   apply_toml_string(b, to_toml(a), "resolved");
   EXPECT_EQ(to_toml(a), to_toml(b));
+  EXPECT_EQ(b.pipeline_svg, a.pipeline_svg);
+  EXPECT_EQ(b.min_lr, a.min_lr);
 }
 
 TEST(Config, ReferenceListsEveryKey) {

@@ -81,6 +81,48 @@ TEST(Trainer, NonFiniteStepsCanBeSkipped) {
   EXPECT_EQ(0, std::memcmp(before.raw(), t.model().blocks()[0]->mlp().fc().weight().value().raw(), before.nbytes()));
 }
 
+TEST(Trainer, ResumeAutoStartsFreshWithoutACheckpoint) {
+  TrainConfig c = tiny_run("resume_auto_fresh");
+  c.resume = "auto";
+  Trainer t(c, true);
+  EXPECT_EQ(t.step(), 0);
+}
+
+// A newer checkpoint damaged by a crash is skipped: the run continues bit-exactly from the
+// one before it.
+TEST(Trainer, ResumeAutoPicksTheNewestCompleteCheckpoint) {
+  TrainConfig c = tiny_run("resume_auto");
+  Trainer straight(c, true);
+  const std::vector<float> all = losses_of(straight, 6);
+
+  Trainer first(c, true);
+  losses_of(first, 2);
+  first.save_checkpoint_now();
+  losses_of(first, 4);
+  const std::string newest = first.save_checkpoint_now();
+  fs::resize_file(newest, fs::file_size(newest) / 2);
+  TrainConfig auto_config = c;
+  auto_config.resume = "auto";
+  Trainer resumed(auto_config, true);
+  EXPECT_EQ(resumed.step(), 2);
+  const std::vector<float> rest = losses_of(resumed, 6);
+  ASSERT_EQ(rest.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(rest[i], all[2 + i]) << "step " << 3 + i;
+  expect_same_parameters(straight.model(), resumed.model());
+}
+
+TEST(Trainer, ResumeAutoNeedsAnOutDir) {
+  TrainConfig c = tiny_run("resume_auto_no_dir");
+  c.resume = "auto";
+  c.out_dir = "";
+  try {
+    c.validate();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "resume = 'auto' looks for checkpoints in out_dir: set out_dir");
+  }
+}
+
 TEST(Trainer, ResumeFromAMissingCheckpointIsAnError) {
   TrainConfig c = tiny_run("resume_missing");
   c.resume = "latest";

@@ -169,7 +169,8 @@ Work ProcessGroup::reduce_scatter_async(const float* in, float* out, int64_t n, 
         // MPI puts an in-place result at the front of the buffer; move it to this rank's chunk.
         check_mpi(MPI_Reduce_scatter_block(MPI_IN_PLACE, data, mpi_count(n), MPI_FLOAT, mpi_op(op), comm),
                   "MPI_Reduce_scatter_block");
-        if (rank != 0) std::memmove(out, data, sizeof(float) * static_cast<size_t>(n));
+        // (n == 0: both pointers may be null, which memmove does not allow even for 0 bytes.)
+        if (rank != 0 && n > 0) std::memmove(out, data, sizeof(float) * static_cast<size_t>(n));
       } else {
         ring_reduce_scatter(comm, data, n * size, op);
       }
@@ -178,7 +179,7 @@ Work ProcessGroup::reduce_scatter_async(const float* in, float* out, int64_t n, 
     } else {
       std::vector<float> work(in, in + n * size);  // (size * n) the ring reduces in place
       ring_reduce_scatter(comm, work.data(), n * size, op);
-      std::memcpy(out, work.data() + rank * n, sizeof(float) * static_cast<size_t>(n));
+      if (n > 0) std::memcpy(out, work.data() + rank * n, sizeof(float) * static_cast<size_t>(n));
     }
     finish_reduction(out, n, op, size);
     if (emulated_s > 0) std::this_thread::sleep_until(start + std::chrono::duration<double>(emulated_s));

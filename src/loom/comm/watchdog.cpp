@@ -27,17 +27,42 @@ void copy_text(char* dst, const std::string& text, int capacity) {
 
 Watchdog::Watchdog(MPI_Comm world) {
   rank_ = comm_rank(world);
-  check_mpi(MPI_Win_allocate(kTableBytes, 1, MPI_INFO_NULL, world, &table_, &window_), "MPI_Win_allocate");
-  MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, window_);
-  std::memset(table_, 0, kTableBytes);
-  MPI_Win_unlock(rank_, window_);
+  // Open MPI 4.1 has no one-sided window for a multi-threaded process whose ranks talk over
+  // TCP (osc/sm needs one node, osc/rdma an RDMA network, osc/pt2pt refuses
+  // MPI_THREAD_MULTIPLE): then the table stays local, the watchdog still turns a stuck
+  // collective into an aborted job, and its report says it cannot name the late ranks.
+  MPI_Errhandler previous;
+  MPI_Comm_get_errhandler(world, &previous);
+  MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
+  int ok = MPI_Win_allocate(kTableBytes, 1, MPI_INFO_NULL, world, &table_, &window_) == MPI_SUCCESS ? 1 : 0;
+  MPI_Comm_set_errhandler(world, previous);
+  MPI_Errhandler_free(&previous);
+  int all_ok = 0;
+  check_mpi(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world), "MPI_Allreduce");
+  if (all_ok == 0) {
+    window_ = MPI_WIN_NULL;  // a window some rank lacks cannot be freed collectively: leave it
+    local_table_.assign(kTableBytes, 0);
+    table_ = local_table_.data();
+  } else {
+    lock_own_table();
+    std::memset(table_, 0, kTableBytes);
+    unlock_own_table();
+  }
   MPI_Barrier(world);  // every table is initialised before anyone may read it
   g_instance = this;
 }
 
 Watchdog::~Watchdog() {
   g_instance = nullptr;
-  MPI_Win_free(&window_);
+  if (window_ != MPI_WIN_NULL) MPI_Win_free(&window_);
+}
+
+void Watchdog::lock_own_table() {
+  if (window_ != MPI_WIN_NULL) MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, window_);
+}
+
+void Watchdog::unlock_own_table() {
+  if (window_ != MPI_WIN_NULL) MPI_Win_unlock(rank_, window_);
 }
 
 Watchdog* Watchdog::instance() { return g_instance; }
@@ -48,34 +73,43 @@ int Watchdog::register_group(const std::string& key) {
   check(free_slot != slot_used_.end(), "more than ", kSlots, " live process groups on one rank");
   *free_slot = true;
   const int slot = static_cast<int>(free_slot - slot_used_.begin());
-  MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, window_);
+  lock_own_table();
   char* entry = table_ + slot * kEntryBytes;
   copy_text(entry, key, kKeyBytes);
   std::memset(entry + kKeyBytes, 0, 8);
   copy_text(entry + kKeyBytes + 8, "(none yet)", kNameBytes);
-  MPI_Win_unlock(rank_, window_);
+  unlock_own_table();
   return slot;
 }
 
 void Watchdog::release_group(int slot) {
   std::lock_guard<std::mutex> guard(table_mutex_);
-  MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, window_);
+  lock_own_table();
   std::memset(table_ + slot * kEntryBytes, 0, kEntryBytes);
-  MPI_Win_unlock(rank_, window_);
+  unlock_own_table();
   slot_used_[slot] = false;
 }
 
 void Watchdog::entered(int slot, int64_t sequence, const std::string& operation) {
   std::lock_guard<std::mutex> guard(table_mutex_);
-  MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, window_);
+  lock_own_table();
   char* entry = table_ + slot * kEntryBytes;
   std::memcpy(entry + kKeyBytes, &sequence, 8);
   copy_text(entry + kKeyBytes + 8, operation, kNameBytes);
-  MPI_Win_unlock(rank_, window_);
+  unlock_own_table();
 }
 
 void Watchdog::report_stuck(const std::string& key, const std::vector<int>& members, int64_t sequence,
                             const std::string& description, double timeout_s) {
+  std::ostringstream os;
+  os << "loom: watchdog on rank " << rank_ << ": " << description << " did not complete within " << timeout_s << " s.";
+  if (window_ == MPI_WIN_NULL) {
+    os << " The late ranks cannot be named: this MPI transport offers no one-sided window.";
+    std::fprintf(stderr, "%s\nloom: aborting the job\n", os.str().c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    std::_Exit(3);
+  }
   // Read every member's table; a dead rank's window may never answer, so give up after 10 s.
   auto tables = std::async(std::launch::async, [this, members]() {
     std::vector<char> all(members.size() * kTableBytes);
@@ -86,8 +120,6 @@ void Watchdog::report_stuck(const std::string& key, const std::vector<int>& memb
     }
     return all;
   });
-  std::ostringstream os;
-  os << "loom: watchdog on rank " << rank_ << ": " << description << " did not complete within " << timeout_s << " s.";
   if (tables.wait_for(std::chrono::seconds(10)) == std::future_status::ready) {
     const std::vector<char> all = tables.get();
     std::ostringstream missing, progress;

@@ -5,7 +5,9 @@
 // that never arrived (a crashed rank, one that skipped the call, or one that called another
 // collective), then aborts the whole job: a failure everywhere, never a hang.
 // One window for the process (made by MpiRuntime) because Open MPI 4.1 cannot create
-// windows on many split communicators of one job at once.
+// windows on many split communicators of one job at once. Where the transport offers no
+// window (Open MPI 4.1 over TCP between nodes) the table stays local and the report cannot
+// name the late ranks.
 // The debug mode goes further: before each collective the group's ranks exchange what they
 // are about to call and stop with an error on every rank at the first mismatch.
 #pragma once
@@ -49,8 +51,11 @@ class Watchdog {
  private:
   // One lock of the own table at a time: each group's communication thread records its
   // collectives here, and MPI forbids a process two concurrent locks on the same target.
+  void lock_own_table();  // the window's lock; nothing when the table is local
+  void unlock_own_table();
   std::mutex table_mutex_;
-  MPI_Win window_ = MPI_WIN_NULL;
+  MPI_Win window_ = MPI_WIN_NULL;  // MPI_WIN_NULL: no one-sided support, table_ is local_table_
+  std::vector<char> local_table_;
   char* table_ = nullptr;  // kSlots entries: key, int64 sequence, operation name
   int rank_ = 0;
   std::vector<bool> slot_used_ = std::vector<bool>(kSlots, false);

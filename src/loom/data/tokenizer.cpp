@@ -22,6 +22,11 @@ std::vector<char32_t> utf8_decode(std::string_view text) {
       check((b >> 6) == 0x2, "invalid UTF-8 at byte offset ", i + k);
       cp = (cp << 6) | (b & 0x3F);
     }
+    // The shortest form only (an overlong one would decode two byte strings to one code
+    // point), and no UTF-16 surrogates or values past U+10FFFF, which have no encoding.
+    static constexpr char32_t kSmallest[] = {0, 0x80, 0x800, 0x10000};
+    check(cp >= kSmallest[extra] && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF), "invalid UTF-8 at byte offset ", i,
+          " (an overlong form, a surrogate or a value past U+10FFFF)");
     out.push_back(cp);
     i += static_cast<size_t>(extra) + 1;
   }

@@ -19,13 +19,6 @@ constexpr const char* kKind = "loom-checkpoint";
 
 std::string checkpoint_name(int64_t step) { return checkpoint_dir_name(step) + ".safetensors"; }
 
-// The step of a run directory entry "checkpoint-<step>[.safetensors|.tmp]", or -1.
-int64_t step_of(const std::string& entry) {
-  if (entry.rfind("checkpoint-", 0) != 0) return -1;
-  const std::string digits = entry.substr(11, entry.find('.') == std::string::npos ? std::string::npos : entry.find('.') - 11);
-  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit) || digits.size() > 18) return -1;
-  return std::stoll(digits);
-}
 
 // Whole tensors of the serial layout as load destinations.
 std::vector<StatePiece> whole_pieces(const std::map<std::string, Tensor>& tensors) {
@@ -35,6 +28,14 @@ std::vector<StatePiece> whole_pieces(const std::map<std::string, Tensor>& tensor
 }
 
 }  // namespace
+
+// The step of a run directory entry "checkpoint-<step>[.safetensors|.tmp]", or -1.
+int64_t checkpoint_step(const std::string& entry) {
+  if (entry.rfind("checkpoint-", 0) != 0) return -1;
+  const std::string digits = entry.substr(11, entry.find('.') == std::string::npos ? std::string::npos : entry.find('.') - 11);
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit) || digits.size() > 18) return -1;
+  return std::stoll(digits);
+}
 
 CheckpointInfo checkpoint_info_from(const TensorFile& f, const std::string& path) {
   auto get = [&](const std::string& key) {
@@ -119,10 +120,10 @@ void publish_checkpoint(const std::string& run_dir, const std::string& name, int
   std::vector<std::pair<int64_t, std::string>> complete;
   for (const auto& entry : fs::directory_iterator(run_dir)) {
     const std::string n = entry.path().filename().string();
-    const int64_t step = step_of(n);
+    const int64_t step = checkpoint_step(n);
     if (step < 0 || n == name) continue;
     const bool partial = n.ends_with(".tmp") || !is_complete_checkpoint(entry.path().string());
-    if (partial && step < step_of(name))
+    if (partial && step < checkpoint_step(name))
       fs::remove_all(entry.path());
     else if (!partial && (n.ends_with(".safetensors") || entry.is_directory()))
       complete.emplace_back(step, n);
@@ -134,7 +135,7 @@ void publish_checkpoint(const std::string& run_dir, const std::string& name, int
 
 std::string resolve_checkpoint_path(const std::string& path_or_dir) {
   fs::path p(path_or_dir);
-  const bool run_dir = fs::is_directory(p) && !fs::exists(p / kManifestName) && step_of(p.filename().string()) < 0;
+  const bool run_dir = fs::is_directory(p) && !fs::exists(p / kManifestName) && checkpoint_step(p.filename().string()) < 0;
   if (!run_dir) {
     check(fs::exists(p), "no checkpoint at '", p.string(), "'");
     return fs::canonical(p).string();
@@ -146,7 +147,7 @@ std::string resolve_checkpoint_path(const std::string& path_or_dir) {
   int64_t best_step = -1;
   for (const auto& entry : fs::directory_iterator(p)) {
     const std::string n = entry.path().filename().string();
-    const int64_t step = step_of(n);
+    const int64_t step = checkpoint_step(n);
     if (step > best_step && !n.ends_with(".tmp") && is_complete_checkpoint(entry.path().string())) {
       best_step = step;
       best = entry.path().string();

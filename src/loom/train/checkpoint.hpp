@@ -45,6 +45,8 @@ std::string checkpoint_dir_name(int64_t step);
 void publish_checkpoint(const std::string& run_dir, const std::string& name, int64_t keep);
 // A single file, or a directory holding a manifest (a checkpoint whose writer finished).
 bool is_complete_checkpoint(const std::string& path);
+// The step of a run directory entry "checkpoint-<step>[.safetensors|.tmp]", or -1.
+int64_t checkpoint_step(const std::string& entry);
 
 // Resolves a checkpoint argument: a file, a checkpoint directory, a run directory (its
 // latest, or when that is incomplete the newest complete checkpoint), or "<dir>/latest".

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include "loom/comm/algorithms.hpp"
+#include "loom/data/tokenizer.hpp"
 #include "loom/error.hpp"
 
 namespace loom::train {
@@ -66,7 +68,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"run", "pipeline_svg", "with pp > 1, write the last step's measured pipeline timeline (ranks x time) to this SVG file", &c.pipeline_svg},
       {"run", "trace", "write a Chrome trace-event file of trace_steps to out_dir/trace.json (open it in Perfetto)", &c.trace},
       {"run", "trace_steps", "steps traced, FIRST:LAST (1-based, e.g. \"5:8\"); empty = 2:4", &c.trace_steps},
-      {"run", "resume", "checkpoint file, run directory or 'latest' (of out_dir) to continue from", &c.resume},
+      {"run", "resume", "checkpoint file, run directory, 'latest' (of out_dir) or 'auto' (the newest complete checkpoint of out_dir; none: start fresh) to continue from", &c.resume},
   };
 }
 
@@ -107,6 +109,8 @@ void TrainConfig::validate() const {
   check(checkpoint_every >= 0 && keep_checkpoints >= 1, "checkpoint_every must be >= 0 and keep_checkpoints >= 1");
   check(checkpoint_format == "auto" || checkpoint_format == "sharded" || checkpoint_format == "single",
         "checkpoint_format must be 'auto', 'sharded' or 'single', got '", checkpoint_format, "'");
+  check((resume != "auto" && resume != "latest") || !out_dir.empty(), "resume = '", resume,
+        "' looks for checkpoints in out_dir: set out_dir");
   check(threads >= 0, "threads must be >= 0, got ", threads);
   check(dp >= 1 && pp >= 1 && tp >= 1, "parallel degrees must be >= 1, got dp(", dp, ") x pp(", pp, ") x tp(", tp, ")");
   comm::parse_algorithm(allreduce);  // names the choices when unknown
@@ -151,14 +155,52 @@ std::string type_name(const ConfigTarget& target) {
       target);
 }
 
+namespace {
+
+// A TOML string that reads back as s. toml++ prints a 'literal' (multi-line when s holds a
+// newline, which drops a leading newline on reading: a fuzzer found it); strings with
+// control characters get a "basic" string with every such character escaped instead.
+std::string toml_string(const std::string& s) {
+  if (std::none_of(s.begin(), s.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
+    std::ostringstream os;
+    os << toml::value<std::string>(s);
+    return os.str();
+  }
+  std::string out = "\"";
+  for (const unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04X", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
 std::string value_string(const ConfigTarget& target) {
   return std::visit(
       [](auto* p) -> std::string {
         using T = std::remove_pointer_t<decltype(p)>;
         std::ostringstream os;
-        if constexpr (std::is_same_v<T, bool>) os << (*p ? "true" : "false");
-        else if constexpr (std::is_same_v<T, std::string>) os << toml::value<std::string>(*p);  // quoted, escaped
-        else os << *p;
+        if constexpr (std::is_same_v<T, bool>) {
+          os << (*p ? "true" : "false");
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          os << toml_string(*p);
+        } else if constexpr (std::is_same_v<T, double>) {
+          // The shortest text that reads back as the same double (a checkpoint's config is exact).
+          char buf[32];
+          const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, *p, std::chars_format::general);
+          os << std::string_view(buf, static_cast<size_t>(end - buf));
+        } else {
+          os << *p;
+        }
         return os.str();
       },
       target);
@@ -185,6 +227,12 @@ void set_from_string(const ConfigKey& key, const std::string& text) {
           else if (text == "false" || text == "0") *p = false;
           else bad();
         } else {
+          // TOML strings are UTF-8: anything else could not be stored in a checkpoint's config.
+          try {
+            data::utf8_decode(text);
+          } catch (const Error& e) {
+            fail("--", flag_name(key.key), ": the value is not valid UTF-8 (", e.what(), ")");
+          }
           *p = text;
         }
       },

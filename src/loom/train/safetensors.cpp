@@ -5,6 +5,8 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -81,6 +83,11 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
       fail("cannot sync '", path, "': ", std::strerror(err));
     }
   }
+  // Fault injection for tests/faults/crash_resume.py: die as a crash would, with the data
+  // written but not yet renamed into place.
+  if (const char* at = std::getenv("LOOM_TEST_CRASH_BEFORE_RENAME"); at != nullptr && *at != '\0' &&
+      path.find(at) != std::string::npos)
+    ::raise(SIGKILL);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());

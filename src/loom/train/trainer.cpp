@@ -26,6 +26,7 @@
 #include "loom/parallel/tensor_parallel/sequence_parallel.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/memory_file.hpp"
+#include "loom/train/resume_auto.hpp"
 
 namespace loom::train {
 
@@ -79,8 +80,11 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
   }
   schedule_ = optim::LrSchedule{static_cast<float>(config_.lr), static_cast<float>(config_.min_lr),
                                 config_.warmup_steps, config_.decay_steps > 0 ? config_.decay_steps : config_.steps};
-  if (!config_.resume.empty())
+  if (config_.resume == "auto") {
+    resume_auto();
+  } else if (!config_.resume.empty()) {
     resume_from(resolve_checkpoint_path(config_.resume == "latest" ? config_.out_dir : config_.resume));
+  }
   if (!config_.out_dir.empty() && (world_ == nullptr || world_->rank() == 0)) {
     fs::create_directories(config_.out_dir);
     metrics_ = std::make_unique<MetricsLog>((fs::path(config_.out_dir) / "metrics.jsonl").string());
@@ -178,6 +182,29 @@ void Trainer::resume_from(const std::string& path) {
         "' was trained with a different tokenizer/vocabulary than '", config_.data, "'");
   step_ = info.step;
   if (!quiet_) std::printf("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(step_));
+}
+
+void Trainer::resume_auto() {
+  const AutoResume found = find_newest_complete_checkpoint(config_.out_dir);
+  const bool speak = !quiet_ && (world_ == nullptr || world_->rank() == 0);
+  if (speak)
+    for (const std::string& why : found.skipped) std::printf("resume auto: skipping an incomplete checkpoint: %s\n", why.c_str());
+  // Every rank scans the (shared) run directory; they must all pick the same step, else the
+  // replicas would silently diverge.
+  float step = found.path.empty() ? -1.0f : static_cast<float>(read_checkpoint_info(found.path).step);
+  if (world_ != nullptr && world_->size() > 1) {
+    float neg_lo = -step, hi = step;
+    world_->all_reduce(&neg_lo, 1, comm::ReduceOp::Max);
+    world_->all_reduce(&hi, 1, comm::ReduceOp::Max);
+    const float lo = -neg_lo;
+    check(lo == hi, "resume auto: ranks found different newest checkpoints in '", config_.out_dir, "' (steps ", lo,
+          " to ", hi, "); is out_dir on a file system all ranks share?");
+  }
+  if (found.path.empty()) {
+    if (speak) std::printf("resume auto: no complete checkpoint in '%s', starting fresh\n", config_.out_dir.c_str());
+    return;
+  }
+  resume_from(found.path);
 }
 
 float Trainer::loss_of(Tensor& logits, const Tensor& targets, bool backward, float scale) {

@@ -96,6 +96,7 @@ class Trainer {
   // The tensor-parallel split of a state tensor ("model.<param>", "optim.<kind>.<param>").
   nn::ShardSpec tensor_parallel_spec(const std::string& key);
   void resume_from(const std::string& path);
+  void resume_auto();  // the newest complete checkpoint of out_dir, or a fresh start
   float forward_backward(const data::Batch& batch, float loss_scale);
   // The loss of logits against targets (vocabulary-parallel under tp); with backward, the
   // logits become dlogits of loss * scale.
