@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
       "re-shard a checkpoint: to one file, or to a sharded checkpoint for another layout "
       "(example: mpirun -np 4 loom convert --from runs/a --to runs/b --dp 2 --tp 2)",
       loom::apps::add_convert_command);
-  add("config-reference", "print the configuration reference as Markdown", loom::apps::add_config_reference_command);
+  add("config-reference", "print the configuration reference as Markdown (example: loom config-reference > docs/configuration.md)", loom::apps::add_config_reference_command);
   try {
     app.parse(argc, argv);
     for (auto& [sub, run] : runners)

@@ -29,6 +29,16 @@ void expect_error(const std::string& args, const std::string& message) {
   EXPECT_EQ(r.output.find("terminate"), std::string::npos) << r.output;
 }
 
+TEST(Cli, EverySubcommandHasHelpWithAnExample) {
+  for (const std::string sub : {"train", "sample", "bench", "schedule", "verify", "plan", "report", "convert",
+                                "config-reference"}) {
+    const Result r = run_loom(sub + " --help");
+    EXPECT_EQ(r.exit_code, 0) << sub << "\n" << r.output;
+    EXPECT_NE(r.output.find("(example: "), std::string::npos) << sub << " --help printed:\n" << r.output;
+    EXPECT_NE(r.output.find("Options:"), std::string::npos) << sub << " --help printed:\n" << r.output;
+  }
+}
+
 TEST(Cli, UnknownFlagSuggestsTheClosest) {
   expect_error("train --n-layr 2", "unknown argument '--n-layr' for 'loom train' (did you mean '--n-layer'?)");
 }

@@ -10,14 +10,10 @@
 #include "fuzz/mutator.hpp"
 #include "loom/error.hpp"
 #include "loom/train/config.hpp"
+#include "test_util.hpp"
 
 namespace loom::train {
 namespace {
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 void expect_round_trip(TrainConfig& c) {
   const std::string text = to_toml(c);
@@ -29,7 +25,7 @@ void expect_round_trip(TrainConfig& c) {
 TEST(Fuzz, ConfigToml) {
   TrainConfig defaults;
   const std::vector<std::string> seeds = {
-      read_all(LOOM_SOURCE_DIR "/configs/shakespeare.toml"), to_toml(defaults),
+      loom::testing::read_file(LOOM_SOURCE_DIR "/configs/shakespeare.toml"), to_toml(defaults),
       "[train]\ndp = 2\npp = 2\ntp = 2\nzero = 1\nmicro_batches = 4\nschedule = \"interleaved\"\nchunks = 2\n"
       "pp_layers = \"1,3\"\n[model]\nn_layer = 4\n",
       "[optim]\nlr = 1e-3\nmin_lr = 0.0\n[run]\nresume = \"auto\"\nout_dir = 'x'\nkeep_checkpoints = 2\n"};

@@ -18,6 +18,7 @@
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/safetensors.hpp"
+#include "test_util.hpp"
 
 namespace loom::train {
 namespace {
@@ -25,15 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path fuzz_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("loom_fuzz_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  return loom::testing::fresh_temp_dir("loom_fuzz_" + name + "_" + std::to_string(::getpid()));
 }
 
 void write_all(const fs::path& p, const std::string& bytes) {
@@ -53,7 +46,7 @@ TEST(Fuzz, CheckpointReader) {
   small.metadata = {{"loom.kind", "loom-checkpoint"}, {"step", "1"}, {"config", ""}, {"tokenizer", "byte"},
                     {"optimizer", "sgd"}};
   save_tensor_file((dir / "small.safetensors").string(), small);
-  const std::vector<std::string> seeds = {read_all(saved), read_all(dir / "small.safetensors")};
+  const std::vector<std::string> seeds = {loom::testing::read_file(saved), loom::testing::read_file(dir / "small.safetensors")};
 
   const std::map<std::string, Tensor> destinations = checkpoint_tensors(model, &opt);
   const std::string path = (dir / "input.safetensors").string();
@@ -78,7 +71,7 @@ TEST(Fuzz, CheckpointReader) {
 // The first byte picks the tokenizer; the rest is the text file.
 TEST(Fuzz, DatasetAndTokenizers) {
   const fs::path dir = fuzz_dir("dataset");
-  const std::string shakespeare = read_all(LOOM_SOURCE_DIR "/data/tinyshakespeare.txt").substr(0, 600);
+  const std::string shakespeare = loom::testing::read_file(LOOM_SOURCE_DIR "/data/tinyshakespeare.txt").substr(0, 600);
   const std::vector<std::string> seeds = {"c" + shakespeare, "b" + shakespeare,
                                           "cĀ quick brown 🦊 jumps over the lazy dog, ünïcödé ✓ ✓ ✓ ✓ ✓ ✓ ✓",
                                           "b\x00\x01\x02\xff\xfe binary and text mixed, repeated to be long enough " +

@@ -14,6 +14,7 @@
 #include "loom/report/run_report.hpp"
 #include "loom/report/trace_summary.hpp"
 #include "run_command.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -97,11 +98,6 @@ TEST(RunReport, SectionsWithoutDataSaySo) {
   EXPECT_NE(loom::report::run_report_html(dir.string()).find("No pipeline in this run (pp = 1)."), std::string::npos);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
 // Headless Chromium: `what` is --dump-dom or --screenshot=...; console messages on stderr.
 loom::testing::CommandResult chromium(const std::string& what, const std::string& url, const std::string& profile) {
   return loom::testing::run_command(
@@ -133,7 +129,7 @@ TEST(RunReport, RendersInHeadlessChromium) {
   const loom::testing::CommandResult report = loom::testing::run_command(std::string(LOOM_BINARY) + " report " + dir.string());
   ASSERT_EQ(report.exit_code, 0) << report.output;
   const std::string html_path = (dir / "report.html").string();
-  const std::string html = read_file(html_path);
+  const std::string html = loom::testing::read_file(html_path);
   // Self-contained: nothing to fetch, nothing to run.
   for (const char* outside : {"<script", "src=", "href=", "@import", "url("})
     EXPECT_EQ(html.find(outside), std::string::npos) << "report.html contains '" << outside << "'";
@@ -152,7 +148,7 @@ TEST(RunReport, RendersInHeadlessChromium) {
   const loom::testing::CommandResult shot = chromium("--screenshot=" + png, "file://" + html_path, profile);
   ASSERT_EQ(shot.exit_code, 0) << shot.output;
   EXPECT_FALSE(has_console_error(shot.output)) << shot.output;
-  const std::string image = read_file(png);
+  const std::string image = loom::testing::read_file(png);
   ASSERT_GT(image.size(), 20000u) << "screenshot " << png << " is nearly empty";
   EXPECT_EQ(image.substr(1, 3), "PNG");
   std::printf("report screenshot: %s\n", png.c_str());

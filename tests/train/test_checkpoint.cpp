@@ -15,23 +15,14 @@
 #include "loom/optim/adamw.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/safetensors.hpp"
+#include "test_util.hpp"
 
 namespace loom::train {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("loom_ckpt_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+fs::path fresh_dir(const std::string& name) { return loom::testing::fresh_temp_dir("loom_ckpt_" + name); }
 
 void write_all(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
 
@@ -73,7 +64,7 @@ TEST(TensorFile, RoundTrip) {
 TEST(TensorFile, TruncatedFilesAreErrors) {
   const fs::path dir = fresh_dir("truncated");
   save_tensor_file((dir / "ok.safetensors").string(), sample_file());
-  const std::string bytes = read_all(dir / "ok.safetensors");
+  const std::string bytes = loom::testing::read_file(dir / "ok.safetensors");
   for (size_t keep : {size_t{0}, size_t{5}, size_t{8}, size_t{40}, bytes.size() - 1}) {
     write_all(dir / "cut.safetensors", bytes.substr(0, keep));
     const std::string err = error_loading(dir / "cut.safetensors");
@@ -85,7 +76,7 @@ TEST(TensorFile, TruncatedFilesAreErrors) {
 TEST(TensorFile, EveryBitFlipInTheDataIsDetected) {
   const fs::path dir = fresh_dir("bitflip");
   save_tensor_file((dir / "ok.safetensors").string(), sample_file());
-  const std::string bytes = read_all(dir / "ok.safetensors");
+  const std::string bytes = loom::testing::read_file(dir / "ok.safetensors");
   const size_t data_begin = bytes.size() - 6 * 4 - 4 * 4;
   for (size_t i = data_begin; i < bytes.size(); ++i) {
     std::string bad = bytes;
@@ -98,7 +89,7 @@ TEST(TensorFile, EveryBitFlipInTheDataIsDetected) {
 TEST(TensorFile, CorruptedHeaderAndWrongVersionAreErrors) {
   const fs::path dir = fresh_dir("header");
   save_tensor_file((dir / "ok.safetensors").string(), sample_file());
-  std::string bytes = read_all(dir / "ok.safetensors");
+  std::string bytes = loom::testing::read_file(dir / "ok.safetensors");
   std::string bad = bytes;
   bad[8] = '#';  // the header's opening brace
   write_all(dir / "bad.safetensors", bad);
@@ -169,7 +160,7 @@ TEST(Checkpoint, DiskFullLeavesEarlierCheckpointsAndLatestIntact) {
   nn::GPT model(tiny(), 1);
   optim::AdamW opt(model.parameters(), {});
   const std::string first = save_checkpoint(dir.string(), model, &opt, "adamw", {1, "", "byte", "adamw"}, 2);
-  const std::string first_bytes = read_all(first);
+  const std::string first_bytes = loom::testing::read_file(first);
   rlimit old{};
   ASSERT_EQ(0, getrlimit(RLIMIT_FSIZE, &old));
   const auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);
@@ -192,7 +183,7 @@ TEST(Checkpoint, DiskFullLeavesEarlierCheckpointsAndLatestIntact) {
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"checkpoint-00000001.safetensors", "latest"}));
   EXPECT_EQ(resolve_checkpoint_path(dir.string()), fs::canonical(first).string());
-  EXPECT_EQ(read_all(first), first_bytes);
+  EXPECT_EQ(loom::testing::read_file(first), first_bytes);
   EXPECT_EQ(load_checkpoint(first, model, &opt, "adamw").step, 1);
 }
 
