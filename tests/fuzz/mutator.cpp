@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <sstream>
@@ -118,6 +119,11 @@ FuzzResult fuzz_for(const std::string& name, const std::vector<std::string>& see
     ++r.inputs;
   }
   return r;
+}
+
+void print_summary(const FuzzResult& r, const std::string& name) {
+  std::printf("[fuzz] %s: %lld inputs, %lld accepted, %lld rejected with loom::Error\n", name.c_str(),
+              static_cast<long long>(r.inputs), static_cast<long long>(r.accepted), static_cast<long long>(r.rejected));
 }
 
 }  // namespace loom::testing

@@ -38,5 +38,7 @@ struct FuzzResult {
 // (LOOM_FUZZ_SECONDS overrides it; LOOM_FUZZ_SEED picks another random sequence).
 FuzzResult fuzz_for(const std::string& name, const std::vector<std::string>& seeds,
                     const std::function<void(const std::string&)>& target, double seconds);
+// "[fuzz] <name>: N inputs, A accepted, R rejected with loom::Error" on stdout.
+void print_summary(const FuzzResult& r, const std::string& name);
 
 }  // namespace loom::testing

@@ -38,8 +38,7 @@ TEST(Fuzz, ConfigToml) {
   EXPECT_EQ(r.failure, "");
   EXPECT_GT(r.accepted, 0);
   EXPECT_GT(r.rejected, r.inputs / 10) << "the mutations should break most inputs";
-  std::printf("[fuzz] config TOML: %lld inputs, %lld accepted, %lld rejected with loom::Error\n",
-              static_cast<long long>(r.inputs), static_cast<long long>(r.accepted), static_cast<long long>(r.rejected));
+  testing::print_summary(r, "config TOML");
 }
 
 // A flag is "key=value" here: the value goes through the same set_from_string as --key value.
@@ -64,8 +63,7 @@ TEST(Fuzz, ConfigFlags) {
   }, 4.0);
   EXPECT_EQ(r.failure, "");
   EXPECT_GT(r.accepted, 0);
-  std::printf("[fuzz] config flags: %lld inputs, %lld accepted, %lld rejected with loom::Error\n",
-              static_cast<long long>(r.inputs), static_cast<long long>(r.accepted), static_cast<long long>(r.rejected));
+  testing::print_summary(r, "config flags");
 }
 
 }  // namespace

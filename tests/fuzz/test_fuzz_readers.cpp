@@ -63,8 +63,7 @@ TEST(Fuzz, CheckpointReader) {
   EXPECT_EQ(r.failure, "");
   EXPECT_GT(r.accepted, 0);
   EXPECT_GT(r.rejected, 0);
-  std::printf("[fuzz] checkpoint: %lld inputs, %lld accepted, %lld rejected with loom::Error\n",
-              static_cast<long long>(r.inputs), static_cast<long long>(r.accepted), static_cast<long long>(r.rejected));
+  testing::print_summary(r, "checkpoint");
   fs::remove_all(dir);
 }
 
@@ -91,8 +90,7 @@ TEST(Fuzz, DatasetAndTokenizers) {
   EXPECT_EQ(r.failure, "");
   EXPECT_GT(r.accepted, 0);
   EXPECT_GT(r.rejected, 0);
-  std::printf("[fuzz] dataset: %lld inputs, %lld accepted, %lld rejected with loom::Error\n",
-              static_cast<long long>(r.inputs), static_cast<long long>(r.accepted), static_cast<long long>(r.rejected));
+  testing::print_summary(r, "dataset");
   fs::remove_all(dir);
 }
 
