@@ -156,7 +156,10 @@ void causal_softmax(float* att, int64_t H, int64_t T, int64_t i0, int64_t i1) {
     // A select, not std::max: GCC vectorises std::max's NaN-ordering poorly here.
 #pragma omp simd reduction(max : m) simdlen(16)
     for (int64_t j = 0; j < n; ++j) {
-      const float x = j <= i ? row[j] : -INFINITY;
+      // The load is unconditional (a conditional one kept the AVX2 loop scalar); masked
+      // columns may hold anything, and the select drops them.
+      const float r = row[j];
+      const float x = j <= i ? r : -INFINITY;
       m = x > m ? x : m;
     }
     float sum = 0.0f;
