@@ -21,7 +21,7 @@ for tool in munged slurmctld slurmd sbatch srun scontrol sinfo squeue scancel; d
 done
 
 rm -rf "$work"
-mkdir -p "$work"/{state,spool,munge}
+mkdir -p "$work"/{state,spool,munge,tmp}
 work=$(realpath "$work")
 
 # Two free TCP ports, so that this cluster never meets a real Slurm or a parallel run of this test.
@@ -104,6 +104,10 @@ CredType=cred/munge
 AuthInfo=socket=$munge_socket
 StateSaveLocation=$work/state
 SlurmdSpoolDir=$work/spool
+# The pmix plug-in's per-step files go here rather than /tmp, where a parallel run would meet them.
+TmpFS=$work/tmp
+# No mail program in a minimal root; slurmctld complains unless this names one.
+MailProg=/bin/true
 SlurmctldPidFile=$work/slurmctld.pid
 SlurmdPidFile=$work/slurmd.pid
 # The daemons also print to NAME.out; slurmstepd (one per job step) logs only to slurmd.log.
@@ -126,6 +130,11 @@ MinJobAge=4
 NodeName=$host NodeAddr=127.0.0.1 $hardware State=UNKNOWN
 PartitionName=test Nodes=$host Default=YES MaxTime=10 State=UP
 X
+
+# slurmd (22.05) always loads a cgroup plug-in, and its default (autodetect) fails where
+# /sys/fs/cgroup is not mounted, as in a chroot; cgroup/v1 loads without it and, with the
+# plug-ins above, is never used.
+echo "CgroupPlugin=cgroup/v1" >"$work/cgroup.conf"
 
 start slurmctld slurmctld -D -f "$SLURM_CONF"
 start slurmd slurmd -D -N "$host" -f "$SLURM_CONF"
