@@ -17,6 +17,7 @@ if [ "${1:-all}" != demo ]; then
     python3 python3-torch python3-numpy  # numerics oracle and speed baseline (tests/bench only)
     libopenblas0-openmp                  # an optimized BLAS, so PyTorch baselines run at their best
     chromium                             # renders the run report in a test (headless)
+    slurmctld slurmd slurm-client munge  # a one-node Slurm cluster runs scripts/slurm/loom.sbatch in a test
   )
 fi
 
