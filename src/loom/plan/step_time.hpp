@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include <array>
+
 #include "loom/plan/specs.hpp"
 
 namespace loom::plan {
@@ -37,8 +39,19 @@ struct StepTime {
   double pp_comm_s = 0;    // point-to-point activations and gradients on the critical path
   double dp_comm_s = 0;    // the exposed part of the gradient reduction (and ZeRO-3 gathers)
   double optimizer_s = 0;  // Adam over this device's (sharded) parameters
-  double total() const { return compute_s + tp_comm_s + bubble_s + pp_comm_s + dp_comm_s + optimizer_s; }
+  double sharing_s = 0;    // waiting for a core: more ranks than cores on a node take turns
+  double total() const { return compute_s + tp_comm_s + bubble_s + pp_comm_s + dp_comm_s + optimizer_s + sharing_s; }
 };
+
+// The GEMMs of one layer for one micro-batch on one device: qkv, attention projection and
+// the two MLP products, and attention's two batched per-head products.
+struct LayerGemms {
+  std::array<Gemm, 4> linear;
+  Gemm scores, context;
+};
+LayerGemms layer_gemms(const ModelSpec& model, const Layout& layout);
+// The LM head's (T, h) x (h, V / t) for one micro-batch.
+Gemm head_gemm(const ModelSpec& model, const Layout& layout);
 
 LayerTime layer_time(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
 
@@ -47,6 +60,11 @@ LayerTime layer_time(const ModelSpec& model, const ClusterSpec& cluster, const L
 // each device's own NIC for its 1/per_node share, all-gather inside the node (NCCL's rings
 // over all NICs of a node amount to the same).
 double hierarchical_all_reduce_seconds(double bytes, int64_t ranks, int64_t per_node, const ClusterSpec& cluster);
+
+// Seconds a step waits for a core when a node runs more ranks than it has cores: they take
+// turns, so the node's ranks together need `ranks` x the busy time of one over its cores; the
+// dedicated step (without sharing) already covers part of that. 0 with a core each.
+double core_sharing_seconds(const StepTime& dedicated, int64_t ranks, const ClusterSpec& cluster);
 
 // The step of `layout` with `micro_batches` micro-batches per pipeline and `params_per_device`
 // parameters on each device (before ZeRO sharding).

@@ -1,0 +1,140 @@
+#include "local_cluster.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <vector>
+
+#include "loom/kernels/attention.hpp"
+#include "loom/kernels/gelu.hpp"
+#include "loom/kernels/matmul.hpp"
+#include "loom/kernels/residual.hpp"
+#include "loom/kernels/threads.hpp"
+
+namespace loom::apps {
+
+namespace {
+
+using kernels::Trans;
+
+double thread_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// CPU seconds of `run`, the median of up to 7 runs after a warm-up (which also creates the
+// oneDNN primitive), fewer for a slow one: about 50 ms per shape.
+double median_seconds(const std::function<void()>& run) {
+  run();
+  std::vector<double> t;
+  double spent = 0;
+  while (t.size() < 3 || (t.size() < 7 && spent < 0.05)) {
+    const double t0 = thread_seconds();
+    run();
+    t.push_back(thread_seconds() - t0);
+    spent += t.back();
+  }
+  std::sort(t.begin(), t.end());
+  return std::max(t[t.size() / 2], 1e-9);
+}
+
+std::vector<float> buffer(int64_t n, float value) { return std::vector<float>(static_cast<size_t>(n), value); }
+
+// Loom's rows beyond this many tokens only repeat the same kernel: a GEMM's rate and a pass's
+// cost per value have long stopped changing, so larger shapes are timed on this many rows.
+constexpr int64_t kMaxRows = 2048;
+
+// A Linear's three products as nn::Linear runs them: y = x W^T + b; dx = dy W; dW += dy^T x
+// and the bias gradient.
+plan::MeasuredRate measure_linear(const plan::Gemm& g) {
+  const int64_t M = std::min(g.m, kMaxRows), N = g.n, K = g.k;
+  std::vector<float> x = buffer(M * K, 0.5f), w = buffer(N * K, 0.25f), b = buffer(N, 0.1f), y = buffer(M * N, 0.f),
+                     dw = buffer(N * K, 0.f), db = buffer(N, 0.f);  // x (M, K), W (N, K), y (M, N)
+  const double forward = median_seconds(
+      [&] { kernels::matmul(x.data(), Trans::N, w.data(), Trans::T, y.data(), M, N, K, b.data()); });
+  const double backward = median_seconds([&] {
+    kernels::matmul(y.data(), Trans::N, w.data(), Trans::N, x.data(), M, K, N);
+    kernels::matmul(y.data(), Trans::T, x.data(), Trans::N, dw.data(), N, K, M, nullptr, /*accumulate=*/true);
+    kernels::bias_backward(db.data(), y.data(), M, N);
+  });
+  const double flops = 2.0 * static_cast<double>(M * N * K);
+  return {g, flops / forward, 2.0 * flops / backward};
+}
+
+// Loom's attention kernel (both batched products and the causal softmax) for the score
+// product {s, s, d, b a / t}: as many whole heads as fit kMaxRows tokens.
+plan::MeasuredRate measure_attention(const plan::Gemm& scores, int64_t heads_per_sequence) {
+  const int64_t T = scores.m, HS = scores.k, NH = heads_per_sequence, C = NH * HS;
+  const int64_t B = std::clamp<int64_t>(kMaxRows / T, 1, scores.batch / NH);
+  std::vector<float> qkv = buffer(B * T * 3 * C, 0.01f), att = buffer(B * NH * T * T, 0.f), out = buffer(B * T * C, 0.f),
+                     datt = buffer(B * NH * T * T, 0.f), dqkv = buffer(B * T * 3 * C, 0.f);
+  const double forward = median_seconds([&] { kernels::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH); });
+  const double backward = median_seconds([&] {
+    kernels::attention_backward(dqkv.data(), datt.data(), out.data(), qkv.data(), att.data(), B, T, C, NH);
+  });
+  const double flops = 4.0 * static_cast<double>(B * NH * T * T * HS);  // the two products, forward
+  return {scores, flops / forward, 2.0 * flops / backward};
+}
+
+// Bytes/s of a copy (read + write counted) between two buffers of a layer's activations'
+// size, too large for the private caches: what LayerNorm, residual adds and Adam stream at.
+double measure_copy_bandwidth() {
+  const size_t n = size_t{16} << 20;
+  std::vector<char> a(n, 1), b(n, 0);
+  const double dt = median_seconds([&] { std::memcpy(b.data(), a.data(), n); });
+  return 2.0 * static_cast<double>(n) / dt;
+}
+
+void add_unique(std::vector<plan::Gemm>& shapes, const plan::Gemm& g) {
+  if (std::find(shapes.begin(), shapes.end(), g) == shapes.end()) shapes.push_back(g);
+}
+
+}  // namespace
+
+plan::ClusterSpec measure_local_cluster(const plan::ModelSpec& model, const std::vector<plan::Layout>& layouts,
+                                        int64_t ranks) {
+  plan::ClusterSpec c;
+  c.name = "local";
+  c.cores_per_node = std::max<int64_t>(1, sysconf(_SC_NPROCESSORS_ONLN));
+  c.devices_per_node = std::max(c.cores_per_node, ranks);  // every rank runs on this machine
+  c.memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / c.devices_per_node;
+  c.compute_units = 0;
+  c.precision = plan::Precision::Fp32;
+  const int threads = kernels::num_threads();
+  kernels::set_num_threads(1);
+  std::vector<plan::Gemm> linear, scores;
+  int64_t gelu_values = 1;
+  for (const plan::Layout& l : layouts) {
+    const plan::LayerGemms g = plan::layer_gemms(model, l);
+    for (const plan::Gemm& s : g.linear) add_unique(linear, s);
+    add_unique(linear, plan::head_gemm(model, l));
+    if (std::find(scores.begin(), scores.end(), g.scores) == scores.end()) {
+      scores.push_back(g.scores);
+      c.attention_rates.push_back(measure_attention(g.scores, model.heads / l.tp));
+    }
+    gelu_values = std::max(gelu_values, g.linear[2].m * g.linear[2].n);
+  }
+  for (const plan::Gemm& g : linear) c.gemm_rates.push_back(measure_linear(g));
+  // The fastest GEMM measured stands for the peak (MFU and the roofline of unmeasured shapes).
+  c.peak_flops = 0;
+  for (const plan::MeasuredRate& r : c.gemm_rates) c.peak_flops = std::max(c.peak_flops, r.forward);
+  c.gemm_peak_share = 1.0;
+  const int64_t n = std::min<int64_t>(gelu_values, kMaxRows * 4 * model.hidden);
+  std::vector<float> x = buffer(n, 0.3f), y = buffer(n, 0.f), dx = buffer(n, 0.f);
+  c.gelu_forward_s = median_seconds([&] { kernels::gelu_forward(y.data(), x.data(), n); }) / static_cast<double>(n);
+  c.gelu_backward_s = median_seconds([&] { kernels::gelu_backward(dx.data(), x.data(), y.data(), n); }) / static_cast<double>(n);
+  kernels::set_num_threads(threads);
+  c.memory_bandwidth = measure_copy_bandwidth();
+  // Open MPI's shared-memory transport copies each message twice through a shared buffer, so
+  // a link moves half the copy bandwidth, after ~2 us of latency (`loom bench comm` measures
+  // both; bench/plan_vs_measured.sh passes them in).
+  c.intra_node = {2e-6, 2.0 / c.memory_bandwidth};
+  c.inter_node = c.intra_node;
+  return c;
+}
+
+}  // namespace loom::apps
