@@ -133,11 +133,22 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
   const double head_s = gemm_seconds(head, c, bpv) + gemm_backward_seconds(head, c, bpv) +
                         16.0 * static_cast<double>(T * (m.vocab / l.tp)) / c.memory_bandwidth;
 
+  // Outside the layers tp all-reduces a (T, h) activation twice more: the vocabulary-parallel
+  // embedding's output (first stage) and the head's input gradient (last stage); the
+  // vocabulary-parallel loss adds 3 all-reduces of a float per token (max, sum, target logit).
+  double outside_tp = 0.0;
+  if (l.tp > 1) {
+    const LinkCost& link = link_for(c, l.tp <= c.devices_per_node);
+    const double activation = static_cast<double>(T * m.hidden * bpv), per_token = static_cast<double>(T * 4);
+    outside_tp = (l.pp == 1 ? 2.0 : 1.0) * 2.0 * ring_half_seconds(activation, l.tp, link) +
+                 3.0 * 2.0 * ring_half_seconds(per_token, l.tp, link);
+  }
+
   StepTime st;
   // The last stage is the busiest (its layers plus the head); it sets the steady state.
   const double stage_s = layers * (layer_compute + layer_tp);
   st.compute_s = mb * (layers * layer_compute + head_s);
-  st.tp_comm_s = mb * layers * layer_tp;
+  st.tp_comm_s = mb * (layers * layer_tp + outside_tp);
   // Fill and drain: (p - 1) / v stage-times of one micro-batch (Narayanan et al. 2021).
   st.bubble_s = (p - 1.0) / v * stage_s;
 
@@ -167,9 +178,10 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
     st.dp_comm_s = std::max(0.0, comm - window);
   }
   // Adam reads gradient, master weight and two moments and writes the last three and the
-  // working copy: 28 bytes a parameter in both precisions, memory-bound.
+  // working copy: 28 bytes a parameter in both precisions, memory-bound; clipping reads the
+  // fp32 gradients once more for their norm and the next step zeroes them: 8 more.
   const double sharded = static_cast<double>(params_per_device) / (zero >= 1 ? static_cast<double>(l.dp) : 1.0);
-  st.optimizer_s = 28.0 * sharded / c.memory_bandwidth;
+  st.optimizer_s = 36.0 * sharded / c.memory_bandwidth;
   st.sharing_s = core_sharing_seconds(st, l.dp * l.pp * l.tp, c);
   return st;
 }
