@@ -26,13 +26,13 @@ double thread_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// CPU seconds of `run`, the median of up to 7 runs after a warm-up (which also creates the
-// oneDNN primitive), fewer for a slow one: about 50 ms per shape.
+// CPU seconds of `run`, the median of 3-7 runs after a warm-up (which also creates the
+// oneDNN primitive), or of fewer when one takes long: about 50 ms per shape.
 double median_seconds(const std::function<void()>& run) {
   run();
   std::vector<double> t;
   double spent = 0;
-  while (t.size() < 3 || (t.size() < 7 && spent < 0.05)) {
+  while (t.empty() || (spent < 0.2 && (t.size() < 3 || (t.size() < 7 && spent < 0.05)))) {
     const double t0 = thread_seconds();
     run();
     t.push_back(thread_seconds() - t0);
@@ -44,14 +44,22 @@ double median_seconds(const std::function<void()>& run) {
 
 std::vector<float> buffer(int64_t n, float value) { return std::vector<float>(static_cast<size_t>(n), value); }
 
-// Loom's rows beyond this many tokens only repeat the same kernel: a GEMM's rate and a pass's
-// cost per value have long stopped changing, so larger shapes are timed on this many rows.
-constexpr int64_t kMaxRows = 2048;
+// Rows (tokens) beyond a few thousand only repeat the same kernel: a GEMM's rate and a
+// pass's cost per value have long stopped changing, so larger shapes are timed on fewer rows:
+// at most kMaxRows, and for wide matrices (an LM head over a large vocabulary) about
+// kMaxFlops, at least kMinRows.
+constexpr int64_t kMaxRows = 2048, kMinRows = 256;
+constexpr double kMaxFlops = 1e9;
+
+int64_t timed_rows(const plan::Gemm& g) {
+  const auto by_flops = static_cast<int64_t>(kMaxFlops / (2.0 * static_cast<double>(g.n * g.k)));
+  return std::min(g.m, std::clamp(by_flops, kMinRows, kMaxRows));
+}
 
 // A Linear's three products as nn::Linear runs them: y = x W^T + b; dx = dy W; dW += dy^T x
 // and the bias gradient.
 plan::MeasuredRate measure_linear(const plan::Gemm& g) {
-  const int64_t M = std::min(g.m, kMaxRows), N = g.n, K = g.k;
+  const int64_t M = timed_rows(g), N = g.n, K = g.k;
   std::vector<float> x = buffer(M * K, 0.5f), w = buffer(N * K, 0.25f), b = buffer(N, 0.1f), y = buffer(M * N, 0.f),
                      dw = buffer(N * K, 0.f), db = buffer(N, 0.f);  // x (M, K), W (N, K), y (M, N)
   const double forward = median_seconds(
@@ -118,7 +126,16 @@ plan::ClusterSpec measure_local_cluster(const plan::ModelSpec& model, const std:
     }
     gelu_values = std::max(gelu_values, g.linear[2].m * g.linear[2].n);
   }
-  for (const plan::Gemm& g : linear) c.gemm_rates.push_back(measure_linear(g));
+  for (const plan::Gemm& g : linear) {
+    // Shapes that differ only beyond the rows timed share one measurement.
+    const plan::Gemm timed{timed_rows(g), g.n, g.k};
+    auto same = std::find_if(c.gemm_rates.begin(), c.gemm_rates.end(), [&](const plan::MeasuredRate& r) {
+      return plan::Gemm{timed_rows(r.shape), r.shape.n, r.shape.k} == timed;
+    });
+    plan::MeasuredRate rate = same != c.gemm_rates.end() ? *same : measure_linear(g);
+    rate.shape = g;
+    c.gemm_rates.push_back(rate);
+  }
   // The fastest GEMM measured stands for the peak (MFU and the roofline of unmeasured shapes).
   c.peak_flops = 0;
   for (const plan::MeasuredRate& r : c.gemm_rates) c.peak_flops = std::max(c.peak_flops, r.forward);
