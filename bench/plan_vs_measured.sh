@@ -14,20 +14,21 @@
 # sequences a step, no recompute, fp32 Adam. Layouts: serial, dp2 (DDP, ZeRO-1, ZeRO-3), tp2,
 # pp2 with 1F1B over 4 micro-batches, and on 4 ranks dp4, dp2 x pp2, dp2 x tp2 and pp2 x tp2.
 # Measured step time: the median wall time of the steps
-# after the first LOOM_SKIP (metrics.jsonl `elapsed_s` differences), and the CPU time a step
-# costs the busiest rank (user + sys of a LOOM_STEPS run minus a LOOM_SKIP run, per step):
-# what a step takes on cores of its own when other jobs share the machine (MPI waits spin,
-# so they count). Memory: the largest `peak_mem_bytes` of rank 0. On a shared machine the
+# after the first LOOM_SKIP (metrics.jsonl `elapsed_s` differences), and the CPU time of a
+# step (user + sys of a LOOM_STEPS run minus a LOOM_SKIP run, per step): the busiest rank's,
+# or all ranks' over the cores when ranks outnumber them. That is what a step takes on cores
+# of its own when other jobs share the machine (MPI waits spin, so they count); the wall time
+# is the target on a quiet machine, the CPU time the figure to trust on a busy one. Memory: the largest `peak_mem_bytes` of rank 0. On a shared machine the
 # timings are indicative only: the load average is printed before and after.
 # Benchmarks never gate anything: the exit status is 0 whatever the figures.
 #
-# Environment (all optional): LOOM_STEPS=8, LOOM_SKIP=2, MPIRUN=mpirun,
+# Environment (all optional): LOOM_STEPS=14, LOOM_SKIP=2, MPIRUN=mpirun,
 # DATA=data/tinyshakespeare.txt, PYTHON=/usr/bin/python3.
 set -euo pipefail
 
 BENCH_NAME=plan_vs_measured
 source "$(dirname "$0")/mpi_bench_setup.sh"
-LOOM_STEPS=${LOOM_STEPS:-8}
+LOOM_STEPS=${LOOM_STEPS:-14}
 # Ranks waiting in MPI give their core to the others (needed with more ranks than cores).
 export OMPI_MCA_mpi_yield_when_idle=1
 WORK=$(mktemp -d /tmp/plan_vs_measured.XXXXXX)
@@ -68,8 +69,10 @@ train() {  # name ranks steps flags...: runs loom train, each rank's CPU seconds
     "$LOOM" train --data "$DATA" "${MODEL[@]}" --threads 1 --steps "$steps" --log-every 1 --eval-every 0 \
     --eval-batches 1 --out-dir "$WORK/$name" "$@" </dev/null >"$WORK/$name.log" 2>&1
 }
-busiest_cpu() {  # name: the largest user + sys over the ranks
-  cat "$WORK/$1".cpu.* | awk '{ t = $1 + $2; if (t > m) m = t } END { print m }'
+CORES=$(nproc)
+busiest_cpu() {  # name: the largest user + sys over the ranks, or their sum over the cores if larger
+  cat "$WORK/$1".cpu.* | awk -v cores="$CORES" '{ t = $1 + $2; s += t; if (t > m) m = t }
+    END { print (s / cores > m ? s / cores : m) }'
 }
 
 printf '%-12s %10s %10s %6s %10s %6s %10s %10s %6s\n' layout "pred s" "wall s" ratio "cpu s" ratio "pred MiB" \
@@ -108,10 +111,13 @@ dp2-tp2|4|--dp 2 --tp 2 --batch-size 4|--dp 2 --tp 2 --micro-batch-size 4 --zero
 pp2-tp2|4|--pp 2 --tp 2 --schedule 1f1b --micro-batches 4 --batch-size 2|--dp 1 --pp 2 --tp 2 --micro-batch-size 2
 LAYOUTS
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-# The verdict: every layout's wall-time ratio within 25% and memory ratio within 10%.
-awk '{ n++; t = $4; m = $NF
-       if (t < 0.75 || t > 1.25) { slow++; bad = bad " " $1 } if (m < 0.9 || m > 1.1) mem++
-       if (n == 1 || t < lo) lo = t; if (n == 1 || t > hi) hi = t }
-     END { printf "summary: %d layouts, step time predicted/measured %.2f-%.2f: %s; memory: %s\n", n, lo, hi,
-             slow ? slow " outside 25% (" substr(bad, 2) ")" : "all within 25%", mem ? mem " outside 10%" : "all within 10%" }' \
-  "$WORK/table"
+# The verdict: every layout's step-time ratio within 25% (against the wall time, and against
+# the CPU time) and memory ratio within 10%.
+awk 'function out(r) { return r < 0.75 || r > 1.25 }
+     { n++; m = $NF; if (m < 0.9 || m > 1.1) mem++
+       if (out($4)) { wall++; wbad = wbad " " $1 }
+       if (NF < 9 || out($6)) { cpu++; cbad = cbad " " $1 } }
+     END { printf "summary: %d layouts; step time vs wall: %s; vs CPU: %s; memory: %s\n", n,
+             wall ? wall " outside 25% (" substr(wbad, 2) ")" : "all within 25%",
+             cpu ? cpu " outside 25% (" substr(cbad, 2) ")" : "all within 25%",
+             mem ? mem " outside 10%" : "all within 10%" }' "$WORK/table"
