@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #include "loom/kernels/attention.hpp"
@@ -109,6 +111,36 @@ double measure_copy_bandwidth() {
   return 2.0 * static_cast<double>(n) / dt;
 }
 
+// Values per second that GELU forward passes over a private 1 Mi-value buffer reach in
+// `seconds` on the calling thread.
+double gelu_rate(double seconds) {
+  kernels::set_num_threads(1);  // per thread: OpenMP's thread count is a per-thread setting
+  const int64_t n = int64_t{1} << 20;
+  std::vector<float> x = buffer(n, 0.3f), y = buffer(n, 0.f);
+  const auto wall0 = std::chrono::steady_clock::now();
+  int64_t passes = 0;
+  do {
+    kernels::gelu_forward(y.data(), x.data(), n);
+    ++passes;
+  } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count() < seconds);
+  return static_cast<double>(passes * n) /
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+}
+
+// Speed of each core with all `cores` busy relative to one busy alone: the same kernel on
+// one thread, then on one thread per core at once (wall-clock rates: what a rank gets).
+double measure_shared_core_speed(int64_t cores) {
+  if (cores <= 1) return 1.0;
+  const double alone = gelu_rate(0.15);
+  std::vector<double> rates(static_cast<size_t>(cores));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < rates.size(); ++i) threads.emplace_back([&rates, i] { rates[i] = gelu_rate(0.3); });
+  for (std::thread& t : threads) t.join();
+  double sum = 0;
+  for (double r : rates) sum += r;
+  return std::clamp(sum / static_cast<double>(cores) / alone, 0.05, 1.0);
+}
+
 void add_unique(std::vector<plan::Gemm>& shapes, const plan::Gemm& g) {
   if (std::find(shapes.begin(), shapes.end(), g) == shapes.end()) shapes.push_back(g);
 }
@@ -156,8 +188,9 @@ plan::ClusterSpec measure_local_cluster(const plan::ModelSpec& model, const std:
   std::vector<float> x = buffer(n, 0.3f), y = buffer(n, 0.f), dx = buffer(n, 0.f);
   c.gelu_forward_s = fastest_seconds([&] { kernels::gelu_forward(y.data(), x.data(), n); }) / static_cast<double>(n);
   c.gelu_backward_s = fastest_seconds([&] { kernels::gelu_backward(dx.data(), x.data(), y.data(), n); }) / static_cast<double>(n);
-  kernels::set_num_threads(threads);
   c.memory_bandwidth = measure_copy_bandwidth();
+  c.shared_core_speed = measure_shared_core_speed(c.cores_per_node);
+  kernels::set_num_threads(threads);
   // Open MPI's shared-memory transport copies each message twice through a shared buffer, so
   // a link moves half the copy bandwidth, after ~2 us of latency (`loom bench comm` measures
   // both; bench/plan_vs_measured.sh passes them in).

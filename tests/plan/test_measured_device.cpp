@@ -1,7 +1,7 @@
 // A device described by measured rates (what `loom plan --cluster local` builds for a CPU):
 // each GEMM shape at its own forward and backward rate, attention as one kernel on its
-// nominal FLOPs, GELU per value, and ranks taking turns on fewer cores; all against
-// hand-computed cases.
+// nominal FLOPs, GELU per value, and ranks taking turns on fewer cores that slow down when
+// all are busy; all against hand-computed cases.
 #include <gtest/gtest.h>
 
 #include "loom/plan/gemm_cost.hpp"
@@ -85,6 +85,12 @@ TEST(PlanMeasuredDevice, RanksTakeTurnsOnFewerCores) {
   EXPECT_DOUBLE_EQ(core_sharing_seconds(dedicated, 3, c), 0.25);
   // More ranks than a node holds: only a node's own share its cores.
   EXPECT_DOUBLE_EQ(core_sharing_seconds(dedicated, 16, c), 1.0);
+  // Cores at half speed while all are busy: 2 ranks take the dedicated 2 s / 0.5 = 4 s, 4
+  // ranks 3 s / 0.5 = 6 s; one rank alone keeps its full speed.
+  c.shared_core_speed = 0.5;
+  EXPECT_DOUBLE_EQ(core_sharing_seconds(dedicated, 2, c), 2.0);
+  EXPECT_DOUBLE_EQ(core_sharing_seconds(dedicated, 4, c), 4.0);
+  EXPECT_DOUBLE_EQ(core_sharing_seconds(dedicated, 1, c), 0.0);
 }
 
 }  // namespace

@@ -104,14 +104,17 @@ double hierarchical_all_reduce_seconds(double bytes, int64_t ranks, int64_t per_
 
 double core_sharing_seconds(const StepTime& dedicated, int64_t ranks, const ClusterSpec& c) {
   const int64_t on_node = std::min(ranks, c.devices_per_node);
-  if (c.cores_per_node <= 0 || on_node <= c.cores_per_node) return 0.0;
+  if (c.cores_per_node <= 0 || on_node <= 1) return 0.0;
   // What keeps a rank's core busy: compute, optimizer and communication (shared-memory
   // transfers are copies by the CPU); a pipeline's bubble is idle time that a rank waiting
   // in MPI gives up to the others (Open MPI's mpi_yield_when_idle).
   const double busy = dedicated.compute_s + dedicated.tp_comm_s + dedicated.pp_comm_s + dedicated.dp_comm_s +
                       dedicated.optimizer_s;
-  const double turns = static_cast<double>(on_node) / static_cast<double>(c.cores_per_node);
-  return std::max(0.0, turns * busy - dedicated.total());
+  const double turns = std::max(1.0, static_cast<double>(on_node) / static_cast<double>(c.cores_per_node));
+  // Every core busy, each runs at the shared speed: the node's work over its cores, or the
+  // dedicated step, whichever is longer, slowed by it.
+  const double shared = std::max(turns * busy, dedicated.total()) / c.shared_core_speed;
+  return std::max(0.0, shared - dedicated.total());
 }
 
 StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, int64_t micro_batches,
