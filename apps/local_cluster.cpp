@@ -128,17 +128,20 @@ double gelu_rate(double seconds) {
 }
 
 // Speed of each core with all `cores` busy relative to one busy alone: the same kernel on
-// one thread, then on one thread per core at once (wall-clock rates: what a rank gets).
+// one thread, then on one thread per core at once (wall-clock rates: what a rank gets), in
+// three rounds, since on a shared machine both drift.
 double measure_shared_core_speed(int64_t cores) {
   if (cores <= 1) return 1.0;
-  const double alone = gelu_rate(0.15);
-  std::vector<double> rates(static_cast<size_t>(cores));
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < rates.size(); ++i) threads.emplace_back([&rates, i] { rates[i] = gelu_rate(0.3); });
-  for (std::thread& t : threads) t.join();
-  double sum = 0;
-  for (double r : rates) sum += r;
-  return std::clamp(sum / static_cast<double>(cores) / alone, 0.05, 1.0);
+  double alone = 0, all = 0;
+  for (int round = 0; round < 3; ++round) {
+    alone += gelu_rate(0.1);
+    std::vector<double> rates(static_cast<size_t>(cores));
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < rates.size(); ++i) threads.emplace_back([&rates, i] { rates[i] = gelu_rate(0.1); });
+    for (std::thread& t : threads) t.join();
+    for (double r : rates) all += r / static_cast<double>(cores);
+  }
+  return std::clamp(all / alone, 0.05, 1.0);
 }
 
 void add_unique(std::vector<plan::Gemm>& shapes, const plan::Gemm& g) {

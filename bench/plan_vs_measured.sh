@@ -7,9 +7,10 @@
 #
 # Usage: bench/plan_vs_measured.sh [build dir]        (default: build)
 #
-# The link comes from `loom bench comm` on 2 ranks, the kernels' rates (GEMMs by shape,
-# attention, GELU) and the copy bandwidth from `loom plan --cluster local`, measured next to
-# each run.
+# The link comes from `loom bench comm` on 2 ranks; the kernels' rates (GEMMs by shape,
+# attention, GELU), the copy bandwidth and the cores' speed when all are busy from
+# `loom plan --cluster local`, which measures them before and after each run (the prediction
+# is the mean of the two).
 # Model: L=4, H=4, C=128, T=128, char vocabulary (65, padded to 128), global batch 8
 # sequences a step, no recompute, fp32 Adam. Layouts: serial, dp2 (DDP, ZeRO-1, ZeRO-3), tp2,
 # pp2 with 1F1B over 4 micro-batches, and on 4 ranks dp4, dp2 x pp2, dp2 x tp2 and pp2 x tp2.
@@ -62,6 +63,13 @@ if not c["valid"]: sys.exit("invalid layout: " + c["why_not"])
 print(c["step_s"], c["memory_bytes_per_device"])'
 }
 
+predict() {  # ranks plan-flags...: "step_s memory_bytes" from `loom plan --cluster local`
+  local ranks=$1
+  shift
+  "$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus "$ranks" --global-batch 8 --recompute off \
+    --sequence-parallel off --link-latency-us "$alpha_us" --link-gbs "$link_gbs" --json "$@" </dev/null | predicted
+}
+
 train() {  # name ranks steps flags...: runs loom train, each rank's CPU seconds in $WORK/name.cpu.<rank>
   local name=$1 ranks=$2 steps=$3
   shift 3
@@ -81,6 +89,8 @@ printf '%-12s %10s %10s %6s %10s %6s %10s %10s %6s\n' layout "pred s" "wall s" r
 while IFS='|' read -r name ranks train_flags plan_flags; do
   dir="$WORK/$name"
   # shellcheck disable=SC2086
+  before=$(predict "$ranks" $plan_flags)
+  # shellcheck disable=SC2086
   train "$name" "$ranks" "$LOOM_STEPS" $train_flags ||
     { echo "$name: loom train failed (see below)" >&2; tail -5 "$WORK/$name.log" >&2; continue; }
   # shellcheck disable=SC2086
@@ -89,9 +99,9 @@ while IFS='|' read -r name ranks train_flags plan_flags; do
     'BEGIN { print (a - b) / n }')
   read -r meas_s meas_b < <(measured "$dir/metrics.jsonl")
   # shellcheck disable=SC2086
-  read -r pred_s pred_b < <("$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus "$ranks" --global-batch 8 \
-    --recompute off --sequence-parallel off --link-latency-us "$alpha_us" --link-gbs "$link_gbs" --json $plan_flags \
-    </dev/null | predicted)
+  after=$(predict "$ranks" $plan_flags)
+  # The machine is measured before and after the run: the mean of the two predictions.
+  read -r pred_s pred_b < <(echo "$before $after" | awk '{ print ($1 + $3) / 2, $2 }')
   "$PYTHON" -c "
 ps, ms, cs, pb, mb = $pred_s, $meas_s, $cpu_s, $pred_b, $meas_b
 # Under heavy load the short run can cost more CPU than the long one: no figure then.
