@@ -203,13 +203,18 @@ Runner add_plan_command(CLI::App& sub) {
     const bool mib = ranked.front().memory_bytes() < (int64_t{1} << 30);
     const double unit = mib ? double(1 << 20) : double(1 << 30);
     const bool giga = cluster.peak_flops < 1e12;  // devices below a TFLOP/s: GFLOP/s
-    std::printf("%-44s %9s %9s %9s %9s %9s %9s %9s %10s  %s\n", "layout", mib ? "mem MiB" : "mem GiB", "step s",
-                "compute", "bubble", "tp comm", "pp comm", "dp comm", giga ? "GFLOP/s" : "TFLOP/s", "why the runners-up lose");
+    // A CPU's ranks share cores: one more column, the time lost to that.
+    const bool shared = cluster.cores_per_node > 0;
+    std::printf("%-44s %9s %9s %9s %9s %9s %9s %9s%s %10s  %s\n", "layout", mib ? "mem MiB" : "mem GiB", "step s",
+                "compute", "bubble", "tp comm", "pp comm", "dp comm", shared ? "   sharing" : "", giga ? "GFLOP/s" : "TFLOP/s",
+                "why the runners-up lose");
     for (int64_t i = 0; i < std::min(valid, a->top); ++i) {
       const plan::LayoutCost& c = ranked[static_cast<size_t>(i)];
-      std::printf("%-44s %9.1f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %10.1f  %s\n", layout_name(c.layout).c_str(),
+      char sharing[16] = "";
+      if (shared) std::snprintf(sharing, sizeof sharing, " %9.3f", c.time.sharing_s);
+      std::printf("%-44s %9.1f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f%s %10.1f  %s\n", layout_name(c.layout).c_str(),
                   static_cast<double>(c.memory_bytes()) / unit, c.step_s(), c.time.compute_s, c.time.bubble_s,
-                  c.time.tp_comm_s, c.time.pp_comm_s, c.time.dp_comm_s, c.flops_per_device / (giga ? 1e9 : 1e12),
+                  c.time.tp_comm_s, c.time.pp_comm_s, c.time.dp_comm_s, sharing, c.flops_per_device / (giga ? 1e9 : 1e12),
                   ((i == 0 ? std::string("best") : why_slower(c, ranked[0])) + memory_note(c, cluster)).c_str());
     }
     std::map<std::string, int> reasons;
