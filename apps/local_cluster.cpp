@@ -8,6 +8,8 @@
 #include <ctime>
 #include <functional>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "loom/kernels/attention.hpp"
@@ -111,37 +113,45 @@ double measure_copy_bandwidth() {
   return 2.0 * static_cast<double>(n) / dt;
 }
 
-// Values per second that GELU forward passes over a private 1 Mi-value buffer reach in
-// `seconds` on the calling thread.
-double gelu_rate(double seconds) {
+// GELU forward passes over a private 1 Mi-value buffer for `seconds` on the calling thread:
+// values per second of wall time, and per second of the thread's CPU time.
+struct Rates {
+  double wall = 0, cpu = 0;
+};
+Rates gelu_rates(double seconds) {
   kernels::set_num_threads(1);  // per thread: OpenMP's thread count is a per-thread setting
   const int64_t n = int64_t{1} << 20;
   std::vector<float> x = buffer(n, 0.3f), y = buffer(n, 0.f);
   const auto wall0 = std::chrono::steady_clock::now();
+  const double cpu0 = thread_seconds();
   int64_t passes = 0;
+  double wall = 0;
   do {
     kernels::gelu_forward(y.data(), x.data(), n);
     ++passes;
-  } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count() < seconds);
-  return static_cast<double>(passes * n) /
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  } while (wall < seconds);
+  const double values = static_cast<double>(passes * n);
+  return {values / wall, values / std::max(thread_seconds() - cpu0, 1e-9)};
 }
 
-// Speed of each core with all `cores` busy relative to one busy alone: the same kernel on
-// one thread, then on one thread per core at once (wall-clock rates: what a rank gets), in
-// three rounds, since on a shared machine both drift.
-double measure_shared_core_speed(int64_t cores) {
-  if (cores <= 1) return 1.0;
-  double alone = 0, all = 0;
+// The speed a rank gets, relative to an undisturbed core (the CPU-time rate of one thread
+// alone): with one core busy (other jobs on the machine take their share of it) and with all
+// `cores` busy at once (they also share caches, memory, SMT cores, or an overcommitted host).
+// In three rounds, since on a shared machine both drift.
+std::pair<double, double> measure_core_speeds(int64_t cores) {
+  double undisturbed = 0, alone = 0, all = 0;
   for (int round = 0; round < 3; ++round) {
-    alone += gelu_rate(0.1);
+    const Rates one = gelu_rates(0.1);
+    undisturbed += one.cpu;
+    alone += one.wall;
     std::vector<double> rates(static_cast<size_t>(cores));
     std::vector<std::thread> threads;
-    for (size_t i = 0; i < rates.size(); ++i) threads.emplace_back([&rates, i] { rates[i] = gelu_rate(0.1); });
+    for (size_t i = 0; i < rates.size(); ++i) threads.emplace_back([&rates, i] { rates[i] = gelu_rates(0.1).wall; });
     for (std::thread& t : threads) t.join();
     for (double r : rates) all += r / static_cast<double>(cores);
   }
-  return std::clamp(all / alone, 0.05, 1.0);
+  return {std::clamp(alone / undisturbed, 0.05, 1.0), std::clamp(all / undisturbed, 0.05, 1.0)};
 }
 
 void add_unique(std::vector<plan::Gemm>& shapes, const plan::Gemm& g) {
@@ -192,7 +202,7 @@ plan::ClusterSpec measure_local_cluster(const plan::ModelSpec& model, const std:
   c.gelu_forward_s = fastest_seconds([&] { kernels::gelu_forward(y.data(), x.data(), n); }) / static_cast<double>(n);
   c.gelu_backward_s = fastest_seconds([&] { kernels::gelu_backward(dx.data(), x.data(), y.data(), n); }) / static_cast<double>(n);
   c.memory_bandwidth = measure_copy_bandwidth();
-  c.shared_core_speed = measure_shared_core_speed(c.cores_per_node);
+  std::tie(c.alone_core_speed, c.shared_core_speed) = measure_core_speeds(c.cores_per_node);
   kernels::set_num_threads(threads);
   // Open MPI's shared-memory transport copies each message twice through a shared buffer, so
   // a link moves half the copy bandwidth, after ~2 us of latency (`loom bench comm` measures

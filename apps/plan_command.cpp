@@ -193,11 +193,11 @@ Runner add_plan_command(CLI::App& sub) {
                 static_cast<long long>(a->global_batch));
     if (cluster.name == "local")
       std::printf("local: %lld cores (a process per rank, 1 thread each), %.1f GiB a rank, GEMM %.1f-%.1f GFLOP/s by "
-                  "shape, attention %.1f GFLOP/s, GELU %.1f + %.1f ns a value, copy %.1f GB/s, cores all busy at %.2f x\n",
+                  "shape, attention %.1f GFLOP/s, GELU %.1f + %.1f ns a value, copy %.1f GB/s, a core's speed alone %.2f, all busy %.2f\n",
                   static_cast<long long>(cluster.cores_per_node), static_cast<double>(cluster.memory_bytes) / (1 << 30),
                   min_rate(cluster.gemm_rates) / 1e9, cluster.peak_flops / 1e9, min_rate(cluster.attention_rates) / 1e9,
                   cluster.gelu_forward_s * 1e9, cluster.gelu_backward_s * 1e9, cluster.memory_bandwidth / 1e9,
-                  cluster.shared_core_speed);
+                  cluster.alone_core_speed, cluster.shared_core_speed);
     check(valid > 0, "no layout fits: ", ranked.empty() ? "no layout divides the devices" : ranked.front().why_not);
     // Memory in GiB, or MiB for models that do not need a GiB.
     const bool mib = ranked.front().memory_bytes() < (int64_t{1} << 30);

@@ -86,11 +86,14 @@ TEST(PlanMeasuredDevice, RanksTakeTurnsOnFewerCores) {
   // More ranks than a node holds: only a node's own share its cores.
   EXPECT_DOUBLE_EQ(core_sharing_seconds(dedicated, 16, c), 1.0);
   // Cores at half speed while all are busy: 2 ranks take the dedicated 2 s / 0.5 = 4 s, 4
-  // ranks 3 s / 0.5 = 6 s; one rank alone keeps its full speed.
+  // ranks 3 s / 0.5 = 6 s; one rank alone runs at its own speed (here undisturbed).
   c.shared_core_speed = 0.5;
   EXPECT_DOUBLE_EQ(core_sharing_seconds(dedicated, 2, c), 2.0);
   EXPECT_DOUBLE_EQ(core_sharing_seconds(dedicated, 4, c), 4.0);
   EXPECT_DOUBLE_EQ(core_sharing_seconds(dedicated, 1, c), 0.0);
+  // Other jobs leave one rank alone 80% of its core: 2 s / 0.8 = 2.5 s.
+  c.alone_core_speed = 0.8;
+  EXPECT_DOUBLE_EQ(core_sharing_seconds(dedicated, 1, c), 0.5);
 }
 
 }  // namespace

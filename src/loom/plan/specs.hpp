@@ -65,10 +65,12 @@ struct ClusterSpec {
   // Processors that run a node's devices; fewer than its ranks (a CPU oversubscribed with
   // processes) and they take turns. 0: one each, as a GPU has.
   int64_t cores_per_node = 0;
-  // Speed of each core while every core of the node is busy, relative to one core busy
-  // alone: below 1 where cores share caches, memory bandwidth, an SMT core or a host that a
-  // hypervisor has overcommitted. Measured for `--cluster local`; 1 for a GPU.
-  double shared_core_speed = 1.0;
+  // Speed a rank's core gets relative to an undisturbed one, with one core of the node busy
+  // and with all of them busy: below 1 where other jobs take a share of the machine and where
+  // cores share caches, memory bandwidth, an SMT core or a host that a hypervisor has
+  // overcommitted. Measured for `--cluster local` (the kernels' rates above are undisturbed
+  // ones); 1 for a GPU.
+  double alone_core_speed = 1.0, shared_core_speed = 1.0;
   // Measured on the device (local_cluster.hpp); empty or 0 for clusters described by their
   // peak and roofline above, which then price these kernels. On a CPU a small GEMM's rate
   // depends on its shape and on which of the three products it is, far from one peak share:

@@ -104,7 +104,8 @@ double hierarchical_all_reduce_seconds(double bytes, int64_t ranks, int64_t per_
 
 double core_sharing_seconds(const StepTime& dedicated, int64_t ranks, const ClusterSpec& c) {
   const int64_t on_node = std::min(ranks, c.devices_per_node);
-  if (c.cores_per_node <= 0 || on_node <= 1) return 0.0;
+  if (c.cores_per_node <= 0) return 0.0;
+  if (on_node <= 1) return dedicated.total() / c.alone_core_speed - dedicated.total();
   // What keeps a rank's core busy: compute, optimizer and communication (shared-memory
   // transfers are copies by the CPU); a pipeline's bubble is idle time that a rank waiting
   // in MPI gives up to the others (Open MPI's mpi_yield_when_idle).

@@ -62,9 +62,10 @@ LayerTime layer_time(const ModelSpec& model, const ClusterSpec& cluster, const L
 double hierarchical_all_reduce_seconds(double bytes, int64_t ranks, int64_t per_node, const ClusterSpec& cluster);
 
 // Seconds a step loses to sharing a CPU node's cores: more ranks than cores take turns, so
-// the node's ranks together need `ranks` x the busy time of one over its cores; and with
-// every core busy each runs at the cluster's shared_core_speed. The dedicated step (a core
-// each, at full speed) already covers part of that. 0 on devices of their own (GPUs).
+// the node's ranks together need `ranks` x the busy time of one over its cores; with every
+// core busy each runs at the cluster's shared_core_speed, one rank alone at its
+// alone_core_speed. The dedicated step (a core each, undisturbed) already covers part of
+// that. 0 on devices of their own (GPUs).
 double core_sharing_seconds(const StepTime& dedicated, int64_t ranks, const ClusterSpec& cluster);
 
 // The step of `layout` with `micro_batches` micro-batches per pipeline and `params_per_device`
