@@ -171,14 +171,22 @@ Runner add_plan_command(CLI::App& sub) {
     const int64_t valid = first_invalid - ranked.begin();
     if (a->json) {
       nlohmann::json out = nlohmann::json::array();
+      // The step on undisturbed cores (ranks still take turns): what a rank's CPU time shows
+      // on a machine that other jobs share.
+      plan::ClusterSpec undisturbed = cluster;
+      undisturbed.alone_core_speed = undisturbed.shared_core_speed = 1.0;
       for (const plan::LayoutCost& c : ranked) {
         const plan::Layout& l = c.layout;
+        plan::StepTime dedicated = c.time;
+        dedicated.sharing_s = 0.0;
+        const double undisturbed_s =
+            dedicated.total() + plan::core_sharing_seconds(dedicated, l.dp * l.pp * l.tp, undisturbed);
         out.push_back({{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"virtual_stages", l.pp * l.chunks},
                        {"micro_batch_size", l.micro_batch}, {"zero", l.dp > 1 ? l.zero : 0}, {"recompute", l.recompute},
                        {"sequence_parallel", l.sequence_parallel}, {"valid", c.valid}, {"why_not", c.why_not},
                        {"memory_bytes_per_device", c.memory_bytes()},
                        {"state_bytes", c.state_bytes}, {"activation_bytes", c.activation_bytes},
-                       {"step_s", c.valid ? c.step_s() : 0.0},
+                       {"step_s", c.valid ? c.step_s() : 0.0}, {"undisturbed_step_s", c.valid ? undisturbed_s : 0.0},
                        {"tflops_per_device", c.flops_per_device / 1e12}, {"micro_batches", c.micro_batches},
                        {"time_s", {{"compute", c.time.compute_s}, {"tp_comm", c.time.tp_comm_s},
                                    {"bubble", c.time.bubble_s}, {"pp_comm", c.time.pp_comm_s},

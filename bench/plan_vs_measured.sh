@@ -18,8 +18,9 @@
 # after the first LOOM_SKIP (metrics.jsonl `elapsed_s` differences), and the CPU time of a
 # step (user + sys of a LOOM_STEPS run minus a LOOM_SKIP run, per step): the busiest rank's,
 # or all ranks' over the cores when ranks outnumber them. That is what a step takes on cores
-# of its own when other jobs share the machine (MPI waits spin, so they count); the wall time
-# is the target on a quiet machine, the CPU time the figure to trust on a busy one. Memory: the largest `peak_mem_bytes` of rank 0. On a shared machine the
+# of its own when other jobs share the machine (MPI waits spin, so they count). The wall time
+# is set against the prediction for the machine as measured (its cores' speeds under the
+# present load included), the CPU time against the prediction on undisturbed cores. Memory: the largest `peak_mem_bytes` of rank 0. On a shared machine the
 # timings are indicative only: the load average is printed before and after.
 # Benchmarks never gate anything: the exit status is 0 whatever the figures.
 #
@@ -57,10 +58,10 @@ print(statistics.median(steps), max(r["peak_mem_bytes"] for r in train))
 PY
 }
 
-predicted() {  # loom plan --json -> "step_s memory_bytes"
+predicted() {  # loom plan --json -> "step_s memory_bytes undisturbed_step_s"
   "$PYTHON" -c 'import json, sys; c = json.load(sys.stdin)[0]
 if not c["valid"]: sys.exit("invalid layout: " + c["why_not"])
-print(c["step_s"], c["memory_bytes_per_device"])'
+print(c["step_s"], c["memory_bytes_per_device"], c["undisturbed_step_s"])'
 }
 
 predict() {  # ranks plan-flags...: "step_s memory_bytes" from `loom plan --cluster local`
@@ -101,11 +102,12 @@ while IFS='|' read -r name ranks train_flags plan_flags; do
   # shellcheck disable=SC2086
   after=$(predict "$ranks" $plan_flags)
   # The machine is measured before and after the run: the mean of the two predictions.
-  read -r pred_s pred_b < <(echo "$before $after" | awk '{ print ($1 + $3) / 2, $2 }')
+  read -r pred_s pred_b pred_cpu < <(echo "$before $after" | awk '{ print ($1 + $4) / 2, $2, ($3 + $6) / 2 }')
   "$PYTHON" -c "
-ps, ms, cs, pb, mb = $pred_s, $meas_s, $cpu_s, $pred_b, $meas_b
-# Under heavy load the short run can cost more CPU than the long one: no figure then.
-cpu = '%10.4f %6.2f' % (cs, ps / cs) if cs > 0 else '%10s %6s' % ('n/a', '')
+ps, ms, cs, pb, mb, pc = $pred_s, $meas_s, $cpu_s, $pred_b, $meas_b, $pred_cpu
+# Under heavy load the short run can cost more CPU than the long one: no figure then. The
+# CPU time is set against the step on undisturbed cores (the other jobs' share left out).
+cpu = '%10.4f %6.2f' % (cs, pc / cs) if cs > 0 else '%10s %6s' % ('n/a', '')
 print('%-12s %10.4f %10.4f %6.2f %s %10.1f %10.1f %6.2f' % ('$name', ps, ms, ps / ms, cpu, pb / 2**20, mb / 2**20,
       pb / mb))" | tee -a "$WORK/table"
 done <<'LAYOUTS'
