@@ -24,13 +24,14 @@
 # timings are indicative only: the load average is printed before and after.
 # Benchmarks never gate anything: the exit status is 0 whatever the figures.
 #
-# Environment (all optional): LOOM_STEPS=14, LOOM_SKIP=2, MPIRUN=mpirun,
+# Environment (all optional): REPEATS=1 (rounds per layout, medians printed), LOOM_STEPS=14, LOOM_SKIP=2, MPIRUN=mpirun,
 # DATA=data/tinyshakespeare.txt, PYTHON=/usr/bin/python3.
 set -euo pipefail
 
 BENCH_NAME=plan_vs_measured
 source "$(dirname "$0")/mpi_bench_setup.sh"
 LOOM_STEPS=${LOOM_STEPS:-14}
+REPEATS=${REPEATS:-1}
 # Ranks waiting in MPI give their core to the others (needed with more ranks than cores).
 export OMPI_MCA_mpi_yield_when_idle=1
 WORK=$(mktemp -d /tmp/plan_vs_measured.XXXXXX)
@@ -89,27 +90,35 @@ printf '%-12s %10s %10s %6s %10s %6s %10s %10s %6s\n' layout "pred s" "wall s" r
 # name | ranks | train flags | plan flags
 while IFS='|' read -r name ranks train_flags plan_flags; do
   dir="$WORK/$name"
-  # shellcheck disable=SC2086
-  before=$(predict "$ranks" $plan_flags)
-  # shellcheck disable=SC2086
-  train "$name" "$ranks" "$LOOM_STEPS" $train_flags ||
-    { echo "$name: loom train failed (see below)" >&2; tail -5 "$WORK/$name.log" >&2; continue; }
-  # shellcheck disable=SC2086
-  train "$name-short" "$ranks" "$LOOM_SKIP" $train_flags || die "$name: the short run failed"
-  cpu_s=$(awk -v a="$(busiest_cpu "$name")" -v b="$(busiest_cpu "$name-short")" -v n=$((LOOM_STEPS - LOOM_SKIP)) \
-    'BEGIN { print (a - b) / n }')
-  read -r meas_s meas_b < <(measured "$dir/metrics.jsonl")
-  # shellcheck disable=SC2086
-  after=$(predict "$ranks" $plan_flags)
-  # The machine is measured before and after the run: the mean of the two predictions.
-  read -r pred_s pred_b pred_cpu < <(echo "$before $after" | awk '{ print ($1 + $4) / 2, $2, ($3 + $6) / 2 }')
-  "$PYTHON" -c "
-ps, ms, cs, pb, mb, pc = $pred_s, $meas_s, $cpu_s, $pred_b, $meas_b, $pred_cpu
+  : >"$WORK/$name.rounds"
+  for ((round = 0; round < REPEATS; round++)); do
+    # shellcheck disable=SC2086
+    before=$(predict "$ranks" $plan_flags)
+    # shellcheck disable=SC2086
+    train "$name" "$ranks" "$LOOM_STEPS" $train_flags ||
+      { echo "$name: loom train failed (see below)" >&2; tail -5 "$WORK/$name.log" >&2; continue 2; }
+    # shellcheck disable=SC2086
+    train "$name-short" "$ranks" "$LOOM_SKIP" $train_flags || die "$name: the short run failed"
+    cpu_s=$(awk -v a="$(busiest_cpu "$name")" -v b="$(busiest_cpu "$name-short")" -v n=$((LOOM_STEPS - LOOM_SKIP)) \
+      'BEGIN { print (a - b) / n }')
+    # shellcheck disable=SC2086
+    after=$(predict "$ranks" $plan_flags)
+    # The machine is measured before and after the run: the mean of the two predictions.
+    echo "$before $after $(measured "$dir/metrics.jsonl") $cpu_s" >>"$WORK/$name.rounds"
+  done
+  # Each figure is the median over the rounds.
+  "$PYTHON" - "$name" "$WORK/$name.rounds" <<'PY' | tee -a "$WORK/table"
+import statistics as st, sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[2]) if l.strip()]
+med = lambda f: st.median(f(r) for r in rows)
+ps, pb, pc = med(lambda r: (r[0] + r[3]) / 2), med(lambda r: r[1]), med(lambda r: (r[2] + r[5]) / 2)
+ms, mb, cs = med(lambda r: r[6]), med(lambda r: r[7]), med(lambda r: r[8])
 # Under heavy load the short run can cost more CPU than the long one: no figure then. The
 # CPU time is set against the step on undisturbed cores (the other jobs' share left out).
 cpu = '%10.4f %6.2f' % (cs, pc / cs) if cs > 0 else '%10s %6s' % ('n/a', '')
-print('%-12s %10.4f %10.4f %6.2f %s %10.1f %10.1f %6.2f' % ('$name', ps, ms, ps / ms, cpu, pb / 2**20, mb / 2**20,
-      pb / mb))" | tee -a "$WORK/table"
+print('%-12s %10.4f %10.4f %6.2f %s %10.1f %10.1f %6.2f' % (sys.argv[1], ps, ms, ps / ms, cpu, pb / 2**20, mb / 2**20,
+      pb / mb))
+PY
 done <<'LAYOUTS'
 serial|1|--batch-size 8|--dp 1 --micro-batch-size 8
 dp2|2|--dp 2 --batch-size 4|--dp 2 --micro-batch-size 4 --zero 0
