@@ -2,7 +2,9 @@
 // shape's efficiency (gemm_cost.hpp), the memory-bound elementwise kernels at the memory
 // bandwidth, the tensor-parallel collectives (not overlapped, as in Megatron), the pipeline
 // bubble and point-to-point transfers, the data-parallel gradient reduction overlapped with
-// the last micro-batch's backward, and the optimizer step. Pure functions.
+// the last micro-batch's backward, the optimizer step, and on a CPU the time its ranks lose
+// to sharing cores. Devices measured kernel by kernel (a CPU: specs.hpp) price each GEMM at
+// its shape's rate, attention as one kernel and GELU per value. Pure functions.
 #pragma once
 
 #include <cstdint>
