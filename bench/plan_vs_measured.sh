@@ -8,24 +8,25 @@
 # Usage: bench/plan_vs_measured.sh [build dir]        (default: build)
 #
 # The link comes from `loom bench comm` on 2 ranks; the kernels' rates (GEMMs by shape,
-# attention, GELU), the copy bandwidth and the cores' speed when all are busy from
-# `loom plan --cluster local`, which measures them before and after each run (the prediction
-# is the mean of the two).
+# attention, GELU), the copy bandwidth and the speed a core gets alone and with all busy
+# from `loom plan --cluster local`, which measures them before and after each run (the
+# prediction is the mean of the two).
 # Model: L=4, H=4, C=128, T=128, char vocabulary (65, padded to 128), global batch 8
 # sequences a step, no recompute, fp32 Adam. Layouts: serial, dp2 (DDP, ZeRO-1, ZeRO-3), tp2,
 # pp2 with 1F1B over 4 micro-batches, and on 4 ranks dp4, dp2 x pp2, dp2 x tp2 and pp2 x tp2.
-# Measured step time: the median wall time of the steps
-# after the first LOOM_SKIP (metrics.jsonl `elapsed_s` differences), and the CPU time of a
-# step (user + sys of a LOOM_STEPS run minus a LOOM_SKIP run, per step): the busiest rank's,
-# or all ranks' over the cores when ranks outnumber them. That is what a step takes on cores
-# of its own when other jobs share the machine (MPI waits spin, so they count). The wall time
-# is set against the prediction for the machine as measured (its cores' speeds under the
-# present load included), the CPU time against the prediction on undisturbed cores. Memory: the largest `peak_mem_bytes` of rank 0. On a shared machine the
-# timings are indicative only: the load average is printed before and after.
+# Measured step time: the median wall time of the steps after the first LOOM_SKIP
+# (metrics.jsonl `elapsed_s` differences), and the CPU time of a step (user + sys of a
+# LOOM_STEPS run minus a LOOM_SKIP run, per step): the busiest rank's, or all ranks' over the
+# cores when ranks outnumber them, which is what a step takes on cores of its own when other
+# jobs share the machine (MPI waits spin, so they count). The wall time is set against the
+# prediction for the machine as measured (the share of its cores other jobs leave included),
+# the CPU time against the prediction on undisturbed cores. Memory: the largest
+# `peak_mem_bytes` of rank 0. On a shared machine the timings drift with the other jobs: the
+# load average is printed before and after, and REPEATS > 1 prints medians over rounds.
 # Benchmarks never gate anything: the exit status is 0 whatever the figures.
 #
-# Environment (all optional): REPEATS=1 (rounds per layout, medians printed), LOOM_STEPS=14, LOOM_SKIP=2, MPIRUN=mpirun,
-# DATA=data/tinyshakespeare.txt, PYTHON=/usr/bin/python3.
+# Environment (all optional): REPEATS=1 (rounds per layout), LOOM_STEPS=14, LOOM_SKIP=2,
+# MPIRUN=mpirun, DATA=data/tinyshakespeare.txt, PYTHON=/usr/bin/python3.
 set -euo pipefail
 
 BENCH_NAME=plan_vs_measured
