@@ -14,9 +14,8 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "local_cluster.hpp"
 #include "loom/error.hpp"
-#include "loom/kernels/peak_flops.hpp"
-#include "loom/kernels/threads.hpp"
 #include "loom/plan/layout_cost.hpp"
 #include "loom/plan/spec_files.hpp"
 
@@ -36,55 +35,17 @@ struct PlanArgs {
   double link_latency_us = 0, link_gbs = 0;                      // > 0: override both link tiers
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Bytes/s of copying a 32 MiB buffer (read + write counted), the median of a few passes: on
-// a machine shared with other jobs the median is the share a training run will get.
-double measure_copy_bandwidth() {
-  const size_t n = size_t{32} << 20;
-  std::vector<char> a(n, 1), b(n, 0);
-  std::vector<double> rates;
-  for (int i = 0; i < 9; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::memcpy(b.data(), a.data(), n);
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rates.push_back(2.0 * static_cast<double>(n) / dt);
-    a[static_cast<size_t>(i)] = b[n - 1 - static_cast<size_t>(i)];  // keep the copies observable
-  }
-  return median(rates);
-}
-
-// This machine as Loom runs on it: a process per core with one thread, fp32. The peak is
-// oneDNN's GEMM rate on one thread (as `loom bench gemm --threads 1`), the bandwidth a
-// single-threaded copy; Open MPI's shared-memory transport copies each message twice through
-// a shared buffer, so a link moves half the copy bandwidth, after ~2 us of latency.
-plan::ClusterSpec measure_local_cluster() {
-  plan::ClusterSpec c;
-  c.name = "local";
-  c.devices_per_node = std::max<int64_t>(1, sysconf(_SC_NPROCESSORS_ONLN));
-  c.memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / c.devices_per_node;
-  const int threads = kernels::num_threads();
-  kernels::set_num_threads(1);
-  std::vector<double> gflops;  // the median of short windows, as for the bandwidth
-  for (int i = 0; i < 9; ++i) gflops.push_back(kernels::measure_matmul_gflops(0.04, 512));
-  c.peak_flops = median(gflops) * 1e9;
-  kernels::set_num_threads(threads);
-  c.gemm_peak_share = 1.0;  // the peak is itself a GEMM's measured rate
-  c.memory_bandwidth = measure_copy_bandwidth();
-  c.compute_units = 0;
-  c.precision = plan::Precision::Fp32;
-  c.intra_node = {2e-6, 2.0 / c.memory_bandwidth};
-  c.inter_node = c.intra_node;
-  return c;
-}
-
 std::string layout_name(const plan::Layout& l) {
   return "dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + " x tp " + std::to_string(l.tp) +
          (l.chunks > 1 ? " (v " + std::to_string(l.chunks) + ")" : "") + ", mb " + std::to_string(l.micro_batch) +
          (l.recompute ? ", recompute" : "");
+}
+
+// The slowest forward rate of a measured table (0 when empty).
+double min_rate(const std::vector<plan::MeasuredRate>& rates) {
+  double low = 0;
+  for (const plan::MeasuredRate& r : rates) low = low == 0 ? r.forward : std::min(low, r.forward);
+  return low;
 }
 
 // Why a runner-up loses to the best layout: its step's excess in percent, the term that costs
@@ -96,7 +57,8 @@ std::string why_slower(const plan::LayoutCost& c, const plan::LayoutCost& best) 
                                                   {"tp comm", a.tp_comm_s - b.tp_comm_s},
                                                   {"pp comm", a.pp_comm_s - b.pp_comm_s},
                                                   {"dp comm", a.dp_comm_s - b.dp_comm_s},
-                                                  {"optimizer", a.optimizer_s - b.optimizer_s}};
+                                                  {"optimizer", a.optimizer_s - b.optimizer_s},
+                                                  {"core sharing", a.sharing_s - b.sharing_s}};
   auto worst = terms[0], gain = terms[0];
   for (const auto& t : terms) {
     if (t.second > worst.second) worst = t;
@@ -168,18 +130,11 @@ Runner add_plan_command(CLI::App& sub) {
       }
     check(model.hidden % model.heads == 0, "hidden (", model.hidden, ") must be divisible by heads (", model.heads, ")");
     check(a->devices >= 1 && a->global_batch >= 1, "--gpus and --global-batch must be >= 1");
-    plan::ClusterSpec cluster = !a->cluster_file.empty() ? plan::cluster_from_file(a->cluster_file)
-                                      : a->cluster == "local"  ? measure_local_cluster()
-                                                               : plan::cluster_preset(a->cluster);
-    for (plan::LinkCost* link : {&cluster.intra_node, &cluster.inter_node}) {
-      if (a->link_latency_us > 0) link->alpha_s = a->link_latency_us * 1e-6;
-      if (a->link_gbs > 0) link->beta_s_per_byte = 1.0 / (a->link_gbs * 1e9);
-    }
     plan::SearchSpace space;
     space.zero = a->zero;
     space.sequence_parallel = a->sequence_parallel == "on";
     if (a->recompute != "any") space.recompute = {a->recompute == "on"};
-    std::vector<plan::LayoutCost> ranked;
+    std::vector<plan::Layout> layouts;  // the one layout asked for, or the shapes the search will price
     if (a->dp > 0) {
       plan::Layout l;
       l.dp = a->dp;
@@ -193,27 +148,50 @@ Runner add_plan_command(CLI::App& sub) {
       l.sequence_parallel = space.sequence_parallel && l.tp > 1;
       check(l.dp * l.pp * l.tp == a->devices, "dp (", l.dp, ") x pp (", l.pp, ") x tp (", l.tp, ") = ",
             l.dp * l.pp * l.tp, " != --gpus ", a->devices);
-      ranked.push_back(plan::predict(model, cluster, l, a->global_batch));
-    } else {
-      ranked = plan::search(model, cluster, a->devices, a->global_batch, space);
+      layouts.push_back(l);
+    } else if (a->cluster == "local") {
+      for (int64_t tp = 1; tp <= a->devices; ++tp)
+        if (a->devices % tp == 0 && model.heads % tp == 0)
+          for (int64_t mb : space.micro_batches) layouts.push_back(plan::Layout{1, 1, tp, 1, mb});
     }
+    plan::ClusterSpec cluster = !a->cluster_file.empty() ? plan::cluster_from_file(a->cluster_file)
+                                : a->cluster == "local"  ? measure_local_cluster(model, layouts, a->devices)
+                                                         : plan::cluster_preset(a->cluster);
+    for (plan::LinkCost* link : {&cluster.intra_node, &cluster.inter_node}) {
+      if (a->link_latency_us > 0) link->alpha_s = a->link_latency_us * 1e-6;
+      if (a->link_gbs > 0) link->beta_s_per_byte = 1.0 / (a->link_gbs * 1e9);
+    }
+    std::vector<plan::LayoutCost> ranked;
+    if (a->dp > 0)
+      ranked.push_back(plan::predict(model, cluster, layouts.front(), a->global_batch));
+    else
+      ranked = plan::search(model, cluster, a->devices, a->global_batch, space);
     const auto first_invalid =
         std::find_if(ranked.begin(), ranked.end(), [](const plan::LayoutCost& c) { return !c.valid; });
     const int64_t valid = first_invalid - ranked.begin();
     if (a->json) {
       nlohmann::json out = nlohmann::json::array();
+      // The step on undisturbed cores (ranks still take turns): what a rank's CPU time shows
+      // on a machine that other jobs share.
+      plan::ClusterSpec undisturbed = cluster;
+      undisturbed.alone_core_speed = undisturbed.shared_core_speed = 1.0;
       for (const plan::LayoutCost& c : ranked) {
         const plan::Layout& l = c.layout;
+        plan::StepTime dedicated = c.time;
+        dedicated.sharing_s = 0.0;
+        const double undisturbed_s =
+            dedicated.total() + plan::core_sharing_seconds(dedicated, l.dp * l.pp * l.tp, undisturbed);
         out.push_back({{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"virtual_stages", l.pp * l.chunks},
                        {"micro_batch_size", l.micro_batch}, {"zero", l.dp > 1 ? l.zero : 0}, {"recompute", l.recompute},
                        {"sequence_parallel", l.sequence_parallel}, {"valid", c.valid}, {"why_not", c.why_not},
                        {"memory_bytes_per_device", c.memory_bytes()},
                        {"state_bytes", c.state_bytes}, {"activation_bytes", c.activation_bytes},
-                       {"step_s", c.valid ? c.step_s() : 0.0},
+                       {"step_s", c.valid ? c.step_s() : 0.0}, {"undisturbed_step_s", c.valid ? undisturbed_s : 0.0},
                        {"tflops_per_device", c.flops_per_device / 1e12}, {"micro_batches", c.micro_batches},
                        {"time_s", {{"compute", c.time.compute_s}, {"tp_comm", c.time.tp_comm_s},
                                    {"bubble", c.time.bubble_s}, {"pp_comm", c.time.pp_comm_s},
-                                   {"dp_comm", c.time.dp_comm_s}, {"optimizer", c.time.optimizer_s}}}});
+                                   {"dp_comm", c.time.dp_comm_s}, {"optimizer", c.time.optimizer_s},
+                                   {"sharing", c.time.sharing_s}}}});
       }
       std::printf("%s\n", out.dump(1).c_str());
       return 0;
@@ -222,21 +200,29 @@ Runner add_plan_command(CLI::App& sub) {
                 static_cast<long long>(model.parameters()), static_cast<long long>(a->devices), cluster.name.c_str(),
                 static_cast<long long>(a->global_batch));
     if (cluster.name == "local")
-      std::printf("local: %lld devices (a process per core, 1 thread each), %.1f GiB each, GEMM %.1f GFLOP/s, copy %.1f GB/s\n",
-                  static_cast<long long>(cluster.devices_per_node), static_cast<double>(cluster.memory_bytes) / (1 << 30),
-                  cluster.peak_flops / 1e9, cluster.memory_bandwidth / 1e9);
+      std::printf("local: %lld cores (a process per rank, 1 thread each), %.1f GiB a rank, GEMM %.1f-%.1f GFLOP/s by "
+                  "shape, attention %.1f GFLOP/s, GELU %.1f + %.1f ns a value, copy %.1f GB/s, a core's speed alone %.2f, all busy %.2f\n",
+                  static_cast<long long>(cluster.cores_per_node), static_cast<double>(cluster.memory_bytes) / (1 << 30),
+                  min_rate(cluster.gemm_rates) / 1e9, cluster.peak_flops / 1e9, min_rate(cluster.attention_rates) / 1e9,
+                  cluster.gelu_forward_s * 1e9, cluster.gelu_backward_s * 1e9, cluster.memory_bandwidth / 1e9,
+                  cluster.alone_core_speed, cluster.shared_core_speed);
     check(valid > 0, "no layout fits: ", ranked.empty() ? "no layout divides the devices" : ranked.front().why_not);
     // Memory in GiB, or MiB for models that do not need a GiB.
     const bool mib = ranked.front().memory_bytes() < (int64_t{1} << 30);
     const double unit = mib ? double(1 << 20) : double(1 << 30);
     const bool giga = cluster.peak_flops < 1e12;  // devices below a TFLOP/s: GFLOP/s
-    std::printf("%-44s %9s %9s %9s %9s %9s %9s %9s %10s  %s\n", "layout", mib ? "mem MiB" : "mem GiB", "step s",
-                "compute", "bubble", "tp comm", "pp comm", "dp comm", giga ? "GFLOP/s" : "TFLOP/s", "why the runners-up lose");
+    // A CPU's ranks share cores: one more column, the time lost to that.
+    const bool shared = cluster.cores_per_node > 0;
+    std::printf("%-44s %9s %9s %9s %9s %9s %9s %9s%s %10s  %s\n", "layout", mib ? "mem MiB" : "mem GiB", "step s",
+                "compute", "bubble", "tp comm", "pp comm", "dp comm", shared ? "   sharing" : "", giga ? "GFLOP/s" : "TFLOP/s",
+                "why the runners-up lose");
     for (int64_t i = 0; i < std::min(valid, a->top); ++i) {
       const plan::LayoutCost& c = ranked[static_cast<size_t>(i)];
-      std::printf("%-44s %9.1f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %10.1f  %s\n", layout_name(c.layout).c_str(),
+      char sharing[16] = "";
+      if (shared) std::snprintf(sharing, sizeof sharing, " %9.3f", c.time.sharing_s);
+      std::printf("%-44s %9.1f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f%s %10.1f  %s\n", layout_name(c.layout).c_str(),
                   static_cast<double>(c.memory_bytes()) / unit, c.step_s(), c.time.compute_s, c.time.bubble_s,
-                  c.time.tp_comm_s, c.time.pp_comm_s, c.time.dp_comm_s, c.flops_per_device / (giga ? 1e9 : 1e12),
+                  c.time.tp_comm_s, c.time.pp_comm_s, c.time.dp_comm_s, sharing, c.flops_per_device / (giga ? 1e9 : 1e12),
                   ((i == 0 ? std::string("best") : why_slower(c, ranked[0])) + memory_note(c, cluster)).c_str());
     }
     std::map<std::string, int> reasons;

@@ -67,6 +67,7 @@ const std::map<std::string, ClusterSpec>& clusters() {
     ClusterSpec local;
     local.name = "local-default";
     local.devices_per_node = 2;
+    local.cores_per_node = 2;  // more ranks than this take turns
     local.memory_bytes = int64_t{12} << 30;
     local.peak_flops = 100e9;
     local.gemm_peak_share = 1.0;  // the peak is itself a measured GEMM rate

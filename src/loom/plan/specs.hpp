@@ -32,6 +32,22 @@ struct ModelSpec {
 // Loom on a CPU, 4 + 4 + 8 bytes and 4-byte activations.
 enum class Precision { Mixed, Fp32 };
 
+// C (m, n) = A (m, k) . B (k, n), `batch` independent copies (attention's heads).
+struct Gemm {
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  double flops() const {
+    return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch);
+  }
+  bool operator==(const Gemm&) const = default;
+};
+
+// A kernel's measured throughput at one shape, FLOP/s of its forward and of its backward
+// (`loom plan --cluster local` times Loom's own kernels at the shapes the model uses).
+struct MeasuredRate {
+  Gemm shape;
+  double forward = 0, backward = 0;
+};
+
 struct ClusterSpec {
   std::string name = "custom";
   int64_t devices_per_node = 8;
@@ -45,6 +61,26 @@ struct ClusterSpec {
   Precision precision = Precision::Mixed;
   LinkCost intra_node;  // per device, inside a node
   LinkCost inter_node;  // per device (its own NIC), between nodes
+
+  // Processors that run a node's devices; fewer than its ranks (a CPU oversubscribed with
+  // processes) and they take turns. 0: one each, as a GPU has.
+  int64_t cores_per_node = 0;
+  // Speed a rank's core gets relative to an undisturbed one, with one core of the node busy
+  // and with all of them busy: below 1 where other jobs take a share of the machine and where
+  // cores share caches, memory bandwidth, an SMT core or a host that a hypervisor has
+  // overcommitted. Measured for `--cluster local` (the kernels' rates above are undisturbed
+  // ones); 1 for a GPU.
+  double alone_core_speed = 1.0, shared_core_speed = 1.0;
+  // Measured on the device (local_cluster.hpp); empty or 0 for clusters described by their
+  // peak and roofline above, which then price these kernels. On a CPU a small GEMM's rate
+  // depends on its shape and on which of the three products it is, far from one peak share:
+  std::vector<MeasuredRate> gemm_rates;  // a GEMM by its forward shape; backward: dA and dB together
+  // Attention as one kernel (its two batched products and the softmax between them), by
+  // the score product's shape {s, s, d, b a / t}, on its nominal 4 b s^2 h / t forward FLOPs.
+  std::vector<MeasuredRate> attention_rates;
+  // Seconds per value of GELU's forward and backward: on a CPU its exponential, not memory,
+  // bounds it.
+  double gelu_forward_s = 0, gelu_backward_s = 0;
 };
 
 // Bytes of one value of the weights, gradients and activations in the training precision.

@@ -17,49 +17,76 @@ double ring_half_seconds(double bytes, int64_t ranks, const LinkCost& link) {
   return (p - 1.0) * link.alpha_s + (p - 1.0) / p * bytes * link.beta_s_per_byte;
 }
 
-// Bytes the elementwise kernels of one layer's forward move per token. Mixed precision counts
-// Megatron's fused kernels on 2-byte values with 1-byte dropout masks: two LayerNorms (read +
-// write h each), two bias-dropout-residual adds (read 2h, write h + mask), bias-GeLU (read +
-// write 4h / t), scale-mask-softmax (read + write a s / t) and its dropout (read, write, mask):
-// 22h + 16h/t + 9as/t. Loom's fp32 layer has no dropout: LayerNorms 2 x 8h, residual adds
-// 2 x 12h, GeLU 32h / t, softmax 8as / t. With sequence parallelism the LayerNorms and adds
-// run on s / t tokens. Backward moves twice as much (saved inputs and incoming gradients in,
-// gradients out).
-double elementwise_bytes_per_token(const ModelSpec& m, const ClusterSpec& c, const Layout& l) {
+// Bytes the elementwise kernels of one layer's forward move per token, by kernel. Mixed
+// precision counts Megatron's fused kernels on 2-byte values with 1-byte dropout masks: two
+// LayerNorms (read + write h each) and two bias-dropout-residual adds (read 2h, write h +
+// mask): 22h; bias-GeLU (read + write 4h / t): 16h / t; scale-mask-softmax (read + write
+// a s / t) and its dropout (read, write, mask): 9as / t. Loom's fp32 layer has no dropout:
+// LayerNorms 2 x 8h and residual adds 2 x 12h, GeLU 32h / t, softmax 8as / t. With sequence
+// parallelism the LayerNorms and adds run on s / t tokens. Backward moves twice as much
+// (saved inputs and incoming gradients in, gradients out).
+struct ElementwiseBytes {
+  double norms_and_adds = 0, gelu = 0, softmax = 0;
+};
+
+ElementwiseBytes elementwise_bytes_per_token(const ModelSpec& m, const ClusterSpec& c, const Layout& l) {
   const double h = static_cast<double>(m.hidden), a = static_cast<double>(m.heads), s = static_cast<double>(m.seq),
                t = static_cast<double>(l.tp);
   const double replicated = l.sequence_parallel && l.tp > 1 ? 1.0 / t : 1.0;
-  if (c.precision == Precision::Mixed) return 22.0 * h * replicated + 16.0 * h / t + 9.0 * a * s / t;
-  return 40.0 * h * replicated + 32.0 * h / t + 8.0 * a * s / t;
+  if (c.precision == Precision::Mixed) return {22.0 * h * replicated, 16.0 * h / t, 9.0 * a * s / t};
+  return {40.0 * h * replicated, 32.0 * h / t, 8.0 * a * s / t};
 }
 
 }  // namespace
 
-LayerTime layer_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l) {
-  const int64_t bpv = value_bytes(c.precision);
+LayerGemms layer_gemms(const ModelSpec& m, const Layout& l) {
   const int64_t T = l.micro_batch * m.seq, h = m.hidden, t = l.tp, d = m.hidden / m.heads;
   // (T, h) x (h, 3h/t) qkv, (T, h/t) x (h/t, h) projection, (T, h) x (h, 4h/t) and
   // (T, 4h/t) x (4h/t, h) MLP; per head (s, d) x (d, s) scores and (s, s) x (s, d) context.
-  const Gemm gemms[] = {{T, 3 * h / t, h},
-                        {T, h, h / t},
-                        {T, 4 * h / t, h},
-                        {T, h, 4 * h / t},
-                        {m.seq, m.seq, d, l.micro_batch * m.heads / t},
-                        {m.seq, d, m.seq, l.micro_batch * m.heads / t}};
+  return {{Gemm{T, 3 * h / t, h}, Gemm{T, h, h / t}, Gemm{T, 4 * h / t, h}, Gemm{T, h, 4 * h / t}},
+          Gemm{m.seq, m.seq, d, l.micro_batch * m.heads / t},
+          Gemm{m.seq, d, m.seq, l.micro_batch * m.heads / t}};
+}
+
+Gemm head_gemm(const ModelSpec& m, const Layout& l) { return Gemm{l.micro_batch * m.seq, m.vocab / l.tp, m.hidden}; }
+
+LayerTime layer_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l) {
+  const int64_t bpv = value_bytes(c.precision);
+  const int64_t T = l.micro_batch * m.seq;
+  const LayerGemms gemms = layer_gemms(m, l);
   LayerTime lt;
-  for (const Gemm& g : gemms) {
+  for (const Gemm& g : gemms.linear) {
     lt.forward_gemm += gemm_seconds(g, c, bpv);
     lt.backward_gemm += gemm_backward_seconds(g, c, bpv);
   }
-  const double elementwise = elementwise_bytes_per_token(m, c, l) * static_cast<double>(T) / c.memory_bandwidth;
-  lt.forward_elementwise = elementwise;
-  lt.backward_elementwise = 2.0 * elementwise;
-  if (t > 1) {
+  const ElementwiseBytes bytes = elementwise_bytes_per_token(m, c, l);
+  const double tokens = static_cast<double>(T), bw = c.memory_bandwidth;
+  // Attention measured as one kernel includes its softmax; otherwise its two products are
+  // GEMMs and the softmax a memory-bound pass. Backward runs 4 products to forward's 2.
+  if (const MeasuredRate* r = find_rate(c.attention_rates, gemms.scores)) {
+    lt.forward_gemm += 2.0 * gemms.scores.flops() / r->forward;
+    lt.backward_gemm += 4.0 * gemms.scores.flops() / r->backward;
+  } else {
+    for (const Gemm& g : {gemms.scores, gemms.context}) {
+      lt.forward_gemm += gemm_seconds(g, c, bpv);
+      lt.backward_gemm += gemm_backward_seconds(g, c, bpv);
+    }
+    lt.forward_elementwise += bytes.softmax * tokens / bw;
+    lt.backward_elementwise += 2.0 * bytes.softmax * tokens / bw;
+  }
+  lt.forward_elementwise += bytes.norms_and_adds * tokens / bw;
+  lt.backward_elementwise += 2.0 * bytes.norms_and_adds * tokens / bw;
+  // GELU: its bytes at the bandwidth or, where measured slower, its values at the measured rate.
+  const double gelu_values = 4.0 * static_cast<double>(T * m.hidden / l.tp);
+  lt.forward_elementwise += std::max(bytes.gelu * tokens / bw, gelu_values * c.gelu_forward_s);
+  lt.backward_elementwise += std::max(2.0 * bytes.gelu * tokens / bw, gelu_values * c.gelu_backward_s);
+  if (l.tp > 1) {
     // Each collective moves a (T, h) activation. Without sequence parallelism: an all-reduce
     // (two halves) after attention and MLP forward, before them backward (Shoeybi et al.
     // 2019). With it: 2 all-gathers + 2 reduce-scatters forward, backward the same plus
     // re-gathering the 2 column-parallel inputs (Korthikanti et al. 2022).
-    const double one = ring_half_seconds(static_cast<double>(T * h * bpv), t, link_for(c, t <= c.devices_per_node));
+    const double one =
+        ring_half_seconds(static_cast<double>(T * m.hidden * bpv), l.tp, link_for(c, l.tp <= c.devices_per_node));
     lt.forward_tp = 4.0 * one;  // 2 all-reduces or 2 all-gathers + 2 reduce-scatters
     lt.backward_tp = (l.sequence_parallel ? 6.0 : 4.0) * one;
   }
@@ -73,6 +100,22 @@ double hierarchical_all_reduce_seconds(double bytes, int64_t ranks, int64_t per_
   const int64_t nodes = ranks / per_node;
   return 2.0 * ring_half_seconds(bytes, per_node, c.intra_node) +
          2.0 * ring_half_seconds(bytes / static_cast<double>(per_node), nodes, c.inter_node);
+}
+
+double core_sharing_seconds(const StepTime& dedicated, int64_t ranks, const ClusterSpec& c) {
+  const int64_t on_node = std::min(ranks, c.devices_per_node);
+  if (c.cores_per_node <= 0) return 0.0;
+  if (on_node <= 1) return dedicated.total() / c.alone_core_speed - dedicated.total();
+  // What keeps a rank's core busy: compute, optimizer and communication (shared-memory
+  // transfers are copies by the CPU); a pipeline's bubble is idle time that a rank waiting
+  // in MPI gives up to the others (Open MPI's mpi_yield_when_idle).
+  const double busy = dedicated.compute_s + dedicated.tp_comm_s + dedicated.pp_comm_s + dedicated.dp_comm_s +
+                      dedicated.optimizer_s;
+  const double turns = std::max(1.0, static_cast<double>(on_node) / static_cast<double>(c.cores_per_node));
+  // Every core busy, each runs at the shared speed: the node's work over its cores, or the
+  // dedicated step, whichever is longer, slowed by it.
+  const double shared = std::max(turns * busy, dedicated.total()) / c.shared_core_speed;
+  return std::max(0.0, shared - dedicated.total());
 }
 
 StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, int64_t micro_batches,
@@ -90,15 +133,26 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
   // The LM head on the last stage: (T, h) x (h, V/t) forward and its two backward GEMMs, and
   // the cross-entropy over fp32 logits (write, read; gradient write, read: 16 bytes a logit).
   const int64_t T = l.micro_batch * m.seq;
-  const Gemm head{T, m.vocab / l.tp, m.hidden};
+  const Gemm head = head_gemm(m, l);
   const double head_s = gemm_seconds(head, c, bpv) + gemm_backward_seconds(head, c, bpv) +
                         16.0 * static_cast<double>(T * (m.vocab / l.tp)) / c.memory_bandwidth;
+
+  // Outside the layers tp all-reduces a (T, h) activation twice more: the vocabulary-parallel
+  // embedding's output (first stage) and the head's input gradient (last stage); the
+  // vocabulary-parallel loss adds 3 all-reduces of a float per token (max, sum, target logit).
+  double outside_tp = 0.0;
+  if (l.tp > 1) {
+    const LinkCost& link = link_for(c, l.tp <= c.devices_per_node);
+    const double activation = static_cast<double>(T * m.hidden * bpv), per_token = static_cast<double>(T * 4);
+    outside_tp = (l.pp == 1 ? 2.0 : 1.0) * 2.0 * ring_half_seconds(activation, l.tp, link) +
+                 3.0 * 2.0 * ring_half_seconds(per_token, l.tp, link);
+  }
 
   StepTime st;
   // The last stage is the busiest (its layers plus the head); it sets the steady state.
   const double stage_s = layers * (layer_compute + layer_tp);
   st.compute_s = mb * (layers * layer_compute + head_s);
-  st.tp_comm_s = mb * layers * layer_tp;
+  st.tp_comm_s = mb * (layers * layer_tp + outside_tp);
   // Fill and drain: (p - 1) / v stage-times of one micro-batch (Narayanan et al. 2021).
   st.bubble_s = (p - 1.0) / v * stage_s;
 
@@ -128,9 +182,11 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
     st.dp_comm_s = std::max(0.0, comm - window);
   }
   // Adam reads gradient, master weight and two moments and writes the last three and the
-  // working copy: 28 bytes a parameter in both precisions, memory-bound.
+  // working copy: 28 bytes a parameter in both precisions, memory-bound; clipping reads the
+  // fp32 gradients once more for their norm and the next step zeroes them: 8 more.
   const double sharded = static_cast<double>(params_per_device) / (zero >= 1 ? static_cast<double>(l.dp) : 1.0);
-  st.optimizer_s = 28.0 * sharded / c.memory_bandwidth;
+  st.optimizer_s = 36.0 * sharded / c.memory_bandwidth;
+  st.sharing_s = core_sharing_seconds(st, l.dp * l.pp * l.tp, c);
   return st;
 }
 

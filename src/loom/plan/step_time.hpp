@@ -2,10 +2,14 @@
 // shape's efficiency (gemm_cost.hpp), the memory-bound elementwise kernels at the memory
 // bandwidth, the tensor-parallel collectives (not overlapped, as in Megatron), the pipeline
 // bubble and point-to-point transfers, the data-parallel gradient reduction overlapped with
-// the last micro-batch's backward, and the optimizer step. Pure functions.
+// the last micro-batch's backward, the optimizer step, and on a CPU the time its ranks lose
+// to sharing cores. Devices measured kernel by kernel (a CPU: specs.hpp) price each GEMM at
+// its shape's rate, attention as one kernel and GELU per value. Pure functions.
 #pragma once
 
 #include <cstdint>
+
+#include <array>
 
 #include "loom/plan/specs.hpp"
 
@@ -37,8 +41,19 @@ struct StepTime {
   double pp_comm_s = 0;    // point-to-point activations and gradients on the critical path
   double dp_comm_s = 0;    // the exposed part of the gradient reduction (and ZeRO-3 gathers)
   double optimizer_s = 0;  // Adam over this device's (sharded) parameters
-  double total() const { return compute_s + tp_comm_s + bubble_s + pp_comm_s + dp_comm_s + optimizer_s; }
+  double sharing_s = 0;    // waiting for a core: more ranks than cores on a node take turns
+  double total() const { return compute_s + tp_comm_s + bubble_s + pp_comm_s + dp_comm_s + optimizer_s + sharing_s; }
 };
+
+// The GEMMs of one layer for one micro-batch on one device: qkv, attention projection and
+// the two MLP products, and attention's two batched per-head products.
+struct LayerGemms {
+  std::array<Gemm, 4> linear;
+  Gemm scores, context;
+};
+LayerGemms layer_gemms(const ModelSpec& model, const Layout& layout);
+// The LM head's (T, h) x (h, V / t) for one micro-batch.
+Gemm head_gemm(const ModelSpec& model, const Layout& layout);
 
 LayerTime layer_time(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
 
@@ -47,6 +62,13 @@ LayerTime layer_time(const ModelSpec& model, const ClusterSpec& cluster, const L
 // each device's own NIC for its 1/per_node share, all-gather inside the node (NCCL's rings
 // over all NICs of a node amount to the same).
 double hierarchical_all_reduce_seconds(double bytes, int64_t ranks, int64_t per_node, const ClusterSpec& cluster);
+
+// Seconds a step loses to sharing a CPU node's cores: more ranks than cores take turns, so
+// the node's ranks together need `ranks` x the busy time of one over its cores; with every
+// core busy each runs at the cluster's shared_core_speed, one rank alone at its
+// alone_core_speed. The dedicated step (a core each, undisturbed) already covers part of
+// that. 0 on devices of their own (GPUs).
+double core_sharing_seconds(const StepTime& dedicated, int64_t ranks, const ClusterSpec& cluster);
 
 // The step of `layout` with `micro_batches` micro-batches per pipeline and `params_per_device`
 // parameters on each device (before ZeRO sharding).

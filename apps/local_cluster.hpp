@@ -1,0 +1,21 @@
+// `loom plan --cluster local`: this machine measured as Loom runs on it, a process per rank
+// with one thread each, fp32. Rather than one peak GEMM rate it times Loom's own kernels at the
+// shapes the planned layouts use: each Linear's three products (forward, dx, dW), attention,
+// GELU, and a copy for the memory-bound passes. Times are the calling thread's CPU time
+// (median of a few runs), so a busy machine shared with other jobs still measures what a core
+// of its own takes; the planner adds the sharing between ranks itself.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "loom/plan/specs.hpp"
+#include "loom/plan/step_time.hpp"
+
+namespace loom::apps {
+
+// `ranks`: the processes a layout will run on this machine (its cores are shared when more).
+plan::ClusterSpec measure_local_cluster(const plan::ModelSpec& model, const std::vector<plan::Layout>& layouts,
+                                        int64_t ranks);
+
+}  // namespace loom::apps
