@@ -19,6 +19,7 @@
 #include "loom/kernels/threads.hpp"
 #include "loom/plan/layout_cost.hpp"
 #include "loom/plan/spec_files.hpp"
+#include "timing.hpp"
 
 namespace loom::apps {
 
@@ -35,11 +36,6 @@ struct PlanArgs {
   int64_t dp = 0, pp = 0, tp = 0, micro_batch = 0, chunks = 1;  // dp > 0: this one layout only
   double link_latency_us = 0, link_gbs = 0;                      // > 0: override both link tiers
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Bytes/s of copying a 32 MiB buffer (read + write counted), the median of a few passes: on
 // a machine shared with other jobs the median is the share a training run will get.
