@@ -12,13 +12,15 @@ build=${1:-build-asan}
 single_filter=${2:-*}
 mpi_filter=${3:-*}
 root=$(pwd)
+# GNU nproc obeys OMP_NUM_THREADS, which the tests below set to 1.
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 
 # A unity build (several sources per compiler run) parses the heavy headers once per batch:
 # the sanitized build is the largest part of this script's time. Only the three targets the
 # tests run are built (loom: the CLI tests start it). A compiler launcher such as ccache is
 # taken from CMAKE_CXX_COMPILER_LAUNCHER in the environment when set.
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_SANITIZE=ON -DCMAKE_UNITY_BUILD=ON >/dev/null
-cmake --build "$build" -j "$(nproc)" --target loom loom_tests loom_mpi_tests
+cmake --build "$build" -j "$cores" --target loom loom_tests loom_mpi_tests
 
 # halt_on_error/abort_on_error: the first report kills the process with SIGABRT, never an
 # exit status a test expects (the CLI tests check for exit code 1 on bad input).
@@ -35,8 +37,22 @@ export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
 # other ASan check and UBSan stay on.
 export OMPI_MCA_mca_base_env_list="ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=0"
 
-echo "[sanitize] single-process tests: $single_filter"
-"$build/tests/loom_tests" "--gtest_filter=$single_filter"
+# The single-process tests in one shard per core, side by side (CTest gives this test 2
+# processors); each shard's report is printed when it ends.
+shards=$cores
+echo "[sanitize] single-process tests in $shards shards: $single_filter"
+pids=()
+for ((i = 0; i < shards; i++)); do
+  GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$build/tests/loom_tests" "--gtest_filter=$single_filter" \
+    >"$build/sanitize-shard-$i.log" 2>&1 &
+  pids+=($!)
+done
+failed=0
+for ((i = 0; i < shards; i++)); do
+  wait "${pids[$i]}" || failed=1
+  cat "$build/sanitize-shard-$i.log"
+done
+[ "$failed" = 0 ] || { echo "[sanitize] single-process tests FAILED"; exit 1; }
 echo "[sanitize] MPI tests at 2 ranks: $mpi_filter"
 mpirun --oversubscribe --bind-to none -n 2 "$build/tests/loom_mpi_tests" "--gtest_filter=$mpi_filter"
 echo "[sanitize] clean: no AddressSanitizer or UndefinedBehaviorSanitizer report"
