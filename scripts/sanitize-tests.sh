@@ -4,8 +4,8 @@
 #   scripts/sanitize-tests.sh [build-dir] [single-process gtest filter] [2-rank gtest filter]
 # Default: build-asan, every single-process test and the whole MPI suite at 2 ranks
 # (`make sanitize`). CTest's sanitize.asan_ubsan (tests/CMakeLists.txt, run by `make test`
-# and CI) passes a build directory inside the main one and filters that leave out the longest
-# training runs.
+# and CI) passes a build directory inside the main one and leaves out the longest training
+# run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-asan}
