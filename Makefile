@@ -30,8 +30,9 @@ demo: configure
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-# AddressSanitizer + UBSan build (build-asan) and run of the single-process and 2-rank tests;
-# not part of `make test`: the second full build would double CI's time.
+# AddressSanitizer + UBSan build (build-asan) and run of every single-process test and the
+# whole MPI suite at 2 ranks. `make test` (and CI) runs the same script as the CTest case
+# sanitize.asan_ubsan, in $(BUILD)/asan, leaving out the longest training run.
 sanitize: deps
 	./scripts/sanitize-tests.sh build-asan
 

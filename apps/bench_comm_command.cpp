@@ -12,12 +12,11 @@
 #include "loom/comm/mpi_runtime.hpp"
 #include "loom/error.hpp"
 #include "loom/plan/comm_cost.hpp"
+#include "timing.hpp"
 
 namespace loom::apps {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct CommBenchArgs {
   std::string sizes = "8B:256MiB";
@@ -43,8 +42,6 @@ int64_t parse_bytes(const std::string& text) {
   check(scale > 0 && v > 0, "bad size '", text, "' (examples: 8B, 64KiB, 256MiB)");
   return static_cast<int64_t>(v * scale);
 }
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Ping-pong between ranks 0 and 1: half the round trip of a tiny message is alpha; the
 // extra time per byte of a large one is beta.

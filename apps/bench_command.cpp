@@ -17,12 +17,11 @@
 #include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/nn/gpt.hpp"
 #include "loom/optim/adamw.hpp"
+#include "timing.hpp"
 
 namespace loom::apps {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct BenchArgs {
   std::vector<int> threads{1, 2};
@@ -32,13 +31,6 @@ struct BenchArgs {
   int64_t warmup = 2;
   int bench_threads = 0;
 };
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 int run_gemm(const BenchArgs& a) {
   struct Shape {

@@ -13,7 +13,7 @@ namespace loom::kernels {
 
 namespace {
 
-constexpr int64_t kParallelMin = 1 << 15;
+constexpr int64_t kCrossEntropyParallelMin = 1 << 15;
 
 // Checked before the parallel loops: an exception must not leave an OpenMP region.
 void check_targets(const int32_t* targets, int64_t N, int64_t V) {
@@ -36,7 +36,7 @@ float row_max(const float* x, int64_t V) {
 void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N,
                            int64_t V, int64_t Vp) {
   check_targets(targets, N, V);
-#pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
+#pragma omp parallel for schedule(static) if (N * V >= kCrossEntropyParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float* __restrict x = logits + n * Vp;  // (V) real columns of the row
     const float m = row_max(x, V);
@@ -51,7 +51,7 @@ void cross_entropy_forward(float* losses, const float* logits, const int32_t* ta
 void cross_entropy_backward(float* logits, const int32_t* targets, float dloss, int64_t N, int64_t V,
                             int64_t Vp) {
   check_targets(targets, N, V);
-#pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
+#pragma omp parallel for schedule(static) if (N * V >= kCrossEntropyParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     float* __restrict x = logits + n * Vp;  // (Vp) becomes dlogits
     const float m = row_max(x, V);

@@ -17,7 +17,7 @@ namespace loom::kernels {
 namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
-constexpr int64_t kParallelMin = 1 << 15;
+constexpr int64_t kGeluParallelMin = 1 << 15;
 
 #if LOOM_FAST_MATH_AVX512
 // 16 elements (masked): out = x * sigmoid(2u).
@@ -48,7 +48,7 @@ inline __m512 gelu_grad16(__m512 x, __m512 dout) {
 template <class Body>
 void for_each_vector16(int64_t n, Body&& body) {
   const int64_t vecs = (n + 15) / 16;
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (n >= kGeluParallelMin)
   for (int64_t v = 0; v < vecs; ++v) {
     const int64_t i = v * 16;
     body(i, i + 16 <= n ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1));
@@ -63,7 +63,7 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
     _mm512_mask_storeu_ps(out + i, m, gelu16(_mm512_maskz_loadu_ps(m, inp + i)));
   });
 #else
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (n >= kGeluParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
@@ -79,7 +79,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
     _mm512_mask_storeu_ps(dinp + i, m, r);
   });
 #else
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (n >= kGeluParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float u = kSqrt2OverPi * (x + kCubic * x * x * x);

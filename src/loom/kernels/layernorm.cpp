@@ -14,12 +14,12 @@ namespace loom::kernels {
 
 namespace {
 // Below this many elements a parallel region costs more than it saves.
-constexpr int64_t kParallelMin = 1 << 14;
+constexpr int64_t kLayerNormParallelMin = 1 << 14;
 }  // namespace
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t N, int64_t C) {
-#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+#pragma omp parallel for schedule(static) if (N * C >= kLayerNormParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float* __restrict x = inp + n * C;  // (C)
     float* __restrict o = out + n * C;        // (C)
@@ -41,7 +41,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
-  const int nt = N * C >= kParallelMin ? omp_get_max_threads() : 1;
+  const int nt = N * C >= kLayerNormParallelMin ? omp_get_max_threads() : 1;
   std::vector<float> partial(static_cast<size_t>(nt) * 2 * C, 0.0f);  // (nt, 2, C): dweight, dbias
 #pragma omp parallel num_threads(nt)
   {

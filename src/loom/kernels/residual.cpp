@@ -12,27 +12,27 @@
 namespace loom::kernels {
 
 namespace {
-constexpr int64_t kParallelMin = 1 << 15;
+constexpr int64_t kResidualParallelMin = 1 << 15;
 }  // namespace
 
 // Element-wise with aliasing allowed, hence no __restrict.
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (n >= kResidualParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
 void add_inplace(float* dst, const float* src, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (n >= kResidualParallelMin)
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
 void scale_inplace(float* dst, float s, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (n >= kResidualParallelMin)
   for (int64_t i = 0; i < n; ++i) dst[i] *= s;
 }
 
 double sum_squares(const float* x, int64_t n) {
-  const int nt = n >= kParallelMin ? omp_get_max_threads() : 1;
+  const int nt = n >= kResidualParallelMin ? omp_get_max_threads() : 1;
   std::vector<double> partial(static_cast<size_t>(nt), 0.0);  // (nt)
 #pragma omp parallel num_threads(nt)
   {
@@ -49,7 +49,7 @@ double sum_squares(const float* x, int64_t n) {
 }
 
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC) {
-#pragma omp parallel if (N * OC >= kParallelMin)
+#pragma omp parallel if (N * OC >= kResidualParallelMin)
   {
     // Each thread owns a column slice (whole cache lines) and sums its rows in order into a
     // local accumulator, so every dbias element has one fixed summation order.

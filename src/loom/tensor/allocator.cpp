@@ -7,6 +7,16 @@
 
 #include "loom/tensor/memory_tracker.hpp"
 
+// Under AddressSanitizer (LOOM_SANITIZE=ON) the rounding slack after a tensor's bytes and
+// every cached block are poisoned: a kernel reading past its tensor or into a freed one is
+// reported like an overrun of a malloc'ed buffer. Without ASan both marks are no-ops.
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#else
+#define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#endif
+
 namespace loom {
 
 namespace {
@@ -31,6 +41,14 @@ int64_t rounded(int64_t bytes) {
   return (bytes + kGranule - 1) / kGranule * kGranule;
 }
 
+// The block of `size` bytes now holds a tensor of `bytes`: only those are addressable.
+void* hand_out(void* p, int64_t bytes, int64_t size) {
+  if (p == nullptr) return p;
+  ASAN_UNPOISON_MEMORY_REGION(p, static_cast<size_t>(bytes));
+  ASAN_POISON_MEMORY_REGION(static_cast<char*>(p) + bytes, static_cast<size_t>(size - bytes));
+  return p;
+}
+
 }  // namespace
 
 void* allocate_block(int64_t bytes) {
@@ -43,10 +61,10 @@ void* allocate_block(int64_t bytes) {
       void* p = it->second.back();
       it->second.pop_back();
       c.bytes -= size;
-      return p;
+      return hand_out(p, bytes, size);
     }
   }
-  return std::aligned_alloc(kAlignment, static_cast<size_t>(size));
+  return hand_out(std::aligned_alloc(kAlignment, static_cast<size_t>(size)), bytes, size);
 }
 
 void free_block(void* ptr, int64_t bytes) {
@@ -56,6 +74,7 @@ void free_block(void* ptr, int64_t bytes) {
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mutex);
     if (c.bytes + size <= MemoryTracker::instance().total_peak()) {
+      ASAN_POISON_MEMORY_REGION(ptr, static_cast<size_t>(size));  // cached: nobody's tensor
       c.free_blocks[size].push_back(ptr);
       c.bytes += size;
       return;
