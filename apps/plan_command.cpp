@@ -18,13 +18,14 @@
 #include "loom/error.hpp"
 #include "loom/plan/layout_cost.hpp"
 #include "loom/plan/spec_files.hpp"
+#include "loom/train/safetensors.hpp"
 
 namespace loom::apps {
 
 namespace {
 
 struct PlanArgs {
-  std::string model = "gpt2-small", cluster = "dgx-a100", model_file, cluster_file;
+  std::string model = "gpt2-small", cluster = "dgx-a100", model_file, cluster_file, save_cluster;
   int64_t devices = 8, global_batch = 512, top = 10;
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0;  // 0: the preset's
   bool json = false;
@@ -94,6 +95,9 @@ Runner add_plan_command(CLI::App& sub) {
                  "cluster preset (dgx-a100, local: this machine, measured; local-default) or a .toml file");
   sub.add_option("--model-file", a->model_file, "model description in TOML (configs/plan/sc21-145b.toml)");
   sub.add_option("--cluster-file", a->cluster_file, "cluster description in TOML (configs/plan/dgx-a100.toml)");
+  sub.add_option("--save-cluster", a->save_cluster,
+                 "write the cluster as planned for (with --cluster local: as measured) to this TOML file, to plan "
+                 "from it again with --cluster FILE");
   sub.add_option("--gpus,--devices", a->devices, "devices to lay the model out on");
   sub.add_option("--global-batch", a->global_batch, "sequences per step");
   sub.add_option("--layers", a->layers, "override the preset's layers");
@@ -161,6 +165,7 @@ Runner add_plan_command(CLI::App& sub) {
       if (a->link_latency_us > 0) link->alpha_s = a->link_latency_us * 1e-6;
       if (a->link_gbs > 0) link->beta_s_per_byte = 1.0 / (a->link_gbs * 1e9);
     }
+    if (!a->save_cluster.empty()) train::write_file_atomically(a->save_cluster, plan::cluster_to_toml(cluster));
     std::vector<plan::LayoutCost> ranked;
     if (a->dp > 0)
       ranked.push_back(plan::predict(model, cluster, layouts.front(), a->global_batch));

@@ -82,5 +82,62 @@ TEST(PlanSpecFiles, BadClusterFilesAreNamed) {
             "c.toml: reserved_gib (12) must be below memory_gib (12)");
 }
 
+// What `loom plan --cluster local --save-cluster` writes reads back as the same cluster, the
+// measured kernel rates included, so the planner prices every layout the same from the file.
+TEST(PlanSpecFiles, AMeasuredClusterRoundTrips) {
+  ClusterSpec c = cluster_preset("local-default");
+  c.name = "my-laptop";
+  c.memory_bytes = 6'123'456'789;
+  c.peak_flops = 61.234567e9;
+  c.memory_bandwidth = 11.7e9;
+  c.alone_core_speed = 0.97;
+  c.shared_core_speed = 0.8125;
+  c.gelu_forward_s = 1.37e-9;
+  c.gelu_backward_s = 2.9e-9;
+  c.intra_node = {3.1e-6, 1.0 / 5.3e9};
+  c.inter_node = {11e-6, 1.0 / 1.2e9};
+  c.gemm_rates = {{{1024, 384, 128}, 41.5e9, 38.25e9}, {{1024, 128, 512}, 47.0e9, 44.1e9}};
+  c.attention_rates = {{{128, 128, 32, 32}, 9.75e9, 7.5e9}};
+  const std::string text = cluster_to_toml(c);
+  const ClusterSpec r = cluster_from_toml(text, "saved.toml");
+  EXPECT_EQ(r.name, c.name);
+  EXPECT_EQ(r.devices_per_node, c.devices_per_node);
+  EXPECT_EQ(r.cores_per_node, c.cores_per_node);
+  EXPECT_EQ(r.memory_bytes, c.memory_bytes);
+  EXPECT_EQ(r.precision, Precision::Fp32);
+  for (auto [a, b] : {std::pair{r.peak_flops, c.peak_flops}, {r.gemm_peak_share, c.gemm_peak_share},
+                      {r.memory_bandwidth, c.memory_bandwidth}, {r.alone_core_speed, c.alone_core_speed},
+                      {r.shared_core_speed, c.shared_core_speed}, {r.gelu_forward_s, c.gelu_forward_s},
+                      {r.gelu_backward_s, c.gelu_backward_s}, {r.intra_node.alpha_s, c.intra_node.alpha_s},
+                      {r.inter_node.beta_s_per_byte, c.inter_node.beta_s_per_byte}})
+    EXPECT_NEAR(a, b, 1e-12 * b) << text;
+  ASSERT_EQ(r.gemm_rates.size(), 2u);
+  ASSERT_EQ(r.attention_rates.size(), 1u);
+  EXPECT_EQ(r.gemm_rates[1].shape, c.gemm_rates[1].shape);
+  EXPECT_NEAR(r.gemm_rates[1].backward, 44.1e9, 1e-3);
+  EXPECT_EQ(r.attention_rates[0].shape, c.attention_rates[0].shape);
+  EXPECT_NEAR(r.attention_rates[0].forward, 9.75e9, 1e-3);
+}
+
+TEST(PlanSpecFiles, BadMeasuredRatesAreNamed) {
+  const std::string base =
+      "devices_per_node = 2\nmemory_gib = 12\npeak_tflops = 0.1\ngemm_peak_share = 1\nmemory_bandwidth_gbs = 8\n";
+  const std::string links = "[intra_node]\nlatency_us = 2\nbandwidth_gbs = 4\n[inter_node]\nlatency_us = 2\nbandwidth_gbs = 4\n";
+  const std::string rate = "[[gemm_rates]]\nm = 128\nn = 64\nk = 32\nforward_gflops = 40\nbackward_gflops = 30\n";
+  const ClusterSpec c = cluster_from_toml(base + links + rate + rate, "c.toml");
+  ASSERT_EQ(c.gemm_rates.size(), 2u);
+  EXPECT_EQ(c.gemm_rates[0].shape, (Gemm{128, 64, 32, 1}));
+  EXPECT_DOUBLE_EQ(c.gemm_rates[0].backward, 30e9);
+  EXPECT_EQ(error_of([&] { cluster_from_toml(base + links + rate + "[[gemm_rates]]\nm = 128\n", "c.toml"); }),
+            "c.toml: [[gemm_rates]] #2: missing key 'n'");
+  EXPECT_EQ(error_of([&] { cluster_from_toml(base + "gemm_rates = 3\n" + links, "c.toml"); }),
+            "c.toml: gemm_rates must be an array of tables ([[gemm_rates]])");
+  EXPECT_EQ(error_of([&] { cluster_from_toml(base + links + "[[attention_rates]]\nm = 1\nn = 1\nk = 1\n"
+                                             "forward_gflops = -4\nbackward_gflops = 1\n", "c.toml"); }),
+            "c.toml: [[attention_rates]] #1: forward_gflops must be positive, got -4");
+  EXPECT_EQ(error_of([&] { cluster_from_toml(base + "shared_core_speed = 1.5\n" + links, "c.toml"); }),
+            "c.toml: alone_core_speed and shared_core_speed must be in (0, 1], got 1.5");
+}
+
 }  // namespace
 }  // namespace loom::plan

@@ -65,6 +65,9 @@ TEST(Config, ValidationNamesTheValue) {
   c = TrainConfig{};
   c.optimizer = "adam";
   EXPECT_EQ(error_of([&] { c.validate(); }), "optimizer must be 'adamw' or 'sgd', got 'adam'");
+  c = TrainConfig{};
+  c.pin_ranks = "always";
+  EXPECT_EQ(error_of([&] { c.validate(); }), "pin_ranks must be 'auto' or 'off', got 'always'");
 }
 
 TEST(Config, ResolvedTomlRoundTrips) {

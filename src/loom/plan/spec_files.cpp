@@ -1,6 +1,8 @@
 #include "loom/plan/spec_files.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -76,6 +78,41 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+// [[gemm_rates]] or [[attention_rates]]: one table per measured shape, with m, n, k, an
+// optional batch (1) and the forward and backward rates in GFLOP/s.
+std::vector<MeasuredRate> read_rates(const toml::table& root, const std::string& name, const std::string& origin) {
+  std::vector<MeasuredRate> rates;
+  if (!root.contains(name)) return rates;
+  check(root[name].is_array_of_tables(), origin, ": ", name, " must be an array of tables ([[", name, "]])");
+  int index = 0;
+  for (const toml::node& node : *root[name].as_array()) {
+    MeasuredRate r;
+    read_keys(*node.as_table(),
+              {{"m", &r.shape.m}, {"n", &r.shape.n}, {"k", &r.shape.k}, {"batch", &r.shape.batch, false},
+               {"forward_gflops", &r.forward, true, 1e9}, {"backward_gflops", &r.backward, true, 1e9}},
+              {}, origin + ": [[" + name + "]] #" + std::to_string(++index));
+    rates.push_back(r);
+  }
+  return rates;
+}
+
+// Shortest text that reads back as the same double.
+std::string number(double v) {
+  char buf[32];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+void write_rates(std::ostringstream& out, const std::string& name, const std::vector<MeasuredRate>& rates) {
+  for (const MeasuredRate& r : rates)
+    out << "\n[[" << name << "]]\nm = " << r.shape.m << "\nn = " << r.shape.n << "\nk = " << r.shape.k
+        << "\nbatch = " << r.shape.batch << "\nforward_gflops = " << number(r.forward / 1e9)
+        << "\nbackward_gflops = " << number(r.backward / 1e9) << "\n";
+}
+
 }  // namespace
 
 ModelSpec model_from_toml(const std::string& text, const std::string& origin) {
@@ -105,9 +142,18 @@ ClusterSpec cluster_from_toml(const std::string& text, const std::string& origin
                                  {"compute_units", &c.compute_units, false},
                                  {"tile_m", &c.tile_m, false},
                                  {"tile_n", &c.tile_n, false},
-                                 {"precision", &precision, false}};
+                                 {"precision", &precision, false},
+                                 {"cores_per_node", &c.cores_per_node, false},
+                                 {"alone_core_speed", &c.alone_core_speed, false},
+                                 {"shared_core_speed", &c.shared_core_speed, false},
+                                 {"gelu_forward_ns", &c.gelu_forward_s, false, 1e-9},
+                                 {"gelu_backward_ns", &c.gelu_backward_s, false, 1e-9}};
   const toml::table root = parse(text, origin);
-  read_keys(root, keys, {"intra_node", "inter_node"}, origin);
+  read_keys(root, keys, {"intra_node", "inter_node", "gemm_rates", "attention_rates"}, origin);
+  for (double speed : {c.alone_core_speed, c.shared_core_speed})
+    check(speed <= 1.0, origin, ": alone_core_speed and shared_core_speed must be in (0, 1], got ", speed);
+  c.gemm_rates = read_rates(root, "gemm_rates", origin);
+  c.attention_rates = read_rates(root, "attention_rates", origin);
   c.memory_bytes = static_cast<int64_t>(memory * (1 << 30));
   c.reserved_bytes = static_cast<int64_t>(reserved * (1 << 30));
   check(c.reserved_bytes < c.memory_bytes, origin, ": reserved_gib (", reserved, ") must be below memory_gib (", memory, ")");
@@ -125,6 +171,29 @@ ClusterSpec cluster_from_toml(const std::string& text, const std::string& origin
     *link = LinkCost{latency, 1.0 / bandwidth};
   }
   return c;
+}
+
+std::string cluster_to_toml(const ClusterSpec& c) {
+  std::ostringstream out;
+  out << "name = \"" << c.name << "\"\ndevices_per_node = " << c.devices_per_node
+      << "\nmemory_gib = " << number(static_cast<double>(c.memory_bytes) / (1 << 30));
+  if (c.reserved_bytes > 0) out << "\nreserved_gib = " << number(static_cast<double>(c.reserved_bytes) / (1 << 30));
+  out << "\npeak_tflops = " << number(c.peak_flops / 1e12) << "\ngemm_peak_share = " << number(c.gemm_peak_share)
+      << "\nmemory_bandwidth_gbs = " << number(c.memory_bandwidth / 1e9);
+  if (c.compute_units > 0)
+    out << "\ncompute_units = " << c.compute_units << "\ntile_m = " << c.tile_m << "\ntile_n = " << c.tile_n;
+  out << "\nprecision = \"" << (c.precision == Precision::Mixed ? "mixed" : "fp32") << "\"";
+  if (c.cores_per_node > 0) out << "\ncores_per_node = " << c.cores_per_node;
+  out << "\nalone_core_speed = " << number(c.alone_core_speed) << "\nshared_core_speed = " << number(c.shared_core_speed);
+  if (c.gelu_forward_s > 0) out << "\ngelu_forward_ns = " << number(c.gelu_forward_s * 1e9);
+  if (c.gelu_backward_s > 0) out << "\ngelu_backward_ns = " << number(c.gelu_backward_s * 1e9);
+  out << "\n";
+  for (auto [table, link] : {std::pair{"intra_node", &c.intra_node}, {"inter_node", &c.inter_node}})
+    out << "\n[" << table << "]\nlatency_us = " << number(link->alpha_s * 1e6)
+        << "\nbandwidth_gbs = " << number(1.0 / link->beta_s_per_byte / 1e9) << "\n";
+  write_rates(out, "gemm_rates", c.gemm_rates);
+  write_rates(out, "attention_rates", c.attention_rates);
+  return out.str();
 }
 
 ModelSpec model_from_file(const std::string& path) { return model_from_toml(read_file(path), path); }

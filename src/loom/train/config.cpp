@@ -56,6 +56,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "bucket_mb", "data-parallel gradient bucket size in MiB", &c.bucket_mb},
       {"parallel", "net_gbps", "emulate a network of this many Gbit/s for all-reduce (to see overlap on one machine); 0 = off", &c.net_gbps},
       {"parallel", "net_latency_us", "latency of the emulated network in microseconds", &c.net_latency_us},
+      {"parallel", "pin_ranks", "'auto': when a node runs more ranks than it has cores and each rank one thread, pin every rank to a core, the ranks of each pipeline stage on different cores (ranks waiting in MPI keep polling, so the OS does not move working ranks apart); 'off': leave placement to the OS", &c.pin_ranks},
       {"run", "out_dir", "run directory: metrics.jsonl and checkpoints", &c.out_dir},
       {"run", "log_every", "print a progress line every N steps", &c.log_every},
       {"run", "eval_every", "validation loss every N steps; 0 = at the end only", &c.eval_every},
@@ -112,6 +113,7 @@ void TrainConfig::validate() const {
   check((resume != "auto" && resume != "latest") || !out_dir.empty(), "resume = '", resume,
         "' looks for checkpoints in out_dir: set out_dir");
   check(threads >= 0, "threads must be >= 0, got ", threads);
+  check(pin_ranks == "auto" || pin_ranks == "off", "pin_ranks must be 'auto' or 'off', got '", pin_ranks, "'");
   check(dp >= 1 && pp >= 1 && tp >= 1, "parallel degrees must be >= 1, got dp(", dp, ") x pp(", pp, ") x tp(", tp, ")");
   comm::parse_algorithm(allreduce);  // names the choices when unknown
   check(bucket_mb > 0, "bucket_mb must be > 0, got ", bucket_mb);

@@ -54,6 +54,7 @@ struct TrainConfig {
   double bucket_mb = 25.0;        // DDP gradient bucket size
   double net_gbps = 0.0;          // emulated link for all-reduce (0: the real one)
   double net_latency_us = 0.0;
+  std::string pin_ranks = "auto";  // auto: pin one-thread ranks to cores when a node has more ranks than cores; off
 
   // [run]
   std::string out_dir = "runs/default";

@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include "loom/comm/core_placement.hpp"
 #include "loom/error.hpp"
 #include "loom/kernels/peak_flops.hpp"
 #include "loom/kernels/threads.hpp"
@@ -124,6 +125,15 @@ void Trainer::setup_pipeline(const nn::LayerBuilder& layers) {
 void Trainer::setup_mesh() {
   if (world_ == nullptr) return;
   world_->set_emulated_link(config_.net_gbps, config_.net_latency_us);
+  if (config_.pin_ranks == "auto" && config_.threads == 1) {
+    const comm::MeshLayout layout({{"dp", static_cast<int>(config_.dp)}, {"pp", static_cast<int>(config_.pp)},
+                                   {"tp", static_cast<int>(config_.tp)}},
+                                  world_->size());
+    const std::string pinned = comm::pin_ranks_when_oversubscribed(layout, world_->rank());
+    if (!pinned.empty() && !quiet_)
+      std::printf("%s, each rank on one core and a pipeline stage's ranks on different ones (pin_ranks = \"off\" "
+                  "leaves it to the OS)\n", pinned.c_str());
+  }
   if (config_.tp == 1 && config_.pp == 1) {
     dp_group_ = world_;  // data parallelism over every rank
   } else {
