@@ -10,8 +10,8 @@
 #    time over compute time of a step (the `pipeline_bubble` field of metrics.jsonl, median
 #    over the steps after the first LOOM_SKIP), printed next to (p-1)/m, or (p-1)/(m v).
 # 2. configs/shakespeare.toml trained serially (1 process x 2 threads) and on 4-rank layouts
-#    (4 processes x 1 thread: the demo's dp 2 x pp 2, pp 2 x tp 2, dp 2 x tp 2): tokens/s of
-#    each and the ratio to serial.
+#    (4 processes x 1 thread: the demo's dp 2 x pp 2, the same with 2 micro-batches, pp 2 x tp 2,
+#    dp 2 x tp 2), each with Loom's pinning and without: tokens/s of each and the ratio to serial.
 # Benchmarks never gate anything: the exit status is 0 whatever the figures.
 #
 # Environment (all optional): LOOM_STEPS=6, LOOM_SKIP=2, PEAK_GFLOPS=160, MPIRUN=mpirun,
@@ -63,13 +63,18 @@ common=(train --config configs/shakespeare.toml --data "$DATA" --steps 30 --log-
 serial=$(median_of "$WORK/serial/metrics.jsonl" tokens_per_s)
 printf 'configs/shakespeare.toml, global batch 32 x 128 tokens: serial 1 process x 2 threads %.0f tok/s\n' "$serial"
 layouts=("--dp 2 --pp 2 --micro-batches 4 --batch-size 4"   # the demo's layout (scripts/demo.sh)
+         "--dp 2 --pp 2 --micro-batches 2 --batch-size 8"
          "--pp 2 --tp 2 --micro-batches 4 --batch-size 8"
          "--dp 2 --tp 2 --micro-batches 1 --batch-size 16")
+# Each layout with Loom's placement (pin_ranks = auto: a rank per core, each pipeline stage's
+# ranks on different cores) and with the OS's (pin_ranks = off), one after the other.
 for layout in "${layouts[@]}"; do
-  # shellcheck disable=SC2086
-  mpi -np 4 "$LOOM" "${common[@]}" $layout --threads 1 --out-dir "$WORK/four" >/dev/null 2>&1 ||
-    die "the 4-rank run ($layout) failed"
-  four=$(median_of "$WORK/four/metrics.jsonl" tokens_per_s)
-  rm -rf "$WORK/four"
-  "$PYTHON" -c "print(f'  {\"$layout\":48s} 4 processes x 1 thread: {$four:.0f} tok/s = {$four / $serial:.2f}x serial')"
+  for pin in auto off; do
+    # shellcheck disable=SC2086
+    mpi -np 4 "$LOOM" "${common[@]}" $layout --threads 1 --pin-ranks "$pin" --out-dir "$WORK/four" >/dev/null 2>&1 ||
+      die "the 4-rank run ($layout) failed"
+    four=$(median_of "$WORK/four/metrics.jsonl" tokens_per_s)
+    rm -rf "$WORK/four"
+    "$PYTHON" -c "print(f'  {\"$layout\":48s} 4 processes x 1 thread, pin_ranks {\"$pin\":4s}: {$four:.0f} tok/s = {$four / $serial:.2f}x serial')"
+  done
 done
