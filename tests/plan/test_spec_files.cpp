@@ -86,7 +86,7 @@ TEST(PlanSpecFiles, BadClusterFilesAreNamed) {
 // measured kernel rates included, so the planner prices every layout the same from the file.
 TEST(PlanSpecFiles, AMeasuredClusterRoundTrips) {
   ClusterSpec c = cluster_preset("local-default");
-  c.name = "my-laptop";
+  c.name = "my \"laptop\"\\ 2";  // quotes and a backslash are escaped on the way out
   c.memory_bytes = 6'123'456'789;
   c.peak_flops = 61.234567e9;
   c.memory_bandwidth = 11.7e9;
@@ -109,10 +109,14 @@ TEST(PlanSpecFiles, AMeasuredClusterRoundTrips) {
                       {r.memory_bandwidth, c.memory_bandwidth}, {r.alone_core_speed, c.alone_core_speed},
                       {r.shared_core_speed, c.shared_core_speed}, {r.gelu_forward_s, c.gelu_forward_s},
                       {r.gelu_backward_s, c.gelu_backward_s}, {r.intra_node.alpha_s, c.intra_node.alpha_s},
+                      {r.intra_node.beta_s_per_byte, c.intra_node.beta_s_per_byte},
+                      {r.inter_node.alpha_s, c.inter_node.alpha_s},
                       {r.inter_node.beta_s_per_byte, c.inter_node.beta_s_per_byte}})
     EXPECT_NEAR(a, b, 1e-12 * b) << text;
   ASSERT_EQ(r.gemm_rates.size(), 2u);
   ASSERT_EQ(r.attention_rates.size(), 1u);
+  EXPECT_EQ(r.gemm_rates[0].shape, c.gemm_rates[0].shape);
+  EXPECT_NEAR(r.gemm_rates[0].forward, 41.5e9, 1e-3);
   EXPECT_EQ(r.gemm_rates[1].shape, c.gemm_rates[1].shape);
   EXPECT_NEAR(r.gemm_rates[1].backward, 44.1e9, 1e-3);
   EXPECT_EQ(r.attention_rates[0].shape, c.attention_rates[0].shape);
@@ -136,7 +140,12 @@ TEST(PlanSpecFiles, BadMeasuredRatesAreNamed) {
                                              "forward_gflops = -4\nbackward_gflops = 1\n", "c.toml"); }),
             "c.toml: [[attention_rates]] #1: forward_gflops must be positive, got -4");
   EXPECT_EQ(error_of([&] { cluster_from_toml(base + "shared_core_speed = 1.5\n" + links, "c.toml"); }),
-            "c.toml: alone_core_speed and shared_core_speed must be in (0, 1], got 1.5");
+            "c.toml: shared_core_speed must be in (0, 1], got 1.5");
+  EXPECT_EQ(error_of([&] { cluster_from_toml(base + "gelu_forward_ns = inf\n" + links, "c.toml"); }),
+            "c.toml: gelu_forward_ns must be positive, got inf");
+  EXPECT_EQ(error_of([&] { cluster_from_toml(base + links + "[[gemm_rates]]\nm = 9223372036854775807\nn = 1\nk = 1\n"
+                                             "forward_gflops = 1\nbackward_gflops = 1\n", "c.toml"); }),
+            "c.toml: [[gemm_rates]] #1: m is too large, got 9.22337e+18");
 }
 
 }  // namespace

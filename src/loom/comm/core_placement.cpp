@@ -47,15 +47,17 @@ std::vector<int> allowed_cpus() {
 namespace {
 
 // Every thread of this process: the communication threads already run; threads started later
-// inherit the mask of the thread that starts them.
-void pin_process(int cpu) {
+// inherit the mask of the thread that starts them. False when the calling thread could not be
+// pinned (a cpuset that forbids it).
+bool pin_process(int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof set, &set) != 0) return false;
   std::error_code ec;
   for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec))
     sched_setaffinity(std::stoi(task.path().filename().string()), sizeof set, &set);
-  sched_setaffinity(0, sizeof set, &set);
+  return true;
 }
 
 }  // namespace
@@ -70,11 +72,21 @@ std::string pin_ranks_when_oversubscribed(const MeshLayout& layout, int world_ra
   check_mpi(MPI_Allgather(&world_rank, 1, MPI_INT, node_ranks.data(), 1, MPI_INT, node), "MPI_Allgather");
   int local = 0;
   MPI_Comm_rank(node, &local);
+  // Only ranks that share one set of CPUs are placed: where the launcher bound each rank to
+  // cores or sockets of its own, it has already placed them, and a slot counted over the whole
+  // node would not fit a rank's own set.
+  cpu_set_t mine, any;
+  CPU_ZERO(&mine);
+  CPU_ZERO(&any);
+  sched_getaffinity(0, sizeof mine, &mine);
+  check_mpi(MPI_Allreduce(&mine, &any, sizeof mine, MPI_BYTE, MPI_BOR, node), "MPI_Allreduce");
+  int same = CPU_EQUAL(&mine, &any) ? 1 : 0, all_same = 0;
+  check_mpi(MPI_Allreduce(&same, &all_same, 1, MPI_INT, MPI_LAND, node), "MPI_Allreduce");
   MPI_Comm_free(&node);
   const std::vector<int> cpus = allowed_cpus();
-  if (cpus.empty() || on_node <= static_cast<int>(cpus.size())) return "";
+  if (!all_same || cpus.empty() || on_node <= static_cast<int>(cpus.size())) return "";
   const int slot = spread_stages_over_cores(layout, node_ranks, static_cast<int>(cpus.size()))[static_cast<size_t>(local)];
-  pin_process(cpus[static_cast<size_t>(slot)]);
+  if (!pin_process(cpus[static_cast<size_t>(slot)])) return "";
   return std::to_string(on_node) + " ranks on " + std::to_string(cpus.size()) + " cores: pinned rank " +
          std::to_string(world_rank) + " to CPU " + std::to_string(cpus[static_cast<size_t>(slot)]);
 }

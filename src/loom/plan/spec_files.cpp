@@ -1,6 +1,7 @@
 #include "loom/plan/spec_files.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -60,8 +61,10 @@ void read_keys(const toml::table& table, const std::vector<Key>& keys, const std
             check(number, where, ": ", key, " must be a positive ", std::is_same_v<T, double> ? "number" : "integer");
             const double v = node.is_integer() ? static_cast<double>(node.as_integer()->get())
                                                : node.as_floating_point()->get();
-            check(v > 0, where, ": ", key, " must be positive, got ", v);
-            *p = static_cast<T>(v * it->scale);
+            check(std::isfinite(v) && v > 0, where, ": ", key, " must be positive, got ", v);
+            const double scaled = v * it->scale;
+            if constexpr (std::is_integral_v<T>) check(scaled < 9e18, where, ": ", key, " is too large, got ", v);
+            *p = static_cast<T>(scaled);
           }
         },
         it->target);
@@ -94,6 +97,25 @@ std::vector<MeasuredRate> read_rates(const toml::table& root, const std::string&
     rates.push_back(r);
   }
   return rates;
+}
+
+// A TOML basic string: quotes, backslashes and control characters escaped.
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char ch : text) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
 }
 
 // Shortest text that reads back as the same double.
@@ -150,10 +172,12 @@ ClusterSpec cluster_from_toml(const std::string& text, const std::string& origin
                                  {"gelu_backward_ns", &c.gelu_backward_s, false, 1e-9}};
   const toml::table root = parse(text, origin);
   read_keys(root, keys, {"intra_node", "inter_node", "gemm_rates", "attention_rates"}, origin);
-  for (double speed : {c.alone_core_speed, c.shared_core_speed})
-    check(speed <= 1.0, origin, ": alone_core_speed and shared_core_speed must be in (0, 1], got ", speed);
+  for (auto [key, speed] : {std::pair{"alone_core_speed", c.alone_core_speed}, {"shared_core_speed", c.shared_core_speed}})
+    check(speed <= 1.0, origin, ": ", key, " must be in (0, 1], got ", speed);
   c.gemm_rates = read_rates(root, "gemm_rates", origin);
   c.attention_rates = read_rates(root, "attention_rates", origin);
+  check(memory < 8e9 && reserved < 8e9, origin, ": memory_gib and reserved_gib must be below 8e9, got ", memory, " and ",
+        reserved);
   c.memory_bytes = static_cast<int64_t>(memory * (1 << 30));
   c.reserved_bytes = static_cast<int64_t>(reserved * (1 << 30));
   check(c.reserved_bytes < c.memory_bytes, origin, ": reserved_gib (", reserved, ") must be below memory_gib (", memory, ")");
@@ -175,7 +199,7 @@ ClusterSpec cluster_from_toml(const std::string& text, const std::string& origin
 
 std::string cluster_to_toml(const ClusterSpec& c) {
   std::ostringstream out;
-  out << "name = \"" << c.name << "\"\ndevices_per_node = " << c.devices_per_node
+  out << "name = " << quoted(c.name) << "\ndevices_per_node = " << c.devices_per_node
       << "\nmemory_gib = " << number(static_cast<double>(c.memory_bytes) / (1 << 30));
   if (c.reserved_bytes > 0) out << "\nreserved_gib = " << number(static_cast<double>(c.reserved_bytes) / (1 << 30));
   out << "\npeak_tflops = " << number(c.peak_flops / 1e12) << "\ngemm_peak_share = " << number(c.gemm_peak_share)
