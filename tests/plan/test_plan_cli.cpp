@@ -42,6 +42,30 @@ TEST(PlanCli, OneLayoutOnThisMachine) {
   EXPECT_GT(j[0]["time_s"]["pp_comm"].get<double>(), 0.0);
 }
 
+// This machine measured once and saved: planning from the file prices every layout as the
+// measuring run did.
+TEST(PlanCli, AMeasuredMachineSavedAndPlannedAgain) {
+  const std::string file = ::testing::TempDir() + "loom_plan_saved_local.toml";
+  const std::string model = " --layers 2 --hidden 64 --heads 4 --seq 64 --vocab 128 --gpus 2 --global-batch 8 "
+                            "--recompute off --json";
+  const auto [code, measured] = plan("--cluster local --save-cluster " + file + model);
+  ASSERT_EQ(code, 0) << measured;
+  const auto [again_code, again] = plan("--cluster " + file + model);
+  ASSERT_EQ(again_code, 0) << again;
+  const nlohmann::json a = nlohmann::json::parse(measured), b = nlohmann::json::parse(again);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GT(a.size(), 1u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["tp"], b[i]["tp"]) << i;
+    EXPECT_EQ(a[i]["micro_batch_size"], b[i]["micro_batch_size"]) << i;
+    EXPECT_EQ(a[i]["memory_bytes_per_device"], b[i]["memory_bytes_per_device"]) << i;
+    EXPECT_NEAR(a[i]["step_s"].get<double>(), b[i]["step_s"].get<double>(), 1e-9 * a[i]["step_s"].get<double>()) << i;
+  }
+  const auto [write_code, write_error] = plan("--save-cluster /nonexistent/dir/c.toml --gpus 8 --global-batch 64");
+  EXPECT_EQ(write_code, 1);
+  EXPECT_NE(write_error.find("cannot create '/nonexistent/dir/"), std::string::npos) << write_error;
+}
+
 TEST(PlanCli, BadInputIsOneMessage) {
   auto expect_error = [](const std::string& args, const std::string& message) {
     const auto [code, out] = plan(args);
