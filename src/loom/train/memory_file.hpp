@@ -1,6 +1,7 @@
 // <out_dir>/memory.json for `loom report`: every rank's memory by category (what is held at
 // the end of the run and the peaks) next to the formulas' prediction (ZeRO model state,
-// activations per layer), gathered onto rank 0, which writes the file.
+// activations per layer), and the CPUs it could run on, gathered onto rank 0, which writes
+// the file.
 #pragma once
 
 #include <string>

@@ -569,7 +569,9 @@ nlohmann::json Trainer::memory_json() const {
                                                                config_.sequence_parallel) *
                               static_cast<int64_t>(chunks_.front()->blocks().size()) * in_flight;
   const int rank = world_ != nullptr ? world_->rank() : 0;
-  return memory_record(rank, rank_name(config_, rank), state_formula(), activations);
+  nlohmann::json record = memory_record(rank, rank_name(config_, rank), state_formula(), activations);
+  record["cpus"] = comm::allowed_cpus();  // where the rank could run: one CPU when pinned
+  return record;
 }
 
 void Trainer::log_progress(const StepResult& r, double step_seconds, bool keep) {
