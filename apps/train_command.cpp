@@ -63,10 +63,7 @@ void print_dry_run(train::TrainConfig& config) {
     }
     std::printf("\n");
   }
-  const comm::MeshLayout layout({{"dp", static_cast<int>(config.dp)}, {"pp", static_cast<int>(config.pp)},
-                                 {"tp", static_cast<int>(config.tp)}},
-                                static_cast<int>(config.dp * config.pp * config.tp));
-  std::printf("\n# %s\n", layout.rank_map().c_str());
+  std::printf("\n# %s\n", config.mesh_layout().rank_map().c_str());
   if (config.zero > 0 && config.shard_size() < config.dp) {
     // HSDP: neighbouring dp ranks shard one copy; equal positions across copies replicate it.
     const int64_t K = config.shard_size(), R = config.dp / K;

@@ -59,26 +59,28 @@ TEST(PlanSpecFiles, BadModelFilesAreNamed) {
   EXPECT_EQ(error_of([] { model_from_file("/nonexistent/m.toml"); }), "cannot open '/nonexistent/m.toml'");
 }
 
+// A minimal valid cluster file: its top-level keys, then its two link tables.
+const std::string kClusterKeys =
+    "devices_per_node = 2\nmemory_gib = 12\npeak_tflops = 0.1\ngemm_peak_share = 1\nmemory_bandwidth_gbs = 8\n";
+const std::string kClusterLinks = "[intra_node]\nlatency_us = 2\nbandwidth_gbs = 4\n[inter_node]\nlatency_us = 2\nbandwidth_gbs = 4\n";
+
 TEST(PlanSpecFiles, BadClusterFilesAreNamed) {
-  const std::string base =
-      "devices_per_node = 2\nmemory_gib = 12\npeak_tflops = 0.1\ngemm_peak_share = 1\nmemory_bandwidth_gbs = 8\n";
-  const std::string links = "[intra_node]\nlatency_us = 2\nbandwidth_gbs = 4\n[inter_node]\nlatency_us = 2\nbandwidth_gbs = 4\n";
-  const ClusterSpec c = cluster_from_toml(base + "precision = \"fp32\"\n" + links, "c.toml");
+  const ClusterSpec c = cluster_from_toml(kClusterKeys + "precision = \"fp32\"\n" + kClusterLinks, "c.toml");
   EXPECT_EQ(c.memory_bytes, int64_t{12} << 30);
   EXPECT_DOUBLE_EQ(c.peak_flops, 0.1e12);
   EXPECT_DOUBLE_EQ(c.intra_node.beta_s_per_byte, 1.0 / 4e9);
   EXPECT_DOUBLE_EQ(c.inter_node.alpha_s, 2e-6);
   EXPECT_EQ(c.precision, Precision::Fp32);
-  EXPECT_EQ(error_of([&] { cluster_from_toml(base, "c.toml"); }),
+  EXPECT_EQ(error_of([&] { cluster_from_toml(kClusterKeys, "c.toml"); }),
             "c.toml: missing table [intra_node] (latency_us, bandwidth_gbs)");
-  EXPECT_EQ(error_of([&] { cluster_from_toml(base + "[intra_node]\nlatency_us = 2\n", "c.toml"); }),
+  EXPECT_EQ(error_of([&] { cluster_from_toml(kClusterKeys + "[intra_node]\nlatency_us = 2\n", "c.toml"); }),
             "c.toml: [intra_node]: missing key 'bandwidth_gbs'");
-  EXPECT_EQ(error_of([&] { cluster_from_toml("memory_gib = 12\n" + links, "c.toml"); }),
+  EXPECT_EQ(error_of([&] { cluster_from_toml("memory_gib = 12\n" + kClusterLinks, "c.toml"); }),
             "c.toml: missing key 'devices_per_node'");
-  EXPECT_EQ(error_of([&] { cluster_from_toml(base + "precision = \"fp8\"\n" + links, "c.toml"); }),
+  EXPECT_EQ(error_of([&] { cluster_from_toml(kClusterKeys + "precision = \"fp8\"\n" + kClusterLinks, "c.toml"); }),
             "c.toml: precision must be \"mixed\" or \"fp32\", got \"fp8\"");
-  EXPECT_EQ(error_of([&] { cluster_from_toml(base + "gemm_peak_share = 2\n" + links, "c.toml"); }).rfind("c.toml:", 0), 0u);
-  EXPECT_EQ(error_of([&] { cluster_from_toml(base + "reserved_gib = 12\n" + links, "c.toml"); }),
+  EXPECT_EQ(error_of([&] { cluster_from_toml(kClusterKeys + "gemm_peak_share = 2\n" + kClusterLinks, "c.toml"); }).rfind("c.toml:", 0), 0u);
+  EXPECT_EQ(error_of([&] { cluster_from_toml(kClusterKeys + "reserved_gib = 12\n" + kClusterLinks, "c.toml"); }),
             "c.toml: reserved_gib (12) must be below memory_gib (12)");
 }
 
@@ -124,26 +126,23 @@ TEST(PlanSpecFiles, AMeasuredClusterRoundTrips) {
 }
 
 TEST(PlanSpecFiles, BadMeasuredRatesAreNamed) {
-  const std::string base =
-      "devices_per_node = 2\nmemory_gib = 12\npeak_tflops = 0.1\ngemm_peak_share = 1\nmemory_bandwidth_gbs = 8\n";
-  const std::string links = "[intra_node]\nlatency_us = 2\nbandwidth_gbs = 4\n[inter_node]\nlatency_us = 2\nbandwidth_gbs = 4\n";
   const std::string rate = "[[gemm_rates]]\nm = 128\nn = 64\nk = 32\nforward_gflops = 40\nbackward_gflops = 30\n";
-  const ClusterSpec c = cluster_from_toml(base + links + rate + rate, "c.toml");
+  const ClusterSpec c = cluster_from_toml(kClusterKeys + kClusterLinks + rate + rate, "c.toml");
   ASSERT_EQ(c.gemm_rates.size(), 2u);
   EXPECT_EQ(c.gemm_rates[0].shape, (Gemm{128, 64, 32, 1}));
   EXPECT_DOUBLE_EQ(c.gemm_rates[0].backward, 30e9);
-  EXPECT_EQ(error_of([&] { cluster_from_toml(base + links + rate + "[[gemm_rates]]\nm = 128\n", "c.toml"); }),
+  EXPECT_EQ(error_of([&] { cluster_from_toml(kClusterKeys + kClusterLinks + rate + "[[gemm_rates]]\nm = 128\n", "c.toml"); }),
             "c.toml: [[gemm_rates]] #2: missing key 'n'");
-  EXPECT_EQ(error_of([&] { cluster_from_toml(base + "gemm_rates = 3\n" + links, "c.toml"); }),
+  EXPECT_EQ(error_of([&] { cluster_from_toml(kClusterKeys + "gemm_rates = 3\n" + kClusterLinks, "c.toml"); }),
             "c.toml: gemm_rates must be an array of tables ([[gemm_rates]])");
-  EXPECT_EQ(error_of([&] { cluster_from_toml(base + links + "[[attention_rates]]\nm = 1\nn = 1\nk = 1\n"
+  EXPECT_EQ(error_of([&] { cluster_from_toml(kClusterKeys + kClusterLinks + "[[attention_rates]]\nm = 1\nn = 1\nk = 1\n"
                                              "forward_gflops = -4\nbackward_gflops = 1\n", "c.toml"); }),
             "c.toml: [[attention_rates]] #1: forward_gflops must be positive, got -4");
-  EXPECT_EQ(error_of([&] { cluster_from_toml(base + "shared_core_speed = 1.5\n" + links, "c.toml"); }),
+  EXPECT_EQ(error_of([&] { cluster_from_toml(kClusterKeys + "shared_core_speed = 1.5\n" + kClusterLinks, "c.toml"); }),
             "c.toml: shared_core_speed must be in (0, 1], got 1.5");
-  EXPECT_EQ(error_of([&] { cluster_from_toml(base + "gelu_forward_ns = inf\n" + links, "c.toml"); }),
+  EXPECT_EQ(error_of([&] { cluster_from_toml(kClusterKeys + "gelu_forward_ns = inf\n" + kClusterLinks, "c.toml"); }),
             "c.toml: gelu_forward_ns must be positive, got inf");
-  EXPECT_EQ(error_of([&] { cluster_from_toml(base + links + "[[gemm_rates]]\nm = 9223372036854775807\nn = 1\nk = 1\n"
+  EXPECT_EQ(error_of([&] { cluster_from_toml(kClusterKeys + kClusterLinks + "[[gemm_rates]]\nm = 9223372036854775807\nn = 1\nk = 1\n"
                                              "forward_gflops = 1\nbackward_gflops = 1\n", "c.toml"); }),
             "c.toml: [[gemm_rates]] #1: m is too large, got 9.22337e+18");
 }

@@ -8,6 +8,7 @@
 #include <variant>
 #include <vector>
 
+#include "loom/comm/mesh_layout.hpp"
 #include "loom/nn/gpt.hpp"
 
 namespace loom::train {
@@ -78,6 +79,12 @@ struct TrainConfig {
   // pp_layers as numbers (empty: balanced); loom::Error naming the text when malformed.
   std::vector<int64_t> pipeline_layers() const;
   int64_t shard_size() const { return zero == 0 ? 1 : (hsdp_shard > 0 ? hsdp_shard : dp); }
+  // The ranks' mesh dp x pp x tp, tp varying fastest (tensor-parallel partners are neighbouring
+  // ranks), then pp; the layout over dp * pp * tp ranks.
+  std::vector<comm::MeshDim> mesh_dims() const {
+    return {{"dp", static_cast<int>(dp)}, {"pp", static_cast<int>(pp)}, {"tp", static_cast<int>(tp)}};
+  }
+  comm::MeshLayout mesh_layout() const { return comm::MeshLayout(mesh_dims(), static_cast<int>(dp * pp * tp)); }
 };
 
 using ConfigTarget = std::variant<int64_t*, double*, bool*, std::string*>;

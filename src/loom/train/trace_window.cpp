@@ -44,8 +44,7 @@ TraceSteps parse_trace_steps(const std::string& text, int64_t steps) {
 }
 
 std::string rank_name(const TrainConfig& config, int rank) {
-  const comm::MeshLayout mesh({{"dp", static_cast<int>(config.dp)}, {"pp", static_cast<int>(config.pp)}, {"tp", static_cast<int>(config.tp)}},
-                              static_cast<int>(config.dp * config.pp * config.tp));
+  const comm::MeshLayout mesh = config.mesh_layout();
   const std::vector<int> at = mesh.coordinates(rank);
   return "rank " + std::to_string(rank) + " (dp " + std::to_string(at[0]) + ", pp " + std::to_string(at[1]) + ", tp " +
          std::to_string(at[2]) + ")";

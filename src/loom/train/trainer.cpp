@@ -126,10 +126,7 @@ void Trainer::setup_mesh() {
   if (world_ == nullptr) return;
   world_->set_emulated_link(config_.net_gbps, config_.net_latency_us);
   if (config_.pin_ranks == "auto" && config_.threads == 1) {
-    const comm::MeshLayout layout({{"dp", static_cast<int>(config_.dp)}, {"pp", static_cast<int>(config_.pp)},
-                                   {"tp", static_cast<int>(config_.tp)}},
-                                  world_->size());
-    const std::string pinned = comm::pin_ranks_when_oversubscribed(layout, world_->rank());
+    const std::string pinned = comm::pin_ranks_when_oversubscribed(config_.mesh_layout(), world_->rank());
     if (!pinned.empty() && !quiet_)
       std::printf("%s, each rank on one core and a pipeline stage's ranks on different ones (pin_ranks = \"off\" "
                   "leaves it to the OS)\n", pinned.c_str());
@@ -138,9 +135,7 @@ void Trainer::setup_mesh() {
     dp_group_ = world_;  // data parallelism over every rank
   } else {
     // tp varies fastest: tensor-parallel partners are neighbouring ranks.
-    mesh_ = std::make_unique<comm::DeviceMesh>(*world_, std::vector<comm::MeshDim>{{"dp", static_cast<int>(config_.dp)},
-                                                                                  {"pp", static_cast<int>(config_.pp)},
-                                                                                  {"tp", static_cast<int>(config_.tp)}});
+    mesh_ = std::make_unique<comm::DeviceMesh>(*world_, config_.mesh_dims());
     dp_group_ = &mesh_->group("dp");
     tp_group_ = &mesh_->group("tp");
     for (comm::ProcessGroup* g : {dp_group_, tp_group_}) g->set_emulated_link(config_.net_gbps, config_.net_latency_us);
