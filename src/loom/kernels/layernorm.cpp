@@ -23,10 +23,15 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   for (int64_t n = 0; n < N; ++n) {
     const float* __restrict x = inp + n * C;  // (C)
     float* __restrict o = out + n * C;        // (C)
+    // The mean is summed shifted by the row's first value: the terms stay near zero, so the
+    // fp32 sum keeps its bits even when the row's mean is large (at mean 100 an unshifted
+    // sum of C terms loses ~C/2 ulps of 100, and the summation order, which differs between
+    // AVX2 and AVX-512 lanes, decides which).
+    const float shift = x[0];
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t c = 0; c < C; ++c) sum += x[c];
-    const float m = sum / static_cast<float>(C);
+    for (int64_t c = 0; c < C; ++c) sum += x[c] - shift;
+    const float m = shift + sum / static_cast<float>(C);
     // Two passes (variance of x - m) rather than E[x^2] - m^2, which cancels for large means.
     float sq = 0.0f;
 #pragma omp simd reduction(+ : sq)
