@@ -62,7 +62,9 @@ bool pin_process(int cpu) {
 
 }  // namespace
 
-std::string pin_ranks_when_oversubscribed(const MeshLayout& layout, int world_rank) {
+std::string pin_ranks_when_oversubscribed(const MeshLayout& layout, const ProcessGroup& world) {
+  if (world.is_single_process()) return "";  // one process cannot outnumber the cores
+  const int world_rank = world.rank();
   MPI_Comm node = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node),
             "MPI_Comm_split_type");

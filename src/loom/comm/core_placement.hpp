@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loom/comm/mesh_layout.hpp"
+#include "loom/comm/process_group.hpp"
 
 namespace loom::comm {
 
@@ -21,11 +22,11 @@ std::vector<int> spread_stages_over_cores(const MeshLayout& layout, const std::v
 // The CPUs this process may run on (its affinity mask), in increasing order.
 std::vector<int> allowed_cpus();
 
-// Collective over MPI_COMM_WORLD (every rank calls it): when this node's ranks may all run on
+// Collective over the world (every rank calls it): when this node's ranks may all run on
 // the same CPUs (the launcher did not bind them) and outnumber them, pins every thread of this
 // process (and the threads it starts later) to the CPU spread_stages_over_cores gives it.
 // Returns what it did for the log, e.g. "4 ranks on 2 cores: pinned rank 0 to CPU 0", or ""
 // when it left the placement alone.
-std::string pin_ranks_when_oversubscribed(const MeshLayout& layout, int world_rank);
+std::string pin_ranks_when_oversubscribed(const MeshLayout& layout, const ProcessGroup& world);
 
 }  // namespace loom::comm

@@ -1,5 +1,9 @@
 #include "loom/comm/device_mesh.hpp"
 
+#include <algorithm>
+
+#include "loom/error.hpp"
+
 namespace loom::comm {
 
 DeviceMesh::DeviceMesh(ProcessGroup& world, std::vector<MeshDim> dims)
@@ -7,9 +11,30 @@ DeviceMesh::DeviceMesh(ProcessGroup& world, std::vector<MeshDim> dims)
   for (const MeshDim& d : layout_.dims()) groups_[d.name] = make_group({d.name});
 }
 
-ProcessGroup& DeviceMesh::group(const std::string& dim) {
-  layout_.index(dim);  // names the mesh in the error for an unknown dimension
-  return *groups_.at(dim);
+ProcessGroup& DeviceMesh::group(const std::string& name) {
+  auto it = groups_.find(name);
+  if (it == groups_.end()) layout_.index(name);  // names the mesh in the error for an unknown dimension
+  return *it->second;
+}
+
+void DeviceMesh::split_dim(const std::string& dim, const std::string& outer, const std::string& inner, int inner_size) {
+  const int d = layout_.index(dim), n = layout_.dims()[d].size;
+  check(inner_size >= 1 && n % inner_size == 0, "cannot split mesh dimension ", dim, "(", n, ") into ", outer, " x ",
+        inner, "(", inner_size, "): ", inner_size, " does not divide ", n);
+  std::vector<MeshDim> dims = layout_.dims();
+  dims[d] = {inner, inner_size};
+  dims.insert(dims.begin() + d, {outer, n / inner_size});
+  const MeshLayout finer(dims, world_.size());
+  for (const std::string& name : {outer, inner})
+    groups_[name] = world_.split(finer.group_color(rank(), {finer.index(name)}), rank(), name);
+}
+
+void DeviceMesh::add_position_group(const std::string& name, const std::string& dim, const std::vector<int>& positions) {
+  const int d = layout_.index(dim);
+  const bool member = std::find(positions.begin(), positions.end(), coordinate(dim)) != positions.end();
+  // Members share the colour of their line along dim; the rest get colours no line uses.
+  const int color = member ? layout_.group_color(rank(), {d}) : world_.size() + rank();
+  groups_[name] = world_.split(color, rank(), name);
 }
 
 std::unique_ptr<ProcessGroup> DeviceMesh::make_group(const std::vector<std::string>& dims) {

@@ -24,11 +24,23 @@ class DeviceMesh {
   int size(const std::string& dim) const { return layout_.size(dim); }
   int coordinate(const std::string& dim) const { return layout_.coordinates(rank())[layout_.index(dim)]; }
 
-  // The ranks that differ from this one only along `dim`, ordered by their coordinate on it.
-  ProcessGroup& group(const std::string& dim);
+  // The ranks that differ from this one only along `dim`, ordered by their coordinate on it;
+  // or a named group (split_dim, add_position_group).
+  ProcessGroup& group(const std::string& name);
   // The ranks that differ only along the listed dimensions (e.g. {"dp", "tp"}); collective
   // over the world, so every rank must ask for the same groups in the same order.
   std::unique_ptr<ProcessGroup> make_group(const std::vector<std::string>& dims);
+
+  // Collective over the world, like everything below. Splits dimension `dim` (of size
+  // outer x inner_size, the inner part varying fastest) into two named axes with a group
+  // each: HSDP's dp becomes "replicate" x "shard", a shard group being neighbouring dp ranks.
+  void split_dim(const std::string& dim, const std::string& outer, const std::string& inner, int inner_size);
+  // A named group of the ranks at `positions` along `dim` that share every other coordinate
+  // (the tied token table's: the first and last pipeline stage); any other rank gets a
+  // group of its own under that name.
+  void add_position_group(const std::string& name, const std::string& dim, const std::vector<int>& positions);
+  // Every group this mesh holds, by name: the dimensions' and the named ones.
+  const std::map<std::string, std::unique_ptr<ProcessGroup>>& groups() const { return groups_; }
 
  private:
   ProcessGroup& world_;

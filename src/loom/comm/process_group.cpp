@@ -50,7 +50,21 @@ ProcessGroup::ProcessGroup(MPI_Comm comm, std::string name) : name_(std::move(na
   trace_row_ = trace::row("comm " + name_, /*unique=*/true);
 }
 
+ProcessGroup::ProcessGroup(SingleProcess, std::string name) : name_(std::move(name)), single_process_(true) {
+  world_ranks_ = {0};
+}
+
+std::unique_ptr<ProcessGroup> ProcessGroup::single_process(std::string name) {
+  return std::unique_ptr<ProcessGroup>(new ProcessGroup(SingleProcess{}, std::move(name)));
+}
+
+Work ProcessGroup::copy_locally(const float* in, float* out, int64_t n) {
+  if (in != out && n > 0) std::memmove(out, in, sizeof(float) * static_cast<size_t>(n));
+  return Work::completed();
+}
+
 ProcessGroup::~ProcessGroup() {
+  if (single_process_) return;
   thread_.reset();  // drains queued collectives before the communicators go
   if (Watchdog* w = Watchdog::instance(); w != nullptr && watch_slot_ >= 0) w->release_group(watch_slot_);
   MPI_Comm_free(&collective_comm_);
@@ -123,6 +137,7 @@ double ProcessGroup::emulated_all_reduce_seconds(const std::string& algorithm, i
 }
 
 Work ProcessGroup::all_reduce_async(float* data, int64_t n, ReduceOp op, std::optional<AllReduceAlgorithm> algorithm) {
+  if (single_process_) return Work::completed();  // the reduction over one rank is its data
   const AllReduceAlgorithm a = algorithm.value_or(default_algorithm_);
   MPI_Comm comm = collective_comm_;
   const int size = size_, servers = param_servers_;
@@ -156,6 +171,7 @@ Work ProcessGroup::reduce_scatter_async(const float* in, float* out, int64_t n, 
                                         AllReduceAlgorithm algorithm) {
   check(algorithm == AllReduceAlgorithm::Mpi || algorithm == AllReduceAlgorithm::Ring,
         "reduce_scatter supports the 'mpi' and 'ring' algorithms, not '", algorithm_name(algorithm), "'");
+  if (single_process_) return copy_locally(in, out, n);
   MPI_Comm comm = collective_comm_;
   const int size = size_, rank = rank_;
   const bool in_place = out == in + rank * n;
@@ -195,6 +211,7 @@ void ProcessGroup::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, Al
 Work ProcessGroup::all_gather_async(const float* in, float* out, int64_t n, AllReduceAlgorithm algorithm) {
   check(algorithm == AllReduceAlgorithm::Mpi || algorithm == AllReduceAlgorithm::Ring,
         "all_gather supports the 'mpi' and 'ring' algorithms, not '", algorithm_name(algorithm), "'");
+  if (single_process_) return copy_locally(in, out, n);
   MPI_Comm comm = collective_comm_;
   const int size = size_, rank = rank_;
   const bool in_place = in == out + rank * n;
@@ -220,6 +237,7 @@ void ProcessGroup::all_gather(const Tensor& in, Tensor& out, AllReduceAlgorithm 
 
 Work ProcessGroup::broadcast_async(float* data, int64_t n, int root) {
   check(root >= 0 && root < size_, "broadcast root ", root, " is not a rank of group '", name_, "' (size ", size_, ")");
+  if (single_process_) return Work::completed();
   MPI_Comm comm = collective_comm_;
   return submit("broadcast", n, [=]() {
     check_mpi(MPI_Bcast(data, mpi_count(n), MPI_FLOAT, root, comm), "MPI_Bcast");
@@ -230,6 +248,7 @@ void ProcessGroup::broadcast(Tensor& t, int root) { broadcast_async(t.f32(), t.n
 
 Work ProcessGroup::reduce_async(float* data, int64_t n, int root, ReduceOp op) {
   check(root >= 0 && root < size_, "reduce root ", root, " is not a rank of group '", name_, "' (size ", size_, ")");
+  if (single_process_) return Work::completed();
   MPI_Comm comm = collective_comm_;
   const int rank = rank_, size = size_;
   return submit("reduce", n, [=]() {
@@ -242,6 +261,7 @@ Work ProcessGroup::reduce_async(float* data, int64_t n, int root, ReduceOp op) {
 void ProcessGroup::reduce(Tensor& t, int root, ReduceOp op) { reduce_async(t.f32(), t.numel(), root, op).wait(); }
 
 Work ProcessGroup::all_to_all_async(const float* in, float* out, int64_t n) {
+  if (single_process_) return copy_locally(in, out, n);
   MPI_Comm comm = collective_comm_;
   return submit("all_to_all", n, [=]() {
     check_mpi(MPI_Alltoall(in, mpi_count(n), MPI_FLOAT, out, mpi_count(n), MPI_FLOAT, comm), "MPI_Alltoall");
@@ -267,6 +287,7 @@ Work ProcessGroup::all_to_all_v_async(const float* in, std::vector<int64_t> send
                                       std::vector<int64_t> recv_counts) {
   check(static_cast<int>(send_counts.size()) == size_ && static_cast<int>(recv_counts.size()) == size_,
         "all_to_all_v: need ", size_, " send and receive counts, got ", send_counts.size(), " and ", recv_counts.size());
+  if (single_process_) return copy_locally(in, out, send_counts[0]);
   MPI_Comm comm = collective_comm_;
   const int64_t total = std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0});
   return submit("all_to_all_v", total, [=]() {
@@ -286,6 +307,7 @@ Work ProcessGroup::all_to_all_v_async(const float* in, std::vector<int64_t> send
 }
 
 Work ProcessGroup::barrier_async() {
+  if (single_process_) return Work::completed();
   MPI_Comm comm = collective_comm_;
   return submit("barrier", 0, [=]() { check_mpi(MPI_Barrier(comm), "MPI_Barrier"); });
 }
@@ -293,6 +315,7 @@ Work ProcessGroup::barrier_async() {
 void ProcessGroup::barrier() { barrier_async().wait(); }
 
 Work ProcessGroup::send_async(const float* data, int64_t n, int dst, int tag) {
+  check(!single_process_, "send to another rank on the single-process group '", name_, "'");
   check(dst >= 0 && dst < size_, "send to rank ", dst, " outside group '", name_, "' (size ", size_, ")");
   MPI_Request request;
   check_mpi(MPI_Isend(data, mpi_count(n), MPI_FLOAT, dst, tag, p2p_comm_, &request), "MPI_Isend");
@@ -300,6 +323,7 @@ Work ProcessGroup::send_async(const float* data, int64_t n, int dst, int tag) {
 }
 
 Work ProcessGroup::recv_async(float* data, int64_t n, int src, int tag) {
+  check(!single_process_, "receive from another rank on the single-process group '", name_, "'");
   check(src >= 0 && src < size_, "recv from rank ", src, " outside group '", name_, "' (size ", size_, ")");
   MPI_Request request;
   check_mpi(MPI_Irecv(data, mpi_count(n), MPI_FLOAT, src, tag, p2p_comm_, &request), "MPI_Irecv");
@@ -310,6 +334,7 @@ void ProcessGroup::send(const Tensor& t, int dst, int tag) { send_async(t.f32(),
 void ProcessGroup::recv(Tensor& t, int src, int tag) { recv_async(t.f32(), t.numel(), src, tag).wait(); }
 
 std::unique_ptr<ProcessGroup> ProcessGroup::split(int color, int key, std::string name) {
+  if (single_process_) return single_process(std::move(name));
   MPI_Comm sub = MPI_COMM_NULL;
   // Issued through the thread so it stays ordered with this group's queued collectives.
   MPI_Comm comm = collective_comm_;

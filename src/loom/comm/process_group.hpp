@@ -37,10 +37,16 @@ class ProcessGroup {
  public:
   // Works on its own duplicates of comm; name appears in errors and traces ("dp", "tp").
   ProcessGroup(MPI_Comm comm, std::string name);
+  // A group of this process alone, without MPI: the serial run's world. Its collectives
+  // are what they are on one rank (a reduction or gather copies, a broadcast leaves the
+  // data), so the serial run is the one-rank layout rather than a special case.
+  static std::unique_ptr<ProcessGroup> single_process(std::string name = "world");
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
+  // Whether this is a single_process() group (no MPI underneath).
+  bool is_single_process() const { return single_process_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::string& name() const { return name_; }
@@ -112,7 +118,13 @@ class ProcessGroup {
   // Seconds an all-reduce of n floats takes on the emulated link; 0 when it is off.
   double emulated_all_reduce_seconds(const std::string& algorithm, int64_t n) const;
 
+  struct SingleProcess {};
+  ProcessGroup(SingleProcess, std::string name);
+  // The single-process group's collectives: out gets in (n floats) unless they are the same.
+  Work copy_locally(const float* in, float* out, int64_t n);
+
   std::string name_;
+  bool single_process_ = false;  // no communicator: size 1 without MPI
   int ranks_on_node_ = 1;
   MPI_Comm collective_comm_ = MPI_COMM_NULL;
   MPI_Comm p2p_comm_ = MPI_COMM_NULL;

@@ -9,7 +9,8 @@ namespace loom::parallel {
 DistributedDataParallel::DistributedDataParallel(nn::Module& model, comm::ProcessGroup& group, DdpOptions options)
     : group_(group), options_(options) {
   check(options_.bucket_bytes > 0, "DDP bucket size must be > 0 bytes, got ", options_.bucket_bytes);
-  std::vector<nn::Parameter*> params = model.parameters();
+  params_ = model.parameters();
+  const std::vector<nn::Parameter*>& params = params_;
   for (nn::Parameter* p : params) group_.broadcast(p->value(), 0);
 
   // Reverse registration order, cut into buckets of at most bucket_bytes (a larger

@@ -12,6 +12,7 @@
 
 #include "loom/comm/process_group.hpp"
 #include "loom/nn/module.hpp"
+#include "loom/parallel/gradient_sync.hpp"
 
 namespace loom::parallel {
 
@@ -20,20 +21,24 @@ struct DdpOptions {
   comm::AllReduceAlgorithm algorithm = comm::AllReduceAlgorithm::Mpi;
 };
 
-class DistributedDataParallel {
+class DistributedDataParallel : public GradientSync {
  public:
   // Collective over group: broadcasts rank 0's parameters so all replicas start equal.
   DistributedDataParallel(nn::Module& model, comm::ProcessGroup& group, DdpOptions options = {});
 
   // Gradient accumulation: a backward with sync off launches no communication; gradients
   // add up locally until a backward with sync on (the last micro-batch).
-  void set_sync(bool on) { sync_ = on; }
+  void set_sync(bool on) override { sync_ = on; }
   // Waits for every bucket launched during backward; afterwards each gradient is the
   // average over the group.
-  void finish_gradient_sync();
+  void finish_gradient_sync() override;
   // Launches the all-reduce of every bucket not launched yet (a pipeline reduces once, after
   // its last backward, with sync off until then); finish_gradient_sync() then waits.
-  void sync_now();
+  void sync_now() override;
+
+  std::vector<nn::Parameter*> optimizer_parameters() const override { return params_; }
+  // Every replica holds the same averaged gradient: its own sum is the norm's (no communication).
+  double grad_sum_squares(const ParameterFilter& counted) override { return sum_squares_of(params_, counted); }
 
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
   const std::vector<nn::Parameter*>& bucket_params(int b) const { return buckets_[b].params; }
@@ -45,8 +50,8 @@ class DistributedDataParallel {
   // In the last synced step: seconds the bucket all-reduces took on the communication
   // thread, and seconds finish_gradient_sync() then waited for them (the part not hidden
   // behind backward).
-  double comm_seconds() const { return comm_seconds_; }
-  double exposed_comm_seconds() const { return exposed_seconds_; }
+  double comm_seconds() const override { return comm_seconds_; }
+  double exposed_comm_seconds() const override { return exposed_seconds_; }
   // Bucket indices in the order their all-reduce was launched, in the last synced step.
   const std::vector<int>& launch_order() const { return last_launch_order_; }
   comm::ProcessGroup& group() { return group_; }
@@ -64,6 +69,7 @@ class DistributedDataParallel {
 
   comm::ProcessGroup& group_;
   DdpOptions options_;
+  std::vector<nn::Parameter*> params_;  // the model's, in registration order
   std::vector<Bucket> buckets_;
   bool sync_ = true;
   int64_t launched_during_backward_ = 0;

@@ -267,7 +267,7 @@ std::vector<ShardedDataParallel::ShardPiece> ShardedDataParallel::shard_pieces()
   return out;
 }
 
-double ShardedDataParallel::grad_sum_squares(const std::function<bool(const nn::Parameter&)>& counted) {
+double ShardedDataParallel::grad_sum_squares(const ParameterFilter& counted) {
   float sum = 0.0f;
   for (const Piece& p : pieces_)
     if (!counted || counted(*p.param)) sum += static_cast<float>(kernels::sum_squares(p.shard_param->grad().f32(), p.shard_param->numel()));

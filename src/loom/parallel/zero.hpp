@@ -27,6 +27,7 @@
 
 #include "loom/comm/process_group.hpp"
 #include "loom/nn/module.hpp"
+#include "loom/parallel/gradient_sync.hpp"
 
 namespace loom::parallel {
 
@@ -38,7 +39,7 @@ struct ZeroOptions {
   comm::AllReduceAlgorithm algorithm = comm::AllReduceAlgorithm::Mpi;
 };
 
-class ShardedDataParallel {
+class ShardedDataParallel : public GradientSync {
  public:
   // Collective over shard (and replicate): rank 0's parameters are broadcast, then sharded.
   ShardedDataParallel(nn::Module& root, comm::ProcessGroup& shard, comm::ProcessGroup* replicate, ZeroOptions options);
@@ -49,23 +50,25 @@ class ShardedDataParallel {
   int stage() const { return options_.stage; }
   // What the optimizer steps: this rank's pieces of the parameters, 1-D, named after them.
   std::vector<nn::Parameter*> shard_parameters() const;
+  std::vector<nn::Parameter*> optimizer_parameters() const override { return shard_parameters(); }
+  bool shards_gradients() const override { return true; }
   // Gradient accumulation: stage 1 reduces only after a backward with sync on; stages 2-3
   // reduce every micro-batch (no full gradient is kept) and average replicas only on sync.
-  void set_sync(bool on) { sync_ = on; }
+  void set_sync(bool on) override { sync_ = on; }
   // Zeroes the gradient shards (and stage 1's full gradients) before a step.
-  void zero_grad();
+  void zero_grad() override;
   // Waits for every reduction; afterwards each gradient shard is the average over the whole
   // data-parallel group (shard x replicate).
-  void finish_gradient_sync();
+  void finish_gradient_sync() override;
   // Stage 1: reduce-scatters every unit now (a pipeline reduces once, after its last
   // backward, with sync off until then); finish_gradient_sync() then waits.
-  void sync_now();
+  void sync_now() override;
   // Collective: the squared norm of the whole averaged gradient, summed over the shards;
   // counted (when given) picks the model parameters to include.
-  double grad_sum_squares(const std::function<bool(const nn::Parameter&)>& counted = {});
+  double grad_sum_squares(const ParameterFilter& counted) override;
   // After the optimizer stepped the shards: stages 1-2 all-gather the updated parameters;
   // stage 3 drops any gathered copy (now stale).
-  void after_optimizer_step();
+  void after_optimizer_step() override;
 
   // This rank's pieces for distributed checkpoints: the model parameter, the first element
   // of it the piece holds, and the optimizer's 1-D parameter over the piece (under stage 3
@@ -99,8 +102,8 @@ class ShardedDataParallel {
   static constexpr int64_t kMaxReductionsInFlight = 2;
   // In the last synced step: seconds the gradient reductions took on the communication
   // thread, and seconds finish_gradient_sync() waited for them.
-  double comm_seconds() const { return comm_seconds_; }
-  double exposed_comm_seconds() const { return exposed_seconds_; }
+  double comm_seconds() const override { return comm_seconds_; }
+  double exposed_comm_seconds() const override { return exposed_seconds_; }
   // Stage 3: all-gathers in the last step, and how many of them were prefetched (launched
   // before the unit needed them).
   int64_t gathers() const { return gathers_; }

@@ -1,0 +1,47 @@
+// The parallelize recipe: from the resolved config and the job's world to this rank's part
+// of the model, made parallel in one fixed order (docs/architecture.md): the mesh and its
+// groups -> tensor-parallel layers -> pipeline chunks and schedule -> replicated-gradient
+// sums -> data parallelism (DDP or ZeRO/HSDP) -> the gradient finalizer. The serial run is
+// the one-rank layout: every group exists, with one member.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/comm/device_mesh.hpp"
+#include "loom/comm/process_group.hpp"
+#include "loom/nn/gpt.hpp"
+#include "loom/parallel/finalize_gradients.hpp"
+#include "loom/parallel/gradient_sync.hpp"
+#include "loom/parallel/pipeline/executor.hpp"
+#include "loom/parallel/tensor_parallel/sequence_parallel.hpp"
+#include "loom/parallel/tensor_parallel/tensor_parallel_layers.hpp"
+#include "loom/parallel/tensor_parallel/vocab_parallel_cross_entropy.hpp"
+#include "loom/train/config.hpp"
+
+namespace loom::train {
+
+struct Parallelized {
+  std::string placement;  // where the ranks were pinned, for the log ("" when left to the OS)
+  // Axes "dp", "pp", "tp"; named groups "replicate" and "shard" (dp split for HSDP; with
+  // ZeRO over all of dp, replicate has one member) and "embedding" (the first and last stage).
+  std::unique_ptr<comm::DeviceMesh> mesh;
+  std::unique_ptr<parallel::tp::TensorParallelLayers> tp_layers;  // tp > 1
+  std::unique_ptr<nn::Module> model;  // the GPT, or this rank's pipeline chunks under one module
+  std::vector<nn::GPT*> chunks;       // the GPT, or this rank's chunks in virtual-stage order
+  std::unique_ptr<parallel::pipeline::PipelineExecutor> pipeline;  // pp > 1
+  std::vector<parallel::pipeline::Action> pipeline_actions;        // this rank's part of the schedule
+  std::unique_ptr<parallel::tp::VocabParallelCrossEntropy> tp_loss;      // tp > 1
+  std::unique_ptr<parallel::tp::ReplicatedGradientSum> replicated_sum;   // sequence parallel
+  std::unique_ptr<parallel::GradientSync> gradient_sync;
+  std::unique_ptr<parallel::GradientFinalizer> finalizer;
+
+  comm::ProcessGroup& group(const std::string& name) const { return mesh->group(name); }
+};
+
+// Collective over world (its size must be dp x pp x tp). config.model.vocab_size and
+// padded_vocab_size must already be resolved.
+Parallelized parallelize(const TrainConfig& config, comm::ProcessGroup& world);
+
+}  // namespace loom::train

@@ -1,0 +1,71 @@
+// What a run tells its user while it trains: the progress line of each step (loss, lr,
+// norm, tokens/s, MFU against the measured matmul peak, memory, communication hidden by
+// overlap, pipeline bubble, tp traffic, ETA) and its metrics.jsonl record, the validation
+// lines, the closing memory report and memory.json. Rank 0 speaks for the job.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/comm/process_group.hpp"
+#include "loom/parallel/gradient_sync.hpp"
+#include "loom/parallel/zero.hpp"
+#include "loom/plan/memory_model.hpp"
+#include "loom/train/config.hpp"
+#include "loom/train/metrics_log.hpp"
+
+namespace loom::train {
+
+struct StepResult {
+  int64_t step = 0;  // the step just completed (1-based count of optimizer steps)
+  float loss = 0.0f;
+  float lr = 0.0f;
+  double grad_norm = 0.0;
+  bool skipped = false;  // non-finite loss or gradient with on_nan = "skip"
+  // Tensor parallel: this rank's collectives on its tp group in the step (all blocking, so
+  // their time is not hidden behind compute) and the bytes of the tensors they reduced.
+  double tp_comm_seconds = 0.0;
+  int64_t tp_comm_bytes = 0;
+  // Pipeline: the measured idle time over compute time of the step, and the theory's (p-1)/(m v).
+  double pipeline_bubble = -1.0;
+  double pipeline_bubble_theory = -1.0;
+};
+
+class Progress {
+ public:
+  // quiet: no lines (the metrics still go to metrics.jsonl on rank 0).
+  Progress(const TrainConfig& config, comm::ProcessGroup& world, bool quiet);
+
+  // Collective: the matmul peak of one rank (its threads), measured by rank 0 alone (ranks
+  // measuring side by side on shared cores would each see a fraction) and shared.
+  void measure_peak();
+  double peak_gflops() const { return peak_gflops_; }
+  // keep: a logged step (a lasting line and a metrics record); otherwise only the live line.
+  void step(const StepResult& r, double step_seconds, bool keep, const parallel::GradientSync& sync);
+  void validation(int64_t step, float val_loss);
+  void say(const std::string& line) const;
+  bool quiet() const { return quiet_; }
+
+ private:
+  // The share of its threads' cores a rank gets: below 1 when the node's ranks x threads
+  // exceed its cores.
+  double core_share() const;
+
+  const TrainConfig& config_;
+  comm::ProcessGroup& world_;
+  bool quiet_;
+  bool live_ = false;  // stdout is a terminal of a process started without MPI
+  std::unique_ptr<MetricsLog> metrics_;
+  double peak_gflops_ = 0.0;
+  double elapsed_seconds_ = 0.0;
+  int64_t steps_timed_ = 0;
+};
+
+// "memory on rank 0: params 3.2 MiB (formula 3.2 MiB) | ...": the tracker's current bytes of
+// model state next to the ZeRO formula, and the peaks of the rest.
+std::string memory_report(int rank, const plan::StateBytes& formula, const parallel::ShardedDataParallel* sharded);
+
+}  // namespace loom::train

@@ -1,0 +1,140 @@
+#include "loom/train/serial_state.hpp"
+
+#include "loom/error.hpp"
+#include "loom/train/checkpoint.hpp"
+
+namespace loom::train {
+
+SerialState::SerialState(nn::Module& model, optim::Optimizer& optimizer, parallel::ShardedDataParallel* sharded,
+                         comm::ProcessGroup& dp, comm::ProcessGroup& tp, comm::ProcessGroup& pp, int64_t shard_size,
+                         const nn::Parameter* token_table_copy)
+    : model_(model), optimizer_(optimizer), sharded_(sharded), dp_(dp), tp_(tp), pp_(pp), shard_size_(shard_size),
+      token_table_copy_(token_table_copy) {
+  for (nn::Parameter* p : model_.parameters()) param_specs_[p->name()] = p->shard_spec();
+}
+
+nn::ShardSpec SerialState::spec_of(const std::string& key) const {
+  // "model.<param>" or "optim.<kind>.<param>": the parameter's spec.
+  std::string name = key.substr(key.find('.') + 1);
+  if (key.rfind("optim.", 0) == 0) name = name.substr(name.find('.') + 1);
+  auto it = param_specs_.find(name);
+  check(it != param_specs_.end(), "state tensor '", key, "' belongs to no parameter");
+  return it->second;
+}
+
+std::map<std::string, Tensor> SerialState::state_dict() {
+  return gather(sharded_ ? sharded_->full_state_dict(optimizer_.state(), optimizer_.state_kinds())
+                         : checkpoint_tensors(model_, &optimizer_));
+}
+
+std::map<std::string, Tensor> SerialState::gradient_dict() {
+  // Named like optimizer state ("optim.grad.<param>") so the data-parallel shards, the
+  // tensor-parallel slices and the pipeline stages are gathered by the same code.
+  std::map<std::string, Tensor> grads;
+  for (nn::Parameter* p : optimizer_.params()) grads["grad." + p->name()] = p->grad();
+  std::map<std::string, Tensor> local;
+  if (sharded_) {
+    for (auto& [key, t] : sharded_->full_state_dict(grads, {"grad"}))
+      if (key.rfind("optim.", 0) == 0) local.emplace(key, t);
+  } else {
+    for (auto& [key, t] : grads) local.emplace("optim." + key, t);
+  }
+  std::map<std::string, Tensor> out;
+  for (auto& [key, t] : gather(std::move(local))) out.emplace(key.substr(std::string("optim.").size()), t);
+  return out;
+}
+
+std::map<std::string, Tensor> SerialState::gather(std::map<std::string, Tensor> local) {
+  // Tensor parallel: gather every split tensor's slices (in key order on every rank).
+  std::map<std::string, Tensor> full;
+  const int t = tp_.size();
+  for (auto& [key, slice] : local) {
+    nn::ShardSpec spec = spec_of(key);
+    if (!spec.sharded()) {
+      full[key] = slice;
+      continue;
+    }
+    const int64_t n = slice.numel();
+    Tensor gathered = Tensor::empty({t * n}, DType::F32, MemoryCategory::Other);
+    tp_.all_gather(slice.view({n}), gathered);
+    Tensor whole = Tensor::empty(spec.full_shape(slice.shape()), DType::F32, MemoryCategory::Other);
+    for (int r = 0; r < t; ++r) {
+      spec.index = r;
+      place_shard(gathered.narrow(r * n, n).view(slice.shape()), whole, spec);
+    }
+    full[key] = whole;
+  }
+  return pp_.size() > 1 ? gather_pipeline(std::move(full)) : full;
+}
+
+std::map<std::string, Tensor> SerialState::gather_pipeline(std::map<std::string, Tensor> local) {
+  // Each stage in turn broadcasts its tensors over the pipeline: a header of floats (count;
+  // per tensor name length, rank, dims), the name's characters, the values. The first and
+  // last stage both hold the tied token table; the first stage's copy is kept.
+  std::map<std::string, Tensor> all;
+  auto broadcast = [&](std::vector<float>& v, int root) {
+    pp_.broadcast_async(v.data(), static_cast<int64_t>(v.size()), root).wait();
+  };
+  for (int owner = 0; owner < pp_.size(); ++owner) {
+    const bool mine = owner == pp_.rank();
+    std::vector<float> count{static_cast<float>(mine ? local.size() : 0)};
+    broadcast(count, owner);
+    auto it = local.begin();
+    for (int64_t i = 0; i < static_cast<int64_t>(count[0]); ++i) {
+      std::vector<float> header(2 + 8, 0.0f);  // name length, rank, up to 8 dims
+      if (mine) {
+        header[0] = static_cast<float>(it->first.size());
+        header[1] = static_cast<float>(it->second.ndim());
+        for (int d = 0; d < it->second.ndim(); ++d) header[2 + d] = static_cast<float>(it->second.size(d));
+      }
+      broadcast(header, owner);
+      std::vector<float> name(static_cast<size_t>(header[0]));
+      if (mine) std::copy(it->first.begin(), it->first.end(), name.begin());
+      broadcast(name, owner);
+      Shape shape;
+      for (int d = 0; d < static_cast<int>(header[1]); ++d) shape.push_back(static_cast<int64_t>(header[2 + d]));
+      Tensor t = mine ? it->second : Tensor::empty(shape, DType::F32, MemoryCategory::Other);
+      pp_.broadcast(t, owner);
+      all.emplace(std::string(name.begin(), name.end()), t);
+      if (mine) ++it;
+    }
+  }
+  return all;
+}
+
+std::vector<StatePiece> SerialState::pieces() {
+  const int tp_rank = tp_.rank(), dp_rank = dp_.rank();
+  std::vector<StatePiece> out;
+  // key: "model.<param>" / "optim.<kind>.<param>"; local: the parameter's tp-local shape;
+  // data: elements [begin, begin + numel) of it; dp_sharded: a ZeRO shard (else a replica).
+  auto add = [&](const std::string& key, const nn::Parameter& param, const Shape& local, const Tensor& data,
+                 int64_t begin, bool dp_sharded) {
+    const nn::ShardSpec spec = spec_of(key);
+    const bool first_replica = dp_sharded ? dp_rank < shard_size_ : dp_rank == 0;
+    const bool owner = first_replica && (spec.sharded() || tp_rank == 0) && &param != token_table_copy_;
+    out.push_back({key, spec.full_shape(local), PieceLayout{spec, begin, begin + data.numel()}, data, owner});
+  };
+  if (!sharded_) {
+    std::map<std::string, Tensor> state = optimizer_.state();
+    for (nn::Parameter* p : model_.parameters()) {
+      add("model." + p->name(), *p, p->shape(), p->value(), 0, false);
+      for (const std::string& kind : optimizer_.state_kinds())
+        add("optim." + kind + "." + p->name(), *p, p->shape(), state.at(kind + "." + p->name()), 0, false);
+    }
+    return out;
+  }
+  // Sharded data parallelism: stages 1-2 hold every parameter whole; the optimizer state
+  // (and under stage 3 the parameters) exist only as this rank's pieces.
+  if (sharded_->stage() < 3)
+    for (nn::Parameter* p : model_.parameters()) add("model." + p->name(), *p, p->shape(), p->value(), 0, false);
+  std::map<std::string, Tensor> state = optimizer_.state();
+  for (const parallel::ShardedDataParallel::ShardPiece& piece : sharded_->shard_pieces()) {
+    const nn::Parameter& p = *piece.param;
+    if (sharded_->stage() == 3) add("model." + p.name(), p, p.shape(), piece.shard->value(), piece.param_offset, true);
+    for (const std::string& kind : optimizer_.state_kinds())
+      add("optim." + kind + "." + p.name(), p, p.shape(), state.at(kind + "." + p.name()), piece.param_offset, true);
+  }
+  return out;
+}
+
+}  // namespace loom::train
