@@ -1,4 +1,4 @@
-// Loom's GPT against PyTorch as the oracle (STYLE.md "Tests" 2): the test writes a tiny
+// Loom's GPT against PyTorch as the oracle: the test writes a tiny
 // GPT's weights and token batches to a temp dir, tests/oracle/gpt_reference.py rebuilds the
 // same model in PyTorch (float32) and writes back the loss, every parameter's gradient,
 // the losses of 10 AdamW steps and the parameters after them; this file compares.

@@ -1,4 +1,4 @@
-// The ZeRO memory formulas of DESIGN.md, per stage, and the tracker agreeing with them for
+// The ZeRO memory formulas (16Ψ, 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N, 16Ψ/N), per stage, and the tracker agreeing with them for
 // a real model and optimizer.
 #include <gtest/gtest.h>
 

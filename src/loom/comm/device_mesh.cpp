@@ -8,7 +8,17 @@ namespace loom::comm {
 
 DeviceMesh::DeviceMesh(ProcessGroup& world, std::vector<MeshDim> dims)
     : world_(world), layout_(std::move(dims), world.size()) {
-  for (const MeshDim& d : layout_.dims()) groups_[d.name] = make_group({d.name});
+  for (const MeshDim& d : layout_.dims()) {
+    if (d.size == world.size())
+      groups_[d.name] = &world;
+    else
+      add(d.name, make_group({d.name}));
+  }
+}
+
+void DeviceMesh::add(const std::string& name, std::unique_ptr<ProcessGroup> group) {
+  groups_[name] = group.get();
+  owned_[name] = std::move(group);
 }
 
 ProcessGroup& DeviceMesh::group(const std::string& name) {
@@ -26,7 +36,7 @@ void DeviceMesh::split_dim(const std::string& dim, const std::string& outer, con
   dims.insert(dims.begin() + d, {outer, n / inner_size});
   const MeshLayout finer(dims, world_.size());
   for (const std::string& name : {outer, inner})
-    groups_[name] = world_.split(finer.group_color(rank(), {finer.index(name)}), rank(), name);
+    add(name, world_.split(finer.group_color(rank(), {finer.index(name)}), rank(), name));
 }
 
 void DeviceMesh::add_position_group(const std::string& name, const std::string& dim, const std::vector<int>& positions) {
@@ -34,7 +44,7 @@ void DeviceMesh::add_position_group(const std::string& name, const std::string& 
   const bool member = std::find(positions.begin(), positions.end(), coordinate(dim)) != positions.end();
   // Members share the colour of their line along dim; the rest get colours no line uses.
   const int color = member ? layout_.group_color(rank(), {d}) : world_.size() + rank();
-  groups_[name] = world_.split(color, rank(), name);
+  add(name, world_.split(color, rank(), name));
 }
 
 std::unique_ptr<ProcessGroup> DeviceMesh::make_group(const std::vector<std::string>& dims) {

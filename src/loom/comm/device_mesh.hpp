@@ -39,13 +39,14 @@ class DeviceMesh {
   // (the tied token table's: the first and last pipeline stage); any other rank gets a
   // group of its own under that name.
   void add_position_group(const std::string& name, const std::string& dim, const std::vector<int>& positions);
-  // Every group this mesh holds, by name: the dimensions' and the named ones.
-  const std::map<std::string, std::unique_ptr<ProcessGroup>>& groups() const { return groups_; }
 
  private:
   ProcessGroup& world_;
   MeshLayout layout_;
-  std::map<std::string, std::unique_ptr<ProcessGroup>> groups_;
+  std::map<std::string, std::unique_ptr<ProcessGroup>> owned_;
+  // By name: a dimension spanning every rank is the world itself (no second communicator).
+  std::map<std::string, ProcessGroup*> groups_;
+  void add(const std::string& name, std::unique_ptr<ProcessGroup> group);
 };
 
 }  // namespace loom::comm

@@ -1,4 +1,4 @@
-// How a model makes the layers that tensor parallelism splits (DESIGN.md decision 3). The
+// How a model makes the layers that tensor parallelism splits (docs/architecture.md). The
 // default builds the serial layers; parallel/tensor_parallel supplies a builder whose
 // layers hold a 1/t slice of each weight and communicate inside their forward/backward, as
 // Megatron-LM substitutes its parallel layers, so the model's code is the same for every

@@ -1,4 +1,4 @@
-// Module: a layer or model with an explicit forward and backward (DESIGN.md decision 1).
+// Module: a layer or model with an explicit forward and backward (docs/architecture.md).
 // forward(x, ctx) saves what backward needs in ctx; backward(dy, ctx) returns dx and
 // accumulates parameter gradients. Hooks before and after forward and backward (decision 2)
 // are the seam for data parallelism: FSDP gathers a unit's parameters before its forward

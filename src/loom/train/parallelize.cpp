@@ -14,18 +14,6 @@ namespace {
 
 namespace pl = parallel::pipeline;
 
-// The mesh over the world: dp x pp x tp (tp fastest: tensor-parallel partners are
-// neighbouring ranks), dp split for sharding, and the tied table's group.
-std::unique_ptr<comm::DeviceMesh> build_mesh(const TrainConfig& config, comm::ProcessGroup& world) {
-  auto mesh = std::make_unique<comm::DeviceMesh>(world, config.mesh_dims());
-  mesh->split_dim("dp", "replicate", "shard", static_cast<int>(config.shard_size()));
-  mesh->add_position_group("embedding", "pp", {0, static_cast<int>(config.pp) - 1});
-  world.set_emulated_link(config.net_gbps, config.net_latency_us);
-  for (const char* name : {"dp", "tp", "shard", "replicate"})
-    mesh->group(name).set_emulated_link(config.net_gbps, config.net_latency_us);
-  return mesh;
-}
-
 // Pipeline chunks: this rank holds virtual stages rank, rank + p, ... (one per chunk).
 void build_pipeline(const TrainConfig& config, const nn::LayerBuilder& layers, comm::ProcessGroup& pp, Parallelized& out) {
   const int64_t p = config.pp, v = config.chunks, rank = pp.rank();
@@ -65,6 +53,18 @@ std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& c
 
 }  // namespace
 
+std::unique_ptr<comm::DeviceMesh> parallel_mesh(const TrainConfig& config, comm::ProcessGroup& world) {
+  // dp x pp x tp (tp fastest: tensor-parallel partners are neighbouring ranks), dp split for
+  // sharding (shard groups are neighbouring dp ranks), and the tied table's group.
+  auto mesh = std::make_unique<comm::DeviceMesh>(world, config.mesh_dims());
+  mesh->split_dim("dp", "replicate", "shard", static_cast<int>(config.shard_size()));
+  mesh->add_position_group("embedding", "pp", {0, static_cast<int>(config.pp) - 1});
+  world.set_emulated_link(config.net_gbps, config.net_latency_us);
+  for (const char* name : {"dp", "tp", "shard", "replicate"})
+    mesh->group(name).set_emulated_link(config.net_gbps, config.net_latency_us);
+  return mesh;
+}
+
 Parallelized parallelize(const TrainConfig& config, comm::ProcessGroup& world) {
   Parallelized p;
   // 0. Placement: oversubscribed one-thread ranks pinned to cores, a stage's ranks apart.
@@ -75,7 +75,7 @@ Parallelized parallelize(const TrainConfig& config, comm::ProcessGroup& world) {
                      "leaves it to the OS)";
   }
   // 1. The mesh: every group the later steps take is an axis or a named group of it.
-  p.mesh = build_mesh(config, world);
+  p.mesh = parallel_mesh(config, world);
   comm::ProcessGroup &tp = p.group("tp"), &pp = p.group("pp");
 
   // 2. Tensor parallelism by layer substitution: the model asks this builder for its layers.

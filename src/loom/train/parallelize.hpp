@@ -40,6 +40,9 @@ struct Parallelized {
   comm::ProcessGroup& group(const std::string& name) const { return mesh->group(name); }
 };
 
+// Collective over world: step 1 alone, the mesh with every named group of the layout.
+std::unique_ptr<comm::DeviceMesh> parallel_mesh(const TrainConfig& config, comm::ProcessGroup& world);
+
 // Collective over world (its size must be dp x pp x tp). config.model.vocab_size and
 // padded_vocab_size must already be resolved.
 Parallelized parallelize(const TrainConfig& config, comm::ProcessGroup& world);

@@ -1,5 +1,5 @@
-// The layer builder that makes a model tensor-parallel over a group of t ranks (DESIGN.md
-// decision 3): column- and row-parallel linears, a vocabulary-parallel embedding, and the
+// The layer builder that makes a model tensor-parallel over a group of t ranks (layer
+// substitution, docs/architecture.md): column- and row-parallel linears, a vocabulary-parallel embedding, and the
 // f operator around the tied LM head, optionally with sequence parallelism. Pass it to nn::GPT.
 #pragma once
 
