@@ -12,16 +12,12 @@
 
 #include "loom/train/trainer.hpp"
 #include "test_util.hpp"
+#include "tiny_config.hpp"
 
 namespace loom::testing::equivalence {
 
 inline train::TrainConfig tiny(int64_t dp, int64_t batch_per_rank, int64_t micro_batches) {
-  train::TrainConfig c;
-  c.data = LOOM_SOURCE_DIR "/data/tinyshakespeare.txt";
-  c.model.n_layer = 2;
-  c.model.n_head = 2;
-  c.model.n_embd = 16;
-  c.model.block_size = 16;
+  train::TrainConfig c = tiny_config();
   c.batch_size = batch_per_rank;
   c.micro_batches = micro_batches;
   c.dp = dp;
@@ -31,8 +27,7 @@ inline train::TrainConfig tiny(int64_t dp, int64_t batch_per_rank, int64_t micro
   // differences of ~lr x its relative rounding elsewhere): a small lr keeps that well inside
   // the parameter tolerance of 1e-4 at every rank count.
   c.lr = 5e-4;
-  c.threads = 1;
-  c.out_dir = "";  // no files: each test compares in memory
+  c.threads = 1;  // no files (tiny_config): each test compares in memory
   c.bucket_mb = 0.01;  // ~10 KiB: several buckets even for the tiny model
   return c;
 }

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "comm/mpi_test_env.hpp"
+#include "loom/train/checkpoint.hpp"
 #include "loom/train/trainer.hpp"
 #include "parallel/equivalence.hpp"
 

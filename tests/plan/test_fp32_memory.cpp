@@ -6,6 +6,7 @@
 #include "loom/plan/layout_cost.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/train/trainer.hpp"
+#include "tiny_config.hpp"
 
 namespace loom::plan {
 namespace {
@@ -45,15 +46,12 @@ TEST(PlanFp32, MemoryOfASerialLayoutByHand) {
 }
 
 TEST(PlanFp32, PredictsTheTrackedPeakOfASerialStep) {
-  train::TrainConfig t;
-  t.data = LOOM_SOURCE_DIR "/data/tinyshakespeare.txt";
-  t.model.n_layer = 2;
+  train::TrainConfig t = testing::tiny_config();
   t.model.n_embd = 64;
   t.model.n_head = 4;
   t.model.block_size = 64;
   t.batch_size = 4;
   t.steps = 1;
-  t.out_dir = "";
   MemoryTracker& tracker = MemoryTracker::instance();
   const int64_t before = tracker.total_current();
   tracker.reset_peaks();

@@ -4,6 +4,7 @@
 
 #include "loom/plan/memory_model.hpp"
 #include "loom/train/trainer.hpp"
+#include "tiny_config.hpp"
 
 namespace loom::plan {
 namespace {
@@ -22,13 +23,8 @@ TEST(MemoryModel, TrackerMeasuresTheFormulaForTheSerialTrainer) {
   MemoryTracker& m = MemoryTracker::instance();
   const int64_t params0 = m.current(MemoryCategory::Parameters), grads0 = m.current(MemoryCategory::Gradients),
                 optim0 = m.current(MemoryCategory::OptimizerState);
-  train::TrainConfig c;
-  c.data = LOOM_SOURCE_DIR "/data/tinyshakespeare.txt";
-  c.model.n_layer = 2;
+  train::TrainConfig c = testing::tiny_config();
   c.model.n_embd = 32;
-  c.model.n_head = 2;
-  c.model.block_size = 16;
-  c.out_dir = "";
   train::Trainer t(c, true);
   const StateBytes want = model_state_bytes(t.model().num_parameters(), 1, 0, 8);
   EXPECT_EQ(m.current(MemoryCategory::Parameters) - params0, want.params);

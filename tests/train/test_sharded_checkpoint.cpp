@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/error.hpp"
+#include "loom/train/checkpoint.hpp"
 #include "loom/train/reshard.hpp"
 #include "loom/train/sharded_checkpoint.hpp"
 #include "loom/train/trainer.hpp"

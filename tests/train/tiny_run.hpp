@@ -7,16 +7,12 @@
 #include <vector>
 
 #include "loom/train/trainer.hpp"
+#include "tiny_config.hpp"
 
 namespace loom::train {
 
 inline TrainConfig tiny_run(const std::string& name) {
-  TrainConfig c;
-  c.data = LOOM_SOURCE_DIR "/data/tinyshakespeare.txt";
-  c.model.n_layer = 2;
-  c.model.n_head = 2;
-  c.model.n_embd = 16;
-  c.model.block_size = 16;
+  TrainConfig c = testing::tiny_config();
   c.batch_size = 4;
   c.steps = 6;
   c.warmup_steps = 2;

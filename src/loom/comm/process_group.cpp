@@ -9,7 +9,6 @@
 #include <numeric>
 
 #include "loom/comm/mpi_util.hpp"
-#include "loom/plan/comm_cost.hpp"
 #include "loom/error.hpp"
 #include "loom/trace/recorder.hpp"
 
@@ -87,9 +86,10 @@ void ProcessGroup::reset_stats() {
   counters_->nanoseconds = 0;
 }
 
-Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()> body, int64_t payload) {
+Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()> body, int64_t payload,
+                          int element_bytes) {
   const int64_t sequence = ++sequence_;
-  const std::string operation = op + "(" + std::to_string(n) + " floats)";
+  const std::string operation = op + "(" + std::to_string(n) + (element_bytes == 1 ? " bytes)" : " floats)");
   const std::string description = operation + " #" + std::to_string(sequence) + " on group '" + name_ + "'";
   Watchdog* watchdog = Watchdog::instance();
   MPI_Comm debug_comm = debug_comm_;
@@ -97,7 +97,7 @@ Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()
   const std::string group = name_;
   const int slot = watch_slot_;
   std::shared_ptr<Counters> counters = counters_;
-  const int64_t bytes = 4 * (payload >= 0 ? payload : n);
+  const int64_t bytes = element_bytes * (payload >= 0 ? payload : n);
   const int row = trace_row_;
   Work work = thread_->submit(description, [=, body = std::move(body)]() {
     if (debug) Watchdog::check_same_call(debug_comm, group, sequence, operation);
@@ -126,14 +126,7 @@ Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()
 
 void ProcessGroup::set_emulated_link(double gbps, double latency_us) {
   check(latency_us >= 0, "emulated link latency must be >= 0 us, got ", latency_us);
-  link_gbps_ = gbps;
-  link_latency_us_ = latency_us;
-}
-
-double ProcessGroup::emulated_all_reduce_seconds(const std::string& algorithm, int64_t n) const {
-  if (link_gbps_ <= 0) return 0.0;
-  return plan::all_reduce_seconds(algorithm, n * 4, size_,
-                                  plan::LinkCost{link_latency_us_ * 1e-6, 8.0 / (link_gbps_ * 1e9)}, param_servers_);
+  link_ = emulated_link(gbps, latency_us);
 }
 
 Work ProcessGroup::all_reduce_async(float* data, int64_t n, ReduceOp op, std::optional<AllReduceAlgorithm> algorithm) {
@@ -141,8 +134,7 @@ Work ProcessGroup::all_reduce_async(float* data, int64_t n, ReduceOp op, std::op
   const AllReduceAlgorithm a = algorithm.value_or(default_algorithm_);
   MPI_Comm comm = collective_comm_;
   const int size = size_, servers = param_servers_;
-  // MPI's own algorithm is priced as a ring, the bandwidth-optimal choice it makes for large messages.
-  const double emulated_s = emulated_all_reduce_seconds(a == AllReduceAlgorithm::Mpi ? "ring" : algorithm_name(a), n);
+  const double emulated_s = emulated_all_reduce_seconds(link_, a, n, size, servers);
   return submit("all_reduce[" + algorithm_name(a) + "," + reduce_op_name(op) + "]", n, [=]() {
     const auto start = std::chrono::steady_clock::now();
     switch (a) {
@@ -175,8 +167,7 @@ Work ProcessGroup::reduce_scatter_async(const float* in, float* out, int64_t n, 
   MPI_Comm comm = collective_comm_;
   const int size = size_, rank = rank_;
   const bool in_place = out == in + rank * n;
-  // A ring reduce-scatter is half a ring all-reduce: the same steps without the gather.
-  const double emulated_s = 0.5 * emulated_all_reduce_seconds("ring", n * size);
+  const double emulated_s = emulated_ring_half_seconds(link_, n * size, size);
   return submit("reduce_scatter[" + algorithm_name(algorithm) + "]", n, [=]() {
     const auto start = std::chrono::steady_clock::now();
     if (in_place) {
@@ -215,7 +206,7 @@ Work ProcessGroup::all_gather_async(const float* in, float* out, int64_t n, AllR
   MPI_Comm comm = collective_comm_;
   const int size = size_, rank = rank_;
   const bool in_place = in == out + rank * n;
-  const double emulated_s = 0.5 * emulated_all_reduce_seconds("ring", n * size);
+  const double emulated_s = emulated_ring_half_seconds(link_, n * size, size);
   return submit("all_gather[" + algorithm_name(algorithm) + "]", n, [=]() {
     const auto start = std::chrono::steady_clock::now();
     if (algorithm == AllReduceAlgorithm::Mpi) {
@@ -313,6 +304,43 @@ Work ProcessGroup::barrier_async() {
 }
 
 void ProcessGroup::barrier() { barrier_async().wait(); }
+
+Work ProcessGroup::broadcast_bytes_async(void* data, int64_t n, int root) {
+  check(root >= 0 && root < size_, "broadcast root ", root, " is not a rank of group '", name_, "' (size ", size_, ")");
+  MPI_Comm comm = collective_comm_;
+  return submit("broadcast_bytes", n, [=]() {
+    check_mpi(MPI_Bcast(data, mpi_count(n), MPI_BYTE, root, comm), "MPI_Bcast");
+  }, -1, 1);
+}
+
+Work ProcessGroup::all_gather_bytes_async(const void* in, void* out, int64_t n) {
+  MPI_Comm comm = collective_comm_;
+  return submit("all_gather_bytes", n, [=]() {
+    check_mpi(MPI_Allgather(in, mpi_count(n), MPI_BYTE, out, mpi_count(n), MPI_BYTE, comm), "MPI_Allgather");
+  }, n * size_, 1);
+}
+
+Work ProcessGroup::gather_v_bytes_async(const void* in, std::vector<int64_t> counts, void* out, std::optional<int> root) {
+  check(static_cast<int>(counts.size()) == size_, "gather_v_bytes: need ", size_, " counts, got ", counts.size());
+  check(!root || (*root >= 0 && *root < size_), "gather root ", root.value_or(-1), " is not a rank of group '", name_,
+        "' (size ", size_, ")");
+  MPI_Comm comm = collective_comm_;
+  const int rank = rank_;
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  mpi_count(total);  // every displacement fits MPI's int
+  return submit(root ? "gather_v_bytes" : "all_gather_v_bytes", total, [=]() {
+    std::vector<int> sizes, offsets;
+    for (int64_t q = 0, offset = 0; q < static_cast<int64_t>(counts.size()); offset += counts[q++]) {
+      sizes.push_back(mpi_count(counts[q]));
+      offsets.push_back(mpi_count(offset));
+    }
+    const int mine = sizes[static_cast<size_t>(rank)];
+    if (root)
+      check_mpi(MPI_Gatherv(in, mine, MPI_BYTE, out, sizes.data(), offsets.data(), MPI_BYTE, *root, comm), "MPI_Gatherv");
+    else
+      check_mpi(MPI_Allgatherv(in, mine, MPI_BYTE, out, sizes.data(), offsets.data(), MPI_BYTE, comm), "MPI_Allgatherv");
+  }, -1, 1);
+}
 
 Work ProcessGroup::send_async(const float* data, int64_t n, int dst, int tag) {
   check(!single_process_, "send to another rank on the single-process group '", name_, "'");

@@ -18,6 +18,7 @@
 
 #include "loom/comm/algorithms.hpp"
 #include "loom/comm/comm_thread.hpp"
+#include "loom/comm/emulated_link.hpp"
 #include "loom/comm/reduce_op.hpp"
 #include "loom/comm/watchdog.hpp"
 #include "loom/comm/work.hpp"
@@ -60,9 +61,9 @@ class ProcessGroup {
   double timeout() const { return timeout_s_; }
   // Debug mode: ranks compare each collective's name and size before running it.
   void set_debug_checks(bool on) { debug_checks_ = on; }
-  // An emulated network: each all-reduce takes at least the alpha-beta time of its algorithm
-  // (a reduce-scatter or all-gather half a ring all-reduce) on a link of `gbps` gigabits/s
-  // and `latency_us` (the thread sleeps out the difference, using no CPU), so overlap of
+  // An emulated network: each all-reduce, reduce-scatter and all-gather takes at least the
+  // time its algorithm's messages take on a link of `gbps` gigabits/s and `latency_us`
+  // (emulated_link.hpp; the thread sleeps out the difference, using no CPU), so overlap of
   // communication with compute can be measured on one machine. gbps <= 0 turns it off.
   void set_emulated_link(double gbps, double latency_us);
 
@@ -101,6 +102,16 @@ class ProcessGroup {
   Work barrier_async();
   void barrier();
 
+  // Bytes, copied bit for bit, for what is not a float tensor (text, records, integers);
+  // byte_transport.hpp builds strings of any length on these. Counts are in bytes.
+  Work broadcast_bytes_async(void* data, int64_t n, int root);
+  // in (n) on every rank; out (size * n) gets every rank's in, in rank order.
+  Work all_gather_bytes_async(const void* in, void* out, int64_t n);
+  // Uneven: rank q gives counts[q] bytes (counts the same on every rank); out (the sum of
+  // counts) gets them packed in rank order, on root alone, or on every rank when root is
+  // nullopt. out is not read on the other ranks.
+  Work gather_v_bytes_async(const void* in, std::vector<int64_t> counts, void* out, std::optional<int> root);
+
   Work send_async(const float* data, int64_t n, int dst, int tag = 0);
   Work recv_async(float* data, int64_t n, int src, int tag = 0);
   void send(const Tensor& t, int dst, int tag = 0);
@@ -113,10 +124,10 @@ class ProcessGroup {
   std::unique_ptr<ProcessGroup> split(int color, int key, std::string name);
 
  private:
-  // payload: floats of the whole tensor the collective works on (counted in stats()).
-  Work submit(const std::string& op, int64_t n, std::function<void()> body, int64_t payload = -1);
-  // Seconds an all-reduce of n floats takes on the emulated link; 0 when it is off.
-  double emulated_all_reduce_seconds(const std::string& algorithm, int64_t n) const;
+  // n and payload count elements of element_bytes (4: floats; 1: bytes); payload: those of
+  // the whole tensor the collective works on (counted in stats()).
+  Work submit(const std::string& op, int64_t n, std::function<void()> body, int64_t payload = -1,
+              int element_bytes = sizeof(float));
 
   struct SingleProcess {};
   ProcessGroup(SingleProcess, std::string name);
@@ -134,7 +145,7 @@ class ProcessGroup {
   int watch_slot_ = -1;
   double timeout_s_ = 300.0;
   bool debug_checks_ = false;
-  double link_gbps_ = 0.0, link_latency_us_ = 0.0;
+  EmulatedLink link_;
   int rank_ = 0, size_ = 1;
   AllReduceAlgorithm default_algorithm_ = AllReduceAlgorithm::Mpi;
   int param_servers_ = 1;

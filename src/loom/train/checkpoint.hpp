@@ -13,16 +13,9 @@
 
 #include "loom/nn/module.hpp"
 #include "loom/optim/optimizer.hpp"
+#include "loom/train/checkpoint_info.hpp"
 
 namespace loom::train {
-
-struct CheckpointInfo {
-  int64_t step = 0;  // optimizer steps completed
-  std::string config_toml;
-  std::string tokenizer_spec;
-  std::string optimizer;
-  int64_t optimizer_steps = -1;  // the optimizer's step count; -1: no optimizer state
-};
 
 // What a checkpoint holds for a model and optimizer: "model.<param>" and "optim.<state>"
 // (views of their storage).

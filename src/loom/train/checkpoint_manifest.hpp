@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "loom/train/checkpoint.hpp"
+#include "loom/train/checkpoint_info.hpp"
 #include "loom/train/reshard.hpp"
 
 namespace loom::train {

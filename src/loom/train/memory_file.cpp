@@ -2,7 +2,7 @@
 
 #include <fstream>
 
-#include "loom/comm/gather_text.hpp"
+#include "loom/comm/byte_transport.hpp"
 #include "loom/error.hpp"
 #include "loom/tensor/memory_tracker.hpp"
 
@@ -26,7 +26,7 @@ nlohmann::json memory_record(int rank, const std::string& name, const plan::Stat
 
 void write_memory_file(const std::string& path, comm::ProcessGroup* world, const nlohmann::json& mine) {
   const std::vector<std::string> all =
-      world != nullptr ? comm::gather_text(*world, mine.dump()) : std::vector<std::string>{mine.dump()};
+      world != nullptr ? comm::gather_bytes(*world, mine.dump()) : std::vector<std::string>{mine.dump()};
   if (world != nullptr && world->rank() != 0) return;
   nlohmann::json file{{"ranks", nlohmann::json::array()}};
   for (const std::string& text : all) file["ranks"].push_back(nlohmann::json::parse(text));

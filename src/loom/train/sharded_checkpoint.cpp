@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "loom/comm/byte_transport.hpp"
 #include "loom/error.hpp"
+#include "loom/train/checkpoint.hpp"
 
 namespace loom::train {
 
@@ -14,25 +16,9 @@ using nlohmann::json;
 
 namespace {
 
-// Every rank's string, on every rank (bytes carried as floats: the groups move floats).
+// Every rank's string, on every rank.
 std::vector<std::string> all_gather_strings(comm::ProcessGroup* world, const std::string& mine) {
-  if (world == nullptr || world->size() == 1) return {mine};
-  const int n = world->size();
-  Tensor length = Tensor::empty({1});
-  length.f32()[0] = static_cast<float>(mine.size());
-  Tensor lengths = Tensor::empty({n});
-  world->all_gather(length, lengths);
-  int64_t longest = 1;
-  for (int r = 0; r < n; ++r) longest = std::max(longest, static_cast<int64_t>(lengths.f32()[r]));
-  Tensor chars = Tensor::zeros({longest});
-  for (size_t i = 0; i < mine.size(); ++i) chars.f32()[i] = static_cast<float>(static_cast<unsigned char>(mine[i]));
-  Tensor all = Tensor::empty({n * longest});
-  world->all_gather(chars, all);
-  std::vector<std::string> out(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r)
-    for (int64_t i = 0; i < static_cast<int64_t>(lengths.f32()[r]); ++i)
-      out[static_cast<size_t>(r)] += static_cast<char>(static_cast<int>(all.f32()[r * longest + i]));
-  return out;
+  return world != nullptr ? comm::all_gather_bytes(*world, mine) : std::vector<std::string>{mine};
 }
 
 std::string attempt(const std::function<void()>& f) {  // "" or the error's message

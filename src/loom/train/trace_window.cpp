@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "loom/comm/gather_text.hpp"
+#include "loom/comm/byte_transport.hpp"
 #include "loom/comm/mesh_layout.hpp"
 #include "loom/error.hpp"
 
@@ -119,7 +119,7 @@ void TraceWindow::write() {
   written_ = true;
   const std::vector<trace::Event> events = trace::take_events();
   const std::string mine = chrome_events(events, trace::row_names(), world_ != nullptr ? world_->rank() : 0, process_name_);
-  const std::vector<std::string> all = world_ != nullptr ? comm::gather_text(*world_, mine) : std::vector<std::string>{mine};
+  const std::vector<std::string> all = world_ != nullptr ? comm::gather_bytes(*world_, mine) : std::vector<std::string>{mine};
   if (world_ != nullptr && world_->rank() != 0) return;
   std::ofstream out(path_);
   out << "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"layout\": \"" << layout_ << "\", \"trace_steps\": \""

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <utility>
 
+#include "loom/comm/byte_transport.hpp"
 #include "loom/error.hpp"
 #include "loom/trace/recorder.hpp"
 
@@ -128,43 +128,15 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
 }
 
 Timeline PipelineExecutor::gather_timeline() {
-  // Each rank broadcasts its actions as floats: kind, micro-batch, chunk, then start and end
-  // as the raw bits of a double in two floats each (a broadcast copies bits exactly).
-  constexpr int kFields = 7;
   Timeline t;
   t.pp = static_cast<int>(p_);
   t.micro_batches = static_cast<int>(micro_batches_);
   t.chunks = static_cast<int>(v_);
-  t.ranks.resize(static_cast<size_t>(p_));
+  t.ranks = comm::all_gather_records(group_, trace_);  // start and end as each rank's clock read them
   t.peak_activations.assign(static_cast<size_t>(p_), 0);
   double origin = std::numeric_limits<double>::infinity();
-  for (int owner = 0; owner < p_; ++owner) {
-    const bool mine = owner == rank_;
-    std::vector<float> count{static_cast<float>(mine ? trace_.size() : 0)};
-    group_.broadcast_async(count.data(), 1, owner).wait();
-    std::vector<float> data(static_cast<size_t>(count[0]) * kFields);
-    if (mine)
-      for (size_t i = 0; i < trace_.size(); ++i) {
-        float* f = data.data() + i * kFields;
-        f[0] = static_cast<float>(trace_[i].action.kind);
-        f[1] = static_cast<float>(trace_[i].action.micro_batch);
-        f[2] = static_cast<float>(trace_[i].action.chunk);
-        std::memcpy(f + 3, &trace_[i].start, sizeof(double));
-        std::memcpy(f + 5, &trace_[i].end, sizeof(double));
-      }
-    if (!data.empty()) group_.broadcast_async(data.data(), static_cast<int64_t>(data.size()), owner).wait();
-    for (size_t i = 0; i < data.size() / kFields; ++i) {
-      const float* f = data.data() + i * kFields;
-      TimedAction a;
-      a.action.kind = static_cast<ActionKind>(static_cast<int>(f[0]));
-      a.action.micro_batch = static_cast<int>(f[1]);
-      a.action.chunk = static_cast<int>(f[2]);
-      std::memcpy(&a.start, f + 3, sizeof(double));
-      std::memcpy(&a.end, f + 5, sizeof(double));
-      origin = std::min(origin, a.start);
-      t.ranks[static_cast<size_t>(owner)].push_back(a);
-    }
-  }
+  for (const auto& rank : t.ranks)
+    for (const TimedAction& a : rank) origin = std::min(origin, a.start);
   for (auto& rank : t.ranks) {
     int held = 0;
     for (TimedAction& a : rank) {
