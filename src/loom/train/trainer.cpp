@@ -21,8 +21,8 @@
 #include "loom/plan/memory_model.hpp"
 #include "loom/parallel/pipeline/model_chunks.hpp"
 #include "loom/parallel/pipeline/partition.hpp"
-#include "loom/parallel/pipeline/schedule_check.hpp"
-#include "loom/parallel/pipeline/schedules.hpp"
+#include "loom/parallel/pipeline/schedule_builders.hpp"
+#include "loom/parallel/pipeline/schedule_file.hpp"
 #include "loom/parallel/pipeline/timeline_svg.hpp"
 #include "loom/parallel/tensor_parallel/sequence_parallel.hpp"
 #include "loom/train/checkpoint.hpp"
@@ -113,9 +113,8 @@ void Trainer::setup_pipeline(const nn::LayerBuilder& layers) {
   model_ = std::move(holder);
   // Every rank checks the whole schedule before the first step (it is data, so a bad one is
   // named here instead of hanging later), then keeps its own part.
-  const pl::Schedule schedule = pl::build_schedule(pl::parse_schedule_kind(config_.schedule), static_cast<int>(p),
-                                                   static_cast<int>(config_.micro_batches), static_cast<int>(v));
-  pl::check_schedule(schedule);
+  const pl::Schedule schedule = pl::checked_schedule(config_.schedule, config_.schedule_file, static_cast<int>(p),
+                                                     static_cast<int>(config_.micro_batches), static_cast<int>(v));
   pipeline_actions_ = schedule.ranks.at(static_cast<size_t>(rank));
   const int64_t T = config_.model.block_size, t = config_.sequence_parallel ? config_.tp : 1;
   pipeline_ = std::make_unique<pl::PipelineExecutor>(chunks_, *pp_group_, config_.micro_batches,
