@@ -1,5 +1,5 @@
 // The pipeline executor: runs one rank's part of any schedule (GPipe, 1F1B, interleaved or a
-// custom one; DESIGN.md decision 4) over its model chunks, doing exactly what the rank's
+// custom one; a schedule is data) over its model chunks, doing exactly what the rank's
 // action list says: a receive action posts that receive, a send action posts the send of an
 // output computed earlier, forwards and backwards compute. Who talks to whom is the
 // schedule's (each transfer names its peer), never re-derived here. Sends and receives are
