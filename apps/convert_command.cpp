@@ -43,6 +43,7 @@ train::TrainConfig target_config(const ConvertArgs& a, const std::string& from) 
   c.chunks = a.chunks;
   c.pp_layers = "";  // the stored split belongs to the old pipeline
   c.schedule = a.chunks > 1 ? "interleaved" : (c.schedule == "interleaved" ? "1f1b" : c.schedule);
+  c.schedule_file = "";  // a custom schedule is made for its own pipeline
   if (a.chunks > 1) c.micro_batches = (std::max(c.micro_batches, a.pp) + a.pp - 1) / a.pp * a.pp;
   if (!a.data.empty()) c.data = a.data;
   // The token table keeps the checkpoint's rows (the padding depends on the tp it was saved under).

@@ -5,12 +5,13 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
-#include <sstream>
+#include <tuple>
 
 #include "commands.hpp"
 #include "loom/error.hpp"
 #include "loom/parallel/pipeline/schedule_check.hpp"
-#include "loom/parallel/pipeline/schedules.hpp"
+#include "loom/parallel/pipeline/schedule_builders.hpp"
+#include "loom/parallel/pipeline/schedule_file.hpp"
 #include "loom/parallel/pipeline/timeline.hpp"
 #include "loom/parallel/pipeline/timeline_svg.hpp"
 
@@ -31,16 +32,7 @@ struct ScheduleArgs {
 };
 
 pipe::Schedule load_schedule_file(const ScheduleArgs& a, const CLI::App& sub) {
-  std::ifstream in(a.file);
-  check(in.good(), "cannot open schedule file '", a.file, "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  pipe::Schedule s;
-  try {
-    s = pipe::parse_schedule(text.str());
-  } catch (const Error& e) {
-    fail(a.file, ": ", e.what());
-  }
+  const pipe::Schedule s = pipe::read_schedule_file(a.file);
   // Sizes given on the command line must agree with the file's.
   for (const auto& [flag, given, found] :
        {std::tuple{"--pp", a.pp, s.pp}, std::tuple{"--micro-batches", a.micro_batches, s.micro_batches},

@@ -54,7 +54,7 @@ void print_dry_run(train::TrainConfig& config) {
     // The same partition the trainer uses: virtual stage k on pipeline rank k % pp.
     const std::vector<nn::GPTStage> stages =
         parallel::pipeline::partition_stages(config.model, config.pp, config.chunks, config.pipeline_layers());
-    std::printf("# pipeline stages (%s):", config.schedule.c_str());
+    std::printf("# pipeline stages (%s):", (config.schedule_file.empty() ? config.schedule : config.schedule_file).c_str());
     for (size_t k = 0; k < stages.size(); ++k) {
       const nn::GPTStage& s = stages[k];
       std::printf("%s pp rank %lld: blocks %lld-%lld%s%s", k ? ";" : "", static_cast<long long>(k % config.pp),

@@ -35,6 +35,7 @@ train::TrainConfig serial_twin(const train::TrainConfig& c, int64_t padded_vocab
   s.zero = s.hsdp_shard = 0;
   s.sequence_parallel = false;
   s.schedule = "1f1b";
+  s.schedule_file = "";
   s.chunks = 1;
   s.model.padded_vocab_size = padded_vocab;
   return s;
@@ -84,7 +85,7 @@ int verify(const train::TrainConfig& config, const Tolerances& tol, comm::Proces
                 "%.0e, gradients %.0e, parameters %.0e (relative)\n",
                 static_cast<long long>(config.dp), static_cast<long long>(config.pp), static_cast<long long>(config.tp),
                 static_cast<long long>(config.zero), config.sequence_parallel ? ", sequence parallel" : "",
-                config.pp > 1 ? (", schedule " + config.schedule).c_str() : "",
+                config.pp > 1 ? (", schedule " + (config.schedule_file.empty() ? config.schedule : config.schedule_file)).c_str() : "",
                 static_cast<long long>(config.micro_batches), static_cast<long long>(config.batch_size), tol.loss_rtol,
                 tol.grad_rtol, tol.param_rtol);
   bool ok = true;

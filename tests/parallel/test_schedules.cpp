@@ -1,7 +1,7 @@
 // Pipeline schedules as pure data (STYLE tests 5): every builder for p in 1..8, m in 1..16,
 // v in {1, 2} against the invariants counted here independently of schedule_check, the
 // simulated timeline against closed forms, bad schedules rejected with the conflict named,
-// and the text form round-tripped. Single process, no MPI.
+// the text form round-tripped and a schedule file read and checked. Single process, no MPI.
 //
 // The closed form the unit-cost simulation gives (forward = 1, backward = 2 per micro-batch
 // per chunk, transfers free): every rank computes 3mv; the first forward reaches the last
@@ -26,7 +26,8 @@
 #include "loom/parallel/pipeline/gpipe.hpp"
 #include "loom/parallel/pipeline/one_f_one_b.hpp"
 #include "loom/parallel/pipeline/schedule_check.hpp"
-#include "loom/parallel/pipeline/schedules.hpp"
+#include "loom/parallel/pipeline/schedule_builders.hpp"
+#include "loom/parallel/pipeline/schedule_file.hpp"
 #include "loom/parallel/pipeline/timeline.hpp"
 #include "loom/parallel/pipeline/timeline_svg.hpp"
 
@@ -291,6 +292,27 @@ TEST(ScheduleCheck, BuilderArgumentsAreChecked) {
               fails_with("unknown pipeline schedule 'zb' (expected gpipe, 1f1b or interleaved)"));
   // One chunk: interleaving is plain 1F1B, without the divisibility rule (as in Megatron).
   EXPECT_EQ(build_schedule(ScheduleKind::Interleaved, 4, 6, 1).ranks, one_f_one_b(4, 6).ranks);
+}
+
+TEST(ScheduleFile, ReadsChecksAndNamesTheFile) {
+  // The committed custom schedule reads, checks and is no builder's; a file that disagrees
+  // with the run, fails the check or cannot be read is named with the conflict.
+  const std::string lifo = LOOM_SOURCE_DIR "/configs/schedules/gpipe_lifo_pp2_m4.txt";
+  const Schedule s = schedule_from_file(lifo, 2, 4, 1);
+  EXPECT_NE(s.ranks, gpipe(2, 4).ranks);
+  EXPECT_EQ(checked_schedule("1f1b", lifo, 2, 4, 1).ranks, s.ranks);
+  EXPECT_EQ(checked_schedule("1f1b", "", 2, 4, 1).ranks, one_f_one_b(2, 4).ranks);
+  EXPECT_THAT([&] { schedule_from_file(lifo, 4, 4, 1); },
+              fails_with("schedule file " + lifo + " has pp=2, but the run has pp=4"));
+  EXPECT_THAT([&] { schedule_from_file(lifo, 2, 8, 1); },
+              fails_with("schedule file " + lifo + " has micro_batches=4, but the run has micro_batches=8"));
+  EXPECT_THAT([&] { schedule_from_file(lifo, 2, 4, 2); },
+              fails_with("schedule file " + lifo + " has chunks=1, but the run has chunks=2"));
+  const std::string bad = LOOM_SOURCE_DIR "/tests/parallel/schedules/missing_backward_pp2_m4.txt";
+  EXPECT_THAT([&] { schedule_from_file(bad, 2, 4, 1); },
+              fails_with("schedule file " + bad + ": rank 1: micro-batch 3 is never backwarded"));
+  EXPECT_THAT([] { read_schedule_file("/nonexistent/schedule.txt"); },
+              fails_with("cannot open schedule file '/nonexistent/schedule.txt'"));
 }
 
 TEST(ScheduleTimeline, SvgDrawsEveryComputeBox) {

@@ -68,6 +68,12 @@ TEST(Config, ValidationNamesTheValue) {
   c = TrainConfig{};
   c.pin_ranks = "always";
   EXPECT_EQ(error_of([&] { c.validate(); }), "pin_ranks must be 'auto' or 'off', got 'always'");
+  c = TrainConfig{};
+  c.schedule_file = "mine.txt";
+  EXPECT_EQ(error_of([&] { c.validate(); }), "schedule_file (mine.txt) is a pipeline schedule: set pp > 1");
+  c.pp = 2;
+  c.chunks = 2;  // a custom file brings its own chunks: no schedule = "interleaved" needed
+  EXPECT_NO_THROW(c.validate());
 }
 
 TEST(Config, ResolvedTomlRoundTrips) {

@@ -57,8 +57,8 @@ std::unique_ptr<ProcessGroup> ProcessGroup::single_process(std::string name) {
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(SingleProcess{}, std::move(name)));
 }
 
-Work ProcessGroup::copy_locally(const float* in, float* out, int64_t n) {
-  if (in != out && n > 0) std::memmove(out, in, sizeof(float) * static_cast<size_t>(n));
+Work ProcessGroup::copy_locally(const void* in, void* out, int64_t bytes) {
+  if (in != out && bytes > 0) std::memmove(out, in, static_cast<size_t>(bytes));
   return Work::completed();
 }
 
@@ -163,7 +163,7 @@ Work ProcessGroup::reduce_scatter_async(const float* in, float* out, int64_t n, 
                                         AllReduceAlgorithm algorithm) {
   check(algorithm == AllReduceAlgorithm::Mpi || algorithm == AllReduceAlgorithm::Ring,
         "reduce_scatter supports the 'mpi' and 'ring' algorithms, not '", algorithm_name(algorithm), "'");
-  if (single_process_) return copy_locally(in, out, n);
+  if (single_process_) return copy_locally(in, out, 4 * n);
   MPI_Comm comm = collective_comm_;
   const int size = size_, rank = rank_;
   const bool in_place = out == in + rank * n;
@@ -202,7 +202,7 @@ void ProcessGroup::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op, Al
 Work ProcessGroup::all_gather_async(const float* in, float* out, int64_t n, AllReduceAlgorithm algorithm) {
   check(algorithm == AllReduceAlgorithm::Mpi || algorithm == AllReduceAlgorithm::Ring,
         "all_gather supports the 'mpi' and 'ring' algorithms, not '", algorithm_name(algorithm), "'");
-  if (single_process_) return copy_locally(in, out, n);
+  if (single_process_) return copy_locally(in, out, 4 * n);
   MPI_Comm comm = collective_comm_;
   const int size = size_, rank = rank_;
   const bool in_place = in == out + rank * n;
@@ -252,7 +252,7 @@ Work ProcessGroup::reduce_async(float* data, int64_t n, int root, ReduceOp op) {
 void ProcessGroup::reduce(Tensor& t, int root, ReduceOp op) { reduce_async(t.f32(), t.numel(), root, op).wait(); }
 
 Work ProcessGroup::all_to_all_async(const float* in, float* out, int64_t n) {
-  if (single_process_) return copy_locally(in, out, n);
+  if (single_process_) return copy_locally(in, out, 4 * n);
   MPI_Comm comm = collective_comm_;
   return submit("all_to_all", n, [=]() {
     check_mpi(MPI_Alltoall(in, mpi_count(n), MPI_FLOAT, out, mpi_count(n), MPI_FLOAT, comm), "MPI_Alltoall");
@@ -278,7 +278,7 @@ Work ProcessGroup::all_to_all_v_async(const float* in, std::vector<int64_t> send
                                       std::vector<int64_t> recv_counts) {
   check(static_cast<int>(send_counts.size()) == size_ && static_cast<int>(recv_counts.size()) == size_,
         "all_to_all_v: need ", size_, " send and receive counts, got ", send_counts.size(), " and ", recv_counts.size());
-  if (single_process_) return copy_locally(in, out, send_counts[0]);
+  if (single_process_) return copy_locally(in, out, 4 * send_counts[0]);
   MPI_Comm comm = collective_comm_;
   const int64_t total = std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0});
   return submit("all_to_all_v", total, [=]() {
@@ -307,6 +307,7 @@ void ProcessGroup::barrier() { barrier_async().wait(); }
 
 Work ProcessGroup::broadcast_bytes_async(void* data, int64_t n, int root) {
   check(root >= 0 && root < size_, "broadcast root ", root, " is not a rank of group '", name_, "' (size ", size_, ")");
+  if (single_process_) return Work::completed();
   MPI_Comm comm = collective_comm_;
   return submit("broadcast_bytes", n, [=]() {
     check_mpi(MPI_Bcast(data, mpi_count(n), MPI_BYTE, root, comm), "MPI_Bcast");
@@ -314,6 +315,7 @@ Work ProcessGroup::broadcast_bytes_async(void* data, int64_t n, int root) {
 }
 
 Work ProcessGroup::all_gather_bytes_async(const void* in, void* out, int64_t n) {
+  if (single_process_) return copy_locally(in, out, n);
   MPI_Comm comm = collective_comm_;
   return submit("all_gather_bytes", n, [=]() {
     check_mpi(MPI_Allgather(in, mpi_count(n), MPI_BYTE, out, mpi_count(n), MPI_BYTE, comm), "MPI_Allgather");
@@ -324,6 +326,7 @@ Work ProcessGroup::gather_v_bytes_async(const void* in, std::vector<int64_t> cou
   check(static_cast<int>(counts.size()) == size_, "gather_v_bytes: need ", size_, " counts, got ", counts.size());
   check(!root || (*root >= 0 && *root < size_), "gather root ", root.value_or(-1), " is not a rank of group '", name_,
         "' (size ", size_, ")");
+  if (single_process_) return copy_locally(in, out, counts[0]);
   MPI_Comm comm = collective_comm_;
   const int rank = rank_;
   const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});

@@ -131,8 +131,8 @@ class ProcessGroup {
 
   struct SingleProcess {};
   ProcessGroup(SingleProcess, std::string name);
-  // The single-process group's collectives: out gets in (n floats) unless they are the same.
-  Work copy_locally(const float* in, float* out, int64_t n);
+  // The single-process group's collectives: out gets in (bytes) unless they are the same.
+  Work copy_locally(const void* in, void* out, int64_t bytes);
 
   std::string name_;
   bool single_process_ = false;  // no communicator: size 1 without MPI

@@ -48,6 +48,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "tp", "tensor-parallel degree (neighbouring ranks)", &c.tp},
       {"parallel", "schedule", "pipeline schedule (pp > 1): 1f1b (PipeDream-flush: at most pp micro-batches of activations in flight), gpipe (all forwards, then all backwards) or interleaved (1F1B over `chunks` model chunks per rank; micro_batches divisible by pp)", &c.schedule},
       {"parallel", "chunks", "model chunks per pipeline rank for the interleaved schedule (v >= 2; the bubble shrinks by v)", &c.chunks},
+      {"parallel", "schedule_file", "train a custom pipeline schedule from this file instead of `schedule`: one line of actions per rank, as `loom schedule --file` reads and checks it (its pp, micro_batches and chunks must be the run's); empty = `schedule`", &c.schedule_file},
       {"parallel", "pp_layers", "transformer blocks per pipeline stage, e.g. \"3,3,2,2\"; empty = balanced by cost", &c.pp_layers},
       {"parallel", "sequence_parallel", "with tp > 1, also split the activations outside the tensor-parallel layers (LayerNorm, residual) along the sequence", &c.sequence_parallel},
       {"parallel", "zero", "ZeRO stage: 0 = DDP (replicated), 1 = optimizer state sharded, 2 = + gradients, 3 = + parameters (FSDP)", &c.zero},
@@ -121,9 +122,10 @@ void TrainConfig::validate() const {
   check(schedule == "1f1b" || schedule == "gpipe" || schedule == "interleaved",
         "schedule must be '1f1b', 'gpipe' or 'interleaved', got '", schedule, "'");
   check(chunks >= 1, "chunks must be >= 1, got ", chunks);
-  check((schedule == "interleaved") == (chunks > 1), schedule == "interleaved"
+  check(!schedule_file.empty() || (schedule == "interleaved") == (chunks > 1), schedule == "interleaved"
         ? "the interleaved schedule needs chunks >= 2 model chunks per pipeline rank"
         : "chunks > 1 (model chunks per pipeline rank) needs schedule = \"interleaved\"");
+  check(schedule_file.empty() || pp > 1, "schedule_file (", schedule_file, ") is a pipeline schedule: set pp > 1");
   check(pp == 1 || zero <= 1, "pipeline parallelism composes with zero 0 or 1, not ", zero,
         " (stages 2-3 reduce every micro-batch while a pipeline reduces once, after its last backward)");
   check(!sequence_parallel || tp > 1, "sequence_parallel needs tensor parallelism: set tp > 1");

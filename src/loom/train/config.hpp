@@ -47,6 +47,7 @@ struct TrainConfig {
   int64_t tp = 1;
   std::string schedule = "1f1b";  // pipeline schedule: gpipe, 1f1b or interleaved
   int64_t chunks = 1;             // model chunks per pipeline rank (interleaved: v >= 2)
+  std::string schedule_file;      // a custom pipeline schedule to train instead of `schedule`
   std::string pp_layers;          // blocks per pipeline stage, "3,3,2,2"; "" = balanced
   bool sequence_parallel = false;  // split LayerNorm/residual activations along the sequence (tp > 1)
   int64_t zero = 0;               // ZeRO stage: 0 = DDP, 1-3 sharded (3 = FSDP)

@@ -4,8 +4,8 @@
 #include "loom/parallel/ddp.hpp"
 #include "loom/parallel/pipeline/model_chunks.hpp"
 #include "loom/parallel/pipeline/partition.hpp"
-#include "loom/parallel/pipeline/schedule_check.hpp"
-#include "loom/parallel/pipeline/schedules.hpp"
+#include "loom/parallel/pipeline/schedule_builders.hpp"
+#include "loom/parallel/pipeline/schedule_file.hpp"
 #include "loom/parallel/zero.hpp"
 
 namespace loom::train {
@@ -27,9 +27,8 @@ void build_pipeline(const TrainConfig& config, const nn::LayerBuilder& layers, c
   out.model = std::move(holder);
   // Every rank checks the whole schedule before the first step (it is data, so a bad one is
   // named here instead of hanging later), then keeps its own part.
-  const pl::Schedule schedule = pl::build_schedule(pl::parse_schedule_kind(config.schedule), static_cast<int>(p),
-                                                   static_cast<int>(config.micro_batches), static_cast<int>(v));
-  pl::check_schedule(schedule);
+  const pl::Schedule schedule = pl::checked_schedule(config.schedule, config.schedule_file, static_cast<int>(p),
+                                                     static_cast<int>(config.micro_batches), static_cast<int>(v));
   out.pipeline_actions = schedule.ranks.at(static_cast<size_t>(rank));
   const int64_t T = config.model.block_size, t = config.sequence_parallel ? config.tp : 1;
   out.pipeline = std::make_unique<pl::PipelineExecutor>(out.chunks, pp, config.micro_batches,

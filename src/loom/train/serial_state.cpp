@@ -1,5 +1,8 @@
 #include "loom/train/serial_state.hpp"
 
+#include <nlohmann/json.hpp>
+
+#include "loom/comm/byte_transport.hpp"
 #include "loom/error.hpp"
 #include "loom/train/checkpoint.hpp"
 
@@ -68,37 +71,21 @@ std::map<std::string, Tensor> SerialState::gather(std::map<std::string, Tensor> 
 }
 
 std::map<std::string, Tensor> SerialState::gather_pipeline(std::map<std::string, Tensor> local) {
-  // Each stage in turn broadcasts its tensors over the pipeline: a header of floats (count;
-  // per tensor name length, rank, dims), the name's characters, the values. The first and
-  // last stage both hold the tied token table; the first stage's copy is kept.
+  // Every stage learns every stage's tensor names and shapes in one gather; then each stage in
+  // turn broadcasts its values, in key order. The first and last stage both hold the tied
+  // token table; the first stage's copy is kept.
+  nlohmann::json mine = nlohmann::json::array();
+  for (const auto& [key, t] : local) mine.push_back(nlohmann::json::array({key, t.shape()}));
+  const std::vector<std::string> stages = comm::all_gather_bytes(pp_, mine.dump());
   std::map<std::string, Tensor> all;
-  auto broadcast = [&](std::vector<float>& v, int root) {
-    pp_.broadcast_async(v.data(), static_cast<int64_t>(v.size()), root).wait();
-  };
-  for (int owner = 0; owner < pp_.size(); ++owner) {
-    const bool mine = owner == pp_.rank();
-    std::vector<float> count{static_cast<float>(mine ? local.size() : 0)};
-    broadcast(count, owner);
-    auto it = local.begin();
-    for (int64_t i = 0; i < static_cast<int64_t>(count[0]); ++i) {
-      std::vector<float> header(2 + 8, 0.0f);  // name length, rank, up to 8 dims
-      if (mine) {
-        header[0] = static_cast<float>(it->first.size());
-        header[1] = static_cast<float>(it->second.ndim());
-        for (int d = 0; d < it->second.ndim(); ++d) header[2 + d] = static_cast<float>(it->second.size(d));
-      }
-      broadcast(header, owner);
-      std::vector<float> name(static_cast<size_t>(header[0]));
-      if (mine) std::copy(it->first.begin(), it->first.end(), name.begin());
-      broadcast(name, owner);
-      Shape shape;
-      for (int d = 0; d < static_cast<int>(header[1]); ++d) shape.push_back(static_cast<int64_t>(header[2 + d]));
-      Tensor t = mine ? it->second : Tensor::empty(shape, DType::F32, MemoryCategory::Other);
+  for (int owner = 0; owner < pp_.size(); ++owner)
+    for (const nlohmann::json& entry : nlohmann::json::parse(stages[static_cast<size_t>(owner)])) {
+      const std::string key = entry[0].get<std::string>();
+      Tensor t = owner == pp_.rank() ? local.at(key)
+                                     : Tensor::empty(entry[1].get<Shape>(), DType::F32, MemoryCategory::Other);
       pp_.broadcast(t, owner);
-      all.emplace(std::string(name.begin(), name.end()), t);
-      if (mine) ++it;
+      all.emplace(key, t);
     }
-  }
   return all;
 }
 

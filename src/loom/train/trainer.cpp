@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "loom/comm/byte_transport.hpp"
 #include "loom/comm/core_placement.hpp"
 #include "loom/error.hpp"
 #include "loom/kernels/threads.hpp"
@@ -13,7 +14,7 @@
 #include "loom/optim/adamw.hpp"
 #include "loom/optim/clip.hpp"
 #include "loom/optim/sgd.hpp"
-#include "loom/parallel/pipeline/schedules.hpp"
+#include "loom/parallel/pipeline/schedule_builders.hpp"
 #include "loom/parallel/pipeline/timeline_svg.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/memory_file.hpp"
@@ -102,13 +103,10 @@ void Trainer::resume_auto() {
   for (const std::string& why : found.skipped) progress_->say("resume auto: skipping an incomplete checkpoint: " + why);
   // Every rank scans the (shared) run directory; they must all pick the same step, else the
   // replicas would silently diverge.
-  float step = found.path.empty() ? -1.0f : static_cast<float>(read_checkpoint_info(found.path).step);
-  float neg_lo = -step, hi = step;
-  world_.all_reduce(&neg_lo, 1, comm::ReduceOp::Max);
-  world_.all_reduce(&hi, 1, comm::ReduceOp::Max);
-  const float lo = -neg_lo;
-  check(lo == hi, "resume auto: ranks found different newest checkpoints in '", config_.out_dir, "' (steps ", lo, " to ",
-        hi, "); is out_dir on a file system all ranks share?");
+  const int64_t step = found.path.empty() ? -1 : read_checkpoint_info(found.path).step;
+  const comm::MinMax steps = comm::min_max(world_, step);
+  check(steps.min == steps.max, "resume auto: ranks found different newest checkpoints in '", config_.out_dir,
+        "' (steps ", steps.min, " to ", steps.max, "); is out_dir on a file system all ranks share?");
   if (found.path.empty()) {
     progress_->say("resume auto: no complete checkpoint in '" + config_.out_dir + "', starting fresh");
     return;
@@ -307,7 +305,7 @@ float Trainer::run() {
   if (p_.pipeline && !config_.pipeline_svg.empty() && world_.rank() == 0) {
     std::ofstream svg(config_.pipeline_svg);
     svg << parallel::pipeline::timeline_svg(
-        last_timeline_, "measured pipeline, last step: " + config_.schedule + ", pp " + std::to_string(config_.pp) + ", " +
+        last_timeline_, "measured pipeline, last step: " + (config_.schedule_file.empty() ? config_.schedule : config_.schedule_file) + ", pp " + std::to_string(config_.pp) + ", " +
                             std::to_string(config_.micro_batches) + " micro-batches; bubble " +
                             std::to_string(static_cast<int>(100 * last_timeline_.bubble_over_compute() + 0.5)) + "% of compute");
     check(svg.good(), "cannot write the pipeline picture to '", config_.pipeline_svg, "'");

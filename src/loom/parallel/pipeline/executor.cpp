@@ -4,6 +4,8 @@
 #include <chrono>
 #include <limits>
 #include <map>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "loom/comm/byte_transport.hpp"
@@ -36,21 +38,43 @@ int PipelineExecutor::tag(bool gradient, int64_t virtual_stage, int64_t micro_ba
   return static_cast<int>(((gradient ? 1 : 0) * p_ * v_ + virtual_stage) * micro_batches_ + micro_batch);
 }
 
-void PipelineExecutor::receive(Tensor& x, bool gradient, int64_t virtual_stage, int64_t micro_batch) {
-  const int64_t peer = gradient ? virtual_stage + 1 : virtual_stage - 1;
-  trace::Span span("p2p", gradient ? "recv gradient" : "recv activation");
-  span.arg("group", group_.name()).arg("bytes", 4 * x.numel()).arg("peer", static_cast<int>(peer % p_)).arg("mb", micro_batch);
-  group_.recv_async(x.f32(), x.numel(), static_cast<int>(peer % p_), tag(gradient, virtual_stage, micro_batch)).wait();
+void PipelineExecutor::post_receive(Transfers& t, const Action& a) {
+  const bool gradient = a.kind == ActionKind::RecvGradient;
+  const TransferKey key{gradient, a.micro_batch, a.chunk};
+  check(!t.receives.contains(key), "pipeline rank ", rank_, ": ", to_string(a), " is posted twice");
+  Tensor x = Tensor::empty(activation_shape_, DType::F32, MemoryCategory::Activations);
+  comm::Work work = group_.recv_async(x.f32(), x.numel(), a.peer, tag(gradient, a.chunk * p_ + rank_, a.micro_batch));
+  t.receives.emplace(key, PendingRecv{std::move(work), x, a.peer});
 }
 
-void PipelineExecutor::send(const Tensor& y, bool gradient, int64_t virtual_stage, int64_t micro_batch) {
-  // virtual_stage: the receiver's; the send completes while this rank computes on.
-  const int peer = static_cast<int>(virtual_stage % p_);
+void PipelineExecutor::post_send(Transfers& t, const Action& a) {
+  const bool gradient = a.kind == ActionKind::SendGradient;
+  const auto it = t.outputs.find({gradient, a.micro_batch, a.chunk});
+  check(it != t.outputs.end(), "pipeline rank ", rank_, ": ", to_string(a), " sends the output of ",
+        gradient ? "B" : "F", a.micro_batch, a.chunk != 0 ? "." + std::to_string(a.chunk) : "",
+        ", which no earlier action computed (or it was sent already)");
+  const Tensor y = std::move(it->second);
+  t.outputs.erase(it);
+  // The tag names the receiving virtual stage: the next one for an activation, else the previous.
+  const int64_t receiver = a.chunk * p_ + rank_ + (gradient ? -1 : 1);
   trace::AsyncSpan span("p2p", gradient ? "send gradient" : "send activation",
                         trace::enabled() ? nlohmann::json{{"group", group_.name()}, {"bytes", 4 * y.numel()},
-                                                          {"peer", peer}, {"mb", micro_batch}}
+                                                          {"peer", a.peer}, {"mb", a.micro_batch}}
                                          : nlohmann::json());
-  sends_.push_back({group_.send_async(y.f32(), y.numel(), peer, tag(gradient, virtual_stage, micro_batch)), y, std::move(span)});
+  sends_.push_back({group_.send_async(y.f32(), y.numel(), a.peer, tag(gradient, receiver, a.micro_batch)), y, std::move(span)});
+}
+
+Tensor PipelineExecutor::take_received(Transfers& t, const Action& a, bool gradient) {
+  const auto it = t.receives.find({gradient, a.micro_batch, a.chunk});
+  check(it != t.receives.end(), "pipeline rank ", rank_, ": ", to_string(a), " needs the ",
+        gradient ? "gradient" : "activation", " of micro-batch ", a.micro_batch,
+        ", but the schedule posts no receive for it before");
+  PendingRecv r = std::move(it->second);
+  t.receives.erase(it);
+  trace::Span span("p2p", gradient ? "recv gradient" : "recv activation");
+  span.arg("group", group_.name()).arg("bytes", 4 * r.data.numel()).arg("peer", r.peer).arg("mb", a.micro_batch);
+  r.work.wait();
+  return r.data;
 }
 
 void PipelineExecutor::reap_sends(bool all) {
@@ -67,45 +91,66 @@ void PipelineExecutor::reap_sends(bool all) {
 double PipelineExecutor::run(const std::vector<Action>& actions, const std::function<Tensor(int64_t)>& input,
                              const std::function<float(Tensor&, int64_t)>& loss,
                              const std::function<void(int64_t, int64_t)>& before_backward) {
+  trace_.clear();
+  return execute(actions, input, loss, before_backward, /*training=*/true);
+}
+
+double PipelineExecutor::run_forward(const std::function<Tensor(int64_t)>& input,
+                                     const std::function<float(Tensor&, int64_t)>& loss, int64_t micro_batches) {
+  Schedule forwards = make_schedule(static_cast<int>(p_), static_cast<int>(micro_batches), static_cast<int>(v_));
+  for (auto& actions : forwards.ranks)
+    for (int mb = 0; mb < micro_batches; ++mb)
+      for (int c = 0; c < v_; ++c) actions.push_back({ActionKind::Forward, mb, c});
+  return execute(with_transfers(forwards).ranks.at(static_cast<size_t>(rank_)), input, loss, {}, /*training=*/false);
+}
+
+double PipelineExecutor::execute(const std::vector<Action>& actions, const std::function<Tensor(int64_t)>& input,
+                                 const std::function<float(Tensor&, int64_t)>& loss,
+                                 const std::function<void(int64_t, int64_t)>& before_backward, bool training) {
   const int64_t S = p_ * v_;
+  Transfers transfers;
   std::map<std::pair<int64_t, int64_t>, nn::Context> contexts;  // (micro-batch, chunk)
   std::map<std::pair<int64_t, int64_t>, Tensor> dlogits;        // last stage: from the loss
   double loss_sum = 0.0;
-  trace_.clear();
   for (const Action& a : actions) {
-    if (is_transfer(a.kind)) continue;  // posted by the forwards and backwards themselves
+    if (is_recv(a.kind)) {
+      post_receive(transfers, a);
+      continue;
+    }
+    if (is_send(a.kind)) {
+      post_send(transfers, a);
+      reap_sends(false);
+      continue;
+    }
+    check(a.chunk >= 0 && a.chunk < v_, "pipeline rank ", rank_, ": ", to_string(a), " names chunk ", a.chunk,
+          ", but this rank holds ", v_);
     TimedAction timed{a, 0.0, 0.0};
     const int64_t k = a.chunk * p_ + rank_;  // virtual stage
     const auto key = std::make_pair(a.micro_batch, a.chunk);
-    nn::GPT& model = *chunks_.at(static_cast<size_t>(a.chunk));
-    trace::set_micro_batch(a.micro_batch);
+    nn::GPT& model = *chunks_[static_cast<size_t>(a.chunk)];
+    if (training) trace::set_micro_batch(a.micro_batch);
     if (a.kind == ActionKind::Forward) {
-      Tensor x;
-      if (k == 0) {
-        x = input(a.micro_batch);
-      } else {
-        x = Tensor::empty(activation_shape_, DType::F32, MemoryCategory::Activations);
-        receive(x, false, k, a.micro_batch);
-      }
+      Tensor x = k == 0 ? input(a.micro_batch) : take_received(transfers, a, /*gradient=*/false);
       MemoryScope scope(MemoryCategory::Activations);
-      trace::Span span("pipeline", "F");  // the timeline's box: after the receive, as timed.start
-      span.arg("mb", a.micro_batch).arg("chunk", a.chunk);
+      nn::Context eval_context;
+      std::optional<trace::Span> span;  // the timeline's box: after the receive, as timed.start
+      if (training) span.emplace("pipeline", "F").arg("mb", a.micro_batch).arg("chunk", a.chunk);
       timed.start = now_seconds();  // after the receive: waiting is bubble, not compute
-      Tensor y = model.forward(x, contexts[key]);
-      if (k == S - 1) {
-        loss_sum += loss(y, a.micro_batch);  // y becomes dlogits
-        dlogits[key] = y;
+      Tensor y = model.forward(x, training ? contexts[key] : eval_context);
+      if (k < S - 1) {
+        transfers.outputs[{false, a.micro_batch, a.chunk}] = y;
       } else {
-        send(y, false, k + 1, a.micro_batch);
+        loss_sum += loss(y, a.micro_batch);  // training: y becomes dlogits
+        if (training) dlogits[key] = y;
       }
     } else {
+      check(training, "pipeline rank ", rank_, ": ", to_string(a), " in a forward-only run");
       Tensor dy;
       if (k == S - 1) {
         dy = dlogits.at(key);
         dlogits.erase(key);
       } else {
-        dy = Tensor::empty(activation_shape_, DType::F32, MemoryCategory::Activations);
-        receive(dy, true, k, a.micro_batch);
+        dy = take_received(transfers, a, /*gradient=*/true);
       }
       before_backward(a.micro_batch, a.chunk);
       MemoryScope scope(MemoryCategory::Activations);
@@ -114,16 +159,17 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
       timed.start = now_seconds();
       Tensor dx = model.backward(dy, contexts.at(key));
       contexts.erase(key);
-      if (k > 0)
-        send(dx, true, k - 1, a.micro_batch);
+      if (k > 0) transfers.outputs[{true, a.micro_batch, a.chunk}] = dx;
     }
     timed.end = now_seconds();
-    trace_.push_back(timed);
+    if (training) trace_.push_back(timed);
     reap_sends(false);
   }
   trace::set_micro_batch(-1);
   reap_sends(true);
   check(contexts.empty(), "pipeline schedule left ", contexts.size(), " micro-batch(es) without their backward");
+  check(transfers.receives.empty() && transfers.outputs.empty(), "pipeline rank ", rank_, ": the schedule left ",
+        transfers.receives.size(), " receive(s) unused and ", transfers.outputs.size(), " output(s) unsent");
   return loss_sum;
 }
 
@@ -148,32 +194,6 @@ Timeline PipelineExecutor::gather_timeline() {
     }
   }
   return t;
-}
-
-double PipelineExecutor::run_forward(const std::function<Tensor(int64_t)>& input,
-                                     const std::function<float(Tensor&, int64_t)>& loss, int64_t micro_batches) {
-  const int64_t S = p_ * v_;
-  double loss_sum = 0.0;
-  for (int64_t mb = 0; mb < micro_batches; ++mb)
-    for (int64_t c = 0; c < v_; ++c) {
-      const int64_t k = c * p_ + rank_;
-      Tensor x;
-      if (k == 0) {
-        x = input(mb);
-      } else {
-        x = Tensor::empty(activation_shape_, DType::F32, MemoryCategory::Activations);
-        receive(x, false, k, mb);
-      }
-      MemoryScope scope(MemoryCategory::Activations);
-      nn::Context ctx;
-      Tensor y = chunks_[static_cast<size_t>(c)]->forward(x, ctx);
-      if (k == S - 1)
-        loss_sum += loss(y, mb);
-      else
-        send(y, false, k + 1, mb);
-    }
-  reap_sends(true);
-  return loss_sum;
 }
 
 }  // namespace loom::parallel::pipeline

@@ -1,15 +1,17 @@
-// The pipeline executor: runs one rank's part of any schedule (GPipe, 1F1B, interleaved;
-// DESIGN.md decision 4) over its model chunks. It follows the rank's forwards and backwards
-// in order; before a forward it receives the activation from the previous virtual stage and
-// after it sends its output on; before a backward it receives the output gradient from the
-// next stage and after it sends the input gradient back (where the schedule's transfer
-// actions put them). Sends are posted asynchronously (they overlap the next compute); a
-// receive completes where its data is first needed, so any schedule that passes the
-// pre-flight check (schedule_check.hpp) runs without deadlock.
+// The pipeline executor: runs one rank's part of any schedule (GPipe, 1F1B, interleaved or a
+// custom one; a schedule is data) over its model chunks, doing exactly what the rank's
+// action list says: a receive action posts that receive, a send action posts the send of an
+// output computed earlier, forwards and backwards compute. Who talks to whom is the
+// schedule's (each transfer names its peer), never re-derived here. Sends and receives are
+// asynchronous: a send completes while this rank computes on, a receive where its data is
+// first needed, so any schedule that passes the pre-flight check (schedule_check.hpp) runs
+// without deadlock.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "loom/comm/process_group.hpp"
@@ -36,8 +38,8 @@ class PipelineExecutor {
   double run(const std::vector<Action>& actions, const std::function<Tensor(int64_t)>& input,
              const std::function<float(Tensor&, int64_t)>& loss,
              const std::function<void(int64_t, int64_t)>& before_backward);
-  // Forward only (evaluation), micro-batch after micro-batch; loss(logits, mb) must not
-  // write the logits. Returns the summed loss on the last stage's rank (0 elsewhere).
+  // Forward only (evaluation): a schedule of forwards, micro-batch after micro-batch, with
+  // their transfers; loss(logits, mb) must not write the logits. Returns the summed loss on the last stage's rank (0 elsewhere).
   double run_forward(const std::function<Tensor(int64_t)>& input, const std::function<float(Tensor&, int64_t)>& loss,
                      int64_t micro_batches);
 
@@ -50,22 +52,40 @@ class PipelineExecutor {
   Timeline gather_timeline();
 
  private:
+  using TransferKey = std::tuple<bool, int64_t, int64_t>;  // (gradient?, micro-batch, this rank's chunk)
+  struct PendingRecv {
+    comm::Work work;
+    Tensor data;  // (B, T, C) or (B, T/t, C): filled when work completes
+    int peer;
+  };
+  struct PendingSend {
+    comm::Work work;
+    Tensor data;  // alive until the send completes
+    trace::AsyncSpan span;
+  };
+  // What one run has in flight between its actions.
+  struct Transfers {
+    std::map<TransferKey, PendingRecv> receives;  // posted, not yet consumed by their compute
+    std::map<TransferKey, Tensor> outputs;        // computed, not yet sent
+  };
+
+  // Runs `actions` in order. training: keep each forward's context and the last stage's
+  // dlogits for the backward; otherwise (evaluation) forwards only, logits left as they are.
+  double execute(const std::vector<Action>& actions, const std::function<Tensor(int64_t)>& input,
+                 const std::function<float(Tensor&, int64_t)>& loss,
+                 const std::function<void(int64_t, int64_t)>& before_backward, bool training);
+  // virtual_stage: the receiving stage's.
   int tag(bool gradient, int64_t virtual_stage, int64_t micro_batch) const;
-  // virtual_stage: the receiving stage's. A receive waits for its data; a send is posted
-  // and completes while this rank computes on.
-  void receive(Tensor& x, bool gradient, int64_t virtual_stage, int64_t micro_batch);
-  void send(const Tensor& y, bool gradient, int64_t virtual_stage, int64_t micro_batch);
+  void post_receive(Transfers& t, const Action& a);
+  void post_send(Transfers& t, const Action& a);
+  // Waits for the receive that feeds compute action a and returns its data.
+  Tensor take_received(Transfers& t, const Action& a, bool gradient);
   void reap_sends(bool all);
 
   std::vector<nn::GPT*> chunks_;
   comm::ProcessGroup& group_;
   int64_t p_, v_, rank_, micro_batches_;
   Shape activation_shape_;
-  struct PendingSend {
-    comm::Work work;
-    Tensor data;  // alive until the send completes
-    trace::AsyncSpan span;
-  };
   std::vector<PendingSend> sends_;
   std::vector<TimedAction> trace_;
 };

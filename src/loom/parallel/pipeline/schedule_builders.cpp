@@ -1,4 +1,4 @@
-#include "loom/parallel/pipeline/schedules.hpp"
+#include "loom/parallel/pipeline/schedule_builders.hpp"
 
 #include "loom/error.hpp"
 #include "loom/parallel/pipeline/gpipe.hpp"
