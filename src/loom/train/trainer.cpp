@@ -27,6 +27,7 @@
 #include "loom/parallel/tensor_parallel/sequence_parallel.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/memory_file.hpp"
+#include "loom/train/model_identity.hpp"
 #include "loom/train/resume_auto.hpp"
 
 namespace loom::train {
@@ -81,11 +82,13 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
   }
   schedule_ = optim::LrSchedule{static_cast<float>(config_.lr), static_cast<float>(config_.min_lr),
                                 config_.warmup_steps, config_.decay_steps > 0 ? config_.decay_steps : config_.steps};
+  run_directory_ = std::make_unique<RunDirectory>(config_, world_, quiet_);  // before anything is read or written there
   if (config_.resume == "auto") {
     resume_auto();
   } else if (!config_.resume.empty()) {
     resume_from(resolve_checkpoint_path(config_.resume == "latest" ? config_.out_dir : config_.resume));
   }
+  run_directory_->start();
   if (!config_.out_dir.empty() && (world_ == nullptr || world_->rank() == 0)) {
     fs::create_directories(config_.out_dir);
     metrics_ = std::make_unique<MetricsLog>((fs::path(config_.out_dir) / "metrics.jsonl").string());
@@ -181,6 +184,7 @@ void Trainer::resume_from(const std::string& path) {
   // Any checkpoint, whatever layout wrote it: each rank fills its own pieces (reshard.hpp).
   // A rank that cannot read its pieces fails the resume on every rank.
   CheckpointInfo info;
+  check_resume_model(path, config_, dataset_->tokenizer().spec(), world_);
   on_every_rank(world_, [&] { info = load_state(path, local_state(), config_.optimizer); });
   optimizer_->set_steps_taken(info.optimizer_steps);
   check(info.tokenizer_spec == dataset_->tokenizer().spec(), "checkpoint '", path,
@@ -190,26 +194,8 @@ void Trainer::resume_from(const std::string& path) {
 }
 
 void Trainer::resume_auto() {
-  const AutoResume found = find_newest_complete_checkpoint(config_.out_dir);
-  const bool speak = !quiet_ && (world_ == nullptr || world_->rank() == 0);
-  if (speak)
-    for (const std::string& why : found.skipped) std::printf("resume auto: skipping an incomplete checkpoint: %s\n", why.c_str());
-  // Every rank scans the (shared) run directory; they must all pick the same step, else the
-  // replicas would silently diverge.
-  float step = found.path.empty() ? -1.0f : static_cast<float>(read_checkpoint_info(found.path).step);
-  if (world_ != nullptr && world_->size() > 1) {
-    float neg_lo = -step, hi = step;
-    world_->all_reduce(&neg_lo, 1, comm::ReduceOp::Max);
-    world_->all_reduce(&hi, 1, comm::ReduceOp::Max);
-    const float lo = -neg_lo;
-    check(lo == hi, "resume auto: ranks found different newest checkpoints in '", config_.out_dir, "' (steps ", lo,
-          " to ", hi, "); is out_dir on a file system all ranks share?");
-  }
-  if (found.path.empty()) {
-    if (speak) std::printf("resume auto: no complete checkpoint in '%s', starting fresh\n", config_.out_dir.c_str());
-    return;
-  }
-  resume_from(found.path);
+  const std::string path = choose_auto_resume(local_state(), config_, dataset_->tokenizer().spec(), world_, !quiet_);
+  if (!path.empty()) resume_from(path);
 }
 
 float Trainer::loss_of(Tensor& logits, const Tensor& targets, bool backward, float scale) {

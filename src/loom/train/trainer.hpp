@@ -26,6 +26,7 @@
 #include "loom/plan/memory_model.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/metrics_log.hpp"
+#include "loom/train/run_directory.hpp"
 #include "loom/train/trace_window.hpp"
 #include "loom/train/sharded_checkpoint.hpp"
 
@@ -120,6 +121,7 @@ class Trainer {
 
   TrainConfig config_;
   bool quiet_;
+  std::unique_ptr<RunDirectory> run_directory_;  // locks out_dir; released last
   std::unique_ptr<data::TextDataset> dataset_;
   std::unique_ptr<nn::Module> model_;  // the GPT, or this rank's pipeline chunks under one module
   std::vector<nn::GPT*> chunks_;       // the GPT, or this rank's chunks in virtual-stage order
