@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <ostream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -25,6 +26,8 @@ struct Damage {
   std::function<void(json&)> edit;  // of checkpoint-00000004's manifest
   std::string reason;               // printed after "resume auto: skipping checkpoint-00000004: "
 };
+
+void PrintTo(const Damage& d, std::ostream* os) { *os << d.name; }
 
 class ResumeAuto : public ::testing::TestWithParam<Damage> {};
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -60,8 +61,16 @@ Owner read_owner(const std::string& path) {
   }
 }
 
-// A process that exists (EPERM: it does, under another user).
-bool alive(int64_t pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
+// A process that exists (EPERM: it does, under another user) and has not ended: a zombie
+// (state Z in /proc/<pid>/stat, after the command name's closing parenthesis) has ended,
+// though nobody reaped it yet.
+bool alive(int64_t pid) {
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() || (text[paren + 2] != 'Z' && text[paren + 2] != 'X');
+}
 
 }  // namespace
 
@@ -72,7 +81,11 @@ RunLock::RunLock(const std::string& dir, bool quiet) : dir_(dir), path_((fs::pat
   const std::string host = this_host();
   const std::string mine = nlohmann::json{{"host", host}, {"pid", ::getpid()}}.dump() + "\n";
   std::lock_guard<std::mutex> guard(registry_mutex());
-  for (int attempt = 0; attempt < 50; ++attempt) {
+  // A lock being written, or an owner of this host that is ending (mpirun may return before
+  // the ranks it killed are gone), is looked at again until then.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (true) {
+    const bool waited_enough = std::chrono::steady_clock::now() > deadline;
     const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0) {
       const bool written = ::write(fd, mine.data(), mine.size()) == static_cast<ssize_t>(mine.size());
@@ -86,16 +99,18 @@ RunLock::RunLock(const std::string& dir, bool quiet) : dir_(dir), path_((fs::pat
     }
     check(errno == EEXIST, "cannot create the lock file '", path_, "': ", std::strerror(errno));
     const Owner owner = read_owner(path_);
-    if (owner.pid <= 0) {
-      // Just created and not yet written by its owner, or gone meanwhile: look again.
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
-    }
+    check(owner.pid > 0 || !waited_enough, "run directory '", dir, "' has a lock file '", path_,
+          "' that names no owner; delete it if no run uses the directory");
     if (owner.host == host && owner.pid == ::getpid()) {
       ++registry()[path_];  // another trainer of this process
       return;
     }
-    check(owner.host == host && !alive(owner.pid), "run directory '", dir, "' is in use by pid ", owner.pid,
+    const bool dead = owner.host == host && !alive(owner.pid);
+    if (owner.pid <= 0 || (!dead && owner.host == host && !waited_enough)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    check(dead, "run directory '", dir, "' is in use by pid ", owner.pid,
           " on host ", owner.host, " (lock file '", path_,
           "'); wait for that run to end or use another out_dir (delete the lock file only if that process is gone)");
     if (!quiet)
@@ -103,8 +118,6 @@ RunLock::RunLock(const std::string& dir, bool quiet) : dir_(dir), path_((fs::pat
                   static_cast<long long>(owner.pid), owner.host.c_str());
     fs::remove(path_, ec);
   }
-  fail("run directory '", dir, "' has a lock file '", path_,
-       "' that names no owner; delete it if no run uses the directory");
 }
 
 RunLock::~RunLock() {
