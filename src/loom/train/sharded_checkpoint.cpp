@@ -14,6 +14,7 @@ namespace loom::train {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// Bytes travel as floats: the groups move floats.
 std::vector<std::string> all_gather_strings(comm::ProcessGroup* world, const std::string& mine) {
   if (world == nullptr || world->size() == 1) return {mine};
   const int n = world->size();
