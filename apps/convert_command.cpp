@@ -50,6 +50,7 @@ train::TrainConfig target_config(const ConvertArgs& a, const std::string& from) 
   auto wte = reader.manifest().tensors.find("model.embedding.wte");
   if (wte != reader.manifest().tensors.end()) c.model.padded_vocab_size = wte->second.shape.at(0);
   c.resume = from;
+  c.overwrite = false;  // the stored run's choice, not this conversion's
   c.out_dir = a.to;
   c.checkpoint_format = "sharded";
   return c;

@@ -1,6 +1,8 @@
 // The `loom` binary end to end: bad input gives one clear message and a non-zero exit,
 // never a crash; train -> sample works from the command line.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -8,6 +10,7 @@
 #include <string>
 
 #include "run_command.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -140,6 +143,51 @@ TEST(Cli, TrainThenSampleThenResume) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("at step 4"), std::string::npos) << r.output;
   expect_error("sample --checkpoint " + dir + " --prompt \"~~\xe2\x98\x83\"", "is not in the tokenizer's vocabulary");
+}
+
+// The README's trap: a second `loom train` into the same out_dir. A fresh run is refused, a
+// resume of another model names what differs and changes nothing, a live owner's lock keeps
+// a run out, a dead owner's is taken over, and --overwrite starts over.
+TEST(Cli, ARunDirectoryHoldsOneRun) {
+  const std::string dir = temp_path("one_run");
+  fs::remove_all(dir);
+  const std::string train = "train " + kTiny + " --steps 2 --eval-batches 1 --out-dir " + dir;
+  Result r = run_loom(train);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string metrics = loom::testing::read_file(fs::path(dir) / "metrics.jsonl");
+  expect_error(train, "out_dir '" + dir + "' already holds a run (checkpoint-00000002.safetensors, latest, "
+                      "metrics.jsonl): continue it with --resume latest|auto, start over with --overwrite");
+  expect_error(train + " --resume latest --n-layer 2 --n-head 4",
+               "holds a different model: n_layer 1 (checkpoint) vs 2 (config), n_head 2 vs 4; resume with the "
+               "checkpoint's values or start a new out_dir");
+  EXPECT_EQ(loom::testing::read_file(fs::path(dir) / "metrics.jsonl"), metrics) << "a refused run wrote metrics";
+
+  const fs::path lock = fs::path(dir) / ".loom.lock";
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  auto write_lock = [&](int64_t pid) {
+    std::ofstream(lock) << "{\"host\": \"" << host << "\", \"pid\": " << pid << "}\n";
+  };
+  write_lock(getpid());  // this test: alive, and not the loom process
+  expect_error(train + " --resume latest --steps 3",
+               "is in use by pid " + std::to_string(getpid()) + " on host " + host);
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  write_lock(child);  // a process that has ended
+  r = run_loom(train + " --resume latest --steps 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("taking over the lock of '" + dir + "' from pid " + std::to_string(child)), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(lock)) << "the run removes its lock when it ends";
+
+  r = run_loom(train + " --overwrite");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("overwrite: deleted the previous run in '" + dir +
+                          "' (checkpoint-00000002.safetensors, checkpoint-00000003.safetensors, latest, metrics.jsonl)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "checkpoint-00000003.safetensors"));
 }
 
 }  // namespace

@@ -157,7 +157,12 @@ std::string resolve_checkpoint_path(const std::string& path_or_dir) {
   return fs::canonical(best).string();
 }
 
-CheckpointInfo read_checkpoint_info(const std::string& path) { return CheckpointReader(path).info(); }
+CheckpointInfo read_checkpoint_info(const std::string& path) {
+  if (fs::is_directory(path)) return read_manifest(path).info;
+  TensorFile header;  // no tensors: the data stays unread
+  header.metadata = TensorFileReader(path).metadata();
+  return checkpoint_info_from(header, path);
+}
 
 CheckpointInfo load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* optimizer,
                                const std::string& optimizer_name) {

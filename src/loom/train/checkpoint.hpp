@@ -45,7 +45,8 @@ int64_t checkpoint_step(const std::string& entry);
 // latest, or when that is incomplete the newest complete checkpoint), or "<dir>/latest".
 std::string resolve_checkpoint_path(const std::string& path_or_dir);
 
-// Reads only the metadata (for `loom sample` to rebuild the model first).
+// Reads only the metadata: a file's header or a directory's manifest (for `loom sample` to
+// rebuild the model first, for a resume to check the model before loading it).
 CheckpointInfo read_checkpoint_info(const std::string& path);
 
 struct TensorFile;

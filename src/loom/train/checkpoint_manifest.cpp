@@ -19,6 +19,14 @@ json layout_json(const CheckpointLayout& l) {
           {"sequence_parallel", l.sequence_parallel}};
 }
 
+// A CRC-32 as the writer stores it: an unsigned 32-bit integer. A JSON reader would wrap -1 or
+// 2^32 into range, and a checksum that can never match must not pass for one.
+uint32_t crc32_field(const json& value, const std::string& origin, const std::string& field) {
+  check(value.is_number_unsigned() && value.get<uint64_t>() <= 0xffffffffu, origin, ": field '", field,
+        "' is not a CRC-32 (an integer in 0..4294967295): ", value.dump());
+  return value.get<uint32_t>();
+}
+
 }  // namespace
 
 void check_file_name(const std::string& name, const std::string& origin) {
@@ -93,7 +101,7 @@ Manifest parse_manifest(const std::string& text, const std::string& origin) {
     field = "files";
     for (const auto& [name, f] : j.at("files").items()) {
       check_file_name(name, origin);
-      m.files[name] = {f.at("bytes").get<int64_t>(), f.at("crc32").get<uint32_t>()};
+      m.files[name] = {f.at("bytes").get<int64_t>(), crc32_field(f.at("crc32"), origin, "files." + name + ".crc32")};
     }
     for (const auto& [name, t] : j.at("tensors").items()) {
       field = "tensors." + name;
@@ -108,7 +116,7 @@ Manifest parse_manifest(const std::string& text, const std::string& origin) {
         piece.key = p.at("key").get<std::string>();
         piece.layout.begin = p.at("begin").get<int64_t>();
         piece.layout.end = p.at("end").get<int64_t>();
-        piece.crc32 = p.at("crc32").get<uint32_t>();
+        piece.crc32 = crc32_field(p.at("crc32"), origin, field + ".crc32");
         if (p.contains("slice")) {
           const json& s = p.at("slice");
           piece.layout.spec = {s.at("dim").get<int>(), s.at("parts").get<int64_t>(), s.at("index").get<int64_t>(),

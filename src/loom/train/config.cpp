@@ -71,6 +71,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"run", "trace", "write a Chrome trace-event file of trace_steps to out_dir/trace.json (open it in Perfetto)", &c.trace},
       {"run", "trace_steps", "steps traced, FIRST:LAST (1-based, e.g. \"5:8\"); empty = 2:4", &c.trace_steps},
       {"run", "resume", "checkpoint file, run directory, 'latest' (of out_dir) or 'auto' (the newest complete checkpoint of out_dir; none: start fresh) to continue from", &c.resume},
+      {"run", "overwrite", "start over in an out_dir that holds another run: delete its checkpoints, `latest` and metrics.jsonl first (without it such a run is refused)", &c.overwrite},
   };
 }
 
@@ -113,6 +114,8 @@ void TrainConfig::validate() const {
         "checkpoint_format must be 'auto', 'sharded' or 'single', got '", checkpoint_format, "'");
   check((resume != "auto" && resume != "latest") || !out_dir.empty(), "resume = '", resume,
         "' looks for checkpoints in out_dir: set out_dir");
+  check(!overwrite || (resume != "auto" && resume != "latest"), "overwrite deletes the checkpoints resume = '", resume,
+        "' would continue from: give one or the other");
   check(threads >= 0, "threads must be >= 0, got ", threads);
   check(pin_ranks == "auto" || pin_ranks == "off", "pin_ranks must be 'auto' or 'off', got '", pin_ranks, "'");
   check(dp >= 1 && pp >= 1 && tp >= 1, "parallel degrees must be >= 1, got dp(", dp, ") x pp(", pp, ") x tp(", tp, ")");

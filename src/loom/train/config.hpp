@@ -69,6 +69,7 @@ struct TrainConfig {
   int64_t threads = 0;           // 0: all cores
   double peak_gflops = 0;        // MFU denominator; 0: measured at start-up
   std::string resume;
+  bool overwrite = false;    // a fresh run may replace the run already in out_dir (its checkpoints, latest, metrics)
   bool trace = false;        // write a Chrome trace of trace_steps to out_dir/trace.json
   std::string trace_steps;   // "5:8"; "": steps 2-4
   std::string pipeline_svg;  // pp > 1: write the last step's measured timeline here            // "", a checkpoint file, a run directory, or "latest"

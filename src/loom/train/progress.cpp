@@ -15,15 +15,16 @@ namespace loom::train {
 
 Progress::Progress(const TrainConfig& config, comm::ProcessGroup& world, bool quiet)
     : config_(config), world_(world), quiet_(quiet || world.rank() != 0) {
-  std::string path;
-  if (!config_.out_dir.empty() && world_.rank() == 0) {
-    std::filesystem::create_directories(config_.out_dir);
-    path = (std::filesystem::path(config_.out_dir) / "metrics.jsonl").string();
-  }
-  metrics_ = std::make_unique<MetricsLog>(path);
+  metrics_ = std::make_unique<MetricsLog>("");
   peak_gflops_ = config_.peak_gflops > 0 ? config_.peak_gflops : 0.0;
   // Under mpirun a rank's stdout is a pseudo-terminal even when the job's output goes to a log.
   live_ = ::isatty(::fileno(stdout)) != 0 && world_.is_single_process();
+}
+
+void Progress::open_metrics() {
+  if (config_.out_dir.empty() || world_.rank() != 0) return;
+  std::filesystem::create_directories(config_.out_dir);
+  metrics_ = std::make_unique<MetricsLog>((std::filesystem::path(config_.out_dir) / "metrics.jsonl").string());
 }
 
 void Progress::measure_peak() {

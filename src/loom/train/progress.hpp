@@ -39,6 +39,8 @@ class Progress {
   // quiet: no lines (the metrics still go to metrics.jsonl on rank 0).
   Progress(const TrainConfig& config, comm::ProcessGroup& world, bool quiet);
 
+  // Rank 0 appends to out_dir/metrics.jsonl from here on (once the run directory is its own).
+  void open_metrics();
   // Collective: the matmul peak of one rank (its threads), measured by rank 0 alone (ranks
   // measuring side by side on shared cores would each see a fraction) and shared.
   void measure_peak();

@@ -1,11 +1,13 @@
 #include "loom/train/resume_auto.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "loom/error.hpp"
 #include "loom/train/checkpoint.hpp"
-#include "loom/train/sharded_checkpoint.hpp"
+#include "loom/train/model_identity.hpp"
 
 namespace loom::train {
 
@@ -13,39 +15,83 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Reads the whole checkpoint: a single file with its checksum, or a sharded one's manifest
-// and every piece with theirs.
-void verify_checkpoint(const std::string& path) {
-  CheckpointReader reader(path);
-  if (reader.sharded()) read_full_state(reader);
-}
-
-}  // namespace
-
-AutoResume find_newest_complete_checkpoint(const std::string& dir) {
-  AutoResume out;
+// Single files and sharded directories, newest first; "a b c".
+std::vector<std::string> candidates_in(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
-  // Single files and sharded directories; unfinished writes (".tmp") are never candidates.
-  std::vector<std::pair<int64_t, std::string>> candidates;
+  if (!fs::is_directory(dir, ec)) return {};
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string n = entry.path().filename().string();
     const int64_t step = checkpoint_step(n);
     const bool file = entry.is_regular_file() && entry.path().extension() == ".safetensors";
-    if (step >= 0 && !n.ends_with(".tmp") && (file || entry.is_directory())) candidates.emplace_back(step, n);
+    if (step >= 0 && !n.ends_with(".tmp") && (file || entry.is_directory())) found.emplace_back(step, n);
   }
-  std::sort(candidates.rbegin(), candidates.rend());
-  for (const auto& [step, n] : candidates) {
-    const std::string path = (fs::path(dir) / n).string();
-    try {
-      verify_checkpoint(path);
-      out.path = fs::canonical(path).string();
-      return out;
-    } catch (const Error& e) {
-      out.skipped.push_back(e.what());
-    }
-  }
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> names;
+  for (const auto& [step, n] : found) names.push_back(n);
+  return names;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : " ") + n;
   return out;
+}
+
+}  // namespace
+
+CheckpointVerdict judge_checkpoint(const std::string& path, const std::vector<StatePiece>& needed,
+                                   const TrainConfig& config, const std::string& tokenizer_spec) {
+  try {
+    CheckpointReader reader(path);  // the header or manifest, and the step against the name
+    const CheckpointInfo& info = reader.info();
+    const std::string misfit = different_model_message(path, info, config, tokenizer_spec);
+    if (!misfit.empty()) return {misfit, ""};
+    if (info.optimizer != config.optimizer)
+      return {"checkpoint '" + path + "' was trained with optimizer '" + info.optimizer + "', this run uses '" +
+                  config.optimizer + "'",
+              ""};
+    check(info.optimizer_steps >= 0, "checkpoint '", path, "' has no valid optimizer step count");
+    for (const StatePiece& p : needed) {
+      auto it = reader.manifest().tensors.find(p.name);
+      check(it != reader.manifest().tensors.end(), "checkpoint '", path, "' has no tensor '", p.name, "'");
+      check(it->second.shape == p.full_shape, "checkpoint '", path, "': tensor '", p.name, "' is ",
+            shape_str(it->second.shape), ", the model expects ", shape_str(p.full_shape));
+    }
+    reader.verify_files();
+    read_full_state(reader);  // every piece with its CRC-32
+  } catch (const Error& e) {
+    return {"", e.what()};
+  }
+  return {};
+}
+
+std::string choose_auto_resume(const std::vector<StatePiece>& needed, const TrainConfig& config,
+                               const std::string& tokenizer_spec, comm::ProcessGroup* world, bool speak) {
+  const std::string& dir = config.out_dir;
+  // Every rank scans the (shared) run directory; they must all judge the same candidates.
+  const std::vector<std::string> names = candidates_in(dir);
+  const std::vector<std::string> lists = all_gather_strings(world, joined(names));
+  for (size_t r = 1; r < lists.size(); ++r)
+    check(lists[r] == lists[0], "resume auto: rank 0 sees the checkpoints [", lists[0], "] in '", dir, "', rank ", r,
+          " sees [", lists[r], "]; is out_dir on a file system all ranks share?");
+  for (const std::string& name : names) {
+    const std::string path = (fs::path(dir) / name).string();
+    const CheckpointVerdict mine = judge_checkpoint(path, needed, config, tokenizer_spec);
+    const std::vector<std::string> verdicts =
+        all_gather_strings(world, nlohmann::json{{"misfit", mine.misfit}, {"damage", mine.damage}}.dump());
+    std::string damage;
+    for (size_t r = 0; r < verdicts.size(); ++r) {
+      const nlohmann::json v = nlohmann::json::parse(verdicts[r]);
+      const std::string rank = verdicts.size() > 1 ? "rank " + std::to_string(r) + ": " : "";
+      check(v["misfit"].get<std::string>().empty(), rank, v["misfit"].get<std::string>());
+      if (damage.empty() && !v["damage"].get<std::string>().empty()) damage = rank + v["damage"].get<std::string>();
+    }
+    if (damage.empty()) return fs::canonical(path).string();
+    if (speak) std::printf("resume auto: skipping %s: %s\n", name.c_str(), damage.c_str());
+  }
+  if (speak) std::printf("resume auto: no complete checkpoint in '%s', starting fresh\n", dir.c_str());
+  return "";
 }
 
 }  // namespace loom::train

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "loom/comm/byte_transport.hpp"
@@ -14,12 +16,12 @@ namespace loom::train {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
-
 // Every rank's string, on every rank.
 std::vector<std::string> all_gather_strings(comm::ProcessGroup* world, const std::string& mine) {
   return world != nullptr ? comm::all_gather_bytes(*world, mine) : std::vector<std::string>{mine};
 }
+
+namespace {
 
 std::string attempt(const std::function<void()>& f) {  // "" or the error's message
   try {
@@ -130,16 +132,35 @@ void on_every_rank(comm::ProcessGroup* world, const std::function<void()>& f) { 
 
 CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   sharded_ = fs::is_directory(path);
+  const std::string file = fs::path(path).filename().string();
   if (sharded_) {
     manifest_ = read_manifest(path);
-    return;
+  } else {
+    single_ = std::make_unique<TensorFile>(load_tensor_file(path));
+    manifest_.info = checkpoint_info_from(*single_, path);
+    manifest_.files[file] = {static_cast<int64_t>(fs::file_size(path)), 0};
+    for (const auto& [name, t] : single_->tensors)
+      manifest_.tensors[name] = {t.shape(), {{file, name, whole_piece(t.shape()), 0}}};
   }
-  single_ = std::make_unique<TensorFile>(load_tensor_file(path));
-  manifest_.info = checkpoint_info_from(*single_, path);
-  const std::string file = fs::path(path).filename().string();
-  manifest_.files[file] = {static_cast<int64_t>(fs::file_size(path)), 0};
-  for (const auto& [name, t] : single_->tensors)
-    manifest_.tensors[name] = {t.shape(), {{file, name, whole_piece(t.shape()), 0}}};
+  // A checkpoint copied or renamed over another step's would resume at the wrong step.
+  const int64_t named = checkpoint_step(file);
+  check(named < 0 || named == manifest_.info.step, "checkpoint '", path, "' records step ", manifest_.info.step,
+        ", its name says step ", named);
+}
+
+void CheckpointReader::verify_files() {
+  if (!sharded_) return;  // read whole on opening, its checksum verified
+  for (const auto& [name, f] : manifest_.files) {
+    const std::string file = (fs::path(path_) / name).string();
+    std::ifstream in(file, std::ios::binary);
+    check(in.good(), "checkpoint '", path_, "' is missing its rank file '", name, "' (named by its manifest)");
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    check(static_cast<int64_t>(bytes.size()) == f.bytes, "checkpoint '", path_, "': rank file '", name, "' is ",
+          bytes.size(), " bytes, the manifest says ", f.bytes, " (truncated or replaced)");
+    const uint32_t crc = crc32_of(crc32_of(0, nullptr, 0), bytes.data(), static_cast<int64_t>(bytes.size()));
+    check(crc == f.crc32, "checkpoint '", path_, "': rank file '", name, "' is corrupted (CRC-32 ", crc,
+          ", the manifest recorded ", f.crc32, ")");
+  }
 }
 
 Tensor CheckpointReader::piece_data(const ManifestPiece& piece) {

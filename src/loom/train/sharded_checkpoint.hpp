@@ -35,7 +35,8 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const std::vecto
                                     comm::ProcessGroup* world);
 
 // A checkpoint to load from: a sharded directory (its manifest validated) or a single file
-// (seen as a manifest of whole tensors, so loading has one code path).
+// (seen as a manifest of whole tensors, so loading has one code path). A name
+// "checkpoint-<step>" must agree with the step the checkpoint records.
 class CheckpointReader {
  public:
   explicit CheckpointReader(const std::string& path);
@@ -47,6 +48,9 @@ class CheckpointReader {
   // naming the tensor for a missing tensor or a shape mismatch, naming the file for a
   // missing, truncated or corrupted rank file.
   void load_into(const std::vector<StatePiece>& destinations);
+  // Reads every rank file whole and checks its size and CRC-32 against the manifest (a
+  // single file was checked whole on opening); loom::Error naming the file.
+  void verify_files();
 
  private:
   Tensor piece_data(const ManifestPiece& piece);
@@ -57,6 +61,9 @@ class CheckpointReader {
   std::unique_ptr<TensorFile> single_;  // a single-file checkpoint, read whole (one checksum covers it)
   std::map<std::string, std::unique_ptr<TensorFileReader>> files_;  // rank files opened so far
 };
+
+// Collective: every rank's string, on every rank (world null: {mine}).
+std::vector<std::string> all_gather_strings(comm::ProcessGroup* world, const std::string& mine);
 
 // Runs f on every rank of world (null: this process); when it fails anywhere, every rank
 // throws, naming the first rank that failed and its message, so no rank is left waiting

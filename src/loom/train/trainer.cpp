@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "loom/comm/byte_transport.hpp"
 #include "loom/comm/core_placement.hpp"
 #include "loom/error.hpp"
 #include "loom/kernels/threads.hpp"
@@ -18,6 +17,7 @@
 #include "loom/parallel/pipeline/timeline_svg.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/memory_file.hpp"
+#include "loom/train/model_identity.hpp"
 #include "loom/train/resume_auto.hpp"
 
 namespace loom::train {
@@ -60,6 +60,8 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
       pp_(p_.group("pp")) {
   progress_ = std::make_unique<Progress>(config_, world_, quiet);
   if (!p_.placement.empty()) progress_->say(p_.placement);
+  // Before anything is read or written in out_dir: one run owns it.
+  run_directory_ = std::make_unique<RunDirectory>(config_, &world_, progress_->quiet());
   const std::vector<nn::Parameter*> stepped = p_.gradient_sync->optimizer_parameters();
   if (config_.optimizer == "adamw") {
     optimizer_ = std::make_unique<optim::AdamW>(
@@ -79,6 +81,8 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
   } else if (!config_.resume.empty()) {
     resume_from(resolve_checkpoint_path(config_.resume == "latest" ? config_.out_dir : config_.resume));
   }
+  run_directory_->start();
+  progress_->open_metrics();
   trace_window_ = std::make_unique<TraceWindow>(config_, &world_);
 }
 
@@ -90,6 +94,7 @@ void Trainer::resume_from(const std::string& path) {
   // Any checkpoint, whatever layout wrote it: each rank fills its own pieces (reshard.hpp).
   // A rank that cannot read its pieces fails the resume on every rank.
   CheckpointInfo info;
+  check_resume_model(path, config_, dataset_->tokenizer().spec(), &world_);
   on_every_rank(&world_, [&] { info = load_state(path, local_state(), config_.optimizer); });
   optimizer_->set_steps_taken(info.optimizer_steps);
   check(info.tokenizer_spec == dataset_->tokenizer().spec(), "checkpoint '", path,
@@ -99,19 +104,9 @@ void Trainer::resume_from(const std::string& path) {
 }
 
 void Trainer::resume_auto() {
-  const AutoResume found = find_newest_complete_checkpoint(config_.out_dir);
-  for (const std::string& why : found.skipped) progress_->say("resume auto: skipping an incomplete checkpoint: " + why);
-  // Every rank scans the (shared) run directory; they must all pick the same step, else the
-  // replicas would silently diverge.
-  const int64_t step = found.path.empty() ? -1 : read_checkpoint_info(found.path).step;
-  const comm::MinMax steps = comm::min_max(world_, step);
-  check(steps.min == steps.max, "resume auto: ranks found different newest checkpoints in '", config_.out_dir,
-        "' (steps ", steps.min, " to ", steps.max, "); is out_dir on a file system all ranks share?");
-  if (found.path.empty()) {
-    progress_->say("resume auto: no complete checkpoint in '" + config_.out_dir + "', starting fresh");
-    return;
-  }
-  resume_from(found.path);
+  const std::string path =
+      choose_auto_resume(local_state(), config_, dataset_->tokenizer().spec(), &world_, !progress_->quiet());
+  if (!path.empty()) resume_from(path);
 }
 
 float Trainer::loss_of(Tensor& logits, const Tensor& targets, bool backward, float scale) {

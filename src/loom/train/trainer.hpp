@@ -23,6 +23,7 @@
 #include "loom/train/config.hpp"
 #include "loom/train/parallelize.hpp"
 #include "loom/train/progress.hpp"
+#include "loom/train/run_directory.hpp"
 #include "loom/train/serial_state.hpp"
 #include "loom/train/sharded_checkpoint.hpp"
 #include "loom/train/trace_window.hpp"
@@ -84,6 +85,7 @@ class Trainer {
   TrainConfig config_;
   std::unique_ptr<comm::ProcessGroup> own_world_;  // the single-process world when none is given
   comm::ProcessGroup& world_;
+  std::unique_ptr<RunDirectory> run_directory_;  // locks out_dir; released last
   std::unique_ptr<data::TextDataset> dataset_;
   Parallelized p_;
   comm::ProcessGroup &dp_, &tp_, &pp_;

@@ -1,0 +1,75 @@
+#include "loom/train/model_identity.hpp"
+
+#include <memory>
+
+#include "loom/data/tokenizer.hpp"
+#include "loom/error.hpp"
+#include "loom/train/sharded_checkpoint.hpp"
+
+namespace loom::train {
+
+namespace {
+
+// "char with 65 symbols" or "byte with 256 symbols": a tokenizer spec is a whole vocabulary, too
+// long (and full of newlines) to print.
+std::string describe_tokenizer(const std::string& spec, const data::Tokenizer& tokenizer, const char* other = "") {
+  return spec.substr(0, spec.find(':')) + " with " + std::to_string(tokenizer.vocab_size()) + other + " symbols";
+}
+
+}  // namespace
+
+std::vector<std::string> model_differences(const CheckpointInfo& checkpoint, const TrainConfig& config,
+                                           const std::string& tokenizer_spec) {
+  TrainConfig stored;
+  apply_toml_string(stored, checkpoint.config_toml, "the checkpoint's stored configuration");
+  const std::unique_ptr<data::Tokenizer> stored_tokenizer = data::Tokenizer::from_spec(checkpoint.tokenizer_spec);
+  stored.model.vocab_size = stored_tokenizer->vocab_size();
+
+  std::vector<std::string> out;
+  auto differ = [&](const std::string& key, const std::string& theirs, const std::string& ours) {
+    if (theirs != ours) out.push_back(key + " " + theirs + (out.empty() ? " (checkpoint) vs " : " vs ") + ours +
+                                      (out.empty() ? " (config)" : ""));
+  };
+  TrainConfig current = config;
+  const std::vector<ConfigKey> theirs = config_schema(stored), ours = config_schema(current);
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const ConfigKey& k = ours[i];
+    if (k.section != "model" || k.key == "recompute" || k.key == "padded_vocab_size") continue;
+    differ(k.key, value_string(theirs[i].target), value_string(k.target));
+  }
+  differ("vocab_size", std::to_string(stored.model.vocab_size), std::to_string(config.model.vocab_size));
+  // As the token table holds it: 0 in a configuration means the vocabulary rounded up.
+  differ("padded_vocab_size", std::to_string(stored.model.resolved_padded_vocab()),
+         std::to_string(config.model.resolved_padded_vocab()));
+  if (checkpoint.tokenizer_spec != tokenizer_spec) {
+    const std::unique_ptr<data::Tokenizer> ours_tokenizer = data::Tokenizer::from_spec(tokenizer_spec);
+    const std::string a = describe_tokenizer(checkpoint.tokenizer_spec, *stored_tokenizer);
+    std::string b = describe_tokenizer(tokenizer_spec, *ours_tokenizer);
+    if (a == b) b = describe_tokenizer(tokenizer_spec, *ours_tokenizer, " other");
+    differ("tokenizer", a, b);
+  }
+  return out;
+}
+
+std::string different_model_message(const std::string& path, const CheckpointInfo& checkpoint,
+                                    const TrainConfig& config, const std::string& tokenizer_spec) {
+  const std::vector<std::string> differences = model_differences(checkpoint, config, tokenizer_spec);
+  if (differences.empty()) return "";
+  std::string list;
+  for (const std::string& d : differences) list += (list.empty() ? "" : ", ") + d;
+  return "checkpoint '" + path + "' holds a different model: " + list +
+         "; resume with the checkpoint's values or start a new out_dir";
+}
+
+void check_same_model(const std::string& path, const CheckpointInfo& checkpoint, const TrainConfig& config,
+                      const std::string& tokenizer_spec) {
+  const std::string message = different_model_message(path, checkpoint, config, tokenizer_spec);
+  check(message.empty(), message);
+}
+
+void check_resume_model(const std::string& path, const TrainConfig& config, const std::string& tokenizer_spec,
+                        comm::ProcessGroup* world) {
+  on_every_rank(world, [&] { check_same_model(path, read_checkpoint_info(path), config, tokenizer_spec); });
+}
+
+}  // namespace loom::train

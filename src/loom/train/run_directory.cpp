@@ -1,0 +1,203 @@
+#include "loom/train/run_directory.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "loom/error.hpp"
+#include "loom/train/checkpoint.hpp"
+#include "loom/train/sharded_checkpoint.hpp"
+
+namespace loom::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Owner {
+  std::string host;
+  int64_t pid = 0;  // 0: the lock file could not be read
+};
+
+std::string this_host() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
+  return name;
+}
+
+// The lock files this process holds, with the trainers sharing each.
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, int>& registry() {
+  static std::map<std::string, int> held;
+  return held;
+}
+
+Owner read_owner(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text.str());
+    return {j.at("host").get<std::string>(), j.at("pid").get<int64_t>()};
+  } catch (const nlohmann::json::exception&) {
+    return {};
+  }
+}
+
+// A process that exists (EPERM: it does, under another user) and has not ended: a zombie
+// (state Z in /proc/<pid>/stat, after the command name's closing parenthesis) has ended,
+// though nobody reaped it yet.
+bool alive(int64_t pid) {
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() || (text[paren + 2] != 'Z' && text[paren + 2] != 'X');
+}
+
+}  // namespace
+
+RunLock::RunLock(const std::string& dir, bool quiet) : dir_(dir), path_((fs::path(dir) / kLockName).string()) {
+  std::error_code ec;
+  created_dir_ = !fs::exists(dir, ec);
+  fs::create_directories(dir);
+  const std::string host = this_host();
+  const std::string mine = nlohmann::json{{"host", host}, {"pid", ::getpid()}}.dump() + "\n";
+  std::lock_guard<std::mutex> guard(registry_mutex());
+  // A lock being written, or an owner of this host that is ending (mpirun may return before
+  // the ranks it killed are gone), is looked at again until then.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (true) {
+    const bool waited_enough = std::chrono::steady_clock::now() > deadline;
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      const bool written = ::write(fd, mine.data(), mine.size()) == static_cast<ssize_t>(mine.size());
+      ::close(fd);
+      if (!written) {
+        fs::remove(path_, ec);
+        fail("cannot write the lock file '", path_, "'");
+      }
+      registry()[path_] = 1;
+      return;
+    }
+    check(errno == EEXIST, "cannot create the lock file '", path_, "': ", std::strerror(errno));
+    const Owner owner = read_owner(path_);
+    check(owner.pid > 0 || !waited_enough, "run directory '", dir, "' has a lock file '", path_,
+          "' that names no owner; delete it if no run uses the directory");
+    if (owner.host == host && owner.pid == ::getpid()) {
+      ++registry()[path_];  // another trainer of this process
+      return;
+    }
+    const bool dead = owner.host == host && !alive(owner.pid);
+    if (owner.pid <= 0 || (!dead && owner.host == host && !waited_enough)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    check(dead, "run directory '", dir, "' is in use by pid ", owner.pid,
+          " on host ", owner.host, " (lock file '", path_,
+          "'); wait for that run to end or use another out_dir (delete the lock file only if that process is gone)");
+    if (!quiet)
+      std::printf("taking over the lock of '%s' from pid %lld on %s, which no longer runs\n", dir.c_str(),
+                  static_cast<long long>(owner.pid), owner.host.c_str());
+    fs::remove(path_, ec);
+  }
+}
+
+RunLock::~RunLock() {
+  std::lock_guard<std::mutex> guard(registry_mutex());
+  auto it = registry().find(path_);
+  if (it == registry().end() || --it->second > 0) return;
+  registry().erase(it);
+  // Only this process's lock: a later owner's stays (it took over a lock it thought stale).
+  const Owner owner = read_owner(path_);
+  std::error_code ec;
+  if (owner.host == this_host() && owner.pid == ::getpid()) fs::remove(path_, ec);
+  if (created_dir_ && fs::is_empty(dir_, ec)) fs::remove(dir_, ec);
+}
+
+std::vector<std::string> previous_run_files(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string n = entry.path().filename().string();
+    // An empty metrics.jsonl is a trainer that never logged a step (tests build such ones).
+    const bool logged = n == "metrics.jsonl" && entry.is_regular_file(ec) && entry.file_size(ec) > 0;
+    if (checkpoint_step(n) >= 0 || n == "latest" || logged) out.push_back(n);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+// Whether config resumes from a checkpoint of its own out_dir.
+bool resumes_from_out_dir(const TrainConfig& config) {
+  if (config.resume == "latest" || config.resume == "auto") return true;
+  if (config.resume.empty()) return false;
+  std::error_code ec;
+  const fs::path resume(config.resume);
+  return fs::equivalent(resume, config.out_dir, ec) || fs::equivalent(resume.parent_path(), config.out_dir, ec);
+}
+
+std::string listing(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < 4; ++i) out += (i ? ", " : "") + names[i];
+  return names.size() > 4 ? out + ", ... (" + std::to_string(names.size()) + " in all)" : out;
+}
+
+}  // namespace
+
+RunDirectory::RunDirectory(const TrainConfig& config, comm::ProcessGroup* world, bool quiet)
+    : out_dir_(config.out_dir), overwrite_(config.overwrite), quiet_(quiet), world_(world) {
+  if (out_dir_.empty()) return;
+  on_every_rank(world_, [&] {
+    if (world_ != nullptr && world_->rank() != 0) return;
+    auto lock = std::make_unique<RunLock>(out_dir_, quiet_);
+    const bool resumes_here = resumes_from_out_dir(config);
+    check(!overwrite_ || !resumes_here, "overwrite deletes the run in '", out_dir_, "' that resume = '", config.resume,
+          "' continues: give one or the other");
+    const std::vector<std::string> previous = previous_run_files(out_dir_);
+    check(resumes_here || overwrite_ || previous.empty(), "out_dir '", out_dir_, "' already holds a run (",
+          listing(previous), "): continue it with --resume latest|auto, start over with --overwrite (which deletes it), "
+          "or choose another --out-dir");
+    lock_ = std::move(lock);
+  });
+}
+
+void RunDirectory::start() {
+  if (out_dir_.empty() || !overwrite_) return;
+  on_every_rank(world_, [&] {
+    if (lock_ == nullptr) return;  // rank 0 holds the lock and does the work
+    const std::vector<std::string> previous = previous_run_files(out_dir_);
+    if (previous.empty()) return;
+    std::vector<std::string> doomed = previous;
+    for (const auto& entry : fs::directory_iterator(out_dir_)) {  // and that run's unfinished writes
+      const std::string n = entry.path().filename().string();
+      if (n == ".latest.tmp" || n.rfind(".checkpoint-", 0) == 0 || n == "metrics.jsonl") doomed.push_back(n);
+    }
+    std::sort(doomed.begin(), doomed.end());
+    doomed.erase(std::unique(doomed.begin(), doomed.end()), doomed.end());
+    for (const std::string& name : doomed) fs::remove_all(fs::path(out_dir_) / name);
+    if (!quiet_)
+      std::printf("overwrite: deleted the previous run in '%s' (%s)\n", out_dir_.c_str(), listing(previous).c_str());
+  });
+}
+
+}  // namespace loom::train

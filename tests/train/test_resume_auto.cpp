@@ -1,0 +1,94 @@
+// `resume = "auto"` falls back past a checkpoint that fails any check, saying why: a tensor
+// missing from the manifest, a rank file's CRC-32 that does not match or cannot be one (-1),
+// a step that disagrees with the directory's name, an unreadable tokenizer. A sound
+// checkpoint of another model is an error instead: falling back past it would lose it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <ostream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "loom/train/trainer.hpp"
+#include "test_util.hpp"
+#include "train/tiny_run.hpp"
+
+namespace loom::train {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Damage {
+  std::string name;
+  std::function<void(json&)> edit;  // of checkpoint-00000004's manifest
+  std::string reason;               // printed after "resume auto: skipping checkpoint-00000004: "
+};
+
+void PrintTo(const Damage& d, std::ostream* os) { *os << d.name; }
+
+class ResumeAuto : public ::testing::TestWithParam<Damage> {};
+
+TEST_P(ResumeAuto, SkipsADamagedCheckpointSayingWhy) {
+  const Damage& d = GetParam();
+  TrainConfig c = tiny_run("resume_auto_" + d.name);
+  c.checkpoint_format = "sharded";
+  {
+    Trainer t(c, true);
+    losses_of(t, 2);
+    t.save_checkpoint_now();
+    losses_of(t, 4);
+    t.save_checkpoint_now();
+  }
+  const fs::path newest = fs::path(c.out_dir) / "checkpoint-00000004";
+  json manifest = json::parse(testing::read_file(newest / "manifest.json"));
+  d.edit(manifest);
+  std::ofstream(newest / "manifest.json") << manifest.dump(1);
+
+  c.resume = "auto";
+  ::testing::internal::CaptureStdout();
+  Trainer resumed(c, false);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(resumed.step(), 2);
+  const std::string skipped = "resume auto: skipping checkpoint-00000004: ";
+  EXPECT_NE(out.find(skipped), std::string::npos) << out;
+  EXPECT_NE(out.find(d.reason), std::string::npos) << "want: " << d.reason << "\n" << out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Checks, ResumeAuto,
+    ::testing::Values(
+        Damage{"missing_tensor", [](json& m) { m["tensors"].erase("model.ln_f.weight"); },
+               "has no tensor 'model.ln_f.weight'"},
+        Damage{"crc_minus_one", [](json& m) { m["files"]["rank-00000.safetensors"]["crc32"] = -1; },
+               ": field 'files.rank-00000.safetensors.crc32' is not a CRC-32 (an integer in 0..4294967295): -1"},
+        Damage{"crc_mismatch",
+               [](json& m) {
+                 json& crc = m["files"]["rank-00000.safetensors"]["crc32"];
+                 crc = crc.get<uint32_t>() ^ 1u;
+               },
+               "rank file 'rank-00000.safetensors' is corrupted (CRC-32 "},
+        Damage{"step_mismatch", [](json& m) { m["step"] = 3; }, "records step 3, its name says step 4"},
+        Damage{"bad_tokenizer", [](json& m) { m["tokenizer"] = "bogus"; }, "unknown tokenizer spec 'bogus'"}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(ResumeAutoMisfit, ASoundCheckpointOfAnotherModelIsAnErrorNotSkipped) {
+  TrainConfig c = tiny_run("resume_auto_misfit");
+  c.steps = 2;
+  Trainer(c, true).run();
+  TrainConfig other = c;
+  other.model.n_embd = 32;
+  other.resume = "auto";
+  const std::string error = testing::error_of([&] { Trainer t(other, true); });
+  EXPECT_NE(error.find("holds a different model: n_embd 16 (checkpoint) vs 32 (config)"), std::string::npos) << error;
+  other.model.n_embd = 16;
+  other.optimizer = "sgd";
+  EXPECT_NE(testing::error_of([&] { Trainer t(other, true); })
+                .find("was trained with optimizer 'adamw', this run uses 'sgd'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::train

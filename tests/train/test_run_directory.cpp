@@ -1,0 +1,130 @@
+// A run directory belongs to one run: the lock keeps a second live process out (naming its
+// host and pid), a dead process's lock is taken over, trainers of one process share it; a
+// fresh run into a directory holding a run is refused, and `overwrite` deletes that run.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "loom/train/run_directory.hpp"
+#include "loom/train/trainer.hpp"
+#include "test_util.hpp"
+#include "train/tiny_run.hpp"
+
+namespace loom::train {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::error_of;
+
+std::string host() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+void write_lock(const fs::path& dir, const std::string& owner_host, int64_t pid) {
+  fs::create_directories(dir);
+  std::ofstream(dir / kLockName) << nlohmann::json{{"host", owner_host}, {"pid", pid}}.dump() << "\n";
+}
+
+int64_t lock_pid(const fs::path& dir) {
+  return nlohmann::json::parse(testing::read_file(dir / kLockName)).at("pid").get<int64_t>();
+}
+
+// The pid of a process that has ended.
+int64_t dead_pid() {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  return child;
+}
+
+TEST(RunLock, ALiveOwnerKeepsASecondProcessOutNamingHostAndPid) {
+  const fs::path dir = testing::fresh_temp_dir("loom_lock_live");
+  write_lock(dir, host(), getppid());  // a live process that is not this one
+  EXPECT_EQ(error_of([&] { RunLock lock(dir.string(), true); }),
+            "run directory '" + dir.string() + "' is in use by pid " + std::to_string(getppid()) + " on host " + host() +
+                " (lock file '" + (dir / kLockName).string() +
+                "'); wait for that run to end or use another out_dir (delete the lock file only if that process is gone)");
+  EXPECT_EQ(lock_pid(dir), getppid()) << "the owner's lock must stay";
+  // On another host liveness cannot be checked: never taken over.
+  write_lock(dir, "elsewhere.example", dead_pid());
+  EXPECT_NE(error_of([&] { RunLock lock(dir.string(), true); }).find(" on host elsewhere.example (lock file"),
+            std::string::npos);
+}
+
+TEST(RunLock, AStaleLockIsTakenOverWithANotice) {
+  const fs::path dir = testing::fresh_temp_dir("loom_lock_stale");
+  const int64_t gone = dead_pid();
+  write_lock(dir, host(), gone);
+  ::testing::internal::CaptureStdout();
+  {
+    RunLock lock(dir.string(), false);
+    EXPECT_EQ(lock_pid(dir), getpid());
+  }
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(out, "taking over the lock of '" + dir.string() + "' from pid " + std::to_string(gone) + " on " + host() +
+                     ", which no longer runs\n");
+  EXPECT_FALSE(fs::exists(dir / kLockName)) << "released at the end";
+}
+
+TEST(RunLock, TrainersOfOneProcessShareTheLock) {
+  const fs::path dir = fs::temp_directory_path() / "loom_lock_shared";
+  fs::remove_all(dir);
+  auto first = std::make_unique<RunLock>(dir.string(), true);
+  {
+    RunLock second(dir.string(), true);
+  }
+  EXPECT_TRUE(fs::exists(dir / kLockName)) << "the first holder still runs";
+  first.reset();
+  EXPECT_FALSE(fs::exists(dir)) << "a directory the lock created and nothing used is removed again";
+}
+
+TEST(RunDirectory, ATrainerHoldsTheLockWhileItLives) {
+  TrainConfig c = tiny_run("lock_held");
+  {
+    Trainer t(c, true);
+    EXPECT_EQ(lock_pid(c.out_dir), getpid());
+  }
+  EXPECT_FALSE(fs::exists(fs::path(c.out_dir) / kLockName));
+  write_lock(c.out_dir, host(), getppid());
+  c.resume = "auto";
+  EXPECT_NE(error_of([&] { Trainer t(c, true); }).find("is in use by pid " + std::to_string(getppid())),
+            std::string::npos);
+}
+
+TEST(RunDirectory, AFreshRunIntoAnotherRunIsRefusedAndOverwriteDeletesIt) {
+  TrainConfig c = tiny_run("fresh_into_run");
+  c.steps = 2;
+  Trainer(c, true).run();
+  const std::string error = error_of([&] { Trainer t(c, true); });
+  EXPECT_EQ(error, "out_dir '" + c.out_dir + "' already holds a run (checkpoint-00000002.safetensors, latest, "
+                   "metrics.jsonl): continue it with --resume latest|auto, start over with --overwrite (which deletes "
+                   "it), or choose another --out-dir");
+  EXPECT_TRUE(fs::exists(fs::path(c.out_dir) / "checkpoint-00000002.safetensors"));
+  EXPECT_FALSE(fs::exists(fs::path(c.out_dir) / kLockName));
+
+  c.overwrite = true;
+  ::testing::internal::CaptureStdout();
+  Trainer t(c, false);
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(),
+            "overwrite: deleted the previous run in '" + c.out_dir +
+                "' (checkpoint-00000002.safetensors, latest, metrics.jsonl)\n");
+  EXPECT_FALSE(fs::exists(fs::path(c.out_dir) / "checkpoint-00000002.safetensors"));
+  EXPECT_FALSE(fs::is_symlink(fs::path(c.out_dir) / "latest"));
+  EXPECT_EQ(fs::file_size(fs::path(c.out_dir) / "metrics.jsonl"), 0u);
+  EXPECT_EQ(t.step(), 0);
+
+  c.resume = "latest";
+  EXPECT_EQ(error_of([&] { c.validate(); }),
+            "overwrite deletes the checkpoints resume = 'latest' would continue from: give one or the other");
+}
+
+}  // namespace
+}  // namespace loom::train
