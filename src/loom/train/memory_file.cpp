@@ -24,10 +24,10 @@ nlohmann::json memory_record(int rank, const std::string& name, const plan::Stat
           {"formula", {{"params", state.params}, {"grads", state.grads}, {"optimizer", state.optimizer}, {"activations", activations}}}};
 }
 
-void write_memory_file(const std::string& path, comm::ProcessGroup* world, const nlohmann::json& mine) {
+void write_memory_file(const std::string& path, comm::ProcessGroup& world, const nlohmann::json& mine) {
   const std::vector<std::string> all =
-      world != nullptr ? comm::gather_bytes(*world, mine.dump()) : std::vector<std::string>{mine.dump()};
-  if (world != nullptr && world->rank() != 0) return;
+      comm::gather_bytes(world, mine.dump());
+  if (world.rank() != 0) return;
   nlohmann::json file{{"ranks", nlohmann::json::array()}};
   for (const std::string& text : all) file["ranks"].push_back(nlohmann::json::parse(text));
   std::ofstream out(path);

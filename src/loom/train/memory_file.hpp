@@ -17,7 +17,7 @@ namespace loom::train {
 // "total_peak", "formula": {"params", "grads", "optimizer", "activations"}}.
 nlohmann::json memory_record(int rank, const std::string& name, const plan::StateBytes& state, int64_t activations);
 
-// Collective over world (nullptr: one process): rank 0 writes {"ranks": [record, ...]} to path.
-void write_memory_file(const std::string& path, comm::ProcessGroup* world, const nlohmann::json& mine);
+// Collective over world: rank 0 writes {"ranks": [record, ...]} to path.
+void write_memory_file(const std::string& path, comm::ProcessGroup& world, const nlohmann::json& mine);
 
 }  // namespace loom::train

@@ -68,7 +68,7 @@ void check_same_model(const std::string& path, const CheckpointInfo& checkpoint,
 }
 
 void check_resume_model(const std::string& path, const TrainConfig& config, const std::string& tokenizer_spec,
-                        comm::ProcessGroup* world) {
+                        comm::ProcessGroup& world) {
   on_every_rank(world, [&] { check_same_model(path, read_checkpoint_info(path), config, tokenizer_spec); });
 }
 

@@ -30,9 +30,9 @@ std::string different_model_message(const std::string& path, const CheckpointInf
 void check_same_model(const std::string& path, const CheckpointInfo& checkpoint, const TrainConfig& config,
                       const std::string& tokenizer_spec);
 
-// Collective over world (null: one process): check_same_model for the checkpoint at path
+// Collective over world: check_same_model for the checkpoint at path
 // (its metadata only, read by every rank), failing on every rank alike.
 void check_resume_model(const std::string& path, const TrainConfig& config, const std::string& tokenizer_spec,
-                        comm::ProcessGroup* world);
+                        comm::ProcessGroup& world);
 
 }  // namespace loom::train

@@ -67,7 +67,7 @@ CheckpointVerdict judge_checkpoint(const std::string& path, const std::vector<St
 }
 
 std::string choose_auto_resume(const std::vector<StatePiece>& needed, const TrainConfig& config,
-                               const std::string& tokenizer_spec, comm::ProcessGroup* world, bool speak) {
+                               const std::string& tokenizer_spec, comm::ProcessGroup& world, bool speak) {
   const std::string& dir = config.out_dir;
   // Every rank scans the (shared) run directory; they must all judge the same candidates.
   const std::vector<std::string> names = candidates_in(dir);

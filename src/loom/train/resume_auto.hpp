@@ -27,10 +27,10 @@ struct CheckpointVerdict {
 CheckpointVerdict judge_checkpoint(const std::string& path, const std::vector<StatePiece>& needed,
                                    const TrainConfig& config, const std::string& tokenizer_spec);
 
-// Collective over world (null: one process): every rank judges the candidates of config.out_dir
+// Collective over world: every rank judges the candidates of config.out_dir
 // newest first, and all take the first that every rank found sound; "" when none is (start
 // fresh). speak: print each skipped checkpoint and why, and a fresh start.
 std::string choose_auto_resume(const std::vector<StatePiece>& needed, const TrainConfig& config,
-                               const std::string& tokenizer_spec, comm::ProcessGroup* world, bool speak);
+                               const std::string& tokenizer_spec, comm::ProcessGroup& world, bool speak);
 
 }  // namespace loom::train

@@ -164,11 +164,11 @@ std::string listing(const std::vector<std::string>& names) {
 
 }  // namespace
 
-RunDirectory::RunDirectory(const TrainConfig& config, comm::ProcessGroup* world, bool quiet)
+RunDirectory::RunDirectory(const TrainConfig& config, comm::ProcessGroup& world, bool quiet)
     : out_dir_(config.out_dir), overwrite_(config.overwrite), quiet_(quiet), world_(world) {
   if (out_dir_.empty()) return;
   on_every_rank(world_, [&] {
-    if (world_ != nullptr && world_->rank() != 0) return;
+    if (world_.rank() != 0) return;
     auto lock = std::make_unique<RunLock>(out_dir_, quiet_);
     const bool resumes_here = resumes_from_out_dir(config);
     check(!overwrite_ || !resumes_here, "overwrite deletes the run in '", out_dir_, "' that resume = '", config.resume,

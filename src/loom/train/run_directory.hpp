@@ -40,10 +40,10 @@ std::vector<std::string> previous_run_files(const std::string& dir);
 
 class RunDirectory {
  public:
-  // Collective over world (null: one process): rank 0 locks config.out_dir and checks that a
+  // Collective over world: rank 0 locks config.out_dir and checks that a
   // fresh run may start there; every rank throws the same loom::Error when not. Nothing to do
   // without an out_dir.
-  RunDirectory(const TrainConfig& config, comm::ProcessGroup* world, bool quiet);
+  RunDirectory(const TrainConfig& config, comm::ProcessGroup& world, bool quiet);
   // Collective: once a resume has succeeded, `overwrite` deletes the previous run (one line
   // says so).
   void start();
@@ -51,7 +51,7 @@ class RunDirectory {
  private:
   std::string out_dir_;
   bool overwrite_ = false, quiet_ = true;
-  comm::ProcessGroup* world_ = nullptr;
+  comm::ProcessGroup& world_;
   std::unique_ptr<RunLock> lock_;  // rank 0
 };
 

@@ -17,8 +17,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 // Every rank's string, on every rank.
-std::vector<std::string> all_gather_strings(comm::ProcessGroup* world, const std::string& mine) {
-  return world != nullptr ? comm::all_gather_bytes(*world, mine) : std::vector<std::string>{mine};
+std::vector<std::string> all_gather_strings(comm::ProcessGroup& world, const std::string& mine) {
+  return comm::all_gather_bytes(world, mine);
 }
 
 namespace {
@@ -34,7 +34,7 @@ std::string attempt(const std::function<void()>& f) {  // "" or the error's mess
 
 // Every rank learns whether any rank failed (error non-empty) and throws its message,
 // naming the rank when there are several.
-void agree(comm::ProcessGroup* world, const std::string& error) {
+void agree(comm::ProcessGroup& world, const std::string& error) {
   const std::vector<std::string> errors = all_gather_strings(world, error);
   for (size_t r = 0; r < errors.size(); ++r)
     check(errors[r].empty(), errors.size() > 1 ? "rank " + std::to_string(r) + ": " : "", errors[r]);
@@ -52,8 +52,8 @@ uint32_t crc_of(const Tensor& t) { return crc32_of(crc32_of(0, nullptr, 0), t.ra
 
 std::string save_sharded_checkpoint(const std::string& run_dir, const std::vector<StatePiece>& pieces,
                                     const CheckpointInfo& info, const CheckpointLayout& layout, int64_t keep,
-                                    comm::ProcessGroup* world) {
-  const int rank = world != nullptr ? world->rank() : 0;
+                                    comm::ProcessGroup& world) {
+  const int rank = world.rank();
   const std::string name = checkpoint_dir_name(info.step);
   const fs::path final_dir = fs::path(run_dir) / name, tmp_dir = fs::path(run_dir) / (name + ".tmp");
   // Rank 0 prepares an empty temporary directory; a crashed earlier attempt's is discarded.
@@ -128,7 +128,7 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const std::vecto
   return final_dir.string();
 }
 
-void on_every_rank(comm::ProcessGroup* world, const std::function<void()>& f) { agree(world, attempt(f)); }
+void on_every_rank(comm::ProcessGroup& world, const std::function<void()>& f) { agree(world, attempt(f)); }
 
 CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   sharded_ = fs::is_directory(path);

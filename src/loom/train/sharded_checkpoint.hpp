@@ -27,12 +27,12 @@ struct StatePiece {
   bool owner = true;   // the one holder of these elements that writes them (no replica does)
 };
 
-// Collective over world (null: one process). Writes <run_dir>/checkpoint-<step>/ as above;
+// Collective over world. Writes <run_dir>/checkpoint-<step>/ as above;
 // returns its path on every rank. A failure on any rank is a loom::Error on every rank,
 // and leaves the previous checkpoint and `latest` untouched.
 std::string save_sharded_checkpoint(const std::string& run_dir, const std::vector<StatePiece>& pieces,
                                     const CheckpointInfo& info, const CheckpointLayout& layout, int64_t keep,
-                                    comm::ProcessGroup* world);
+                                    comm::ProcessGroup& world);
 
 // A checkpoint to load from: a sharded directory (its manifest validated) or a single file
 // (seen as a manifest of whole tensors, so loading has one code path). A name
@@ -62,13 +62,13 @@ class CheckpointReader {
   std::map<std::string, std::unique_ptr<TensorFileReader>> files_;  // rank files opened so far
 };
 
-// Collective: every rank's string, on every rank (world null: {mine}).
-std::vector<std::string> all_gather_strings(comm::ProcessGroup* world, const std::string& mine);
+// Collective: every rank's string, on every rank.
+std::vector<std::string> all_gather_strings(comm::ProcessGroup& world, const std::string& mine);
 
-// Runs f on every rank of world (null: this process); when it fails anywhere, every rank
+// Runs f on every rank of world; when it fails anywhere, every rank
 // throws, naming the first rank that failed and its message, so no rank is left waiting
 // in a collective for one that gave up.
-void on_every_rank(comm::ProcessGroup* world, const std::function<void()>& f);
+void on_every_rank(comm::ProcessGroup& world, const std::function<void()>& f);
 
 // Loads destinations from the checkpoint at path; with "optim." destinations the checkpoint's
 // optimizer must be optimizer_name. Returns the checkpoint's metadata.

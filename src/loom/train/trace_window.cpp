@@ -88,19 +88,19 @@ std::string chrome_events(const std::vector<trace::Event>& events, const std::ve
   return out;
 }
 
-TraceWindow::TraceWindow(const TrainConfig& config, comm::ProcessGroup* world) : world_(world) {
+TraceWindow::TraceWindow(const TrainConfig& config, comm::ProcessGroup& world) : world_(world) {
   if (!config.trace) return;
   check(!config.out_dir.empty(), "trace needs an out_dir to write trace.json into");
   on_ = true;
   steps_ = parse_trace_steps(config.trace_steps, config.steps);
   path_ = (std::filesystem::path(config.out_dir) / "trace.json").string();
-  process_name_ = rank_name(config, world_ != nullptr ? world_->rank() : 0);
+  process_name_ = rank_name(config, world_.rank());
   layout_ = "dp " + std::to_string(config.dp) + " x pp " + std::to_string(config.pp) + " x tp " + std::to_string(config.tp);
 }
 
 void TraceWindow::before_step(int64_t step) {
   if (!on_ || recording_ || written_ || step < steps_.first || step > steps_.last) return;
-  if (world_ != nullptr) world_->barrier();  // the common origin of every rank's clock
+  world_.barrier();  // the common origin of every rank's clock
   trace::start();
   recording_ = true;
 }
@@ -118,9 +118,9 @@ void TraceWindow::write() {
   recording_ = false;
   written_ = true;
   const std::vector<trace::Event> events = trace::take_events();
-  const std::string mine = chrome_events(events, trace::row_names(), world_ != nullptr ? world_->rank() : 0, process_name_);
-  const std::vector<std::string> all = world_ != nullptr ? comm::gather_bytes(*world_, mine) : std::vector<std::string>{mine};
-  if (world_ != nullptr && world_->rank() != 0) return;
+  const std::string mine = chrome_events(events, trace::row_names(), world_.rank(), process_name_);
+  const std::vector<std::string> all = comm::gather_bytes(world_, mine);
+  if (world_.rank() != 0) return;
   std::ofstream out(path_);
   out << "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"layout\": \"" << layout_ << "\", \"trace_steps\": \""
       << steps_.first << ":" << steps_.last << "\"},\n\"traceEvents\": [\n";

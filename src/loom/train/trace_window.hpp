@@ -32,8 +32,8 @@ std::string chrome_events(const std::vector<trace::Event>& events, const std::ve
 
 class TraceWindow {
  public:
-  // Inactive unless config.trace. world: the job's processes (nullptr: one process).
-  TraceWindow(const TrainConfig& config, comm::ProcessGroup* world);
+  // Inactive unless config.trace. world: the job's processes.
+  TraceWindow(const TrainConfig& config, comm::ProcessGroup& world);
   // Collective while tracing is on: around each step (1-based number).
   void before_step(int64_t step);
   void after_step(int64_t step);
@@ -47,7 +47,7 @@ class TraceWindow {
   bool on_ = false, recording_ = false, written_ = false;
   TraceSteps steps_;
   std::string path_, process_name_, layout_;
-  comm::ProcessGroup* world_ = nullptr;
+  comm::ProcessGroup& world_;
 };
 
 }  // namespace loom::train

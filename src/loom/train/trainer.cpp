@@ -61,7 +61,7 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
   progress_ = std::make_unique<Progress>(config_, world_, quiet);
   if (!p_.placement.empty()) progress_->say(p_.placement);
   // Before anything is read or written in out_dir: one run owns it.
-  run_directory_ = std::make_unique<RunDirectory>(config_, &world_, progress_->quiet());
+  run_directory_ = std::make_unique<RunDirectory>(config_, world_, progress_->quiet());
   const std::vector<nn::Parameter*> stepped = p_.gradient_sync->optimizer_parameters();
   if (config_.optimizer == "adamw") {
     optimizer_ = std::make_unique<optim::AdamW>(
@@ -83,7 +83,7 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
   }
   run_directory_->start();
   progress_->open_metrics();
-  trace_window_ = std::make_unique<TraceWindow>(config_, &world_);
+  trace_window_ = std::make_unique<TraceWindow>(config_, world_);
 }
 
 CheckpointLayout Trainer::layout() const {
@@ -94,8 +94,8 @@ void Trainer::resume_from(const std::string& path) {
   // Any checkpoint, whatever layout wrote it: each rank fills its own pieces (reshard.hpp).
   // A rank that cannot read its pieces fails the resume on every rank.
   CheckpointInfo info;
-  check_resume_model(path, config_, dataset_->tokenizer().spec(), &world_);
-  on_every_rank(&world_, [&] { info = load_state(path, local_state(), config_.optimizer); });
+  check_resume_model(path, config_, dataset_->tokenizer().spec(), world_);
+  on_every_rank(world_, [&] { info = load_state(path, local_state(), config_.optimizer); });
   optimizer_->set_steps_taken(info.optimizer_steps);
   check(info.tokenizer_spec == dataset_->tokenizer().spec(), "checkpoint '", path,
         "' was trained with a different tokenizer/vocabulary than '", config_.data, "'");
@@ -105,7 +105,7 @@ void Trainer::resume_from(const std::string& path) {
 
 void Trainer::resume_auto() {
   const std::string path =
-      choose_auto_resume(local_state(), config_, dataset_->tokenizer().spec(), &world_, !progress_->quiet());
+      choose_auto_resume(local_state(), config_, dataset_->tokenizer().spec(), world_, !progress_->quiet());
   if (!path.empty()) resume_from(path);
 }
 
@@ -236,7 +236,7 @@ std::string Trainer::save_checkpoint_now() {
   const bool sharded_format =
       config_.checkpoint_format == "sharded" || (config_.checkpoint_format == "auto" && world_.size() > 1);
   if (sharded_format)
-    return save_sharded_checkpoint(config_.out_dir, local_state(), info, layout(), config_.keep_checkpoints, &world_);
+    return save_sharded_checkpoint(config_.out_dir, local_state(), info, layout(), config_.keep_checkpoints, world_);
   // Single file: the serial layout gathered (collective), rank 0 writes; the others wait so
   // none runs ahead of a checkpoint it may need to resume from.
   const std::map<std::string, Tensor> tensors = state_dict();
@@ -296,7 +296,7 @@ float Trainer::run() {
   trace_window_->finish();
   evaluate_and_log();
   progress_->say(memory_report());
-  if (!config_.out_dir.empty()) write_memory_file((fs::path(config_.out_dir) / "memory.json").string(), &world_, memory_json());
+  if (!config_.out_dir.empty()) write_memory_file((fs::path(config_.out_dir) / "memory.json").string(), world_, memory_json());
   if (p_.pipeline && !config_.pipeline_svg.empty() && world_.rank() == 0) {
     std::ofstream svg(config_.pipeline_svg);
     svg << parallel::pipeline::timeline_svg(
