@@ -103,7 +103,7 @@ void expect_serial_result(const std::vector<Action>& actions, int64_t v, const s
   const MicroBatches d = micro_batches();
   const Reference want = serial_run(d);
   RankChunks model = rank_chunks(v);
-  PipelineExecutor executor(model.chunks, world(), kM, Shape{kB, kT, kC});
+  PipelineExecutor executor(std::vector<nn::Module*>(model.chunks.begin(), model.chunks.end()), world(), kM, Shape{kB, kT, kC});
   float loss = static_cast<float>(executor.run(
       actions, [&](int64_t mb) { return d.inputs[mb]; },
       [&](Tensor& logits, int64_t mb) { return micro_batch_loss(logits, d.targets[mb], true); }, [](int64_t, int64_t) {}));
@@ -205,7 +205,7 @@ TEST(PipelineExecutor, ForwardOnlyRunGivesTheSerialLosses) {
   for (int64_t v : {1, 2}) {
     if (v * p > tiny_model().n_layer) continue;
     RankChunks model = rank_chunks(v);
-    PipelineExecutor executor(model.chunks, world(), kM, Shape{kB, kT, kC});
+    PipelineExecutor executor(std::vector<nn::Module*>(model.chunks.begin(), model.chunks.end()), world(), kM, Shape{kB, kT, kC});
     float loss = static_cast<float>(executor.run_forward(
         [&](int64_t mb) { return d.inputs[mb]; },
         [&](Tensor& logits, int64_t mb) { return micro_batch_loss(logits, d.targets[mb], false); }, kM));
@@ -217,7 +217,7 @@ TEST(PipelineExecutor, ForwardOnlyRunGivesTheSerialLosses) {
 TEST(PipelineExecutor, SendingWhatWasNeverComputedIsNamed) {
   // Every rank fails on its first action, before any message is posted.
   RankChunks model = rank_chunks(1);
-  PipelineExecutor executor(model.chunks, world(), kM, Shape{kB, kT, kC});
+  PipelineExecutor executor(std::vector<nn::Module*>(model.chunks.begin(), model.chunks.end()), world(), kM, Shape{kB, kT, kC});
   const std::vector<Action> actions{{ActionKind::SendActivation, 2, 0, (world().rank() + 1) % world().size()}};
   const std::string error = loom::testing::error_of([&] {
     executor.run(actions, [](int64_t) { return Tensor(); }, [](Tensor&, int64_t) { return 0.0f; }, [](int64_t, int64_t) {});

@@ -11,14 +11,13 @@
 
 #include "loom/comm/device_mesh.hpp"
 #include "loom/comm/process_group.hpp"
-#include "loom/nn/gpt.hpp"
 #include "loom/parallel/finalize_gradients.hpp"
 #include "loom/parallel/gradient_sync.hpp"
 #include "loom/parallel/pipeline/executor.hpp"
 #include "loom/parallel/tensor_parallel/sequence_parallel.hpp"
 #include "loom/parallel/tensor_parallel/tensor_parallel_layers.hpp"
-#include "loom/parallel/tensor_parallel/vocab_parallel_cross_entropy.hpp"
 #include "loom/train/config.hpp"
+#include "loom/train/model_spec.hpp"
 
 namespace loom::train {
 
@@ -28,11 +27,12 @@ struct Parallelized {
   // ZeRO over all of dp, replicate has one member) and "embedding" (the first and last stage).
   std::unique_ptr<comm::DeviceMesh> mesh;
   std::unique_ptr<parallel::tp::TensorParallelLayers> tp_layers;  // tp > 1
-  std::unique_ptr<nn::Module> model;  // the GPT, or this rank's pipeline chunks under one module
-  std::vector<nn::GPT*> chunks;       // the GPT, or this rank's chunks in virtual-stage order
+  std::unique_ptr<nn::Module> model;  // the model, or this rank's pipeline chunks under one module
+  std::vector<nn::Module*> chunks;    // the model, or this rank's chunks in virtual-stage order
+  // The last stage's copy of a tied parameter when another rank owns it (it counts nowhere).
+  const nn::Parameter* tied_copy = nullptr;
   std::unique_ptr<parallel::pipeline::PipelineExecutor> pipeline;  // pp > 1
   std::vector<parallel::pipeline::Action> pipeline_actions;        // this rank's part of the schedule
-  std::unique_ptr<parallel::tp::VocabParallelCrossEntropy> tp_loss;      // tp > 1
   std::unique_ptr<parallel::tp::ReplicatedGradientSum> replicated_sum;   // sequence parallel
   std::unique_ptr<parallel::GradientSync> gradient_sync;
   std::unique_ptr<parallel::GradientFinalizer> finalizer;
@@ -43,8 +43,8 @@ struct Parallelized {
 // Collective over world: step 1 alone, the mesh with every named group of the layout.
 std::unique_ptr<comm::DeviceMesh> parallel_mesh(const TrainConfig& config, comm::ProcessGroup& world);
 
-// Collective over world (its size must be dp x pp x tp). config.model.vocab_size and
-// padded_vocab_size must already be resolved.
-Parallelized parallelize(const TrainConfig& config, comm::ProcessGroup& world);
+// Collective over world (its size must be dp x pp x tp): the model family's part of this
+// rank, made parallel (the spec also gets its loss for the tensor-parallel group).
+Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::ProcessGroup& world);
 
 }  // namespace loom::train

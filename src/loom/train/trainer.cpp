@@ -9,7 +9,6 @@
 #include "loom/comm/core_placement.hpp"
 #include "loom/error.hpp"
 #include "loom/kernels/threads.hpp"
-#include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/optim/adamw.hpp"
 #include "loom/optim/clip.hpp"
 #include "loom/optim/sgd.hpp"
@@ -27,15 +26,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// The vocabulary comes from the tokenizer; under tensor parallelism it is padded to a
-// multiple of 64 x tp, so every rank's slice of the embedding and of the logits has the same
-// size (as Megatron-LM pads it).
-void resolve_vocabulary(TrainConfig& config, const data::TextDataset& dataset) {
-  config.model.vocab_size = dataset.tokenizer().vocab_size();
-  if (config.tp > 1 && config.model.padded_vocab_size == 0)
-    config.model.padded_vocab_size = (config.model.vocab_size + 64 * config.tp - 1) / (64 * config.tp) * 64 * config.tp;
-}
-
 // Validates the config against the world and sets the kernels' threads before anything runs.
 TrainConfig started(TrainConfig config, comm::ProcessGroup* world) {
   config.validate();
@@ -52,9 +42,8 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
     : config_(started(std::move(config), world)),
       own_world_(world == nullptr ? comm::ProcessGroup::single_process() : nullptr),
       world_(world != nullptr ? *world : *own_world_),
-      dataset_(std::make_unique<data::TextDataset>(config_.data, config_.tokenizer, config_.model.block_size,
-                                                   config_.val_fraction)),
-      p_((resolve_vocabulary(config_, *dataset_), parallelize(config_, world_))),
+      spec_(make_model_spec(config_)),
+      p_(parallelize(config_, *spec_, world_)),
       dp_(p_.group("dp")),
       tp_(p_.group("tp")),
       pp_(p_.group("pp")) {
@@ -71,9 +60,8 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
     optimizer_ = std::make_unique<optim::SGD>(
         stepped, optim::SGDConfig{static_cast<float>(config_.momentum), static_cast<float>(config_.weight_decay)});
   }
-  nn::GPT &first = *p_.chunks.front(), &last = *p_.chunks.back();
   serial_state_ = std::make_unique<SerialState>(*p_.model, *optimizer_, sharded(), dp_, tp_, pp_, config_.shard_size(),
-                                                last.has_head() && !first.has_embedding() ? &last.head_weight() : nullptr);
+                                                p_.tied_copy);
   lr_schedule_ = optim::LrSchedule{static_cast<float>(config_.lr), static_cast<float>(config_.min_lr),
                                    config_.warmup_steps, config_.decay_steps > 0 ? config_.decay_steps : config_.steps};
   if (config_.resume == "auto") {
@@ -94,10 +82,10 @@ void Trainer::resume_from(const std::string& path) {
   // Any checkpoint, whatever layout wrote it: each rank fills its own pieces (reshard.hpp).
   // A rank that cannot read its pieces fails the resume on every rank.
   CheckpointInfo info;
-  check_resume_model(path, config_, dataset_->tokenizer().spec(), world_);
+  check_resume_model(path, config_, spec_->data_identity(), world_);
   on_every_rank(world_, [&] { info = load_state(path, local_state(), config_.optimizer); });
   optimizer_->set_steps_taken(info.optimizer_steps);
-  check(info.tokenizer_spec == dataset_->tokenizer().spec(), "checkpoint '", path,
+  check(info.tokenizer_spec == spec_->data_identity(), "checkpoint '", path,
         "' was trained with a different tokenizer/vocabulary than '", config_.data, "'");
   step_ = info.step;
   progress_->say("resumed from " + path + " at step " + std::to_string(step_));
@@ -105,29 +93,8 @@ void Trainer::resume_from(const std::string& path) {
 
 void Trainer::resume_auto() {
   const std::string path =
-      choose_auto_resume(local_state(), config_, dataset_->tokenizer().spec(), world_, !progress_->quiet());
+      choose_auto_resume(local_state(), config_, spec_->data_identity(), world_, !progress_->quiet());
   if (!path.empty()) resume_from(path);
-}
-
-float Trainer::loss_of(Tensor& logits, const Tensor& targets, bool backward, float scale) {
-  trace::Span span("loss", backward ? "loss forward+backward" : "loss");
-  const int64_t V = config_.model.vocab_size;
-  if (p_.tp_loss) {
-    const float loss = p_.tp_loss->forward(logits, targets);
-    if (backward) p_.tp_loss->backward(logits, targets, scale);
-    return loss;
-  }
-  const float loss = nn::cross_entropy_loss(logits, targets, V);
-  if (backward) nn::cross_entropy_loss_backward(logits, targets, V, scale);
-  return loss;
-}
-
-data::Batch Trainer::train_batch(int64_t m) {
-  // This rank's B rows of global micro-batch m (B * dp rows).
-  trace::Span load("data", "load batch");
-  const int64_t B = config_.batch_size;
-  return dataset_->batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step_, (m * config_.dp + dp_.rank()) * B,
-                         B, config_.model.block_size);
 }
 
 float Trainer::local_gradients() {
@@ -135,12 +102,12 @@ float Trainer::local_gradients() {
   double loss_sum = 0.0;
   for (int64_t m = 0; m < M; ++m) {
     trace::set_micro_batch(m);
-    const data::Batch batch = train_batch(m);
+    const data::Batch batch = spec_->train_batch(step_, m, dp_.rank());
     p_.finalizer->before_backward(m == M - 1);  // communicate once, after the last micro-batch
     MemoryScope scope(MemoryCategory::Activations);
     nn::Context ctx;
     Tensor logits = p_.chunks.front()->forward(batch.inputs, ctx);  // (B, T, Vp), or (B, T, Vp/tp)
-    loss_sum += loss_of(logits, batch.targets, /*backward=*/true, 1.0f / static_cast<float>(M));
+    loss_sum += spec_->loss(logits, batch.targets, /*backward=*/true, 1.0f / static_cast<float>(M));
     p_.chunks.front()->backward(logits, ctx);  // logits now hold dlogits
   }
   trace::set_micro_batch(-1);
@@ -151,11 +118,11 @@ float Trainer::local_gradients() {
 float Trainer::pipeline_gradients() {
   const int64_t M = config_.micro_batches;
   std::vector<data::Batch> batches;  // this rank's rows of every micro-batch (token ids: small)
-  for (int64_t m = 0; m < M; ++m) batches.push_back(train_batch(m));
+  for (int64_t m = 0; m < M; ++m) batches.push_back(spec_->train_batch(step_, m, dp_.rank()));
   const double loss_sum = p_.pipeline->run(
       p_.pipeline_actions, [&](int64_t mb) { return batches[mb].inputs; },
       [&](Tensor& logits, int64_t mb) {
-        return loss_of(logits, batches[mb].targets, /*backward=*/true, 1.0f / static_cast<float>(M));
+        return spec_->loss(logits, batches[mb].targets, /*backward=*/true, 1.0f / static_cast<float>(M));
       },
       [&](int64_t mb, int64_t) { p_.finalizer->before_backward(mb == M - 1); });
   p_.finalizer->finish();
@@ -205,13 +172,9 @@ StepResult Trainer::train_step() {
 float Trainer::evaluate() {
   trace::Span span("eval", "evaluate");
   MemoryScope scope(MemoryCategory::Activations);
-  // The same validation batches at every evaluation: a fixed seed, step = batch index; each
-  // data-parallel rank takes its rows of the global batch, as in training.
-  const int64_t B = config_.batch_size, T = config_.model.block_size;
   std::vector<data::Batch> batches;
-  for (int64_t i = 0; i < config_.eval_batches; ++i)
-    batches.push_back(dataset_->batch(data::Split::Val, 0, i, dp_.rank() * B, B, T));
-  auto loss = [&](Tensor& logits, int64_t i) { return loss_of(logits, batches[i].targets, false, 1.0f); };
+  for (int64_t i = 0; i < config_.eval_batches; ++i) batches.push_back(spec_->eval_batch(i, dp_.rank()));
+  auto loss = [&](Tensor& logits, int64_t i) { return spec_->loss(logits, batches[i].targets, false, 1.0f); };
   double sum = 0.0;
   if (p_.pipeline) {
     float last_stage = static_cast<float>(
@@ -231,7 +194,7 @@ float Trainer::evaluate() {
 }
 
 std::string Trainer::save_checkpoint_now() {
-  const CheckpointInfo info{step_, to_toml(config_), dataset_->tokenizer().spec(), config_.optimizer,
+  const CheckpointInfo info{step_, to_toml(config_), spec_->data_identity(), config_.optimizer,
                             optimizer_->steps_taken()};
   const bool sharded_format =
       config_.checkpoint_format == "sharded" || (config_.checkpoint_format == "auto" && world_.size() > 1);
@@ -260,7 +223,7 @@ nlohmann::json Trainer::memory_json() const {
   const int64_t activations = plan::activation_bytes_per_layer(config_.batch_size, config_.model.block_size,
                                                                config_.model.n_embd, config_.model.n_head, config_.tp,
                                                                config_.sequence_parallel) *
-                              static_cast<int64_t>(p_.chunks.front()->blocks().size()) * in_flight;
+                              static_cast<int64_t>(spec_->layers_of(*p_.chunks.front()).size()) * in_flight;
   nlohmann::json record = memory_record(world_.rank(), rank_name(config_, world_.rank()), state_formula(), activations);
   record["cpus"] = comm::allowed_cpus();  // where the rank could run: one CPU when pinned
   return record;

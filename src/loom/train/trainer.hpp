@@ -12,7 +12,6 @@
 #include <string>
 
 #include "loom/comm/process_group.hpp"
-#include "loom/data/text_dataset.hpp"
 #include "loom/nn/gpt.hpp"
 #include "loom/optim/lr_schedule.hpp"
 #include "loom/optim/optimizer.hpp"
@@ -21,6 +20,7 @@
 #include "loom/parallel/zero.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/train/config.hpp"
+#include "loom/train/model_spec.hpp"
 #include "loom/train/parallelize.hpp"
 #include "loom/train/progress.hpp"
 #include "loom/train/run_directory.hpp"
@@ -58,11 +58,10 @@ class Trainer {
   std::map<std::string, Tensor> state_dict() { return serial_state_->state_dict(); }
   std::map<std::string, Tensor> gradient_dict() { return serial_state_->gradient_dict(); }
 
-  // The model, or this rank's first pipeline chunk.
-  nn::GPT& model() { return *p_.chunks.front(); }
+  // The GPT family's model, or this rank's first pipeline chunk of it.
+  nn::GPT& model() { return dynamic_cast<nn::GPT&>(*p_.chunks.front()); }
   optim::Optimizer& optimizer() { return *optimizer_; }
   const TrainConfig& config() const { return config_; }
-  const data::TextDataset& dataset() const { return *dataset_; }
   int64_t step() const { return step_; }
   parallel::DistributedDataParallel* ddp() { return dynamic_cast<parallel::DistributedDataParallel*>(p_.gradient_sync.get()); }
   parallel::ShardedDataParallel* sharded() const {
@@ -72,11 +71,6 @@ class Trainer {
  private:
   void resume_from(const std::string& path);
   void resume_auto();  // the newest complete checkpoint of out_dir, or a fresh start
-  // The loss of logits against targets (vocabulary-parallel under tp); with backward, the
-  // logits become dlogits of loss * scale.
-  float loss_of(Tensor& logits, const Tensor& targets, bool backward, float scale);
-  // This data-parallel rank's rows of micro-batch m of the step (every layout reads the same global batch).
-  data::Batch train_batch(int64_t m);
   // One step's final gradients on this rank; returns the mean loss of this
   // data-parallel rank's micro-batches (a pipeline's last stage computes it; all get it).
   float local_gradients();
@@ -86,7 +80,7 @@ class Trainer {
   std::unique_ptr<comm::ProcessGroup> own_world_;  // the single-process world when none is given
   comm::ProcessGroup& world_;
   std::unique_ptr<RunDirectory> run_directory_;  // locks out_dir; released last
-  std::unique_ptr<data::TextDataset> dataset_;
+  std::unique_ptr<ModelSpec> spec_;  // the model family: its data, model and loss
   Parallelized p_;
   comm::ProcessGroup &dp_, &tp_, &pp_;
   std::unique_ptr<optim::Optimizer> optimizer_;

@@ -20,7 +20,7 @@ double now_seconds() {
 }
 }  // namespace
 
-PipelineExecutor::PipelineExecutor(std::vector<nn::GPT*> chunks, comm::ProcessGroup& group, int64_t micro_batches,
+PipelineExecutor::PipelineExecutor(std::vector<nn::Module*> chunks, comm::ProcessGroup& group, int64_t micro_batches,
                                    Shape activation_shape)
     : chunks_(std::move(chunks)),
       group_(group),
@@ -127,7 +127,7 @@ double PipelineExecutor::execute(const std::vector<Action>& actions, const std::
     TimedAction timed{a, 0.0, 0.0};
     const int64_t k = a.chunk * p_ + rank_;  // virtual stage
     const auto key = std::make_pair(a.micro_batch, a.chunk);
-    nn::GPT& model = *chunks_[static_cast<size_t>(a.chunk)];
+    nn::Module& model = *chunks_[static_cast<size_t>(a.chunk)];
     if (training) trace::set_micro_batch(a.micro_batch);
     if (a.kind == ActionKind::Forward) {
       Tensor x = k == 0 ? input(a.micro_batch) : take_received(transfers, a, /*gradient=*/false);

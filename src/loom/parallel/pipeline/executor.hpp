@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "loom/comm/process_group.hpp"
-#include "loom/nn/gpt.hpp"
+#include "loom/nn/module.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
 #include "loom/parallel/pipeline/timeline.hpp"
 #include "loom/trace/recorder.hpp"
@@ -27,7 +27,7 @@ class PipelineExecutor {
   // chunks: this rank's model chunks (chunk c is virtual stage c * p + rank of p * v).
   // activation_shape: what flows between stages, (B, T, C) or (B, T/t, C) under sequence
   // parallelism.
-  PipelineExecutor(std::vector<nn::GPT*> chunks, comm::ProcessGroup& group, int64_t micro_batches,
+  PipelineExecutor(std::vector<nn::Module*> chunks, comm::ProcessGroup& group, int64_t micro_batches,
                    Shape activation_shape);
 
   // input(mb): micro-batch mb's token ids (used by the first virtual stage).
@@ -82,7 +82,7 @@ class PipelineExecutor {
   Tensor take_received(Transfers& t, const Action& a, bool gradient);
   void reap_sends(bool all);
 
-  std::vector<nn::GPT*> chunks_;
+  std::vector<nn::Module*> chunks_;
   comm::ProcessGroup& group_;
   int64_t p_, v_, rank_, micro_batches_;
   Shape activation_shape_;

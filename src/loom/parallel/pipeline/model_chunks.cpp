@@ -4,7 +4,7 @@
 
 namespace loom::parallel::pipeline {
 
-ModelChunks::ModelChunks(std::vector<std::unique_ptr<nn::GPT>> chunks) {
+ModelChunks::ModelChunks(std::vector<std::unique_ptr<nn::Module>> chunks) {
   // An empty local name keeps every parameter's model name.
   for (auto& chunk : chunks) chunks_.push_back(&register_module("", std::move(chunk)));
 }

@@ -7,21 +7,21 @@
 #include <memory>
 #include <vector>
 
-#include "loom/nn/gpt.hpp"
+#include "loom/nn/module.hpp"
 
 namespace loom::parallel::pipeline {
 
 class ModelChunks : public nn::Module {
  public:
-  explicit ModelChunks(std::vector<std::unique_ptr<nn::GPT>> chunks);
-  const std::vector<nn::GPT*>& chunks() const { return chunks_; }
+  explicit ModelChunks(std::vector<std::unique_ptr<nn::Module>> chunks);
+  const std::vector<nn::Module*>& chunks() const { return chunks_; }
 
  protected:
   Tensor forward_impl(const Tensor& x, nn::Context& ctx) override;
   Tensor backward_impl(const Tensor& dy, nn::Context& ctx) override;
 
  private:
-  std::vector<nn::GPT*> chunks_;
+  std::vector<nn::Module*> chunks_;
 };
 
 }  // namespace loom::parallel::pipeline

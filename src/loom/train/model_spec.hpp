@@ -1,0 +1,56 @@
+// The model seam: what the parallelize recipe and the trainer need of a model family, so
+// every family shares `loom train`, `loom verify`, checkpoints, metrics and the report
+// without a trainer of its own (as torchtitan's TrainSpec). A spec owns the family's data:
+// it reads it, completes the config from it (a tokenizer's vocabulary), builds this rank's
+// part of the model through the layer builder the recipe gives it, and computes the loss.
+// The GPT (gpt_spec.hpp) is the first family; make_model_spec builds the config's family
+// (the GPT until a second family adds its config key).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/comm/process_group.hpp"
+#include "loom/data/text_dataset.hpp"
+#include "loom/nn/layer_builder.hpp"
+#include "loom/nn/module.hpp"
+#include "loom/train/config.hpp"
+
+namespace loom::train {
+
+class ModelSpec {
+ public:
+  virtual ~ModelSpec() = default;
+
+  // This rank's part of the model built with `layers` (serial or tensor-parallel): the whole
+  // model without a pipeline, else the chunks of pipeline rank pp_rank in virtual-stage order
+  // (virtual stages pp_rank, pp_rank + pp, ...).
+  virtual std::vector<std::unique_ptr<nn::Module>> build(const nn::LayerBuilder& layers, int64_t pp_rank) = 0;
+  // The modules of a chunk that form one FSDP unit each (and one activation-memory layer), in
+  // forward order.
+  virtual std::vector<nn::Module*> layers_of(nn::Module& chunk) = 0;
+  // A parameter that two pipeline stages each hold a copy of (the GPT's token table, tied to
+  // its LM head): this chunk's copy or null, and whether that copy is the owning one (the
+  // copies' gradients are summed; the owner's counts in the norm and in checkpoints).
+  virtual nn::Parameter* tied_parameter(nn::Module& chunk) = 0;
+  virtual bool owns_tied_parameter(nn::Module& chunk) = 0;
+  // What one micro-batch sends between pipeline stages (sequence parallel: tp-split).
+  virtual Shape stage_activation_shape() const = 0;
+
+  // The loss over this rank's outputs; tp: the group the outputs are split over.
+  virtual void build_loss(comm::ProcessGroup& tp) = 0;
+  // With backward, outputs become d(loss * scale)/d(outputs) in place.
+  virtual float loss(Tensor& outputs, const Tensor& targets, bool backward, float scale) = 0;
+  // This data-parallel rank's rows of training micro-batch m of a step, and of validation
+  // batch i (the same at every evaluation); every layout reads the same global batch.
+  virtual data::Batch train_batch(int64_t step, int64_t m, int dp_rank) = 0;
+  virtual data::Batch eval_batch(int64_t i, int dp_rank) = 0;
+  // The data's identity as checkpoints record it (the tokenizer's spec).
+  virtual std::string data_identity() const = 0;
+};
+
+// Reads config.data for the family and completes config from it.
+std::unique_ptr<ModelSpec> make_model_spec(TrainConfig& config);
+
+}  // namespace loom::train
