@@ -12,6 +12,7 @@
 #include "loom/comm/algorithms.hpp"
 #include "loom/data/tokenizer.hpp"
 #include "loom/error.hpp"
+#include "loom/train/toml_text.hpp"
 
 namespace loom::train {
 
@@ -306,6 +307,7 @@ void set_from_toml(const ConfigKey& key, const toml::node& node, const std::stri
 }  // namespace
 
 void apply_toml_string(TrainConfig& config, const std::string& text, const std::string& origin) {
+  check_toml_text(text, origin);
   toml::table root;
   try {
     root = toml::parse(text, origin);

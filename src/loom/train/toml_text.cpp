@@ -1,0 +1,53 @@
+#include "loom/train/toml_text.hpp"
+
+#include "loom/error.hpp"
+
+namespace loom::train {
+
+void check_toml_text(const std::string& text, const std::string& origin) {
+  enum class In { Code, Comment, Basic, Literal, MultiBasic, MultiLiteral } in = In::Code;
+  int64_t line = 1, column = 0;
+  // A quote opens a string only where TOML expects a key or a value: after '=', at the start
+  // of a line, after '[', '.' or ','; elsewhere (`2"é`) the parser reads on as code.
+  char last = '\n';  // the last character in code that was not a space or tab
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    ++column;
+    const bool may_open = last == '=' || last == '\n' || last == '[' || last == '.' || last == ',';
+    auto starts = [&](const char* s) { return text.compare(i, std::char_traits<char>::length(s), s) == 0; };
+    switch (in) {
+      case In::Code:
+        if (c == '#') in = In::Comment;
+        else if (may_open && starts("\"\"\"")) in = In::MultiBasic, i += 2, column += 2;
+        else if (may_open && starts("'''")) in = In::MultiLiteral, i += 2, column += 2;
+        else if (may_open && c == '"') in = In::Basic;
+        else if (may_open && c == '\'') in = In::Literal;
+        else if (static_cast<unsigned char>(c) >= 0x80)
+          fail(origin, ":", line, ":", column, ": invalid TOML: a non-ASCII character outside a quoted string or "
+               "comment (keys and values other than strings are ASCII)");
+        break;
+      case In::Comment:
+        if (c == '\n') in = In::Code;
+        break;
+      case In::Basic:
+        if (c == '\\' && i + 1 < text.size()) ++i, ++column;
+        else if (c == '"' || c == '\n') in = In::Code;  // an unterminated string: the parser says so
+        break;
+      case In::Literal:
+        if (c == '\'' || c == '\n') in = In::Code;
+        break;
+      case In::MultiBasic:
+        if (c == '\\' && i + 1 < text.size()) ++i, ++column;
+        else if (starts("\"\"\"")) in = In::Code, i += 2, column += 2;
+        break;
+      case In::MultiLiteral:
+        if (starts("'''")) in = In::Code, i += 2, column += 2;
+        break;
+    }
+    if (in == In::Code && c != ' ' && c != '\t') last = c;
+    if (in != In::Code && in != In::Comment) last = '"';  // a closed string is a value: no string may follow
+    if (c == '\n') line += 1, column = 0, last = '\n';
+  }
+}
+
+}  // namespace loom::train
