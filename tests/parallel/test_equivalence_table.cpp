@@ -1,4 +1,4 @@
-// The equivalence contract over a table of short cases (4 steps each): the main layouts again
+// The equivalence contract over a table of short cases (3 steps each): the main layouts again
 // under AdamW without clipping and under SGD with momentum 0.9 (their updates scale with the
 // gradient, so a gradient off by a constant factor moves the parameters), and the paths the
 // other suites miss: interleaved with 3 chunks, an uneven pp_layers split, HSDP with shard
@@ -54,7 +54,7 @@ std::string misfit(const Case& c, int64_t p) {
 // What the serial run and the layout share: the model, the optimizer, the steps.
 train::TrainConfig common(const Case& k, int64_t dp, int64_t batch) {
   train::TrainConfig c = tiny(dp, batch, k.micro_batches);
-  c.steps = 4;
+  c.steps = 3;
   c.warmup_steps = 1;
   c.model.n_layer = k.n_layer;
   c.model.n_head = 4;
