@@ -1,5 +1,6 @@
 // Shared by the data-parallel equivalence tests: a tiny GPT training config, a run that
-// records losses and final parameters, and the comparison against the serial run.
+// records losses, gradients before clipping and final parameters, and the comparison
+// against the serial run.
 #pragma once
 
 #include <gtest/gtest.h>
