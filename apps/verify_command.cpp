@@ -1,8 +1,9 @@
 // `loom verify`: the equivalence harness as a user command. It trains the same small model
 // twice from the same seed and global batch: serially (on every rank, locally) and under the
 // requested layout (any dp x pp x tp, ZeRO stage, schedule, sequence parallelism), and prints
-// per step the loss difference and the gradient and parameter tensors that differ most. Exit
-// status 1 when any goes past its tolerance: the check users (and CI) can run on any combination.
+// per step the loss difference and the gradient (before clipping) and parameter tensors that
+// differ most. Exit status 1 when any goes past its tolerance: the check users (and CI) can
+// run on any combination.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -90,11 +91,14 @@ int verify(const train::TrainConfig& config, const Tolerances& tol, comm::Proces
                 tol.grad_rtol, tol.param_rtol);
   bool ok = true;
   for (int64_t step = 1; step <= config.steps; ++step) {
-    const float want = serial.train_step().loss;
-    const float got = parallel.train_step().loss;
-    const double loss_error = std::fabs(static_cast<double>(got) - want) / std::max(1e-12, std::fabs(static_cast<double>(want)));
-    // Gradients first: the next step overwrites them (the state dicts gather collectively).
+    train::StepResult want_step = serial.compute_gradients(), got_step = parallel.compute_gradients();
+    // Gradients before clipping (the dicts gather collectively): a gradient scaled by any
+    // constant would clip to the same update as the serial one.
     const Worst grad = worst_difference(parallel.gradient_dict(), serial.gradient_dict(), "grad.", config, step);
+    serial.apply_update(want_step);
+    parallel.apply_update(got_step);
+    const float want = want_step.loss, got = got_step.loss;
+    const double loss_error = std::fabs(static_cast<double>(got) - want) / std::max(1e-12, std::fabs(static_cast<double>(want)));
     const Worst worst = worst_difference(parallel.state_dict(), serial.state_dict(), "model.", config, step);
     const bool step_ok = loss_error <= tol.loss_rtol && grad.error <= tol.grad_rtol && worst.error <= tol.param_rtol;
     ok = ok && step_ok;

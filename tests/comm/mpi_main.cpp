@@ -1,11 +1,12 @@
 // Test main for multi-rank tests, run by CTest under mpirun with 1 to 8 ranks. Every rank
-// runs every test; rank 0 prints the usual report, other ranks print only their failures
-// (prefixed with the rank); all ranks agree on the exit code. MPI missing or unusable is a
-// failure, never a skip.
+// runs every test; rank 0 prints the usual report and a summary naming every skipped test,
+// other ranks print only their failures (prefixed with the rank); all ranks agree on the exit
+// code. MPI missing or unusable is a failure, never a skip.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include "comm/mpi_test_env.hpp"
 #include "loom/comm/mpi_runtime.hpp"
@@ -33,6 +34,28 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
   int rank_;
 };
 
+// Rank 0, after the run: the counts, and each skipped test with its reason, so a variant
+// that finds no layout at this rank count shows in CTest's log instead of passing unseen.
+// Only a run whose every test skipped says so (CTest's SKIP_REGULAR_EXPRESSION).
+void print_summary(int size) {
+  const ::testing::UnitTest& u = *::testing::UnitTest::GetInstance();
+  std::printf("[mpi] %d passed, %d failed, %d skipped at %d ranks\n", u.successful_test_count(), u.failed_test_count(),
+              u.skipped_test_count(), size);
+  for (int s = 0; s < u.total_test_suite_count(); ++s) {
+    const ::testing::TestSuite& suite = *u.GetTestSuite(s);
+    for (int t = 0; t < suite.total_test_count(); ++t) {
+      const ::testing::TestInfo& info = *suite.GetTestInfo(t);
+      if (!info.should_run() || !info.result()->Skipped()) continue;
+      std::string reason;
+      for (int k = 0; k < info.result()->total_part_count(); ++k)
+        if (info.result()->GetTestPartResult(k).skipped()) reason = info.result()->GetTestPartResult(k).message();
+      std::printf("[mpi] skipped at %d ranks: %s.%s (%s)\n", size, suite.name(), info.name(), reason.c_str());
+    }
+  }
+  if (u.test_to_run_count() > 0 && u.skipped_test_count() == u.test_to_run_count())
+    std::printf("[mpi] every test skipped at %d ranks\n", size);
+}
+
 }  // namespace
 
 namespace loom::testing {
@@ -55,6 +78,7 @@ int main(int argc, char** argv) {
   const int mine = local != 0 ? 1 : 0;
   MPI_Allreduce(&mine, &failed_ranks, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) {
+    print_summary(size);
     if (failed_ranks == 0) std::printf("[mpi] all %d ranks passed\n", size);
     else std::printf("[mpi] FAILED on %d of %d ranks\n", failed_ranks, size);
   }

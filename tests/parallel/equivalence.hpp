@@ -1,5 +1,6 @@
 // Shared by the data-parallel equivalence tests: a tiny GPT training config, a run that
-// records losses and final parameters, and the comparison against the serial run.
+// records losses, gradients before clipping and final parameters, and the comparison
+// against the serial run.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,17 +34,43 @@ inline train::TrainConfig tiny(int64_t dp, int64_t batch_per_rank, int64_t micro
   return c;
 }
 
+// Every gradient of one step in the serial layout, keyed "grad.<parameter>".
+using Gradients = std::map<std::string, std::vector<float>>;
+
 struct TrainingRun {
   std::vector<float> losses;
   std::vector<std::string> names;
   std::vector<std::vector<float>> params;
+  // Per step, before clipping (a gradient scaled by any constant clips to the same update):
+  // the global norm, and the gradients of the first kGradientSteps steps.
+  std::vector<double> grad_norms{};
+  std::vector<Gradients> grads{};
 };
 
-// Trains to the config's step count; the final parameters come from the trainer's state
-// dict, so sharded runs report them gathered, in the serial layout.
+// Gradients gathered at these first steps: the reduction is the same code every step, and
+// each gather is a round of collectives per tensor.
+constexpr int64_t kGradientSteps = 3;
+
+// Collective: the trainer's gradients of the step in progress, copied (the next step
+// overwrites them).
+inline Gradients gradients_of(train::Trainer& t) {
+  Gradients g;
+  for (auto& [name, value] : t.gradient_dict()) g[name].assign(value.f32(), value.f32() + value.numel());
+  return g;
+}
+
+// Trains to the config's step count; gradients and norms are read between the backward and
+// the optimizer step; the final parameters come from the trainer's state dict, so sharded
+// runs report them gathered, in the serial layout.
 inline TrainingRun run(train::Trainer& t) {
   TrainingRun r;
-  while (t.step() < t.config().steps) r.losses.push_back(t.train_step().loss);
+  for (int64_t step = 1; t.step() < t.config().steps; ++step) {
+    train::StepResult s = t.compute_gradients();
+    if (step <= kGradientSteps) r.grads.push_back(gradients_of(t));
+    t.apply_update(s);
+    r.losses.push_back(s.loss);
+    r.grad_norms.push_back(s.grad_norm);
+  }
   for (auto& [name, value] : t.state_dict()) {
     if (name.rfind("model.", 0) != 0) continue;
     r.names.push_back(name.substr(6));
@@ -51,15 +79,43 @@ inline TrainingRun run(train::Trainer& t) {
   return r;
 }
 
-// Losses: relative 1e-5 each. Parameters: relative 1e-4 of each tensor's largest magnitude,
-// except the key third of each attention QKV bias: its true gradient is exactly zero (a
-// constant added to every key of a query leaves the softmax unchanged), so AdamW steps it
-// by rounding noise, which differs with the reduction order; it is held to the drift bound
-// 2 * steps * lr instead.
+// Each gradient within rtol of its serial tensor's largest magnitude: reduction order moves
+// a gradient by rounding, a missing or doubled sum by a multiple of itself.
+inline ::testing::AssertionResult gradients_match(const Gradients& got, const Gradients& want, double rtol,
+                                                  const std::string& what) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << what << ": " << got.size() << " gradients, serially " << want.size();
+  for (const auto& [name, w] : want) {
+    const auto it = got.find(name);
+    if (it == got.end()) return ::testing::AssertionFailure() << what << ": no " << name;
+    float scale = 0.0f;
+    for (float x : w) scale = std::max(scale, std::fabs(x));
+    ::testing::AssertionResult close = all_close(it->second, w, 0, rtol * scale, what + " " + name);
+    if (!close) return close;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Losses and gradient norms: relative 1e-5 each. Gradients (before clipping, the first
+// kGradientSteps steps): relative 1e-4 of each tensor's largest magnitude. Parameters:
+// relative 1e-4 of each tensor's largest magnitude, except the key third of each attention
+// QKV bias: its true gradient is exactly zero (a constant added to every key of a query
+// leaves the softmax unchanged), so AdamW steps it by rounding noise, which differs with the
+// reduction order; it is held to the drift bound 2 * steps * lr instead. Runs that recorded
+// no gradients (a resumed run against part of another) compare losses and parameters only.
 inline void expect_equivalent(const TrainingRun& ddp, const TrainingRun& serial, const train::TrainConfig& c,
                        const std::string& what) {
   ASSERT_EQ(ddp.losses.size(), serial.losses.size());
   EXPECT_TRUE(all_close(ddp.losses, serial.losses, 1e-5, 0, what + " losses"));
+  if (!ddp.grads.empty() && !serial.grads.empty()) {
+    ASSERT_EQ(ddp.grads.size(), serial.grads.size());
+    std::vector<float> got_norms(ddp.grad_norms.begin(), ddp.grad_norms.end()),
+        want_norms(serial.grad_norms.begin(), serial.grad_norms.end());
+    EXPECT_TRUE(all_close(got_norms, want_norms, 1e-5, 0, what + " gradient norms before clipping"));
+    for (size_t s = 0; s < serial.grads.size(); ++s)
+      EXPECT_TRUE(gradients_match(ddp.grads[s], serial.grads[s], 1e-4,
+                                  what + " step " + std::to_string(s + 1) + " gradient before clipping"));
+  }
   const int64_t C = c.model.n_embd;
   for (size_t i = 0; i < serial.params.size(); ++i) {
     const std::vector<float>& got = ddp.params[i];

@@ -134,6 +134,12 @@ float Trainer::pipeline_gradients() {
 StepResult Trainer::train_step() {
   trace::Span span("step", "step");
   span.arg("step", step_ + 1);
+  StepResult r = compute_gradients();
+  apply_update(r);
+  return r;
+}
+
+StepResult Trainer::compute_gradients() {
   StepResult r;
   r.lr = lr_schedule_.at(step_);
   tp_.reset_stats();
@@ -151,6 +157,10 @@ StepResult Trainer::train_step() {
     trace::Span norm_span("optimizer", "grad norm");
     r.grad_norm = std::sqrt(p_.finalizer->grad_sum_squares());
   }
+  return r;
+}
+
+void Trainer::apply_update(StepResult& r) {
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     check(config_.on_nan == "skip", "non-finite ", std::isfinite(r.loss) ? "gradient norm" : "loss", " at step ",
           step_ + 1, " (loss ", r.loss, ", grad norm ", r.grad_norm,
@@ -166,7 +176,6 @@ StepResult Trainer::train_step() {
   const comm::CommStats s = tp_.stats();
   r.tp_comm_seconds = s.seconds;
   r.tp_comm_bytes = s.bytes;
-  return r;
 }
 
 float Trainer::evaluate() {

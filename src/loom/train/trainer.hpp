@@ -39,7 +39,14 @@ class Trainer {
 
   // Runs until config.steps with logging, evaluation and checkpoints; returns the final val loss.
   float run();
+  // One optimizer step: compute_gradients() then apply_update(). Between the two the
+  // gradients are the step's final (reduced) gradients before clipping, as gradient_dict()
+  // gathers them, and the result's grad_norm is their norm: what equivalence tests compare.
   StepResult train_step();
+  StepResult compute_gradients();
+  // Clips to the result's grad_norm and steps the optimizer (or skips a non-finite step);
+  // completes r with the step count and the tensor-parallel traffic.
+  void apply_update(StepResult& r);
   float evaluate();
   // Collective: writes a checkpoint in config().checkpoint_format and returns its path
   // (single files: rank 0 writes, the other ranks wait and get "").
