@@ -206,8 +206,16 @@ std::vector<char> Watchdog::read_tables() {
   auto tables = std::make_shared<std::packaged_task<std::vector<char>()>>([this]() {
     std::vector<char> all(static_cast<size_t>(size_) * kTableBytes);
     for (int q = 0; q < size_; ++q) {
+      char* to = all.data() + static_cast<size_t>(q) * kTableBytes;
+      if (q == rank_) {  // under the one lock this process may hold on its own table
+        std::lock_guard<std::mutex> guard(table_mutex_);
+        lock_own_table();
+        std::memcpy(to, table_, kTableBytes);
+        unlock_own_table();
+        continue;
+      }
       MPI_Win_lock(MPI_LOCK_SHARED, q, 0, window_);
-      MPI_Get(all.data() + static_cast<size_t>(q) * kTableBytes, kTableBytes, MPI_CHAR, q, 0, kTableBytes, MPI_CHAR, window_);
+      MPI_Get(to, kTableBytes, MPI_CHAR, q, 0, kTableBytes, MPI_CHAR, window_);
       MPI_Win_unlock(q, window_);
     }
     return all;
@@ -263,8 +271,12 @@ void Watchdog::report_stuck(const WaitSite& site, const std::string& description
   std::vector<int> held_by, chain;
   std::vector<bool> seen(static_cast<size_t>(size_), false);
   seen[rank_] = true;
-  std::deque<int> todo(first.begin(), first.end());
-  for (const int q : first) seen[q] = true;
+  std::deque<int> todo;
+  for (const int q : first)
+    if (!seen[q]) {  // not this rank (its own communication thread may be behind)
+      seen[q] = true;
+      todo.push_back(q);
+    }
   while (!todo.empty()) {
     const int q = todo.front();
     todo.pop_front();
