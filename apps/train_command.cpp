@@ -101,6 +101,8 @@ std::shared_ptr<ConfigFlags> add_config_flags(CLI::App& sub, const train::TrainC
 
 train::TrainConfig ConfigFlags::resolve(train::TrainConfig config) const {
   if (!config_path.empty()) train::apply_toml_file(config, config_path);
+  // The environment's timeout overrides the file's; the flag overrides both.
+  config.comm_timeout = comm::timeout_from_environment().value_or(config.comm_timeout);
   for (const train::ConfigKey& k : train::config_schema(config))
     if (options.at(k.key)->count() > 0) train::set_from_string(k, values.at(k.key));
   config.validate();

@@ -77,6 +77,28 @@ TEST(Cli, DryRunPrintsTheResolvedConfig) {
   EXPECT_NE(r.output.find("predicted state memory"), std::string::npos) << r.output;
 }
 
+// comm_timeout: the config file, then LOOM_COMM_TIMEOUT, then --comm-timeout, each overriding
+// the one before.
+TEST(Cli, CommTimeoutFromFileEnvironmentAndFlag) {
+  const std::string file = temp_path("timeout.toml");
+  std::ofstream(file) << "[parallel]\ncomm_timeout = 30\n";
+  auto resolved = [&](const std::string& env, const std::string& args) {
+    const Result r = loom::testing::run_command(env + " " LOOM_BINARY " train --config " + file + " " + args + " --dry-run");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const size_t at = r.output.find("comm_timeout = ");
+    return at == std::string::npos ? r.output : r.output.substr(at, r.output.find('\n', at) - at);
+  };
+  EXPECT_EQ(resolved("env -u LOOM_COMM_TIMEOUT", ""), "comm_timeout = 30");
+  EXPECT_EQ(resolved("env LOOM_COMM_TIMEOUT=9", ""), "comm_timeout = 9");
+  EXPECT_EQ(resolved("env LOOM_COMM_TIMEOUT=9", "--comm-timeout 7"), "comm_timeout = 7");
+  EXPECT_EQ(resolved("env -u LOOM_COMM_TIMEOUT", "--comm-timeout 0"), "comm_timeout = 0");
+  expect_error("train --comm-timeout -1 --dry-run", "comm_timeout must be seconds >= 0 (0 = off), got -1");
+  const Result bad = loom::testing::run_command("env LOOM_COMM_TIMEOUT=soon " LOOM_BINARY " train --dry-run");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("LOOM_COMM_TIMEOUT must be seconds >= 0, got 'soon'"), std::string::npos) << bad.output;
+  fs::remove(file);
+}
+
 TEST(Cli, DryRunShowsTheRankMapOfALayout) {
   const Result r = run_loom("train --dp 2 --pp 2 --tp 2 --dry-run");
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -2,14 +2,18 @@
 // every HSDP shard size), each named group holds exactly the ranks a hand-written rank
 // formula says, in that order. The formula is the layout's definition, written here apart
 // from the mesh code: rank = (d * pp + p) * tp + t, a shard group being hsdp neighbouring dp
-// ranks; and for dp 2 x pp 2 x tp 2 with shards of 1 the whole table is spelled out.
+// ranks; and for dp 2 x pp 2 x tp 2 with shards of 1 the whole table is spelled out. Every
+// group waits with the configured comm_timeout, and ranks whose configurations differ stop,
+// every one of them, naming the ranks and the keys before any other collective.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "comm/mpi_test_env.hpp"
+#include "loom/error.hpp"
 #include "loom/train/parallelize.hpp"
+#include "tiny_config.hpp"
 
 namespace loom::train {
 namespace {
@@ -99,6 +103,36 @@ TEST(ParallelizeMesh, HandWrittenTableForDp2Pp2Tp2) {
   EXPECT_EQ(members(mesh->group("shard")), std::vector<int>{r});
   EXPECT_EQ(members(mesh->group("replicate")), dp[r]);
   EXPECT_EQ(members(mesh->group("embedding")), pp[r]);  // two stages: both ends hold the table
+}
+
+TEST(ParallelizeMesh, EveryGroupWaitsWithTheConfiguredTimeout) {
+  const double before = world().timeout();
+  TrainConfig c = config_of({world().size(), 1, 1, 1});
+  c.comm_timeout = 17.0;
+  auto mesh = parallel_mesh(c, world());
+  EXPECT_EQ(world().timeout(), 17.0);
+  for (const char* name : {"dp", "pp", "tp", "shard", "replicate", "embedding"})
+    EXPECT_EQ(mesh->group(name).timeout(), 17.0) << name;
+  world().set_timeout(before);
+}
+
+TEST(Parallelize, RanksThatDisagreeStopOnEveryRank) {
+  if (world().size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  TrainConfig c = loom::testing::tiny_config();
+  c.dp = world().size();
+  if (world().rank() == 1) c.model.n_layer = 4;
+  try {
+    const std::unique_ptr<ModelSpec> spec = make_model_spec(c);  // reads the data, sets the vocabulary
+    parallelize(c, *spec, world());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    const int n = world().size();
+    const std::string others = n == 2 ? "rank 0 has" : n == 3 ? "ranks 0 and 2 have" : "ranks 0 and 2-" + std::to_string(n - 1) + " have";
+    const std::string want = "ranks disagree on the configuration: " + others +
+                             " n_layer = 2, rank 1 has n_layer = 4; start every rank with the same configuration";
+    EXPECT_NE(what.find(want), std::string::npos) << what;
+  }
 }
 
 }  // namespace

@@ -2,14 +2,19 @@
 // with pp > 1, with each schedule (interleaved: 2 chunks per rank), 20 steps of a tiny GPT with 4 micro-batches must give the
 // serial run's losses (relative 1e-5) and final parameters (relative 1e-4); likewise with
 // ZeRO-1 and sequence parallelism, and a checkpoint written under a pipeline resumes
-// serially. Bad pipeline layouts fail on every rank with a clear message.
+// serially. Bad pipeline layouts fail on every rank with a clear message; a stage that does
+// not take part in a step ends the job with the watchdog's report naming it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <map>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/mpi_test_env.hpp"
@@ -193,6 +198,28 @@ TEST(Pipeline, MoreStagesThanBlocksIsAnErrorOnEveryRank) {
     EXPECT_NE(std::string(e.what()).find("need at least as many transformer blocks, the model has 1"), std::string::npos)
         << e.what();
   }
+}
+
+// Stage 1 skips its part of a step (it sleeps) or stops (SIGSTOP) while stage 0 waits for
+// its gradient: the job ends after comm_timeout, the report naming rank 1 (the CTest cases
+// mpi.watchdog_pipeline_skip and _stop set LOOM_TEST_WATCHDOG and match it).
+TEST(Pipeline, WatchdogNamesAStageThatDoesNotTakePart) {
+  const char* mode = std::getenv("LOOM_TEST_WATCHDOG");
+  const std::string m = mode != nullptr ? mode : "";
+  if (m != "pipeline-skip" && m != "pipeline-stop") GTEST_SKIP() << "run by the mpi.watchdog_pipeline_* CTest cases";
+  ASSERT_EQ(world().size(), 2);
+  train::TrainConfig c = tiny(1, 2, 4);
+  c.pp = 2;
+  c.comm_timeout = 2.0;
+  train::Trainer t(c, true, &world());
+  if (world().rank() == 0) {
+    t.train_step();  // the watchdog aborts the job here
+  } else {
+    if (m == "pipeline-stop") std::raise(SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::seconds(60));  // continued only as the job ends
+    return;
+  }
+  FAIL() << "the watchdog did not fire";
 }
 
 }  // namespace

@@ -76,6 +76,21 @@ TEST(Config, ValidationNamesTheValue) {
   EXPECT_NO_THROW(c.validate());
 }
 
+TEST(Config, CommTimeoutIsAKeyAndAFlag) {
+  TrainConfig c;
+  EXPECT_EQ(c.comm_timeout, 300.0);
+  apply_toml_string(c, "[parallel]\ncomm_timeout = 30\n", "t.toml");
+  EXPECT_EQ(c.comm_timeout, 30.0);
+  auto schema = config_schema(c);
+  const auto key = std::find_if(schema.begin(), schema.end(), [](auto& e) { return e.key == "comm_timeout"; });
+  ASSERT_NE(key, schema.end());
+  EXPECT_EQ(flag_name(key->key), "comm-timeout");
+  set_from_string(*key, "2.5");
+  EXPECT_EQ(c.comm_timeout, 2.5);
+  c.comm_timeout = -1;
+  EXPECT_EQ(error_of([&] { c.validate(); }), "comm_timeout must be seconds >= 0 (0 = off), got -1");
+}
+
 TEST(Config, ResolvedTomlRoundTrips) {
   TrainConfig a;
   a.model.n_layer = 5;

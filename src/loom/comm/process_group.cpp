@@ -14,14 +14,23 @@
 
 namespace loom::comm {
 
+std::optional<double> timeout_from_environment() {
+  const char* t = std::getenv("LOOM_COMM_TIMEOUT");
+  if (t == nullptr) return std::nullopt;
+  char* end = nullptr;
+  const double seconds = std::strtod(t, &end);
+  check(end != t && *end == '\0' && seconds >= 0, "LOOM_COMM_TIMEOUT must be seconds >= 0, got '", t, "'");
+  return seconds;
+}
+
 ProcessGroup::ProcessGroup(MPI_Comm comm, std::string name) : name_(std::move(name)) {
   check_mpi(MPI_Comm_dup(comm, &collective_comm_), "MPI_Comm_dup");
   check_mpi(MPI_Comm_dup(comm, &p2p_comm_), "MPI_Comm_dup");
-  check_mpi(MPI_Comm_dup(comm, &debug_comm_), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_dup(comm, &check_comm_), "MPI_Comm_dup");
   rank_ = comm_rank(collective_comm_);
   size_ = comm_size(collective_comm_);
   MPI_Comm node = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split_type(debug_comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  check_mpi(MPI_Comm_split_type(check_comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
   ranks_on_node_ = comm_size(node);
   MPI_Comm_free(&node);
   MPI_Group mine, world;
@@ -39,11 +48,7 @@ ProcessGroup::ProcessGroup(MPI_Comm comm, std::string name) : name_(std::move(na
   const std::string base = name_ + "@" + std::to_string(world_ranks_[0]) + "/" + std::to_string(size_);
   watch_key_ = base + "#" + std::to_string(created[base]++);
   if (Watchdog* w = Watchdog::instance()) watch_slot_ = w->register_group(watch_key_);
-  if (const char* t = std::getenv("LOOM_COMM_TIMEOUT")) {
-    char* end = nullptr;
-    timeout_s_ = std::strtod(t, &end);
-    check(end != t && *end == '\0' && timeout_s_ >= 0, "LOOM_COMM_TIMEOUT must be seconds >= 0, got '", t, "'");
-  }
+  timeout_s_ = timeout_from_environment().value_or(timeout_s_);
   if (const char* d = std::getenv("LOOM_COMM_DEBUG")) debug_checks_ = std::string(d) == "1";
   thread_ = std::make_unique<CommThread>();
   trace_row_ = trace::row("comm " + name_, /*unique=*/true);
@@ -68,7 +73,7 @@ ProcessGroup::~ProcessGroup() {
   if (Watchdog* w = Watchdog::instance(); w != nullptr && watch_slot_ >= 0) w->release_group(watch_slot_);
   MPI_Comm_free(&collective_comm_);
   MPI_Comm_free(&p2p_comm_);
-  MPI_Comm_free(&debug_comm_);
+  MPI_Comm_free(&check_comm_);
 }
 
 void ProcessGroup::set_param_servers(int k) {
@@ -89,19 +94,21 @@ void ProcessGroup::reset_stats() {
 Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()> body, int64_t payload,
                           int element_bytes) {
   const int64_t sequence = ++sequence_;
-  const std::string operation = op + "(" + std::to_string(n) + (element_bytes == 1 ? " bytes)" : " floats)");
+  // n < 0: the size differs by rank (all_to_all_v), so the call check compares the operation alone.
+  const std::string operation =
+      op + "(" + (n < 0 ? std::string("uneven") : std::to_string(n) + (element_bytes == 1 ? " bytes" : " floats")) + ")";
   const std::string description = operation + " #" + std::to_string(sequence) + " on group '" + name_ + "'";
   Watchdog* watchdog = Watchdog::instance();
-  MPI_Comm debug_comm = debug_comm_;
-  const bool debug = debug_checks_;
+  MPI_Comm check_comm = check_comm_;
+  const bool checked = Watchdog::checked(sequence, debug_checks_);
   const std::string group = name_;
   const int slot = watch_slot_;
   std::shared_ptr<Counters> counters = counters_;
-  const int64_t bytes = element_bytes * (payload >= 0 ? payload : n);
+  const int64_t bytes = element_bytes * (payload >= 0 ? payload : std::max<int64_t>(n, 0));
   const int row = trace_row_;
   Work work = thread_->submit(description, [=, body = std::move(body)]() {
-    if (debug) Watchdog::check_same_call(debug_comm, group, sequence, operation);
     if (watchdog != nullptr && slot >= 0) watchdog->entered(slot, sequence, operation);
+    if (checked) Watchdog::check_same_call(check_comm, group, sequence, operation);
     const auto start = std::chrono::steady_clock::now();
     trace::set_thread_row(row);
     // op: "all_reduce[ring,sum]", the operation, then its algorithm and reduction.
@@ -117,10 +124,12 @@ Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()
     counters->bytes += bytes;
     ++counters->calls;
   });
-  if (watchdog != nullptr && slot >= 0)
-    work.watch(sequence, timeout_s_, [watchdog, key = watch_key_, members = world_ranks_](const Work::State& s) {
-      watchdog->report_stuck(key, members, s.sequence, s.description, s.timeout_s);
-    });
+  if (watchdog != nullptr && slot >= 0) work.watch(WaitSite{watch_key_, world_ranks_, sequence, -1}, timeout_s_);
+  return work;
+}
+
+Work ProcessGroup::transfer(Work work, int peer) {
+  if (Watchdog::instance() != nullptr) work.watch(WaitSite{watch_key_, {}, 0, world_ranks_[static_cast<size_t>(peer)]}, timeout_s_);
   return work;
 }
 
@@ -281,7 +290,7 @@ Work ProcessGroup::all_to_all_v_async(const float* in, std::vector<int64_t> send
   if (single_process_) return copy_locally(in, out, 4 * send_counts[0]);
   MPI_Comm comm = collective_comm_;
   const int64_t total = std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0});
-  return submit("all_to_all_v", total, [=]() {
+  return submit("all_to_all_v", -1, [=]() {
     std::vector<int> sc, sd, rc, rd;
     int64_t so = 0, ro = 0;
     for (size_t q = 0; q < send_counts.size(); ++q) {
@@ -294,7 +303,7 @@ Work ProcessGroup::all_to_all_v_async(const float* in, std::vector<int64_t> send
     }
     check_mpi(MPI_Alltoallv(in, sc.data(), sd.data(), MPI_FLOAT, out, rc.data(), rd.data(), MPI_FLOAT, comm),
               "MPI_Alltoallv");
-  });
+  }, total);
 }
 
 Work ProcessGroup::barrier_async() {
@@ -350,7 +359,9 @@ Work ProcessGroup::send_async(const float* data, int64_t n, int dst, int tag) {
   check(dst >= 0 && dst < size_, "send to rank ", dst, " outside group '", name_, "' (size ", size_, ")");
   MPI_Request request;
   check_mpi(MPI_Isend(data, mpi_count(n), MPI_FLOAT, dst, tag, p2p_comm_, &request), "MPI_Isend");
-  return Work::from_request(request, "send(" + std::to_string(n) + " floats) to " + std::to_string(dst));
+  return transfer(Work::from_request(request, "send(" + std::to_string(n) + " floats) to " + std::to_string(dst) +
+                                                  " on group '" + name_ + "'"),
+                  dst);
 }
 
 Work ProcessGroup::recv_async(float* data, int64_t n, int src, int tag) {
@@ -358,7 +369,9 @@ Work ProcessGroup::recv_async(float* data, int64_t n, int src, int tag) {
   check(src >= 0 && src < size_, "recv from rank ", src, " outside group '", name_, "' (size ", size_, ")");
   MPI_Request request;
   check_mpi(MPI_Irecv(data, mpi_count(n), MPI_FLOAT, src, tag, p2p_comm_, &request), "MPI_Irecv");
-  return Work::from_request(request, "recv(" + std::to_string(n) + " floats) from " + std::to_string(src));
+  return transfer(Work::from_request(request, "recv(" + std::to_string(n) + " floats) from " + std::to_string(src) +
+                                                  " on group '" + name_ + "'"),
+                  src);
 }
 
 void ProcessGroup::send(const Tensor& t, int dst, int tag) { send_async(t.f32(), t.numel(), dst, tag).wait(); }
@@ -372,6 +385,9 @@ std::unique_ptr<ProcessGroup> ProcessGroup::split(int color, int key, std::strin
   submit("split", 0, [&]() { check_mpi(MPI_Comm_split(comm, color, key, &sub), "MPI_Comm_split"); }).wait();
   auto group = std::make_unique<ProcessGroup>(sub, std::move(name));
   MPI_Comm_free(&sub);
+  // A group made from this one is watched like it: the trainer sets the world's timeout once.
+  group->timeout_s_ = timeout_s_;
+  group->debug_checks_ = debug_checks_;
   return group;
 }
 

@@ -3,9 +3,12 @@
 // in issue order; point-to-point transfers are posted at once as non-blocking MPI calls on
 // a separate communicator, so a pipeline's sends and receives never queue behind a
 // collective. All-reduce takes any algorithm of algorithms.hpp, per group or per call.
-// Every collective is watched (watchdog.hpp): one that waits longer than the timeout
-// (LOOM_COMM_TIMEOUT seconds, default 300) ends the job with a report naming the ranks that
-// never arrived; LOOM_COMM_DEBUG=1 also checks that all ranks make the same call.
+// Every wait is watched (watchdog.hpp), a collective's and a transfer's alike: one that waits
+// longer than the timeout (the trainer's comm_timeout; else LOOM_COMM_TIMEOUT seconds, default
+// 300; a group split from another inherits its timeout) ends the job with a report naming
+// the ranks that never arrived and the rank holding the job up. The ranks check that they
+// make the same call on a group's first collectives and every few after (LOOM_COMM_DEBUG=1:
+// on every one).
 #pragma once
 
 #include <atomic>
@@ -34,6 +37,9 @@ struct CommStats {
   double seconds = 0.0;
 };
 
+// LOOM_COMM_TIMEOUT as seconds (nullopt when unset); loom::Error when it is not seconds >= 0.
+std::optional<double> timeout_from_environment();
+
 class ProcessGroup {
  public:
   // Works on its own duplicates of comm; name appears in errors and traces ("dp", "tp").
@@ -59,7 +65,8 @@ class ProcessGroup {
   // Seconds a collective may wait before the watchdog ends the job; 0 turns it off.
   void set_timeout(double seconds) { timeout_s_ = seconds; }
   double timeout() const { return timeout_s_; }
-  // Debug mode: ranks compare each collective's name and size before running it.
+  // Debug mode: ranks compare every collective's name and size before running it (not only
+  // the sampled ones, Watchdog::checked).
   void set_debug_checks(bool on) { debug_checks_ = on; }
   // An emulated network: each all-reduce, reduce-scatter and all-gather takes at least the
   // time its algorithm's messages take on a link of `gbps` gigabits/s and `latency_us`
@@ -128,6 +135,8 @@ class ProcessGroup {
   // the whole tensor the collective works on (counted in stats()).
   Work submit(const std::string& op, int64_t n, std::function<void()> body, int64_t payload = -1,
               int element_bytes = sizeof(float));
+  // A point-to-point transfer with group rank peer, watched.
+  Work transfer(Work work, int peer);
 
   struct SingleProcess {};
   ProcessGroup(SingleProcess, std::string name);
@@ -139,7 +148,7 @@ class ProcessGroup {
   int ranks_on_node_ = 1;
   MPI_Comm collective_comm_ = MPI_COMM_NULL;
   MPI_Comm p2p_comm_ = MPI_COMM_NULL;
-  MPI_Comm debug_comm_ = MPI_COMM_NULL;
+  MPI_Comm check_comm_ = MPI_COMM_NULL;
   std::vector<int> world_ranks_;  // members, as ranks of MPI_COMM_WORLD
   std::string watch_key_;         // the same on every member
   int watch_slot_ = -1;

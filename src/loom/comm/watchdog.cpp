@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <future>
+#include <map>
 #include <sstream>
 
 #include "loom/comm/mpi_util.hpp"
@@ -14,8 +16,19 @@ namespace loom::comm {
 
 namespace {
 
+// The head of each rank's table: its heartbeat and what it has been waiting for.
+struct WaitRecord {
+  int64_t heartbeat;
+  int64_t sequence;  // a collective's number in its group; 0: a transfer
+  int32_t waiting;   // 1 while a wait longer than kPublishAfterSeconds lasts
+  int32_t peer;      // a transfer's other rank, in the world
+  char key[Watchdog::kKeyBytes];
+  char what[160];    // the wait's description
+};
+
 constexpr int kEntryBytes = Watchdog::kKeyBytes + 8 + Watchdog::kNameBytes;
-constexpr int kTableBytes = Watchdog::kSlots * kEntryBytes;
+constexpr int kHeadBytes = static_cast<int>(sizeof(WaitRecord));
+constexpr int kTableBytes = kHeadBytes + Watchdog::kSlots * kEntryBytes;
 Watchdog* g_instance = nullptr;
 
 void copy_text(char* dst, const std::string& text, int capacity) {
@@ -23,14 +36,64 @@ void copy_text(char* dst, const std::string& text, int capacity) {
   std::memcpy(dst, text.data(), std::min<size_t>(text.size(), static_cast<size_t>(capacity - 1)));
 }
 
+std::string text_of(const char* src, int capacity) { return std::string(src, strnlen(src, static_cast<size_t>(capacity))); }
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::ostringstream os;
+  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? " " : "") << ranks[i];
+  return os.str();
+}
+
+[[noreturn]] void abort_job(const std::string& report) {
+  std::fprintf(stderr, "%s\nloom: aborting the job\n", report.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  std::_Exit(3);
+}
+
+// One rank's table as the report reads it.
+struct RankView {
+  WaitRecord record{};
+  std::map<std::string, std::pair<int64_t, std::string>> groups;  // key -> (last started #, operation)
+};
+
+std::vector<RankView> parse_tables(const std::vector<char>& all, int size) {
+  std::vector<RankView> views(static_cast<size_t>(size));
+  for (int q = 0; q < size; ++q) {
+    const char* table = all.data() + static_cast<size_t>(q) * kTableBytes;
+    std::memcpy(&views[q].record, table, sizeof(WaitRecord));
+    for (int s = 0; s < Watchdog::kSlots; ++s) {
+      const char* entry = table + kHeadBytes + s * kEntryBytes;
+      if (entry[0] == '\0') continue;
+      int64_t seq = 0;
+      std::memcpy(&seq, entry + Watchdog::kKeyBytes, 8);
+      views[q].groups[text_of(entry, Watchdog::kKeyBytes)] = {seq, text_of(entry + Watchdog::kKeyBytes + 8, Watchdog::kNameBytes)};
+    }
+  }
+  return views;
+}
+
+// The ranks `q` waits for: a transfer's peer, or the members of its collective's group that
+// have not started it; none when q waits for nothing.
+std::vector<int> blockers(const std::vector<RankView>& views, int q, const std::string& key, int64_t sequence, int peer) {
+  if (peer >= 0) return {peer};
+  std::vector<int> late;
+  for (int r = 0; r < static_cast<int>(views.size()); ++r) {
+    const auto it = views[r].groups.find(key);
+    if (r != q && it != views[r].groups.end() && it->second.first < sequence) late.push_back(r);
+  }
+  return late;
+}
+
 }  // namespace
 
 Watchdog::Watchdog(MPI_Comm world) {
   rank_ = comm_rank(world);
+  size_ = comm_size(world);
   // Open MPI 4.1 has no one-sided window for a multi-threaded process whose ranks talk over
   // TCP (osc/sm needs one node, osc/rdma an RDMA network, osc/pt2pt refuses
   // MPI_THREAD_MULTIPLE): then the table stays local, the watchdog still turns a stuck
-  // collective into an aborted job, and its report says it cannot name the late ranks.
+  // wait into an aborted job, and its report says what it cannot name.
   MPI_Errhandler previous;
   MPI_Comm_get_errhandler(world, &previous);
   MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
@@ -47,6 +110,7 @@ Watchdog::Watchdog(MPI_Comm world) {
     lock_own_table();
     std::memset(table_, 0, kTableBytes);
     unlock_own_table();
+    heartbeat_ = std::thread([this] { beat(); });
   }
   MPI_Barrier(world);  // every table is initialised before anyone may read it
   g_instance = this;
@@ -54,7 +118,25 @@ Watchdog::Watchdog(MPI_Comm world) {
 
 Watchdog::~Watchdog() {
   g_instance = nullptr;
+  if (heartbeat_.joinable()) {
+    {
+      std::lock_guard<std::mutex> guard(beat_mutex_);
+      stopping_ = true;
+    }
+    beat_cv_.notify_all();
+    heartbeat_.join();
+  }
   if (window_ != MPI_WIN_NULL) MPI_Win_free(&window_);
+}
+
+void Watchdog::beat() {
+  std::unique_lock<std::mutex> lock(beat_mutex_);
+  while (!beat_cv_.wait_for(lock, std::chrono::duration<double>(kHeartbeatSeconds), [this] { return stopping_; })) {
+    std::lock_guard<std::mutex> guard(table_mutex_);
+    lock_own_table();
+    reinterpret_cast<WaitRecord*>(table_)->heartbeat += 1;
+    unlock_own_table();
+  }
 }
 
 void Watchdog::lock_own_table() {
@@ -74,7 +156,7 @@ int Watchdog::register_group(const std::string& key) {
   *free_slot = true;
   const int slot = static_cast<int>(free_slot - slot_used_.begin());
   lock_own_table();
-  char* entry = table_ + slot * kEntryBytes;
+  char* entry = table_ + kHeadBytes + slot * kEntryBytes;
   copy_text(entry, key, kKeyBytes);
   std::memset(entry + kKeyBytes, 0, 8);
   copy_text(entry + kKeyBytes + 8, "(none yet)", kNameBytes);
@@ -85,7 +167,7 @@ int Watchdog::register_group(const std::string& key) {
 void Watchdog::release_group(int slot) {
   std::lock_guard<std::mutex> guard(table_mutex_);
   lock_own_table();
-  std::memset(table_ + slot * kEntryBytes, 0, kEntryBytes);
+  std::memset(table_ + kHeadBytes + slot * kEntryBytes, 0, kEntryBytes);
   unlock_own_table();
   slot_used_[slot] = false;
 }
@@ -93,64 +175,156 @@ void Watchdog::release_group(int slot) {
 void Watchdog::entered(int slot, int64_t sequence, const std::string& operation) {
   std::lock_guard<std::mutex> guard(table_mutex_);
   lock_own_table();
-  char* entry = table_ + slot * kEntryBytes;
+  char* entry = table_ + kHeadBytes + slot * kEntryBytes;
   std::memcpy(entry + kKeyBytes, &sequence, 8);
   copy_text(entry + kKeyBytes + 8, operation, kNameBytes);
   unlock_own_table();
 }
 
-void Watchdog::report_stuck(const std::string& key, const std::vector<int>& members, int64_t sequence,
-                            const std::string& description, double timeout_s) {
-  std::ostringstream os;
-  os << "loom: watchdog on rank " << rank_ << ": " << description << " did not complete within " << timeout_s << " s.";
-  if (window_ == MPI_WIN_NULL) {
-    os << " The late ranks cannot be named: this MPI transport offers no one-sided window.";
-    std::fprintf(stderr, "%s\nloom: aborting the job\n", os.str().c_str());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 3);
-    std::_Exit(3);
-  }
-  // Read every member's table; a dead rank's window may never answer, so give up after 10 s.
-  auto tables = std::async(std::launch::async, [this, members]() {
-    std::vector<char> all(members.size() * kTableBytes);
-    for (size_t i = 0; i < members.size(); ++i) {
-      MPI_Win_lock(MPI_LOCK_SHARED, members[i], 0, window_);
-      MPI_Get(all.data() + i * kTableBytes, kTableBytes, MPI_CHAR, members[i], 0, kTableBytes, MPI_CHAR, window_);
-      MPI_Win_unlock(members[i], window_);
+void Watchdog::waiting(const WaitSite& site, const std::string& description) {
+  std::lock_guard<std::mutex> guard(table_mutex_);
+  lock_own_table();
+  auto* record = reinterpret_cast<WaitRecord*>(table_);
+  record->sequence = site.sequence;
+  record->peer = site.peer;
+  copy_text(record->key, site.key, kKeyBytes);
+  copy_text(record->what, description, sizeof record->what);
+  record->waiting = 1;
+  unlock_own_table();
+}
+
+void Watchdog::done_waiting() {
+  std::lock_guard<std::mutex> guard(table_mutex_);
+  lock_own_table();
+  reinterpret_cast<WaitRecord*>(table_)->waiting = 0;
+  unlock_own_table();
+}
+
+std::vector<char> Watchdog::read_tables() {
+  // A dead rank's window may never answer, so give up after 10 s (the reading thread is
+  // left behind: the job is about to end).
+  auto tables = std::make_shared<std::packaged_task<std::vector<char>()>>([this]() {
+    std::vector<char> all(static_cast<size_t>(size_) * kTableBytes);
+    for (int q = 0; q < size_; ++q) {
+      char* to = all.data() + static_cast<size_t>(q) * kTableBytes;
+      if (q == rank_) {  // under the one lock this process may hold on its own table
+        std::lock_guard<std::mutex> guard(table_mutex_);
+        lock_own_table();
+        std::memcpy(to, table_, kTableBytes);
+        unlock_own_table();
+        continue;
+      }
+      MPI_Win_lock(MPI_LOCK_SHARED, q, 0, window_);
+      MPI_Get(to, kTableBytes, MPI_CHAR, q, 0, kTableBytes, MPI_CHAR, window_);
+      MPI_Win_unlock(q, window_);
     }
     return all;
   });
-  if (tables.wait_for(std::chrono::seconds(10)) == std::future_status::ready) {
-    const std::vector<char> all = tables.get();
-    std::ostringstream missing, progress;
-    for (size_t i = 0; i < members.size(); ++i) {
-      int64_t seq = 0;
-      std::string op = "(no collective started on this group)";
-      for (int s = 0; s < kSlots; ++s) {
-        const char* entry = all.data() + i * kTableBytes + s * kEntryBytes;
-        if (std::strncmp(entry, key.c_str(), kKeyBytes - 1) != 0) continue;
-        std::memcpy(&seq, entry + kKeyBytes, 8);
-        op = std::string(entry + kKeyBytes + 8);
-      }
-      if (seq < sequence) missing << (missing.tellp() > 0 ? " " : "") << members[i];
-      progress << "\n  rank " << members[i] << ": last started #" << seq << " " << op;
-    }
-    os << " Ranks that did not arrive at #" << sequence << ": [" << missing.str() << "]" << progress.str();
-  } else {
-    os << " The other ranks' progress could not be read: a rank may have died.";
-  }
-  std::fprintf(stderr, "%s\nloom: aborting the job\n", os.str().c_str());
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 3);
-  std::_Exit(3);
+  std::future<std::vector<char>> result = tables->get_future();
+  std::thread([tables] { (*tables)(); }).detach();
+  if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) return {};
+  return result.get();
 }
 
-void Watchdog::check_same_call(MPI_Comm debug_comm, const std::string& group_name, int64_t sequence,
+void Watchdog::report_stuck(const WaitSite& site, const std::string& description, double timeout_s) {
+  std::ostringstream os;
+  os << "loom: watchdog on rank " << rank_ << ": " << description << " did not complete within " << timeout_s << " s.";
+  const bool transfer = site.peer >= 0;
+  if (transfer) os << " The peer is rank " << site.peer << ".";
+  if (window_ == MPI_WIN_NULL) {
+    os << (transfer ? " What it is doing cannot be read" : " The late ranks cannot be named")
+       << ": this MPI transport offers no one-sided window.";
+    abort_job(os.str());
+  }
+  // Two readings kStoppedAfterSeconds apart: a rank whose heartbeat did not advance between
+  // them is stopped; the second says what everyone waits for now.
+  const std::vector<char> before = read_tables();
+  std::vector<char> after;
+  if (!before.empty()) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kStoppedAfterSeconds));
+    after = read_tables();
+  }
+  if (after.empty()) {
+    os << " The other ranks' progress could not be read: a rank may have died.";
+    abort_job(os.str());
+  }
+  const std::vector<RankView> was = parse_tables(before, size_), now = parse_tables(after, size_);
+  auto stopped = [&](int q) { return q != rank_ && now[q].record.heartbeat == was[q].record.heartbeat; };
+
+  std::vector<int> first;  // whom this rank waits for
+  if (transfer) {
+    first = {site.peer};
+  } else {
+    std::ostringstream progress;
+    for (const int q : site.members) {
+      const auto it = now[q].groups.find(site.key);
+      const int64_t seq = it != now[q].groups.end() ? it->second.first : 0;
+      if (seq < site.sequence) first.push_back(q);
+      progress << "\n  rank " << q << ": last started #" << seq << " "
+               << (it != now[q].groups.end() ? it->second.second : "(no collective started on this group)");
+    }
+    os << " Ranks that did not arrive at #" << site.sequence << ": [" << rank_list(first) << "]" << progress.str();
+  }
+
+  // Who waits for whom, from the ranks this one waits for: the ranks that hold the job up are
+  // those that stopped or wait for nothing; ranks waiting for others are passed through.
+  std::vector<int> held_by, chain;
+  std::vector<bool> seen(static_cast<size_t>(size_), false);
+  seen[rank_] = true;
+  std::deque<int> todo;
+  for (const int q : first)
+    if (!seen[q]) {  // not this rank (its own communication thread may be behind)
+      seen[q] = true;
+      todo.push_back(q);
+    }
+  while (!todo.empty()) {
+    const int q = todo.front();
+    todo.pop_front();
+    const WaitRecord& r = now[q].record;
+    if (stopped(q) || r.waiting == 0) {
+      held_by.push_back(q);
+      continue;
+    }
+    chain.push_back(q);
+    for (const int b : blockers(now, q, text_of(r.key, kKeyBytes), r.sequence, r.peer))
+      if (!seen[b]) {
+        seen[b] = true;
+        todo.push_back(b);
+      }
+  }
+  for (const int q : chain)
+    os << "\n  rank " << q << " waits in " << text_of(now[q].record.what, sizeof now[q].record.what);
+  std::sort(held_by.begin(), held_by.end());
+  if (held_by.empty() && first.empty()) {
+    os << "\nEvery member started #" << site.sequence
+       << ": no rank holds it up (ranks calling different collectives, or a transfer slower than the timeout).";
+  } else if (held_by.empty()) {
+    os << "\nHeld up by a cycle of waits: ranks [" << rank_list(chain) << "] and rank " << rank_
+       << " each wait for another (ranks that call transfers or collectives in different orders).";
+  } else {
+    auto reason = [&](int q) -> std::string {
+      if (stopped(q))
+        return "stopped responding (its heartbeat has not advanced for " + std::to_string(static_cast<int>(kStoppedAfterSeconds)) +
+               " s: a stopped or frozen process)";
+      return "waits for no communication (it skipped the call, or is busy or stuck outside communication)";
+    };
+    if (held_by.size() == 1) {
+      os << "\nHeld up by rank " << held_by[0] << ": it " << reason(held_by[0]) << ".";
+    } else {
+      os << "\nHeld up by ranks [" << rank_list(held_by) << "]:";
+      for (size_t i = 0; i < held_by.size(); ++i) os << (i ? ";" : "") << " rank " << held_by[i] << " " << reason(held_by[i]);
+      os << ".";
+    }
+  }
+  abort_job(os.str());
+}
+
+void Watchdog::check_same_call(MPI_Comm check_comm, const std::string& group_name, int64_t sequence,
                                const std::string& operation) {
-  const int size = comm_size(debug_comm);
+  const int size = comm_size(check_comm);
   std::vector<char> mine(kNameBytes, 0), all(static_cast<size_t>(size) * kNameBytes);
   copy_text(mine.data(), operation, kNameBytes);
-  check_mpi(MPI_Allgather(mine.data(), kNameBytes, MPI_CHAR, all.data(), kNameBytes, MPI_CHAR, debug_comm),
+  check_mpi(MPI_Allgather(mine.data(), kNameBytes, MPI_CHAR, all.data(), kNameBytes, MPI_CHAR, check_comm),
             "MPI_Allgather");
   bool same = true;
   for (int q = 1; q < size; ++q) same = same && std::strcmp(all.data(), all.data() + q * kNameBytes) == 0;

@@ -1,31 +1,57 @@
 // The watchdog: every rank publishes, in one MPI window over the world, the number and name
-// of the collective it most recently started on each of its process groups. When a
-// collective has waited longer than its group's timeout, the waiting rank reads the other
-// members' entries and reports the group, the operation, its sequence number and the ranks
-// that never arrived (a crashed rank, one that skipped the call, or one that called another
-// collective), then aborts the whole job: a failure everywhere, never a hang.
+// of the collective it most recently started on each of its process groups, what it has
+// been waiting for longer than half a second (a collective, or a transfer with a peer), and
+// a heartbeat that a thread of its own advances five times a second. When a wait (a
+// collective or a point-to-point transfer) has lasted longer than its group's timeout, the
+// waiting rank reads every rank's entries and reports the wait, the ranks that never arrived
+// (for a transfer: the peer) and, following who waits for whom, the rank that holds the job
+// up: one whose heartbeat stopped (a stopped or frozen process), one that waits for nothing
+// (a rank that skipped the call, or hangs outside communication), or a cycle of waits; then
+// it aborts the whole job: a failure everywhere, never a hang, and never a bystander named.
 // One window for the process (made by MpiRuntime) because Open MPI 4.1 cannot create
 // windows on many split communicators of one job at once. Where the transport offers no
-// window (Open MPI 4.1 over TCP between nodes) the table stays local and the report cannot
-// name the late ranks.
-// The debug mode goes further: before each collective the group's ranks exchange what they
-// are about to call and stop with an error on every rank at the first mismatch.
+// window (Open MPI 4.1 over TCP between nodes) the table stays local and the report names
+// only what this rank knows (a transfer's peer).
+// The call check: before a collective the group's ranks compare what they are about to call
+// (operation and size) and stop with an error on every rank at the first mismatch; always
+// on for a group's first collectives and then every kCheckEvery-th, on every call in debug mode.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <mpi.h>
 
 namespace loom::comm {
 
+// What a wait is for: collective #sequence of the group `key` (members: its ranks in the
+// world), or, with sequence 0, a transfer with the world rank `peer`.
+struct WaitSite {
+  std::string key;
+  std::vector<int> members;
+  int64_t sequence = 0;
+  int peer = -1;
+};
+
 class Watchdog {
  public:
   static constexpr int kKeyBytes = 64;
   static constexpr int kNameBytes = 96;
   static constexpr int kSlots = 64;  // process groups one rank can be watched in
+  // A wait is published once it has lasted this long (shorter ones cost nothing).
+  static constexpr double kPublishAfterSeconds = 0.5;
+  static constexpr double kHeartbeatSeconds = 0.2;
+  // A rank whose heartbeat did not advance for this long is reported as stopped.
+  static constexpr double kStoppedAfterSeconds = 2.0;
+  // The call check runs on a group's first kCheckFirst collectives, then on every
+  // kCheckEvery-th (debug mode: on every one).
+  static constexpr int64_t kCheckFirst = 64;
+  static constexpr int64_t kCheckEvery = 16;
 
   // Collective over world; the process's one watchdog until destroyed.
   explicit Watchdog(MPI_Comm world);
@@ -40,25 +66,40 @@ class Watchdog {
   void release_group(int slot);
   // Called on the communication thread as collective #sequence starts.
   void entered(int slot, int64_t sequence, const std::string& operation);
-  // Reports and aborts the job; members are the group's ranks in the world.
-  [[noreturn]] void report_stuck(const std::string& key, const std::vector<int>& members, int64_t sequence,
-                                 const std::string& description, double timeout_s);
-  // Debug mode: the group's ranks compare the operation they are about to run; throws
+  // This rank has been waiting for `site` for a while (description: the wait, for reports);
+  // done_waiting() when it ends.
+  void waiting(const WaitSite& site, const std::string& description);
+  void done_waiting();
+  // Reports the wait that did not end within timeout_s and aborts the job.
+  [[noreturn]] void report_stuck(const WaitSite& site, const std::string& description, double timeout_s);
+  // The call check: the group's ranks compare the operation they are about to run; throws
   // loom::Error naming each rank's call on a mismatch (on every rank alike).
-  static void check_same_call(MPI_Comm debug_comm, const std::string& group_name, int64_t sequence,
+  static void check_same_call(MPI_Comm check_comm, const std::string& group_name, int64_t sequence,
                               const std::string& operation);
+  // Whether collective #sequence of a group gets the call check.
+  static bool checked(int64_t sequence, bool debug) {
+    return debug || sequence <= kCheckFirst || sequence % kCheckEvery == 0;
+  }
 
  private:
   // One lock of the own table at a time: each group's communication thread records its
   // collectives here, and MPI forbids a process two concurrent locks on the same target.
   void lock_own_table();  // the window's lock; nothing when the table is local
   void unlock_own_table();
+  void beat();  // the heartbeat thread's loop
+  // Every rank's table, read through the window (empty when a rank's window did not answer
+  // within 10 s).
+  std::vector<char> read_tables();
   std::mutex table_mutex_;
   MPI_Win window_ = MPI_WIN_NULL;  // MPI_WIN_NULL: no one-sided support, table_ is local_table_
   std::vector<char> local_table_;
-  char* table_ = nullptr;  // kSlots entries: key, int64 sequence, operation name
-  int rank_ = 0;
+  char* table_ = nullptr;  // the wait record, then kSlots entries: key, int64 sequence, operation name
+  int rank_ = 0, size_ = 1;
   std::vector<bool> slot_used_ = std::vector<bool>(kSlots, false);
+  std::mutex beat_mutex_;
+  std::condition_variable beat_cv_;
+  bool stopping_ = false;
+  std::thread heartbeat_;
 };
 
 }  // namespace loom::comm

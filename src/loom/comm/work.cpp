@@ -1,5 +1,6 @@
 #include "loom/comm/work.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -30,12 +31,35 @@ Work Work::from_request(MPI_Request request, std::string description) {
   return Work(s);
 }
 
-void Work::watch(int64_t sequence, double timeout_s, std::function<void(const State&)> on_timeout) {
+void Work::watch(WaitSite site, double timeout_s) {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  state_->sequence = sequence;
+  state_->site = std::move(site);
   state_->timeout_s = timeout_s;
-  state_->on_timeout = std::move(on_timeout);
 }
+
+namespace {
+
+// A wait this rank has published to the watchdog, withdrawn when it ends.
+class PublishedWait {
+ public:
+  ~PublishedWait() {
+    if (watchdog_ != nullptr) watchdog_->done_waiting();
+  }
+  // Called while waiting: publishes the wait once it has lasted, ends the job past the timeout.
+  void waited(Watchdog* watchdog, const Work::State& s, double seconds) {
+    if (watchdog == nullptr) return;
+    if (watchdog_ == nullptr && seconds >= Watchdog::kPublishAfterSeconds) {
+      watchdog->waiting(*s.site, s.description);
+      watchdog_ = watchdog;
+    }
+    if (s.timeout_s > 0 && seconds >= s.timeout_s) watchdog->report_stuck(*s.site, s.description, s.timeout_s);
+  }
+
+ private:
+  Watchdog* watchdog_ = nullptr;
+};
+
+}  // namespace
 
 void Work::wait() const {
   if (!state_) return;
@@ -43,18 +67,30 @@ void Work::wait() const {
   std::optional<trace::Span> span;
   if (trace::enabled() && !state_->uses_request && !is_done()) span.emplace("wait", state_->description);
   std::unique_lock<std::mutex> lock(state_->mutex);
+  Watchdog* watchdog = state_->site ? Watchdog::instance() : nullptr;
+  PublishedWait published;
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   if (state_->uses_request) {
-    if (!state_->done) MPI_Wait(&state_->request, MPI_STATUS_IGNORE);
+    // Polled rather than MPI_Wait, so a transfer whose peer never comes is watched too
+    // (Open MPI's MPI_Wait polls the same way underneath).
+    int flag = state_->done ? 1 : 0;
+    while (flag == 0) {
+      MPI_Test(&state_->request, &flag, MPI_STATUS_IGNORE);
+      if (flag == 0) published.waited(watchdog, *state_, seconds());
+    }
     state_->done = true;
     return;
   }
-  if (state_->timeout_s > 0 && state_->on_timeout) {
-    const auto limit = std::chrono::duration<double>(state_->timeout_s);
-    if (!state_->done_cv.wait_for(lock, limit, [&] { return state_->done; })) {
-      lock.unlock();
-      state_->on_timeout(*state_);
-      lock.lock();
-    }
+  while (watchdog != nullptr && !state_->done) {
+    // Wake at the publishing time, then at the timeout (or every second when there is none).
+    const double now = seconds();
+    double next = now < Watchdog::kPublishAfterSeconds ? Watchdog::kPublishAfterSeconds : now + 1.0;
+    if (state_->timeout_s > 0) next = std::min(next, std::max(state_->timeout_s, now));
+    if (state_->done_cv.wait_for(lock, std::chrono::duration<double>(next - now), [&] { return state_->done; })) break;
+    lock.unlock();
+    published.waited(watchdog, *state_, seconds());
+    lock.lock();
   }
   state_->done_cv.wait(lock, [&] { return state_->done; });
   if (state_->error) std::rethrow_exception(state_->error);

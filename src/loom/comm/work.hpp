@@ -1,5 +1,7 @@
-// Work: the handle an asynchronous collective returns. wait() blocks until the operation
-// has finished on this rank (rethrowing its error); is_done() polls.
+// Work: the handle an asynchronous collective or transfer returns. wait() blocks until the
+// operation has finished on this rank (rethrowing its error); is_done() polls. A watched
+// wait (every collective's and every transfer's under MpiRuntime) is published to the
+// watchdog once it lasts, and ends the job with the watchdog's report past its timeout.
 #pragma once
 
 #include <condition_variable>
@@ -7,9 +9,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include <mpi.h>
+
+#include "loom/comm/watchdog.hpp"
 
 namespace loom::comm {
 
@@ -24,12 +29,11 @@ class Work {
     // Point-to-point operations complete through their MPI request instead of the thread.
     MPI_Request request = MPI_REQUEST_NULL;
     bool uses_request = false;
-    int64_t sequence = 0;  // the collective's number within its group
     double busy_seconds = 0.0;  // how long the communication thread spent on it
-    // The watchdog: when wait() has waited timeout_s (> 0) in vain it calls on_timeout,
-    // which reports the stuck collective and ends the job (it does not return).
+    // The watchdog: what a wait is for; when wait() has waited timeout_s (> 0) in vain, the
+    // watchdog reports it and ends the job.
+    std::optional<WaitSite> site;
     double timeout_s = 0.0;
-    std::function<void(const State&)> on_timeout;
     void finish(std::exception_ptr e);
   };
 
@@ -40,8 +44,8 @@ class Work {
   // A handle for a posted non-blocking MPI operation.
   static Work from_request(MPI_Request request, std::string description);
 
-  // Arms the watchdog for this handle (see State::on_timeout).
-  void watch(int64_t sequence, double timeout_s, std::function<void(const State&)> on_timeout);
+  // Arms the watchdog for this handle (see State::site); timeout_s 0: published, never ended.
+  void watch(WaitSite site, double timeout_s);
   void wait() const;
   bool is_done() const;
   const std::string& description() const;

@@ -59,6 +59,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "net_gbps", "emulate a network of this many Gbit/s for all-reduce (to see overlap on one machine); 0 = off", &c.net_gbps},
       {"parallel", "net_latency_us", "latency of the emulated network in microseconds", &c.net_latency_us},
       {"parallel", "pin_ranks", "'auto': when a node runs more ranks than it has cores and each rank one thread, pin every rank to a core, the ranks of each pipeline stage on different cores (ranks waiting in MPI keep polling, so the OS does not move working ranks apart); 'off': leave placement to the OS", &c.pin_ranks},
+      {"parallel", "comm_timeout", "seconds any wait for other ranks (a collective, a pipeline send or receive) may last before the watchdog reports the rank holding the job up and ends the job; 0 = off. The environment variable LOOM_COMM_TIMEOUT overrides the config file, this flag overrides both", &c.comm_timeout},
       {"run", "out_dir", "run directory: metrics.jsonl and checkpoints", &c.out_dir},
       {"run", "log_every", "print a progress line every N steps", &c.log_every},
       {"run", "eval_every", "validation loss every N steps; 0 = at the end only", &c.eval_every},
@@ -142,6 +143,7 @@ void TrainConfig::validate() const {
   check(zero == 0 || allreduce == "mpi" || allreduce == "ring", "ZeRO reduce-scatters and all-gathers with 'mpi' or 'ring', not '",
         allreduce, "'");
   check(net_gbps >= 0 && net_latency_us >= 0, "net_gbps and net_latency_us must be >= 0");
+  check(comm_timeout >= 0, "comm_timeout must be seconds >= 0 (0 = off), got ", comm_timeout);
   check(peak_gflops >= 0, "peak_gflops must be >= 0, got ", peak_gflops);
 }
 

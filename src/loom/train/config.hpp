@@ -57,6 +57,7 @@ struct TrainConfig {
   double net_gbps = 0.0;          // emulated link for all-reduce (0: the real one)
   double net_latency_us = 0.0;
   std::string pin_ranks = "auto";  // auto: pin one-thread ranks to cores when a node has more ranks than cores; off
+  double comm_timeout = 300.0;     // seconds any wait for other ranks may last before the watchdog ends the job; 0 = off
 
   // [run]
   std::string out_dir = "runs/default";

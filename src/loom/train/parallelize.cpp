@@ -6,6 +6,7 @@
 #include "loom/parallel/pipeline/schedule_builders.hpp"
 #include "loom/parallel/pipeline/schedule_file.hpp"
 #include "loom/parallel/zero.hpp"
+#include "loom/train/rank_agreement.hpp"
 
 namespace loom::train {
 
@@ -53,6 +54,9 @@ std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& c
 }  // namespace
 
 std::unique_ptr<comm::DeviceMesh> parallel_mesh(const TrainConfig& config, comm::ProcessGroup& world) {
+  // Every group the run waits on is watched with comm_timeout: the world's, and the groups
+  // split from it (which inherit it, ZeRO-3's gather group too).
+  world.set_timeout(config.comm_timeout);
   // dp x pp x tp (tp fastest: tensor-parallel partners are neighbouring ranks), dp split for
   // sharding (shard groups are neighbouring dp ranks), and the tied table's group.
   auto mesh = std::make_unique<comm::DeviceMesh>(world, config.mesh_dims());
@@ -61,10 +65,14 @@ std::unique_ptr<comm::DeviceMesh> parallel_mesh(const TrainConfig& config, comm:
   world.set_emulated_link(config.net_gbps, config.net_latency_us);
   for (const char* name : {"dp", "tp", "shard", "replicate"})
     mesh->group(name).set_emulated_link(config.net_gbps, config.net_latency_us);
+  for (const char* name : {"dp", "pp", "tp", "shard", "replicate", "embedding"}) mesh->group(name).set_timeout(config.comm_timeout);
   return mesh;
 }
 
 Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::ProcessGroup& world) {
+  // Before any other collective: ranks started with different configurations or binaries
+  // would call collectives of different sizes.
+  check_ranks_agree(config, world);
   Parallelized p;
   // 0. Placement: oversubscribed one-thread ranks pinned to cores, a stage's ranks apart.
   if (config.pin_ranks == "auto" && config.threads == 1) {
