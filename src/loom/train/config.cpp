@@ -10,8 +10,10 @@
 #include <sstream>
 
 #include "loom/comm/algorithms.hpp"
+#include "loom/data/input_file.hpp"
 #include "loom/data/tokenizer.hpp"
 #include "loom/error.hpp"
+#include "loom/kernels/threads.hpp"
 
 namespace loom::train {
 
@@ -116,7 +118,7 @@ void TrainConfig::validate() const {
         "' looks for checkpoints in out_dir: set out_dir");
   check(!overwrite || (resume != "auto" && resume != "latest"), "overwrite deletes the checkpoints resume = '", resume,
         "' would continue from: give one or the other");
-  check(threads >= 0, "threads must be >= 0, got ", threads);
+  kernels::check_thread_count(threads);
   check(pin_ranks == "auto" || pin_ranks == "off", "pin_ranks must be 'auto' or 'off', got '", pin_ranks, "'");
   check(dp >= 1 && pp >= 1 && tp >= 1, "parallel degrees must be >= 1, got dp(", dp, ") x pp(", pp, ") x tp(", tp, ")");
   comm::parse_algorithm(allreduce);  // names the choices when unknown
@@ -341,6 +343,7 @@ void apply_toml_string(TrainConfig& config, const std::string& text, const std::
 }
 
 void apply_toml_file(TrainConfig& config, const std::string& path) {
+  data::check_input_file(path, "config file", data::kMaxConfigBytes);
   std::ifstream in(path);
   check(in.good(), "cannot open config file '", path, "'");
   std::stringstream ss;

@@ -7,6 +7,7 @@
 #include "loom/parallel/pipeline/schedule_builders.hpp"
 #include "loom/parallel/pipeline/schedule_file.hpp"
 #include "loom/parallel/zero.hpp"
+#include "loom/train/memory_budget.hpp"
 
 namespace loom::train {
 
@@ -65,6 +66,8 @@ std::unique_ptr<comm::DeviceMesh> parallel_mesh(const TrainConfig& config, comm:
 }
 
 Parallelized parallelize(const TrainConfig& config, comm::ProcessGroup& world) {
+  // Before any model tensor: a model that cannot fit is refused, not allocated until it fails.
+  check_fits_in_memory(training_memory(config), world.ranks_on_node(), "the model");
   Parallelized p;
   // 0. Placement: oversubscribed one-thread ranks pinned to cores, a stage's ranks apart.
   if (config.pin_ranks == "auto" && config.threads == 1) {
