@@ -46,7 +46,7 @@ TEST(CliBadInput, AModelLargerThanMemoryIsRefusedBeforeItIsBuilt) {
   const std::string have = "as `loom train --dry-run` predicts, more than the ";
   expect_error("train " + kTiny + " --n-layer 100000000 --out-dir " + loom::testing::temp_path("huge"), need);
   expect_error("train " + kTiny + " --n-layer 100000000 --out-dir " + loom::testing::temp_path("huge"), have);
-  expect_error("verify --n-layer 100000000", have);
+  expect_error("verify --n-layer 100000000 --data " LOOM_SOURCE_DIR "/data/tinyshakespeare.txt", have);
   expect_error("train " + kTiny + " --n-embd 2000000000 --n-head 1 --out-dir " + loom::testing::temp_path("huge"),
                "(state more than 1 EiB + ");
 

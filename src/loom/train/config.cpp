@@ -343,6 +343,7 @@ void apply_toml_string(TrainConfig& config, const std::string& text, const std::
 }
 
 void apply_toml_file(TrainConfig& config, const std::string& path) {
+  check(data::file_kind(path) != "missing", "cannot open config file '", path, "'");
   data::check_input_file(path, "config file", data::kMaxConfigBytes);
   std::ifstream in(path);
   check(in.good(), "cannot open config file '", path, "'");
