@@ -1,5 +1,5 @@
 // The `loom` subcommands. Each registers its options on a CLI11 subcommand and returns a
-// runner; main() runs the chosen one and turns loom::Error into a message and exit code 1.
+// runner; main() runs the chosen one and turns an exception into a message and exit code (failure_of).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -44,6 +44,16 @@ std::shared_ptr<ConfigFlags> add_config_flags(CLI::App& sub, const train::TrainC
 bool launched_by_mpi();
 // Runs body on the MPI world; a loom::Error on any rank aborts the whole job with its message.
 int run_on_world(const std::function<void(comm::ProcessGroup&)>& body);
+
+// What main (and run_on_world, per rank) prints for an exception and the exit status: 1 for
+// a loom::Error and for what the machine refused (a filesystem error naming its path, out of
+// memory), 2 for an internal error (a bug).
+struct Failure {
+  int status;
+  std::string kind;  // "error" or "internal error"
+  std::string message;
+};
+Failure failure_of(const std::exception& e);
 
 // Throws loom::Error for arguments left over after parsing, suggesting the closest flag.
 void reject_unknown_flags(const CLI::App& sub);

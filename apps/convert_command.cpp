@@ -73,6 +73,7 @@ Runner add_convert_command(CLI::App& sub) {
   sub.add_flag("--sequence-parallel", args->sequence_parallel, "target uses sequence parallelism");
   sub.add_option("--data", args->data, "the training text, when not at the path the checkpoint's configuration names");
   return [args]() {
+    check(!args->to.empty(), "--to is empty: give a FILE.safetensors or a run directory");
     const std::string from = train::resolve_checkpoint_path(args->from);
     if (args->to.ends_with(".safetensors")) {
       check(args->dp * args->pp * args->tp == 1, "converting to one file takes no layout; write a directory for dp(",

@@ -1,6 +1,8 @@
 // loom: one binary, one subcommand per task (train, sample, bench, schedule, convert, config-reference).
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <new>
 
 #include "commands.hpp"
 #include "loom/error.hpp"
@@ -17,6 +19,16 @@ void reject_unknown_flags(const CLI::App& sub) {
   const std::string hint = train::did_you_mean(extra.front(), known);
   fail("unknown argument '", extra.front(), "' for 'loom ", sub.get_name(), "'",
        hint.empty() ? "" : " (did you mean '" + hint + "'?)", "; see 'loom ", sub.get_name(), " --help'");
+}
+
+Failure failure_of(const std::exception& e) {
+  // The machine's answer to an input (a path it cannot use, memory it does not have) is the
+  // user's to act on, like a loom::Error; filesystem errors name their paths.
+  if (dynamic_cast<const Error*>(&e) != nullptr || dynamic_cast<const std::filesystem::filesystem_error*>(&e) != nullptr)
+    return {1, "error", e.what()};
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr)
+    return {1, "error", "out of memory (" + std::string(e.what()) + "); make the model, batch or data smaller"};
+  return {2, "internal error", e.what()};
 }
 
 }  // namespace loom::apps
@@ -61,13 +73,11 @@ int main(int argc, char** argv) {
         return run();
       }
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const loom::Error& e) {
-    std::fprintf(stderr, "loom: error: %s\n", e.what());
-    return 1;
+    return app.exit(e) == 0 ? 0 : 1;  // --help is a "parse error" that succeeds; CLI11's own codes are not Loom's
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "loom: internal error: %s\n", e.what());
-    return 2;
+    const loom::apps::Failure f = loom::apps::failure_of(e);
+    std::fprintf(stderr, "loom: %s: %s\n", f.kind.c_str(), f.message.c_str());
+    return f.status;
   }
   return 0;
 }

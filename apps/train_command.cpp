@@ -12,6 +12,7 @@
 #include "loom/plan/comm_cost.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/train/config.hpp"
+#include "loom/train/memory_budget.hpp"
 #include "loom/train/trainer.hpp"
 
 namespace loom::apps {
@@ -37,6 +38,12 @@ void print_dry_run(train::TrainConfig& config) {
               config.zero == 3   ? " + gathered units (one transformer block each)"
               : config.zero == 2 ? " + full gradients of the units in backward"
                                  : "");
+  // What the trainer checks before it builds the model (train/memory_budget.hpp).
+  const train::AvailableMemory available = train::available_memory();
+  std::printf("# predicted memory per rank, state and one micro-batch's activations and logits: %s; this machine has "
+              "%s available (%s)\n",
+              train::describe(train::training_memory(config)).c_str(), format_bytes(available.bytes).c_str(),
+              available.source.c_str());
   if (config.tp > 1) {
     const int64_t C = config.model.n_embd, T = config.model.block_size;
     std::printf("# predicted activations per layer per rank (fp32, micro-batch %lld x %lld): %s; tensor-parallel "
@@ -119,11 +126,13 @@ int run_on_world(const std::function<void(comm::ProcessGroup&)>& body) {
   comm::MpiRuntime mpi(nullptr, nullptr);
   try {
     body(mpi.world());
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     // One rank's error must not leave the others waiting in a collective.
-    std::fprintf(stderr, "loom: error on rank %d of %d: %s\n", mpi.world().rank(), mpi.world().size(), e.what());
+    const Failure f = failure_of(e);
+    std::fprintf(stderr, "loom: %s on rank %d of %d: %s\n", f.kind.c_str(), mpi.world().rank(), mpi.world().size(),
+                 f.message.c_str());
     std::fflush(stderr);
-    comm::MpiRuntime::abort(1);
+    comm::MpiRuntime::abort(f.status);
   }
   return 0;
 }
@@ -134,6 +143,10 @@ Runner add_train_command(CLI::App& sub) {
   std::shared_ptr<ConfigFlags> flags = add_config_flags(sub, train::TrainConfig{});
   return [flags, dry_run]() {
     train::TrainConfig config = flags->resolve(train::TrainConfig{});
+    // An empty out_dir (an unset shell variable in --out-dir "$RUN") would train and keep
+    // nothing; the library allows it for tests, the command does not.
+    check(!config.out_dir.empty(),
+          "out_dir is empty: the run would write no metrics and no checkpoint; give a directory (--out-dir runs/NAME)");
     if (*dry_run) {
       print_dry_run(config);
       return 0;

@@ -18,7 +18,6 @@ if [ "${1:-all}" != demo ]; then
     libopenblas0-openmp                  # an optimized BLAS, so PyTorch baselines run at their best
     chromium                             # renders the run report in a test (headless)
     slurmctld slurmd slurm-client munge  # a one-node Slurm cluster runs scripts/slurm/loom.sbatch in a test
-    clang libclang-rt-14-dev             # libFuzzer: coverage-guided fuzzing of the readers in a test
   )
 fi
 

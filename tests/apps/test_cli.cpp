@@ -9,6 +9,7 @@
 #include <iterator>
 #include <string>
 
+#include "apps/cli_test_util.hpp"
 #include "run_command.hpp"
 #include "test_util.hpp"
 
@@ -17,20 +18,10 @@ namespace {
 namespace fs = std::filesystem;
 
 using Result = loom::testing::CommandResult;
+using loom::testing::expect_error;
+using loom::testing::kTiny;
 using loom::testing::run_loom;
-
-std::string temp_path(const std::string& name) { return (fs::temp_directory_path() / ("loom_cli_" + name)).string(); }
-
-const std::string kTiny =
-    "--n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 2 --threads 1 --peak-gflops 100 "
-    "--data " LOOM_SOURCE_DIR "/data/tinyshakespeare.txt";
-
-void expect_error(const std::string& args, const std::string& message) {
-  const Result r = run_loom(args);
-  EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
-  EXPECT_NE(r.output.find(message), std::string::npos) << "loom " << args << " printed:\n" << r.output;
-  EXPECT_EQ(r.output.find("terminate"), std::string::npos) << r.output;
-}
+using loom::testing::temp_path;
 
 TEST(Cli, EverySubcommandHasHelpWithAnExample) {
   for (const std::string sub : {"train", "sample", "bench", "schedule", "verify", "plan", "report", "convert",

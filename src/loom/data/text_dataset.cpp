@@ -3,9 +3,12 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <sstream>
 
+#include "loom/data/input_file.hpp"
 #include "loom/error.hpp"
+#include "loom/tensor/memory_tracker.hpp"
 
 namespace loom::data {
 
@@ -20,6 +23,7 @@ uint64_t mix(uint64_t x) {
 }  // namespace
 
 std::string read_text_file(const std::string& path) {
+  check_input_file(path, "data file", kMaxDataBytes);
   std::ifstream in(path, std::ios::binary);
   check(in.good(), "cannot open data file '", path, "': ", std::strerror(errno));
   std::ostringstream ss;
@@ -31,13 +35,18 @@ std::string read_text_file(const std::string& path) {
 TextDataset::TextDataset(const std::string& path, const std::string& tokenizer_kind, int64_t block_size,
                          double val_fraction) {
   check(val_fraction > 0.0 && val_fraction < 1.0, "val_fraction must be in (0, 1), got ", val_fraction);
-  const std::string text = read_text_file(path);
-  check(!text.empty(), "data file '", path, "' is empty");
-  tokenizer_ = Tokenizer::create(tokenizer_kind, text);
-  std::vector<int32_t> all = tokenizer_->encode(text);
-  const auto n_train = static_cast<int64_t>(static_cast<double>(all.size()) * (1.0 - val_fraction));
-  train_.assign(all.begin(), all.begin() + n_train);
-  val_.assign(all.begin() + n_train, all.end());
+  try {
+    const std::string text = read_text_file(path);
+    check(!text.empty(), "data file '", path, "' is empty");
+    tokenizer_ = Tokenizer::create(tokenizer_kind, text);
+    std::vector<int32_t> all = tokenizer_->encode(text);
+    const auto n_train = static_cast<int64_t>(static_cast<double>(all.size()) * (1.0 - val_fraction));
+    train_.assign(all.begin(), all.begin() + n_train);
+    val_.assign(all.begin() + n_train, all.end());
+  } catch (const std::bad_alloc&) {
+    fail("out of memory reading data file '", path, "' (", format_bytes(check_input_file(path, "data file")),
+         " of text, held as 32-bit tokens)");
+  }
   for (Split s : {Split::Train, Split::Val})
     check(size(s) > block_size + 1, "data file '", path, "' is too short: its ", s == Split::Train ? "train" : "val",
           " split has ", size(s), " tokens, need more than block_size + 1 = ", block_size + 1);

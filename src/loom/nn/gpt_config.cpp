@@ -12,6 +12,8 @@ int64_t GPTConfig::resolved_padded_vocab() const {
 
 void GPTConfig::validate() const {
   check(vocab_size >= 1, "vocab_size must be >= 1, got ", vocab_size);
+  check(padded_vocab_size >= 0, "padded_vocab_size must be >= 0 (0: the vocabulary rounded up), got ",
+        padded_vocab_size);
   check(resolved_padded_vocab() >= vocab_size, "padded_vocab_size (", padded_vocab_size,
         ") must be >= vocab_size (", vocab_size, ")");
   check(block_size >= 1, "block_size must be >= 1, got ", block_size);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "loom/data/input_file.hpp"
 #include "loom/error.hpp"
 #include "loom/train/safetensors.hpp"
 #include "loom/train/sharded_checkpoint.hpp"
@@ -135,6 +136,14 @@ void publish_checkpoint(const std::string& run_dir, const std::string& name, int
 
 std::string resolve_checkpoint_path(const std::string& path_or_dir) {
   fs::path p(path_or_dir);
+  const std::string kind = data::file_kind(p.string());
+  check(kind != "missing", "no checkpoint at '", p.string(), "'");
+  check(kind == "a regular file" || kind == "a directory", "checkpoint '", p.string(), "' is ", kind,
+        ", not a checkpoint file or directory");
+  // A `latest` that never resolves (a link to itself) is damage to name, not to step around.
+  check(data::file_kind((p / "latest").string()) != "a symbolic link loop", "'", (p / "latest").string(),
+        "' is a symbolic link loop (it points at itself); delete it, then resume from the run directory or a "
+        "checkpoint by name");
   const bool run_dir = fs::is_directory(p) && !fs::exists(p / kManifestName) && checkpoint_step(p.filename().string()) < 0;
   if (!run_dir) {
     check(fs::exists(p), "no checkpoint at '", p.string(), "'");

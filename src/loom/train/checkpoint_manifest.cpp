@@ -5,11 +5,15 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "loom/data/input_file.hpp"
 #include "loom/error.hpp"
 
 namespace loom::train {
 
 namespace {
+
+// A manifest lists pieces, never tensor data: anything larger is not one.
+constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;
 
 using nlohmann::json;
 
@@ -145,9 +149,10 @@ Manifest parse_manifest(const std::string& text, const std::string& origin) {
 
 Manifest read_manifest(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / kManifestName).string();
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), "checkpoint '", dir, "' has no ", kManifestName,
+  check(data::file_kind(path) != "missing", "checkpoint '", dir, "' has no ", kManifestName,
         " (an incomplete checkpoint: its writer did not finish); it cannot be loaded");
+  data::check_input_file(path, "manifest", kMaxManifestBytes);
+  std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
   return parse_manifest(text.str(), "manifest '" + path + "'");

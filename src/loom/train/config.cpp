@@ -10,9 +10,11 @@
 #include <sstream>
 
 #include "loom/comm/algorithms.hpp"
+#include "loom/data/input_file.hpp"
 #include "loom/data/tokenizer.hpp"
 #include "loom/error.hpp"
 #include "loom/train/toml_text.hpp"
+#include "loom/kernels/threads.hpp"
 
 namespace loom::train {
 
@@ -25,7 +27,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"model", "block_size", "context length (T) used for training and the maximum for sampling", &m.block_size},
       {"model", "padded_vocab_size", "rows of the token embedding / LM head (the vocabulary plus padding); 0 = the vocabulary rounded up to a multiple of 64 x tp. A checkpoint resumes under another tp only with the same value", &m.padded_vocab_size},
       {"model", "recompute", "recompute each block's activations in backward instead of keeping them", &m.recompute},
-      {"data", "data", "UTF-8 text file to train on", &c.data},
+      {"data", "data", "UTF-8 text file to train on (a regular file of at most " + std::to_string(data::kMaxDataBytes >> 30) + " GiB)", &c.data},
       {"data", "tokenizer", "'char' (code points of the corpus) or 'byte'", &c.tokenizer},
       {"data", "val_fraction", "last fraction of the file held out for validation", &c.val_fraction},
       {"train", "steps", "optimizer steps", &c.steps},
@@ -60,14 +62,14 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "net_latency_us", "latency of the emulated network in microseconds", &c.net_latency_us},
       {"parallel", "pin_ranks", "'auto': when a node runs more ranks than it has cores and each rank one thread, pin every rank to a core, the ranks of each pipeline stage on different cores (ranks waiting in MPI keep polling, so the OS does not move working ranks apart); 'off': leave placement to the OS", &c.pin_ranks},
       {"parallel", "comm_timeout", "seconds any wait for other ranks (a collective, a pipeline send or receive) may last before the watchdog reports the rank holding the job up and ends the job; 0 = off. The environment variable LOOM_COMM_TIMEOUT overrides the config file, this flag overrides both", &c.comm_timeout},
-      {"run", "out_dir", "run directory: metrics.jsonl and checkpoints", &c.out_dir},
+      {"run", "out_dir", "run directory: metrics.jsonl, memory.json and checkpoints (`loom train` refuses an empty one)", &c.out_dir},
       {"run", "log_every", "print a progress line every N steps", &c.log_every},
       {"run", "eval_every", "validation loss every N steps; 0 = at the end only", &c.eval_every},
       {"run", "eval_batches", "validation batches per evaluation", &c.eval_batches},
       {"run", "checkpoint_every", "save a checkpoint every N steps; 0 = at the end only", &c.checkpoint_every},
       {"run", "keep_checkpoints", "how many recent complete checkpoints to keep (older ones are removed only after a new one is complete)", &c.keep_checkpoints},
       {"run", "checkpoint_format", "'sharded' (a directory: each rank writes its own pieces, then a manifest), 'single' (one file in the serial layout, gathered to rank 0) or 'auto' (sharded when the job has more than one rank). Either loads into any layout", &c.checkpoint_format},
-      {"run", "threads", "compute threads; 0 = all cores", &c.threads},
+      {"run", "threads", "compute threads; 0 = all cores; at most " + std::to_string(kernels::kMaxThreadsPerCpu) + " x the machine's CPUs", &c.threads},
       {"run", "peak_gflops", "peak GFLOP/s for MFU; 0 = measure a GEMM at start-up", &c.peak_gflops},
       {"run", "pipeline_svg", "with pp > 1, write the last step's measured pipeline timeline (ranks x time) to this SVG file", &c.pipeline_svg},
       {"run", "trace", "write a Chrome trace-event file of trace_steps to out_dir/trace.json (open it in Perfetto)", &c.trace},
@@ -118,7 +120,7 @@ void TrainConfig::validate() const {
         "' looks for checkpoints in out_dir: set out_dir");
   check(!overwrite || (resume != "auto" && resume != "latest"), "overwrite deletes the checkpoints resume = '", resume,
         "' would continue from: give one or the other");
-  check(threads >= 0, "threads must be >= 0, got ", threads);
+  kernels::check_thread_count(threads);
   check(pin_ranks == "auto" || pin_ranks == "off", "pin_ranks must be 'auto' or 'off', got '", pin_ranks, "'");
   check(dp >= 1 && pp >= 1 && tp >= 1, "parallel degrees must be >= 1, got dp(", dp, ") x pp(", pp, ") x tp(", tp, ")");
   comm::parse_algorithm(allreduce);  // names the choices when unknown
@@ -345,6 +347,8 @@ void apply_toml_string(TrainConfig& config, const std::string& text, const std::
 }
 
 void apply_toml_file(TrainConfig& config, const std::string& path) {
+  check(data::file_kind(path) != "missing", "cannot open config file '", path, "'");
+  data::check_input_file(path, "config file", data::kMaxConfigBytes);
   std::ifstream in(path);
   check(in.good(), "cannot open config file '", path, "'");
   std::stringstream ss;

@@ -1,10 +1,13 @@
 #include "loom/train/memory_file.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
 #include "loom/comm/byte_transport.hpp"
 #include "loom/error.hpp"
 #include "loom/tensor/memory_tracker.hpp"
+#include "loom/train/sharded_checkpoint.hpp"
 
 namespace loom::train {
 
@@ -27,12 +30,18 @@ nlohmann::json memory_record(int rank, const std::string& name, const plan::Stat
 void write_memory_file(const std::string& path, comm::ProcessGroup& world, const nlohmann::json& mine) {
   const std::vector<std::string> all =
       comm::gather_bytes(world, mine.dump());
-  if (world.rank() != 0) return;
-  nlohmann::json file{{"ranks", nlohmann::json::array()}};
-  for (const std::string& text : all) file["ranks"].push_back(nlohmann::json::parse(text));
-  std::ofstream out(path);
-  out << file.dump(1) << "\n";
-  check(out.good(), "cannot write per-rank memory to '", path, "'");
+  // Rank 0 writes; a failure (a full disk) stops every rank, not rank 0 alone.
+  on_every_rank(world, [&] {
+    if (world.rank() != 0) return;
+    nlohmann::json file{{"ranks", nlohmann::json::array()}};
+    for (const std::string& text : all) file["ranks"].push_back(nlohmann::json::parse(text));
+    std::ofstream out(path);
+    check(out.good(), "cannot open per-rank memory file '", path, "': ", std::strerror(errno));
+    errno = 0;
+    out << file.dump(1) << "\n";
+    out.close();  // the data reaches the disk (or fails to) here, not in the destructor
+    check(!out.fail(), "cannot write per-rank memory to '", path, "': ", errno != 0 ? std::strerror(errno) : "write failed");
+  });
 }
 
 }  // namespace loom::train

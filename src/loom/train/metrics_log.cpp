@@ -1,21 +1,26 @@
 #include "loom/train/metrics_log.hpp"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "loom/error.hpp"
 
 namespace loom::train {
 
-MetricsLog::MetricsLog(const std::string& path) {
+MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   if (path.empty()) return;
   out_.open(path, std::ios::app);
-  check(out_.good(), "cannot open metrics file '", path, "'");
+  check(out_.good(), "cannot open metrics file '", path, "': ", std::strerror(errno));
 }
 
 void MetricsLog::write(const nlohmann::json& record) {
   if (!out_.is_open()) return;
+  errno = 0;
   out_ << record.dump() << '\n';
   out_.flush();
+  // A full disk fails the run here, at the first record it could not keep.
+  check(out_.good(), "cannot write metrics file '", path_, "': ", errno != 0 ? std::strerror(errno) : "write failed");
 }
 
 std::string format_duration(double seconds) {

@@ -13,9 +13,11 @@ class MetricsLog {
  public:
   // An empty path disables the file.
   explicit MetricsLog(const std::string& path);
+  // Appends and flushes one line; loom::Error naming the file when it cannot (a full disk).
   void write(const nlohmann::json& record);
 
  private:
+  std::string path_;
   std::ofstream out_;
 };
 

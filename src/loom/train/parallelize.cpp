@@ -7,6 +7,7 @@
 #include "loom/parallel/pipeline/schedule_file.hpp"
 #include "loom/parallel/zero.hpp"
 #include "loom/train/rank_agreement.hpp"
+#include "loom/train/memory_budget.hpp"
 
 namespace loom::train {
 
@@ -73,6 +74,8 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   // Before any other collective: ranks started with different configurations or binaries
   // would call collectives of different sizes.
   check_ranks_agree(config, world);
+  // Before any model tensor: a model that cannot fit is refused, not allocated until it fails.
+  check_fits_in_memory(training_memory(config), world.ranks_on_node(), "the model");
   Parallelized p;
   // 0. Placement: oversubscribed one-thread ranks pinned to cores, a stage's ranks apart.
   if (config.pin_ranks == "auto" && config.threads == 1) {

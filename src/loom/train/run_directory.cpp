@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "loom/data/input_file.hpp"
 #include "loom/error.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/sharded_checkpoint.hpp"
@@ -169,6 +170,8 @@ RunDirectory::RunDirectory(const TrainConfig& config, comm::ProcessGroup& world,
   if (out_dir_.empty()) return;
   on_every_rank(world_, [&] {
     if (world_.rank() != 0) return;
+    const std::string kind = data::file_kind(out_dir_);
+    check(kind == "missing" || kind == "a directory", "out_dir '", out_dir_, "' is ", kind, ", not a directory");
     auto lock = std::make_unique<RunLock>(out_dir_, quiet_);
     const bool resumes_here = resumes_from_out_dir(config);
     check(!overwrite_ || !resumes_here, "overwrite deletes the run in '", out_dir_, "' that resume = '", config.resume,

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "loom/data/input_file.hpp"
 #include "loom/error.hpp"
 
 namespace loom::train {
@@ -127,6 +128,7 @@ void save_tensor_file(const std::string& path, const TensorFile& file) {
 }
 
 TensorFileReader::TensorFileReader(const std::string& path) : path_(path) {
+  data::check_input_file(path, "tensor file");
   std::ifstream in(path, std::ios::binary);
   check(in.good(), "cannot open '", path, "': ", std::strerror(errno));
   in.seekg(0, std::ios::end);

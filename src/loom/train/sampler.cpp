@@ -9,10 +9,14 @@
 
 namespace loom::train {
 
+void SampleOptions::validate() const {
+  check(temperature >= 0, "temperature must be >= 0, got ", temperature);
+  check(top_k >= 0, "top_k must be >= 0, got ", top_k);
+  check(tokens >= 0 && tokens <= kMaxSampleTokens, "tokens must be between 0 and ", kMaxSampleTokens, ", got ", tokens);
+}
+
 std::string sample_text(nn::GPT& model, const data::Tokenizer& tokenizer, const SampleOptions& o) {
-  check(o.temperature >= 0, "temperature must be >= 0, got ", o.temperature);
-  check(o.top_k >= 0, "top_k must be >= 0, got ", o.top_k);
-  check(o.tokens >= 0, "tokens must be >= 0, got ", o.tokens);
+  o.validate();
   std::vector<int32_t> ids = tokenizer.encode(o.prompt);
   check(!ids.empty(), "the prompt must not be empty");
   const int64_t V = model.config().vocab_size, Vp = model.config().resolved_padded_vocab();

@@ -8,8 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/comm/byte_transport.hpp"
+#include "loom/data/input_file.hpp"
 #include "loom/error.hpp"
 #include "loom/train/checkpoint.hpp"
+#include "loom/train/memory_budget.hpp"
 
 namespace loom::train {
 
@@ -47,6 +49,15 @@ std::string rank_file_name(int rank) {
 }
 
 uint32_t crc_of(const Tensor& t) { return crc32_of(crc32_of(0, nullptr, 0), t.raw(), t.nbytes()); }
+
+// The size of a rank file the manifest of checkpoint dir names; loom::Error unless it is a
+// regular file (a FIFO would block the reader, a directory has no bytes to check).
+int64_t rank_file_size(const std::string& dir, const std::string& name) {
+  const std::string file = (fs::path(dir) / name).string();
+  check(data::file_kind(file) != "missing", "checkpoint '", dir, "' is missing its rank file '", name,
+        "' (named by its manifest)");
+  return data::check_input_file(file, "checkpoint '" + dir + "': rank file");
+}
 
 }  // namespace
 
@@ -152,8 +163,10 @@ void CheckpointReader::verify_files() {
   if (!sharded_) return;  // read whole on opening, its checksum verified
   for (const auto& [name, f] : manifest_.files) {
     const std::string file = (fs::path(path_) / name).string();
+    const int64_t size = rank_file_size(path_, name);
+    check(size == f.bytes, "checkpoint '", path_, "': rank file '", name, "' is ", size, " bytes, the manifest says ",
+          f.bytes, " (truncated or replaced)");
     std::ifstream in(file, std::ios::binary);
-    check(in.good(), "checkpoint '", path_, "' is missing its rank file '", name, "' (named by its manifest)");
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     check(static_cast<int64_t>(bytes.size()) == f.bytes, "checkpoint '", path_, "': rank file '", name, "' is ",
           bytes.size(), " bytes, the manifest says ", f.bytes, " (truncated or replaced)");
@@ -168,8 +181,7 @@ Tensor CheckpointReader::piece_data(const ManifestPiece& piece) {
   auto it = files_.find(piece.file);
   if (it == files_.end()) {
     const std::string file = (fs::path(path_) / piece.file).string();
-    check(fs::exists(file), "checkpoint '", path_, "' is missing its rank file '", piece.file, "' (named by its manifest)");
-    const int64_t bytes = static_cast<int64_t>(fs::file_size(file)), want = manifest_.files.at(piece.file).bytes;
+    const int64_t bytes = rank_file_size(path_, piece.file), want = manifest_.files.at(piece.file).bytes;
     check(bytes == want, "checkpoint '", path_, "': rank file '", piece.file, "' is ", bytes, " bytes, the manifest says ",
           want, " (truncated or replaced)");
     it = files_.emplace(piece.file, std::make_unique<TensorFileReader>(file)).first;
@@ -219,6 +231,14 @@ CheckpointInfo load_state(const std::string& path, const std::vector<StatePiece>
 }
 
 std::map<std::string, Tensor> read_full_state(CheckpointReader& reader) {
+  // The manifest's shapes are input: bounded before they allocate.
+  double bytes = 0.0;
+  for (const auto& [name, t] : reader.manifest().tensors) {
+    double n = 4.0;  // bytes per fp32 element
+    for (const int64_t d : t.shape) n *= static_cast<double>(d);
+    bytes += n;
+  }
+  check_fits_in_memory({bytes, 0.0}, 1, "checkpoint '" + reader.path() + "'");
   std::map<std::string, Tensor> out;
   std::vector<StatePiece> whole;
   for (const auto& [name, t] : reader.manifest().tensors) {

@@ -1,0 +1,112 @@
+#include "loom/train/memory_budget.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "loom/error.hpp"
+#include "loom/plan/memory_model.hpp"
+#include "loom/tensor/memory_tracker.hpp"
+
+namespace loom::train {
+
+namespace {
+
+// The exact formulas count in int64; a model past this many bytes (1 EiB) is refused on a
+// count in doubles, which cannot overflow.
+constexpr double kExactLimit = 0x1p60;
+
+double rough_parameters(const nn::GPTConfig& m) {
+  const double C = static_cast<double>(m.n_embd);
+  return static_cast<double>(m.n_layer) * 12.0 * C * C +
+         static_cast<double>(m.resolved_padded_vocab() + m.block_size) * C;
+}
+
+// Activations of one sequence of T tokens through every layer, and its logits, in doubles.
+double rough_activations(const nn::GPTConfig& m, double B) {
+  const double C = static_cast<double>(m.n_embd), T = static_cast<double>(m.block_size);
+  return 4.0 * B * T *
+         (static_cast<double>(m.n_layer) * (16.0 * C + static_cast<double>(m.n_head) * T) +
+          static_cast<double>(m.resolved_padded_vocab()));
+}
+
+std::string format(double bytes) {
+  return bytes >= kExactLimit ? "more than 1 EiB" : format_bytes(static_cast<int64_t>(bytes));
+}
+
+// A number from a text file: the first integer after key ("MemAvailable:"), or -1.
+int64_t read_number(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string word;
+  while (in >> word)
+    if (key.empty() || word == key) {
+      int64_t n = -1;
+      if (key.empty()) std::istringstream(word) >> n;
+      else in >> n;
+      return n;
+    }
+  return -1;
+}
+
+}  // namespace
+
+MemoryNeed training_memory(const TrainConfig& c) {
+  const nn::GPTConfig& m = c.model;
+  const double B = static_cast<double>(c.batch_size), t = static_cast<double>(c.tp), p = static_cast<double>(c.pp);
+  const double rough = 16.0 * rough_parameters(m) + rough_activations(m, B);
+  if (!(rough < kExactLimit)) return {rough / (t * p), 0.0};
+  // A pipeline rank holds about 1/pp of the blocks and of the parameters.
+  const int64_t layers_here = (m.n_layer + c.pp - 1) / c.pp;
+  const int64_t params_here = m.num_parameters(c.tp) / c.pp;
+  const plan::StateBytes state = plan::model_state_bytes(params_here, static_cast<int>(c.shard_size()),
+                                                         static_cast<int>(c.zero), c.optimizer == "adamw" ? 8 : 4);
+  const int64_t T = m.block_size, C = m.n_embd;
+  const int64_t layer = plan::activation_bytes_per_layer(c.batch_size, T, C, m.n_head, c.tp, c.sequence_parallel);
+  // With recompute a block keeps only its input; one block's activations exist at a time.
+  const int64_t kept = m.recompute ? 4 * c.batch_size * T * C * layers_here + layer : layer * layers_here;
+  const int64_t logits = 4 * c.batch_size * T * (m.resolved_padded_vocab() / c.tp);
+  return {static_cast<double>(state.total()), static_cast<double>(kept + logits)};
+}
+
+MemoryNeed inference_memory(const nn::GPTConfig& m) {
+  const double rough = 4.0 * rough_parameters(m) + rough_activations(m, 1.0);
+  if (!(rough < kExactLimit)) return {rough, 0.0};
+  const int64_t layer = plan::activation_bytes_per_layer(1, m.block_size, m.n_embd, m.n_head, 1, false);
+  return {static_cast<double>(plan::model_state_bytes(m.num_parameters(), 1, 0, 0).params),
+          static_cast<double>(layer * m.n_layer + 4 * m.block_size * m.resolved_padded_vocab())};
+}
+
+AvailableMemory available_memory() {
+  AvailableMemory out;
+  const int64_t kib = read_number("/proc/meminfo", "MemAvailable:");
+  if (kib >= 0) {
+    out = {kib * 1024, "MemAvailable in /proc/meminfo"};
+  } else {
+    out = {static_cast<int64_t>(::sysconf(_SC_AVPHYS_PAGES)) * ::sysconf(_SC_PAGESIZE), "free pages (sysconf)"};
+  }
+  // A container's limit (cgroup v2) binds before the machine's memory does.
+  const int64_t limit = read_number("/sys/fs/cgroup/memory.max", "");
+  const int64_t used = read_number("/sys/fs/cgroup/memory.current", "");
+  if (limit > 0 && used >= 0 && limit - used < out.bytes)
+    out = {std::max<int64_t>(0, limit - used), "the cgroup's memory.max less memory.current"};
+  return out;
+}
+
+std::string describe(const MemoryNeed& need) {
+  return format(need.total()) + " (state " + format(need.state) + " + activations " + format(need.activations) + ")";
+}
+
+void check_fits_in_memory(const MemoryNeed& need, int ranks_on_host, const std::string& what) {
+  const AvailableMemory available = available_memory();
+  const double wanted = need.total() * std::max(1, ranks_on_host);
+  check(wanted <= static_cast<double>(available.bytes), what, " needs ", describe(need), " per rank",
+        ranks_on_host > 1 ? " x " + std::to_string(ranks_on_host) + " ranks on this host" : "",
+        ", as `loom train --dry-run` predicts, more than the ", format_bytes(available.bytes),
+        " this machine has available (", available.source,
+        "); make the model smaller (n_layer, n_embd, block_size, batch_size) or shard it over more ranks");
+}
+
+}  // namespace loom::train

@@ -1,0 +1,41 @@
+// Bad input is bounded before it allocates: a model's memory, predicted per rank with the
+// planner's formulas (plan/memory_model.hpp, the numbers `loom train --dry-run` prints), is
+// checked against what this machine has available before any model tensor exists. The
+// prediction counts the model state and one micro-batch's activations, a lower bound of what
+// a run holds, so a model refused here could never have run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "loom/nn/gpt.hpp"
+#include "loom/train/config.hpp"
+
+namespace loom::train {
+
+struct MemoryNeed {
+  double state = 0;        // bytes: parameters, gradients and optimizer state (sampling: parameters)
+  double activations = 0;  // bytes: one micro-batch's through this rank's blocks, and its logits
+  double total() const { return state + activations; }
+};
+
+// Per rank, to train config under its layout, ZeRO stage and optimizer.
+MemoryNeed training_memory(const TrainConfig& config);
+// To sample one sequence from model.
+MemoryNeed inference_memory(const nn::GPTConfig& model);
+
+struct AvailableMemory {
+  int64_t bytes = 0;
+  std::string source;  // where the number comes from, for messages
+};
+// MemAvailable of /proc/meminfo (else free pages x page size), capped by a cgroup's limit.
+AvailableMemory available_memory();
+
+// "12.0 GiB (state 11.9 GiB + activations 96.0 MiB)"
+std::string describe(const MemoryNeed& need);
+
+// loom::Error naming what, the need and the memory available when ranks_on_host x need
+// exceeds it.
+void check_fits_in_memory(const MemoryNeed& need, int ranks_on_host, const std::string& what);
+
+}  // namespace loom::train

@@ -1,0 +1,39 @@
+// The run's metrics files on a full disk: /dev/full accepts an open and fails every write
+// with ENOSPC, so a write that is not checked leaves an empty file while training goes on.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "loom/comm/process_group.hpp"
+#include "loom/train/memory_file.hpp"
+#include "loom/train/metrics_log.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using loom::testing::error_of;
+
+TEST(Metrics, AFullDiskFailsTheMetricsLogNamingTheFile) {
+  loom::train::MetricsLog log("/dev/full");
+  EXPECT_EQ(error_of([&] { log.write({{"kind", "train"}, {"step", 1}}); }),
+            "cannot write metrics file '/dev/full': No space left on device");
+  const std::filesystem::path dir = loom::testing::fresh_temp_dir("loom_metrics_log");
+  loom::train::MetricsLog ok((dir / "metrics.jsonl").string());
+  ok.write({{"step", 1}});
+  EXPECT_EQ(loom::testing::read_file(dir / "metrics.jsonl"), "{\"step\":1}\n");
+  EXPECT_EQ(error_of([] { loom::train::MetricsLog("/nonexistent/dir/metrics.jsonl"); }),
+            "cannot open metrics file '/nonexistent/dir/metrics.jsonl': No such file or directory");
+}
+
+TEST(Metrics, AFullDiskFailsTheMemoryFileNamingTheFile) {
+  auto world = loom::comm::ProcessGroup::single_process();
+  const nlohmann::json record = loom::train::memory_record(0, "rank 0", {}, 0);
+  EXPECT_EQ(error_of([&] { loom::train::write_memory_file("/dev/full", *world, record); }),
+            "cannot write per-rank memory to '/dev/full': No space left on device");
+  const std::filesystem::path dir = loom::testing::fresh_temp_dir("loom_memory_file");
+  loom::train::write_memory_file((dir / "memory.json").string(), *world, record);
+  EXPECT_NE(loom::testing::read_file(dir / "memory.json").find("\"ranks\""), std::string::npos);
+}
+
+}  // namespace
