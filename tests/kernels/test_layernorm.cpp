@@ -16,14 +16,14 @@ using loom::testing::central_differences;
 using loom::testing::expect_deterministic_across_threads;
 using loom::testing::random_vector;
 
-struct Ref {
+struct LayerNormRef {
   std::vector<float> out, mean, rstd, dinp, dweight, dbias;
 };
 
 // Plain loops in double, straight from the definition.
-Ref reference(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& b,
+LayerNormRef reference(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& b,
               const std::vector<float>& dout, int64_t N, int64_t C) {
-  Ref r{std::vector<float>(N * C), std::vector<float>(N), std::vector<float>(N), std::vector<float>(N * C),
+  LayerNormRef r{std::vector<float>(N * C), std::vector<float>(N), std::vector<float>(N), std::vector<float>(N * C),
         std::vector<float>(C), std::vector<float>(C)};
   std::vector<double> dw(C, 0.0), db(C, 0.0);
   for (int64_t n = 0; n < N; ++n) {
@@ -67,7 +67,7 @@ void check_against_reference(int64_t N, int64_t C, float offset) {
   auto x = random_vector(N * C, 1, -2.0f + offset, 2.0f + offset);
   const auto w = random_vector(C, 2, 0.5f, 1.5f), b = random_vector(C, 3);
   const auto dout = random_vector(N * C, 4);
-  const Ref ref = reference(x, w, b, dout, N, C);
+  const LayerNormRef ref = reference(x, w, b, dout, N, C);
   std::vector<float> out(N * C), mean(N), rstd(N), dinp(N * C), dw(C, 0.0f), db(C, 0.0f);
   layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
   EXPECT_TRUE(all_close(out, ref.out, 1e-4, 1e-5, "out"));

@@ -17,7 +17,7 @@
 #include "parallel/equivalence.hpp"
 #include "test_util.hpp"
 
-namespace loom::parallel {
+namespace loom::parallel::equivalence_table_test {
 namespace {
 
 using loom::testing::world;
@@ -154,4 +154,4 @@ TEST(GradientCheck, FailsOnAGradientScaledByTwoOnOneRank) {
 }
 
 }  // namespace
-}  // namespace loom::parallel
+}  // namespace loom::parallel::equivalence_table_test

@@ -17,7 +17,7 @@
 #include "loom/parallel/zero.hpp"
 #include "test_util.hpp"
 
-namespace loom::parallel {
+namespace loom::parallel::gradient_sync_test {
 namespace {
 
 using loom::testing::all_close;
@@ -140,4 +140,4 @@ INSTANTIATE_TEST_SUITE_P(DdpAndZero, GradientSyncFace,
                          });
 
 }  // namespace
-}  // namespace loom::parallel
+}  // namespace loom::parallel::gradient_sync_test

@@ -15,7 +15,7 @@
 #include "loom/train/parallelize.hpp"
 #include "tiny_config.hpp"
 
-namespace loom::train {
+namespace loom::train::parallelize_test {
 namespace {
 
 using loom::testing::world;
@@ -136,4 +136,4 @@ TEST(Parallelize, RanksThatDisagreeStopOnEveryRank) {
 }
 
 }  // namespace
-}  // namespace loom::train
+}  // namespace loom::train::parallelize_test

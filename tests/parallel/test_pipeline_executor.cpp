@@ -25,7 +25,7 @@
 #include "loom/parallel/pipeline/schedule_file.hpp"
 #include "test_util.hpp"
 
-namespace loom::parallel::pipeline {
+namespace loom::parallel::pipeline::executor_test {
 namespace {
 
 using loom::testing::all_close;
@@ -228,4 +228,4 @@ TEST(PipelineExecutor, SendingWhatWasNeverComputedIsNamed) {
 }
 
 }  // namespace
-}  // namespace loom::parallel::pipeline
+}  // namespace loom::parallel::pipeline::executor_test

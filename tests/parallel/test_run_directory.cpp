@@ -15,7 +15,7 @@
 #include "parallel/equivalence.hpp"
 #include "test_util.hpp"
 
-namespace loom::parallel {
+namespace loom::parallel::run_directory_test {
 namespace {
 
 using loom::testing::error_of;
@@ -52,4 +52,4 @@ TEST(RunDirectoryMpi, ADirectoryInUseStopsEveryRank) {
 }
 
 }  // namespace
-}  // namespace loom::parallel
+}  // namespace loom::parallel::run_directory_test
