@@ -149,7 +149,9 @@ TEST(LayerNorm, BitIdenticalForFixedThreadCount) {
         out.insert(out.end(), db.begin(), db.end());
         return out;
       },
-      1e-5, 1e-5);
+      // dweight/dbias sum 512 rows in a thread-dependent order: terms up to ~2, so fp32
+      // rounding allows ~512 x 2 x 6e-8 = 6e-5 between the orders (seen: 1.8e-5 on AVX-512).
+      1e-5, 1e-4);
 }
 
 }  // namespace
