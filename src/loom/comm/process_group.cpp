@@ -235,13 +235,18 @@ void ProcessGroup::all_gather(const Tensor& in, Tensor& out, AllReduceAlgorithm 
   all_gather_async(in.f32(), out.f32(), in.numel(), algorithm).wait();
 }
 
-Work ProcessGroup::broadcast_async(float* data, int64_t n, int root) {
+// One broadcast for floats and bytes: they differ only in the element type.
+Work ProcessGroup::broadcast_typed(void* data, int64_t n, int root, MPI_Datatype type, const char* op, int element_bytes) {
   check(root >= 0 && root < size_, "broadcast root ", root, " is not a rank of group '", name_, "' (size ", size_, ")");
   if (single_process_) return Work::completed();
   MPI_Comm comm = collective_comm_;
-  return submit("broadcast", n, [=]() {
-    check_mpi(MPI_Bcast(data, mpi_count(n), MPI_FLOAT, root, comm), "MPI_Bcast");
-  });
+  return submit(op, n, [=]() {
+    check_mpi(MPI_Bcast(data, mpi_count(n), type, root, comm), "MPI_Bcast");
+  }, -1, element_bytes);
+}
+
+Work ProcessGroup::broadcast_async(float* data, int64_t n, int root) {
+  return broadcast_typed(data, n, root, MPI_FLOAT, "broadcast", 4);
 }
 
 void ProcessGroup::broadcast(Tensor& t, int root) { broadcast_async(t.f32(), t.numel(), root).wait(); }
@@ -315,12 +320,7 @@ Work ProcessGroup::barrier_async() {
 void ProcessGroup::barrier() { barrier_async().wait(); }
 
 Work ProcessGroup::broadcast_bytes_async(void* data, int64_t n, int root) {
-  check(root >= 0 && root < size_, "broadcast root ", root, " is not a rank of group '", name_, "' (size ", size_, ")");
-  if (single_process_) return Work::completed();
-  MPI_Comm comm = collective_comm_;
-  return submit("broadcast_bytes", n, [=]() {
-    check_mpi(MPI_Bcast(data, mpi_count(n), MPI_BYTE, root, comm), "MPI_Bcast");
-  }, -1, 1);
+  return broadcast_typed(data, n, root, MPI_BYTE, "broadcast_bytes", 1);
 }
 
 Work ProcessGroup::all_gather_bytes_async(const void* in, void* out, int64_t n) {

@@ -133,6 +133,7 @@ class ProcessGroup {
  private:
   // n and payload count elements of element_bytes (4: floats; 1: bytes); payload: those of
   // the whole tensor the collective works on (counted in stats()).
+  Work broadcast_typed(void* data, int64_t n, int root, MPI_Datatype type, const char* op, int element_bytes);
   Work submit(const std::string& op, int64_t n, std::function<void()> body, int64_t payload = -1,
               int element_bytes = sizeof(float));
   // A point-to-point transfer with group rank peer, watched.
