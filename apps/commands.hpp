@@ -26,6 +26,8 @@ Runner add_verify_command(CLI::App& app);
 Runner add_plan_command(CLI::App& app);
 Runner add_report_command(CLI::App& app);
 Runner add_convert_command(CLI::App& app);
+Runner add_eval_command(CLI::App& app);      // eval_command.cpp
+Runner add_tokenize_command(CLI::App& app);  // tokenize_command.cpp
 // `loom bench comm` (in bench_comm_command.cpp); sets runner for when it is chosen.
 void add_comm_bench(CLI::App& bench, Runner& runner);
 

@@ -3,6 +3,7 @@
 // directory for a layout (under mpirun, dp x pp x tp processes): the layout's trainer loads
 // the checkpoint through the same re-sharding path a resume takes and writes its own pieces
 // as a sharded checkpoint, so a converted checkpoint is exactly what that layout would save.
+// --from-gpt2 DIR: GPT-2's released weights and tokenizer into a Loom checkpoint (gpt2_import.hpp).
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "commands.hpp"
 #include "loom/error.hpp"
 #include "loom/train/checkpoint.hpp"
+#include "loom/train/gpt2_import.hpp"
 #include "loom/train/sharded_checkpoint.hpp"
 #include "loom/train/trainer.hpp"
 
@@ -17,7 +19,7 @@ namespace loom::apps {
 
 namespace {
 struct ConvertArgs {
-  std::string from, to, data;
+  std::string from, from_gpt2, to, data;
   int64_t dp = 1, pp = 1, tp = 1, zero = 0, chunks = 1, hsdp_shard = 0;
   bool sequence_parallel = false;
 };
@@ -59,7 +61,11 @@ train::TrainConfig target_config(const ConvertArgs& a, const std::string& from) 
 
 Runner add_convert_command(CLI::App& sub) {
   auto args = std::make_shared<ConvertArgs>();
-  sub.add_option("--from", args->from, "checkpoint: a file, a sharded checkpoint directory or a run directory")->required();
+  sub.add_option("--from", args->from, "checkpoint: a file, a sharded checkpoint directory or a run directory");
+  sub.add_option("--from-gpt2", args->from_gpt2,
+                 "a GPT-2 checkpoint directory as its releases ship it (config.json, model.safetensors, vocab.json, "
+                 "merges.txt): written to --to (a FILE.safetensors or a new run directory) for loom sample and "
+                 "loom train --resume");
   sub.add_option("--to", args->to,
                  "FILE.safetensors: one file in the serial layout; else a run directory to write a sharded "
                  "checkpoint for the layout given (run under mpirun -np dp*pp*tp)")
@@ -74,6 +80,13 @@ Runner add_convert_command(CLI::App& sub) {
   sub.add_option("--data", args->data, "the training text, when not at the path the checkpoint's configuration names");
   return [args]() {
     check(!args->to.empty(), "--to is empty: give a FILE.safetensors or a run directory");
+    check(args->from.empty() != args->from_gpt2.empty(), "give one of --from (a Loom checkpoint) or --from-gpt2 DIR");
+    if (!args->from_gpt2.empty()) {
+      check(args->dp * args->pp * args->tp == 1, "--from-gpt2 writes the serial layout; re-shard the result with --from");
+      const std::string path = train::convert_gpt2_checkpoint(args->from_gpt2, args->to);
+      std::printf("wrote %s from the GPT-2 checkpoint %s\n", path.c_str(), args->from_gpt2.c_str());
+      return 0;
+    }
     const std::string from = train::resolve_checkpoint_path(args->from);
     if (args->to.ends_with(".safetensors")) {
       check(args->dp * args->pp * args->tp == 1, "converting to one file takes no layout; write a directory for dp(",

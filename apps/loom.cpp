@@ -64,6 +64,11 @@ int main(int argc, char** argv) {
       "re-shard a checkpoint: to one file, or to a sharded checkpoint for another layout "
       "(example: mpirun -np 4 loom convert --from runs/a --to runs/b --dp 2 --tp 2)",
       loom::apps::add_convert_command);
+  add("eval", "perplexity of a checkpoint on a text file (example: loom eval --checkpoint runs/gpt2 --data test.txt)",
+      loom::apps::add_eval_command);
+  add("tokenize", "write a text's token ids to a token file that loom train --data reads memory-mapped "
+      "(example: loom tokenize --tokenizer gpt2 --tokenizer-dir gpt2 corpus.txt corpus.tok)",
+      loom::apps::add_tokenize_command);
   add("config-reference", "print the configuration reference as Markdown (example: loom config-reference > docs/configuration.md)", loom::apps::add_config_reference_command);
   try {
     app.parse(argc, argv);

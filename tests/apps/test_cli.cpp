@@ -25,7 +25,7 @@ using loom::testing::temp_path;
 
 TEST(Cli, EverySubcommandHasHelpWithAnExample) {
   for (const std::string sub : {"train", "sample", "bench", "schedule", "verify", "plan", "report", "convert",
-                                "config-reference"}) {
+                                "eval", "tokenize", "config-reference"}) {
     const Result r = run_loom(sub + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub << "\n" << r.output;
     EXPECT_NE(r.output.find("(example: "), std::string::npos) << sub << " --help printed:\n" << r.output;

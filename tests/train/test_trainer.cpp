@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "loom/data/token_file.hpp"
 #include "loom/error.hpp"
 #include "loom/train/trainer.hpp"
 #include "test_util.hpp"
@@ -187,6 +188,25 @@ TEST(Trainer, DemoModelLearnsInAShortRun) {
   EXPECT_LT(after, 2.7f) << "val loss only went from " << before << " to " << after;
   EXPECT_TRUE(fs::exists(fs::path(c.out_dir) / "latest"));
   EXPECT_TRUE(fs::exists(fs::path(c.out_dir) / "metrics.jsonl"));
+}
+
+}  // namespace
+}  // namespace loom::train
+
+namespace loom::train {
+namespace {
+
+// A token file (`loom tokenize`) trains to the very losses of the text it came from, and
+// resumes bit-exactly, as the text does.
+TEST(Trainer, TokenFileTrainsAsItsTextAndResumesBitExact) {
+  TrainConfig text = tiny_run("token_text");
+  TrainConfig tokens = tiny_run("token_file");
+  tokens.data = (fs::path(tokens.out_dir).parent_path() / "loom_train_tinyshakespeare.tok").string();
+  data::tokenize_text_file(text.data, tokens.data, "char");
+  Trainer from_text(text, true), from_tokens(tokens, true);
+  EXPECT_EQ(losses_of(from_tokens, 4), losses_of(from_text, 4));
+  EXPECT_EQ(from_tokens.evaluate(), from_text.evaluate());
+  expect_bit_exact_resume(tokens);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "loom/data/gpt2_tokenizer.hpp"
 #include "loom/error.hpp"
 
 namespace loom::data {
@@ -106,15 +107,21 @@ std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
   return out;
 }
 
-std::unique_ptr<Tokenizer> Tokenizer::create(const std::string& kind, std::string_view text) {
+std::unique_ptr<Tokenizer> Tokenizer::create(const std::string& kind, std::string_view text, const std::string& files) {
   if (kind == "char") return std::make_unique<CharTokenizer>(CharTokenizer::from_text(text));
   if (kind == "byte") return std::make_unique<ByteTokenizer>();
-  fail("unknown tokenizer '", kind, "' (expected 'char' or 'byte')");
+  if (kind == "gpt2") {
+    check(!files.empty(), "the gpt2 tokenizer reads vocab.json and merges.txt: name their directory (tokenizer_dir)");
+    return std::make_unique<Gpt2Tokenizer>(Gpt2Tokenizer::from_files(files));
+  }
+  fail("unknown tokenizer '", kind, "' (expected 'char', 'byte' or 'gpt2')");
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_spec(const std::string& spec) {
   if (spec == "byte") return std::make_unique<ByteTokenizer>();
   if (spec.rfind("char:", 0) == 0) return std::make_unique<CharTokenizer>(utf8_decode(spec.substr(5)));
+  if (spec.rfind("gpt2:", 0) == 0)
+    return std::make_unique<Gpt2Tokenizer>(Gpt2Tokenizer::from_spec_body(std::string_view(spec).substr(5)));
   fail("unknown tokenizer spec '", spec.substr(0, 16), "'");
 }
 

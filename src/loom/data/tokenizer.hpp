@@ -1,5 +1,5 @@
 // Tokenizers for text files: character-level (the distinct Unicode code points of the
-// corpus, sorted) and byte-level (256 ids, any file). A tokenizer is fully described by
+// corpus, sorted), byte-level (256 ids, any file) and GPT-2's byte-level BPE (gpt2_tokenizer.hpp). A tokenizer is fully described by
 // its spec string, which checkpoints keep so `loom sample` decodes exactly as training did.
 #pragma once
 
@@ -17,11 +17,13 @@ class Tokenizer {
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   virtual int64_t vocab_size() const = 0;
-  // "char:<vocabulary as UTF-8>" or "byte".
+  // "char:<vocabulary as UTF-8>", "byte" or "gpt2:<vocabulary and merges>" (gpt2_tokenizer.hpp).
   virtual std::string spec() const = 0;
 
-  // Builds the tokenizer named by kind ("char" learns its vocabulary from text, "byte").
-  static std::unique_ptr<Tokenizer> create(const std::string& kind, std::string_view text);
+  // Builds the tokenizer named by kind ("char" learns its vocabulary from text, "byte",
+  // "gpt2" reads vocab.json and merges.txt from the directory `files`).
+  static std::unique_ptr<Tokenizer> create(const std::string& kind, std::string_view text,
+                                           const std::string& files = "");
   static std::unique_ptr<Tokenizer> from_spec(const std::string& spec);
 };
 

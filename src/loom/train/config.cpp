@@ -28,7 +28,8 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"model", "padded_vocab_size", "rows of the token embedding / LM head (the vocabulary plus padding); 0 = the vocabulary rounded up to a multiple of 64 x tp. A checkpoint resumes under another tp only with the same value", &m.padded_vocab_size},
       {"model", "recompute", "recompute each block's activations in backward instead of keeping them", &m.recompute},
       {"data", "data", "UTF-8 text file to train on (a regular file of at most " + std::to_string(data::kMaxDataBytes >> 30) + " GiB)", &c.data},
-      {"data", "tokenizer", "'char' (code points of the corpus) or 'byte'", &c.tokenizer},
+      {"data", "tokenizer", "'char' (code points of the corpus), 'byte' or 'gpt2' (GPT-2's byte-level BPE, read from tokenizer_dir)", &c.tokenizer},
+      {"data", "tokenizer_dir", "with tokenizer = 'gpt2': the directory holding GPT-2's vocab.json and merges.txt", &c.tokenizer_dir},
       {"data", "val_fraction", "last fraction of the file held out for validation", &c.val_fraction},
       {"train", "steps", "optimizer steps", &c.steps},
       {"train", "batch_size", "sequences per micro-batch (B)", &c.batch_size},
@@ -104,7 +105,10 @@ void TrainConfig::validate() const {
   check(micro_batches >= 1, "micro_batches must be >= 1, got ", micro_batches);
   check(on_nan == "stop" || on_nan == "skip", "on_nan must be 'stop' or 'skip', got '", on_nan, "'");
   check(optimizer == "adamw" || optimizer == "sgd", "optimizer must be 'adamw' or 'sgd', got '", optimizer, "'");
-  check(tokenizer == "char" || tokenizer == "byte", "tokenizer must be 'char' or 'byte', got '", tokenizer, "'");
+  check(tokenizer == "char" || tokenizer == "byte" || tokenizer == "gpt2",
+        "tokenizer must be 'char', 'byte' or 'gpt2', got '", tokenizer, "'");
+  check(tokenizer != "gpt2" || !tokenizer_dir.empty(),
+        "tokenizer = 'gpt2' reads vocab.json and merges.txt: set tokenizer_dir to their directory");
   check(lr > 0, "lr must be > 0, got ", lr);
   check(min_lr >= 0 && min_lr <= lr, "min_lr must be in [0, lr], got ", min_lr);
   check(warmup_steps >= 0 && decay_steps >= 0, "warmup_steps and decay_steps must be >= 0");

@@ -19,6 +19,7 @@ struct TrainConfig {
   // [data]
   std::string data = "data/tinyshakespeare.txt";
   std::string tokenizer = "char";
+  std::string tokenizer_dir;  // tokenizer "gpt2": where vocab.json and merges.txt are
   double val_fraction = 0.1;
 
   // [train]
