@@ -133,6 +133,32 @@ TEST(Gpt2Import, ConvertedCheckpointSamplesWithGpt2TokensAndResumesTraining) {
   r = testing::run_loom("train" + common + " --resume " + run.string() + " --out-dir " + (ref / "trained").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  // The same text as a token file (GPT-2's tokenizer, the converted files) resumes alike.
+  const std::string tokens = (ref / "corpus.tok").string();
+  r = testing::run_loom("tokenize --tokenizer gpt2 --tokenizer-dir " + good.string() + " " + (ref / "corpus.txt").string() +
+                        " " + tokens);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string sizes = " --n-layer 2 --n-head 4 --n-embd 32 --block-size 16 --batch-size 2 --steps 2 --threads 1"
+                            " --warmup-steps 0 --eval-batches 1";
+  r = testing::run_loom("train --data " + tokens + sizes + " --resume " + run.string() + " --out-dir " +
+                        (ref / "trained_tokens").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto losses = [](const fs::path& run_dir) {
+    std::string out;
+    std::ifstream in(run_dir / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json record = nlohmann::json::parse(line);
+      if (record.value("kind", "") == "train") out += record.at("loss").dump() + " ";
+    }
+    return out;
+  };
+  EXPECT_FALSE(losses(ref / "trained").empty());
+  EXPECT_EQ(losses(ref / "trained_tokens"), losses(ref / "trained"));
+  // Its perplexity on the text.
+  r = testing::run_loom("eval --checkpoint " + run.string() + " --data " + (ref / "corpus.txt").string() + " --threads 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("nats/token"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bits/byte"), std::string::npos) << r.output;
   // A tokenizer other than the checkpoint's is refused by name.
   r = testing::run_loom("train" + common + " --tokenizer byte --resume " + run.string() + " --out-dir " +
                         (ref / "other").string());
