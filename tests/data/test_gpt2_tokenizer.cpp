@@ -144,14 +144,7 @@ TEST(Gpt2Tokenizer, MatchesPythonReference) {
   EXPECT_EQ(again->encode(texts[0]), tok->encode(texts[0]));
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 TEST(Gpt2Tokenizer, MalformedFilesNameFileAndLine) {
   const fs::path dir = testing::fresh_temp_dir("loom_gpt2_bad_files");

@@ -20,14 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 // A text with long lines, blank-line runs, spaces before newlines and non-ASCII characters,
 // so small pieces end at many kinds of places.

@@ -36,14 +36,7 @@ fs::path make_reference(const std::string& name) {
   return dir;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 TEST(Gpt2Import, LogitsEqualPyTorchsAndBrokenCheckpointsAreErrors) {
   const fs::path ref = make_reference("loom_gpt2_import");

@@ -24,21 +24,10 @@ struct CodePoint {
 std::vector<CodePoint> lenient_code_points(std::string_view text) {
   std::vector<CodePoint> out;
   out.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto b0 = static_cast<unsigned char>(text[i]);
-    const int extra = b0 < 0x80 ? 0 : (b0 >> 5) == 0x6 ? 1 : (b0 >> 4) == 0xE ? 2 : (b0 >> 3) == 0x1E ? 3 : -1;
-    char32_t cp = extra == 0 ? b0 : extra == 1 ? (b0 & 0x1F) : extra == 2 ? (b0 & 0x0F) : (b0 & 0x07);
-    bool valid = extra >= 0 && i + static_cast<size_t>(extra) < text.size();
-    for (int k = 1; valid && k <= extra; ++k) {
-      const auto b = static_cast<unsigned char>(text[i + k]);
-      valid = (b >> 6) == 0x2;
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    static constexpr char32_t kSmallest[] = {0, 0x80, 0x800, 0x10000};
-    valid = valid && cp >= kSmallest[extra] && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
-    const size_t n = valid ? static_cast<size_t>(extra) + 1 : 1;
-    out.push_back({valid ? cp : kInvalid, i, i + n});
+  for (size_t i = 0; i < text.size();) {
+    const Utf8Step s = utf8_step(text, i);
+    const size_t n = s.problem == Utf8Step::None ? s.length : 1;
+    out.push_back({s.problem == Utf8Step::None ? s.code_point : kInvalid, i, i + n});
     i += n;
   }
   return out;

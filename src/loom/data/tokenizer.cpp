@@ -8,28 +8,35 @@
 
 namespace loom::data {
 
+Utf8Step utf8_step(std::string_view text, size_t i) {
+  const auto b0 = static_cast<unsigned char>(text[i]);
+  const int extra = b0 < 0x80 ? 0 : (b0 >> 5) == 0x6 ? 1 : (b0 >> 4) == 0xE ? 2 : (b0 >> 3) == 0x1E ? 3 : -1;
+  if (extra < 0) return {0, 0, Utf8Step::Invalid, i};
+  char32_t cp = extra == 0 ? b0 : extra == 1 ? (b0 & 0x1F) : extra == 2 ? (b0 & 0x0F) : (b0 & 0x07);
+  for (int k = 1; k <= extra; ++k) {
+    if (i + k >= text.size()) return {0, 0, Utf8Step::Truncated, i};
+    const auto b = static_cast<unsigned char>(text[i + k]);
+    if ((b >> 6) != 0x2) return {0, 0, Utf8Step::Invalid, i + k};
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  // The shortest form only (an overlong one would decode two byte strings to one code
+  // point), and no UTF-16 surrogates or values past U+10FFFF, which have no encoding.
+  static constexpr char32_t kSmallest[] = {0, 0x80, 0x800, 0x10000};
+  if (cp < kSmallest[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return {0, 0, Utf8Step::NotShortest, i};
+  return {cp, static_cast<size_t>(extra) + 1, Utf8Step::None, 0};
+}
+
 std::vector<char32_t> utf8_decode(std::string_view text) {
   std::vector<char32_t> out;
   out.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto b0 = static_cast<unsigned char>(text[i]);
-    int extra = b0 < 0x80 ? 0 : (b0 >> 5) == 0x6 ? 1 : (b0 >> 4) == 0xE ? 2 : (b0 >> 3) == 0x1E ? 3 : -1;
-    check(extra >= 0, "invalid UTF-8 at byte offset ", i);
-    char32_t cp = extra == 0 ? b0 : extra == 1 ? (b0 & 0x1F) : extra == 2 ? (b0 & 0x0F) : (b0 & 0x07);
-    for (int k = 1; k <= extra; ++k) {
-      check(i + k < text.size(), "truncated UTF-8 sequence at byte offset ", i);
-      const auto b = static_cast<unsigned char>(text[i + k]);
-      check((b >> 6) == 0x2, "invalid UTF-8 at byte offset ", i + k);
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    // The shortest form only (an overlong one would decode two byte strings to one code
-    // point), and no UTF-16 surrogates or values past U+10FFFF, which have no encoding.
-    static constexpr char32_t kSmallest[] = {0, 0x80, 0x800, 0x10000};
-    check(cp >= kSmallest[extra] && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF), "invalid UTF-8 at byte offset ", i,
+  for (size_t i = 0; i < text.size();) {
+    const Utf8Step s = utf8_step(text, i);
+    check(s.problem != Utf8Step::Invalid, "invalid UTF-8 at byte offset ", s.problem_at);
+    check(s.problem != Utf8Step::Truncated, "truncated UTF-8 sequence at byte offset ", s.problem_at);
+    check(s.problem != Utf8Step::NotShortest, "invalid UTF-8 at byte offset ", s.problem_at,
           " (an overlong form, a surrogate or a value past U+10FFFF)");
-    out.push_back(cp);
-    i += static_cast<size_t>(extra) + 1;
+    out.push_back(s.code_point);
+    i += s.length;
   }
   return out;
 }

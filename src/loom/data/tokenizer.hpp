@@ -48,6 +48,19 @@ class ByteTokenizer : public Tokenizer {
   std::string spec() const override { return "byte"; }
 };
 
+// The code point whose UTF-8 encoding starts at text[at], or why the bytes there are not
+// one: a byte that starts no sequence or is no continuation (Invalid, at that byte), a
+// sequence cut off by the end (Truncated), or not the shortest form of a scalar value
+// (NotShortest: an overlong form, a surrogate or a value past U+10FFFF).
+struct Utf8Step {
+  enum Problem { None, Invalid, Truncated, NotShortest };
+  char32_t code_point = 0;
+  size_t length = 0;  // bytes; 0 unless problem == None
+  Problem problem = None;
+  size_t problem_at = 0;  // byte offset
+};
+Utf8Step utf8_step(std::string_view text, size_t at);
+
 // UTF-8 <-> code points; throws loom::Error naming the byte offset of invalid input.
 std::vector<char32_t> utf8_decode(std::string_view text);
 std::string utf8_encode(const std::vector<char32_t>& code_points);
