@@ -242,10 +242,18 @@ void Gpt2Tokenizer::merge_pieces(std::vector<int32_t>& symbols) const {
 std::vector<int32_t> Gpt2Tokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
   std::vector<int32_t> symbols;
+  // Text repeats its words: each distinct piece is merged once per call, then copied.
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> done;  // piece -> its ids' range in `ids`
   for (std::string_view piece : gpt2_pre_split(text)) {
+    if (auto it = done.find(piece); it != done.end()) {
+      const auto [begin, end] = it->second;
+      for (size_t i = begin; i < end; ++i) ids.push_back(ids[i]);
+      continue;
+    }
     symbols.clear();
     for (char c : piece) symbols.push_back(byte_token_[static_cast<uint8_t>(c)]);
     merge_pieces(symbols);
+    done.emplace(piece, std::pair{ids.size(), ids.size() + symbols.size()});
     ids.insert(ids.end(), symbols.begin(), symbols.end());
   }
   return ids;
