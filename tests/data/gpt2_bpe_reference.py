@@ -34,8 +34,16 @@ def char_class(ranges):
     return "".join(re.escape(chr(a)) if a == b else re.escape(chr(a)) + "-" + re.escape(chr(b)) for a, b in ranges)
 
 
-L, N, S = char_class(category_ranges("L")), char_class(category_ranges("N")), char_class(WHITE_SPACE)
-PATTERN = re.compile(rf"""'s|'t|'re|'ve|'m|'ll|'d| ?[{L}]+| ?[{N}]+| ?[^{S}{L}{N}]+|[{S}]+(?![^{S}])|[{S}]+""")
+_pattern = None
+
+
+def pattern():
+    """GPT-2's pattern, built on first use (scanning Unicode takes a second)."""
+    global _pattern
+    if _pattern is None:
+        L, N, S = char_class(category_ranges("L")), char_class(category_ranges("N")), char_class(WHITE_SPACE)
+        _pattern = re.compile(rf"""'s|'t|'re|'ve|'m|'ll|'d| ?[{L}]+| ?[{N}]+| ?[^{S}{L}{N}]+|[{S}]+(?![^{S}])|[{S}]+""")
+    return _pattern
 
 
 def bytes_to_unicode():
@@ -50,11 +58,11 @@ def bytes_to_unicode():
     return dict(zip(bs, map(chr, cs)))
 
 
-BYTE_ENCODER = bytes_to_unicode()
+BYTE_ENCODER = bytes_to_unicode()  # byte -> its stand-in character, in GPT-2's id order
 
 
 def pieces(text):
-    return ["".join(BYTE_ENCODER[b] for b in tok.encode("utf-8")) for tok in PATTERN.findall(text)]
+    return ["".join(BYTE_ENCODER[b] for b in tok.encode("utf-8")) for tok in pattern().findall(text)]
 
 
 def learn_merges(text, count):
@@ -120,7 +128,7 @@ def main(out_dir):
         f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
     ranks = {m: i for i, m in enumerate(merges)}
     expected = [[vocab[t] for p in pieces(text) for t in bpe(p, ranks)] for text in texts]
-    split = [PATTERN.findall(text) for text in texts]
+    split = [pattern().findall(text) for text in texts]
     with open(os.path.join(out_dir, "expected.json"), "w", encoding="utf-8") as f:
         json.dump({"ids": expected, "pieces": split, "merges": len(merges)}, f)
 

@@ -15,24 +15,16 @@ import sys
 
 import torch
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
+from gpt2_bpe_reference import BYTE_ENCODER  # noqa: E402  (GPT-2's byte-to-unicode table)
+
 C, NH, L, T_MAX = 32, 4, 2, 16
 MERGES = ["Ġ t", "h e", "Ġt he", "l l", "ll o", "Ġ w", "o r", "Ġw or", "Ġwor l", "Ġworl d", "i n", "Ġ a"]
 
 
-def bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for c in cs]
-
-
 def vocabulary():
-    vocab = {ch: i for i, ch in enumerate(bytes_to_unicode())}
+    vocab = {ch: i for i, ch in enumerate(BYTE_ENCODER.values())}
     for m in MERGES:
         a, b = m.split(" ")
         vocab[a + b] = len(vocab)
