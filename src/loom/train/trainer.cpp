@@ -29,8 +29,9 @@ namespace {
 // Validates the config against the world and sets the kernels' threads before anything runs.
 TrainConfig started(TrainConfig config, comm::ProcessGroup* world) {
   config.validate();
-  const int64_t ranks = config.dp * config.pp * config.tp, world_size = world != nullptr ? world->size() : 1;
-  check(ranks == world_size, "layout dp(", config.dp, ") x pp(", config.pp, ") x tp(", config.tp, ") = ", ranks,
+  const int64_t ranks = config.world_size(), world_size = world != nullptr ? world->size() : 1;
+  check(ranks == world_size, "layout dp(", config.dp, ") x pp(", config.pp, ") x cp(", config.cp, ") x tp(", config.tp,
+        ") = ", ranks,
         " != world size ", world_size, world == nullptr ? " (start it with mpirun -np N loom train ...)" : "");
   kernels::set_num_threads(static_cast<int>(config.threads));
   return config;
