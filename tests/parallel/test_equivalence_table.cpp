@@ -38,6 +38,7 @@ struct Case {
   int64_t micro_batches = 1;
   std::string cp_split = "zigzag";
   int64_t block_size = 16;  // cp: divisible by 2 x cp
+  bool sequence_parallel = false;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -86,6 +87,7 @@ TEST_P(EquivalenceTable, SameGradientsLossesParametersAndValidationLossAsSerial)
   c.pp = k.pp;
   c.cp = k.cp;
   c.cp_split = k.cp_split;
+  c.sequence_parallel = k.sequence_parallel;
   c.zero = k.zero;
   c.hsdp_shard = k.hsdp_shard;
   c.schedule = k.schedule;
@@ -136,13 +138,17 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return info.param.name; });
 
 // Context parallelism: each sequence split over cp ranks (ring attention), alone, with dp
-// (the rest of the world), with ZeRO, an odd cp (block_size 24, divisible by 2 x 3), the
-// contiguous split under recompute.
+// (the rest of the world), with ZeRO, an odd cp (block_size 24, divisible by 2 x 3), with tp
+// (sequence parallel: see below) and pp (1F1B), the contiguous split under recompute.
 INSTANTIATE_TEST_SUITE_P(
     ContextParallel, EquivalenceTable,
     ::testing::Values(Case{.name = "cp2", .cp = 2}, Case{.name = "cp4", .cp = 4, .micro_batches = 2},
                       Case{.name = "cp2_zero2", .cp = 2, .zero = 2, .micro_batches = 2},
                       Case{.name = "cp3_block24", .cp = 3, .block_size = 24},
+                      Case{.name = "cp2_tp2_sp", .tp = 2, .cp = 2, .sequence_parallel = true},
+                      Case{.name = "cp2_pp2", .pp = 2, .cp = 2, .n_layer = 4, .micro_batches = 4},
+                      Case{.name = "cp2_pp2_tp2_sp", .tp = 2, .pp = 2, .cp = 2, .n_layer = 4, .micro_batches = 4,
+                           .sequence_parallel = true},
                       Case{.name = "cp2_contiguous_recompute_zero1", .cp = 2, .zero = 1, .recompute = true,
                            .cp_split = "contiguous"}),
     [](const auto& info) { return info.param.name; });

@@ -12,11 +12,15 @@
 #include <string>
 
 #include "comm/mpi_test_env.hpp"
+#include "loom/error.hpp"
 #include "loom/kernels/attention.hpp"
 #include "loom/nn/context.hpp"
 #include "loom/parallel/context_parallel/load_balance.hpp"
 #include "loom/parallel/context_parallel/ring_attention.hpp"
+#include "loom/train/parallelize.hpp"
+#include "loom/train/trainer.hpp"
 #include "test_util.hpp"
+#include "tiny_config.hpp"
 
 namespace loom::parallel::cp {
 namespace {
@@ -96,6 +100,69 @@ TEST(ContextSplit, ZigZagBalancesCausalWorkContiguousDoesNot) {
 TEST(ContextSplit, BadLengthIsAClearError) {
   const std::string e = loom::testing::error_of([] { positions_of(10, 0, 3, Split::ZigZag); });
   EXPECT_NE(e.find("divisible by 6"), std::string::npos) << e;
+}
+
+// The world ranks of this rank's group, in group order.
+std::vector<int> members(comm::ProcessGroup& g) {
+  Tensor in = Tensor::empty({1}), out = Tensor::empty({g.size()});
+  in.f32()[0] = static_cast<float>(world().rank());
+  g.all_gather(in, out);
+  std::vector<int> ranks;
+  for (int i = 0; i < g.size(); ++i) ranks.push_back(static_cast<int>(out.f32()[i]));
+  return ranks;
+}
+
+TEST(ContextParallelLayout, CpIsTheAxisBetweenPpAndTp) {
+  // rank = ((d * pp + p) * cp + c) * tp + t: a cp group is the ranks differing in c alone,
+  // dp x cp the ranks differing in d or c (d slower).
+  const int n = world().size(), r = world().rank();
+  for (int tp : {1, 2})
+    for (int cp = 2; cp * tp <= n; ++cp) {
+      if (n % (cp * tp) != 0) continue;
+      train::TrainConfig c = loom::testing::tiny_config();
+      c.tp = tp;
+      c.cp = cp;
+      c.dp = n / (cp * tp);
+      auto mesh = train::parallel_mesh(c, world());
+      const int t = r % tp, cc = r / tp % cp, d = r / (tp * cp);
+      std::vector<int> ring, data_and_context;
+      for (int x = 0; x < cp; ++x) ring.push_back((d * cp + x) * tp + t);
+      for (int dd = 0; dd < c.dp; ++dd)
+        for (int x = 0; x < cp; ++x) data_and_context.push_back((dd * cp + x) * tp + t);
+      EXPECT_EQ(members(mesh->group("cp")), ring) << "cp " << cp << " tp " << tp;
+      EXPECT_EQ(members(*mesh->make_group({"dp", "cp"})), data_and_context) << "cp " << cp << " tp " << tp;
+      EXPECT_EQ(mesh->group("cp").rank(), cc);
+    }
+}
+
+TEST(ContextParallelLayout, BadBlockSizeIsAnErrorOnEveryRankNotAHang) {
+  const int n = world().size();
+  if (n < 2) GTEST_SKIP() << "needs cp >= 2";
+  train::TrainConfig c = loom::testing::tiny_config();
+  c.cp = n;
+  c.model.block_size = 2 * n * 4 + 2;  // not divisible by 2 x cp
+  const std::string e = loom::testing::error_of([&] { train::Trainer trainer(c, true, &world()); });
+  EXPECT_NE(e.find("block_size (" + std::to_string(c.model.block_size) + ") must be divisible by " +
+                   std::to_string(2 * n)),
+            std::string::npos)
+      << e;
+  world().barrier();  // every rank got here: none waits in a collective of the refused run
+}
+
+TEST(ContextParallelLayout, BadLayoutsAreRefusedNamingTheConflict) {
+  train::TrainConfig c = loom::testing::tiny_config();
+  c.cp = 2;
+  c.tp = 4;
+  c.model.n_head = 4;
+  c.model.block_size = 12;  // 2 x cp divides it, but each cp rank's 6 tokens do not split over tp 4
+  c.sequence_parallel = true;
+  EXPECT_NE(loom::testing::error_of([&] { c.validate(); }).find("block_size / cp must be divisible by tp"),
+            std::string::npos);
+  c.tp = 1;
+  c.sequence_parallel = false;
+  c.cp_split = "spiral";
+  EXPECT_NE(loom::testing::error_of([&] { c.validate(); }).find("cp_split must be 'zigzag' or 'contiguous'"),
+            std::string::npos);
 }
 
 }  // namespace

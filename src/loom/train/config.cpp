@@ -107,9 +107,8 @@ void TrainConfig::check_context_parallel() const {
   if (cp == 1) return;
   check(model.block_size % (2 * cp) == 0, "context parallelism cuts every sequence into 2 x cp = ", 2 * cp,
         " chunks: block_size (", model.block_size, ") must be divisible by ", 2 * cp);
-  check(tp == 1, "cp (", cp, ") does not compose with tensor parallelism yet (tp = ", tp,
-        "): use one of the two");
-  check(pp == 1, "cp (", cp, ") does not compose with pipeline parallelism yet (pp = ", pp, "): use one of the two");
+  check(!sequence_parallel || (model.block_size / cp) % tp == 0, "sequence parallelism splits each cp rank's ",
+        model.block_size / cp, " tokens over tp (", tp, "): block_size / cp must be divisible by tp");
 }
 
 void TrainConfig::validate() const {

@@ -102,7 +102,8 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   // and the embedding takes the true positions of this rank's chunks, which the spec gives it.
   comm::ProcessGroup& cp = p.group("cp");
   if (config.cp > 1) {
-    p.cp_layers = std::make_unique<parallel::cp::ContextParallelLayers>(cp, parallel::cp::parse_split(config.cp_split));
+    p.cp_layers =
+        std::make_unique<parallel::cp::ContextParallelLayers>(*layers, cp, parallel::cp::parse_split(config.cp_split));
     layers = p.cp_layers.get();
     p.data_and_context = p.mesh->make_group({"dp", "cp"});
     p.data_and_context->set_timeout(config.comm_timeout);

@@ -60,17 +60,23 @@ void for_each_block(int rank, int owner, int cp, Split split, Fn&& fn) {
 }
 
 // A pair of transfers around the ring: send `out` to the next rank, receive `in` from the previous.
+// In the trace, an async span from the post until the hop is replaced (after its waits).
 struct RingHop {
   comm::Work send, recv;
+  trace::AsyncSpan span;
 };
 
 RingHop hop(comm::ProcessGroup& g, const Tensor& out, Tensor& in, int tag, RingStats* stats) {
   const int next = (g.rank() + 1) % g.size(), prev = (g.rank() + g.size() - 1) % g.size();
   if (stats != nullptr) stats->bytes_sent += out.nbytes();
-  return {g.send_async(out.f32(), out.numel(), next, tag), g.recv_async(in.f32(), in.numel(), prev, tag)};
+  trace::AsyncSpan span("cp", tag == kBackwardGrad ? "dK/dV hop" : "K/V hop", {{"bytes", out.nbytes()}});
+  return {g.send_async(out.f32(), out.numel(), next, tag), g.recv_async(in.f32(), in.numel(), prev, tag),
+          std::move(span)};
 }
 
+// A wait the block compute did not hide: its own span in the trace, and counted as exposed.
 void wait(const comm::Work& w, RingStats* stats) {
+  trace::Span span("cp", "ring wait");
   const auto t0 = Clock::now();
   w.wait();
   if (stats != nullptr) stats->wait_seconds += since(t0);
