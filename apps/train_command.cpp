@@ -179,9 +179,10 @@ Runner add_train_command(CLI::App& sub) {
       return 0;
     }
     // Under mpirun/srun, or for a layout of several ranks, the job's processes form the world.
-    const int64_t ranks = config.dp * config.pp * config.tp;
+    const int64_t ranks = config.world_size();
     if (!launched_by_mpi()) {
-      check(ranks == 1, "layout dp(", config.dp, ") x pp(", config.pp, ") x tp(", config.tp, ") needs ", ranks,
+      check(ranks == 1, "layout dp(", config.dp, ") x pp(", config.pp, ") x cp(", config.cp, ") x tp(", config.tp,
+            ") needs ", ranks,
             " processes: start it with mpirun -np ", ranks, " loom train ...");
       train::Trainer trainer(config);
       trainer.run();
