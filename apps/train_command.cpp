@@ -8,6 +8,7 @@
 #include "loom/comm/mesh_layout.hpp"
 #include "loom/comm/mpi_runtime.hpp"
 #include "loom/error.hpp"
+#include "loom/parallel/context_parallel/load_balance.hpp"
 #include "loom/parallel/pipeline/partition.hpp"
 #include "loom/plan/comm_cost.hpp"
 #include "loom/plan/memory_model.hpp"
@@ -56,6 +57,32 @@ void print_dry_run(train::TrainConfig& config) {
                                                                   config.micro_batches, config.sequence_parallel,
                                                                   static_cast<int>(config.zero)))
                     .c_str());
+  }
+  if (config.cp > 1) {
+    // Context parallelism: each rank's chunks of every sequence, its activations (1/cp of the
+    // tokens, no T x T probabilities) and the bytes its ring sends per step.
+    const int64_t C = config.model.n_embd, T = config.model.block_size, cp = config.cp, Tl = T / cp;
+    const parallel::cp::Split split = parallel::cp::parse_split(config.cp_split);
+    std::printf("# context parallel (%s): every sequence of %lld tokens in %lld chunks of %lld;", config.cp_split.c_str(),
+                static_cast<long long>(T), static_cast<long long>(2 * cp), static_cast<long long>(T / (2 * cp)));
+    for (int r = 0; r < cp; ++r) {
+      const std::array<int64_t, 2> chunks = parallel::cp::chunks_of(r, static_cast<int>(cp), split);
+      std::printf("%s cp rank %d: chunks %lld, %lld (%lld causal pairs)", r ? ";" : "", r,
+                  static_cast<long long>(chunks[0]), static_cast<long long>(chunks[1]),
+                  static_cast<long long>(parallel::cp::causal_pairs(T, r, static_cast<int>(cp), split)));
+    }
+    // Forward: cp - 1 K/V hops; backward: cp - 1 K/V hops and cp dK/dV hops; (B, T/cp, 2C/tp) each.
+    const int64_t hop = 4 * config.batch_size * Tl * 2 * C / config.tp;
+    std::printf("\n# predicted activations per layer per rank (fp32, micro-batch %lld x %lld of %lld tokens): %s "
+                "(cp 1: %s); ring traffic per step per rank: %s\n",
+                static_cast<long long>(config.batch_size), static_cast<long long>(Tl), static_cast<long long>(T),
+                format_bytes(plan::activation_bytes_per_layer(config.batch_size, T, C, config.model.n_head, config.tp,
+                                                              config.sequence_parallel, cp))
+                    .c_str(),
+                format_bytes(plan::activation_bytes_per_layer(config.batch_size, T, C, config.model.n_head, config.tp,
+                                                              config.sequence_parallel))
+                    .c_str(),
+                format_bytes(hop * (3 * cp - 2) * config.model.n_layer * config.micro_batches).c_str());
   }
   if (config.pp > 1) {
     // The same partition the trainer uses: virtual stage k on pipeline rank k % pp.
@@ -152,9 +179,10 @@ Runner add_train_command(CLI::App& sub) {
       return 0;
     }
     // Under mpirun/srun, or for a layout of several ranks, the job's processes form the world.
-    const int64_t ranks = config.dp * config.pp * config.tp;
+    const int64_t ranks = config.world_size();
     if (!launched_by_mpi()) {
-      check(ranks == 1, "layout dp(", config.dp, ") x pp(", config.pp, ") x tp(", config.tp, ") needs ", ranks,
+      check(ranks == 1, "layout dp(", config.dp, ") x pp(", config.pp, ") x cp(", config.cp, ") x tp(", config.tp,
+            ") needs ", ranks,
             " processes: start it with mpirun -np ", ranks, " loom train ...");
       train::Trainer trainer(config);
       trainer.run();

@@ -93,7 +93,8 @@ TEST(Cli, CommTimeoutFromFileEnvironmentAndFlag) {
 TEST(Cli, DryRunShowsTheRankMapOfALayout) {
   const Result r = run_loom("train --dp 2 --pp 2 --tp 2 --dry-run");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("# mesh dp(2) x pp(2) x tp(2) over 8 ranks (tp varies fastest)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("# mesh dp(2) x pp(2) x cp(1) x tp(2) over 8 ranks (tp varies fastest)"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("tp groups: [0 1] [2 3] [4 5] [6 7]"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("# pipeline stages (1f1b): pp rank 0: blocks 0-"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("+ final norm and LM head"), std::string::npos) << r.output;
@@ -101,7 +102,14 @@ TEST(Cli, DryRunShowsTheRankMapOfALayout) {
   expect_error("train --pp 2 --pp-layers 1,x --dry-run", "pp_layers must list blocks per stage like \"3,3,2,2\", got '1,x'");
   expect_error("train --pp 2 --pp-layers 4,3 --dry-run", "pp_layers adds up to 7 blocks, the model has 6");
   expect_error("train --pp 2 --zero 2 --dry-run", "pipeline parallelism composes with zero 0 or 1, not 2");
-  expect_error("train " + kTiny + " --dp 2", "layout dp(2) x pp(1) x tp(1) needs 2 processes: start it with mpirun -np 2");
+  expect_error("train " + kTiny + " --dp 2", "layout dp(2) x pp(1) x cp(1) x tp(1) needs 2 processes: start it with mpirun -np 2");
+  // Context parallelism: cp between pp and tp, each rank's zig-zag chunks, and a block size
+  // that 2 x cp does not divide refused by name.
+  const Result cp = run_loom("train --dp 2 --cp 2 --dry-run");
+  EXPECT_EQ(cp.exit_code, 0) << cp.output;
+  EXPECT_NE(cp.output.find("cp groups: [0 1] [2 3]"), std::string::npos) << cp.output;
+  EXPECT_NE(cp.output.find("cp rank 0: chunks 0, 3 ("), std::string::npos) << cp.output;
+  expect_error("train --cp 3 --dry-run", "block_size (256) must be divisible by 6");
 }
 
 TEST(Cli, SchedulePrintsActionsBubbleAndTimeline) {

@@ -25,7 +25,7 @@ using namespace loom::testing::equivalence;
 
 struct Case {
   std::string name{};
-  int64_t tp = 1, pp = 1;  // dp is the rest of the world
+  int64_t tp = 1, pp = 1, cp = 1;  // dp is the rest of the world
   int64_t zero = 0;
   int64_t hsdp_shard = 0;  // > 0: dp must hold two shard groups at least
   std::string schedule = "1f1b";
@@ -36,14 +36,20 @@ struct Case {
   double grad_clip = 1.0;
   int64_t n_layer = 2;
   int64_t micro_batches = 1;
+  std::string cp_split = "zigzag";
+  int64_t block_size = 16;  // cp: divisible by 2 x cp
+  bool sequence_parallel = false;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 // Why c cannot run on p ranks, or "" when it can.
 std::string misfit(const Case& c, int64_t p) {
-  if (p % (c.tp * c.pp) != 0) return "pp " + std::to_string(c.pp) + " x tp " + std::to_string(c.tp) + " does not divide the world";
-  const int64_t dp = p / (c.tp * c.pp);
+  const int64_t model_ranks = c.tp * c.pp * c.cp;
+  if (p % model_ranks != 0)
+    return "pp " + std::to_string(c.pp) + " x cp " + std::to_string(c.cp) + " x tp " + std::to_string(c.tp) +
+           " does not divide the world";
+  const int64_t dp = p / model_ranks;
   const int64_t min_dp = c.hsdp_shard > 0 ? 2 * c.hsdp_shard : (c.zero > 0 ? 2 : 1);
   if (dp < min_dp || (c.hsdp_shard > 0 && dp % c.hsdp_shard != 0))
     return "needs dp >= " + std::to_string(min_dp) + (c.hsdp_shard > 0 ? " in groups of " + std::to_string(c.hsdp_shard) : "") +
@@ -57,6 +63,7 @@ train::TrainConfig common(const Case& k, int64_t dp, int64_t batch) {
   c.steps = 3;
   c.warmup_steps = 1;
   c.model.n_layer = k.n_layer;
+  c.model.block_size = k.block_size;
   c.model.n_head = 4;
   c.model.padded_vocab_size = 64 * k.tp * ((65 + 64 * k.tp - 1) / (64 * k.tp));
   c.optimizer = k.optimizer;
@@ -72,12 +79,15 @@ TEST_P(EquivalenceTable, SameGradientsLossesParametersAndValidationLossAsSerial)
   const Case k = GetParam();
   const int64_t p = world().size();
   if (const std::string why = misfit(k, p); !why.empty()) GTEST_SKIP() << "on " << p << " ranks: " << why;
-  const int64_t dp = p / (k.tp * k.pp);
+  const int64_t dp = p / (k.tp * k.pp * k.cp);
   train::Trainer serial(common(k, 1, 2 * dp), /*quiet=*/true);
   const TrainingRun want = run(serial);
   train::TrainConfig c = common(k, dp, 2);
   c.tp = k.tp;
   c.pp = k.pp;
+  c.cp = k.cp;
+  c.cp_split = k.cp_split;
+  c.sequence_parallel = k.sequence_parallel;
   c.zero = k.zero;
   c.hsdp_shard = k.hsdp_shard;
   c.schedule = k.schedule;
@@ -125,6 +135,22 @@ INSTANTIATE_TEST_SUITE_P(
         Case{.name = "hsdp_shard2_tp2_zero3", .tp = 2, .zero = 3, .hsdp_shard = 2},
         Case{.name = "recompute_zero3", .zero = 3, .recompute = true},
         Case{.name = "recompute_tp2", .tp = 2, .recompute = true}),
+    [](const auto& info) { return info.param.name; });
+
+// Context parallelism: each sequence split over cp ranks (ring attention), alone, with dp
+// (the rest of the world), with ZeRO, an odd cp (block_size 24, divisible by 2 x 3), with tp
+// (sequence parallel: see below) and pp (1F1B), the contiguous split under recompute.
+INSTANTIATE_TEST_SUITE_P(
+    ContextParallel, EquivalenceTable,
+    ::testing::Values(Case{.name = "cp2", .cp = 2}, Case{.name = "cp4", .cp = 4, .micro_batches = 2},
+                      Case{.name = "cp2_zero2", .cp = 2, .zero = 2, .micro_batches = 2},
+                      Case{.name = "cp3_block24", .cp = 3, .block_size = 24},
+                      Case{.name = "cp2_tp2_sp", .tp = 2, .cp = 2, .sequence_parallel = true},
+                      Case{.name = "cp2_pp2", .pp = 2, .cp = 2, .n_layer = 4, .micro_batches = 4},
+                      Case{.name = "cp2_pp2_tp2_sp", .tp = 2, .pp = 2, .cp = 2, .n_layer = 4, .micro_batches = 4,
+                           .sequence_parallel = true},
+                      Case{.name = "cp2_contiguous_recompute_zero1", .cp = 2, .zero = 1, .recompute = true,
+                           .cp_split = "contiguous"}),
     [](const auto& info) { return info.param.name; });
 
 TEST(GradientCheck, FailsOnAGradientScaledByTwoOnOneRank) {

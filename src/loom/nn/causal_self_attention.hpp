@@ -1,5 +1,6 @@
-// Causal multi-head self-attention: one QKV projection, the fused attention kernel over
-// all heads, and an output projection.
+// Causal multi-head self-attention: one QKV projection, the attention core the layer
+// builder gives (the fused kernel over all heads, or a ring under context parallelism), and
+// an output projection.
 #pragma once
 
 #include "loom/nn/layer_builder.hpp"
@@ -23,6 +24,7 @@ class CausalSelfAttention : public Module {
   int64_t C_, NH_;  // this rank's width and heads (C/t, NH/t)
   Linear* qkv_;   // C -> 3C
   Linear* proj_;  // C -> C
+  Module* core_;  // (B, T, 3C) -> (B, T, C): the attention itself, serial or a ring (context parallel)
 };
 
 }  // namespace loom::nn

@@ -1,5 +1,7 @@
 #include "loom/nn/layer_builder.hpp"
 
+#include "loom/nn/causal_attention.hpp"
+
 namespace loom::nn {
 
 std::unique_ptr<Linear> LayerBuilder::column_parallel_linear(int64_t in, int64_t out, int64_t) const {
@@ -8,6 +10,10 @@ std::unique_ptr<Linear> LayerBuilder::column_parallel_linear(int64_t in, int64_t
 
 std::unique_ptr<Linear> LayerBuilder::row_parallel_linear(int64_t in, int64_t out) const {
   return std::make_unique<Linear>(in, out);
+}
+
+std::unique_ptr<Module> LayerBuilder::attention(int64_t C, int64_t NH) const {
+  return std::make_unique<CausalAttention>(C, NH);
 }
 
 std::unique_ptr<Embedding> LayerBuilder::embedding(int64_t V, int64_t Vp, int64_t block_size, int64_t C) const {

@@ -24,6 +24,9 @@ class LayerBuilder {
   virtual std::unique_ptr<Linear> column_parallel_linear(int64_t in, int64_t out, int64_t blocks = 1) const;
   // Input features split; the ranks' partial outputs are summed.
   virtual std::unique_ptr<Linear> row_parallel_linear(int64_t in, int64_t out) const;
+  // The attention core of C features in NH heads: qkv (B, T, 3C) -> heads (B, T, C). Serial:
+  // causal attention over the T rows; context parallel: a ring over the sequence's ranks.
+  virtual std::unique_ptr<Module> attention(int64_t C, int64_t NH) const;
   // Token + position embedding; tensor parallel: the vocabulary rows split.
   virtual std::unique_ptr<Embedding> embedding(int64_t V, int64_t Vp, int64_t block_size, int64_t C) const;
   // The tied LM head multiplies the whole sequence's activations by a vocabulary-split

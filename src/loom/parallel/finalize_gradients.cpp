@@ -8,6 +8,7 @@ bool reduce_during_last_backward(const GradientSync& sync, bool pipelined, int64
 
 void GradientFinalizer::before_backward(bool last) {
   if (parts_.replicated_sum != nullptr) parts_.replicated_sum->set_sync(last);
+  if (parts_.context_mean != nullptr) parts_.context_mean->set_sync(last);
   parts_.sync->set_sync(last && parts_.reduce_during_backward);
 }
 

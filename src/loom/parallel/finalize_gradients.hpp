@@ -16,6 +16,7 @@ namespace loom::parallel {
 struct FinalizeParts {
   GradientSync* sync = nullptr;
   tp::ReplicatedGradientSum* replicated_sum = nullptr;  // sequence parallelism, else null
+  tp::ReplicatedGradientSum* context_mean = nullptr;    // context parallelism under ZeRO, else null
   // The pipeline's first and last stage each hold the tied token table; this rank's copy
   // (null where the rank holds neither or the group has one member).
   comm::ProcessGroup* embedding_group = nullptr;

@@ -28,6 +28,9 @@ StateBytes model_state_bytes(int64_t params, int dp, int zero_stage, int64_t opt
 // + 12 BTC / t (q, k, v, the attention output, the MLP's pre- and post-GELU activations)
 // + NH B T^2 / t (the softmax probabilities) + 4 BT (LayerNorm statistics, / t with SP),
 // each times 4 bytes.
-int64_t activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t t, bool sequence_parallel);
+// Context parallelism (cp > 1) keeps T/cp tokens per rank, and ring attention keeps each
+// row's log-sum-exp (NH B T/cp / t) instead of the probabilities.
+int64_t activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t t, bool sequence_parallel,
+                                   int64_t cp = 1);
 
 }  // namespace loom::plan

@@ -50,6 +50,8 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "dp", "data-parallel degree", &c.dp},
       {"parallel", "pp", "pipeline-parallel degree", &c.pp},
       {"parallel", "tp", "tensor-parallel degree (neighbouring ranks)", &c.tp},
+      {"parallel", "cp", "context-parallel degree: every sequence split over cp ranks, attention as a ring passing K/V (block_size divisible by 2 x cp)", &c.cp},
+      {"parallel", "cp_split", "with cp > 1, how the 2 x cp chunks of a sequence are dealt: 'zigzag' (rank r holds chunks r and 2cp-1-r: equal causal attention work) or 'contiguous' (chunks 2r, 2r+1: measures the imbalance)", &c.cp_split},
       {"parallel", "schedule", "pipeline schedule (pp > 1): 1f1b (PipeDream-flush: at most pp micro-batches of activations in flight), gpipe (all forwards, then all backwards) or interleaved (1F1B over `chunks` model chunks per rank; micro_batches divisible by pp)", &c.schedule},
       {"parallel", "chunks", "model chunks per pipeline rank for the interleaved schedule (v >= 2; the bubble shrinks by v)", &c.chunks},
       {"parallel", "schedule_file", "train a custom pipeline schedule from this file instead of `schedule`: one line of actions per rank, as `loom schedule --file` reads and checks it (its pp, micro_batches and chunks must be the run's); empty = `schedule`", &c.schedule_file},
@@ -98,6 +100,18 @@ std::vector<int64_t> TrainConfig::pipeline_layers() const {
   return blocks;
 }
 
+// Context parallelism: what composes so far, each conflict named.
+void TrainConfig::check_context_parallel() const {
+  check(cp >= 1, "cp must be >= 1, got ", cp);
+  check(cp_split == "zigzag" || cp_split == "contiguous", "cp_split must be 'zigzag' or 'contiguous', got '", cp_split,
+        "'");
+  if (cp == 1) return;
+  check(model.block_size % (2 * cp) == 0, "context parallelism cuts every sequence into 2 x cp = ", 2 * cp,
+        " chunks: block_size (", model.block_size, ") must be divisible by ", 2 * cp);
+  check(!sequence_parallel || (model.block_size / cp) % tp == 0, "sequence parallelism splits each cp rank's ",
+        model.block_size / cp, " tokens over tp (", tp, "): block_size / cp must be divisible by tp");
+}
+
 void TrainConfig::validate() const {
   model.validate();
   check(steps >= 0, "steps must be >= 0, got ", steps);
@@ -139,6 +153,7 @@ void TrainConfig::validate() const {
   check(schedule_file.empty() || pp > 1, "schedule_file (", schedule_file, ") is a pipeline schedule: set pp > 1");
   check(pp == 1 || zero <= 1, "pipeline parallelism composes with zero 0 or 1, not ", zero,
         " (stages 2-3 reduce every micro-batch while a pipeline reduces once, after its last backward)");
+  check_context_parallel();
   check(!sequence_parallel || tp > 1, "sequence_parallel needs tensor parallelism: set tp > 1");
   check(!sequence_parallel || model.block_size % tp == 0, "sequence_parallel splits the sequence over tp ranks: block_size (",
         model.block_size, ") must be divisible by tp (", tp, ")");

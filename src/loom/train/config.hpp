@@ -46,6 +46,8 @@ struct TrainConfig {
   int64_t dp = 1;
   int64_t pp = 1;
   int64_t tp = 1;
+  int64_t cp = 1;                     // context parallel: the sequence split over cp ranks (ring attention)
+  std::string cp_split = "zigzag";    // zigzag (balanced causal work) or contiguous
   std::string schedule = "1f1b";  // pipeline schedule: gpipe, 1f1b or interleaved
   int64_t chunks = 1;             // model chunks per pipeline rank (interleaved: v >= 2)
   std::string schedule_file;      // a custom pipeline schedule to train instead of `schedule`
@@ -78,17 +80,20 @@ struct TrainConfig {
 
   // Throws loom::Error naming each invalid value.
   void validate() const;
+  void check_context_parallel() const;
   // The ranks one copy of the model state is sharded over: hsdp_shard, else all of dp
   // (with zero = 0 every rank holds everything, so 1).
   // pp_layers as numbers (empty: balanced); loom::Error naming the text when malformed.
   std::vector<int64_t> pipeline_layers() const;
   int64_t shard_size() const { return zero == 0 ? 1 : (hsdp_shard > 0 ? hsdp_shard : dp); }
-  // The ranks' mesh dp x pp x tp, tp varying fastest (tensor-parallel partners are neighbouring
-  // ranks), then pp; the layout over dp * pp * tp ranks.
+  // The ranks' mesh dp x pp x cp x tp, tp varying fastest (tensor-parallel partners are
+  // neighbouring ranks), then cp, then pp; the layout over dp * pp * cp * tp ranks.
   std::vector<comm::MeshDim> mesh_dims() const {
-    return {{"dp", static_cast<int>(dp)}, {"pp", static_cast<int>(pp)}, {"tp", static_cast<int>(tp)}};
+    return {{"dp", static_cast<int>(dp)}, {"pp", static_cast<int>(pp)}, {"cp", static_cast<int>(cp)},
+            {"tp", static_cast<int>(tp)}};
   }
-  comm::MeshLayout mesh_layout() const { return comm::MeshLayout(mesh_dims(), static_cast<int>(dp * pp * tp)); }
+  int64_t world_size() const { return dp * pp * cp * tp; }
+  comm::MeshLayout mesh_layout() const { return comm::MeshLayout(mesh_dims(), static_cast<int>(world_size())); }
 };
 
 using ConfigTarget = std::variant<int64_t*, double*, bool*, std::string*>;

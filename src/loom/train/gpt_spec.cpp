@@ -50,7 +50,9 @@ nn::Parameter* GptSpec::tied_parameter(nn::Module& chunk) {
 bool GptSpec::owns_tied_parameter(nn::Module& chunk) { return gpt(chunk).has_embedding(); }
 
 Shape GptSpec::stage_activation_shape() const {
-  const int64_t T = config_.model.block_size, t = config_.sequence_parallel ? config_.tp : 1;
+  // This rank's tokens of each sequence: T / cp under context parallelism, of which 1/tp under
+  // sequence parallelism.
+  const int64_t T = config_.model.block_size / config_.cp, t = config_.sequence_parallel ? config_.tp : 1;
   return Shape{config_.batch_size, T / t, config_.model.n_embd};
 }
 
@@ -62,29 +64,44 @@ void GptSpec::build_loss(comm::ProcessGroup& tp) {
 
 float GptSpec::loss(Tensor& logits, const Tensor& targets, bool backward, float scale) {
   trace::Span span("loss", backward ? "loss forward+backward" : "loss");
+  float loss = 0.0f;
   if (tp_loss_) {
-    const float loss = tp_loss_->forward(logits, targets);
+    loss = tp_loss_->forward(logits, targets);
     if (backward) tp_loss_->backward(logits, targets, scale);
-    return loss;
+  } else {
+    const int64_t V = config_.model.vocab_size;
+    loss = nn::cross_entropy_loss(logits, targets, V);
+    if (backward) nn::cross_entropy_loss_backward(logits, targets, V, scale);
   }
-  const int64_t V = config_.model.vocab_size;
-  const float loss = nn::cross_entropy_loss(logits, targets, V);
-  if (backward) nn::cross_entropy_loss_backward(logits, targets, V, scale);
+  // Every cp rank holds as many tokens of each sequence: the mean of the ranks' means is the
+  // whole sequence's. The gradient stays the local mean's; data parallelism averages over cp too.
+  if (cp_ != nullptr) cp_->all_reduce(&loss, 1, comm::ReduceOp::Avg);
   return loss;
+}
+
+void GptSpec::use_context_parallel(comm::ProcessGroup& cp, const std::string& split) {
+  cp_split_ = parallel::cp::parse_split(split);
+  cp_ = cp.size() > 1 ? &cp : nullptr;
+}
+
+data::Batch GptSpec::context_chunks(data::Batch batch) const {
+  if (cp_ == nullptr) return batch;
+  return {parallel::cp::take_chunks(batch.inputs, cp_->rank(), cp_->size(), cp_split_),
+          parallel::cp::take_chunks(batch.targets, cp_->rank(), cp_->size(), cp_split_)};
 }
 
 data::Batch GptSpec::train_batch(int64_t step, int64_t m, int dp_rank) {
   // This rank's B rows of global micro-batch m (B * dp rows).
   trace::Span load("data", "load batch");
   const int64_t B = config_.batch_size;
-  return dataset_.batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step, (m * config_.dp + dp_rank) * B, B,
-                        config_.model.block_size);
+  return context_chunks(dataset_.batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step,
+                                      (m * config_.dp + dp_rank) * B, B, config_.model.block_size));
 }
 
 data::Batch GptSpec::eval_batch(int64_t i, int dp_rank) {
   // A fixed seed and step = batch index: the same validation batches at every evaluation.
   const int64_t B = config_.batch_size;
-  return dataset_.batch(data::Split::Val, 0, i, dp_rank * B, B, config_.model.block_size);
+  return context_chunks(dataset_.batch(data::Split::Val, 0, i, dp_rank * B, B, config_.model.block_size));
 }
 
 std::unique_ptr<ModelSpec> make_model_spec(TrainConfig& config) { return std::make_unique<GptSpec>(config); }

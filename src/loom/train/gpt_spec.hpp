@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "loom/nn/gpt.hpp"
+#include "loom/parallel/context_parallel/load_balance.hpp"
 #include "loom/parallel/tensor_parallel/vocab_parallel_cross_entropy.hpp"
 #include "loom/train/model_spec.hpp"
 
@@ -26,6 +27,7 @@ class GptSpec : public ModelSpec {
   Shape stage_activation_shape() const override;
   void build_loss(comm::ProcessGroup& tp) override;
   float loss(Tensor& logits, const Tensor& targets, bool backward, float scale) override;
+  void use_context_parallel(comm::ProcessGroup& cp, const std::string& split) override;
   data::Batch train_batch(int64_t step, int64_t m, int dp_rank) override;
   data::Batch eval_batch(int64_t i, int dp_rank) override;
   std::string data_identity() const override { return dataset_.tokenizer().spec(); }
@@ -34,6 +36,10 @@ class GptSpec : public ModelSpec {
   const TrainConfig& config_;
   data::TextDataset dataset_;
   std::unique_ptr<parallel::tp::VocabParallelCrossEntropy> tp_loss_;  // tp > 1
+  // This rank's chunks of every sequence (cp > 1).
+  data::Batch context_chunks(data::Batch batch) const;
+  comm::ProcessGroup* cp_ = nullptr;  // cp > 1
+  parallel::cp::Split cp_split_ = parallel::cp::Split::ZigZag;
 };
 
 }  // namespace loom::train

@@ -63,12 +63,15 @@ MemoryNeed training_memory(const TrainConfig& c) {
   const int64_t params_here = m.num_parameters(c.tp) / c.pp;
   const plan::StateBytes state = plan::model_state_bytes(params_here, static_cast<int>(c.shard_size()),
                                                          static_cast<int>(c.zero), c.optimizer == "adamw" ? 8 : 4);
-  const int64_t T = m.block_size, C = m.n_embd;
-  const int64_t layer = plan::activation_bytes_per_layer(c.batch_size, T, C, m.n_head, c.tp, c.sequence_parallel);
+  const int64_t T = m.block_size / c.cp, C = m.n_embd;  // this rank's tokens of each sequence
+  const int64_t layer =
+      plan::activation_bytes_per_layer(c.batch_size, m.block_size, C, m.n_head, c.tp, c.sequence_parallel, c.cp);
   // With recompute a block keeps only its input; one block's activations exist at a time.
   const int64_t kept = m.recompute ? 4 * c.batch_size * T * C * layers_here + layer : layer * layers_here;
   const int64_t logits = 4 * c.batch_size * T * (m.resolved_padded_vocab() / c.tp);
-  return {static_cast<double>(state.total()), static_cast<double>(kept + logits)};
+  // Ring attention's scratch while one layer runs: a block's scores and their gradient, (B, NH, T/(2cp), T/(2cp)) each.
+  const int64_t Tc = m.block_size / (2 * c.cp), ring = c.cp > 1 ? 2 * 4 * c.batch_size * (m.n_head / c.tp) * Tc * Tc : 0;
+  return {static_cast<double>(state.total()), static_cast<double>(kept + logits + ring)};
 }
 
 MemoryNeed inference_memory(const nn::GPTConfig& m) {

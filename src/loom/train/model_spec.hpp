@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "loom/comm/process_group.hpp"
+#include "loom/error.hpp"
 #include "loom/data/text_dataset.hpp"
 #include "loom/nn/layer_builder.hpp"
 #include "loom/nn/module.hpp"
@@ -42,6 +43,13 @@ class ModelSpec {
   virtual void build_loss(comm::ProcessGroup& tp) = 0;
   // With backward, outputs become d(loss * scale)/d(outputs) in place.
   virtual float loss(Tensor& outputs, const Tensor& targets, bool backward, float scale) = 0;
+  // Context parallelism: every sequence split over the ranks of `cp` (their chunks in
+  // train_batch and eval_batch), the loss averaged over them so each reports the whole
+  // sequence's. A family whose input has no sequence to split refuses cp > 1.
+  virtual void use_context_parallel(comm::ProcessGroup& cp, const std::string& split) {
+    check(cp.size() == 1, "this model family does not support context parallelism (cp = ", cp.size(), ")");
+    (void)split;
+  }
   // This data-parallel rank's rows of training micro-batch m of a step, and of validation
   // batch i (the same at every evaluation); every layout reads the same global batch.
   virtual data::Batch train_batch(int64_t step, int64_t m, int dp_rank) = 0;

@@ -40,9 +40,12 @@ void build_model(const TrainConfig& config, ModelSpec& spec, const nn::LayerBuil
 std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& config, ModelSpec& spec, Parallelized& p) {
   const comm::AllReduceAlgorithm algorithm = comm::parse_algorithm(config.allreduce);
   if (config.zero == 0) {
-    if (p.group("dp").size() == 1) return std::make_unique<parallel::LocalGradients>(*p.model);
+    // Context parallelism: every cp rank holds a replica too (its gradient is its tokens'), so
+    // DDP averages over dp x cp.
+    comm::ProcessGroup& replicas = p.data_and_context ? *p.data_and_context : p.group("dp");
+    if (replicas.size() == 1) return std::make_unique<parallel::LocalGradients>(*p.model);
     return std::make_unique<parallel::DistributedDataParallel>(
-        *p.model, p.group("dp"), parallel::DdpOptions{static_cast<int64_t>(config.bucket_mb * 1048576.0), algorithm});
+        *p.model, replicas, parallel::DdpOptions{static_cast<int64_t>(config.bucket_mb * 1048576.0), algorithm});
   }
   parallel::ZeroOptions options;
   options.stage = static_cast<int>(config.zero);
@@ -58,15 +61,16 @@ std::unique_ptr<comm::DeviceMesh> parallel_mesh(const TrainConfig& config, comm:
   // Every group the run waits on is watched with comm_timeout: the world's, and the groups
   // split from it (which inherit it, ZeRO-3's gather group too).
   world.set_timeout(config.comm_timeout);
-  // dp x pp x tp (tp fastest: tensor-parallel partners are neighbouring ranks), dp split for
+  // dp x pp x cp x tp (tp fastest: tensor-parallel partners are neighbouring ranks), dp split for
   // sharding (shard groups are neighbouring dp ranks), and the tied table's group.
   auto mesh = std::make_unique<comm::DeviceMesh>(world, config.mesh_dims());
   mesh->split_dim("dp", "replicate", "shard", static_cast<int>(config.shard_size()));
   mesh->add_position_group("embedding", "pp", {0, static_cast<int>(config.pp) - 1});
   world.set_emulated_link(config.net_gbps, config.net_latency_us);
-  for (const char* name : {"dp", "tp", "shard", "replicate"})
+  for (const char* name : {"dp", "cp", "tp", "shard", "replicate"})
     mesh->group(name).set_emulated_link(config.net_gbps, config.net_latency_us);
-  for (const char* name : {"dp", "pp", "tp", "shard", "replicate", "embedding"}) mesh->group(name).set_timeout(config.comm_timeout);
+  for (const char* name : {"dp", "pp", "cp", "tp", "shard", "replicate", "embedding"})
+    mesh->group(name).set_timeout(config.comm_timeout);
   return mesh;
 }
 
@@ -91,16 +95,34 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   // 2. Tensor parallelism by layer substitution: the model asks this builder for its layers,
   // and the loss works on the tp-split outputs.
   if (config.tp > 1) p.tp_layers = std::make_unique<parallel::tp::TensorParallelLayers>(tp, config.sequence_parallel);
-  const nn::LayerBuilder& layers = p.tp_layers ? static_cast<const nn::LayerBuilder&>(*p.tp_layers) : nn::serial_layers();
+  const nn::LayerBuilder* layers = p.tp_layers ? static_cast<const nn::LayerBuilder*>(p.tp_layers.get()) : &nn::serial_layers();
   spec.build_loss(tp);
 
+  // 2b. Context parallelism by layer substitution: attention becomes a ring over the cp group
+  // and the embedding takes the true positions of this rank's chunks, which the spec gives it.
+  comm::ProcessGroup& cp = p.group("cp");
+  if (config.cp > 1) {
+    p.cp_layers =
+        std::make_unique<parallel::cp::ContextParallelLayers>(*layers, cp, parallel::cp::parse_split(config.cp_split));
+    layers = p.cp_layers.get();
+    p.data_and_context = p.mesh->make_group({"dp", "cp"});
+    p.data_and_context->set_timeout(config.comm_timeout);
+    p.data_and_context->set_emulated_link(config.net_gbps, config.net_latency_us);
+  }
+  spec.use_context_parallel(cp, config.cp_split);
+
   // 3. The model, or this rank's pipeline chunks and its part of the schedule.
-  build_model(config, spec, layers, pp, p);
+  build_model(config, spec, *layers, pp, p);
 
   // 4. Sequence parallelism's partial gradients of replicated parameters, summed over tp from
   // grad-ready hooks installed before data parallelism's, so the sum comes first.
   if (config.tp > 1 && config.sequence_parallel)
     p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(*p.model, tp, config.zero >= 2);
+
+  // Context parallelism under ZeRO: the replicas' gradients averaged over cp first (ZeRO then
+  // averages its shards over dp); without ZeRO, DDP averages over dp x cp at once.
+  if (config.cp > 1 && config.zero > 0)
+    p.context_mean = std::make_unique<parallel::tp::ReplicatedGradientSum>(*p.model, cp, config.zero >= 2, comm::ReduceOp::Avg);
 
   // 5. Data parallelism: one face for DDP, ZeRO 1-3 and HSDP.
   p.gradient_sync = build_data_parallel(config, spec, p);
@@ -109,6 +131,7 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   parallel::FinalizeParts parts;
   parts.sync = p.gradient_sync.get();
   parts.replicated_sum = p.replicated_sum.get();
+  parts.context_mean = p.context_mean.get();
   nn::Module &first = *p.chunks.front(), &last = *p.chunks.back();
   nn::Parameter* tied = spec.tied_parameter(first) != nullptr ? spec.tied_parameter(first) : spec.tied_parameter(last);
   if (p.group("embedding").size() > 1 && tied != nullptr) {

@@ -11,6 +11,7 @@
 
 #include "loom/comm/device_mesh.hpp"
 #include "loom/comm/process_group.hpp"
+#include "loom/parallel/context_parallel/context_parallel_layers.hpp"
 #include "loom/parallel/finalize_gradients.hpp"
 #include "loom/parallel/gradient_sync.hpp"
 #include "loom/parallel/pipeline/executor.hpp"
@@ -23,10 +24,14 @@ namespace loom::train {
 
 struct Parallelized {
   std::string placement;  // where the ranks were pinned, for the log ("" when left to the OS)
-  // Axes "dp", "pp", "tp"; named groups "replicate" and "shard" (dp split for HSDP; with
+  // Axes "dp", "pp", "cp", "tp"; named groups "replicate" and "shard" (dp split for HSDP; with
   // ZeRO over all of dp, replicate has one member) and "embedding" (the first and last stage).
   std::unique_ptr<comm::DeviceMesh> mesh;
   std::unique_ptr<parallel::tp::TensorParallelLayers> tp_layers;  // tp > 1
+  std::unique_ptr<parallel::cp::ContextParallelLayers> cp_layers;  // cp > 1
+  // Data parallelism's group under context parallelism: dp x cp (replicas of every parameter).
+  std::unique_ptr<comm::ProcessGroup> data_and_context;            // cp > 1
+  std::unique_ptr<parallel::tp::ReplicatedGradientSum> context_mean;  // cp > 1 with ZeRO: the mean over cp first
   std::unique_ptr<nn::Module> model;  // the model, or this rank's pipeline chunks under one module
   std::vector<nn::Module*> chunks;    // the model, or this rank's chunks in virtual-stage order
   // The last stage's copy of a tied parameter when another rank owns it (it counts nowhere).

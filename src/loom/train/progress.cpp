@@ -60,7 +60,7 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
   ++steps_timed_;
   if (!keep && !live_) return;
   // Tokens of the global batch; MFU against the peak of all the job's processes.
-  const double ranks = static_cast<double>(config_.dp * config_.pp * config_.tp);
+  const double ranks = static_cast<double>(config_.world_size());
   const double tokens = static_cast<double>(config_.batch_size * config_.micro_batches * config_.model.block_size) *
                         static_cast<double>(config_.dp);
   const double tok_per_s = tokens / step_seconds;

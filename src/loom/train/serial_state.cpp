@@ -10,9 +10,9 @@ namespace loom::train {
 
 SerialState::SerialState(nn::Module& model, optim::Optimizer& optimizer, parallel::ShardedDataParallel* sharded,
                          comm::ProcessGroup& dp, comm::ProcessGroup& tp, comm::ProcessGroup& pp, int64_t shard_size,
-                         const nn::Parameter* token_table_copy)
+                         const nn::Parameter* token_table_copy, const comm::ProcessGroup* cp)
     : model_(model), optimizer_(optimizer), sharded_(sharded), dp_(dp), tp_(tp), pp_(pp), shard_size_(shard_size),
-      token_table_copy_(token_table_copy) {
+      token_table_copy_(token_table_copy), cp_rank_(cp != nullptr ? cp->rank() : 0) {
   for (nn::Parameter* p : model_.parameters()) param_specs_[p->name()] = p->shard_spec();
 }
 
@@ -97,7 +97,7 @@ std::vector<StatePiece> SerialState::pieces() {
   auto add = [&](const std::string& key, const nn::Parameter& param, const Shape& local, const Tensor& data,
                  int64_t begin, bool dp_sharded) {
     const nn::ShardSpec spec = spec_of(key);
-    const bool first_replica = dp_sharded ? dp_rank < shard_size_ : dp_rank == 0;
+    const bool first_replica = cp_rank_ == 0 && (dp_sharded ? dp_rank < shard_size_ : dp_rank == 0);
     const bool owner = first_replica && (spec.sharded() || tp_rank == 0) && &param != token_table_copy_;
     out.push_back({key, spec.full_shape(local), PieceLayout{spec, begin, begin + data.numel()}, data, owner});
   };

@@ -25,10 +25,11 @@ class SerialState {
  public:
   // model: this rank's part; sharded: ZeRO's state when the run shards it, else null;
   // token_table_copy: the last stage's copy of the tied table when the first stage is
-  // another rank (it owns nothing), else null.
+  // another rank (it owns nothing), else null; cp: the context-parallel group, whose ranks
+  // hold replicas (its first rank owns them).
   SerialState(nn::Module& model, optim::Optimizer& optimizer, parallel::ShardedDataParallel* sharded,
               comm::ProcessGroup& dp, comm::ProcessGroup& tp, comm::ProcessGroup& pp, int64_t shard_size,
-              const nn::Parameter* token_table_copy);
+              const nn::Parameter* token_table_copy, const comm::ProcessGroup* cp = nullptr);
 
   // Collective: full copies of every parameter ("model.<name>") and optimizer state tensor
   // ("optim.<kind>.<name>"), gathered from the shards in sharded modes.
@@ -50,6 +51,7 @@ class SerialState {
   comm::ProcessGroup &dp_, &tp_, &pp_;
   int64_t shard_size_;
   const nn::Parameter* token_table_copy_;
+  int cp_rank_;
   std::map<std::string, nn::ShardSpec> param_specs_;
 };
 

@@ -46,8 +46,9 @@ TraceSteps parse_trace_steps(const std::string& text, int64_t steps) {
 std::string rank_name(const TrainConfig& config, int rank) {
   const comm::MeshLayout mesh = config.mesh_layout();
   const std::vector<int> at = mesh.coordinates(rank);
-  return "rank " + std::to_string(rank) + " (dp " + std::to_string(at[0]) + ", pp " + std::to_string(at[1]) + ", tp " +
-         std::to_string(at[2]) + ")";
+  // Coordinates in mesh_dims() order: dp, pp, cp, tp (cp named only when the run splits sequences).
+  return "rank " + std::to_string(rank) + " (dp " + std::to_string(at[0]) + ", pp " + std::to_string(at[1]) +
+         (config.cp > 1 ? ", cp " + std::to_string(at[2]) : "") + ", tp " + std::to_string(at[3]) + ")";
 }
 
 std::string chrome_events(const std::vector<trace::Event>& events, const std::vector<std::string>& rows, int rank,

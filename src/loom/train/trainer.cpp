@@ -29,8 +29,9 @@ namespace {
 // Validates the config against the world and sets the kernels' threads before anything runs.
 TrainConfig started(TrainConfig config, comm::ProcessGroup* world) {
   config.validate();
-  const int64_t ranks = config.dp * config.pp * config.tp, world_size = world != nullptr ? world->size() : 1;
-  check(ranks == world_size, "layout dp(", config.dp, ") x pp(", config.pp, ") x tp(", config.tp, ") = ", ranks,
+  const int64_t ranks = config.world_size(), world_size = world != nullptr ? world->size() : 1;
+  check(ranks == world_size, "layout dp(", config.dp, ") x pp(", config.pp, ") x cp(", config.cp, ") x tp(", config.tp,
+        ") = ", ranks,
         " != world size ", world_size, world == nullptr ? " (start it with mpirun -np N loom train ...)" : "");
   kernels::set_num_threads(static_cast<int>(config.threads));
   return config;
@@ -61,7 +62,7 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
         stepped, optim::SGDConfig{static_cast<float>(config_.momentum), static_cast<float>(config_.weight_decay)});
   }
   serial_state_ = std::make_unique<SerialState>(*p_.model, *optimizer_, sharded(), dp_, tp_, pp_, config_.shard_size(),
-                                                p_.tied_copy);
+                                                p_.tied_copy, &p_.group("cp"));
   lr_schedule_ = optim::LrSchedule{static_cast<float>(config_.lr), static_cast<float>(config_.min_lr),
                                    config_.warmup_steps, config_.decay_steps > 0 ? config_.decay_steps : config_.steps};
   if (config_.resume == "auto") {
@@ -231,7 +232,7 @@ nlohmann::json Trainer::memory_json() const {
   const int64_t in_flight = p_.pipeline ? last_timeline_.peak_activations.at(static_cast<size_t>(pp_.rank())) : 1;
   const int64_t activations = plan::activation_bytes_per_layer(config_.batch_size, config_.model.block_size,
                                                                config_.model.n_embd, config_.model.n_head, config_.tp,
-                                                               config_.sequence_parallel) *
+                                                               config_.sequence_parallel, config_.cp) *
                               static_cast<int64_t>(spec_->layers_of(*p_.chunks.front()).size()) * in_flight;
   nlohmann::json record = memory_record(world_.rank(), rank_name(config_, world_.rank()), state_formula(), activations);
   record["cpus"] = comm::allowed_cpus();  // where the rank could run: one CPU when pinned

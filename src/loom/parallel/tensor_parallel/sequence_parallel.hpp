@@ -16,12 +16,15 @@ class ReplicatedGradientSum {
   // give each backward fresh buffers), so each is summed; otherwise they accumulate over
   // micro-batches and are summed once, in the backward with sync on (summing the running
   // total every time would count earlier micro-batches again).
-  ReplicatedGradientSum(nn::Module& model, comm::ProcessGroup& group, bool every_backward);
+  // op: Sum (sequence parallelism's partial gradients) or Avg (context parallelism's replicas).
+  ReplicatedGradientSum(nn::Module& model, comm::ProcessGroup& group, bool every_backward,
+                        comm::ReduceOp op = comm::ReduceOp::Sum);
   void set_sync(bool on) { sync_ = on; }
 
  private:
   comm::ProcessGroup& group_;
   bool every_backward_;
+  comm::ReduceOp op_;
   bool sync_ = true;
 };
 

@@ -43,12 +43,13 @@ Tensor VocabParallelEmbedding::forward_impl(const Tensor& idx, nn::Context& ctx)
     out = reduce_scatter_sequence(out, group_);  // (B, T/t, C)
   else
     g_forward(out, group_);
-  const int64_t Tl = out.size(1), t0 = sequence_parallel_ ? group_.rank() * Tl : 0;  // positions held here
+  const int64_t Tl = out.size(1), t0 = sequence_parallel_ ? group_.rank() * Tl : 0;  // rows held here
+  const std::vector<int64_t> position = positions(T);  // of each row (context parallel: of the whole sequence)
   const float* pos = wpe().value().f32();
   o = out.f32();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < Tl; ++t)
-      for (int64_t c = 0; c < C_; ++c) o[(b * Tl + t) * C_ + c] += pos[(t0 + t) * C_ + c];
+      for (int64_t c = 0; c < C_; ++c) o[(b * Tl + t) * C_ + c] += pos[position[static_cast<size_t>(t0 + t)] * C_ + c];
   ctx.save(this, {idx});
   return out;
 }
@@ -62,9 +63,11 @@ Tensor VocabParallelEmbedding::backward_impl(const Tensor& dy, nn::Context& ctx)
   // Positions: from this rank's rows (under sequence parallelism a partial sum, completed
   // across tp like every replicated parameter's).
   const int64_t Tl = dy.size(1), t0 = sequence_parallel_ ? group_.rank() * Tl : 0;
+  const std::vector<int64_t> position = positions(T);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < Tl; ++t)
-      for (int64_t c = 0; c < C_; ++c) dwpe[(t0 + t) * C_ + c] += dy.f32()[(b * Tl + t) * C_ + c];
+      for (int64_t c = 0; c < C_; ++c)
+        dwpe[position[static_cast<size_t>(t0 + t)] * C_ + c] += dy.f32()[(b * Tl + t) * C_ + c];
   // Tokens: every position's gradient, in (b, t) order as the serial kernel sums them.
   const Tensor full = sequence_parallel_ ? gather_sequence(dy, group_) : dy;
   const float* g = full.f32();

@@ -1,0 +1,23 @@
+// The attention core of a self-attention layer: softmax(Q K^T / sqrt(HS) + causal mask) V
+// from the QKV projection's output, without parameters. The serial one attends over the
+// rank's whole sequence; context parallelism substitutes a ring over the sequence's ranks
+// (LayerBuilder::attention).
+#pragma once
+
+#include "loom/nn/module.hpp"
+
+namespace loom::nn {
+
+class CausalAttention : public Module {
+ public:
+  CausalAttention(int64_t C, int64_t NH) : C_(C), NH_(NH) {}
+
+ protected:
+  Tensor forward_impl(const Tensor& qkv, Context& ctx) override;  // (B, T, 3C) -> (B, T, C)
+  Tensor backward_impl(const Tensor& dheads, Context& ctx) override;
+
+ private:
+  int64_t C_, NH_;
+};
+
+}  // namespace loom::nn

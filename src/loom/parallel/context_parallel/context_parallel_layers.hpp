@@ -1,0 +1,46 @@
+// The layer builder that makes a model context-parallel over the cp ranks (layer
+// substitution, docs/architecture.md). It wraps the builder the model would otherwise get
+// (serial or tensor-parallel): every layer is that builder's, except the attention core,
+// which becomes ring attention over the cp group, and the embedding, whose position rows
+// are the true positions of this rank's chunks of the sequence.
+#pragma once
+
+#include <memory>
+
+#include "loom/comm/process_group.hpp"
+#include "loom/nn/layer_builder.hpp"
+#include "loom/parallel/context_parallel/ring_attention.hpp"
+
+namespace loom::parallel::cp {
+
+class ContextParallelLayers : public nn::LayerBuilder {
+ public:
+  // inner outlives this builder (the recipe keeps both).
+  ContextParallelLayers(const nn::LayerBuilder& inner, comm::ProcessGroup& group, Split split)
+      : inner_(inner), group_(group), split_(split), stats_(std::make_shared<RingStats>()) {}
+
+  std::unique_ptr<nn::Module> attention(int64_t C, int64_t NH) const override;
+  std::unique_ptr<nn::Embedding> embedding(int64_t V, int64_t Vp, int64_t block_size, int64_t C) const override;
+
+  int64_t tensor_parallel_size() const override { return inner_.tensor_parallel_size(); }
+  std::unique_ptr<nn::Linear> column_parallel_linear(int64_t in, int64_t out, int64_t blocks) const override {
+    return inner_.column_parallel_linear(in, out, blocks);
+  }
+  std::unique_ptr<nn::Linear> row_parallel_linear(int64_t in, int64_t out) const override {
+    return inner_.row_parallel_linear(in, out);
+  }
+  Tensor head_input(const Tensor& x) const override { return inner_.head_input(x); }
+  nn::ShardSpec vocabulary_shard() const override { return inner_.vocabulary_shard(); }
+  Tensor head_input_gradient(const Tensor& dx) const override { return inner_.head_input_gradient(dx); }
+
+  // The rings' time (all layers) since the last reset.
+  RingStats& stats() const { return *stats_; }
+
+ private:
+  const nn::LayerBuilder& inner_;
+  comm::ProcessGroup& group_;
+  Split split_;
+  std::shared_ptr<RingStats> stats_;
+};
+
+}  // namespace loom::parallel::cp

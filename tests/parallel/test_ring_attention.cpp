@@ -1,0 +1,169 @@
+// Context parallelism's ring attention against the serial causal attention kernel, over a cp
+// group of the whole world (cp = 1..8; the brief's cp 2, 3, 4 among them): this rank's chunks
+// of the output and of dQ, dK, dV must be the serial kernel's rows at those positions, for
+// the zig-zag and the contiguous split, with odd head sizes and odd chunk lengths.
+// Tolerance atol 2e-6 / rtol 1e-5: the inputs are O(1), every output element is a sum of at
+// most T = 6·cp ≤ 48 products whose order (and softmax rescaling) differs from the serial
+// kernel's, so rounding stays within a few fp32 ulps of O(1) values (~1e-6); a wrong block,
+// a missed rescale or a dK/dV returned to the wrong owner is off by O(0.1).
+// Then the split itself: zig-zag gives every rank the same causal attention work.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "comm/mpi_test_env.hpp"
+#include "loom/error.hpp"
+#include "loom/kernels/attention.hpp"
+#include "loom/nn/context.hpp"
+#include "loom/parallel/context_parallel/load_balance.hpp"
+#include "loom/parallel/context_parallel/ring_attention.hpp"
+#include "loom/train/parallelize.hpp"
+#include "loom/train/trainer.hpp"
+#include "test_util.hpp"
+#include "tiny_config.hpp"
+
+namespace loom::parallel::cp {
+namespace {
+
+using loom::testing::all_close;
+using loom::testing::random_vector;
+using loom::testing::world;
+
+Tensor random_tensor(const Shape& shape, uint64_t seed) {
+  Tensor t = Tensor::empty(shape);
+  const std::vector<float> v = random_vector(t.numel(), seed);
+  std::copy(v.begin(), v.end(), t.f32());
+  return t;
+}
+
+struct Geometry {
+  int64_t B, Tc, NH, HS;
+};
+
+void expect_ring_matches_serial(const Geometry& g, Split split, const std::string& what) {
+  const int P = world().size(), r = world().rank();
+  const int64_t T = 2 * P * g.Tc, C = g.NH * g.HS;
+  // The whole sequence, the same on every rank (same seeds), and the serial kernel's answer.
+  const Tensor qkv = random_tensor({g.B, T, 3 * C}, 11), dout = random_tensor({g.B, T, C}, 12);
+  Tensor out = Tensor::empty({g.B, T, C}), att = Tensor::empty({g.B, g.NH, T, T});
+  kernels::attention_forward(out.f32(), att.f32(), qkv.f32(), g.B, T, C, g.NH);
+  Tensor dqkv = Tensor::empty(qkv.shape()), datt = Tensor::empty(att.shape());
+  kernels::attention_backward(dqkv.f32(), datt.f32(), dout.f32(), qkv.f32(), att.f32(), g.B, T, C, g.NH);
+
+  RingAttention ring(C, g.NH, world(), split);
+  nn::Context ctx;
+  const Tensor heads = ring.forward(take_chunks(qkv, r, P, split), ctx);
+  const Tensor dlocal = ring.backward(take_chunks(dout, r, P, split), ctx);
+  const Tensor want_out = take_chunks(out, r, P, split), want_d = take_chunks(dqkv, r, P, split);
+  ASSERT_EQ(heads.shape(), want_out.shape());
+  EXPECT_TRUE(all_close(heads.f32(), want_out.f32(), heads.numel(), 1e-5, 2e-6, what + " output"));
+  // dq, dk, dv are the three column blocks of dqkv: compare each on its own so a failure names it.
+  for (int64_t part = 0; part < 3; ++part) {
+    std::vector<float> got, want;
+    for (int64_t row = 0; row < g.B * T / P; ++row)
+      for (int64_t c = 0; c < C; ++c) {
+        got.push_back(dlocal.f32()[row * 3 * C + part * C + c]);
+        want.push_back(want_d.f32()[row * 3 * C + part * C + c]);
+      }
+    EXPECT_TRUE(all_close(got, want, 1e-5, 2e-6, what + " d" + "qkv"[part]));
+  }
+}
+
+TEST(RingAttention, MatchesTheSerialKernelZigZag) {
+  expect_ring_matches_serial({2, 3, 3, 5}, Split::ZigZag, "zigzag, HS 5");
+  expect_ring_matches_serial({1, 4, 2, 7}, Split::ZigZag, "zigzag, HS 7");
+}
+
+TEST(RingAttention, MatchesTheSerialKernelContiguous) {
+  expect_ring_matches_serial({2, 3, 3, 5}, Split::Contiguous, "contiguous, HS 5");
+}
+
+TEST(ContextSplit, ZigZagBalancesCausalWorkContiguousDoesNot) {
+  for (int cp = 2; cp <= 8; ++cp) {
+    const int64_t T = 2 * cp * 64;
+    int64_t zz_min = INT64_MAX, zz_max = 0, ct_max = 0, total = 0;
+    for (int r = 0; r < cp; ++r) {
+      const int64_t zz = causal_pairs(T, r, cp, Split::ZigZag), ct = causal_pairs(T, r, cp, Split::Contiguous);
+      zz_min = std::min(zz_min, zz);
+      zz_max = std::max(zz_max, zz);
+      ct_max = std::max(ct_max, ct);
+      total += ct;
+    }
+    EXPECT_EQ(total, T * (T + 1) / 2) << "every (query, key) pair scored once, cp " << cp;
+    EXPECT_LE(static_cast<double>(zz_max - zz_min), 0.01 * static_cast<double>(zz_max)) << "cp " << cp;
+    // Contiguous: the last rank's queries see the most keys, about (2cp - 1)/cp times the mean.
+    const double imbalance = static_cast<double>(ct_max) / (static_cast<double>(total) / cp);
+    EXPECT_NEAR(imbalance, (2.0 * cp - 1.0) / cp, 0.01) << "cp " << cp;
+  }
+}
+
+TEST(ContextSplit, BadLengthIsAClearError) {
+  const std::string e = loom::testing::error_of([] { positions_of(10, 0, 3, Split::ZigZag); });
+  EXPECT_NE(e.find("divisible by 6"), std::string::npos) << e;
+}
+
+// The world ranks of this rank's group, in group order.
+std::vector<int> members(comm::ProcessGroup& g) {
+  Tensor in = Tensor::empty({1}), out = Tensor::empty({g.size()});
+  in.f32()[0] = static_cast<float>(world().rank());
+  g.all_gather(in, out);
+  std::vector<int> ranks;
+  for (int i = 0; i < g.size(); ++i) ranks.push_back(static_cast<int>(out.f32()[i]));
+  return ranks;
+}
+
+TEST(ContextParallelLayout, CpIsTheAxisBetweenPpAndTp) {
+  // rank = ((d * pp + p) * cp + c) * tp + t: a cp group is the ranks differing in c alone,
+  // dp x cp the ranks differing in d or c (d slower).
+  const int n = world().size(), r = world().rank();
+  for (int tp : {1, 2})
+    for (int cp = 2; cp * tp <= n; ++cp) {
+      if (n % (cp * tp) != 0) continue;
+      train::TrainConfig c = loom::testing::tiny_config();
+      c.tp = tp;
+      c.cp = cp;
+      c.dp = n / (cp * tp);
+      auto mesh = train::parallel_mesh(c, world());
+      const int t = r % tp, cc = r / tp % cp, d = r / (tp * cp);
+      std::vector<int> ring, data_and_context;
+      for (int x = 0; x < cp; ++x) ring.push_back((d * cp + x) * tp + t);
+      for (int dd = 0; dd < c.dp; ++dd)
+        for (int x = 0; x < cp; ++x) data_and_context.push_back((dd * cp + x) * tp + t);
+      EXPECT_EQ(members(mesh->group("cp")), ring) << "cp " << cp << " tp " << tp;
+      EXPECT_EQ(members(*mesh->make_group({"dp", "cp"})), data_and_context) << "cp " << cp << " tp " << tp;
+      EXPECT_EQ(mesh->group("cp").rank(), cc);
+    }
+}
+
+TEST(ContextParallelLayout, BadBlockSizeIsAnErrorOnEveryRankNotAHang) {
+  const int n = world().size();
+  if (n < 2) GTEST_SKIP() << "needs cp >= 2";
+  train::TrainConfig c = loom::testing::tiny_config();
+  c.cp = n;
+  c.model.block_size = 2 * n * 4 + 2;  // not divisible by 2 x cp
+  const std::string e = loom::testing::error_of([&] { train::Trainer trainer(c, true, &world()); });
+  EXPECT_NE(e.find("block_size (" + std::to_string(c.model.block_size) + ") must be divisible by " +
+                   std::to_string(2 * n)),
+            std::string::npos)
+      << e;
+  world().barrier();  // every rank got here: none waits in a collective of the refused run
+}
+
+TEST(ContextParallelLayout, BadLayoutsAreRefusedNamingTheConflict) {
+  train::TrainConfig c = loom::testing::tiny_config();
+  c.cp = 2;
+  c.tp = 4;
+  c.model.n_head = 4;
+  c.model.block_size = 12;  // 2 x cp divides it, but each cp rank's 6 tokens do not split over tp 4
+  c.sequence_parallel = true;
+  EXPECT_NE(loom::testing::error_of([&] { c.validate(); }).find("block_size / cp must be divisible by tp"),
+            std::string::npos);
+  c.tp = 1;
+  c.sequence_parallel = false;
+  c.cp_split = "spiral";
+  EXPECT_NE(loom::testing::error_of([&] { c.validate(); }).find("cp_split must be 'zigzag' or 'contiguous'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::parallel::cp
