@@ -19,6 +19,7 @@ using Runner = std::function<int()>;
 
 Runner add_train_command(CLI::App& app);
 Runner add_sample_command(CLI::App& app);
+Runner add_generate_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
 Runner add_config_reference_command(CLI::App& app);
 Runner add_schedule_command(CLI::App& app);
@@ -28,6 +29,8 @@ Runner add_report_command(CLI::App& app);
 Runner add_convert_command(CLI::App& app);
 // `loom bench comm` (in bench_comm_command.cpp); sets runner for when it is chosen.
 void add_comm_bench(CLI::App& bench, Runner& runner);
+// `loom bench generate` (in bench_generate_command.cpp); sets runner for when it is chosen.
+void add_generate_bench(CLI::App& bench, Runner& runner);
 
 // Every configuration key as a flag (`n_layer` -> --n-layer) plus --config FILE.
 struct ConfigFlags {

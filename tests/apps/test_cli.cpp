@@ -24,7 +24,7 @@ using loom::testing::run_loom;
 using loom::testing::temp_path;
 
 TEST(Cli, EverySubcommandHasHelpWithAnExample) {
-  for (const std::string sub : {"train", "sample", "bench", "schedule", "verify", "plan", "report", "convert",
+  for (const std::string sub : {"train", "sample", "generate", "bench", "schedule", "verify", "plan", "report", "convert",
                                 "config-reference"}) {
     const Result r = run_loom(sub + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub << "\n" << r.output;
@@ -152,6 +152,24 @@ TEST(Cli, TrainThenSampleThenResume) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.rfind("ROMEO:", 0), 0u) << r.output;
   EXPECT_GE(r.output.size(), 26u);
+  // Batched prompts (one JSON line each, in file order) and continuous batching from stdin.
+  const std::string prompts = temp_path("prompts.txt");
+  std::ofstream(prompts) << "ROMEO:\n{\"prompt\": \"JULIET:\", \"tokens\": 5}\n";
+  r = run_loom("sample --checkpoint " + dir + " --prompts-file " + prompts + " --tokens 8 --batch 2 --threads 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("{\"finish\":\"length\",\"id\":0,\"text\":\"ROMEO:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"id\":1,\"text\":\"JULIET:"), std::string::npos) << r.output;
+  r = loom::testing::run_command("printf 'ROMEO:\\n\\nAB\\n' | " + std::string(LOOM_BINARY) + " generate --checkpoint " + dir +
+                  " --tokens 4 --batch 1 --threads 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"id\":1,\"text\":\"AB"), std::string::npos) << r.output;
+  expect_error("sample --checkpoint " + dir + " --prompt ''", "the prompt must not be empty");
+  expect_error("sample --checkpoint " + dir + " --prompt " + std::string(17, 'a'),
+               "the prompt is 17 tokens, longer than the model's context of 16 tokens");
+  std::ofstream(prompts) << "{\"prompt\": \"a\", \"temperature\": 2}\n";
+  expect_error("sample --checkpoint " + dir + " --prompts-file " + prompts, "line 1: unknown key \"temperature\"");
+  expect_error("sample --checkpoint " + dir + " --prompts-file /nonexistent/prompts.txt", "/nonexistent/prompts.txt");
+  expect_error("sample --checkpoint " + dir + " --tp 2", "--tp 2 needs 2 processes");
   r = run_loom("train " + kTiny + " --steps 6 --eval-batches 1 --out-dir " + dir + " --resume latest");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("at step 4"), std::string::npos) << r.output;

@@ -11,6 +11,8 @@ class Embedding : public Module {
   Embedding(int64_t vocab_size, int64_t padded_vocab_size, int64_t block_size, int64_t C);
   Parameter& wte() { return *wte_; }
   Parameter& wpe() { return *wpe_; }
+  // Generation: (N, C) rows wte[ids[n]] + wpe[positions[n]], nothing saved for backward.
+  virtual Tensor embed_at(const int32_t* ids, const int64_t* positions, int64_t N);
 
  protected:
   Tensor forward_impl(const Tensor& idx, Context& ctx) override;  // idx (B, T) i32 -> (B, T, C)
