@@ -12,6 +12,7 @@
 
 #include "loom/comm/process_group.hpp"
 #include "loom/train/config.hpp"
+#include "loom/train/sampler.hpp"
 
 namespace loom::apps {
 
@@ -31,6 +32,11 @@ Runner add_convert_command(CLI::App& app);
 void add_comm_bench(CLI::App& bench, Runner& runner);
 // `loom bench generate` (in bench_generate_command.cpp); sets runner for when it is chosen.
 void add_generate_bench(CLI::App& bench, Runner& runner);
+
+// `loom sample` and `loom generate` share: the sampling flags (--temperature, --top-k,
+// --top-p) and a finished request as one JSON line {"id", "text", "tokens", "finish"}.
+void add_sampling_flags(CLI::App& sub, train::SampleOptions& options);
+std::string generated_json(const train::Generated& g);
 
 // Every configuration key as a flag (`n_layer` -> --n-layer) plus --config FILE.
 struct ConfigFlags {

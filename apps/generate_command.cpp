@@ -85,8 +85,8 @@ class LineQueue {
   std::shared_ptr<State> state_;
 };
 
-void print_line(const nlohmann::json& j) {
-  std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+void print_line(const std::string& line) {
+  std::printf("%s\n", line.c_str());
   std::fflush(stdout);
 }
 
@@ -108,12 +108,12 @@ int run_generate(const GenerateArgs& a) {
       try {
         generator.add(train::parse_request_line(line, defaults, id, "request " + std::to_string(id)), id);
       } catch (const Error& e) {
-        print_line({{"id", id}, {"error", e.what()}});
+        print_line(nlohmann::json{{"id", id}, {"error", e.what()}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         refused = true;
       }
     }
     for (const train::Generated& g : generator.step())
-      print_line({{"id", g.id}, {"text", g.text}, {"tokens", g.tokens.size()}, {"finish", g.finish}});
+      print_line(generated_json(g));
   }
   return refused ? 1 : 0;
 }
@@ -126,9 +126,7 @@ Runner add_generate_command(CLI::App& sub) {
   sub.add_option("--input", args->input, "requests, one per line (text or JSON); - = stdin");
   sub.add_option("--tokens", args->options.tokens, "default tokens per request");
   sub.add_option("--stop", args->stop, "default stop text");
-  sub.add_option("--temperature", args->options.temperature, "softmax temperature; 0 = greedy");
-  sub.add_option("--top-k", args->options.top_k, "sample among the k most likely tokens; 0 = all");
-  sub.add_option("--top-p", args->options.top_p, "sample among the most likely tokens holding this probability; 1 = all");
+  add_sampling_flags(sub, args->options);
   sub.add_option("--seed", args->options.seed, "seed of request 0 (request i: seed + i unless it names one)");
   sub.add_option("--batch", args->batch, "sequences decoded together");
   sub.add_option("--threads", args->threads, "compute threads; 0 = all cores");

@@ -40,11 +40,21 @@ void sample_on(comm::ProcessGroup* tp, const SampleArgs& a) {
   MemoryScope scope(MemoryCategory::Activations);
   for (const train::Generated& g : train::generate(*m.model, *m.tokenizer, a.options.sampling(), requests, a.batch))
     if (printer)
-      std::printf("%s\n", nlohmann::json{{"id", g.id}, {"text", g.text}, {"tokens", g.tokens.size()}, {"finish", g.finish}}
-                              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-                              .c_str());
+      std::printf("%s\n", generated_json(g).c_str());
 }
 }  // namespace
+
+void add_sampling_flags(CLI::App& sub, train::SampleOptions& options) {
+  sub.add_option("--temperature", options.temperature, "softmax temperature; 0 = greedy");
+  sub.add_option("--top-k", options.top_k, "sample among the k most likely tokens; 0 = all");
+  sub.add_option("--top-p", options.top_p, "sample among the most likely tokens holding this probability; 1 = all");
+}
+
+std::string generated_json(const train::Generated& g) {
+  // Replace, not throw, on invalid UTF-8: a byte-level model may stop inside a character.
+  return nlohmann::json{{"id", g.id}, {"text", g.text}, {"tokens", g.tokens.size()}, {"finish", g.finish}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 Runner add_sample_command(CLI::App& sub) {
   auto args = std::make_shared<SampleArgs>();
@@ -55,9 +65,7 @@ Runner add_sample_command(CLI::App& sub) {
   sub.add_option("--tokens", args->options.tokens,
                  "tokens to generate (at most " + std::to_string(train::kMaxSampleTokens) + ")");
   sub.add_option("--stop", args->stop, "prompts file: end a sequence once its new text contains this");
-  sub.add_option("--temperature", args->options.temperature, "softmax temperature; 0 = greedy");
-  sub.add_option("--top-k", args->options.top_k, "sample among the k most likely tokens; 0 = all");
-  sub.add_option("--top-p", args->options.top_p, "sample among the most likely tokens holding this probability; 1 = all");
+  add_sampling_flags(sub, args->options);
   sub.add_option("--seed", args->options.seed, "sampling seed (request i of a prompts file: seed + i)");
   sub.add_option("--batch", args->batch, "prompts file: sequences decoded together");
   sub.add_option("--threads", args->threads, "compute threads; 0 = all cores");
