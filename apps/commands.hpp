@@ -12,6 +12,7 @@
 
 #include "loom/comm/process_group.hpp"
 #include "loom/train/config.hpp"
+#include "loom/train/sampler.hpp"
 
 namespace loom::apps {
 
@@ -19,6 +20,7 @@ using Runner = std::function<int()>;
 
 Runner add_train_command(CLI::App& app);
 Runner add_sample_command(CLI::App& app);
+Runner add_generate_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
 Runner add_config_reference_command(CLI::App& app);
 Runner add_schedule_command(CLI::App& app);
@@ -30,6 +32,13 @@ Runner add_eval_command(CLI::App& app);      // eval_command.cpp
 Runner add_tokenize_command(CLI::App& app);  // tokenize_command.cpp
 // `loom bench comm` (in bench_comm_command.cpp); sets runner for when it is chosen.
 void add_comm_bench(CLI::App& bench, Runner& runner);
+// `loom bench generate` (in bench_generate_command.cpp); sets runner for when it is chosen.
+void add_generate_bench(CLI::App& bench, Runner& runner);
+
+// `loom sample` and `loom generate` share: the sampling flags (--temperature, --top-k,
+// --top-p) and a finished request as one JSON line {"id", "text", "tokens", "finish"}.
+void add_sampling_flags(CLI::App& sub, train::SampleOptions& options);
+std::string generated_json(const train::Generated& g);
 
 // Every configuration key as a flag (`n_layer` -> --n-layer) plus --config FILE.
 struct ConfigFlags {

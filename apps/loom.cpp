@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
   add("train", "train a model (example: loom train --config configs/shakespeare.toml)", loom::apps::add_train_command);
   add("sample", "generate text from a checkpoint (example: loom sample --checkpoint runs/shakespeare --prompt ROMEO:)",
       loom::apps::add_sample_command);
+  add("generate",
+      "generate for requests read line by line, new ones joining the batch as others finish "
+      "(example: loom generate --checkpoint runs/shakespeare < prompts.txt)",
+      loom::apps::add_generate_command);
   add("bench", "measure kernels and training speed (example: loom bench gemm)", loom::apps::add_bench_command);
   add("schedule",
       "check and draw a pipeline schedule (example: loom schedule --pp 4 --micro-batches 8 --svg 1f1b.svg)",

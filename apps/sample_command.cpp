@@ -1,13 +1,15 @@
-// `loom sample`: rebuild the model from a checkpoint's own configuration and generate.
+// `loom sample`: rebuild the model from a checkpoint's own configuration and generate, with
+// the KV cache: one prompt (printed as text) or a prompts file (one JSON line per result,
+// in file order), serially or tensor-parallel (mpirun -np T loom sample --tp T).
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "loom/data/tokenizer.hpp"
+#include "loom/error.hpp"
 #include "loom/kernels/threads.hpp"
-#include "loom/train/checkpoint.hpp"
-#include "loom/train/config.hpp"
-#include "loom/train/memory_budget.hpp"
+#include "loom/train/generation_requests.hpp"
+#include "loom/train/inference_model.hpp"
 #include "loom/train/sampler.hpp"
 
 namespace loom::apps {
@@ -16,36 +18,78 @@ namespace {
 struct SampleArgs {
   std::string checkpoint;
   train::SampleOptions options;
+  std::string prompts_file;
+  std::string stop;
+  int64_t batch = 16;
   int threads = 0;
+  int tp = 1;
+  bool no_kv_cache = false;
 };
+
+void sample_on(comm::ProcessGroup* tp, const SampleArgs& a) {
+  train::InferenceModel m = train::load_inference_model(a.checkpoint, tp);
+  const bool printer = tp == nullptr || tp->rank() == 0;
+  if (a.prompts_file.empty()) {
+    const std::string text = train::sample_text(*m.model, *m.tokenizer, a.options);
+    if (printer) std::printf("%s\n", text.c_str());
+    return;
+  }
+  train::GenerationRequest defaults = a.options.request();
+  defaults.stop = a.stop;
+  const auto requests = train::read_prompts_file(a.prompts_file, defaults);
+  MemoryScope scope(MemoryCategory::Activations);
+  for (const train::Generated& g : train::generate(*m.model, *m.tokenizer, a.options.sampling(), requests, a.batch))
+    if (printer)
+      std::printf("%s\n", generated_json(g).c_str());
+}
 }  // namespace
+
+void add_sampling_flags(CLI::App& sub, train::SampleOptions& options) {
+  sub.add_option("--temperature", options.temperature, "softmax temperature; 0 = greedy");
+  sub.add_option("--top-k", options.top_k, "sample among the k most likely tokens; 0 = all");
+  sub.add_option("--top-p", options.top_p, "sample among the most likely tokens holding this probability; 1 = all");
+}
+
+std::string generated_json(const train::Generated& g) {
+  // Replace, not throw, on invalid UTF-8: a byte-level model may stop inside a character.
+  return nlohmann::json{{"id", g.id}, {"text", g.text}, {"tokens", g.tokens.size()}, {"finish", g.finish}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 Runner add_sample_command(CLI::App& sub) {
   auto args = std::make_shared<SampleArgs>();
   sub.add_option("--checkpoint", args->checkpoint, "checkpoint file or run directory (uses its latest)")->required();
   sub.add_option("--prompt", args->options.prompt, "text to continue");
+  sub.add_option("--prompts-file", args->prompts_file,
+                 "one request per line: text, or JSON {\"prompt\", \"tokens\", \"stop\", \"seed\"}; generated together");
   sub.add_option("--tokens", args->options.tokens,
                  "tokens to generate (at most " + std::to_string(train::kMaxSampleTokens) + ")");
-  sub.add_option("--temperature", args->options.temperature, "softmax temperature; 0 = greedy");
-  sub.add_option("--top-k", args->options.top_k, "sample among the k most likely tokens; 0 = all");
-  sub.add_option("--seed", args->options.seed, "sampling seed");
+  sub.add_option("--stop", args->stop, "prompts file: end a sequence once its new text contains this");
+  add_sampling_flags(sub, args->options);
+  sub.add_option("--seed", args->options.seed, "sampling seed (request i of a prompts file: seed + i)");
+  sub.add_option("--batch", args->batch, "prompts file: sequences decoded together");
   sub.add_option("--threads", args->threads, "compute threads; 0 = all cores");
+  sub.add_option("--tp", args->tp, "tensor-parallel ranks (run under mpirun with this many processes)");
+  sub.add_flag("--no-kv-cache", args->no_kv_cache, "re-run the whole context for every token (the reference path)");
   return [args]() {
+    args->options.kv_cache = !args->no_kv_cache;
     args->options.validate();
+    check(args->batch >= 1, "--batch must be >= 1, got ", args->batch);
+    check(args->tp >= 1, "--tp must be >= 1, got ", args->tp);
+    check(args->prompts_file.empty() || args->options.kv_cache, "--prompts-file needs the KV cache (drop --no-kv-cache)");
     kernels::set_num_threads(args->threads);
-    const std::string path = train::resolve_checkpoint_path(args->checkpoint);
-    const train::CheckpointInfo info = train::read_checkpoint_info(path);
-    train::TrainConfig config;
-    train::apply_toml_string(config, info.config_toml, path + " (stored configuration)");
-    std::unique_ptr<data::Tokenizer> tokenizer = data::Tokenizer::from_spec(info.tokenizer_spec);
-    config.model.vocab_size = tokenizer->vocab_size();
-    config.model.validate();
-    // The stored configuration is input like any other: bounded before the model is built.
-    train::check_fits_in_memory(train::inference_memory(config.model), 1, "the model of checkpoint '" + path + "'");
-    nn::GPT model(config.model, 0);
-    train::load_checkpoint(path, model, nullptr, "");
-    std::printf("%s\n", train::sample_text(model, *tokenizer, args->options).c_str());
-    return 0;
+    if (args->tp == 1 && !launched_by_mpi()) {
+      sample_on(nullptr, *args);
+      return 0;
+    }
+    check(launched_by_mpi(), "--tp ", args->tp, " needs ", args->tp, " processes: mpirun -np ", args->tp, " loom sample --tp ",
+          args->tp, " ...");
+    return run_on_world([&](comm::ProcessGroup& world) {
+      check(world.size() == args->tp, "loom sample --tp ", args->tp, " needs exactly ", args->tp,
+            " ranks, the job has ", world.size());
+      check(args->options.kv_cache || args->tp == 1, "--no-kv-cache runs on one process");
+      sample_on(&world, *args);
+    });
   };
 }
 

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 
 namespace loom::kernels {
 
@@ -28,6 +29,10 @@ struct BatchedMatmul {
   bool accumulate = false;             // C += ...
 };
 void batched_matmul(const BatchedMatmul& desc, const float* A, const float* B, float* C);
+
+// The instruction set oneDNN runs its kernels with ("avx512_core_amx", ...), printed next
+// to every performance figure.
+std::string cpu_isa_name();
 
 // Number of distinct primitives created so far (tests check that the cache works).
 int64_t matmul_primitive_count();

@@ -16,6 +16,8 @@ class Block : public Module {
   bool recompute() const { return recompute_; }
   CausalSelfAttention& attn() { return *attn_; }
   MLP& mlp() { return *mlp_; }
+  LayerNorm& ln1() { return *ln1_; }
+  LayerNorm& ln2() { return *ln2_; }
 
  protected:
   Tensor forward_impl(const Tensor& x, Context& ctx) override;  // x (B, T, C)

@@ -24,8 +24,13 @@ class Context {
   void clear() { saved_.clear(); }
   // Bytes of distinct storages held (views of one buffer count once).
   int64_t bytes() const;
+  // An inference context (generation): no backward follows, and layers may pick kernels
+  // shaped for a few rows (a decode step's one token per sequence).
+  void set_inference(bool on) { inference_ = on; }
+  bool inference() const { return inference_; }
 
  private:
+  bool inference_ = false;
   std::unordered_map<const Module*, std::vector<Tensor>> saved_;
 };
 

@@ -62,6 +62,18 @@ Tensor Embedding::forward_impl(const Tensor& idx, Context& ctx) {
   return out;
 }
 
+Tensor Embedding::embed_at(const int32_t* ids, const int64_t* positions, int64_t N) {
+  Tensor out = Tensor::empty({N, C_});  // (N, C)
+  for (int64_t n = 0; n < N; ++n) {
+    check(ids[n] >= 0 && ids[n] < V_, "token id ", ids[n], " out of range [0, ", V_, ")");
+    check(positions[n] >= 0 && positions[n] < block_size_, "position ", positions[n], " exceeds block_size ", block_size_);
+    const float* te = wte_->value().f32() + ids[n] * C_;
+    const float* pe = wpe_->value().f32() + positions[n] * C_;
+    for (int64_t c = 0; c < C_; ++c) out.f32()[n * C_ + c] = te[c] + pe[c];
+  }
+  return out;
+}
+
 Tensor Embedding::backward_impl(const Tensor& dy, Context& ctx) {
   const Tensor& idx = ctx.saved(this, 0);
   const int64_t B = idx.size(0), T = idx.size(1);

@@ -18,6 +18,8 @@ class Embedding : public Module {
   // parallelism): the true position of each of its T rows. Unset: rows 0 .. T-1.
   using PositionMap = std::function<std::vector<int64_t>(int64_t T)>;
   void set_position_map(PositionMap map) { position_map_ = std::move(map); }
+  // Generation: (N, C) rows wte[ids[n]] + wpe[positions[n]], nothing saved for backward.
+  virtual Tensor embed_at(const int32_t* ids, const int64_t* positions, int64_t N);
 
  protected:
   Tensor forward_impl(const Tensor& idx, Context& ctx) override;  // idx (B, T) i32 -> (B, T, C)

@@ -56,6 +56,7 @@ class GPT : public Module {
   GPT(const GPTConfig& config, uint64_t seed, const LayerBuilder& layers = serial_layers(), GPTStage stage = {});
   const GPTConfig& config() const { return config_; }
   const GPTStage& stage() const { return stage_; }
+  const LayerBuilder& layers() const { return layers_; }
   bool has_embedding() const { return embedding_ != nullptr; }
   bool has_head() const { return ln_f_ != nullptr; }
   Embedding& embedding();

@@ -37,6 +37,8 @@ class LayerBuilder {
   // How the token table is split (by vocabulary rows under tensor parallelism).
   virtual ShardSpec vocabulary_shard() const { return {}; }
   virtual Tensor head_input_gradient(const Tensor& dx) const { return dx; }
+  // Generation: the head's logits (R, Vp/t) on every rank -> the whole vocabulary (R, Vp).
+  virtual Tensor gather_vocabulary(const Tensor& logits) const { return logits; }
 };
 
 // The serial layers.

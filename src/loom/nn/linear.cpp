@@ -1,6 +1,7 @@
 #include "loom/nn/linear.hpp"
 
 #include "loom/error.hpp"
+#include "loom/kernels/gemv.hpp"
 #include "loom/kernels/matmul.hpp"
 #include "loom/kernels/residual.hpp"
 
@@ -14,7 +15,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias) : in_(in_fe
 }
 
 Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
-  Tensor y = project(x, /*add_bias=*/true);
+  Tensor y = project(x, /*add_bias=*/true, ctx.inference());
   ctx.save(this, {x});
   return y;
 }
@@ -25,15 +26,19 @@ Tensor Linear::backward_impl(const Tensor& dy, Context& ctx) {
   return dx;
 }
 
-Tensor Linear::project(const Tensor& x, bool add_bias) {
+Tensor Linear::project(const Tensor& x, bool add_bias, bool few_rows) {
   check(x.ndim() >= 1 && x.size(-1) == in_, "Linear '", name(), "' expects last dimension ", in_,
         ", got shape ", shape_str(x.shape()));
   const int64_t N = x.numel() / in_;
   Shape out_shape = x.shape();
   out_shape.back() = out_;
   Tensor y = Tensor::empty(out_shape);  // (N, OC)
-  kernels::matmul(x.f32(), Trans::N, weight_->value().f32(), Trans::T, y.f32(), N, out_, in_,
-                  bias_ && add_bias ? bias_->value().f32() : nullptr);
+  const float* b = bias_ && add_bias ? bias_->value().f32() : nullptr;
+  if (few_rows && N <= kernels::kGemvMaxRows) {
+    kernels::gemv_rows(x.f32(), weight_->value().f32(), b, y.f32(), N, out_, in_);
+    return y;
+  }
+  kernels::matmul(x.f32(), Trans::N, weight_->value().f32(), Trans::T, y.f32(), N, out_, in_, b);
   return y;
 }
 

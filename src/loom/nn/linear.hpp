@@ -18,8 +18,9 @@ class Linear : public Module {
  protected:
   Tensor forward_impl(const Tensor& x, Context& ctx) override;
   Tensor backward_impl(const Tensor& dy, Context& ctx) override;
-  // y = x W^T (+ b when add_bias).
-  Tensor project(const Tensor& x, bool add_bias);
+  // y = x W^T (+ b when add_bias). few_rows (inference contexts): at most kGemvMaxRows
+  // rows go through the GEMV kernel, which streams W once (kernels/gemv.hpp).
+  Tensor project(const Tensor& x, bool add_bias, bool few_rows = false);
   // Given the forward's input x: returns dx = dy W, adds dy^T x to W's gradient and (when
   // bias_grad) dy's column sums to the bias gradient.
   Tensor backward_from(const Tensor& dy, const Tensor& x, bool bias_grad);

@@ -31,4 +31,8 @@ Tensor TensorParallelLayers::head_input_gradient(const Tensor& dx) const {
   return sum;
 }
 
+Tensor TensorParallelLayers::gather_vocabulary(const Tensor& logits) const {
+  return gather_features(logits, /*blocks=*/1, group_);
+}
+
 }  // namespace loom::parallel::tp

@@ -22,6 +22,7 @@ class TensorParallelLayers : public nn::LayerBuilder {
   Tensor head_input(const Tensor& x) const override;
   nn::ShardSpec vocabulary_shard() const override { return nn::ShardSpec{0, group_.size(), group_.rank(), 1}; }
   Tensor head_input_gradient(const Tensor& dx) const override;
+  Tensor gather_vocabulary(const Tensor& logits) const override;
   comm::ProcessGroup& group() const { return group_; }
   bool sequence_parallel() const { return sequence_parallel_; }
 

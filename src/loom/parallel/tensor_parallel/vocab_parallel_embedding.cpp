@@ -54,6 +54,24 @@ Tensor VocabParallelEmbedding::forward_impl(const Tensor& idx, nn::Context& ctx)
   return out;
 }
 
+Tensor VocabParallelEmbedding::embed_at(const int32_t* ids, const int64_t* positions, int64_t N) {
+  for (int64_t n = 0; n < N; ++n) {
+    check(ids[n] >= 0 && ids[n] < V_, "token id ", ids[n], " out of range [0, ", V_, ")");
+    check(positions[n] >= 0 && positions[n] < block_size_, "position ", positions[n], " exceeds block_size ", block_size_);
+  }
+  Tensor out = Tensor::zeros({N, C_});  // (N, C)
+  const float* table = wte().value().f32();
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t row = ids[n] - vocab_begin_;
+    if (row >= 0 && row < rows_) std::memcpy(out.f32() + n * C_, table + row * C_, sizeof(float) * static_cast<size_t>(C_));
+  }
+  g_forward(out, group_);  // every token's row came from exactly one rank
+  const float* pos = wpe().value().f32();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C_; ++c) out.f32()[n * C_ + c] += pos[positions[n] * C_ + c];
+  return out;
+}
+
 Tensor VocabParallelEmbedding::backward_impl(const Tensor& dy, nn::Context& ctx) {
   const Tensor& idx = ctx.saved(this, 0);
   const int64_t B = idx.size(0), T = idx.size(1);

@@ -19,6 +19,9 @@ class VocabParallelEmbedding : public nn::Embedding {
   // This rank's rows are token ids [vocab_begin, vocab_begin + rows).
   int64_t vocab_begin() const { return vocab_begin_; }
 
+  // This rank's rows of the tokens' table entries, summed over the group, plus positions.
+  Tensor embed_at(const int32_t* ids, const int64_t* positions, int64_t N) override;
+
  protected:
   Tensor forward_impl(const Tensor& idx, nn::Context& ctx) override;  // idx (B, T) -> (B, T, C)
   Tensor backward_impl(const Tensor& dy, nn::Context& ctx) override;

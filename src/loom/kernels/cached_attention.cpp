@@ -1,0 +1,69 @@
+// One (row, head) pair per task: its scores, softmax and weighted sum of values touch only
+// that head's cache rows, which decode reads once per step (the cache is the part of a
+// decode step's bytes that grows with the context).
+#include "loom/kernels/cached_attention.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "loom/kernels/fast_math.hpp"
+
+namespace loom::kernels {
+
+void cache_append(float* keys, float* values, const float* qkv, const int64_t* slots, const int64_t* positions,
+                  int64_t N, const CacheGeometry& g) {
+  const int64_t C = g.NH * g.HS;
+  const size_t bytes = sizeof(float) * static_cast<size_t>(g.HS);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < g.NH; ++h) {
+      const float* row = qkv + n * 3 * C + h * g.HS;  // this head's q
+      const int64_t at = g.offset(slots[n], h, positions[n]);
+      std::memcpy(keys + at, row + C, bytes);
+      std::memcpy(values + at, row + 2 * C, bytes);
+    }
+}
+
+void cached_attention(float* out, const float* qkv, const float* keys, const float* values, const int64_t* slots,
+                      const int64_t* positions, int64_t N, const CacheGeometry& g) {
+  const int64_t C = g.NH * g.HS, HS = g.HS;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  int64_t work = 0;
+  for (int64_t n = 0; n < N; ++n) work += (positions[n] + 1) * C;
+#pragma omp parallel if (work >= (1 << 15))
+  {
+    std::vector<float> scores(static_cast<size_t>(g.capacity));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < N * g.NH; ++task) {
+      const int64_t n = task / g.NH, h = task % g.NH, len = positions[n] + 1;
+      const float* __restrict q = qkv + n * 3 * C + h * HS;            // (HS)
+      const float* __restrict k = keys + g.offset(slots[n], h, 0);     // (len, HS)
+      const float* __restrict v = values + g.offset(slots[n], h, 0);   // (len, HS)
+      float* __restrict s = scores.data();
+      float m = -INFINITY;
+      for (int64_t j = 0; j < len; ++j) {
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t d = 0; d < HS; ++d) dot += q[d] * k[j * HS + d];
+        s[j] = dot * scale;
+        m = s[j] > m ? s[j] : m;
+      }
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < len; ++j) {
+        s[j] = fast_exp(s[j] - m);
+        sum += s[j];
+      }
+      const float inv = 1.0f / sum;
+      float* __restrict o = out + n * C + h * HS;  // (HS)
+      for (int64_t d = 0; d < HS; ++d) o[d] = 0.0f;
+      for (int64_t j = 0; j < len; ++j) {
+        const float p = s[j] * inv;
+#pragma omp simd
+        for (int64_t d = 0; d < HS; ++d) o[d] += p * v[j * HS + d];
+      }
+    }
+  }
+}
+
+}  // namespace loom::kernels

@@ -1,0 +1,18 @@
+// The decode step's projections: y(M, N) = x(M, K) W(N, K)^T [+ b(N)] for a handful of rows
+// (one new token per sequence being generated). At such M the multiply is bound by reading
+// W once from memory; this kernel streams each weight row once and forms all M dot
+// products while it sits in L1. Parallel over output features, each dot product summed by
+// one thread in k order, so the result does not depend on the thread count.
+#pragma once
+
+#include <cstdint>
+
+namespace loom::kernels {
+
+// Rows up to which the Linear layers' forward uses gemv_rows instead of oneDNN's matmul
+// (measured: `loom bench generate` prints both at M = 1).
+constexpr int64_t kGemvMaxRows = 16;
+
+void gemv_rows(const float* x, const float* W, const float* bias, float* y, int64_t M, int64_t N, int64_t K);
+
+}  // namespace loom::kernels

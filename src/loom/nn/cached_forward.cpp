@@ -1,0 +1,83 @@
+#include "loom/nn/cached_forward.hpp"
+
+#include <map>
+
+#include "loom/error.hpp"
+#include "loom/kernels/cached_attention.hpp"
+#include "loom/kernels/gemv.hpp"
+#include "loom/kernels/matmul.hpp"
+#include "loom/kernels/residual.hpp"
+
+namespace loom::nn {
+
+namespace {
+
+// Positions for the new tokens, checked before any is claimed so a refused call leaves the
+// cache as it was.
+std::vector<int64_t> claim_positions(KVCache& cache, const std::vector<int64_t>& slots) {
+  std::map<int64_t, int64_t> added;
+  for (int64_t s : slots) {
+    check(s >= 0 && s < cache.slots(), "KV cache slot ", s, " out of range [0, ", cache.slots(), ")");
+    check(cache.length(s) + ++added[s] <= cache.capacity(), "the sequence in KV cache slot ", s,
+          " would exceed the context of ", cache.capacity(), " tokens (block_size)");
+  }
+  std::vector<int64_t> positions;
+  for (int64_t s : slots) positions.push_back(cache.claim_position(s));
+  return positions;
+}
+
+// (R, V) logits of the chosen rows of x (N, C): final LayerNorm, the tied head, then the
+// whole vocabulary on every rank (the tensor-parallel head holds a slice of it).
+Tensor head_logits(GPT& model, const Tensor& x, const std::vector<int64_t>& rows, Context& ctx) {
+  const int64_t C = x.size(-1), R = static_cast<int64_t>(rows.size());
+  Tensor picked = Tensor::empty({R, C});
+  for (int64_t r = 0; r < R; ++r) {
+    check(rows[r] >= 0 && rows[r] < x.size(0), "logit row ", rows[r], " out of range [0, ", x.size(0), ")");
+    std::copy(x.f32() + rows[r] * C, x.f32() + (rows[r] + 1) * C, picked.f32() + r * C);
+  }
+  const Tensor h = model.ln_f().forward(picked, ctx);  // (R, C)
+  const Tensor& wte = model.head_weight().value();    // (Vp/t, C)
+  const int64_t Vl = wte.size(0);
+  Tensor local = Tensor::empty({R, Vl});
+  if (R <= kernels::kGemvMaxRows)
+    kernels::gemv_rows(h.f32(), wte.f32(), nullptr, local.f32(), R, Vl, C);
+  else
+    kernels::matmul(h.f32(), kernels::Trans::N, wte.f32(), kernels::Trans::T, local.f32(), R, Vl, C);
+  const Tensor full = model.layers().gather_vocabulary(local);  // (R, Vp)
+  const int64_t V = model.config().vocab_size, Vp = full.size(1);
+  Tensor logits = Tensor::empty({R, V});
+  for (int64_t r = 0; r < R; ++r) std::copy(full.f32() + r * Vp, full.f32() + r * Vp + V, logits.f32() + r * V);
+  return logits;
+}
+
+}  // namespace
+
+Tensor forward_cached(GPT& model, KVCache& cache, const std::vector<int32_t>& tokens, const std::vector<int64_t>& slots,
+                      const std::vector<int64_t>& logit_rows) {
+  const int64_t N = static_cast<int64_t>(tokens.size());
+  check(N > 0 && slots.size() == tokens.size(), "forward_cached needs one slot per token (", N, " tokens, ",
+        slots.size(), " slots)");
+  const std::vector<int64_t> positions = claim_positions(cache, slots);
+  Context ctx;
+  ctx.set_inference(true);
+  Tensor x = model.embedding().embed_at(tokens.data(), positions.data(), N);  // (N, C)
+  const kernels::CacheGeometry& g = cache.geometry();
+  for (size_t l = 0; l < model.blocks().size(); ++l) {
+    Block& block = *model.blocks()[l];
+    const Tensor qkv = block.attn().qkv().forward(block.ln1().forward(x, ctx), ctx);  // (N, 3C/t)
+    const int64_t b = static_cast<int64_t>(l);
+    kernels::cache_append(cache.keys(b), cache.values(b), qkv.f32(), slots.data(), positions.data(), N, g);
+    Tensor heads = Tensor::empty({N, g.NH * g.HS});  // (N, C/t) this rank's heads
+    kernels::cached_attention(heads.f32(), qkv.f32(), cache.keys(b), cache.values(b), slots.data(), positions.data(),
+                              N, g);
+    Tensor a = block.attn().proj().forward(heads, ctx);  // (N, C), summed over the tp group
+    kernels::residual_forward(a.f32(), a.f32(), x.f32(), a.numel());
+    Tensor m = block.mlp().forward(block.ln2().forward(a, ctx), ctx);
+    kernels::residual_forward(m.f32(), m.f32(), a.f32(), m.numel());
+    x = m;
+    ctx.clear();
+  }
+  return head_logits(model, x, logit_rows, ctx);
+}
+
+}  // namespace loom::nn

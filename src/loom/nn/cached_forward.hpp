@@ -1,0 +1,23 @@
+// The GPT's forward for generation: new tokens run through the model against a KV cache
+// (their keys and values appended to it), attending to every earlier token of their own
+// sequence. Prefill is one call with a prompt's tokens; a decode step is one call with one
+// token of each sequence in the batch. Inference only: nothing is saved for a backward, and
+// the projections of a decode step use the few-rows kernel (kernels/gemv.hpp).
+// The layers are the model's own, so a tensor-parallel model splits heads and MLP here as
+// in training, each rank caching its heads.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "loom/nn/gpt.hpp"
+#include "loom/nn/kv_cache.hpp"
+
+namespace loom::nn {
+
+// tokens[n] belongs to the sequence in slots[n] and takes its next position. Returns the
+// logits (R, V) of the rows listed in logit_rows (every rank gets the whole vocabulary).
+Tensor forward_cached(GPT& model, KVCache& cache, const std::vector<int32_t>& tokens, const std::vector<int64_t>& slots,
+                      const std::vector<int64_t>& logit_rows);
+
+}  // namespace loom::nn

@@ -1,0 +1,72 @@
+#include "loom/train/generation_requests.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "loom/data/input_file.hpp"
+#include "loom/error.hpp"
+
+namespace loom::train {
+
+namespace {
+// A prompts file is text typed or generated for a run: 64 MiB is far more than a batch needs.
+constexpr int64_t kMaxPromptsBytes = int64_t{64} << 20;
+}  // namespace
+
+GenerationRequest parse_request_line(const std::string& line, const GenerationRequest& defaults, int64_t index,
+                                     const std::string& where) {
+  GenerationRequest r = defaults;
+  r.seed = defaults.seed + static_cast<uint64_t>(index);
+  if (line.empty() || line.front() != '{') {
+    r.prompt = line;
+    return r;
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    fail(where, ": invalid JSON (", e.what(), ")");
+  }
+  check(j.is_object(), where, ": expected a JSON object");
+  check(j.contains("prompt"), where, ": the request has no \"prompt\"");
+  for (const auto& [key, value] : j.items()) {
+    if (key == "prompt" || key == "stop") {
+      check(value.is_string(), where, ": \"", key, "\" must be a string");
+      (key == "prompt" ? r.prompt : r.stop) = value.get<std::string>();
+    } else if (key == "tokens") {
+      check(value.is_number_integer(), where, ": \"tokens\" must be an integer");
+      r.max_tokens = value.get<int64_t>();
+    } else if (key == "seed") {
+      check(value.is_number_unsigned(), where, ": \"seed\" must be a non-negative integer");
+      r.seed = value.get<uint64_t>();
+    } else {
+      fail(where, ": unknown key \"", key, "\" (expected prompt, tokens, stop, seed)");
+    }
+  }
+  check(!r.prompt.empty(), where, ": the prompt must not be empty");
+  try {
+    r.validate();
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());
+  }
+  return r;
+}
+
+std::vector<GenerationRequest> read_prompts_file(const std::string& path, const GenerationRequest& defaults) {
+  data::check_input_file(path, "prompts file", kMaxPromptsBytes);
+  std::ifstream in(path);
+  check(in.good(), "cannot open prompts file '", path, "'");
+  std::vector<GenerationRequest> requests;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    requests.push_back(parse_request_line(line, defaults, static_cast<int64_t>(requests.size()),
+                                          "prompts file '" + path + "' line " + std::to_string(number)));
+  }
+  check(!requests.empty(), "prompts file '", path, "' holds no prompt");
+  return requests;
+}
+
+}  // namespace loom::train

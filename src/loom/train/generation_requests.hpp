@@ -1,0 +1,25 @@
+// Generation requests as text: one per line, either a JSON object
+//   {"prompt": "ROMEO:", "tokens": 50, "stop": "\n\n", "seed": 3}
+// (only "prompt" required; the others default to the command's options) or a line of plain
+// text, taken as the prompt. Blank lines are skipped. Request i of a file (0-based, blank
+// lines not counted) samples with seed + i unless it names its own seed, so a file's
+// results do not depend on the batch size.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/train/generation.hpp"
+
+namespace loom::train {
+
+// defaults.seed is the seed of request 0; index counts requests. loom::Error naming `where`
+// for invalid JSON, an unknown key, a value of the wrong type or out of range, or a missing prompt.
+GenerationRequest parse_request_line(const std::string& line, const GenerationRequest& defaults, int64_t index,
+                                     const std::string& where);
+// Every request of a file; loom::Error naming the file (and line) when it cannot be read,
+// holds a bad line, or holds no request at all.
+std::vector<GenerationRequest> read_prompts_file(const std::string& path, const GenerationRequest& defaults);
+
+}  // namespace loom::train

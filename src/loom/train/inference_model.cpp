@@ -1,0 +1,34 @@
+#include "loom/train/inference_model.hpp"
+
+#include "loom/parallel/tensor_parallel/tensor_parallel_layers.hpp"
+#include "loom/train/checkpoint.hpp"
+#include "loom/train/memory_budget.hpp"
+#include "loom/train/sharded_checkpoint.hpp"
+
+namespace loom::train {
+
+InferenceModel load_inference_model(const std::string& checkpoint, comm::ProcessGroup* tp) {
+  InferenceModel m;
+  const std::string path = resolve_checkpoint_path(checkpoint);
+  const CheckpointInfo info = read_checkpoint_info(path);
+  apply_toml_string(m.config, info.config_toml, path + " (stored configuration)");
+  m.tokenizer = data::Tokenizer::from_spec(info.tokenizer_spec);
+  m.config.model.vocab_size = m.tokenizer->vocab_size();
+  m.config.model.validate();
+  // The stored configuration is input like any other: bounded before the model is built.
+  check_fits_in_memory(inference_memory(m.config.model), tp != nullptr ? tp->size() : 1,
+                       "the model of checkpoint '" + path + "'");
+  if (tp != nullptr && tp->size() > 1)
+    m.layers = std::make_unique<parallel::tp::TensorParallelLayers>(*tp, /*sequence_parallel=*/false);
+  m.model = std::make_unique<nn::GPT>(m.config.model, 0, m.layers ? *m.layers : nn::serial_layers());
+  std::vector<StatePiece> pieces;
+  for (nn::Parameter* p : m.model->parameters()) {
+    const nn::ShardSpec& spec = p->shard_spec();
+    pieces.push_back({"model." + p->name(), spec.full_shape(p->value().shape()), {spec, 0, p->value().numel()},
+                      p->value(), true});
+  }
+  load_state(path, pieces, "");
+  return m;
+}
+
+}  // namespace loom::train

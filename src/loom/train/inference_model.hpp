@@ -1,0 +1,27 @@
+// A GPT rebuilt from a checkpoint's own configuration and tokenizer for generation: whole
+// on one process, or tensor-parallel over a group (heads and MLP split as in training,
+// each rank loading its slices of the checkpoint through the re-sharding loader).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "loom/comm/process_group.hpp"
+#include "loom/data/tokenizer.hpp"
+#include "loom/nn/gpt.hpp"
+#include "loom/train/config.hpp"
+
+namespace loom::train {
+
+struct InferenceModel {
+  TrainConfig config;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  std::unique_ptr<nn::LayerBuilder> layers;  // null: the serial layers
+  std::unique_ptr<nn::GPT> model;
+};
+
+// checkpoint: a file, a checkpoint directory or a run directory (its latest). tp: the
+// tensor-parallel group (every rank calls this; null or a group of one: serial).
+InferenceModel load_inference_model(const std::string& checkpoint, comm::ProcessGroup* tp);
+
+}  // namespace loom::train

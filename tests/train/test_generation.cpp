@@ -1,0 +1,175 @@
+// Generation with the KV cache against the uncached reference (the whole context re-run for
+// every token): greedy tokens identical for 200 tokens and every step's logits within 1e-5
+// relative (fp32: the cached path sums attention and the decode GEMV in another order, a few
+// ulps of the largest logit); the window sliding past block_size; batched generation of
+// prompts of different lengths (continuous batching, a stop text) equal to each alone; top-p;
+// bad requests and prompts files are errors naming the problem.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include "loom/error.hpp"
+#include "loom/nn/cached_forward.hpp"
+#include "loom/train/generation_requests.hpp"
+#include "loom/train/sampler.hpp"
+#include "test_util.hpp"
+
+namespace loom::train {
+namespace {
+
+// Weights scaled up (x4) from the GPT-2 init so the logits are far from ties: greedy decoding then
+// does not flip on rounding, and a mismatch means a real difference.
+struct Model {
+  data::CharTokenizer tokenizer = data::CharTokenizer::from_text("abcdefghijklmnopqrstuvwxyz .,\n");
+  nn::GPT model;
+  explicit Model(int64_t block_size, int64_t n_layer = 2)
+      : model({.vocab_size = 30, .block_size = block_size, .n_layer = n_layer, .n_head = 2, .n_embd = 16}, 5) {
+    for (nn::Parameter* p : model.parameters())
+      for (int64_t i = 0; i < p->value().numel(); ++i) p->value().f32()[i] *= 4.0f;
+  }
+};
+
+// Largest |got - want| over the largest |want|.
+double relative_error(const float* got, const float* want, int64_t n) {
+  double diff = 0.0, scale = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+  }
+  return diff / scale;
+}
+
+TEST(Generation, CachedGreedyEqualsUncachedFor200TokensLogitsWithin1e5) {
+  Model m(/*block_size=*/256);
+  const SampleOptions o{"the cat", 200, 0.0, 0, 1};
+  SampleOptions uncached = o;
+  uncached.kv_cache = false;
+  const std::string reference = sample_text(m.model, m.tokenizer, uncached);
+  EXPECT_EQ(sample_text(m.model, m.tokenizer, o), reference);
+
+  // Every step's logits: the cached decode fed the reference's tokens against a full forward.
+  const std::vector<int32_t> ids = m.tokenizer.encode(reference);
+  const int64_t prompt = 7, V = 30, Vp = m.model.config().resolved_padded_vocab();
+  nn::KVCache cache(m.model, 1);
+  Tensor cached = nn::forward_cached(m.model, cache, {ids.begin(), ids.begin() + prompt},
+                                     std::vector<int64_t>(prompt, 0), {prompt - 1});
+  double worst = 0.0;
+  for (int64_t n = prompt; n <= static_cast<int64_t>(ids.size()); ++n) {
+    Tensor idx = Tensor::empty({1, n}, DType::I32);
+    std::copy(ids.begin(), ids.begin() + n, idx.i32());
+    nn::Context ctx;
+    const Tensor full = m.model.forward(idx, ctx);  // (1, n, Vp)
+    worst = std::max(worst, relative_error(cached.f32(), full.f32() + (n - 1) * Vp, V));
+    if (n < static_cast<int64_t>(ids.size())) cached = nn::forward_cached(m.model, cache, {ids[n]}, {0}, {0});
+  }
+  EXPECT_LT(worst, 1e-5);
+  RecordProperty("worst_relative_logit_error", std::to_string(worst));
+}
+
+TEST(Generation, WindowSlidesPastBlockSizeAsTheUncachedSamplerDoes) {
+  Model m(/*block_size=*/16);
+  for (const double temperature : {0.0, 1.0}) {
+    SampleOptions o{"abc", 40, temperature, 0, 3};
+    SampleOptions uncached = o;
+    uncached.kv_cache = false;
+    EXPECT_EQ(sample_text(m.model, m.tokenizer, o), sample_text(m.model, m.tokenizer, uncached)) << temperature;
+  }
+}
+
+TEST(Generation, BatchedPromptsOfDifferentLengthsEqualEachAlone) {
+  Model m(/*block_size=*/32);
+  std::vector<GenerationRequest> requests = {
+      {"a", 25, "", 11}, {"hello there", 40, "", 12}, {"xyz.", 3, "", 13}, {"a much longer prompt", 30, "e", 14},
+      {"q", 0, "", 15},  {"bb", 50, "", 16}};
+  const SamplingOptions sampling{1.0, 10, 0.9};
+  for (const int64_t batch : {6, 4, 2}) {
+    const std::vector<Generated> together = generate(m.model, m.tokenizer, sampling, requests, batch);
+    ASSERT_EQ(together.size(), requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const Generated alone = generate(m.model, m.tokenizer, sampling, {requests[i]}, 1).front();
+      EXPECT_EQ(together[i].text, alone.text) << "request " << i << ", batch " << batch;
+      EXPECT_EQ(together[i].finish, alone.finish) << i;
+      EXPECT_EQ(together[i].id, static_cast<int64_t>(i));
+    }
+  }
+  const std::vector<Generated> out = generate(m.model, m.tokenizer, sampling, requests, 3);
+  EXPECT_EQ(out[0].tokens.size(), 25u);
+  EXPECT_EQ(out[4].tokens.size(), 0u);
+  EXPECT_EQ(out[4].text, "q");
+  // The stop text ends the sequence (unless the budget ran out first) and ends its text.
+  if (out[3].finish == "stop") {
+    EXPECT_EQ(out[3].text.back(), 'e');
+    EXPECT_LT(out[3].tokens.size(), 30u);
+  }
+}
+
+TEST(Generation, TopPKeepsTheNucleus) {
+  const float logits[4] = {2.0f, 1.0f, 0.5f, -3.0f};
+  std::mt19937_64 rng(1);
+  // p(0) = 0.61: a nucleus of 0.5 is token 0 alone.
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(pick_token(logits, 4, {1.0, 0, 0.5}, rng), 0);
+  std::vector<int> seen(4, 0);
+  for (int i = 0; i < 400; ++i) ++seen[static_cast<size_t>(pick_token(logits, 4, {1.0, 0, 0.85}, rng))];
+  EXPECT_GT(seen[1], 0);
+  EXPECT_EQ(seen[2] + seen[3], 0);  // 0.61 + 0.22 < 0.85 needs token 2, never token 3
+  EXPECT_THROW(SamplingOptions({1.0, 0, 0.0}).validate(), Error);
+  EXPECT_THROW(SamplingOptions({1.0, 0, 1.5}).validate(), Error);
+}
+
+void expect_error(const std::function<void()>& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one containing: " << part;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(Generation, BadPromptsAreErrors) {
+  Model m(/*block_size=*/16, /*n_layer=*/1);
+  const SamplingOptions greedy{0.0, 0, 1.0};
+  expect_error([&] { generate(m.model, m.tokenizer, greedy, {{"", 5, "", 1}}, 1); }, "the prompt must not be empty");
+  expect_error([&] { generate(m.model, m.tokenizer, greedy, {{std::string(17, 'a'), 5, "", 1}}, 1); },
+               "the prompt is 17 tokens, longer than the model's context of 16 tokens");
+  expect_error([&] { generate(m.model, m.tokenizer, greedy, {{"a", -1, "", 1}}, 1); }, "tokens must be between 0");
+  Generator g(m.model, m.tokenizer, greedy, 1);
+  g.add({"ab", 5, "", 1}, 0);
+  expect_error([&] { g.add({"cd", 5, "", 1}, 1); }, "batch is full");
+}
+
+TEST(Generation, PromptsFileLinesAndErrors) {
+  const auto dir = loom::testing::fresh_temp_dir("prompts_file");
+  auto write = [&](const std::string& text) {
+    const std::string path = (dir / "p.txt").string();
+    std::ofstream(path) << text;
+    return path;
+  };
+  const GenerationRequest defaults{"", 20, "\n", 7};
+  const auto requests =
+      read_prompts_file(write("plain text\n\n{\"prompt\": \"json\", \"tokens\": 3, \"seed\": 99, \"stop\": \"x\"}\r\nthird\n"),
+                        defaults);
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests[0].prompt, "plain text");
+  EXPECT_EQ(requests[0].seed, 7u);
+  EXPECT_EQ(requests[0].stop, "\n");
+  EXPECT_EQ(requests[1].prompt, "json");
+  EXPECT_EQ(requests[1].max_tokens, 3);
+  EXPECT_EQ(requests[1].seed, 99u);
+  EXPECT_EQ(requests[1].stop, "x");
+  EXPECT_EQ(requests[2].seed, 9u);  // request 2: seed + 2
+  expect_error([&] { read_prompts_file(write("\n  \n"), defaults); }, "holds no prompt");
+  expect_error([&] { read_prompts_file(write("ok\n{\"prompt\": \"a\",}\n"), defaults); }, "line 2: invalid JSON");
+  expect_error([&] { read_prompts_file(write("{\"prompt\": \"a\", \"tokenz\": 3}"), defaults); },
+               "line 1: unknown key \"tokenz\"");
+  expect_error([&] { read_prompts_file(write("{\"tokens\": 3}"), defaults); }, "line 1: the request has no \"prompt\"");
+  expect_error([&] { read_prompts_file(write("{\"prompt\": \"\"}"), defaults); }, "the prompt must not be empty");
+  expect_error([&] { read_prompts_file(write("{\"prompt\": \"a\", \"tokens\": -4}"), defaults); }, "tokens must be between");
+  expect_error([&] { read_prompts_file(write("{\"prompt\": 5}"), defaults); }, "\"prompt\" must be a string");
+  expect_error([&] { read_prompts_file((dir / "missing.txt").string(), defaults); }, "missing.txt");
+  expect_error([&] { read_prompts_file(dir.string(), defaults); }, "is a directory");
+}
+
+}  // namespace
+}  // namespace loom::train
