@@ -74,10 +74,10 @@ float GptSpec::loss(Tensor& logits, const Tensor& targets, bool backward, float 
 }
 
 data::Batch GptSpec::train_batch(int64_t step, int64_t m, int dp_rank) {
-  // This rank's B rows of global micro-batch m (B * dp rows).
+  // This rank's B rows of global micro-batch m (B * dp rows; B * dp * depth under tp_3d).
   trace::Span load("data", "load batch");
   const int64_t B = config_.batch_size;
-  return dataset_.batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step, (m * config_.dp + dp_rank) * B, B,
+  return dataset_.batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step, (m * config_.batch_shards() + dp_rank) * B, B,
                         config_.model.block_size);
 }
 
