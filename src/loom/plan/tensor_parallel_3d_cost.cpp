@@ -19,16 +19,16 @@ void add_layer(int64_t N, int64_t in, int64_t out, int64_t blocks, bool first, c
     if (g.size(axis) > 1) floats[axis] += n;
   };
   if (in % pi == 0 && out % (blocks * po * g.D) == 0) {
-    on(2, 3 * out * in / (pi * po * g.D));
-    on(in_axis, N * out / po);  // forward: partial outputs summed
-    on(out_axis, N * in / pi);  // backward: partial input gradients summed
-    on(1, first ? N * in / pi : N * out / po);  // the whole input's gradient, or the whole output
+    on(2, 3 * out * in / (pi * po));  // the whole block, twice gathered and once reduce-scattered
+    on(in_axis, N * out / po);        // forward: partial outputs summed
+    on(out_axis, N * in / pi);        // backward: partial input gradients summed
+    on(1, first ? N * in : N * out);  // the whole input's gradient, or the whole output, gathered
     replicated += out / po;                     // the bias
     return;
   }
   // Serial fallback: gathers what crosses the row split between the pair's two layers.
   const int64_t between = first ? out : in;
-  if (between % (blocks * g.R) == 0) on(0, N * between / g.R);
+  if (between % (blocks * g.R) == 0) on(0, N * between);
   replicated += out * in + out;
 }
 
