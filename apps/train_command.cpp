@@ -179,7 +179,7 @@ Runner add_train_command(CLI::App& sub) {
       return 0;
     }
     // Under mpirun/srun, or for a layout of several ranks, the job's processes form the world.
-    const int64_t ranks = config.world_size();
+    const int64_t ranks = config.world_ranks();
     if (!launched_by_mpi()) {
       check(ranks == 1, "layout dp(", config.dp, ") x pp(", config.pp, ") x cp(", config.cp, ") x tp(", config.tp,
             ") needs ", ranks,

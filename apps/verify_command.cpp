@@ -31,8 +31,9 @@ struct Tolerances {
 // The layout's twin without any parallelism: the same global batch on one process.
 train::TrainConfig serial_twin(const train::TrainConfig& c, int64_t padded_vocab) {
   train::TrainConfig s = c;
-  s.batch_size = c.batch_size * c.dp;
+  s.batch_size = c.batch_size * c.batch_shards();
   s.dp = s.pp = s.tp = s.cp = 1;
+  s.tp_3d = "";
   s.zero = s.hsdp_shard = 0;
   s.sequence_parallel = false;
   s.schedule = "1f1b";
@@ -82,11 +83,12 @@ int verify(const train::TrainConfig& config, const Tolerances& tol, comm::Proces
   train::Trainer parallel(config, /*quiet=*/true, world);
   train::Trainer serial(serial_twin(config, parallel.config().model.resolved_padded_vocab()), true);
   if (speaks)
-    std::printf("verify: dp %lld x pp %lld x cp %lld x tp %lld, zero %lld%s%s, %lld micro-batch(es) of %lld; tolerances: loss "
+    std::printf("verify: dp %lld x pp %lld x cp %lld x tp %lld, zero %lld%s%s%s, %lld micro-batch(es) of %lld; tolerances: loss "
                 "%.0e, gradients %.0e, parameters %.0e (relative)\n",
                 static_cast<long long>(config.dp), static_cast<long long>(config.pp), static_cast<long long>(config.cp),
                 static_cast<long long>(config.tp),
                 static_cast<long long>(config.zero), config.sequence_parallel ? ", sequence parallel" : "",
+                config.tp_3d_on() ? (", tp_3d " + config.tp_3d).c_str() : "",
                 config.pp > 1 ? (", schedule " + (config.schedule_file.empty() ? config.schedule : config.schedule_file)).c_str() : "",
                 static_cast<long long>(config.micro_batches), static_cast<long long>(config.batch_size), tol.loss_rtol,
                 tol.grad_rtol, tol.param_rtol);
@@ -140,7 +142,7 @@ Runner add_verify_command(CLI::App& sub) {
   std::shared_ptr<ConfigFlags> flags = add_config_flags(sub, defaults);
   return [flags, tol, defaults]() {
     const train::TrainConfig config = flags->resolve(defaults);
-    const int64_t ranks = config.world_size();
+    const int64_t ranks = config.world_ranks();
     if (!launched_by_mpi()) {
       check(ranks == 1, "layout dp(", config.dp, ") x pp(", config.pp, ") x cp(", config.cp, ") x tp(", config.tp,
             ") needs ", ranks,

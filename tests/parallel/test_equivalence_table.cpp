@@ -2,12 +2,15 @@
 // under AdamW without clipping and under SGD with momentum 0.9 (their updates scale with the
 // gradient, so a gradient off by a constant factor moves the parameters), and the paths the
 // other suites miss: interleaved with 3 chunks, an uneven pp_layers split, HSDP with shard
-// sizes 1 and 4 and with tp, recompute with ZeRO and with tp. Each case must give the serial
+// sizes 1 and 4 and with tp, recompute with ZeRO and with tp; 3D tensor parallelism on the
+// grids of 2-8 ranks (each axis alone, 2x2x2, odd sizes), 4D with dp, with recompute and with
+// micro-batches (dp x depth share the batch: the serial run takes all of it). Each case must give the serial
 // run's gradients before clipping, losses, parameters (equivalence.hpp) and validation loss
 // (relative 1e-5); a case whose layout does not fit the world is skipped, with the reason.
 // Last, the gradient check itself must fail on a gradient scaled by 2 on one rank.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <ostream>
 #include <string>
@@ -39,16 +42,26 @@ struct Case {
   std::string cp_split = "zigzag";
   int64_t block_size = 16;  // cp: divisible by 2 x cp
   bool sequence_parallel = false;
+  std::string tp_3d{};  // "R,C,D"; the grid's ranks times tp x pp divide the world
+  int64_t n_head = 4, n_embd = 16;
+  int64_t world = 0;  // > 0: run on this many ranks only (keeps the suite short)
 };
+
+// 3D grid {R, C, D} of a case ({1, 1, 1} without tp_3d).
+std::array<int64_t, 3> grid_of(const Case& c) {
+  train::TrainConfig t;
+  t.tp_3d = c.tp_3d;
+  return t.tp_3d_grid();
+}
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 // Why c cannot run on p ranks, or "" when it can.
 std::string misfit(const Case& c, int64_t p) {
-  const int64_t model_ranks = c.tp * c.pp * c.cp;
-  if (p % model_ranks != 0)
-    return "pp " + std::to_string(c.pp) + " x cp " + std::to_string(c.cp) + " x tp " + std::to_string(c.tp) +
-           " does not divide the world";
+  if (c.world > 0 && p != c.world) return "runs on " + std::to_string(c.world) + " ranks only";
+  const std::array<int64_t, 3> g = grid_of(c);
+  const int64_t model_ranks = c.tp * c.pp * c.cp * g[0] * g[1] * g[2];
+  if (p % model_ranks != 0) return "the model's " + std::to_string(model_ranks) + " ranks do not divide the world";
   const int64_t dp = p / model_ranks;
   const int64_t min_dp = c.hsdp_shard > 0 ? 2 * c.hsdp_shard : (c.zero > 0 ? 2 : 1);
   if (dp < min_dp || (c.hsdp_shard > 0 && dp % c.hsdp_shard != 0))
@@ -64,7 +77,8 @@ train::TrainConfig common(const Case& k, int64_t dp, int64_t batch) {
   c.warmup_steps = 1;
   c.model.n_layer = k.n_layer;
   c.model.block_size = k.block_size;
-  c.model.n_head = 4;
+  c.model.n_head = k.n_head;
+  c.model.n_embd = k.n_embd;
   c.model.padded_vocab_size = 64 * k.tp * ((65 + 64 * k.tp - 1) / (64 * k.tp));
   c.optimizer = k.optimizer;
   c.grad_clip = k.grad_clip;
@@ -79,8 +93,9 @@ TEST_P(EquivalenceTable, SameGradientsLossesParametersAndValidationLossAsSerial)
   const Case k = GetParam();
   const int64_t p = world().size();
   if (const std::string why = misfit(k, p); !why.empty()) GTEST_SKIP() << "on " << p << " ranks: " << why;
-  const int64_t dp = p / (k.tp * k.pp * k.cp);
-  train::Trainer serial(common(k, 1, 2 * dp), /*quiet=*/true);
+  const std::array<int64_t, 3> g = grid_of(k);
+  const int64_t dp = p / (k.tp * k.pp * k.cp * g[0] * g[1] * g[2]);
+  train::Trainer serial(common(k, 1, 2 * dp * g[2]), /*quiet=*/true);
   const TrainingRun want = run(serial);
   train::TrainConfig c = common(k, dp, 2);
   c.tp = k.tp;
@@ -94,6 +109,7 @@ TEST_P(EquivalenceTable, SameGradientsLossesParametersAndValidationLossAsSerial)
   c.chunks = k.chunks;
   c.pp_layers = k.pp_layers;
   c.model.recompute = k.recompute;
+  c.tp_3d = k.tp_3d;
   train::Trainer parallel(c, true, &world());
   const std::string what = k.name + " (dp " + std::to_string(dp) + ")";
   expect_equivalent(run(parallel), want, c, what);
@@ -151,6 +167,20 @@ INSTANTIATE_TEST_SUITE_P(
                            .sequence_parallel = true},
                       Case{.name = "cp2_contiguous_recompute_zero1", .cp = 2, .zero = 1, .recompute = true,
                            .cp_split = "contiguous"}),
+    [](const auto& info) { return info.param.name; });
+
+// 3D tensor parallelism: the rest of the world is dp (the 4D hybrid).
+INSTANTIATE_TEST_SUITE_P(
+    TensorParallel3D, EquivalenceTable,
+    ::testing::Values(Case{.name = "tp3d_2x2x2", .tp_3d = "2,2,2", .world = 8},
+                      Case{.name = "tp3d_8x1x1", .tp_3d = "8,1,1", .n_head = 8, .world = 8},
+                      Case{.name = "tp3d_1x8x1", .tp_3d = "1,8,1", .world = 8},
+                      Case{.name = "tp3d_1x1x8", .tp_3d = "1,1,8", .world = 8},
+                      Case{.name = "tp3d_1x2x4", .tp_3d = "1,2,4", .world = 8},
+                      Case{.name = "tp3d_2x2x1", .tp_3d = "2,2,1", .world = 4},
+                      sgd(Case{.name = "tp3d_2x1x2_dp2", .micro_batches = 2, .tp_3d = "2,1,2", .world = 8}),
+                      Case{.name = "tp3d_3x1x1", .tp_3d = "3,1,1", .n_head = 3, .n_embd = 24, .world = 3},
+                      Case{.name = "tp3d_1x1x2_dp2_recompute", .recompute = true, .tp_3d = "1,1,2", .world = 4}),
     [](const auto& info) { return info.param.name; });
 
 TEST(GradientCheck, FailsOnAGradientScaledByTwoOnOneRank) {

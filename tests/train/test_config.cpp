@@ -76,6 +76,35 @@ TEST(Config, ValidationNamesTheValue) {
   EXPECT_NO_THROW(c.validate());
 }
 
+TEST(Config, Tp3dGridsAreCheckedBeforeAnyRankTalks) {
+  TrainConfig c;
+  c.tp_3d = "2,2";
+  EXPECT_EQ(error_of([&] { c.validate(); }), "tp_3d must be \"R,C,D\": three degrees (row, col, depth), got '2,2'");
+  c.tp_3d = "2,x,1";
+  EXPECT_EQ(error_of([&] { c.validate(); }), "tp_3d must be \"R,C,D\": three degrees (row, col, depth), got '2,x,1'");
+  c.tp_3d = "2,0,1";
+  EXPECT_EQ(error_of([&] { c.validate(); }), "tp_3d degrees must be >= 1, got '2,0,1'");
+  c.tp_3d = "3,1,1";
+  c.model.n_head = 4;
+  EXPECT_EQ(error_of([&] { c.validate(); }),
+            "n_head (4) must be divisible by the row degree of tp_3d (3,1,1): attention heads are split over row");
+  c.tp_3d = "2,2,2";
+  c.tp = 2;
+  EXPECT_EQ(error_of([&] { c.validate(); }), "tp_3d (2,2,2) and tp (2) are two tensor-parallel layouts: give one");
+  c.tp = 1;
+  c.pp = 2;
+  EXPECT_EQ(error_of([&] { c.validate(); }), "tp_3d (2,2,2) does not compose with pipeline parallelism yet: set pp = 1 (got 2)");
+  c.pp = 1;
+  c.zero = 3;
+  EXPECT_EQ(error_of([&] { c.validate(); }), "tp_3d (2,2,2) shards its weights over depth itself: set zero = 0 (got 3)");
+  c.zero = 0;
+  EXPECT_NO_THROW(c.validate());
+  c.dp = 2;
+  EXPECT_EQ(c.world_ranks(), 16);
+  EXPECT_EQ(c.batch_shards(), 4);
+  EXPECT_EQ(c.mesh_layout().describe(), "dp(2) x pp(1) x depth(2) x row(2) x col(2) x tp(1)");
+}
+
 TEST(Config, CommTimeoutIsAKeyAndAFlag) {
   TrainConfig c;
   EXPECT_EQ(c.comm_timeout, 300.0);

@@ -47,6 +47,14 @@ void DeviceMesh::add_position_group(const std::string& name, const std::string& 
   add(name, world_.split(color, rank(), name));
 }
 
+void DeviceMesh::add_group(const std::string& name, const std::vector<std::string>& dims) {
+  if (dims.size() == 1) {
+    groups_[name] = &group(dims.front());
+    return;
+  }
+  add(name, make_group(dims));
+}
+
 std::unique_ptr<ProcessGroup> DeviceMesh::make_group(const std::vector<std::string>& dims) {
   std::vector<int> varying;
   std::string name;

@@ -39,6 +39,9 @@ class DeviceMesh {
   // (the tied token table's: the first and last pipeline stage); any other rank gets a
   // group of its own under that name.
   void add_position_group(const std::string& name, const std::string& dim, const std::vector<int>& positions);
+  // A named group over several dimensions (3D tensor parallelism's "batch" = dp x depth);
+  // over one dimension, another name for that axis's group.
+  void add_group(const std::string& name, const std::vector<std::string>& dims);
 
  private:
   ProcessGroup& world_;

@@ -16,7 +16,7 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const LayerBuilder& layers, GPT
   check(0 <= stage_.first_block && stage_.first_block <= stage_.end_block && stage_.end_block <= config_.n_layer,
         "pipeline stage blocks [", stage_.first_block, ", ", stage_.end_block, ") are not within the model's ",
         config_.n_layer, " blocks");
-  const int64_t C = config_.n_embd, t = layers_.tensor_parallel_size(), Vp = config_.resolved_padded_vocab();
+  const int64_t C = config_.n_embd, t = layers_.vocabulary_parts(), Vp = config_.resolved_padded_vocab();
   check(Vp % t == 0, "padded vocabulary (", Vp, ") must be divisible by the tensor-parallel degree tp (", t,
         "): pad it to a multiple of 64 x tp");
   if (stage_.embedding) {

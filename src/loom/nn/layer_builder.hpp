@@ -19,6 +19,9 @@ class LayerBuilder {
 
   // t: how many ranks share each layer (attention heads and MLP width are split t ways).
   virtual int64_t tensor_parallel_size() const { return 1; }
+  // How many ways the token table's rows are split (3D tensor parallelism splits heads, not
+  // the vocabulary: 1 there).
+  virtual int64_t vocabulary_parts() const { return tensor_parallel_size(); }
   // Output features split across the ranks; with blocks > 1 each of that many equal blocks
   // is split separately (a fused QKV projection: every rank gets its heads' q, k and v).
   virtual std::unique_ptr<Linear> column_parallel_linear(int64_t in, int64_t out, int64_t blocks = 1) const;

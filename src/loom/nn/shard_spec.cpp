@@ -9,16 +9,18 @@ namespace loom::nn {
 
 Shape ShardSpec::full_shape(const Shape& local) const {
   Shape full = local;
-  if (sharded()) full.at(static_cast<size_t>(dim)) *= parts;
+  if (dim >= 0) full.at(static_cast<size_t>(dim)) *= parts;
+  if (dim2 >= 0) full.at(static_cast<size_t>(dim2)) *= parts2;
   return full;
 }
 
 namespace {
 
-// Calls copy(local_offset, full_offset, n) for every contiguous run of the piece.
+// Calls copy(local_offset, full_offset, n) for every contiguous run of the piece split along
+// spec.dim alone.
 template <class F>
-void for_each_run(const Shape& local, const ShardSpec& spec, F&& copy) {
-  if (!spec.sharded()) {
+void for_each_run_1d(const Shape& local, const ShardSpec& spec, F&& copy) {
+  if (!(spec.dim >= 0 && spec.parts > 1)) {
     copy(0, 0, shape_numel(local));
     return;
   }
@@ -36,6 +38,20 @@ void for_each_run(const Shape& local, const ShardSpec& spec, F&& copy) {
       const int64_t full_row = b * per_block * spec.parts + spec.index * per_block;
       copy((o * local_len + local_row) * inner, (o * full_len + full_row) * inner, per_block * inner);
     }
+}
+
+// Every contiguous run of the piece; with a second split along the last dimension, the runs
+// of the first split (in the tensor whose last dimension is still local) cut into rows, each
+// placed at its column offset.
+template <class F>
+void for_each_run(const Shape& local, const ShardSpec& spec, F&& copy) {
+  if (spec.dim2 < 0) return for_each_run_1d(local, spec, copy);
+  check(static_cast<size_t>(spec.dim2) + 1 == local.size() && spec.dim < spec.dim2,
+        "a second split must be along the last dimension, after the first");
+  const int64_t cols = local.back(), full_cols = cols * spec.parts2;
+  for_each_run_1d(local, spec, [&](int64_t l, int64_t f, int64_t n) {
+    for (int64_t k = 0; k < n; k += cols) copy(l + k, (f + k) / cols * full_cols + spec.index2 * cols, cols);
+  });
 }
 
 }  // namespace

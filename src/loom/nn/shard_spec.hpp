@@ -2,6 +2,10 @@
 // pieces, this rank holding piece `index`. `blocks` > 1 splits each of that many equal
 // blocks of the dimension separately (a fused QKV weight: every rank takes its slice of q,
 // of k and of v). A parameter with dim < 0 is whole on every rank (replicated).
+// 3D tensor parallelism splits a weight twice: a second split along the last dimension
+// `dim2` (> dim) into `parts2` pieces, this rank holding piece `index2`; and several ranks
+// of the group may hold the same piece: `replica` numbers them (replica 0 counts the piece
+// in norms).
 #pragma once
 
 #include <cstdint>
@@ -15,8 +19,12 @@ struct ShardSpec {
   int64_t parts = 1;
   int64_t index = 0;
   int64_t blocks = 1;
+  int dim2 = -1;
+  int64_t parts2 = 1;
+  int64_t index2 = 0;
+  int64_t replica = 0;
 
-  bool sharded() const { return dim >= 0 && parts > 1; }
+  bool sharded() const { return (dim >= 0 && parts > 1) || (dim2 >= 0 && parts2 > 1); }
   // The full tensor's shape, given this rank's piece's.
   Shape full_shape(const Shape& local) const;
 };

@@ -64,6 +64,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "net_gbps", "emulate a network of this many Gbit/s for all-reduce (to see overlap on one machine); 0 = off", &c.net_gbps},
       {"parallel", "net_latency_us", "latency of the emulated network in microseconds", &c.net_latency_us},
       {"parallel", "pin_ranks", "'auto': when a node runs more ranks than it has cores and each rank one thread, pin every rank to a core, the ranks of each pipeline stage on different cores (ranks waiting in MPI keep polling, so the OS does not move working ranks apart); 'off': leave placement to the OS", &c.pin_ranks},
+      {"parallel", "tp_3d", "3D tensor parallelism (AxoNN): the grid \"R,C,D\" of row x col x depth ranks per data-parallel replica; each linear layer's weight split over row and col and sharded over depth, the batch split over dp x depth; layers whose shapes do not divide the grid stay serial; \"\" = off", &c.tp_3d},
       {"parallel", "comm_timeout", "seconds any wait for other ranks (a collective, a pipeline send or receive) may last before the watchdog reports the rank holding the job up and ends the job; 0 = off. The environment variable LOOM_COMM_TIMEOUT overrides the config file, this flag overrides both", &c.comm_timeout},
       {"run", "out_dir", "run directory: metrics.jsonl, memory.json and checkpoints (`loom train` refuses an empty one)", &c.out_dir},
       {"run", "log_every", "print a progress line every N steps", &c.log_every},
@@ -166,6 +167,47 @@ void TrainConfig::validate() const {
   check(net_gbps >= 0 && net_latency_us >= 0, "net_gbps and net_latency_us must be >= 0");
   check(comm_timeout >= 0, "comm_timeout must be seconds >= 0 (0 = off), got ", comm_timeout);
   check(peak_gflops >= 0, "peak_gflops must be >= 0, got ", peak_gflops);
+  validate_tp_3d();
+}
+
+std::array<int64_t, 3> TrainConfig::tp_3d_grid() const {
+  if (tp_3d.empty()) return {1, 1, 1};
+  std::array<int64_t, 3> g{};
+  size_t n = 0, begin = 0;
+  while (true) {
+    const size_t end = tp_3d.find(',', begin);
+    const std::string part = tp_3d.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    int64_t v = -1;
+    const auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    check(n < 3 && ec == std::errc() && ptr == part.data() + part.size() && !part.empty(), "tp_3d must be \"R,C,D\": three ",
+          "degrees (row, col, depth), got '", tp_3d, "'");
+    check(v >= 1, "tp_3d degrees must be >= 1, got '", tp_3d, "'");
+    g[n++] = v;
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  check(n == 3, "tp_3d must be \"R,C,D\": three degrees (row, col, depth), got '", tp_3d, "'");
+  return g;
+}
+
+int64_t TrainConfig::tp_3d_ranks() const {
+  const std::array<int64_t, 3> g = tp_3d_grid();
+  return g[0] * g[1] * g[2];
+}
+
+void TrainConfig::validate_tp_3d() const {
+  if (!tp_3d_on()) return;
+  const std::array<int64_t, 3> g = tp_3d_grid();
+  const std::string grid = "tp_3d (" + tp_3d + ")";
+  check(tp == 1, grid, " and tp (", tp, ") are two tensor-parallel layouts: give one");
+  check(pp == 1, grid, " does not compose with pipeline parallelism yet: set pp = 1 (got ", pp, ")");
+  check(cp == 1, grid, " does not compose with context parallelism yet: set cp = 1 (got ", cp, ")");
+  check(zero == 0, grid, " shards its weights over depth itself: set zero = 0 (got ", zero, ")");
+  check(!sequence_parallel, grid, " does not compose with sequence_parallel (a 1D tensor-parallel mode)");
+  check(model.n_head % g[0] == 0, "n_head (", model.n_head, ") must be divisible by the row degree of ", grid,
+        ": attention heads are split over row");
+  check(checkpoint_format != "sharded", grid, " writes single-file checkpoints only: set checkpoint_format to 'single' or 'auto'");
+  check(resume.empty(), grid, " cannot resume from a checkpoint yet (resume = '", resume, "')");
 }
 
 std::string flag_name(const std::string& key) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <string>
 #include <variant>
 #include <vector>
@@ -61,6 +62,7 @@ struct TrainConfig {
   double net_latency_us = 0.0;
   std::string pin_ranks = "auto";  // auto: pin one-thread ranks to cores when a node has more ranks than cores; off
   double comm_timeout = 300.0;     // seconds any wait for other ranks may last before the watchdog ends the job; 0 = off
+  std::string tp_3d;               // 3D tensor parallelism's grid "R,C,D" (row, col, depth); "" = off
 
   // [run]
   std::string out_dir = "runs/default";
@@ -81,19 +83,35 @@ struct TrainConfig {
   // Throws loom::Error naming each invalid value.
   void validate() const;
   void check_context_parallel() const;
+  void validate_tp_3d() const;
   // The ranks one copy of the model state is sharded over: hsdp_shard, else all of dp
   // (with zero = 0 every rank holds everything, so 1).
   // pp_layers as numbers (empty: balanced); loom::Error naming the text when malformed.
   std::vector<int64_t> pipeline_layers() const;
   int64_t shard_size() const { return zero == 0 ? 1 : (hsdp_shard > 0 ? hsdp_shard : dp); }
+  // 3D tensor parallelism: {R, C, D} parsed from tp_3d ({1, 1, 1} when off; loom::Error
+  // naming the text when malformed); its ranks R * C * D; the batch is split over dp x D.
+  std::array<int64_t, 3> tp_3d_grid() const;
+  bool tp_3d_on() const { return !tp_3d.empty(); }
+  int64_t tp_3d_ranks() const;
+  int64_t batch_shards() const { return dp * tp_3d_grid()[2]; }
+  // Every rank of the layout: dp x pp x cp x tp (x R x C x D).
+  int64_t world_ranks() const { return dp * pp * cp * tp * tp_3d_ranks(); }
   // The ranks' mesh dp x pp x cp x tp, tp varying fastest (tensor-parallel partners are
-  // neighbouring ranks), then cp, then pp; the layout over dp * pp * cp * tp ranks.
+  // neighbouring ranks), then cp, then pp; with tp_3d the axes depth x row x col before tp
+  // (col fastest, as AxoNN).
   std::vector<comm::MeshDim> mesh_dims() const {
-    return {{"dp", static_cast<int>(dp)}, {"pp", static_cast<int>(pp)}, {"cp", static_cast<int>(cp)},
-            {"tp", static_cast<int>(tp)}};
+    std::vector<comm::MeshDim> dims{{"dp", static_cast<int>(dp)}, {"pp", static_cast<int>(pp)}, {"cp", static_cast<int>(cp)}};
+    if (tp_3d_on()) {
+      const std::array<int64_t, 3> g = tp_3d_grid();
+      dims.push_back({"depth", static_cast<int>(g[2])});
+      dims.push_back({"row", static_cast<int>(g[0])});
+      dims.push_back({"col", static_cast<int>(g[1])});
+    }
+    dims.push_back({"tp", static_cast<int>(tp)});
+    return dims;
   }
-  int64_t world_size() const { return dp * pp * cp * tp; }
-  comm::MeshLayout mesh_layout() const { return comm::MeshLayout(mesh_dims(), static_cast<int>(world_size())); }
+  comm::MeshLayout mesh_layout() const { return comm::MeshLayout(mesh_dims(), static_cast<int>(world_ranks())); }
 };
 
 using ConfigTarget = std::variant<int64_t*, double*, bool*, std::string*>;

@@ -91,11 +91,11 @@ data::Batch GptSpec::context_chunks(data::Batch batch) const {
 }
 
 data::Batch GptSpec::train_batch(int64_t step, int64_t m, int dp_rank) {
-  // This rank's B rows of global micro-batch m (B * dp rows).
+  // This rank's B rows of global micro-batch m (B * dp rows; B * dp * depth under tp_3d).
   trace::Span load("data", "load batch");
   const int64_t B = config_.batch_size;
   return context_chunks(dataset_.batch(data::Split::Train, static_cast<uint64_t>(config_.seed), step,
-                                      (m * config_.dp + dp_rank) * B, B, config_.model.block_size));
+                                      (m * config_.batch_shards() + dp_rank) * B, B, config_.model.block_size));
 }
 
 data::Batch GptSpec::eval_batch(int64_t i, int dp_rank) {

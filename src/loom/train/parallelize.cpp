@@ -37,6 +37,27 @@ void build_model(const TrainConfig& config, ModelSpec& spec, const nn::LayerBuil
   out.pipeline = std::make_unique<pl::PipelineExecutor>(out.chunks, pp, config.micro_batches, spec.stage_activation_shape());
 }
 
+// 3D tensor parallelism after the model is built: the layers kept serial named for the log;
+// the parameters whole on every grid rank numbered as replicas (grid rank 0 counts them in
+// the norm); the gradients not split over depth averaged over it (each depth rank's are the
+// mean over its own batch rows), from hooks installed before data parallelism's.
+void prepare_3d(const parallel::tp3d::Layers3D& layers, Parallelized& p) {
+  for (const parallel::tp3d::Layers3D::Fallback& f : layers.fallbacks())
+    p.notes.push_back("tp_3d: " + f.layer->name() + " stays serial (replicated): " + f.why);
+  const int grid_rank = layers.grid().grid_rank();
+  for (nn::Parameter* param : p.model->parameters())
+    if (!param->shard_spec().sharded()) {
+      nn::ShardSpec spec = param->shard_spec();
+      spec.replica = grid_rank;
+      param->set_shard_spec(spec);
+    }
+  comm::ProcessGroup& depth = p.group("depth");
+  if (depth.size() > 1)
+    p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(
+        *p.model, depth, /*every_backward=*/false, comm::ReduceOp::Avg,
+        [&layers](const nn::Parameter& param) { return !layers.depth_sharded(param); });
+}
+
 std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& config, ModelSpec& spec, Parallelized& p) {
   const comm::AllReduceAlgorithm algorithm = comm::parse_algorithm(config.allreduce);
   if (config.zero == 0) {
@@ -71,6 +92,15 @@ std::unique_ptr<comm::DeviceMesh> parallel_mesh(const TrainConfig& config, comm:
     mesh->group(name).set_emulated_link(config.net_gbps, config.net_latency_us);
   for (const char* name : {"dp", "pp", "cp", "tp", "shard", "replicate", "embedding"})
     mesh->group(name).set_timeout(config.comm_timeout);
+  // The batch is shared out over dp (x depth under tp_3d); "tensor" is one replica's
+  // model-parallel group (tp, or the 3D grid).
+  mesh->add_group("batch", config.tp_3d_on() ? std::vector<std::string>{"dp", "depth"} : std::vector<std::string>{"dp"});
+  mesh->add_group("tensor", config.tp_3d_on() ? std::vector<std::string>{"depth", "row", "col"} : std::vector<std::string>{"tp"});
+  if (config.tp_3d_on())
+    for (const char* name : {"row", "col", "depth", "batch", "tensor"}) {
+      mesh->group(name).set_emulated_link(config.net_gbps, config.net_latency_us);
+      mesh->group(name).set_timeout(config.comm_timeout);
+    }
   return mesh;
 }
 
@@ -91,11 +121,21 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   // 1. The mesh: every group the later steps take is an axis or a named group of it.
   p.mesh = parallel_mesh(config, world);
   comm::ProcessGroup &tp = p.group("tp"), &pp = p.group("pp");
+  p.tensor_comm_groups = config.tp_3d_on()
+                             ? std::vector<comm::ProcessGroup*>{&p.group("row"), &p.group("col"), &p.group("depth")}
+                             : std::vector<comm::ProcessGroup*>{&tp};
 
   // 2. Tensor parallelism by layer substitution: the model asks this builder for its layers,
   // and the loss works on the tp-split outputs.
   if (config.tp > 1) p.tp_layers = std::make_unique<parallel::tp::TensorParallelLayers>(tp, config.sequence_parallel);
-  const nn::LayerBuilder* layers = p.tp_layers ? static_cast<const nn::LayerBuilder*>(p.tp_layers.get()) : &nn::serial_layers();
+  // 3D tensor parallelism, the same way: the builder swaps each linear layer for a 3D one.
+  if (config.tp_3d_on()) {
+    p.grid = std::make_unique<parallel::tp3d::Grid3D>(p.group("row"), p.group("col"), p.group("depth"));
+    p.tp3d_layers = std::make_unique<parallel::tp3d::Layers3D>(*p.grid);
+  }
+  const nn::LayerBuilder* layers = p.tp_layers     ? static_cast<const nn::LayerBuilder*>(p.tp_layers.get())
+                                   : p.tp3d_layers ? static_cast<const nn::LayerBuilder*>(p.tp3d_layers.get())
+                                                   : &nn::serial_layers();
   spec.build_loss(tp);
 
   // 2b. Context parallelism by layer substitution: attention becomes a ring over the cp group
@@ -118,6 +158,7 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   // grad-ready hooks installed before data parallelism's, so the sum comes first.
   if (config.tp > 1 && config.sequence_parallel)
     p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(*p.model, tp, config.zero >= 2);
+  if (p.tp3d_layers) prepare_3d(*p.tp3d_layers, p);
 
   // Context parallelism under ZeRO: the replicas' gradients averaged over cp first (ZeRO then
   // averages its shards over dp); without ZeRO, DDP averages over dp x cp at once.
@@ -142,12 +183,18 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   if (config.pp > 1 && spec.tied_parameter(last) != nullptr && !spec.owns_tied_parameter(first))
     p.tied_copy = spec.tied_parameter(last);
   parts.reduce_during_backward = parallel::reduce_during_last_backward(*p.gradient_sync, config.pp > 1, config.chunks);
-  parts.model_parallel_groups = {&tp, &pp};
+  parts.model_parallel_groups = {&p.group("tensor"), &pp};
   const bool all_replicas = tp.rank() == 0;
   const nn::Parameter* table_copy = p.tied_copy;
-  parts.counted = [all_replicas, table_copy](const nn::Parameter& param) {
-    return &param != table_copy && (all_replicas || param.shard_spec().sharded());
-  };
+  if (p.tp3d_layers) {  // each piece counted by its replica 0 within the grid (prepare_3d)
+    parts.counted = [table_copy](const nn::Parameter& param) {
+      return &param != table_copy && param.shard_spec().replica == 0;
+    };
+  } else {
+    parts.counted = [all_replicas, table_copy](const nn::Parameter& param) {
+      return &param != table_copy && (all_replicas || param.shard_spec().sharded());
+    };
+  }
   p.finalizer = std::make_unique<parallel::GradientFinalizer>(std::move(parts));
   return p;
 }

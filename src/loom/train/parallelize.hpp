@@ -17,6 +17,7 @@
 #include "loom/parallel/pipeline/executor.hpp"
 #include "loom/parallel/tensor_parallel/sequence_parallel.hpp"
 #include "loom/parallel/tensor_parallel/tensor_parallel_layers.hpp"
+#include "loom/parallel/tensor_parallel_3d/layers_3d.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/model_spec.hpp"
 
@@ -27,18 +28,26 @@ struct Parallelized {
   // Axes "dp", "pp", "cp", "tp"; named groups "replicate" and "shard" (dp split for HSDP; with
   // ZeRO over all of dp, replicate has one member) and "embedding" (the first and last stage).
   std::unique_ptr<comm::DeviceMesh> mesh;
+  // Also "batch" (the ranks sharing out the global batch: dp, or dp x depth under tp_3d) and
+  // "tensor" (one replica's model-parallel group: tp, or the grid depth x row x col).
   std::unique_ptr<parallel::tp::TensorParallelLayers> tp_layers;  // tp > 1
   std::unique_ptr<parallel::cp::ContextParallelLayers> cp_layers;  // cp > 1
   // Data parallelism's group under context parallelism: dp x cp (replicas of every parameter).
   std::unique_ptr<comm::ProcessGroup> data_and_context;            // cp > 1
   std::unique_ptr<parallel::tp::ReplicatedGradientSum> context_mean;  // cp > 1 with ZeRO: the mean over cp first
+  std::unique_ptr<parallel::tp3d::Grid3D> grid;                   // tp_3d: axes "row", "col", "depth"
+  std::unique_ptr<parallel::tp3d::Layers3D> tp3d_layers;          // tp_3d
+  std::vector<std::string> notes;  // lines for the log (a layer kept serial under tp_3d, and why)
+  // The groups whose traffic the progress line reports as tensor-parallel communication:
+  // tp, or the grid's axes row, col and depth.
+  std::vector<comm::ProcessGroup*> tensor_comm_groups;
   std::unique_ptr<nn::Module> model;  // the model, or this rank's pipeline chunks under one module
   std::vector<nn::Module*> chunks;    // the model, or this rank's chunks in virtual-stage order
   // The last stage's copy of a tied parameter when another rank owns it (it counts nowhere).
   const nn::Parameter* tied_copy = nullptr;
   std::unique_ptr<parallel::pipeline::PipelineExecutor> pipeline;  // pp > 1
   std::vector<parallel::pipeline::Action> pipeline_actions;        // this rank's part of the schedule
-  std::unique_ptr<parallel::tp::ReplicatedGradientSum> replicated_sum;   // sequence parallel
+  std::unique_ptr<parallel::tp::ReplicatedGradientSum> replicated_sum;   // sequence parallel; tp_3d: mean over depth
   std::unique_ptr<parallel::GradientSync> gradient_sync;
   std::unique_ptr<parallel::GradientFinalizer> finalizer;
 

@@ -60,9 +60,9 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
   ++steps_timed_;
   if (!keep && !live_) return;
   // Tokens of the global batch; MFU against the peak of all the job's processes.
-  const double ranks = static_cast<double>(config_.world_size());
+  const double ranks = static_cast<double>(config_.world_ranks());
   const double tokens = static_cast<double>(config_.batch_size * config_.micro_batches * config_.model.block_size) *
-                        static_cast<double>(config_.dp);
+                        static_cast<double>(config_.batch_shards());
   const double tok_per_s = tokens / step_seconds;
   const double mfu =
       config_.model.flops_per_token(config_.model.block_size) * tok_per_s / (peak_gflops_ * 1e9 * ranks * core_share());
@@ -84,9 +84,10 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
                   100.0 * r.pipeline_bubble_theory);
     overlap += buf;
   }
-  if (config_.tp > 1) {
+  if (config_.tp > 1 || config_.tp_3d_on()) {
     char buf[64];
-    std::snprintf(buf, sizeof buf, " | tp comm %.0f ms, %s", 1e3 * r.tp_comm_seconds, format_bytes(r.tp_comm_bytes).c_str());
+    std::snprintf(buf, sizeof buf, " | %s comm %.0f ms, %s", config_.tp_3d_on() ? "tp_3d" : "tp", 1e3 * r.tp_comm_seconds,
+                  format_bytes(r.tp_comm_bytes).c_str());
     overlap += buf;
   }
   // On a terminal every step rewrites one live line and logged steps stay; in a log file

@@ -48,9 +48,18 @@ std::map<std::string, Tensor> SerialState::gradient_dict() {
 }
 
 std::map<std::string, Tensor> SerialState::gather(std::map<std::string, Tensor> local) {
-  // Tensor parallel: gather every split tensor's slices (in key order on every rank).
+  // Tensor parallel: gather every split tensor's slices (in key order on every rank). Each
+  // rank's piece is placed by its own spec: its tp rank under 1D tensor parallelism, its row,
+  // col and depth position under 3D (where several ranks may hold the same piece).
   std::map<std::string, Tensor> full;
   const int t = tp_.size();
+  nlohmann::json mine = nlohmann::json::array();
+  for (auto& [key, slice] : local)
+    if (const nn::ShardSpec spec = spec_of(key); spec.sharded()) mine.push_back({spec.index, spec.index2});
+  const std::vector<std::string> places = t > 1 ? comm::all_gather_bytes(tp_, mine.dump()) : std::vector<std::string>{mine.dump()};
+  std::vector<nlohmann::json> place;
+  for (const std::string& s : places) place.push_back(nlohmann::json::parse(s));
+  size_t k = 0;
   for (auto& [key, slice] : local) {
     nn::ShardSpec spec = spec_of(key);
     if (!spec.sharded()) {
@@ -62,10 +71,12 @@ std::map<std::string, Tensor> SerialState::gather(std::map<std::string, Tensor> 
     tp_.all_gather(slice.view({n}), gathered);
     Tensor whole = Tensor::empty(spec.full_shape(slice.shape()), DType::F32, MemoryCategory::Other);
     for (int r = 0; r < t; ++r) {
-      spec.index = r;
+      spec.index = place[static_cast<size_t>(r)].at(k).at(0).get<int64_t>();
+      spec.index2 = place[static_cast<size_t>(r)].at(k).at(1).get<int64_t>();
       place_shard(gathered.narrow(r * n, n).view(slice.shape()), whole, spec);
     }
     full[key] = whole;
+    ++k;
   }
   return pp_.size() > 1 ? gather_pipeline(std::move(full)) : full;
 }

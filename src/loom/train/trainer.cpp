@@ -29,10 +29,10 @@ namespace {
 // Validates the config against the world and sets the kernels' threads before anything runs.
 TrainConfig started(TrainConfig config, comm::ProcessGroup* world) {
   config.validate();
-  const int64_t ranks = config.world_size(), world_size = world != nullptr ? world->size() : 1;
-  check(ranks == world_size, "layout dp(", config.dp, ") x pp(", config.pp, ") x cp(", config.cp, ") x tp(", config.tp,
-        ") = ", ranks,
-        " != world size ", world_size, world == nullptr ? " (start it with mpirun -np N loom train ...)" : "");
+  const int64_t ranks = config.world_ranks(), world_size = world != nullptr ? world->size() : 1;
+  check(ranks == world_size, "layout dp(", config.dp, ") x pp(", config.pp, ") x cp(", config.cp, ") x tp(", config.tp, ")",
+        config.tp_3d_on() ? " x tp_3d(" + config.tp_3d + ")" : "", " = ", ranks, " != world size ", world_size,
+        world == nullptr ? " (start it with mpirun -np N loom train ...)" : "");
   kernels::set_num_threads(static_cast<int>(config.threads));
   return config;
 }
@@ -46,10 +46,12 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
       spec_(make_model_spec(config_)),
       p_(parallelize(config_, *spec_, world_)),
       dp_(p_.group("dp")),
-      tp_(p_.group("tp")),
+      batch_(p_.group("batch")),
+      tp_(p_.group("tensor")),
       pp_(p_.group("pp")) {
   progress_ = std::make_unique<Progress>(config_, world_, quiet);
   if (!p_.placement.empty()) progress_->say(p_.placement);
+  for (const std::string& note : p_.notes) progress_->say(note);
   // Before anything is read or written in out_dir: one run owns it.
   run_directory_ = std::make_unique<RunDirectory>(config_, world_, progress_->quiet());
   const std::vector<nn::Parameter*> stepped = p_.gradient_sync->optimizer_parameters();
@@ -103,7 +105,7 @@ float Trainer::local_gradients() {
   double loss_sum = 0.0;
   for (int64_t m = 0; m < M; ++m) {
     trace::set_micro_batch(m);
-    const data::Batch batch = spec_->train_batch(step_, m, dp_.rank());
+    const data::Batch batch = spec_->train_batch(step_, m, batch_.rank());
     p_.finalizer->before_backward(m == M - 1);  // communicate once, after the last micro-batch
     MemoryScope scope(MemoryCategory::Activations);
     nn::Context ctx;
@@ -119,7 +121,7 @@ float Trainer::local_gradients() {
 float Trainer::pipeline_gradients() {
   const int64_t M = config_.micro_batches;
   std::vector<data::Batch> batches;  // this rank's rows of every micro-batch (token ids: small)
-  for (int64_t m = 0; m < M; ++m) batches.push_back(spec_->train_batch(step_, m, dp_.rank()));
+  for (int64_t m = 0; m < M; ++m) batches.push_back(spec_->train_batch(step_, m, batch_.rank()));
   const double loss_sum = p_.pipeline->run(
       p_.pipeline_actions, [&](int64_t mb) { return batches[mb].inputs; },
       [&](Tensor& logits, int64_t mb) {
@@ -143,7 +145,7 @@ StepResult Trainer::train_step() {
 StepResult Trainer::compute_gradients() {
   StepResult r;
   r.lr = lr_schedule_.at(step_);
-  tp_.reset_stats();
+  for (comm::ProcessGroup* g : p_.tensor_comm_groups) g->reset_stats();
   optimizer_->zero_grad();
   p_.gradient_sync->zero_grad();
   r.loss = p_.pipeline ? pipeline_gradients() : local_gradients();
@@ -153,7 +155,7 @@ StepResult Trainer::compute_gradients() {
     r.pipeline_bubble_theory = parallel::pipeline::theoretical_bubble(
         static_cast<int>(config_.pp), static_cast<int>(config_.micro_batches), static_cast<int>(config_.chunks));
   }
-  dp_.all_reduce(&r.loss, 1, comm::ReduceOp::Avg);  // the global batch's mean
+  batch_.all_reduce(&r.loss, 1, comm::ReduceOp::Avg);  // the global batch's mean
   {
     trace::Span norm_span("optimizer", "grad norm");
     r.grad_norm = std::sqrt(p_.finalizer->grad_sum_squares());
@@ -174,16 +176,20 @@ void Trainer::apply_update(StepResult& r) {
     p_.gradient_sync->after_optimizer_step();
   }
   r.step = ++step_;
-  const comm::CommStats s = tp_.stats();
-  r.tp_comm_seconds = s.seconds;
-  r.tp_comm_bytes = s.bytes;
+  r.tp_comm_seconds = 0;
+  r.tp_comm_bytes = 0;
+  for (comm::ProcessGroup* g : p_.tensor_comm_groups) {
+    const comm::CommStats s = g->stats();
+    r.tp_comm_seconds += s.seconds;
+    r.tp_comm_bytes += s.bytes;
+  }
 }
 
 float Trainer::evaluate() {
   trace::Span span("eval", "evaluate");
   MemoryScope scope(MemoryCategory::Activations);
   std::vector<data::Batch> batches;
-  for (int64_t i = 0; i < config_.eval_batches; ++i) batches.push_back(spec_->eval_batch(i, dp_.rank()));
+  for (int64_t i = 0; i < config_.eval_batches; ++i) batches.push_back(spec_->eval_batch(i, batch_.rank()));
   auto loss = [&](Tensor& logits, int64_t i) { return spec_->loss(logits, batches[i].targets, false, 1.0f); };
   double sum = 0.0;
   if (p_.pipeline) {
@@ -199,7 +205,7 @@ float Trainer::evaluate() {
     }
   }
   float mean = static_cast<float>(sum / static_cast<double>(config_.eval_batches));
-  dp_.all_reduce(&mean, 1, comm::ReduceOp::Avg);
+  batch_.all_reduce(&mean, 1, comm::ReduceOp::Avg);
   return mean;
 }
 
@@ -207,7 +213,7 @@ std::string Trainer::save_checkpoint_now() {
   const CheckpointInfo info{step_, to_toml(config_), spec_->data_identity(), config_.optimizer,
                             optimizer_->steps_taken()};
   const bool sharded_format =
-      config_.checkpoint_format == "sharded" || (config_.checkpoint_format == "auto" && world_.size() > 1);
+      config_.checkpoint_format == "sharded" || (config_.checkpoint_format == "auto" && world_.size() > 1 && !config_.tp_3d_on());
   if (sharded_format)
     return save_sharded_checkpoint(config_.out_dir, local_state(), info, layout(), config_.keep_checkpoints, world_);
   // Single file: the serial layout gathered (collective), rank 0 writes; the others wait so

@@ -70,6 +70,7 @@ class Trainer {
   optim::Optimizer& optimizer() { return *optimizer_; }
   const TrainConfig& config() const { return config_; }
   int64_t step() const { return step_; }
+  const Parallelized& parallelized() const { return p_; }
   parallel::DistributedDataParallel* ddp() { return dynamic_cast<parallel::DistributedDataParallel*>(p_.gradient_sync.get()); }
   parallel::ShardedDataParallel* sharded() const {
     return dynamic_cast<parallel::ShardedDataParallel*>(p_.gradient_sync.get());
@@ -89,7 +90,10 @@ class Trainer {
   std::unique_ptr<RunDirectory> run_directory_;  // locks out_dir; released last
   std::unique_ptr<ModelSpec> spec_;  // the model family: its data, model and loss
   Parallelized p_;
-  comm::ProcessGroup &dp_, &tp_, &pp_;
+  comm::ProcessGroup &dp_;
+  comm::ProcessGroup &batch_;  // the ranks sharing out the global batch: dp (x depth under tp_3d)
+  comm::ProcessGroup &tp_;     // the model-parallel group within a replica: tp, or the whole 3D grid
+  comm::ProcessGroup &pp_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<SerialState> serial_state_;
   parallel::pipeline::Timeline last_timeline_;  // the pipeline's last step, measured

@@ -3,10 +3,10 @@
 namespace loom::parallel::tp {
 
 ReplicatedGradientSum::ReplicatedGradientSum(nn::Module& model, comm::ProcessGroup& group, bool every_backward,
-                                             comm::ReduceOp op)
+                                             comm::ReduceOp op, const Predicate& replicated)
     : group_(group), every_backward_(every_backward), op_(op) {
   for (nn::Parameter* p : model.parameters())
-    if (!p->shard_spec().sharded())
+    if (replicated ? replicated(*p) : !p->shard_spec().sharded())
       p->add_grad_ready_hook([this](nn::Parameter& q) {
         if (every_backward_ || sync_) group_.all_reduce(q.grad(), op_);
       });

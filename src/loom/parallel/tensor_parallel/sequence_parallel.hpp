@@ -3,7 +3,11 @@
 // parameters' gradients are partial: they are summed over the tensor-parallel group as each
 // becomes ready (from a grad-ready hook installed before DDP's or ZeRO's, so the sum comes
 // before data parallelism reduces it), and every replica steps alike.
+// 3D tensor parallelism uses the same hooks to average over depth the gradients of every
+// parameter not split over depth (LayerNorm, embedding, biases, serial fallbacks).
 #pragma once
+
+#include <functional>
 
 #include "loom/comm/process_group.hpp"
 #include "loom/nn/module.hpp"
@@ -16,9 +20,11 @@ class ReplicatedGradientSum {
   // give each backward fresh buffers), so each is summed; otherwise they accumulate over
   // micro-batches and are summed once, in the backward with sync on (summing the running
   // total every time would count earlier micro-batches again).
-  // op: Sum (sequence parallelism's partial gradients) or Avg (context parallelism's replicas).
+  // replicated: which parameters are reduced (default: those not split over tp); op: Sum,
+  // or Avg for gradients that are each a mean over their rank's batch rows.
+  using Predicate = std::function<bool(const nn::Parameter&)>;
   ReplicatedGradientSum(nn::Module& model, comm::ProcessGroup& group, bool every_backward,
-                        comm::ReduceOp op = comm::ReduceOp::Sum);
+                        comm::ReduceOp op = comm::ReduceOp::Sum, const Predicate& replicated = nullptr);
   void set_sync(bool on) { sync_ = on; }
 
  private:

@@ -1,0 +1,51 @@
+// The process grid of 3D tensor parallelism (AxoNN, Singh et al. 2022): R x C x D ranks with
+// a row, a column and a depth axis, each a group of the device mesh. A layer's matrix is split
+// over two axes (one per matrix dimension) and each block further over depth, like FSDP; the
+// collectives below are the only ones such a layer needs, each along one axis. The grid holds
+// no tensors: a GPT linear layer (linear_3d.hpp) and a GCN layer use it alike.
+#pragma once
+
+#include <string>
+
+#include "loom/comm/process_group.hpp"
+#include "loom/tensor/tensor.hpp"
+
+namespace loom::parallel::tp3d {
+
+enum class Axis { Row, Col, Depth };
+
+std::string axis_name(Axis a);  // "row", "col", "depth" (the mesh's names)
+
+class Grid3D {
+ public:
+  // Groups are passed in (the mesh's "row", "col" and "depth" axes); the grid keeps references.
+  Grid3D(comm::ProcessGroup& row, comm::ProcessGroup& col, comm::ProcessGroup& depth) : row_(row), col_(col), depth_(depth) {}
+
+  comm::ProcessGroup& group(Axis a) const;
+  int size(Axis a) const { return group(a).size(); }
+  int rank(Axis a) const { return group(a).rank(); }
+  // This rank's position in the grid, depth slowest and col fastest (the mesh's order).
+  int grid_rank() const;
+  int grid_size() const { return size(Axis::Row) * size(Axis::Col) * size(Axis::Depth); }
+  std::string describe() const;  // "row 2 x col 2 x depth 2"
+
+  // Sum (in rank order, so every member gets the same bits) of partial results over `a`.
+  void all_reduce(Tensor& t, Axis a) const;
+  // Features (last dim, in `blocks` equal blocks, each split size(a) ways): this rank's slice
+  // -> the whole, and back (a local copy, no communication).
+  Tensor gather_features(const Tensor& local, Axis a, int64_t blocks = 1) const;
+  Tensor slice_features(const Tensor& full, Axis a, int64_t blocks = 1) const;
+
+  // FSDP over depth of a block (rows, cols) whose rows form `blocks` equal blocks: depth rank k
+  // holds rows [k, k + 1) * rows / (blocks * D) of every block. all_gather_depth: shard
+  // (rows / D, cols) -> block (rows, cols); reduce_scatter_depth: this rank's block gradient
+  // (partial over the depth ranks' batches) -> the mean of the depth ranks' gradients of
+  // this rank's shard.
+  Tensor all_gather_depth(const Tensor& shard, int64_t blocks = 1) const;
+  Tensor reduce_scatter_depth(const Tensor& block, int64_t blocks = 1) const;
+
+ private:
+  comm::ProcessGroup &row_, &col_, &depth_;
+};
+
+}  // namespace loom::parallel::tp3d

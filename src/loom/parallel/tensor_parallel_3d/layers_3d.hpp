@@ -1,0 +1,47 @@
+// The layer builder that makes a model 3D tensor-parallel (AxoNN's auto_parallelize, by layer
+// substitution: docs/architecture.md). A column-parallel request (attention's QKV, the MLP's
+// fc) becomes a Linear3D with input features over col and output features over row; the
+// row-parallel request that follows it swaps the two (input over row, output over col, the
+// output gathered whole). Everything else (embedding, LayerNorm, residual, the tied head,
+// the loss) stays serial on the whole features of this rank's batch rows, so attention heads
+// are split over row, the axis holding the QKV output features. A layer whose shapes do not
+// divide the grid stays serial (SerialLinear3D) and is listed in fallbacks().
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "loom/nn/layer_builder.hpp"
+#include "loom/parallel/tensor_parallel_3d/grid.hpp"
+
+namespace loom::parallel::tp3d {
+
+class Layers3D : public nn::LayerBuilder {
+ public:
+  explicit Layers3D(const Grid3D& grid) : grid_(grid) {}
+
+  int64_t tensor_parallel_size() const override { return grid_.size(Axis::Row); }
+  int64_t vocabulary_parts() const override { return 1; }
+  std::unique_ptr<nn::Linear> column_parallel_linear(int64_t in, int64_t out, int64_t blocks) const override;
+  std::unique_ptr<nn::Linear> row_parallel_linear(int64_t in, int64_t out) const override;
+
+  // A layer kept serial, and why (its name is known once the model has registered it).
+  struct Fallback {
+    const nn::Linear* layer;
+    std::string why;
+  };
+  const std::vector<Fallback>& fallbacks() const { return fallbacks_; }
+  // The weights split over depth (each depth rank holds a different piece): every other
+  // parameter's gradient is partial over depth and is averaged over it.
+  bool depth_sharded(const nn::Parameter& p) const { return depth_sharded_.count(&p) > 0; }
+  const Grid3D& grid() const { return grid_; }
+
+ private:
+  std::unique_ptr<nn::Linear> make(int64_t in, int64_t out, int64_t blocks, bool first) const;
+  const Grid3D& grid_;
+  mutable std::vector<Fallback> fallbacks_;
+  mutable std::set<const nn::Parameter*> depth_sharded_;
+};
+
+}  // namespace loom::parallel::tp3d

@@ -1,0 +1,97 @@
+#include "loom/parallel/tensor_parallel_3d/linear_3d.hpp"
+
+#include "loom/error.hpp"
+#include "loom/kernels/matmul.hpp"
+#include "loom/kernels/residual.hpp"
+
+namespace loom::parallel::tp3d {
+
+using kernels::Trans;
+
+std::string Linear3D::misfit(int64_t in, int64_t out, int64_t blocks, const Grid3D& grid, Roles roles) {
+  const int pi = grid.size(roles.in_axis), po = grid.size(roles.out_axis), D = grid.size(Axis::Depth);
+  if (in % pi != 0)
+    return std::to_string(in) + " input features do not split over " + axis_name(roles.in_axis) + " " + std::to_string(pi);
+  if (out % (blocks * po * D) != 0)
+    return std::to_string(out) + " output features" + (blocks > 1 ? " in " + std::to_string(blocks) + " blocks" : "") +
+           " do not split over " + axis_name(roles.out_axis) + " " + std::to_string(po) + " x depth " + std::to_string(D);
+  return "";
+}
+
+namespace {
+int64_t checked_in(int64_t in, int64_t out, int64_t blocks, const Grid3D& grid, Roles roles) {
+  const std::string why = Linear3D::misfit(in, out, blocks, grid, roles);
+  check(why.empty(), "3D-parallel linear layer: ", why);
+  return in / grid.size(roles.in_axis);
+}
+}  // namespace
+
+Linear3D::Linear3D(int64_t in, int64_t out, int64_t blocks, const Grid3D& grid, Roles roles, bool bias)
+    : nn::Linear(checked_in(in, out, blocks, grid, roles), out / (grid.size(roles.out_axis) * grid.size(Axis::Depth)),
+                 /*bias=*/false),
+      grid_(grid),
+      roles_(roles),
+      blocks_(blocks),
+      in_local_(in / grid.size(roles.in_axis)),
+      out_local_(out / grid.size(roles.out_axis)) {
+  const int po = grid.size(roles.out_axis), pi = grid.size(roles.in_axis), D = grid.size(Axis::Depth);
+  const int ro = grid.rank(roles.out_axis), ri = grid.rank(roles.in_axis), rd = grid.rank(Axis::Depth);
+  // Rows: out_axis then depth (depth rank k holds the k-th part of this rank's rows of each
+  // block); columns: in_axis. Every grid rank holds a different piece.
+  nn::ShardSpec w{0, po * D, ro * D + rd, blocks};
+  if (pi > 1) {
+    w.dim2 = 1;
+    w.parts2 = pi;
+    w.index2 = ri;
+  }
+  weight().set_shard_spec(w);
+  if (bias) {
+    bias_ = &register_parameter("bias", {out_local_}, /*weight_decay=*/false);
+    bias_->set_shard_spec(nn::ShardSpec{0, po, ro, blocks, -1, 1, 0, /*replica=*/rd * pi + ri});
+  }
+}
+
+Tensor Linear3D::forward_impl(const Tensor& x_in, nn::Context& ctx) {
+  const Tensor x = roles_.slice_input ? grid_.slice_features(x_in, roles_.in_axis) : x_in;  // (N, C/in)
+  check(x.ndim() >= 1 && x.size(-1) == in_local_, "Linear3D '", name(), "' expects last dimension ", in_local_,
+        ", got shape ", shape_str(x.shape()));
+  const int64_t N = x.numel() / in_local_;
+  const Tensor w = grid_.all_gather_depth(weight().value(), blocks_);  // (OC/out, C/in)
+  Shape out_shape = x.shape();
+  out_shape.back() = out_local_;
+  Tensor y = Tensor::empty(out_shape);  // (N, OC/out), partial over in_axis
+  kernels::matmul(x.f32(), Trans::N, w.f32(), Trans::T, y.f32(), N, out_local_, in_local_);
+  grid_.all_reduce(y, roles_.in_axis);
+  if (bias_ != nullptr) {
+    const float* b = bias_->value().f32();
+    float* out = y.f32();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < out_local_; ++j) out[i * out_local_ + j] += b[j];
+  }
+  ctx.save(this, {x});
+  return roles_.gather_output ? grid_.gather_features(y, roles_.out_axis, blocks_) : y;
+}
+
+Tensor Linear3D::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
+  const Tensor& x = ctx.saved(this, 0);  // (N, C/in)
+  const Tensor dy = roles_.gather_output ? grid_.slice_features(dy_in, roles_.out_axis, blocks_) : dy_in;  // (N, OC/out)
+  const int64_t N = x.numel() / in_local_;
+  const Tensor w = grid_.all_gather_depth(weight().value(), blocks_);  // (OC/out, C/in): gathered again, not kept
+  Tensor dx = Tensor::empty(x.shape());  // (N, C/in), partial over out_axis
+  kernels::matmul(dy.f32(), Trans::N, w.f32(), Trans::N, dx.f32(), N, in_local_, out_local_);
+  grid_.all_reduce(dx, roles_.out_axis);
+  Tensor dw = Tensor::empty({out_local_, in_local_}, DType::F32, MemoryCategory::CommBuffers);  // this batch's block gradient
+  kernels::matmul(dy.f32(), Trans::T, x.f32(), Trans::N, dw.f32(), out_local_, in_local_, N);
+  const Tensor dshard = grid_.reduce_scatter_depth(dw, blocks_);  // (OC/(out D), C/in)
+  kernels::add_inplace(weight().grad().f32(), dshard.f32(), dshard.numel());
+  weight().grad_contributed();
+  if (bias_ != nullptr) {
+    kernels::bias_backward(bias_->grad().f32(), dy.f32(), N, out_local_);
+    bias_->grad_contributed();
+  }
+  ctx.release(this);
+  return roles_.slice_input ? grid_.gather_features(dx, roles_.in_axis) : dx;
+}
+
+}  // namespace loom::parallel::tp3d

@@ -1,0 +1,34 @@
+// Bytes one rank's 3D tensor-parallel collectives move along each grid axis in a training step
+// of a GPT (AxoNN's 3D parallel matrix multiply as parallel/tensor_parallel_3d builds it), as
+// comm::ProcessGroup counts them: an all-reduce its buffer, an all-gather or reduce-scatter
+// the whole (gathered, or to be scattered) buffer. Pure arithmetic:
+// `loom plan` and the accounting test use it alike.
+#pragma once
+
+#include <cstdint>
+
+namespace loom::plan {
+
+struct Grid3DBytes {
+  int64_t row = 0, col = 0, depth = 0;
+};
+
+struct Gpt3DShape {
+  int64_t B = 1, T = 1;  // this rank's micro-batch: B sequences of T tokens
+  int64_t C = 1, L = 1;  // width, transformer blocks
+  int64_t Vp = 1, block_size = 1;  // token table rows, position table rows
+  int64_t M = 1;  // micro-batches per step
+};
+
+// Per layer (N = B x T rows, weight out x in, the input split over axis pi, the output over
+// po, depth D), once per micro-batch: the weight's block all-gathered over depth in forward
+// and again in backward and its gradient reduce-scattered (3 x out in / (pi po)); the partial
+// output all-reduced over the input axis (N out / po) and the partial input gradient over the
+// output axis (N in / pi); a pair's first layer gathers its whole input gradient over col
+// (N in), its second its whole output (N out). A layer that does not divide the grid stays
+// serial and gathers only what crosses the row split (N x those features). Once per step, every gradient not
+// split over depth is averaged over it (embedding, position table, LayerNorms, biases, the
+// serial layers' weights). A collective on an axis of one rank moves nothing.
+Grid3DBytes tensor_parallel_3d_bytes_per_step(const Gpt3DShape& shape, int64_t R, int64_t Cg, int64_t D);
+
+}  // namespace loom::plan

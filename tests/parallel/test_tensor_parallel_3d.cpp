@@ -1,0 +1,174 @@
+// 3D tensor parallelism's layers against the serial layers. A pair of linear layers as a
+// transformer block asks for them (a fused QKV-like first layer in 3 blocks with its output
+// split over row, then a second layer with the roles of row and col swapped, its input split
+// over row and its output gathered whole), built by the 3D layer builder on every grid R x C x D of the world (1-8
+// ranks, (t,1,1), (1,t,1), (1,1,t), 2x2x2, odd sizes), must give the serial pair's output and
+// input gradient for this rank's batch rows (the batch is split over depth), and each
+// parameter's gradient as the mean over depth (relative 1e-5 of the largest magnitude).
+// Shapes that do not divide the grid take the serial fallback, with the same results.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "comm/mpi_test_env.hpp"
+#include "loom/comm/device_mesh.hpp"
+#include "loom/error.hpp"
+#include "loom/parallel/tensor_parallel_3d/layers_3d.hpp"
+#include "loom/parallel/tensor_parallel_3d/linear_3d.hpp"
+#include "loom/train/trainer.hpp"
+#include "parallel/equivalence.hpp"
+#include "test_util.hpp"
+
+namespace loom::parallel::tp3d {
+namespace {
+
+using loom::testing::all_close;
+using loom::testing::random_vector;
+using loom::testing::world;
+
+Tensor tensor_of(const std::vector<float>& v, const Shape& shape) {
+  Tensor t = Tensor::empty(shape);
+  std::copy(v.begin(), v.end(), t.f32());
+  return t;
+}
+
+::testing::AssertionResult close(const Tensor& got, const Tensor& want, const std::string& what) {
+  float scale = 0.0f;
+  for (int64_t i = 0; i < want.numel(); ++i) scale = std::max(scale, std::fabs(want.f32()[i]));
+  if (got.shape() != want.shape())
+    return ::testing::AssertionFailure() << what << ": shape " << shape_str(got.shape()) << ", want " << shape_str(want.shape());
+  return all_close(got.f32(), want.f32(), want.numel(), 0, 1e-5 * scale + 1e-7, what);
+}
+
+Tensor piece_of(const Tensor& full, const nn::Parameter& p) {
+  Tensor local = Tensor::empty(p.shape());
+  nn::copy_shard(full, local, p.shard_spec());
+  return local;
+}
+
+Tensor scaled(const Tensor& t, float s) {
+  Tensor out = Tensor::empty(t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) out.f32()[i] = t.f32()[i] * s;
+  return out;
+}
+
+// Rows [k n, (k + 1) n) of the first dimension.
+Tensor rows_of(const Tensor& full, int64_t k, int64_t n) {
+  Shape shape = full.shape();
+  shape[0] = n;
+  Tensor out = Tensor::empty(shape);
+  out.copy_from(full.narrow(k * n, n));
+  return out;
+}
+
+struct GridCase {
+  int R, C, D;
+  int64_t in, hidden, out;  // first layer in -> hidden (3 blocks), second hidden -> out
+  bool expect_3d;           // every layer of the pair divides the grid
+};
+
+void PrintTo(const GridCase& c, std::ostream* os) {
+  *os << "grid " << c.R << "x" << c.C << "x" << c.D << ", " << c.in << "->" << c.hidden << "->" << c.out;
+}
+
+class Pair3D : public ::testing::TestWithParam<GridCase> {};
+
+TEST_P(Pair3D, MatchesTheSerialPair) {
+  const GridCase k = GetParam();
+  if (k.R * k.C * k.D != world().size()) GTEST_SKIP() << "grid of " << k.R * k.C * k.D << " ranks";
+  comm::DeviceMesh mesh(world(), {{"depth", k.D}, {"row", k.R}, {"col", k.C}});
+  const Grid3D grid(mesh.group("row"), mesh.group("col"), mesh.group("depth"));
+  const Layers3D layers(grid);
+  std::unique_ptr<nn::Linear> first = layers.column_parallel_linear(k.in, k.hidden, 3);
+  std::unique_ptr<nn::Linear> second = layers.row_parallel_linear(k.hidden, k.out);
+  EXPECT_EQ(layers.fallbacks().empty(), k.expect_3d);
+  for (const Layers3D::Fallback& f : layers.fallbacks()) EXPECT_FALSE(f.why.empty());
+
+  nn::Linear s1(k.in, k.hidden), s2(k.hidden, k.out);
+  uint64_t seed = 11;
+  for (nn::Linear* s : {&s1, &s2})
+    for (nn::Parameter* p : s->parameters()) p->value().copy_from(tensor_of(random_vector(p->numel(), seed++), p->shape()));
+  for (auto [s, p] : {std::pair{&s1, first.get()}, std::pair{&s2, second.get()}}) {
+    p->weight().value().copy_from(piece_of(s->weight().value(), p->weight()));
+    p->bias()->value().copy_from(piece_of(s->bias()->value(), *p->bias()));
+  }
+  const int64_t n = 3, D = k.D, d = grid.rank(Axis::Depth);  // 3 rows of (n, 2, C) per depth rank
+  const Tensor x = tensor_of(random_vector(D * n * 2 * k.in, 3), {D * n, 2, k.in});
+  const Tensor dz = tensor_of(random_vector(D * n * 2 * k.out, 5), {D * n, 2, k.out});
+  nn::Context sc, pc;
+  const Tensor h_serial = s1.forward(x, sc);
+  const Tensor z_serial = s2.forward(h_serial, sc);
+  const Tensor dh_serial = s2.backward(dz, sc);
+  const Tensor dx_serial = s1.backward(dh_serial, sc);
+  // Between the two, features are split over row: the first layer's in its 3 blocks (q, k,
+  // v of this rank's heads), the second's contiguous (the heads' outputs, as attention
+  // leaves them), so each layer is fed the serial run's tensor in its own layout.
+  const Tensor h = first->forward(rows_of(x, d, n), pc);
+  EXPECT_TRUE(close(h, grid.slice_features(rows_of(h_serial, d, n), Axis::Row, 3), "first layer's output"));
+  const Tensor z = second->forward(grid.slice_features(rows_of(h_serial, d, n), Axis::Row), pc);
+  EXPECT_TRUE(close(z, rows_of(z_serial, d, n), "output"));
+  const Tensor dh = second->backward(rows_of(dz, d, n), pc);
+  EXPECT_TRUE(close(dh, grid.slice_features(rows_of(dh_serial, d, n), Axis::Row), "second layer's dx"));
+  const Tensor dx = first->backward(grid.slice_features(rows_of(dh_serial, d, n), Axis::Row, 3), pc);
+  EXPECT_TRUE(close(dx, rows_of(dx_serial, d, n), "dx"));
+  // Each depth rank's loss is the mean of its rows: the gradients are the depth mean, 1/D of
+  // the serial sum. A replicated-over-depth parameter is averaged here as the recipe does.
+  for (auto [s, p] : {std::pair{&s1, first.get()}, std::pair{&s2, second.get()}}) {
+    for (auto [sp, pp] : {std::pair{&s->weight(), &p->weight()}, std::pair{s->bias(), p->bias()}}) {
+      Tensor g = Tensor::empty(pp->shape());
+      g.copy_from(pp->grad());
+      if (!layers.depth_sharded(*pp)) grid.group(Axis::Depth).all_reduce(g, comm::ReduceOp::Avg);
+      EXPECT_TRUE(close(g, piece_of(scaled(sp->grad(), 1.0f / static_cast<float>(D)), *pp), "grad of " + sp->name()));
+    }
+  }
+}
+
+std::vector<GridCase> grid_cases() {
+  std::vector<GridCase> cases{{1, 1, 1, 4, 6, 2, true}, {1, 1, 1, 7, 6, 5, true}};
+  for (int t : {2, 3, 4, 5, 8}) {
+    // Divisible: in and out multiples of t, hidden of 3 blocks x t.
+    cases.push_back({t, 1, 1, 4 * t, 6 * t, 2 * t, true});
+    cases.push_back({1, t, 1, 4 * t, 6 * t, 2 * t, true});
+    cases.push_back({1, 1, t, 4 * t, 6 * t, 2 * t, true});
+    // 7 input features do not split over col, 2t + 1 outputs not over depth.
+    cases.push_back({1, t, 1, 7, 6 * t, 5, false});
+    cases.push_back({1, 1, t, 7, 6 * t, 2 * t + 1, false});
+  }
+  cases.push_back({2, 2, 2, 8, 24, 8, true});
+  cases.push_back({2, 2, 1, 6, 12, 6, true});
+  cases.push_back({1, 2, 2, 8, 12, 8, true});
+  cases.push_back({2, 1, 2, 6, 12, 6, true});
+  cases.push_back({2, 2, 2, 7, 12, 8, false});  // first layer serial (7 inputs), the second 3D
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Grids, Pair3D, ::testing::ValuesIn(grid_cases()), [](const auto& info) {
+  const GridCase& c = info.param;
+  return "r" + std::to_string(c.R) + "c" + std::to_string(c.C) + "d" + std::to_string(c.D) + "_" + std::to_string(c.in) +
+         "_" + std::to_string(c.hidden) + "_" + std::to_string(c.out);
+});
+
+TEST(Linear3D, NamesWhyAShapeDoesNotDivide) {
+  comm::DeviceMesh mesh(world(), {{"depth", 1}, {"row", 1}, {"col", world().size()}});
+  const Grid3D grid(mesh.group("row"), mesh.group("col"), mesh.group("depth"));
+  if (world().size() == 1) GTEST_SKIP() << "every shape divides one rank";
+  const std::string why = Linear3D::misfit(world().size() * 2 + 1, 8, 1, grid, Roles{});
+  EXPECT_NE(why.find("input features do not split over col " + std::to_string(world().size())), std::string::npos) << why;
+  EXPECT_THROW(Linear3D(world().size() * 2 + 1, 8, 1, grid, Roles{}), Error);
+}
+
+TEST(Trainer3D, AGridThatDoesNotFitTheWorldIsAnErrorOnEveryRank) {
+  // Checked before any collective, so every rank stops with the same message (never a hang).
+  train::TrainConfig c = loom::testing::equivalence::tiny(1, 2, 1);
+  c.tp_3d = "1,1," + std::to_string(world().size() + 1);
+  const std::string error = loom::testing::error_of([&] { train::Trainer t(c, true, &world()); });
+  EXPECT_NE(error.find("x tp_3d(" + c.tp_3d + ") = " + std::to_string(world().size() + 1) + " != world size " +
+                       std::to_string(world().size())),
+            std::string::npos)
+      << error;
+}
+
+}  // namespace
+}  // namespace loom::parallel::tp3d

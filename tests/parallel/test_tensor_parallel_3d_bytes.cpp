@@ -1,0 +1,69 @@
+// 3D tensor parallelism's communication, measured: the bytes one training step moves along
+// each grid axis (row, col, depth: the payload every collective on the mesh's axis groups is
+// given) equal plan::tensor_parallel_3d_bytes_per_step for each grid of the world, with two
+// micro-batches, and with models whose layers do not all divide the grid (those stay serial).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "comm/mpi_test_env.hpp"
+#include "loom/plan/tensor_parallel_3d_cost.hpp"
+#include "loom/train/trainer.hpp"
+#include "parallel/equivalence.hpp"
+
+namespace loom::parallel::tp3d {
+namespace {
+
+using loom::testing::world;
+using namespace loom::testing::equivalence;
+
+struct BytesCase {
+  int64_t R, C, D;
+  int64_t n_embd = 16;
+};
+
+void PrintTo(const BytesCase& c, std::ostream* os) { *os << c.R << "x" << c.C << "x" << c.D << " C=" << c.n_embd; }
+
+class Bytes3D : public ::testing::TestWithParam<BytesCase> {};
+
+TEST_P(Bytes3D, MeasuredBytesPerAxisEqualTheModel) {
+  const BytesCase k = GetParam();
+  const int64_t p = world().size();
+  if (p != k.R * k.C * k.D) GTEST_SKIP() << "a grid of " << k.R * k.C * k.D << " ranks";
+  train::TrainConfig c = tiny(1, 2, 2);
+  c.model.n_head = 4;
+  c.model.n_embd = k.n_embd;
+  c.model.padded_vocab_size = 128;
+  c.tp_3d = std::to_string(k.R) + "," + std::to_string(k.C) + "," + std::to_string(k.D);
+  train::Trainer t(c, true, &world());
+  const train::Parallelized& pz = t.parallelized();
+  for (const char* axis : {"row", "col", "depth"}) pz.group(axis).reset_stats();
+  t.train_step();
+  plan::Gpt3DShape shape;
+  shape.B = c.batch_size;
+  shape.T = c.model.block_size;
+  shape.C = c.model.n_embd;
+  shape.L = c.model.n_layer;
+  shape.Vp = c.model.padded_vocab_size;
+  shape.block_size = c.model.block_size;
+  shape.M = c.micro_batches;
+  const plan::Grid3DBytes want = plan::tensor_parallel_3d_bytes_per_step(shape, k.R, k.C, k.D);
+  EXPECT_EQ(pz.group("row").stats().bytes, want.row) << "row";
+  EXPECT_EQ(pz.group("col").stats().bytes, want.col) << "col";
+  EXPECT_EQ(pz.group("depth").stats().bytes, want.depth) << "depth";
+}
+
+INSTANTIATE_TEST_SUITE_P(Grids, Bytes3D,
+                         ::testing::Values(BytesCase{2, 1, 1}, BytesCase{1, 2, 1}, BytesCase{1, 1, 2}, BytesCase{2, 2, 1},
+                                           BytesCase{1, 2, 2}, BytesCase{2, 2, 2},
+                                           // Layers kept serial: width 16 on depth 3 (only QKV's 48 rows
+                                           // split), width 12 on depth 8 (only fc's 48 rows split).
+                                           BytesCase{1, 1, 3}, BytesCase{1, 1, 8, 12}),
+                         [](const auto& info) {
+                           const BytesCase& c = info.param;
+                           return "r" + std::to_string(c.R) + "c" + std::to_string(c.C) + "d" + std::to_string(c.D) +
+                                  "_C" + std::to_string(c.n_embd);
+                         });
+
+}  // namespace
+}  // namespace loom::parallel::tp3d
