@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "loom/nn/embedding.hpp"
+#include "loom/nn/graph_conv.hpp"
 #include "loom/nn/linear.hpp"
 
 namespace loom::nn {
@@ -34,6 +35,10 @@ class LayerBuilder {
   // How the token table is split (by vocabulary rows under tensor parallelism).
   virtual ShardSpec vocabulary_shard() const { return {}; }
   virtual Tensor head_input_gradient(const Tensor& dx) const { return dx; }
+  // Graph convolution `layer` of a GCN over the whole graph; a parallel builder returns one
+  // holding its blocks of Â, the features and W (Plexus rotates its grid axes by layer).
+  virtual std::unique_ptr<GraphConv> graph_conv(int64_t in, int64_t out, int64_t layer,
+                                                std::shared_ptr<const GraphOperator> graph, bool input_gradient) const;
 };
 
 // The serial layers.
