@@ -132,7 +132,10 @@ Runner add_bench_command(CLI::App& sub) {
   tr->add_flag("--recompute", args->model.recompute, "recompute activations in backward");
   auto comm_runner = std::make_shared<Runner>();
   add_comm_bench(sub, *comm_runner);
-  return [args, gemm, tr, comm_runner]() {
+  auto spmm_runner = std::make_shared<Runner>();
+  CLI::App* spmm = add_spmm_bench(sub, *spmm_runner);
+  return [args, gemm, tr, comm_runner, spmm, spmm_runner]() {
+    if (spmm->parsed()) return (*spmm_runner)();
     if (!gemm->parsed() && !tr->parsed()) return (*comm_runner)();
     if (gemm->parsed()) {
       reject_unknown_flags(*gemm);

@@ -28,6 +28,8 @@ Runner add_report_command(CLI::App& app);
 Runner add_convert_command(CLI::App& app);
 // `loom bench comm` (in bench_comm_command.cpp); sets runner for when it is chosen.
 void add_comm_bench(CLI::App& bench, Runner& runner);
+// `loom bench spmm`: sets runner and returns the subcommand.
+CLI::App* add_spmm_bench(CLI::App& bench, Runner& runner);
 
 // Every configuration key as a flag (`n_layer` -> --n-layer) plus --config FILE.
 struct ConfigFlags {
