@@ -134,8 +134,11 @@ Runner add_bench_command(CLI::App& sub) {
   add_comm_bench(sub, *comm_runner);
   auto generate_runner = std::make_shared<Runner>();
   add_generate_bench(sub, *generate_runner);
-  return [args, gemm, tr, comm_runner, generate_runner, &sub]() {
+  auto spmm_runner = std::make_shared<Runner>();
+  CLI::App* spmm = add_spmm_bench(sub, *spmm_runner);
+  return [args, gemm, tr, comm_runner, generate_runner, spmm, spmm_runner, &sub]() {
     if (sub.got_subcommand("generate")) return (*generate_runner)();
+    if (spmm->parsed()) return (*spmm_runner)();
     if (!gemm->parsed() && !tr->parsed()) return (*comm_runner)();
     if (gemm->parsed()) {
       reject_unknown_flags(*gemm);

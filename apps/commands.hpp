@@ -39,6 +39,8 @@ void add_generate_bench(CLI::App& bench, Runner& runner);
 // --top-p) and a finished request as one JSON line {"id", "text", "tokens", "finish"}.
 void add_sampling_flags(CLI::App& sub, train::SampleOptions& options);
 std::string generated_json(const train::Generated& g);
+// `loom bench spmm`: sets runner and returns the subcommand.
+CLI::App* add_spmm_bench(CLI::App& bench, Runner& runner);
 
 // Every configuration key as a flag (`n_layer` -> --n-layer) plus --config FILE.
 struct ConfigFlags {

@@ -20,6 +20,11 @@ std::unique_ptr<Embedding> LayerBuilder::embedding(int64_t V, int64_t Vp, int64_
   return std::make_unique<Embedding>(V, Vp, block_size, C);
 }
 
+std::unique_ptr<GraphConv> LayerBuilder::graph_conv(int64_t in, int64_t out, int64_t,
+                                                   std::shared_ptr<const GraphOperator> graph, bool input_gradient) const {
+  return std::make_unique<GraphConv>(in, out, std::move(graph), input_gradient);
+}
+
 const LayerBuilder& serial_layers() {
   static const LayerBuilder serial;
   return serial;

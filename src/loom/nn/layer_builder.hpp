@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "loom/nn/embedding.hpp"
+#include "loom/nn/graph_conv.hpp"
 #include "loom/nn/linear.hpp"
 
 namespace loom::nn {
@@ -42,6 +43,10 @@ class LayerBuilder {
   virtual Tensor head_input_gradient(const Tensor& dx) const { return dx; }
   // Generation: the head's logits (R, Vp/t) on every rank -> the whole vocabulary (R, Vp).
   virtual Tensor gather_vocabulary(const Tensor& logits) const { return logits; }
+  // Graph convolution `layer` of a GCN over the whole graph; a parallel builder returns one
+  // holding its blocks of Â, the features and W (Plexus rotates its grid axes by layer).
+  virtual std::unique_ptr<GraphConv> graph_conv(int64_t in, int64_t out, int64_t layer,
+                                                std::shared_ptr<const GraphOperator> graph, bool input_gradient) const;
 };
 
 // The serial layers.

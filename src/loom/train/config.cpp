@@ -21,16 +21,21 @@ namespace loom::train {
 std::vector<ConfigKey> config_schema(TrainConfig& c) {
   nn::GPTConfig& m = c.model;
   return {
+      {"model", "model", "model family: 'gpt' (a GPT-2 style transformer on text) or 'gcn' (a graph convolutional network on a graph, Kipf & Welling 2017)", &c.family},
       {"model", "n_layer", "transformer blocks (L)", &m.n_layer},
       {"model", "n_head", "attention heads (NH); must divide n_embd", &m.n_head},
       {"model", "n_embd", "model width (C)", &m.n_embd},
       {"model", "block_size", "context length (T) used for training and the maximum for sampling", &m.block_size},
       {"model", "padded_vocab_size", "rows of the token embedding / LM head (the vocabulary plus padding); 0 = the vocabulary rounded up to a multiple of 64 x tp. A checkpoint resumes under another tp only with the same value", &m.padded_vocab_size},
       {"model", "recompute", "recompute each block's activations in backward instead of keeping them", &m.recompute},
-      {"data", "data", "UTF-8 text file to train on (a regular file of at most " + std::to_string(data::kMaxDataBytes >> 30) + " GiB)", &c.data},
+      {"model", "gcn_layers", "gcn: graph convolution layers", &c.gcn.layers},
+      {"model", "gcn_hidden", "gcn: width of the hidden layers", &c.gcn.hidden},
+      {"model", "gcn_dropout", "gcn: dropout probability between layers while training", &c.gcn.dropout},
+      {"data", "data", "gpt: UTF-8 text file (a regular file of at most " + std::to_string(data::kMaxDataBytes >> 30) + " GiB) or a token file written by `loom tokenize`; gcn: a graph, `data/cora` (LINQS .content + .cites), a prefix of Loom's text format (.edges, .features, .labels; docs/graphs.md) or `rmat:scale=S,...`", &c.data},
       {"data", "tokenizer", "'char' (code points of the corpus), 'byte' or 'gpt2' (GPT-2's byte-level BPE, read from tokenizer_dir)", &c.tokenizer},
       {"data", "tokenizer_dir", "with tokenizer = 'gpt2': the directory holding GPT-2's vocab.json and merges.txt", &c.tokenizer_dir},
       {"data", "val_fraction", "last fraction of the file held out for validation", &c.val_fraction},
+      {"data", "split", "gcn: train, val and test node ranges in file order, e.g. \"0:140,200:500,500:1500\"; empty = the graph's own split (a LINQS graph: pygcn's split of Cora, these ranges)", &c.split},
       {"train", "steps", "optimizer steps", &c.steps},
       {"train", "batch_size", "sequences per micro-batch (B)", &c.batch_size},
       {"train", "micro_batches", "micro-batches accumulated per optimizer step", &c.micro_batches},
@@ -41,7 +46,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"optim", "min_lr", "learning rate at the end of the cosine decay", &c.min_lr},
       {"optim", "warmup_steps", "linear warm-up steps", &c.warmup_steps},
       {"optim", "decay_steps", "step where cosine decay reaches min_lr; 0 = steps", &c.decay_steps},
-      {"optim", "weight_decay", "decoupled weight decay (matrices and embeddings only)", &c.weight_decay},
+      {"optim", "weight_decay", "gpt: decoupled weight decay (matrices and embeddings only); gcn: the L2 penalty weight_decay/2 x ||W||^2 on the first layer's weights, added to the loss", &c.weight_decay},
       {"optim", "beta1", "AdamW beta1", &c.beta1},
       {"optim", "beta2", "AdamW beta2", &c.beta2},
       {"optim", "eps", "AdamW epsilon", &c.eps},
@@ -114,7 +119,9 @@ void TrainConfig::check_context_parallel() const {
 }
 
 void TrainConfig::validate() const {
+  check(family == "gpt" || family == "gcn", "model must be 'gpt' or 'gcn', got '", family, "'");
   model.validate();
+  if (family == "gcn") gcn.validate();
   check(steps >= 0, "steps must be >= 0, got ", steps);
   check(batch_size >= 1, "batch_size must be >= 1, got ", batch_size);
   check(micro_batches >= 1, "micro_batches must be >= 1, got ", micro_batches);

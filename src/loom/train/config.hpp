@@ -10,18 +10,22 @@
 #include <vector>
 
 #include "loom/comm/mesh_layout.hpp"
+#include "loom/nn/gcn.hpp"
 #include "loom/nn/gpt.hpp"
 
 namespace loom::train {
 
 struct TrainConfig {
+  std::string family = "gpt";  // the model family (key `model`): gpt or gcn
   nn::GPTConfig model;  // vocab_size comes from the tokenizer at run time
+  nn::GcnConfig gcn;
 
   // [data]
   std::string data = "data/tinyshakespeare.txt";
   std::string tokenizer = "char";
   std::string tokenizer_dir;  // tokenizer "gpt2": where vocab.json and merges.txt are
   double val_fraction = 0.1;
+  std::string split;  // gcn: train, val, test node ranges "0:140,200:500,500:1500"; "" = the graph's own
 
   // [train]
   int64_t steps = 1000;

@@ -1,8 +1,11 @@
 #include "loom/train/gpt_spec.hpp"
 
+#include <cstdio>
+
 #include "loom/error.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/parallel/pipeline/partition.hpp"
+#include "loom/plan/memory_model.hpp"
 #include "loom/trace/recorder.hpp"
 
 namespace loom::train {
@@ -104,6 +107,27 @@ data::Batch GptSpec::eval_batch(int64_t i, int dp_rank) {
   return context_chunks(dataset_.batch(data::Split::Val, 0, i, dp_rank * B, B, config_.model.block_size));
 }
 
-std::unique_ptr<ModelSpec> make_model_spec(TrainConfig& config) { return std::make_unique<GptSpec>(config); }
+std::string GptSpec::describe() const {
+  const nn::GPTConfig& m = config_.model;
+  char line[160];
+  std::snprintf(line, sizeof line, "%lld parameters | %lld layers, %lld heads, %lld wide, context %lld, vocab %lld",
+                static_cast<long long>(m.num_parameters()), static_cast<long long>(m.n_layer),
+                static_cast<long long>(m.n_head), static_cast<long long>(m.n_embd), static_cast<long long>(m.block_size),
+                static_cast<long long>(m.vocab_size));
+  return line;
+}
+
+StepWork GptSpec::step_work() const {
+  // The tokens of the global batch.
+  const double tokens = static_cast<double>(config_.batch_size * config_.micro_batches * config_.model.block_size) *
+                        static_cast<double>(config_.batch_shards());
+  return {"tok", "tokens_per_s", tokens, tokens * config_.model.flops_per_token(config_.model.block_size)};
+}
+
+int64_t GptSpec::activation_bytes(nn::Module& chunk) {
+  return plan::activation_bytes_per_layer(config_.batch_size, config_.model.block_size, config_.model.n_embd,
+                                          config_.model.n_head, config_.tp, config_.sequence_parallel, config_.cp) *
+         static_cast<int64_t>(layers_of(chunk).size());
+}
 
 }  // namespace loom::train

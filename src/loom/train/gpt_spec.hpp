@@ -31,6 +31,10 @@ class GptSpec : public ModelSpec {
   data::Batch train_batch(int64_t step, int64_t m, int dp_rank) override;
   data::Batch eval_batch(int64_t i, int dp_rank) override;
   std::string data_identity() const override { return dataset_.tokenizer().spec(); }
+  std::string describe() const override;
+  StepWork step_work() const override;
+  MemoryNeed memory_need() const override { return training_memory(config_); }
+  int64_t activation_bytes(nn::Module& chunk) override;
 
  private:
   const TrainConfig& config_;

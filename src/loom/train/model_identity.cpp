@@ -16,14 +16,20 @@ std::string describe_tokenizer(const std::string& spec, const data::Tokenizer& t
   return spec.substr(0, spec.find(':')) + " with " + std::to_string(tokenizer.vocab_size()) + other + " symbols";
 }
 
+// The tokenizer a data identity names, or null when it is not a tokenizer's (a graph's digest).
+std::unique_ptr<data::Tokenizer> tokenizer_of(const std::string& spec) {
+  if (spec.rfind("graph:", 0) == 0) return nullptr;
+  return data::Tokenizer::from_spec(spec);
+}
+
 }  // namespace
 
 std::vector<std::string> model_differences(const CheckpointInfo& checkpoint, const TrainConfig& config,
                                            const std::string& tokenizer_spec) {
   TrainConfig stored;
   apply_toml_string(stored, checkpoint.config_toml, "the checkpoint's stored configuration");
-  const std::unique_ptr<data::Tokenizer> stored_tokenizer = data::Tokenizer::from_spec(checkpoint.tokenizer_spec);
-  stored.model.vocab_size = stored_tokenizer->vocab_size();
+  const std::unique_ptr<data::Tokenizer> stored_tokenizer = tokenizer_of(checkpoint.tokenizer_spec);
+  stored.model.vocab_size = stored_tokenizer ? stored_tokenizer->vocab_size() : config.model.vocab_size;
 
   std::vector<std::string> out;
   auto differ = [&](const std::string& key, const std::string& theirs, const std::string& ours) {
@@ -41,8 +47,10 @@ std::vector<std::string> model_differences(const CheckpointInfo& checkpoint, con
   // As the token table holds it: 0 in a configuration means the vocabulary rounded up.
   differ("padded_vocab_size", std::to_string(stored.model.resolved_padded_vocab()),
          std::to_string(config.model.resolved_padded_vocab()));
-  if (checkpoint.tokenizer_spec != tokenizer_spec) {
-    const std::unique_ptr<data::Tokenizer> ours_tokenizer = data::Tokenizer::from_spec(tokenizer_spec);
+  const std::unique_ptr<data::Tokenizer> ours_tokenizer = tokenizer_of(tokenizer_spec);
+  if (checkpoint.tokenizer_spec != tokenizer_spec && (!stored_tokenizer || !ours_tokenizer)) {
+    differ("data", checkpoint.tokenizer_spec, tokenizer_spec);  // a graph: its digest
+  } else if (checkpoint.tokenizer_spec != tokenizer_spec) {
     const std::string a = describe_tokenizer(checkpoint.tokenizer_spec, *stored_tokenizer);
     std::string b = describe_tokenizer(tokenizer_spec, *ours_tokenizer);
     if (a == b) b = describe_tokenizer(tokenizer_spec, *ours_tokenizer, " other");

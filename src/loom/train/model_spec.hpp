@@ -3,8 +3,8 @@
 // without a trainer of its own (as torchtitan's TrainSpec). A spec owns the family's data:
 // it reads it, completes the config from it (a tokenizer's vocabulary), builds this rank's
 // part of the model through the layer builder the recipe gives it, and computes the loss.
-// The GPT (gpt_spec.hpp) is the first family; make_model_spec builds the config's family
-// (the GPT until a second family adds its config key).
+// The GPT (gpt_spec.hpp) is the first family, the GCN (gcn_spec.hpp) the second;
+// make_model_spec builds the family the config's `model` key names.
 #pragma once
 
 #include <memory>
@@ -17,8 +17,24 @@
 #include "loom/nn/layer_builder.hpp"
 #include "loom/nn/module.hpp"
 #include "loom/train/config.hpp"
+#include "loom/train/memory_budget.hpp"
 
 namespace loom::train {
+
+// What one optimizer step processes, for the progress line and metrics.jsonl: the GPT's
+// tokens of the global batch, a GCN's edges of the graph; and the step's training FLOPs (MFU).
+struct StepWork {
+  std::string unit;         // "tok": the progress line prints "tok/s"
+  std::string metrics_key;  // "tokens_per_s"
+  double units = 0.0;
+  double flops = 0.0;
+};
+
+// A number the family reports beside the loss ("train_acc" 0.92).
+struct Metric {
+  std::string name;
+  double value = 0.0;
+};
 
 class ModelSpec {
  public:
@@ -56,6 +72,20 @@ class ModelSpec {
   virtual data::Batch eval_batch(int64_t i, int dp_rank) = 0;
   // The data's identity as checkpoints record it (the tokenizer's spec).
   virtual std::string data_identity() const = 0;
+
+  // The model in one line for the start of a run: its parameters and sizes.
+  virtual std::string describe() const = 0;
+  virtual StepWork step_work() const = 0;
+  // Predicted bytes per rank (checked against the machine before the model is built), and the
+  // activations of one micro-batch through `chunk` (memory.json's formula).
+  virtual MemoryNeed memory_need() const = 0;
+  virtual int64_t activation_bytes(nn::Module& chunk) = 0;
+  // What the last loss() measured besides the loss, named by the split of the batch it was
+  // given ("train_acc", "val_acc"); none for the GPT.
+  virtual std::vector<Metric> last_metrics() const { return {}; }
+  // A held-out test split evaluated once after training (none for the GPT).
+  virtual int64_t test_batches() const { return 0; }
+  virtual data::Batch test_batch(int64_t i, int dp_rank);
 };
 
 // Reads config.data for the family and completes config from it.

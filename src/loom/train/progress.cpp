@@ -13,8 +13,8 @@
 
 namespace loom::train {
 
-Progress::Progress(const TrainConfig& config, comm::ProcessGroup& world, bool quiet)
-    : config_(config), world_(world), quiet_(quiet || world.rank() != 0) {
+Progress::Progress(const TrainConfig& config, comm::ProcessGroup& world, bool quiet, StepWork work)
+    : config_(config), world_(world), quiet_(quiet || world.rank() != 0), work_(std::move(work)) {
   metrics_ = std::make_unique<MetricsLog>("");
   peak_gflops_ = config_.peak_gflops > 0 ? config_.peak_gflops : 0.0;
   // Under mpirun a rank's stdout is a pseudo-terminal even when the job's output goes to a log.
@@ -48,24 +48,39 @@ void Progress::say(const std::string& line) const {
   std::fflush(stdout);
 }
 
-void Progress::validation(int64_t step, float val_loss) {
+namespace {
+
+// " | val_acc 0.7900" for each metric.
+std::string metrics_text(const std::vector<Metric>& metrics) {
+  std::string text;
+  for (const Metric& m : metrics) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " | %s %.4f", m.name.c_str(), m.value);
+    text += buf;
+  }
+  return text;
+}
+
+}  // namespace
+
+void Progress::validation(int64_t step, float val_loss, const std::vector<Metric>& metrics, const std::string& kind) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "step %5lld | val loss %.4f", static_cast<long long>(step), val_loss);
-  say(buf);
-  metrics_->write({{"kind", "val"}, {"step", step}, {"val_loss", val_loss}});
+  std::snprintf(buf, sizeof buf, "step %5lld | %s loss %.4f", static_cast<long long>(step), kind.c_str(), val_loss);
+  say(buf + metrics_text(metrics));
+  nlohmann::json record = {{"kind", kind}, {"step", step}, {kind + "_loss", val_loss}};
+  for (const Metric& m : metrics) record[m.name] = m.value;
+  metrics_->write(record);
 }
 
 void Progress::step(const StepResult& r, double step_seconds, bool keep, const parallel::GradientSync& sync) {
   elapsed_seconds_ += step_seconds;
   ++steps_timed_;
   if (!keep && !live_) return;
-  // Tokens of the global batch; MFU against the peak of all the job's processes.
+  // The family's units (tokens of the global batch, a graph's edges) per second; MFU against
+  // the peak of all the job's processes.
   const double ranks = static_cast<double>(config_.world_ranks());
-  const double tokens = static_cast<double>(config_.batch_size * config_.micro_batches * config_.model.block_size) *
-                        static_cast<double>(config_.batch_shards());
-  const double tok_per_s = tokens / step_seconds;
-  const double mfu =
-      config_.model.flops_per_token(config_.model.block_size) * tok_per_s / (peak_gflops_ * 1e9 * ranks * core_share());
+  const double tok_per_s = work_.units / step_seconds;
+  const double mfu = work_.flops / step_seconds / (peak_gflops_ * 1e9 * ranks * core_share());
   const double avg = elapsed_seconds_ / static_cast<double>(std::max<int64_t>(1, steps_timed_));
   const double eta = avg * static_cast<double>(config_.steps - r.step);
   const int64_t mem = MemoryTracker::instance().total_peak();
@@ -93,17 +108,20 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
   // On a terminal every step rewrites one live line and logged steps stay; in a log file
   // (CI, Slurm) only the logged steps appear, as plain lines.
   if (!quiet_)
-    std::printf("%sstep %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %8.0f tok/s | MFU %4.1f%% | mem %s%s | ETA %s%s%s",
+    std::printf("%sstep %5lld/%lld | loss %.4f%s | lr %.2e | norm %.3f | %8.0f %s/s | %.1f ms | MFU %4.1f%% | mem %s%s | ETA %s%s%s",
                 live_ ? "\r\033[K" : "", static_cast<long long>(r.step), static_cast<long long>(config_.steps), r.loss,
-                r.lr, r.grad_norm, tok_per_s, 100.0 * mfu, format_bytes(mem).c_str(), overlap.c_str(),
+                metrics_text(r.metrics).c_str(), r.lr, r.grad_norm, tok_per_s, work_.unit.c_str(), 1e3 * step_seconds,
+                100.0 * mfu, format_bytes(mem).c_str(), overlap.c_str(),
                 format_duration(eta).c_str(), r.skipped ? " | SKIPPED (non-finite)" : "", keep ? "\n" : "");
   std::fflush(stdout);
   if (!keep) return;
-  metrics_->write({{"kind", "train"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                   {"tokens_per_s", tok_per_s}, {"mfu", mfu}, {"peak_mem_bytes", mem}, {"skipped", r.skipped},
+  nlohmann::json record = {{"kind", "train"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                   {work_.metrics_key, tok_per_s}, {"step_s", step_seconds}, {"mfu", mfu}, {"peak_mem_bytes", mem}, {"skipped", r.skipped},
                    {"elapsed_s", elapsed_seconds_}, {"comm_s", comm_s}, {"comm_exposed_s", exposed_s},
                    {"tp_comm_s", r.tp_comm_seconds}, {"tp_comm_bytes", r.tp_comm_bytes},
-                   {"pipeline_bubble", r.pipeline_bubble}});
+                   {"pipeline_bubble", r.pipeline_bubble}};
+  for (const Metric& m : r.metrics) record[m.name] = m.value;
+  metrics_->write(record);
 }
 
 std::string memory_report(int rank, const plan::StateBytes& want, const parallel::ShardedDataParallel* sharded) {

@@ -16,6 +16,7 @@
 #include "loom/plan/memory_model.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/metrics_log.hpp"
+#include "loom/train/model_spec.hpp"
 
 namespace loom::train {
 
@@ -32,12 +33,14 @@ struct StepResult {
   // Pipeline: the measured idle time over compute time of the step, and the theory's (p-1)/(m v).
   double pipeline_bubble = -1.0;
   double pipeline_bubble_theory = -1.0;
+  std::vector<Metric> metrics;  // the family's own numbers (a GCN's train accuracy)
 };
 
 class Progress {
  public:
-  // quiet: no lines (the metrics still go to metrics.jsonl on rank 0).
-  Progress(const TrainConfig& config, comm::ProcessGroup& world, bool quiet);
+  // quiet: no lines (the metrics still go to metrics.jsonl on rank 0). work: what a step
+  // processes (tokens, edges) and its FLOPs, for the throughput and MFU.
+  Progress(const TrainConfig& config, comm::ProcessGroup& world, bool quiet, StepWork work);
 
   // Rank 0 appends to out_dir/metrics.jsonl from here on (once the run directory is its own).
   void open_metrics();
@@ -47,7 +50,8 @@ class Progress {
   double peak_gflops() const { return peak_gflops_; }
   // keep: a logged step (a lasting line and a metrics record); otherwise only the live line.
   void step(const StepResult& r, double step_seconds, bool keep, const parallel::GradientSync& sync);
-  void validation(int64_t step, float val_loss);
+  // An evaluation's loss and the family's metrics; kind "val" (during and after training) or "test".
+  void validation(int64_t step, float val_loss, const std::vector<Metric>& metrics = {}, const std::string& kind = "val");
   void say(const std::string& line) const;
   bool quiet() const { return quiet_; }
 
@@ -59,6 +63,7 @@ class Progress {
   const TrainConfig& config_;
   comm::ProcessGroup& world_;
   bool quiet_;
+  StepWork work_;
   bool live_ = false;  // stdout is a terminal of a process started without MPI
   std::unique_ptr<MetricsLog> metrics_;
   double peak_gflops_ = 0.0;

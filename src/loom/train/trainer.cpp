@@ -49,7 +49,7 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
       batch_(p_.group("batch")),
       tp_(p_.group("tensor")),
       pp_(p_.group("pp")) {
-  progress_ = std::make_unique<Progress>(config_, world_, quiet);
+  progress_ = std::make_unique<Progress>(config_, world_, quiet, spec_->step_work());
   if (!p_.placement.empty()) progress_->say(p_.placement);
   for (const std::string& note : p_.notes) progress_->say(note);
   // Before anything is read or written in out_dir: one run owns it.
@@ -149,6 +149,7 @@ StepResult Trainer::compute_gradients() {
   optimizer_->zero_grad();
   p_.gradient_sync->zero_grad();
   r.loss = p_.pipeline ? pipeline_gradients() : local_gradients();
+  r.metrics = spec_->last_metrics();
   if (p_.pipeline) {
     last_timeline_ = p_.pipeline->gather_timeline();
     r.pipeline_bubble = last_timeline_.bubble_over_compute();
@@ -185,26 +186,32 @@ void Trainer::apply_update(StepResult& r) {
   }
 }
 
-float Trainer::evaluate() {
+float Trainer::evaluate() { return evaluate_on([&](int64_t i) { return spec_->eval_batch(i, batch_.rank()); }, config_.eval_batches); }
+
+float Trainer::evaluate_test() {
+  return evaluate_on([&](int64_t i) { return spec_->test_batch(i, batch_.rank()); }, spec_->test_batches());
+}
+
+float Trainer::evaluate_on(const std::function<data::Batch(int64_t)>& batch_of, int64_t count) {
   trace::Span span("eval", "evaluate");
   MemoryScope scope(MemoryCategory::Activations);
   std::vector<data::Batch> batches;
-  for (int64_t i = 0; i < config_.eval_batches; ++i) batches.push_back(spec_->eval_batch(i, batch_.rank()));
+  for (int64_t i = 0; i < count; ++i) batches.push_back(batch_of(i));
   auto loss = [&](Tensor& logits, int64_t i) { return spec_->loss(logits, batches[i].targets, false, 1.0f); };
   double sum = 0.0;
   if (p_.pipeline) {
     float last_stage = static_cast<float>(
-        p_.pipeline->run_forward([&](int64_t i) { return batches[i].inputs; }, loss, config_.eval_batches));
+        p_.pipeline->run_forward([&](int64_t i) { return batches[i].inputs; }, loss, count));
     pp_.all_reduce(&last_stage, 1, comm::ReduceOp::Sum);
     sum = last_stage;
   } else {
-    for (int64_t i = 0; i < config_.eval_batches; ++i) {
+    for (int64_t i = 0; i < count; ++i) {
       nn::Context ctx;
       Tensor logits = p_.chunks.front()->forward(batches[i].inputs, ctx);
       sum += loss(logits, i);
     }
   }
-  float mean = static_cast<float>(sum / static_cast<double>(config_.eval_batches));
+  float mean = static_cast<float>(sum / static_cast<double>(count));
   batch_.all_reduce(&mean, 1, comm::ReduceOp::Avg);
   return mean;
 }
@@ -233,13 +240,10 @@ plan::StateBytes Trainer::state_formula() const {
 }
 
 nlohmann::json Trainer::memory_json() const {
-  // Activations: the per-layer formula x this rank's blocks per chunk x the (micro-batch,
+  // Activations: the family's formula for one micro-batch through a chunk x the (micro-batch,
   // chunk) pairs a pipeline schedule holds at once (1 without a pipeline).
   const int64_t in_flight = p_.pipeline ? last_timeline_.peak_activations.at(static_cast<size_t>(pp_.rank())) : 1;
-  const int64_t activations = plan::activation_bytes_per_layer(config_.batch_size, config_.model.block_size,
-                                                               config_.model.n_embd, config_.model.n_head, config_.tp,
-                                                               config_.sequence_parallel, config_.cp) *
-                              static_cast<int64_t>(spec_->layers_of(*p_.chunks.front()).size()) * in_flight;
+  const int64_t activations = spec_->activation_bytes(*p_.chunks.front()) * in_flight;
   nlohmann::json record = memory_record(world_.rank(), rank_name(config_, world_.rank()), state_formula(), activations);
   record["cpus"] = comm::allowed_cpus();  // where the rank could run: one CPU when pinned
   return record;
@@ -247,19 +251,14 @@ nlohmann::json Trainer::memory_json() const {
 
 float Trainer::run() {
   progress_->measure_peak();
-  char line[256];
-  std::snprintf(line, sizeof line,
-                "model: %lld parameters | %lld layers, %lld heads, %lld wide, context %lld, vocab %lld | %d threads, "
-                "matmul peak %.0f GFLOP/s",
-                static_cast<long long>(config_.model.num_parameters()), static_cast<long long>(config_.model.n_layer),
-                static_cast<long long>(config_.model.n_head), static_cast<long long>(config_.model.n_embd),
-                static_cast<long long>(config_.model.block_size), static_cast<long long>(config_.model.vocab_size),
-                kernels::num_threads(), progress_->peak_gflops());
-  progress_->say(line);
+  char line[96];
+  std::snprintf(line, sizeof line, " | %d threads, matmul peak %.0f GFLOP/s", kernels::num_threads(),
+                progress_->peak_gflops());
+  progress_->say("model: " + spec_->describe() + line);
   float val_loss = NAN;
   auto evaluate_and_log = [&]() {
     val_loss = evaluate();
-    progress_->validation(step_, val_loss);
+    progress_->validation(step_, val_loss, spec_->last_metrics());
   };
   while (step_ < config_.steps) {
     const auto t0 = Clock::now();
@@ -274,6 +273,10 @@ float Trainer::run() {
   }
   trace_window_->finish();
   evaluate_and_log();
+  if (spec_->test_batches() > 0) {
+    const float test_loss = evaluate_test();
+    progress_->validation(step_, test_loss, spec_->last_metrics(), "test");
+  }
   progress_->say(memory_report());
   if (!config_.out_dir.empty()) write_memory_file((fs::path(config_.out_dir) / "memory.json").string(), world_, memory_json());
   if (p_.pipeline && !config_.pipeline_svg.empty() && world_.rank() == 0) {

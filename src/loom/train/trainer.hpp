@@ -7,6 +7,7 @@
 // layout.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -48,6 +49,8 @@ class Trainer {
   // completes r with the step count and the tensor-parallel traffic.
   void apply_update(StepResult& r);
   float evaluate();
+  // The family's test split (ModelSpec::test_batches), once; its metrics are the spec's last_metrics().
+  float evaluate_test();
   // Collective: writes a checkpoint in config().checkpoint_format and returns its path
   // (single files: rank 0 writes, the other ranks wait and get "").
   std::string save_checkpoint_now();
@@ -68,6 +71,7 @@ class Trainer {
   // The GPT family's model, or this rank's first pipeline chunk of it.
   nn::GPT& model() { return dynamic_cast<nn::GPT&>(*p_.chunks.front()); }
   optim::Optimizer& optimizer() { return *optimizer_; }
+  ModelSpec& spec() { return *spec_; }
   const TrainConfig& config() const { return config_; }
   int64_t step() const { return step_; }
   const Parallelized& parallelized() const { return p_; }
@@ -83,6 +87,8 @@ class Trainer {
   // data-parallel rank's micro-batches (a pipeline's last stage computes it; all get it).
   float local_gradients();
   float pipeline_gradients();
+  // The mean loss over count batches (forward only, any layout).
+  float evaluate_on(const std::function<data::Batch(int64_t)>& batch_of, int64_t count);
 
   TrainConfig config_;
   std::unique_ptr<comm::ProcessGroup> own_world_;  // the single-process world when none is given

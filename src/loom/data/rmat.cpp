@@ -1,0 +1,80 @@
+#include "loom/data/rmat.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "loom/error.hpp"
+
+namespace loom::data {
+
+Graph make_rmat_graph(const RmatOptions& o) {
+  check(o.scale >= 1 && o.scale <= 30, "rmat scale must be in 1..30, got ", o.scale);
+  check(o.edge_factor >= 1 && o.edge_factor <= 1024, "rmat edge_factor must be in 1..1024, got ", o.edge_factor);
+  check(o.features >= 1 && o.features <= 65536, "rmat features must be in 1..65536, got ", o.features);
+  check(o.classes >= 2 && o.classes <= 65536, "rmat classes must be in 2..65536, got ", o.classes);
+  Graph g;
+  g.num_nodes = int64_t{1} << o.scale;
+  g.num_features = o.features;
+  g.num_classes = o.classes;
+  const int64_t N = g.num_nodes, E = o.edge_factor * N;
+  std::mt19937_64 rng(static_cast<uint64_t>(o.seed));
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::vector<int64_t> relabel(static_cast<size_t>(N));
+  std::iota(relabel.begin(), relabel.end(), 0);
+  std::shuffle(relabel.begin(), relabel.end(), rng);
+  g.src.resize(static_cast<size_t>(E));
+  g.dst.resize(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t row = 0, col = 0;
+    for (int64_t bit = 0; bit < o.scale; ++bit) {
+      const double r = unit(rng);
+      const bool down = r >= o.a + o.b, right = (r >= o.a && r < o.a + o.b) || r >= o.a + o.b + o.c;
+      row = (row << 1) | (down ? 1 : 0);
+      col = (col << 1) | (right ? 1 : 0);
+    }
+    g.src[static_cast<size_t>(e)] = relabel[static_cast<size_t>(row)];
+    g.dst[static_cast<size_t>(e)] = relabel[static_cast<size_t>(col)];
+  }
+  g.features.resize(static_cast<size_t>(N * o.features));
+  std::uniform_real_distribution<float> feature(0.0f, 1.0f);
+  for (float& x : g.features) x = feature(rng);
+  std::uniform_int_distribution<int32_t> label(0, static_cast<int32_t>(o.classes - 1));
+  g.labels.resize(static_cast<size_t>(N));
+  g.split.resize(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) {
+    g.labels[static_cast<size_t>(i)] = label(rng);
+    g.split[static_cast<size_t>(i)] = 10 * i < N ? NodeSplit::Train : (10 * i < 2 * N ? NodeSplit::Val : NodeSplit::Test);
+  }
+  std::ostringstream name;
+  name << "rmat:scale=" << o.scale << ",edge_factor=" << o.edge_factor << ",features=" << o.features
+       << ",classes=" << o.classes << ",seed=" << o.seed;
+  g.name = name.str();
+  return g;
+}
+
+RmatOptions parse_rmat_spec(const std::string& spec) {
+  check(spec.rfind("rmat:", 0) == 0, "an R-MAT graph is named 'rmat:scale=S,...', got '", spec, "'");
+  RmatOptions o;
+  std::stringstream items(spec.substr(5));
+  for (std::string item; std::getline(items, item, ',');) {
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    int64_t* target = key == "scale" ? &o.scale
+                      : key == "edge_factor" ? &o.edge_factor
+                      : key == "features" ? &o.features
+                      : key == "classes" ? &o.classes
+                      : key == "seed" ? &o.seed : nullptr;
+    check(target != nullptr && eq != std::string::npos, "'", spec, "': unknown R-MAT key '", key,
+          "' (keys: scale, edge_factor, features, classes, seed, as key=value)");
+    const std::string value = item.substr(eq + 1);
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), *target);
+    check(ec == std::errc() && end == value.data() + value.size(), "'", spec, "': ", key,
+          " must be an integer, got '", value, "'");
+  }
+  return o;
+}
+
+}  // namespace loom::data

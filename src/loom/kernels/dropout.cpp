@@ -1,0 +1,47 @@
+#include "loom/kernels/dropout.hpp"
+
+namespace loom::kernels {
+
+namespace {
+
+constexpr int64_t kDropoutParallelMin = 1 << 16;
+
+// SplitMix64's finaliser: consecutive counters give independent-looking 64-bit values.
+inline uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+uint64_t dropout_key(uint64_t seed, uint64_t step, uint64_t layer) { return mix(mix(mix(seed) ^ step) ^ layer); }
+
+void dropout_forward(float* out, float* mask, const float* x, int64_t n, float p, uint64_t key) {
+  // Keep when the top 24 bits, as a fraction of 2^24, are at least p.
+  const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 16777216.0);
+  const float scale = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static) if (n >= kDropoutParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    mask[i] = (mix(key + static_cast<uint64_t>(i)) >> 40) >= threshold ? scale : 0.0f;
+    out[i] = x[i] * mask[i];
+  }
+}
+
+void dropout_backward(float* dx, const float* dout, const float* mask, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kDropoutParallelMin)
+  for (int64_t i = 0; i < n; ++i) dx[i] = dout[i] * mask[i];
+}
+
+void relu_forward(float* x, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kDropoutParallelMin)
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void relu_backward(float* d, const float* out, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kDropoutParallelMin)
+  for (int64_t i = 0; i < n; ++i) d[i] = out[i] > 0.0f ? d[i] : 0.0f;
+}
+
+}  // namespace loom::kernels

@@ -1,0 +1,23 @@
+// Inverted dropout with a counter-based mask, and the ReLU the GCN applies before it: element i of the tensor drawn under `key` is
+// kept when hash(key, i) falls above p, and kept values are scaled by 1 / (1 - p). The
+// mask is a pure function of (key, i), so it needs no state to save: the same key gives the
+// same mask for any thread count and after a resume (the GCN keys it by seed, step and layer).
+#pragma once
+
+#include <cstdint>
+
+namespace loom::kernels {
+
+// out (n) = x * mask, mask (n) = 1 / (1 - p) where kept, 0 where dropped (what backward
+// needs); 0 <= p < 1; out may alias x.
+void dropout_forward(float* out, float* mask, const float* x, int64_t n, float p, uint64_t key);
+// dx (n) = dout * mask; may run in place (dx == dout).
+void dropout_backward(float* dx, const float* dout, const float* mask, int64_t n);
+// ReLU in place, x (n); its backward from the output: dx = dout where out > 0, else 0 (in
+// place on d). After dropout the output is still positive exactly where it was kept and x > 0.
+void relu_forward(float* x, int64_t n);
+void relu_backward(float* d, const float* out, int64_t n);
+// A key from the parts that identify one use of dropout (seed, step, layer).
+uint64_t dropout_key(uint64_t seed, uint64_t step, uint64_t layer);
+
+}  // namespace loom::kernels

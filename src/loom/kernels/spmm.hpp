@@ -1,0 +1,22 @@
+// SpMM: C = A B with A sparse (CSR) and B dense, the aggregation step of a graph
+// convolution. Rows of C are split over threads by non-zeros, not by count (power-law
+// graphs put most edges on a few rows); each row is one thread's gather over its non-zeros
+// in column order, with the inner loop over the D columns vectorised. So C is bit-identical
+// for any thread count. The backward of C = A B is dB = Aᵀ dC: spmm of the transpose
+// (sparse.hpp's csr_transpose, built once per graph).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "loom/kernels/sparse.hpp"
+
+namespace loom::kernels {
+
+// C (A.rows, D) = A (A.rows, A.cols) @ B (A.cols, D); overwrites C, or adds to it when accumulate.
+void spmm(const CsrMatrix& A, const float* B, float* C, int64_t D, bool accumulate = false);
+// The first row of each of `parts` ranges holding about nnz / parts non-zeros each
+// ((parts + 1) boundaries, the last A.rows).
+std::vector<int64_t> rows_balanced_by_nnz(const CsrMatrix& A, int parts);
+
+}  // namespace loom::kernels

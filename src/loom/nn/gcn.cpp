@@ -1,0 +1,111 @@
+#include "loom/nn/gcn.hpp"
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "loom/error.hpp"
+#include "loom/kernels/dropout.hpp"
+
+namespace loom::nn {
+
+namespace {
+
+// ReLU then inverted dropout, in place on a fresh output; backward from that output and the mask.
+class ReluDropout : public Module {
+ public:
+  ReluDropout(float p, uint64_t layer, std::shared_ptr<const DropoutMode> mode) : p_(p), layer_(layer), mode_(std::move(mode)) {}
+
+ protected:
+  Tensor forward_impl(const Tensor& x, Context& ctx) override {
+    Tensor out = x.clone();  // (N, H)
+    kernels::relu_forward(out.f32(), out.numel());
+    if (mode_->training && p_ > 0.0f) {
+      Tensor mask = Tensor::empty(out.shape());  // (N, H): 1 / (1 - p) or 0
+      kernels::dropout_forward(out.f32(), mask.f32(), out.f32(), out.numel(), p_,
+                               kernels::dropout_key(mode_->seed, mode_->step, layer_));
+      ctx.save(this, {out, mask});
+    } else {
+      ctx.save(this, {out, Tensor()});
+    }
+    return out;
+  }
+  Tensor backward_impl(const Tensor& dy, Context& ctx) override {
+    Tensor dx = dy.clone();
+    if (ctx.saved(this, 1).defined())
+      kernels::dropout_backward(dx.f32(), dx.f32(), ctx.saved(this, 1).f32(), dx.numel());
+    kernels::relu_backward(dx.f32(), ctx.saved(this, 0).f32(), dx.numel());
+    ctx.release(this);
+    return dx;
+  }
+
+ private:
+  float p_;
+  uint64_t layer_;
+  std::shared_ptr<const DropoutMode> mode_;
+};
+
+void glorot_uniform(Parameter& w, std::mt19937_64& rng) {
+  const double limit = std::sqrt(6.0 / static_cast<double>(w.shape()[0] + w.shape()[1]));
+  std::uniform_real_distribution<double> dist(-limit, limit);
+  float* v = w.value().f32();
+  for (int64_t i = 0; i < w.numel(); ++i) v[i] = static_cast<float>(dist(rng));
+}
+
+}  // namespace
+
+void GcnConfig::validate() const {
+  check(layers >= 1 && layers <= 64, "gcn_layers must be in 1..64, got ", layers);
+  check(hidden >= 1, "gcn_hidden must be >= 1, got ", hidden);
+  check(dropout >= 0.0 && dropout < 1.0, "gcn_dropout must be in [0, 1), got ", dropout);
+}
+
+int64_t GcnConfig::num_parameters(int64_t F, int64_t K) const {
+  int64_t n = 0, in = F;
+  for (int64_t l = 0; l < layers; ++l) {
+    const int64_t out = l + 1 == layers ? K : hidden;
+    n += in * out + out;
+    in = out;
+  }
+  return n;
+}
+
+GCN::GCN(const GcnConfig& config, int64_t F, int64_t K, std::shared_ptr<const GraphOperator> graph, uint64_t seed,
+         const LayerBuilder& builder)
+    : graph_(std::move(graph)), mode_(std::make_shared<DropoutMode>()) {
+  config.validate();
+  mode_->seed = seed;
+  std::mt19937_64 rng(seed);
+  int64_t in = F;
+  for (int64_t l = 0; l < config.layers; ++l) {
+    const int64_t out = l + 1 == config.layers ? K : config.hidden;
+    GraphConv& conv = register_module("conv" + std::to_string(l), builder.graph_conv(in, out, l, graph_, l > 0));
+    glorot_uniform(conv.weight(), rng);
+    convs_.push_back(&conv);
+    if (l + 1 < config.layers)
+      activations_.push_back(&register_module(
+          "act" + std::to_string(l),
+          std::make_unique<ReluDropout>(static_cast<float>(config.dropout), static_cast<uint64_t>(l), mode_)));
+    in = out;
+  }
+}
+
+Tensor GCN::forward_impl(const Tensor& x, Context& ctx) {
+  Tensor h = x;
+  for (size_t l = 0; l < convs_.size(); ++l) {
+    h = convs_[l]->forward(h, ctx);
+    if (l < activations_.size()) h = activations_[l]->forward(h, ctx);
+  }
+  return h;
+}
+
+Tensor GCN::backward_impl(const Tensor& dlogits, Context& ctx) {
+  Tensor d = dlogits;
+  for (size_t l = convs_.size(); l-- > 0;) {
+    if (l < activations_.size()) d = activations_[l]->backward(d, ctx);
+    d = convs_[l]->backward(d, ctx);
+  }
+  return d;  // undefined: the first layer computes no input gradient
+}
+
+}  // namespace loom::nn

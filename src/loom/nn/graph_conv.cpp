@@ -1,0 +1,77 @@
+#include "loom/nn/graph_conv.hpp"
+
+#include "loom/error.hpp"
+#include "loom/kernels/matmul.hpp"
+#include "loom/kernels/residual.hpp"
+#include "loom/kernels/spmm.hpp"
+
+namespace loom::nn {
+
+using kernels::Trans;
+
+std::shared_ptr<const GraphOperator> GraphOperator::from(kernels::CsrMatrix adjacency) {
+  auto g = std::make_shared<GraphOperator>();
+  g->transposed = kernels::csr_transpose(adjacency);
+  g->adjacency = std::move(adjacency);
+  return g;
+}
+
+GraphConv::GraphConv(int64_t in_features, int64_t out_features, std::shared_ptr<const GraphOperator> graph,
+                     bool input_gradient)
+    : in_(in_features), out_(out_features), graph_(std::move(graph)), input_gradient_(input_gradient) {
+  weight_ = &register_parameter("weight", {in_, out_}, /*weight_decay=*/false);
+  bias_ = &register_parameter("bias", {out_}, /*weight_decay=*/false);
+}
+
+Tensor GraphConv::forward_impl(const Tensor& x, Context& ctx) {
+  const kernels::CsrMatrix& A = graph_->adjacency;
+  const int64_t N = A.rows;
+  check(x.ndim() == 2 && x.size(0) == N && x.size(1) == in_, "GraphConv '", name(), "' expects (", N, ", ", in_,
+        ") node features, got ", shape_str(x.shape()));
+  Tensor y = Tensor::empty({N, out_});  // (N, out)
+  if (aggregates_first()) {
+    Tensor agg = Tensor::empty({N, in_});  // (N, in): Â X
+    kernels::spmm(A, x.f32(), agg.f32(), in_);
+    kernels::matmul(agg.f32(), Trans::N, weight_->value().f32(), Trans::N, y.f32(), N, out_, in_, bias_->value().f32());
+    ctx.save(this, {agg});
+  } else {
+    Tensor support = Tensor::empty({N, out_});  // (N, out): X W
+    kernels::matmul(x.f32(), Trans::N, weight_->value().f32(), Trans::N, support.f32(), N, out_, in_);
+    const float* b = bias_->value().f32();
+    for (int64_t i = 0; i < N; ++i) std::copy(b, b + out_, y.f32() + i * out_);
+    kernels::spmm(A, support.f32(), y.f32(), out_, /*accumulate=*/true);
+    ctx.save(this, {x});
+  }
+  return y;
+}
+
+Tensor GraphConv::backward_impl(const Tensor& dy, Context& ctx) {
+  const kernels::CsrMatrix& At = graph_->transposed;
+  const int64_t N = At.rows;
+  const Tensor saved = ctx.saved(this, 0);  // aggregate first: Â X; else X
+  kernels::bias_backward(bias_->grad().f32(), dy.f32(), N, out_);
+  Tensor dx;  // (N, in) when input_gradient_
+  if (aggregates_first()) {
+    kernels::matmul(saved.f32(), Trans::T, dy.f32(), Trans::N, weight_->grad().f32(), in_, out_, N, nullptr, true);
+    if (input_gradient_) {
+      Tensor dagg = Tensor::empty({N, in_});  // (N, in)
+      kernels::matmul(dy.f32(), Trans::N, weight_->value().f32(), Trans::T, dagg.f32(), N, in_, out_);
+      dx = Tensor::empty({N, in_});
+      kernels::spmm(At, dagg.f32(), dx.f32(), in_);
+    }
+  } else {
+    Tensor dsupport = Tensor::empty({N, out_});  // (N, out): Âᵀ dY
+    kernels::spmm(At, dy.f32(), dsupport.f32(), out_);
+    kernels::matmul(saved.f32(), Trans::T, dsupport.f32(), Trans::N, weight_->grad().f32(), in_, out_, N, nullptr, true);
+    if (input_gradient_) {
+      dx = Tensor::empty({N, in_});
+      kernels::matmul(dsupport.f32(), Trans::N, weight_->value().f32(), Trans::T, dx.f32(), N, in_, out_);
+    }
+  }
+  weight_->grad_contributed();
+  bias_->grad_contributed();
+  ctx.release(this);
+  return dx;
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,44 @@
+// GraphConv: one graph convolution of Kipf & Welling (2017), Y = Â X W + b, on the whole
+// graph. Two orders compute it: aggregate first, (Â X) W, or transform first, Â (X W); the
+// layer takes the one whose SpMM is narrower (min(in, out) columns), as pygcn does when
+// features are wide. Backward is two GEMMs (oneDNN) and one SpMM with Âᵀ: dW = (ÂX)ᵀ dY,
+// dX = Âᵀ (dY Wᵀ), or in the other order dS = Âᵀ dY, dW = Xᵀ dS, dX = dS Wᵀ.
+#pragma once
+
+#include <memory>
+
+#include "loom/kernels/sparse.hpp"
+#include "loom/nn/module.hpp"
+
+namespace loom::nn {
+
+// Â and its transpose, built once per graph and shared by every layer.
+struct GraphOperator {
+  kernels::CsrMatrix adjacency;   // Â (N, N)
+  kernels::CsrMatrix transposed;  // Âᵀ (N, N)
+  static std::shared_ptr<const GraphOperator> from(kernels::CsrMatrix adjacency);
+};
+
+class GraphConv : public Module {
+ public:
+  // input_gradient: whether backward computes dX (the first layer's input is the features,
+  // which need none).
+  GraphConv(int64_t in_features, int64_t out_features, std::shared_ptr<const GraphOperator> graph, bool input_gradient);
+
+  Parameter& weight() { return *weight_; }
+  Parameter& bias() { return *bias_; }
+  bool aggregates_first() const { return in_ <= out_; }
+
+ protected:
+  Tensor forward_impl(const Tensor& x, Context& ctx) override;
+  Tensor backward_impl(const Tensor& dy, Context& ctx) override;
+
+ protected:  // a parallel substitute derives from this layer
+  int64_t in_, out_;
+  std::shared_ptr<const GraphOperator> graph_;
+  bool input_gradient_;
+  Parameter* weight_;  // (in, out), as the paper writes H W
+  Parameter* bias_;    // (out)
+};
+
+}  // namespace loom::nn

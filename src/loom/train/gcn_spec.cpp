@@ -1,0 +1,146 @@
+#include "loom/train/gcn_spec.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "loom/error.hpp"
+#include "loom/kernels/residual.hpp"
+#include "loom/nn/node_cross_entropy.hpp"
+#include "loom/trace/recorder.hpp"
+
+namespace loom::train {
+
+namespace {
+
+// The (in, out) widths of each layer.
+std::vector<std::pair<int64_t, int64_t>> layer_widths(const nn::GcnConfig& c, int64_t F, int64_t K) {
+  std::vector<std::pair<int64_t, int64_t>> widths;
+  int64_t in = F;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const int64_t out = l + 1 == c.layers ? K : c.hidden;
+    widths.emplace_back(in, out);
+    in = out;
+  }
+  return widths;
+}
+
+}  // namespace
+
+GcnSpec::GcnSpec(TrainConfig& config) : config_(config) {
+  check(config.dp * config.pp * config.tp == 1 && config.zero == 0,
+        "the gcn model trains on one rank for now: dp(", config.dp, ") x pp(", config.pp, ") x tp(", config.tp,
+        ") with zero ", config.zero, " is refused (set dp, pp and tp to 1 and zero to 0)");
+  check(config.micro_batches == 1, "the gcn model trains on the whole graph in one batch: micro_batches must be 1, got ",
+        config.micro_batches);
+  config.gcn.validate();
+  config.eval_batches = 1;
+  graph_ = data::load_graph(config.data, config.split);
+  identity_ = graph_.identity();  // of the graph as read, before normalisation
+  data::row_normalize_features(graph_);
+  operator_ = nn::GraphOperator::from(kernels::gcn_normalized_adjacency(graph_.num_nodes, graph_.src, graph_.dst));
+  features_ = Tensor::empty({graph_.num_nodes, graph_.num_features}, DType::F32, MemoryCategory::Other);
+  std::copy(graph_.features.begin(), graph_.features.end(), features_.f32());
+  train_targets_ = targets_of(data::NodeSplit::Train);
+  val_targets_ = targets_of(data::NodeSplit::Val);
+  test_targets_ = targets_of(data::NodeSplit::Test);
+  check(graph_.count(data::NodeSplit::Val) > 0, graph_.name, ": no validation nodes (set split, or mark nodes 'val')");
+}
+
+Tensor GcnSpec::targets_of(data::NodeSplit split) const {
+  Tensor t = Tensor::empty({graph_.num_nodes}, DType::I32, MemoryCategory::Other);
+  for (int64_t i = 0; i < graph_.num_nodes; ++i)
+    t.i32()[i] = graph_.split[static_cast<size_t>(i)] == split ? graph_.labels[static_cast<size_t>(i)] : -1;
+  return t;
+}
+
+std::vector<std::unique_ptr<nn::Module>> GcnSpec::build(const nn::LayerBuilder& layers, int64_t) {
+  auto model = std::make_unique<nn::GCN>(config_.gcn, graph_.num_features, classes(), operator_,
+                                         static_cast<uint64_t>(config_.seed), layers);
+  model_ = model.get();
+  std::vector<std::unique_ptr<nn::Module>> chunks;
+  chunks.push_back(std::move(model));
+  return chunks;
+}
+
+std::vector<nn::Module*> GcnSpec::layers_of(nn::Module& chunk) {
+  std::vector<nn::Module*> convs;
+  for (nn::GraphConv* conv : dynamic_cast<nn::GCN&>(chunk).convs()) convs.push_back(conv);
+  return convs;
+}
+
+Shape GcnSpec::stage_activation_shape() const { return {graph_.num_nodes, config_.gcn.hidden}; }
+
+float GcnSpec::loss(Tensor& logits, const Tensor& targets, bool backward, float scale) {
+  trace::Span span("loss", backward ? "loss forward+backward" : "loss");
+  const nn::NodeLoss l = nn::node_cross_entropy(logits, targets, backward, scale);
+  metrics_ = {{split_name_ + "_acc", static_cast<double>(l.correct) / static_cast<double>(l.count)}};
+  float loss = l.loss;
+  if (backward && config_.weight_decay > 0.0) {
+    // The paper's L2 on the first layer's weights: loss + wd/2 ||W0||², gradient wd · W0.
+    nn::Parameter& w0 = model_->convs().front()->weight();
+    const auto wd = static_cast<float>(config_.weight_decay);
+    loss += static_cast<float>(0.5 * config_.weight_decay * kernels::sum_squares(w0.value().f32(), w0.numel()));
+    float* g = w0.grad().f32();
+    const float* w = w0.value().f32();
+    for (int64_t i = 0; i < w0.numel(); ++i) g[i] += wd * scale * w[i];
+  }
+  return loss;
+}
+
+data::Batch GcnSpec::train_batch(int64_t step, int64_t, int) {
+  model_->train_mode(static_cast<uint64_t>(step));
+  split_name_ = "train";
+  return {features_, train_targets_};
+}
+
+data::Batch GcnSpec::eval_batch(int64_t, int) {
+  model_->eval_mode();
+  split_name_ = "val";
+  return {features_, val_targets_};
+}
+
+data::Batch GcnSpec::test_batch(int64_t, int) {
+  model_->eval_mode();
+  split_name_ = "test";
+  return {features_, test_targets_};
+}
+
+std::string GcnSpec::describe() const {
+  std::ostringstream os;
+  os << config_.gcn.num_parameters(graph_.num_features, classes()) << " parameters | GCN " << graph_.num_features;
+  for (const auto& [in, out] : layer_widths(config_.gcn, graph_.num_features, classes())) os << " -> " << out;
+  os << ", dropout " << config_.gcn.dropout << " | " << graph_.summary() << ", " << operator_->adjacency.nnz()
+     << " non-zeros in Â";
+  return os.str();
+}
+
+StepWork GcnSpec::step_work() const {
+  // Per epoch, each layer: forward GEMM + SpMM (on the narrower side), backward dW GEMM +
+  // SpMM, and dX GEMM except on the first layer.
+  const double N = static_cast<double>(graph_.num_nodes), nnz = static_cast<double>(operator_->adjacency.nnz());
+  double flops = 0.0;
+  bool first = true;
+  for (const auto& [in, out] : layer_widths(config_.gcn, graph_.num_features, classes())) {
+    const double gemm = 2.0 * N * static_cast<double>(in * out), spmm = 2.0 * nnz * static_cast<double>(std::min(in, out));
+    flops += (first ? 2.0 : 3.0) * gemm + 2.0 * spmm;
+    first = false;
+  }
+  return {"edges", "edges_per_s", nnz, flops};
+}
+
+MemoryNeed GcnSpec::memory_need() const {
+  const double params = static_cast<double>(config_.gcn.num_parameters(graph_.num_features, classes()));
+  const double csr = 2.0 * static_cast<double>(operator_->adjacency.nnz()) * 8.0 + 16.0 * static_cast<double>(graph_.num_nodes);
+  return {16.0 * params, static_cast<double>(activation_estimate()) + csr};
+}
+
+int64_t GcnSpec::activation_estimate() const {
+  // Each layer keeps its saved input (N x min-side width) and output (N x out); hidden layers
+  // also the ReLU/dropout output and mask; plus the features.
+  int64_t bytes = 4 * graph_.num_nodes * graph_.num_features;
+  for (const auto& [in, out] : layer_widths(config_.gcn, graph_.num_features, classes()))
+    bytes += 4 * graph_.num_nodes * (std::min(in, out) + 3 * out);
+  return bytes;
+}
+
+}  // namespace loom::train

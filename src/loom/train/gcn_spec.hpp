@@ -1,0 +1,64 @@
+// The GCN family behind the model seam: a node-classification graph (data/graph.hpp) trained
+// whole, one optimizer step per epoch (Kipf & Welling 2017). A "batch" is the node features
+// with the targets of one split (the other nodes' targets are -1); the loss is the softmax
+// cross-entropy over that split's nodes plus, in training, the L2 penalty weight_decay / 2 ·
+// ||W0||² on the first layer's weights (the paper's regulariser, in place of AdamW's
+// decoupled decay, which no GCN parameter takes). Asking for a batch sets the model's mode:
+// a training batch of step s turns dropout on with masks keyed by (seed, s), an evaluation
+// batch turns it off. Serial only for now: a parallel layout is refused by name.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "loom/data/graph.hpp"
+#include "loom/nn/gcn.hpp"
+#include "loom/train/model_spec.hpp"
+
+namespace loom::train {
+
+class GcnSpec : public ModelSpec {
+ public:
+  // Reads the graph config.data names (split: config.split), normalises its features by row
+  // and builds Â; evaluates the whole validation split as one batch (eval_batches = 1).
+  explicit GcnSpec(TrainConfig& config);
+
+  std::vector<std::unique_ptr<nn::Module>> build(const nn::LayerBuilder& layers, int64_t pp_rank) override;
+  std::vector<nn::Module*> layers_of(nn::Module& chunk) override;
+  nn::Parameter* tied_parameter(nn::Module&) override { return nullptr; }
+  bool owns_tied_parameter(nn::Module&) override { return false; }
+  Shape stage_activation_shape() const override;
+  void build_loss(comm::ProcessGroup&) override {}
+  float loss(Tensor& logits, const Tensor& targets, bool backward, float scale) override;
+  data::Batch train_batch(int64_t step, int64_t m, int dp_rank) override;
+  data::Batch eval_batch(int64_t i, int dp_rank) override;
+  data::Batch test_batch(int64_t i, int dp_rank) override;
+  int64_t test_batches() const override { return graph_.count(data::NodeSplit::Test) > 0 ? 1 : 0; }
+  std::string data_identity() const override { return identity_; }
+  std::string describe() const override;
+  StepWork step_work() const override;
+  MemoryNeed memory_need() const override;
+  int64_t activation_bytes(nn::Module&) override { return activation_estimate(); }
+  std::vector<Metric> last_metrics() const override { return metrics_; }
+
+  const data::Graph& graph() const { return graph_; }
+  const nn::GraphOperator& graph_operator() const { return *operator_; }
+
+ private:
+  // (N) i32: each node's class when it is in `split`, else -1.
+  Tensor targets_of(data::NodeSplit split) const;
+  int64_t classes() const { return graph_.num_classes; }
+  int64_t activation_estimate() const;
+
+  const TrainConfig& config_;
+  data::Graph graph_;
+  std::string identity_;
+  std::shared_ptr<const nn::GraphOperator> operator_;
+  Tensor features_;  // (N, F)
+  Tensor train_targets_, val_targets_, test_targets_;  // (N) i32
+  nn::GCN* model_ = nullptr;  // what build() made
+  std::string split_name_ = "train";  // of the last batch handed out
+  std::vector<Metric> metrics_;
+};
+
+}  // namespace loom::train
