@@ -13,10 +13,11 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 cd "$(dirname "$0")/.."
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); oneDNN $(ONEDNN_VERBOSE=1 "$BUILD/loom" bench train --n-layer 1 --n-head 2 --n-embd 32 --block-size 16 --batch-size 1 --steps 1 --warmup 0 --threads 1 2>/dev/null | grep -m1 -o 'isa:.*' || echo 'isa: unknown'); threads $THREADS"
+ISA=$(ONEDNN_VERBOSE=1 "$BUILD/loom" bench train --n-layer 1 --n-head 2 --n-embd 32 --block-size 16 --batch-size 1 --steps 1 --warmup 0 --threads 1 2>/dev/null | grep -m1 -o 'isa:.*' || true)
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); oneDNN ${ISA:-isa: unknown}; threads $THREADS"
 for graph in data/cora "rmat:scale=$RMAT_SCALE,edge_factor=16"; do
   "$BUILD/loom" bench spmm --data "$graph" --widths 16,128 --threads "$THREADS" --save-csr "$TMP/csr" > "$TMP/loom.jsonl"
-  "$PYTHON" bench/pytorch_gcn.py spmm "$TMP/csr" "$THREADS" 16,128 > "$TMP/torch.jsonl"
+  "$PYTHON" -W ignore bench/pytorch_gcn.py spmm "$TMP/csr" "$THREADS" 16,128 > "$TMP/torch.jsonl"
   "$PYTHON" - "$graph" "$TMP/loom.jsonl" "$TMP/torch.jsonl" <<'PY'
 import json, sys
 loom = [json.loads(l) for l in open(sys.argv[2])]

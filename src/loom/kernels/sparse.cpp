@@ -65,6 +65,22 @@ CsrMatrix csr_transpose(const CsrMatrix& a) {
   return t;
 }
 
+CsrMatrix dense_to_csr(const float* x, int64_t rows, int64_t cols) {
+  CsrMatrix a;
+  a.rows = rows;
+  a.cols = cols;
+  a.row_ptr.assign(static_cast<size_t>(rows + 1), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c)
+      if (x[r * cols + c] != 0.0f) {
+        a.col.push_back(static_cast<int32_t>(c));
+        a.val.push_back(x[r * cols + c]);
+      }
+    a.row_ptr[static_cast<size_t>(r + 1)] = a.nnz();
+  }
+  return a;
+}
+
 std::vector<float> csr_to_dense(const CsrMatrix& a) {
   std::vector<float> d(static_cast<size_t>(a.rows * a.cols), 0.0f);
   for (int64_t r = 0; r < a.rows; ++r)

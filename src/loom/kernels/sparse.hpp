@@ -20,6 +20,8 @@ struct CsrMatrix {
 CsrMatrix gcn_normalized_adjacency(int64_t N, const std::vector<int64_t>& src, const std::vector<int64_t>& dst);
 // Aᵀ in CSR (columns become rows), so the backward SpMM is a gather too: deterministic, no atomics.
 CsrMatrix csr_transpose(const CsrMatrix& a);
+// The non-zeros of a dense (rows, cols) matrix (bag-of-words features are mostly zeros).
+CsrMatrix dense_to_csr(const float* x, int64_t rows, int64_t cols);
 // A dense (rows, cols) copy, for tests and references.
 std::vector<float> csr_to_dense(const CsrMatrix& a);
 

@@ -23,6 +23,24 @@ GraphConv::GraphConv(int64_t in_features, int64_t out_features, std::shared_ptr<
   bias_ = &register_parameter("bias", {out_}, /*weight_decay=*/false);
 }
 
+namespace {
+// Below this share of non-zeros a first layer's input is multiplied as a sparse matrix.
+constexpr double kSparseInputDensity = 0.1;
+}  // namespace
+
+const kernels::CsrMatrix* GraphConv::sparse_input(const Tensor& x) {
+  if (input_gradient_ || aggregates_first()) return nullptr;
+  if (!x.shares_storage(sparse_source_) || x.shape() != sparse_source_.shape()) {
+    sparse_source_ = x;
+    int64_t nonzeros = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) nonzeros += x.f32()[i] != 0.0f ? 1 : 0;
+    source_is_sparse_ = static_cast<double>(nonzeros) < kSparseInputDensity * static_cast<double>(x.numel());
+    sparse_x_ = source_is_sparse_ ? kernels::dense_to_csr(x.f32(), x.size(0), x.size(1)) : kernels::CsrMatrix{};
+    sparse_xt_ = source_is_sparse_ ? kernels::csr_transpose(sparse_x_) : kernels::CsrMatrix{};
+  }
+  return source_is_sparse_ ? &sparse_x_ : nullptr;
+}
+
 Tensor GraphConv::forward_impl(const Tensor& x, Context& ctx) {
   const kernels::CsrMatrix& A = graph_->adjacency;
   const int64_t N = A.rows;
@@ -36,7 +54,11 @@ Tensor GraphConv::forward_impl(const Tensor& x, Context& ctx) {
     ctx.save(this, {agg});
   } else {
     Tensor support = Tensor::empty({N, out_});  // (N, out): X W
-    kernels::matmul(x.f32(), Trans::N, weight_->value().f32(), Trans::N, support.f32(), N, out_, in_);
+    if (const kernels::CsrMatrix* sx = sparse_input(x)) {
+      kernels::spmm(*sx, weight_->value().f32(), support.f32(), out_);
+    } else {
+      kernels::matmul(x.f32(), Trans::N, weight_->value().f32(), Trans::N, support.f32(), N, out_, in_);
+    }
     const float* b = bias_->value().f32();
     for (int64_t i = 0; i < N; ++i) std::copy(b, b + out_, y.f32() + i * out_);
     kernels::spmm(A, support.f32(), y.f32(), out_, /*accumulate=*/true);
@@ -62,7 +84,11 @@ Tensor GraphConv::backward_impl(const Tensor& dy, Context& ctx) {
   } else {
     Tensor dsupport = Tensor::empty({N, out_});  // (N, out): Âᵀ dY
     kernels::spmm(At, dy.f32(), dsupport.f32(), out_);
-    kernels::matmul(saved.f32(), Trans::T, dsupport.f32(), Trans::N, weight_->grad().f32(), in_, out_, N, nullptr, true);
+    if (sparse_input(saved) != nullptr) {
+      kernels::spmm(sparse_xt_, dsupport.f32(), weight_->grad().f32(), out_, /*accumulate=*/true);
+    } else {
+      kernels::matmul(saved.f32(), Trans::T, dsupport.f32(), Trans::N, weight_->grad().f32(), in_, out_, N, nullptr, true);
+    }
     if (input_gradient_) {
       dx = Tensor::empty({N, in_});
       kernels::matmul(dsupport.f32(), Trans::N, weight_->value().f32(), Trans::T, dx.f32(), N, in_, out_);
