@@ -87,7 +87,7 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
   // Data parallel: the share of the gradient reduction time that backward hid.
   std::string overlap;
   const double comm_s = sync.comm_seconds(), exposed_s = sync.exposed_comm_seconds();
-  if (config_.dp > 1 || config_.zero > 0) {
+  if (config_.dp > 1 || config_.cp > 1 || config_.zero > 0) {  // DDP reduces over dp x cp
     char buf[64];
     std::snprintf(buf, sizeof buf, " | comm %.0f ms, %.0f%% hidden", 1e3 * comm_s,
                   comm_s > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_s / comm_s) : 0.0);
@@ -105,6 +105,12 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
                   format_bytes(r.tp_comm_bytes).c_str());
     overlap += buf;
   }
+  if (config_.cp > 1) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " | cp ring %s, %.0f ms exposed, %.0f ms attention", format_bytes(r.cp_bytes).c_str(),
+                  1e3 * r.cp_wait_seconds, 1e3 * r.cp_compute_seconds);
+    overlap += buf;
+  }
   // On a terminal every step rewrites one live line and logged steps stay; in a log file
   // (CI, Slurm) only the logged steps appear, as plain lines.
   if (!quiet_)
@@ -119,7 +125,8 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
                    {work_.metrics_key, tok_per_s}, {"step_s", step_seconds}, {"mfu", mfu}, {"peak_mem_bytes", mem}, {"skipped", r.skipped},
                    {"elapsed_s", elapsed_seconds_}, {"comm_s", comm_s}, {"comm_exposed_s", exposed_s},
                    {"tp_comm_s", r.tp_comm_seconds}, {"tp_comm_bytes", r.tp_comm_bytes},
-                   {"pipeline_bubble", r.pipeline_bubble}};
+                   {"pipeline_bubble", r.pipeline_bubble}, {"cp_ring_bytes", r.cp_bytes},
+                   {"cp_ring_exposed_s", r.cp_wait_seconds}, {"cp_attention_s", r.cp_compute_seconds}};
   for (const Metric& m : r.metrics) record[m.name] = m.value;
   metrics_->write(record);
 }

@@ -30,6 +30,11 @@ struct StepResult {
   // their time is not hidden behind compute) and the bytes of the tensors they reduced.
   double tp_comm_seconds = 0.0;
   int64_t tp_comm_bytes = 0;
+  // Context parallel: this rank's ring attention in the step: the block compute, the waits
+  // for K/V or dK/dV hops that compute did not hide (exposed), and the bytes it sent.
+  double cp_compute_seconds = 0.0;
+  double cp_wait_seconds = 0.0;
+  int64_t cp_bytes = 0;
   // Pipeline: the measured idle time over compute time of the step, and the theory's (p-1)/(m v).
   double pipeline_bubble = -1.0;
   double pipeline_bubble_theory = -1.0;

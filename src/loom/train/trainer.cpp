@@ -146,6 +146,7 @@ StepResult Trainer::compute_gradients() {
   StepResult r;
   r.lr = lr_schedule_.at(step_);
   for (comm::ProcessGroup* g : p_.tensor_comm_groups) g->reset_stats();
+  if (p_.cp_layers) p_.cp_layers->stats() = {};
   optimizer_->zero_grad();
   p_.gradient_sync->zero_grad();
   r.loss = p_.pipeline ? pipeline_gradients() : local_gradients();
@@ -155,6 +156,12 @@ StepResult Trainer::compute_gradients() {
     r.pipeline_bubble = last_timeline_.bubble_over_compute();
     r.pipeline_bubble_theory = parallel::pipeline::theoretical_bubble(
         static_cast<int>(config_.pp), static_cast<int>(config_.micro_batches), static_cast<int>(config_.chunks));
+  }
+  if (p_.cp_layers) {
+    const parallel::cp::RingStats& ring = p_.cp_layers->stats();
+    r.cp_compute_seconds = ring.compute_seconds;
+    r.cp_wait_seconds = ring.wait_seconds;
+    r.cp_bytes = ring.bytes_sent;
   }
   batch_.all_reduce(&r.loss, 1, comm::ReduceOp::Avg);  // the global batch's mean
   {
