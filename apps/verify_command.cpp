@@ -32,7 +32,7 @@ struct Tolerances {
 train::TrainConfig serial_twin(const train::TrainConfig& c, int64_t padded_vocab) {
   train::TrainConfig s = c;
   s.batch_size = c.batch_size * c.dp;
-  s.dp = s.pp = s.tp = 1;
+  s.dp = s.pp = s.tp = s.ep = 1;
   s.zero = s.hsdp_shard = 0;
   s.sequence_parallel = false;
   s.schedule = "1f1b";

@@ -14,6 +14,10 @@ std::unique_ptr<Embedding> LayerBuilder::embedding(int64_t V, int64_t Vp, int64_
   return std::make_unique<Embedding>(V, Vp, block_size, C);
 }
 
+std::unique_ptr<MoE> LayerBuilder::mixture_of_experts(int64_t C, const MoeConfig& config) const {
+  return std::make_unique<MoE>(C, config);
+}
+
 const LayerBuilder& serial_layers() {
   static const LayerBuilder serial;
   return serial;

@@ -10,6 +10,7 @@
 
 #include "loom/nn/embedding.hpp"
 #include "loom/nn/linear.hpp"
+#include "loom/nn/moe.hpp"
 
 namespace loom::nn {
 
@@ -34,6 +35,9 @@ class LayerBuilder {
   // How the token table is split (by vocabulary rows under tensor parallelism).
   virtual ShardSpec vocabulary_shard() const { return {}; }
   virtual Tensor head_input_gradient(const Tensor& dx) const { return dx; }
+  // A mixture of experts in place of a block's MLP; expert parallel: this rank's experts,
+  // the tokens exchanged with the other `ep` ranks.
+  virtual std::unique_ptr<MoE> mixture_of_experts(int64_t C, const MoeConfig& config) const;
 };
 
 // The serial layers.

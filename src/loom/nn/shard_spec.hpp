@@ -1,7 +1,9 @@
 // How a parameter is split across a tensor-parallel group: along `dim`, into `parts`
 // pieces, this rank holding piece `index`. `blocks` > 1 splits each of that many equal
 // blocks of the dimension separately (a fused QKV weight: every rank takes its slice of q,
-// of k and of v). A parameter with dim < 0 is whole on every rank (replicated).
+// of k and of v). A parameter with dim < 0 is whole on every rank (replicated). `axis` names
+// the ranks the pieces are spread over: the tensor-parallel group, or (a mixture of
+// experts' stacked expert weights) the expert-parallel group.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,8 @@ struct ShardSpec {
   int64_t parts = 1;
   int64_t index = 0;
   int64_t blocks = 1;
+  static constexpr int kTensorAxis = 0, kExpertAxis = 1;
+  int axis = kTensorAxis;
 
   bool sharded() const { return dim >= 0 && parts > 1; }
   // The full tensor's shape, given this rank's piece's.

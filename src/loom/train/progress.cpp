@@ -89,6 +89,13 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
     std::snprintf(buf, sizeof buf, " | tp comm %.0f ms, %s", 1e3 * r.tp_comm_seconds, format_bytes(r.tp_comm_bytes).c_str());
     overlap += buf;
   }
+  if (r.moe.present) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " | experts max/mean %.2f, dropped %.1f%%", r.moe.load_imbalance,
+                  100.0 * r.moe.dropped_fraction);
+    overlap += buf;
+    if (config_.ep > 1) overlap += " | a2a " + std::to_string(static_cast<int>(1e3 * r.moe.exchange_seconds)) + " ms";
+  }
   // On a terminal every step rewrites one live line and logged steps stay; in a log file
   // (CI, Slurm) only the logged steps appear, as plain lines.
   if (!quiet_)
@@ -98,11 +105,19 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
                 format_duration(eta).c_str(), r.skipped ? " | SKIPPED (non-finite)" : "", keep ? "\n" : "");
   std::fflush(stdout);
   if (!keep) return;
-  metrics_->write({{"kind", "train"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+  nlohmann::json record = {{"kind", "train"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                    {"tokens_per_s", tok_per_s}, {"mfu", mfu}, {"peak_mem_bytes", mem}, {"skipped", r.skipped},
                    {"elapsed_s", elapsed_seconds_}, {"comm_s", comm_s}, {"comm_exposed_s", exposed_s},
                    {"tp_comm_s", r.tp_comm_seconds}, {"tp_comm_bytes", r.tp_comm_bytes},
-                   {"pipeline_bubble", r.pipeline_bubble}});
+                   {"pipeline_bubble", r.pipeline_bubble}};
+  if (r.moe.present) {
+    record["moe_load"] = r.moe.load;
+    record["moe_load_imbalance"] = r.moe.load_imbalance;
+    record["moe_dropped_fraction"] = r.moe.dropped_fraction;
+    record["moe_aux_loss"] = r.moe.aux_loss;
+    record["moe_a2a_s"] = r.moe.exchange_seconds;
+  }
+  metrics_->write(record);
 }
 
 std::string memory_report(int rank, const plan::StateBytes& want, const parallel::ShardedDataParallel* sharded) {

@@ -16,6 +16,7 @@
 #include "loom/plan/memory_model.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/metrics_log.hpp"
+#include "loom/train/moe_metrics.hpp"
 
 namespace loom::train {
 
@@ -32,6 +33,7 @@ struct StepResult {
   // Pipeline: the measured idle time over compute time of the step, and the theory's (p-1)/(m v).
   double pipeline_bubble = -1.0;
   double pipeline_bubble_theory = -1.0;
+  MoeStepStats moe;  // a mixture of experts' loads, drops and exchanges (present only with one)
 };
 
 class Progress {

@@ -9,9 +9,9 @@
 namespace loom::train {
 
 SerialState::SerialState(nn::Module& model, optim::Optimizer& optimizer, parallel::ShardedDataParallel* sharded,
-                         comm::ProcessGroup& dp, comm::ProcessGroup& tp, comm::ProcessGroup& pp, int64_t shard_size,
+                         comm::ProcessGroup& dp, comm::ProcessGroup& tp, comm::ProcessGroup& pp, comm::ProcessGroup& ep, int64_t shard_size,
                          const nn::Parameter* token_table_copy)
-    : model_(model), optimizer_(optimizer), sharded_(sharded), dp_(dp), tp_(tp), pp_(pp), shard_size_(shard_size),
+    : model_(model), optimizer_(optimizer), sharded_(sharded), dp_(dp), tp_(tp), pp_(pp), ep_(ep), shard_size_(shard_size),
       token_table_copy_(token_table_copy) {
   for (nn::Parameter* p : model_.parameters()) param_specs_[p->name()] = p->shard_spec();
 }
@@ -48,18 +48,20 @@ std::map<std::string, Tensor> SerialState::gradient_dict() {
 }
 
 std::map<std::string, Tensor> SerialState::gather(std::map<std::string, Tensor> local) {
-  // Tensor parallel: gather every split tensor's slices (in key order on every rank).
+  // Tensor (expert) parallel: gather every split tensor's slices over tp (ep), in key order
+  // on every rank.
   std::map<std::string, Tensor> full;
-  const int t = tp_.size();
   for (auto& [key, slice] : local) {
     nn::ShardSpec spec = spec_of(key);
     if (!spec.sharded()) {
       full[key] = slice;
       continue;
     }
+    comm::ProcessGroup& group = spec.axis == nn::ShardSpec::kExpertAxis ? ep_ : tp_;
+    const int t = group.size();
     const int64_t n = slice.numel();
     Tensor gathered = Tensor::empty({t * n}, DType::F32, MemoryCategory::Other);
-    tp_.all_gather(slice.view({n}), gathered);
+    group.all_gather(slice.view({n}), gathered);
     Tensor whole = Tensor::empty(spec.full_shape(slice.shape()), DType::F32, MemoryCategory::Other);
     for (int r = 0; r < t; ++r) {
       spec.index = r;
@@ -97,8 +99,11 @@ std::vector<StatePiece> SerialState::pieces() {
   auto add = [&](const std::string& key, const nn::Parameter& param, const Shape& local, const Tensor& data,
                  int64_t begin, bool dp_sharded) {
     const nn::ShardSpec spec = spec_of(key);
-    const bool first_replica = dp_sharded ? dp_rank < shard_size_ : dp_rank == 0;
-    const bool owner = first_replica && (spec.sharded() || tp_rank == 0) && &param != token_table_copy_;
+    // Experts: replicas on the ranks of expert_dp (dp ranks ep apart); the first ep ranks hold one copy.
+    const bool expert = spec.axis == nn::ShardSpec::kExpertAxis;
+    const bool first_replica = dp_sharded ? dp_rank < shard_size_ : (expert ? dp_rank < ep_.size() : dp_rank == 0);
+    const bool tp_owner = (spec.sharded() && !expert) || tp_rank == 0;
+    const bool owner = first_replica && tp_owner && &param != token_table_copy_;
     out.push_back({key, spec.full_shape(local), PieceLayout{spec, begin, begin + data.numel()}, data, owner});
   };
   if (!sharded_) {
