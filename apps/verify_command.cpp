@@ -32,7 +32,7 @@ struct Tolerances {
 train::TrainConfig serial_twin(const train::TrainConfig& c, int64_t padded_vocab) {
   train::TrainConfig s = c;
   s.batch_size = c.batch_size * c.batch_shards();
-  s.dp = s.pp = s.tp = s.cp = 1;
+  s.dp = s.pp = s.tp = s.cp = s.ep = 1;
   s.tp_3d = "";
   s.zero = s.hsdp_shard = 0;
   s.sequence_parallel = false;

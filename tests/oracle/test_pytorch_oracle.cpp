@@ -25,10 +25,14 @@
 #include "loom/nn/gpt.hpp"
 #include "loom/optim/adamw.hpp"
 #include "loom/train/safetensors.hpp"
+#include "oracle/oracle_util.hpp"
 #include "test_util.hpp"
 
 namespace loom {
 namespace {
+
+using loom::testing::oracle::run_pytorch;
+using loom::testing::oracle::tensor_close;
 
 namespace fs = std::filesystem;
 
@@ -100,35 +104,6 @@ void randomize_parameters(nn::GPT& model, uint64_t seed) {
   }
 }
 
-// Passes when max|got - want| <= rtol * max|want| + atol; else names the tensor, the
-// largest error, where it is, and the scale it was measured against.
-::testing::AssertionResult tensor_close(const std::string& what, const Tensor& got, const Tensor& want,
-                                        double rtol, double atol) {
-  if (got.shape() != want.shape())
-    return ::testing::AssertionFailure() << what << ": shape " << shape_str(got.shape()) << " vs PyTorch "
-                                         << shape_str(want.shape());
-  double max_err = 0.0, max_ref = 0.0;
-  int64_t worst = 0;
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    const double a = got.f32()[i], b = want.f32()[i];
-    const double e = std::isnan(a) || std::isnan(b) ? INFINITY : std::fabs(a - b);
-    if (e > max_err) max_err = e, worst = i;
-    max_ref = std::max(max_ref, std::fabs(b));
-  }
-  const double bound = rtol * max_ref + atol;
-  if (max_err <= bound) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << " " << shape_str(got.shape()) << ": max |loom - torch| "
-                                       << max_err << " at flat index " << worst << " (loom " << got.f32()[worst]
-                                       << ", torch " << want.f32()[worst] << "), bound " << bound
-                                       << " = " << rtol << " * max|torch| " << max_ref << " + " << atol;
-}
-
-int run_command(const std::string& cmd) {
-  const int status = std::system(cmd.c_str());
-  if (status == -1) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 struct LoomResult {
   float loss = 0.0f;
   std::map<std::string, Tensor> grads;
@@ -196,28 +171,12 @@ LoomResult run_loom(const OracleCase& c, const fs::path& in_path) {
   return r;
 }
 
-// Runs the PyTorch oracle; a failure (no python, no torch, a crash) fails the test.
-train::TensorFile run_pytorch(const fs::path& in_path, const fs::path& out_path) {
-  const std::string script = LOOM_SOURCE_DIR "/tests/oracle/gpt_reference.py";
-  const std::string cmd = std::string("'") + LOOM_PYTHON + "' '" + script + "' '" + in_path.string() + "' '" +
-                          out_path.string() + "'";
-  const int rc = run_command(cmd);
-  if (rc == 3 || rc == 127)
-    ADD_FAILURE() << "the PyTorch oracle could not run: " << LOOM_PYTHON
-                  << (rc == 127 ? " was not found" : " has no torch/numpy")
-                  << "; install python3 with torch and numpy (this test is never skipped). Command: " << cmd;
-  else if (rc != 0)
-    ADD_FAILURE() << "the PyTorch oracle failed with exit status " << rc << ". Command: " << cmd;
-  if (rc != 0) return {};
-  return train::load_tensor_file(out_path.string());
-}
-
 // Compares everything; returns Loom's result for further checks.
 LoomResult check_against_pytorch(const OracleCase& c) {
   TempDir dir;
   const fs::path in_path = dir.path / "in.safetensors", out_path = dir.path / "out.safetensors";
   LoomResult loom = run_loom(c, in_path);
-  train::TensorFile torch = run_pytorch(in_path, out_path);
+  train::TensorFile torch = run_pytorch(LOOM_SOURCE_DIR "/tests/oracle/gpt_reference.py", in_path, out_path);
   if (torch.tensors.empty()) return loom;
 
   const float want_loss = torch.tensors.at("loss").f32()[0];

@@ -1,7 +1,8 @@
 // Re-sharding on load: a checkpoint saved under layout A (sharded directory or single file)
 // and resumed under layout B must continue exactly like the uninterrupted serial run
 // (losses relative 1e-5, parameters relative 1e-4). Layouts cover dp, tp, pp, ZeRO 0-3,
-// interleaving, sequence parallelism and the serial process, at 1..8 ranks; a pair runs at
+// interleaving, sequence parallelism, expert parallelism (a mixture of experts' experts
+// gathered from and split over any ep) and the serial process, at 1..8 ranks; a pair runs at
 // the rank counts its layouts fit (serial fits every count: each rank alone, rank 0 saves).
 #include <gtest/gtest.h>
 
@@ -28,6 +29,7 @@ struct Layout {
   bool sequence_parallel = false;
   std::string format = "sharded";
   int64_t hsdp_shard = 0;
+  int64_t ep = 1, experts = 0;  // a mixture of experts in every block when experts > 0
   int64_t ranks() const { return dp * pp * tp; }
 };
 
@@ -36,6 +38,7 @@ std::ostream& operator<<(std::ostream& os, const Layout& l) {
   if (l.chunks > 1) os << " interleaved" << l.chunks;
   if (l.sequence_parallel) os << " sp";
   if (l.hsdp_shard > 0) os << " hsdp" << l.hsdp_shard;
+  if (l.experts > 0) os << " moe" << l.experts << " ep" << l.ep;
   return os << " (" << l.format << ")";
 }
 
@@ -57,6 +60,8 @@ TrainConfig config_of(const Layout& l, int64_t rows, int64_t micro) {
   if (l.chunks > 1) c.schedule = "interleaved";
   c.sequence_parallel = l.sequence_parallel;
   c.hsdp_shard = l.hsdp_shard;
+  c.ep = l.ep;
+  c.model.moe.experts = l.experts;
   c.checkpoint_format = l.format;
   c.steps = 10;
   c.decay_steps = 10;  // the same schedule for the 5-step first half
@@ -85,6 +90,7 @@ TEST_P(Reshard, ResumesUnderAnotherLayoutLikeTheUninterruptedSerialRun) {
   const int64_t micro = std::max<int64_t>(2, std::max(pair.from.pp, pair.to.pp));
 
   Layout serial;
+  serial.experts = pair.from.experts;
   TrainConfig reference = config_of(serial, rows, micro);
   Trainer straight(reference, true);
   const TrainingRun want = run(straight);
@@ -127,6 +133,12 @@ Layout hsdp(Layout l, int64_t shard) {
   return l;
 }
 
+Layout moe(Layout l, int64_t ep, int64_t experts = 4) {
+  l.ep = ep;
+  l.experts = experts;
+  return l;
+}
+
 const Layout kSerial = L(1, 1, 1, 0);
 const Layout kSerialFile = L(1, 1, 1, 0, 1, false, "single");
 
@@ -146,7 +158,10 @@ INSTANTIATE_TEST_SUITE_P(
         Pair{kSerialFile, L(2, 1, 2, 0)}, Pair{L(2, 1, 2, 3), L(1, 2, 2, 0)}, Pair{L(1, 2, 2, 1, 2), L(4, 1, 1, 3)},
         Pair{L(4, 1, 1, 3), L(2, 2, 1, 1)}, Pair{hsdp(L(4, 1, 1, 2), 2), L(2, 1, 2, 3)},
         // 8 ranks
-        Pair{L(2, 2, 2, 1), L(4, 1, 2, 3, 1, true)}, Pair{L(8, 1, 1, 3), kSerial}, Pair{L(2, 2, 2, 0, 2), kSerialFile}),
+        Pair{L(2, 2, 2, 1), L(4, 1, 2, 3, 1, true)}, Pair{L(8, 1, 1, 3), kSerial}, Pair{L(2, 2, 2, 0, 2), kSerialFile},
+        // expert parallelism: experts split over ep 2, 3, 4 and gathered back
+        Pair{moe(L(2, 1, 1, 0), 2), moe(kSerial, 1)}, Pair{moe(kSerialFile, 1), moe(L(2, 1, 1, 0), 2)},
+        Pair{moe(L(3, 1, 1, 0), 3, 6), moe(kSerialFile, 1, 6)}, Pair{moe(L(4, 1, 1, 0), 2), moe(L(4, 1, 1, 0), 4)}),
     [](const auto& info) { return "pair" + std::to_string(info.index); });
 
 TEST(ReshardErrors, AMissingRankFileFailsTheResumeOnEveryRank) {

@@ -1,27 +1,34 @@
 #include "loom/nn/block.hpp"
 
+#include "loom/error.hpp"
 #include "loom/kernels/residual.hpp"
 
 namespace loom::nn {
 
-Block::Block(int64_t C, int64_t NH, const LayerBuilder& layers) {
+Block::Block(int64_t C, int64_t NH, const LayerBuilder& layers, const MoeConfig* moe) {
   ln1_ = &register_module("ln1", std::make_unique<LayerNorm>(C));
   attn_ = &register_module("attn", std::make_unique<CausalSelfAttention>(C, NH, layers));
   ln2_ = &register_module("ln2", std::make_unique<LayerNorm>(C));
-  mlp_ = &register_module("mlp", std::make_unique<MLP>(C, layers));
+  if (moe != nullptr) ffn_ = moe_ = &register_module("moe", layers.mixture_of_experts(C, *moe));
+  else ffn_ = mlp_ = &register_module("mlp", std::make_unique<MLP>(C, layers));
+}
+
+MLP& Block::mlp() {
+  check(mlp_ != nullptr, "block '", name(), "' has a mixture of experts, not a dense MLP");
+  return *mlp_;
 }
 
 Tensor Block::forward_body(const Tensor& x, Context& ctx) {
   Tensor a = attn_->forward(ln1_->forward(x, ctx), ctx);  // (B, T, C)
   kernels::residual_forward(a.f32(), a.f32(), x.f32(), a.numel());  // a = x + attn(ln1(x))
-  Tensor m = mlp_->forward(ln2_->forward(a, ctx), ctx);    // (B, T, C)
+  Tensor m = ffn_->forward(ln2_->forward(a, ctx), ctx);    // (B, T, C)
   kernels::residual_forward(m.f32(), m.f32(), a.f32(), m.numel());
   return m;
 }
 
 Tensor Block::backward_body(const Tensor& dy, Context& ctx) {
   // d(residual 2): dy flows to a directly and through mlp(ln2(a)).
-  Tensor da = ln2_->backward(mlp_->backward(dy, ctx), ctx);
+  Tensor da = ln2_->backward(ffn_->backward(dy, ctx), ctx);
   kernels::add_inplace(da.f32(), dy.f32(), da.numel());
   Tensor dx = ln1_->backward(attn_->backward(da, ctx), ctx);
   kernels::add_inplace(dx.f32(), da.f32(), dx.numel());

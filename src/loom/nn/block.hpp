@@ -1,4 +1,5 @@
-// Pre-LayerNorm transformer block: x + attn(ln1(x)), then + mlp(ln2(.)).
+// Pre-LayerNorm transformer block: x + attn(ln1(x)), then + mlp(ln2(.)); in a mixture-of-
+// experts block the MLP is a MoE layer (moe.hpp).
 // With recompute on, forward keeps only the block's input and backward re-runs the
 // forward into a scratch context first (activation checkpointing, Chen et al. 2016).
 #pragma once
@@ -11,11 +12,13 @@ namespace loom::nn {
 
 class Block : public Module {
  public:
-  Block(int64_t C, int64_t NH, const LayerBuilder& layers = serial_layers());
+  // moe: a mixture of experts instead of the dense MLP (null: dense).
+  Block(int64_t C, int64_t NH, const LayerBuilder& layers = serial_layers(), const MoeConfig* moe = nullptr);
   void set_recompute(bool on) { recompute_ = on; }
   bool recompute() const { return recompute_; }
   CausalSelfAttention& attn() { return *attn_; }
-  MLP& mlp() { return *mlp_; }
+  MLP& mlp();
+  MoE* moe() { return moe_; }  // null in a dense block
   LayerNorm& ln1() { return *ln1_; }
   LayerNorm& ln2() { return *ln2_; }
 
@@ -31,7 +34,9 @@ class Block : public Module {
   LayerNorm* ln1_;
   CausalSelfAttention* attn_;
   LayerNorm* ln2_;
-  MLP* mlp_;
+  MLP* mlp_ = nullptr;
+  MoE* moe_ = nullptr;
+  Module* ffn_;  // mlp_ or moe_
 };
 
 }  // namespace loom::nn

@@ -25,7 +25,7 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const LayerBuilder& layers, GPT
     if (stage_.head) embedding_->wte().set_contributions_per_backward(2);
   }
   for (int64_t l = stage_.first_block; l < stage_.end_block; ++l) {
-    Block& b = register_module("blocks." + std::to_string(l), std::make_unique<Block>(C, config_.n_head, layers_));
+    Block& b = register_module("blocks." + std::to_string(l), std::make_unique<Block>(C, config_.n_head, layers_, config_.moe.is_moe_block(l) ? &config_.moe : nullptr));
     b.set_recompute(config_.recompute);
     blocks_.push_back(&b);
   }
@@ -69,6 +69,14 @@ void GPT::init_weights(uint64_t seed) {
     Block* b = l >= stage_.first_block && l < stage_.end_block ? blocks_[l - stage_.first_block] : nullptr;
     draw(b ? &b->attn().qkv().weight() : nullptr, {3 * C, C}, stddev);
     draw(b ? &b->attn().proj().weight() : nullptr, {C, C}, residual_stddev);
+    if (config_.moe.is_moe_block(l)) {  // router, then every expert's fc and proj (stacked)
+      const int64_t E = config_.moe.experts;
+      MoE* moe = b ? b->moe() : nullptr;
+      draw(moe ? &moe->router().weight() : nullptr, {E, C}, stddev);
+      draw(moe ? &moe->experts().fc_weight() : nullptr, {E, 4 * C, C}, stddev);
+      draw(moe ? &moe->experts().proj_weight() : nullptr, {E, C, 4 * C}, residual_stddev);
+      continue;
+    }
     draw(b ? &b->mlp().fc().weight() : nullptr, {4 * C, C}, stddev);
     draw(b ? &b->mlp().proj().weight() : nullptr, {C, 4 * C}, residual_stddev);
   }

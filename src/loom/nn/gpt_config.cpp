@@ -21,6 +21,7 @@ void GPTConfig::validate() const {
   check(n_head >= 1, "n_head must be >= 1, got ", n_head);
   check(n_embd >= 1, "n_embd must be >= 1, got ", n_embd);
   check(n_embd % n_head == 0, "n_embd (", n_embd, ") must be divisible by n_head (", n_head, ")");
+  moe.validate();
 }
 
 int64_t GPTConfig::num_parameters(int64_t tp) const {
@@ -28,12 +29,23 @@ int64_t GPTConfig::num_parameters(int64_t tp) const {
   // Split by tp: qkv (weight + bias), attention proj weight, fc (weight + bias), MLP proj weight.
   const int64_t split = (3 * C * C + 3 * C) + C * C + (4 * C * C + 4 * C) + 4 * C * C;
   const int64_t replicated = 2 * C + C + 2 * C + C;  // two LayerNorms, the two row-parallel biases
-  return resolved_padded_vocab() / tp * C + block_size * C + n_layer * (split / tp + replicated) + 2 * C;
+  // A mixture-of-experts block holds E expert MLPs (whole on every tp rank) and a router
+  // instead of the dense MLP.
+  const int64_t mlp = (4 * C * C + 4 * C) + 4 * C * C + C;
+  int64_t moe_blocks = 0;
+  for (int64_t l = 0; l < n_layer; ++l) moe_blocks += moe.is_moe_block(l) ? 1 : 0;
+  const int64_t moe_extra = moe_blocks * (moe.experts * mlp + moe.experts * C - ((mlp - C) / tp + C));
+  return resolved_padded_vocab() / tp * C + block_size * C + n_layer * (split / tp + replicated) + 2 * C + moe_extra;
 }
 
 double GPTConfig::flops_per_token(int64_t T) const {
   const double C = static_cast<double>(n_embd), L = static_cast<double>(n_layer);
-  const double matmul_params = L * 12.0 * C * C + static_cast<double>(resolved_padded_vocab()) * C;
+  // Active FLOPs: a token visits K experts of an MoE block (and its router), so such a block
+  // does K MLPs' GEMMs.
+  double moe_blocks = 0;
+  for (int64_t l = 0; l < n_layer; ++l) moe_blocks += moe.is_moe_block(l) ? 1.0 : 0.0;
+  const double moe_extra = moe_blocks * (static_cast<double>(moe.top_k - 1) * 8.0 * C * C + static_cast<double>(moe.experts) * C);
+  const double matmul_params = L * 12.0 * C * C + moe_extra + static_cast<double>(resolved_padded_vocab()) * C;
   const double attention = L * 2.0 * 2.0 * static_cast<double>(T) * C;  // QK^T and PV, per token
   return 3.0 * (2.0 * matmul_params + attention);
 }

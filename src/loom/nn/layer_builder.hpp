@@ -11,6 +11,7 @@
 #include "loom/nn/embedding.hpp"
 #include "loom/nn/graph_conv.hpp"
 #include "loom/nn/linear.hpp"
+#include "loom/nn/moe.hpp"
 
 namespace loom::nn {
 
@@ -47,6 +48,9 @@ class LayerBuilder {
   // holding its blocks of Â, the features and W (Plexus rotates its grid axes by layer).
   virtual std::unique_ptr<GraphConv> graph_conv(int64_t in, int64_t out, int64_t layer,
                                                 std::shared_ptr<const GraphOperator> graph, bool input_gradient) const;
+  // A mixture of experts in place of a block's MLP; expert parallel: this rank's experts,
+  // the tokens exchanged with the other `ep` ranks.
+  virtual std::unique_ptr<MoE> mixture_of_experts(int64_t C, const MoeConfig& config) const;
 };
 
 // The serial layers.

@@ -6,6 +6,9 @@
 // `dim2` (> dim) into `parts2` pieces, this rank holding piece `index2`; and several ranks
 // of the group may hold the same piece: `replica` numbers them (replica 0 counts the piece
 // in norms).
+// of k and of v). A parameter with dim < 0 is whole on every rank (replicated). `axis` names
+// the ranks the pieces are spread over: the tensor-parallel group, or (a mixture of
+// experts' stacked expert weights) the expert-parallel group.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,8 @@ struct ShardSpec {
   int64_t parts2 = 1;
   int64_t index2 = 0;
   int64_t replica = 0;
+  static constexpr int kTensorAxis = 0, kExpertAxis = 1;
+  int axis = kTensorAxis;
 
   bool sharded() const { return (dim >= 0 && parts > 1) || (dim2 >= 0 && parts2 > 1); }
   // The full tensor's shape, given this rank's piece's.

@@ -9,7 +9,8 @@ namespace loom::parallel {
 DistributedDataParallel::DistributedDataParallel(nn::Module& model, comm::ProcessGroup& group, DdpOptions options)
     : group_(group), options_(options) {
   check(options_.bucket_bytes > 0, "DDP bucket size must be > 0 bytes, got ", options_.bucket_bytes);
-  params_ = model.parameters();
+  for (nn::Parameter* p : model.parameters())
+    if (!options_.only || options_.only(*p)) params_.push_back(p);
   const std::vector<nn::Parameter*>& params = params_;
   for (nn::Parameter* p : params) group_.broadcast(p->value(), 0);
 

@@ -19,6 +19,9 @@ namespace loom::parallel {
 struct DdpOptions {
   int64_t bucket_bytes = int64_t{25} << 20;  // PyTorch's default bucket_cap_mb = 25
   comm::AllReduceAlgorithm algorithm = comm::AllReduceAlgorithm::Mpi;
+  // The parameters this DDP holds and reduces; null: all of the model's (expert
+  // parallelism reduces dense and expert parameters over different groups).
+  ParameterFilter only{};
 };
 
 class DistributedDataParallel : public GradientSync {

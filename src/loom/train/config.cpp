@@ -28,6 +28,12 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"model", "block_size", "context length (T) used for training and the maximum for sampling", &m.block_size},
       {"model", "padded_vocab_size", "rows of the token embedding / LM head (the vocabulary plus padding); 0 = the vocabulary rounded up to a multiple of 64 x tp. A checkpoint resumes under another tp only with the same value", &m.padded_vocab_size},
       {"model", "recompute", "recompute each block's activations in backward instead of keeping them", &m.recompute},
+      // Mixture of experts (nn/moe.hpp).
+      {"model", "moe_experts", "experts (E) of each mixture-of-experts block; 0 = dense MLPs only", &m.moe.experts},
+      {"model", "moe_top_k", "experts each token is routed to (K), its gates renormalised over them", &m.moe.top_k},
+      {"model", "moe_capacity_factor", "each expert takes at most ceil(f K T / E) tokens of a sequence, the rest pass by on the residual; 0 = dropless", &m.moe.capacity_factor},
+      {"model", "moe_every", "every N-th block (N-1, 2N-1, ...) has a mixture of experts instead of its MLP", &m.moe.every},
+      {"model", "moe_aux_loss_coef", "weight of the Switch load-balancing loss E sum_i f_i P_i (per sequence, 1 when balanced)", &m.moe.aux_loss_coef},
       {"model", "gcn_layers", "gcn: graph convolution layers", &c.gcn.layers},
       {"model", "gcn_hidden", "gcn: width of the hidden layers", &c.gcn.hidden},
       {"model", "gcn_dropout", "gcn: dropout probability between layers while training", &c.gcn.dropout},
@@ -57,6 +63,8 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "tp", "tensor-parallel degree (neighbouring ranks)", &c.tp},
       {"parallel", "cp", "context-parallel degree: every sequence split over cp ranks, attention as a ring passing K/V (block_size divisible by 2 x cp)", &c.cp},
       {"parallel", "cp_split", "with cp > 1, how the 2 x cp chunks of a sequence are dealt: 'zigzag' (rank r holds chunks r and 2cp-1-r: equal causal attention work) or 'contiguous' (chunks 2r, 2r+1: measures the imbalance)", &c.cp_split},
+      {"parallel", "ep", "expert-parallel degree: the experts are split over groups of ep neighbouring data-parallel ranks, which exchange tokens all-to-all (divides dp and moe_experts)", &c.ep},
+
       {"parallel", "schedule", "pipeline schedule (pp > 1): 1f1b (PipeDream-flush: at most pp micro-batches of activations in flight), gpipe (all forwards, then all backwards) or interleaved (1F1B over `chunks` model chunks per rank; micro_batches divisible by pp)", &c.schedule},
       {"parallel", "chunks", "model chunks per pipeline rank for the interleaved schedule (v >= 2; the bubble shrinks by v)", &c.chunks},
       {"parallel", "schedule_file", "train a custom pipeline schedule from this file instead of `schedule`: one line of actions per rank, as `loom schedule --file` reads and checks it (its pp, micro_batches and chunks must be the run's); empty = `schedule`", &c.schedule_file},
@@ -163,6 +171,10 @@ void TrainConfig::validate() const {
         " (stages 2-3 reduce every micro-batch while a pipeline reduces once, after its last backward)");
   check_context_parallel();
   check(!sequence_parallel || tp > 1, "sequence_parallel needs tensor parallelism: set tp > 1");
+  check(cp == 1 || !model.moe.enabled(), "context parallelism splits a sequence over cp ranks while a mixture of experts "
+        "routes (capacity, load-balancing loss) per whole sequence: not supported together yet");
+  check(!sequence_parallel || !model.moe.enabled(), "sequence_parallel splits a sequence over tp ranks while a mixture "
+        "of experts routes (capacity, load-balancing loss) per whole sequence: not supported together yet");
   check(!sequence_parallel || model.block_size % tp == 0, "sequence_parallel splits the sequence over tp ranks: block_size (",
         model.block_size, ") must be divisible by tp (", tp, ")");
   check(zero >= 0 && zero <= 3, "zero must be 0, 1, 2 or 3 (the ZeRO stage), got ", zero);
@@ -175,6 +187,7 @@ void TrainConfig::validate() const {
   check(comm_timeout >= 0, "comm_timeout must be seconds >= 0 (0 = off), got ", comm_timeout);
   check(peak_gflops >= 0, "peak_gflops must be >= 0, got ", peak_gflops);
   validate_tp_3d();
+  validate_expert_parallel();
 }
 
 std::array<int64_t, 3> TrainConfig::tp_3d_grid() const {
@@ -215,6 +228,22 @@ void TrainConfig::validate_tp_3d() const {
         ": attention heads are split over row");
   check(checkpoint_format != "sharded", grid, " writes single-file checkpoints only: set checkpoint_format to 'single' or 'auto'");
   check(resume.empty(), grid, " cannot resume from a checkpoint yet (resume = '", resume, "')");
+  check(!model.moe.enabled(), grid, " does not compose with a mixture of experts yet: set moe_experts = 0");
+}
+
+void TrainConfig::validate_expert_parallel() const {
+  check(ep >= 1, "ep must be >= 1, got ", ep);
+  if (ep == 1) return;
+  const int64_t E = model.moe.experts;
+  check(E > 0, "ep (", ep, ") splits the experts of a mixture of experts: set moe_experts");
+  check(E % ep == 0, "moe_experts (", E, ") must be divisible by ep (", ep, ")");
+  check(dp % ep == 0, "ep (", ep, ") splits the data-parallel ranks: it must divide dp (", dp, ")");
+  // Not built yet; refused by name rather than run wrong.
+  check(zero == 0, "ep > 1 does not compose with ZeRO yet (zero = ", zero, "): use zero = 0");
+  check(tp == 1, "ep > 1 does not compose with tensor parallelism yet (tp = ", tp, ")");
+  check(pp == 1, "ep > 1 does not compose with pipeline parallelism yet (pp = ", pp, ")");
+  check(cp == 1, "ep > 1 does not compose with context parallelism yet (cp = ", cp, ")");
+  check(!tp_3d_on(), "ep > 1 does not compose with 3D tensor parallelism yet (tp_3d = '", tp_3d, "')");
 }
 
 std::string flag_name(const std::string& key) {

@@ -53,6 +53,7 @@ struct TrainConfig {
   int64_t tp = 1;
   int64_t cp = 1;                     // context parallel: the sequence split over cp ranks (ring attention)
   std::string cp_split = "zigzag";    // zigzag (balanced causal work) or contiguous
+  int64_t ep = 1;                 // expert parallel: a split of dp (mixture of experts)
   std::string schedule = "1f1b";  // pipeline schedule: gpipe, 1f1b or interleaved
   int64_t chunks = 1;             // model chunks per pipeline rank (interleaved: v >= 2)
   std::string schedule_file;      // a custom pipeline schedule to train instead of `schedule`
@@ -88,6 +89,8 @@ struct TrainConfig {
   void validate() const;
   void check_context_parallel() const;
   void validate_tp_3d() const;
+  // The refusals and requirements of expert parallelism (part of validate()).
+  void validate_expert_parallel() const;
   // The ranks one copy of the model state is sharded over: hsdp_shard, else all of dp
   // (with zero = 0 every rank holds everything, so 1).
   // pp_layers as numbers (empty: balanced); loom::Error naming the text when malformed.

@@ -2,6 +2,7 @@
 
 #include "loom/comm/core_placement.hpp"
 #include "loom/parallel/ddp.hpp"
+#include "loom/parallel/expert_parallel/expert_data_parallel.hpp"
 #include "loom/parallel/pipeline/model_chunks.hpp"
 #include "loom/parallel/pipeline/schedule_builders.hpp"
 #include "loom/parallel/pipeline/schedule_file.hpp"
@@ -60,6 +61,10 @@ void prepare_3d(const parallel::tp3d::Layers3D& layers, Parallelized& p) {
 
 std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& config, ModelSpec& spec, Parallelized& p) {
   const comm::AllReduceAlgorithm algorithm = comm::parse_algorithm(config.allreduce);
+  if (config.ep > 1)  // experts averaged over their own replicas only
+    return std::make_unique<parallel::ep::ExpertDataParallel>(
+        *p.model, p.group("dp"), p.group("expert_dp"), config.ep,
+        parallel::DdpOptions{static_cast<int64_t>(config.bucket_mb * 1048576.0), algorithm});
   if (config.zero == 0) {
     // Context parallelism: every cp rank holds a replica too (its gradient is its tokens'), so
     // DDP averages over dp x cp.
@@ -86,11 +91,12 @@ std::unique_ptr<comm::DeviceMesh> parallel_mesh(const TrainConfig& config, comm:
   // sharding (shard groups are neighbouring dp ranks), and the tied table's group.
   auto mesh = std::make_unique<comm::DeviceMesh>(world, config.mesh_dims());
   mesh->split_dim("dp", "replicate", "shard", static_cast<int>(config.shard_size()));
+  mesh->split_dim("dp", "expert_dp", "ep", static_cast<int>(config.ep));
   mesh->add_position_group("embedding", "pp", {0, static_cast<int>(config.pp) - 1});
   world.set_emulated_link(config.net_gbps, config.net_latency_us);
-  for (const char* name : {"dp", "cp", "tp", "shard", "replicate"})
+  for (const char* name : {"dp", "cp", "tp", "shard", "replicate", "ep", "expert_dp"})
     mesh->group(name).set_emulated_link(config.net_gbps, config.net_latency_us);
-  for (const char* name : {"dp", "pp", "cp", "tp", "shard", "replicate", "embedding"})
+  for (const char* name : {"dp", "pp", "cp", "tp", "shard", "replicate", "ep", "expert_dp", "embedding"})
     mesh->group(name).set_timeout(config.comm_timeout);
   // The batch is shared out over dp (x depth under tp_3d); "tensor" is one replica's
   // model-parallel group (tp, or the 3D grid).
@@ -151,6 +157,13 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   }
   spec.use_context_parallel(cp, config.cp_split);
 
+  // 2c. Expert parallelism, likewise: every mixture of experts holds this rank's E/ep experts
+  // and exchanges tokens all-to-all over ep (a split of dp).
+  if (config.ep > 1) {
+    p.ep_layers = std::make_unique<parallel::ep::ExpertParallelLayers>(*layers, p.group("ep"));
+    layers = p.ep_layers.get();
+  }
+
   // 3. The model, or this rank's pipeline chunks and its part of the schedule.
   build_model(config, spec, *layers, pp, p);
 
@@ -183,16 +196,18 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   if (config.pp > 1 && spec.tied_parameter(last) != nullptr && !spec.owns_tied_parameter(first))
     p.tied_copy = spec.tied_parameter(last);
   parts.reduce_during_backward = parallel::reduce_during_last_backward(*p.gradient_sync, config.pp > 1, config.chunks);
-  parts.model_parallel_groups = {&p.group("tensor"), &pp};
-  const bool all_replicas = tp.rank() == 0;
+  parts.model_parallel_groups = {&p.group("tensor"), &pp, &p.group("ep")};
+  const bool all_replicas = tp.rank() == 0, dense_here = p.group("ep").rank() == 0;
   const nn::Parameter* table_copy = p.tied_copy;
   if (p.tp3d_layers) {  // each piece counted by its replica 0 within the grid (prepare_3d)
     parts.counted = [table_copy](const nn::Parameter& param) {
       return &param != table_copy && param.shard_spec().replica == 0;
     };
   } else {
-    parts.counted = [all_replicas, table_copy](const nn::Parameter& param) {
-      return &param != table_copy && (all_replicas || param.shard_spec().sharded());
+    // Experts differ across ep (each rank's block counts), dense parameters are replicas there.
+    parts.counted = [all_replicas, dense_here, table_copy](const nn::Parameter& param) {
+      const bool expert = parallel::ep::is_expert_parameter(param);
+      return &param != table_copy && (all_replicas || (param.shard_spec().sharded() && !expert)) && (dense_here || expert);
     };
   }
   p.finalizer = std::make_unique<parallel::GradientFinalizer>(std::move(parts));

@@ -14,6 +14,7 @@
 #include "loom/parallel/context_parallel/context_parallel_layers.hpp"
 #include "loom/parallel/finalize_gradients.hpp"
 #include "loom/parallel/gradient_sync.hpp"
+#include "loom/parallel/expert_parallel/expert_parallel_layers.hpp"
 #include "loom/parallel/pipeline/executor.hpp"
 #include "loom/parallel/tensor_parallel/sequence_parallel.hpp"
 #include "loom/parallel/tensor_parallel/tensor_parallel_layers.hpp"
@@ -26,7 +27,9 @@ namespace loom::train {
 struct Parallelized {
   std::string placement;  // where the ranks were pinned, for the log ("" when left to the OS)
   // Axes "dp", "pp", "cp", "tp"; named groups "replicate" and "shard" (dp split for HSDP; with
-  // ZeRO over all of dp, replicate has one member) and "embedding" (the first and last stage).
+  // ZeRO over all of dp, replicate has one member), "expert_dp" x "ep" (dp split for expert
+  // parallelism: ep neighbouring dp ranks share out the experts) and "embedding" (the first
+  // and last stage).
   std::unique_ptr<comm::DeviceMesh> mesh;
   // Also "batch" (the ranks sharing out the global batch: dp, or dp x depth under tp_3d) and
   // "tensor" (one replica's model-parallel group: tp, or the grid depth x row x col).
@@ -41,6 +44,7 @@ struct Parallelized {
   // The groups whose traffic the progress line reports as tensor-parallel communication:
   // tp, or the grid's axes row, col and depth.
   std::vector<comm::ProcessGroup*> tensor_comm_groups;
+  std::unique_ptr<parallel::ep::ExpertParallelLayers> ep_layers;  // ep > 1 (wraps the tp or serial layers)
   std::unique_ptr<nn::Module> model;  // the model, or this rank's pipeline chunks under one module
   std::vector<nn::Module*> chunks;    // the model, or this rank's chunks in virtual-stage order
   // The last stage's copy of a tied parameter when another rank owns it (it counts nowhere).

@@ -111,6 +111,13 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
                   1e3 * r.cp_wait_seconds, 1e3 * r.cp_compute_seconds);
     overlap += buf;
   }
+  if (r.moe.present) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " | experts max/mean %.2f, dropped %.1f%%", r.moe.load_imbalance,
+                  100.0 * r.moe.dropped_fraction);
+    overlap += buf;
+    if (config_.ep > 1) overlap += " | a2a " + std::to_string(static_cast<int>(1e3 * r.moe.exchange_seconds)) + " ms";
+  }
   // On a terminal every step rewrites one live line and logged steps stay; in a log file
   // (CI, Slurm) only the logged steps appear, as plain lines.
   if (!quiet_)
@@ -128,6 +135,13 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
                    {"pipeline_bubble", r.pipeline_bubble}, {"cp_ring_bytes", r.cp_bytes},
                    {"cp_ring_exposed_s", r.cp_wait_seconds}, {"cp_attention_s", r.cp_compute_seconds}};
   for (const Metric& m : r.metrics) record[m.name] = m.value;
+  if (r.moe.present) {
+    record["moe_load"] = r.moe.load;
+    record["moe_load_imbalance"] = r.moe.load_imbalance;
+    record["moe_dropped_fraction"] = r.moe.dropped_fraction;
+    record["moe_aux_loss"] = r.moe.aux_loss;
+    record["moe_a2a_s"] = r.moe.exchange_seconds;
+  }
   metrics_->write(record);
 }
 

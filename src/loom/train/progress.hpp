@@ -17,6 +17,7 @@
 #include "loom/train/config.hpp"
 #include "loom/train/metrics_log.hpp"
 #include "loom/train/model_spec.hpp"
+#include "loom/train/moe_metrics.hpp"
 
 namespace loom::train {
 
@@ -39,6 +40,7 @@ struct StepResult {
   double pipeline_bubble = -1.0;
   double pipeline_bubble_theory = -1.0;
   std::vector<Metric> metrics;  // the family's own numbers (a GCN's train accuracy)
+  MoeStepStats moe;  // a mixture of experts' loads, drops and exchanges (present only with one)
 };
 
 class Progress {

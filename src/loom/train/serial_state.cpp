@@ -9,9 +9,9 @@
 namespace loom::train {
 
 SerialState::SerialState(nn::Module& model, optim::Optimizer& optimizer, parallel::ShardedDataParallel* sharded,
-                         comm::ProcessGroup& dp, comm::ProcessGroup& tp, comm::ProcessGroup& pp, int64_t shard_size,
-                         const nn::Parameter* token_table_copy, const comm::ProcessGroup* cp)
-    : model_(model), optimizer_(optimizer), sharded_(sharded), dp_(dp), tp_(tp), pp_(pp), shard_size_(shard_size),
+                         comm::ProcessGroup& dp, comm::ProcessGroup& tp, comm::ProcessGroup& pp, comm::ProcessGroup& ep,
+                         int64_t shard_size, const nn::Parameter* token_table_copy, const comm::ProcessGroup* cp)
+    : model_(model), optimizer_(optimizer), sharded_(sharded), dp_(dp), tp_(tp), pp_(pp), ep_(ep), shard_size_(shard_size),
       token_table_copy_(token_table_copy), cp_rank_(cp != nullptr ? cp->rank() : 0) {
   for (nn::Parameter* p : model_.parameters()) param_specs_[p->name()] = p->shard_spec();
 }
@@ -50,13 +50,15 @@ std::map<std::string, Tensor> SerialState::gradient_dict() {
 std::map<std::string, Tensor> SerialState::gather(std::map<std::string, Tensor> local) {
   // Tensor parallel: gather every split tensor's slices (in key order on every rank). Each
   // rank's piece is placed by its own spec: its tp rank under 1D tensor parallelism, its row,
-  // col and depth position under 3D (where several ranks may hold the same piece).
+  // col and depth position under 3D (where several ranks may hold the same piece). Experts'
+  // stacked weights are gathered over ep instead, each rank's piece at its ep rank.
   std::map<std::string, Tensor> full;
-  const int t = tp_.size();
+  const auto over_tp = [](const nn::ShardSpec& spec) { return spec.sharded() && spec.axis != nn::ShardSpec::kExpertAxis; };
   nlohmann::json mine = nlohmann::json::array();
   for (auto& [key, slice] : local)
-    if (const nn::ShardSpec spec = spec_of(key); spec.sharded()) mine.push_back({spec.index, spec.index2});
-  const std::vector<std::string> places = t > 1 ? comm::all_gather_bytes(tp_, mine.dump()) : std::vector<std::string>{mine.dump()};
+    if (const nn::ShardSpec spec = spec_of(key); over_tp(spec)) mine.push_back({spec.index, spec.index2});
+  const std::vector<std::string> places =
+      tp_.size() > 1 ? comm::all_gather_bytes(tp_, mine.dump()) : std::vector<std::string>{mine.dump()};
   std::vector<nlohmann::json> place;
   for (const std::string& s : places) place.push_back(nlohmann::json::parse(s));
   size_t k = 0;
@@ -66,17 +68,24 @@ std::map<std::string, Tensor> SerialState::gather(std::map<std::string, Tensor> 
       full[key] = slice;
       continue;
     }
+    comm::ProcessGroup& group = spec.axis == nn::ShardSpec::kExpertAxis ? ep_ : tp_;
+    const int t = group.size();
     const int64_t n = slice.numel();
     Tensor gathered = Tensor::empty({t * n}, DType::F32, MemoryCategory::Other);
-    tp_.all_gather(slice.view({n}), gathered);
+    group.all_gather(slice.view({n}), gathered);
     Tensor whole = Tensor::empty(spec.full_shape(slice.shape()), DType::F32, MemoryCategory::Other);
+    const bool tp_piece = over_tp(spec);
     for (int r = 0; r < t; ++r) {
-      spec.index = place[static_cast<size_t>(r)].at(k).at(0).get<int64_t>();
-      spec.index2 = place[static_cast<size_t>(r)].at(k).at(1).get<int64_t>();
+      if (tp_piece) {
+        spec.index = place[static_cast<size_t>(r)].at(k).at(0).get<int64_t>();
+        spec.index2 = place[static_cast<size_t>(r)].at(k).at(1).get<int64_t>();
+      } else {
+        spec.index = r;
+      }
       place_shard(gathered.narrow(r * n, n).view(slice.shape()), whole, spec);
     }
     full[key] = whole;
-    ++k;
+    if (tp_piece) ++k;
   }
   return pp_.size() > 1 ? gather_pipeline(std::move(full)) : full;
 }
@@ -108,8 +117,13 @@ std::vector<StatePiece> SerialState::pieces() {
   auto add = [&](const std::string& key, const nn::Parameter& param, const Shape& local, const Tensor& data,
                  int64_t begin, bool dp_sharded) {
     const nn::ShardSpec spec = spec_of(key);
-    const bool first_replica = cp_rank_ == 0 && (dp_sharded ? dp_rank < shard_size_ : dp_rank == 0);
-    const bool owner = first_replica && (spec.sharded() || tp_rank == 0) && &param != token_table_copy_;
+    // Experts: replicas on the ranks of expert_dp (dp ranks ep apart); the first ep ranks hold
+    // one copy. Context parallelism: every cp rank holds a replica; the first owns it.
+    const bool expert = spec.axis == nn::ShardSpec::kExpertAxis;
+    const bool first_replica =
+        cp_rank_ == 0 && (dp_sharded ? dp_rank < shard_size_ : (expert ? dp_rank < ep_.size() : dp_rank == 0));
+    const bool tp_owner = (spec.sharded() && !expert) || tp_rank == 0;
+    const bool owner = first_replica && tp_owner && &param != token_table_copy_;
     out.push_back({key, spec.full_shape(local), PieceLayout{spec, begin, begin + data.numel()}, data, owner});
   };
   if (!sharded_) {

@@ -6,7 +6,9 @@
 //    sharded checkpoints and re-sharding on load. Each element is marked owner on exactly one
 //    rank: data-parallel replicas defer to dp rank 0 (ZeRO: to the first replica group, whose
 //    ranks hold disjoint shards), ranks holding a tensor whole across tp defer to tp rank 0,
-//    and the last pipeline stage's copy of the tied token table defers to the first.
+//    and the last pipeline stage's copy of the tied token table defers to the first. A
+//    mixture of experts' expert weights are split over the `ep` ranks (gathered there) and
+//    replicated on the dp / ep ranks holding the same experts (the first of them owns them).
 #pragma once
 
 #include <map>
@@ -28,8 +30,8 @@ class SerialState {
   // another rank (it owns nothing), else null; cp: the context-parallel group, whose ranks
   // hold replicas (its first rank owns them).
   SerialState(nn::Module& model, optim::Optimizer& optimizer, parallel::ShardedDataParallel* sharded,
-              comm::ProcessGroup& dp, comm::ProcessGroup& tp, comm::ProcessGroup& pp, int64_t shard_size,
-              const nn::Parameter* token_table_copy, const comm::ProcessGroup* cp = nullptr);
+              comm::ProcessGroup& dp, comm::ProcessGroup& tp, comm::ProcessGroup& pp, comm::ProcessGroup& ep,
+              int64_t shard_size, const nn::Parameter* token_table_copy, const comm::ProcessGroup* cp = nullptr);
 
   // Collective: full copies of every parameter ("model.<name>") and optimizer state tensor
   // ("optim.<kind>.<name>"), gathered from the shards in sharded modes.
@@ -48,7 +50,7 @@ class SerialState {
   nn::Module& model_;
   optim::Optimizer& optimizer_;
   parallel::ShardedDataParallel* sharded_;
-  comm::ProcessGroup &dp_, &tp_, &pp_;
+  comm::ProcessGroup &dp_, &tp_, &pp_, &ep_;
   int64_t shard_size_;
   const nn::Parameter* token_table_copy_;
   int cp_rank_;

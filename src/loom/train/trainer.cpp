@@ -17,6 +17,7 @@
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/memory_file.hpp"
 #include "loom/train/model_identity.hpp"
+#include "loom/train/moe_metrics.hpp"
 #include "loom/train/resume_auto.hpp"
 
 namespace loom::train {
@@ -63,8 +64,8 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
     optimizer_ = std::make_unique<optim::SGD>(
         stepped, optim::SGDConfig{static_cast<float>(config_.momentum), static_cast<float>(config_.weight_decay)});
   }
-  serial_state_ = std::make_unique<SerialState>(*p_.model, *optimizer_, sharded(), dp_, tp_, pp_, config_.shard_size(),
-                                                p_.tied_copy, &p_.group("cp"));
+  serial_state_ = std::make_unique<SerialState>(*p_.model, *optimizer_, sharded(), dp_, tp_, pp_, p_.group("ep"),
+                                                config_.shard_size(), p_.tied_copy, &p_.group("cp"));
   lr_schedule_ = optim::LrSchedule{static_cast<float>(config_.lr), static_cast<float>(config_.min_lr),
                                    config_.warmup_steps, config_.decay_steps > 0 ? config_.decay_steps : config_.steps};
   if (config_.resume == "auto") {
@@ -147,6 +148,7 @@ StepResult Trainer::compute_gradients() {
   r.lr = lr_schedule_.at(step_);
   for (comm::ProcessGroup* g : p_.tensor_comm_groups) g->reset_stats();
   if (p_.cp_layers) p_.cp_layers->stats() = {};
+  if (config_.model.moe.enabled()) nn::take_moe_stats(*p_.model);  // not the evaluation's forwards
   optimizer_->zero_grad();
   p_.gradient_sync->zero_grad();
   r.loss = p_.pipeline ? pipeline_gradients() : local_gradients();
@@ -164,6 +166,7 @@ StepResult Trainer::compute_gradients() {
     r.cp_bytes = ring.bytes_sent;
   }
   batch_.all_reduce(&r.loss, 1, comm::ReduceOp::Avg);  // the global batch's mean
+  if (config_.model.moe.enabled()) r.moe = gather_moe_stats(*p_.model, dp_, pp_);
   {
     trace::Span norm_span("optimizer", "grad norm");
     r.grad_norm = std::sqrt(p_.finalizer->grad_sum_squares());

@@ -1,0 +1,79 @@
+#include "loom/nn/experts.hpp"
+
+#include "loom/error.hpp"
+#include "loom/kernels/gelu.hpp"
+#include "loom/kernels/matmul.hpp"
+#include "loom/kernels/residual.hpp"
+
+namespace loom::nn {
+
+using kernels::Trans;
+
+Experts::Experts(int64_t El, int64_t C, int64_t first, int64_t E) : El_(El), C_(C) {
+  fc_w_ = &register_parameter("fc_weight", {El, 4 * C, C}, /*weight_decay=*/true);
+  fc_b_ = &register_parameter("fc_bias", {El, 4 * C}, /*weight_decay=*/false);
+  proj_w_ = &register_parameter("proj_weight", {El, C, 4 * C}, /*weight_decay=*/true);
+  proj_b_ = &register_parameter("proj_bias", {El, C}, /*weight_decay=*/false);
+  if (El < E) {  // expert parallel: this rank's block of experts
+    const ShardSpec spec{0, E / El, first / El, 1, ShardSpec::kExpertAxis};
+    for (Parameter* p : {fc_w_, fc_b_, proj_w_, proj_b_}) p->set_shard_spec(spec);
+  }
+}
+
+Tensor Experts::forward_grouped(const Tensor& x, const std::vector<int64_t>& counts, Context& ctx) {
+  const int64_t R = x.size(0), C = C_, H = 4 * C_;
+  check(static_cast<int64_t>(counts.size()) == El_, "experts: ", counts.size(), " row counts for ", El_, " experts");
+  Tensor h = Tensor::empty({R, H});  // (R, 4C) pre-activation
+  Tensor a = Tensor::empty({R, H});  // (R, 4C) GELU output
+  Tensor y = Tensor::empty({R, C});  // (R, C)
+  int64_t r0 = 0;
+  for (int64_t e = 0; e < El_; ++e) {
+    const int64_t n = counts[static_cast<size_t>(e)];
+    if (n == 0) continue;
+    kernels::matmul(x.f32() + r0 * C, Trans::N, fc_w_->value().f32() + e * H * C, Trans::T, h.f32() + r0 * H, n, H, C,
+                    fc_b_->value().f32() + e * H);
+    kernels::gelu_forward(a.f32() + r0 * H, h.f32() + r0 * H, n * H);
+    kernels::matmul(a.f32() + r0 * H, Trans::N, proj_w_->value().f32() + e * C * H, Trans::T, y.f32() + r0 * C, n, C,
+                    H, proj_b_->value().f32() + e * C);
+    r0 += n;
+  }
+  check(r0 == R, "experts: row counts sum to ", r0, ", got ", R, " rows");
+  ctx.save(this, {x, h, a});
+  return y;
+}
+
+Tensor Experts::backward_grouped(const Tensor& dy, const std::vector<int64_t>& counts, Context& ctx) {
+  const Tensor &x = ctx.saved(this, 0), &h = ctx.saved(this, 1), &a = ctx.saved(this, 2);
+  const int64_t R = x.size(0), C = C_, H = 4 * C_;
+  Tensor dx = Tensor::empty({R, C});  // (R, C)
+  Tensor dh = Tensor::empty({R, H});  // (R, 4C): da, then dh in place
+  int64_t r0 = 0;
+  for (int64_t e = 0; e < El_; ++e) {
+    const int64_t n = counts[static_cast<size_t>(e)];
+    if (n == 0) continue;
+    const float* dye = dy.f32() + r0 * C;
+    float* dhe = dh.f32() + r0 * H;
+    kernels::matmul(dye, Trans::N, proj_w_->value().f32() + e * C * H, Trans::N, dhe, n, H, C);
+    kernels::matmul(dye, Trans::T, a.f32() + r0 * H, Trans::N, proj_w_->grad().f32() + e * C * H, C, H, n, nullptr,
+                    /*accumulate=*/true);
+    kernels::bias_backward(proj_b_->grad().f32() + e * C, dye, n, C);
+    kernels::gelu_backward(dhe, h.f32() + r0 * H, dhe, n * H);
+    kernels::matmul(dhe, Trans::N, fc_w_->value().f32() + e * H * C, Trans::N, dx.f32() + r0 * C, n, C, H);
+    kernels::matmul(dhe, Trans::T, x.f32() + r0 * C, Trans::N, fc_w_->grad().f32() + e * H * C, H, C, n, nullptr,
+                    /*accumulate=*/true);
+    kernels::bias_backward(fc_b_->grad().f32() + e * H, dhe, n, H);
+    r0 += n;
+  }
+  ctx.release(this);
+  for (Parameter* p : {proj_w_, proj_b_, fc_w_, fc_b_}) p->grad_contributed();
+  return dx;
+}
+
+Tensor Experts::forward_impl(const Tensor& x, Context& ctx) {
+  check(El_ == 1, "experts: a plain forward needs one expert; use forward_grouped");
+  return forward_grouped(x, {x.size(0)}, ctx);
+}
+
+Tensor Experts::backward_impl(const Tensor& dy, Context& ctx) { return backward_grouped(dy, {dy.size(0)}, ctx); }
+
+}  // namespace loom::nn

@@ -1,0 +1,57 @@
+// A mixture-of-experts feed-forward layer (Shazeer et al. 2017; Switch Transformer, Fedus
+// et al. 2021): a router (Linear(C, E) without bias, softmax) sends each token to its top-K
+// experts, capacity may drop assignments (the token's residual carries it on), the expert
+// MLPs run on their rows (experts.hpp), and the outputs are summed with the renormalised
+// gate weights. The load-balancing loss adds its gradient to the router in backward.
+// The dispatcher decides where experts live (expert_dispatch.hpp): the layer is the same
+// serially and under expert parallelism.
+#pragma once
+
+#include "loom/nn/experts.hpp"
+#include "loom/nn/expert_dispatch.hpp"
+#include "loom/nn/linear.hpp"
+#include "loom/nn/moe_config.hpp"
+
+namespace loom::nn {
+
+// What the last forwards routed, for the progress line and metrics (statistics, not
+// activations: summed until taken).
+struct MoeStats {
+  std::vector<int64_t> load;  // (E) assignments kept per expert
+  int64_t assignments = 0;    // K x tokens routed
+  int64_t dropped = 0;        // of them over capacity
+  double aux_loss_sum = 0.0;  // sum over forwards of the load-balancing loss (before the coefficient)
+  int64_t forwards = 0;
+  double exchange_seconds = 0.0;  // expert parallel: time in the token exchanges
+  void add(const MoeStats& other);
+  // max over mean of the experts' loads (1: perfectly balanced); 0 without assignments.
+  double load_imbalance() const;
+};
+
+// The statistics of every mixture of experts in `model` since the last call, summed (the
+// load per expert index over all MoE layers), reset. Empty when the model has none.
+MoeStats take_moe_stats(Module& model);
+
+class MoE : public Module {
+ public:
+  MoE(int64_t C, const MoeConfig& config, const ExpertDispatcher& dispatcher = local_experts());
+  Linear& router() { return *router_; }
+  Experts& experts() { return *experts_; }
+  const MoeConfig& config() const { return config_; }
+  // The statistics since the last call, reset.
+  MoeStats take_stats();
+  const ExpertDispatcher& dispatcher() const { return dispatcher_; }
+
+ protected:
+  Tensor forward_impl(const Tensor& x, Context& ctx) override;  // (B, T, C) -> (B, T, C)
+  Tensor backward_impl(const Tensor& dy, Context& ctx) override;
+
+ private:
+  MoeConfig config_;
+  const ExpertDispatcher& dispatcher_;
+  Linear* router_;    // C -> E
+  Experts* experts_;  // E / ep local experts
+  MoeStats stats_;
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,30 @@
+// Expert-parallel token dispatch (GShard; Megatron-LM's all-to-all token dispatcher,
+// torchtitan's ExpertParallel): the E experts are split over the `ep` ranks in blocks of
+// E/ep, and each MoE layer exchanges its routed rows with uneven all-to-alls. First the
+// per-expert row counts (so every rank knows what it receives), then the rows, then (after
+// the local experts) the outputs back with the splits swapped. A rank that sends or
+// receives nothing still takes part in every exchange, so no rank waits alone; every wait
+// is watched by the group's watchdog (comm_timeout).
+#pragma once
+
+#include "loom/comm/process_group.hpp"
+#include "loom/nn/expert_dispatch.hpp"
+
+namespace loom::parallel::ep {
+
+class AllToAllDispatcher : public nn::ExpertDispatcher {
+ public:
+  explicit AllToAllDispatcher(comm::ProcessGroup& ep) : ep_(ep) {}
+  int64_t ranks() const override { return ep_.size(); }
+  int64_t rank() const override { return ep_.rank(); }
+  std::vector<int64_t> exchange_counts(const std::vector<int64_t>& counts, int64_t local_experts) const override;
+  Tensor dispatch(const Tensor& rows, const nn::DispatchPlan& plan) const override;
+  Tensor combine(const Tensor& rows, const nn::DispatchPlan& plan) const override;
+  double take_exchange_seconds() const override;
+
+ private:
+  comm::ProcessGroup& ep_;
+  mutable double exchange_seconds_ = 0.0;
+};
+
+}  // namespace loom::parallel::ep

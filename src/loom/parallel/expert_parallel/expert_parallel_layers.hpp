@@ -1,0 +1,38 @@
+// Expert parallelism by layer substitution: a layer builder that makes every mixture of
+// experts hold this rank's E/ep experts and exchange tokens over the `ep` group; every other
+// layer comes from the builder it wraps (serial today), so the model's code is unchanged.
+#pragma once
+
+#include "loom/nn/layer_builder.hpp"
+#include "loom/parallel/expert_parallel/all_to_all_dispatcher.hpp"
+
+namespace loom::parallel::ep {
+
+class ExpertParallelLayers : public nn::LayerBuilder {
+ public:
+  ExpertParallelLayers(const nn::LayerBuilder& base, comm::ProcessGroup& ep) : base_(base), dispatcher_(ep) {}
+  const AllToAllDispatcher& dispatcher() const { return dispatcher_; }
+
+  int64_t tensor_parallel_size() const override { return base_.tensor_parallel_size(); }
+  std::unique_ptr<nn::Linear> column_parallel_linear(int64_t in, int64_t out, int64_t blocks) const override {
+    return base_.column_parallel_linear(in, out, blocks);
+  }
+  std::unique_ptr<nn::Linear> row_parallel_linear(int64_t in, int64_t out) const override {
+    return base_.row_parallel_linear(in, out);
+  }
+  std::unique_ptr<nn::Embedding> embedding(int64_t V, int64_t Vp, int64_t block_size, int64_t C) const override {
+    return base_.embedding(V, Vp, block_size, C);
+  }
+  Tensor head_input(const Tensor& x) const override { return base_.head_input(x); }
+  nn::ShardSpec vocabulary_shard() const override { return base_.vocabulary_shard(); }
+  Tensor head_input_gradient(const Tensor& dx) const override { return base_.head_input_gradient(dx); }
+  std::unique_ptr<nn::MoE> mixture_of_experts(int64_t C, const nn::MoeConfig& config) const override {
+    return std::make_unique<nn::MoE>(C, config, dispatcher_);
+  }
+
+ private:
+  const nn::LayerBuilder& base_;
+  AllToAllDispatcher dispatcher_;
+};
+
+}  // namespace loom::parallel::ep

@@ -1,0 +1,27 @@
+// What the progress line and metrics.jsonl say of a mixture of experts each step: how the
+// routed tokens spread over the experts (summed over every MoE layer and every rank), the
+// share dropped by capacity, the load-balancing loss, and the time in token exchanges.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "loom/comm/process_group.hpp"
+#include "loom/nn/module.hpp"
+
+namespace loom::train {
+
+struct MoeStepStats {
+  bool present = false;
+  std::vector<double> load;        // (E) share of the kept assignments per expert index (sums to 1)
+  double load_imbalance = 0.0;     // max / mean of the loads (1: balanced)
+  double dropped_fraction = 0.0;   // assignments over capacity / all assignments
+  double aux_loss = 0.0;           // the load-balancing loss per MoE layer and micro-batch, before its coefficient
+  double exchange_seconds = 0.0;   // this rank's time in all-to-all token exchanges (0 without ep)
+};
+
+// Collective over dp and pp: the statistics of the model's MoE layers since the last call
+// (each rank's, summed over the data-parallel and pipeline ranks), reset.
+MoeStepStats gather_moe_stats(nn::Module& model, comm::ProcessGroup& dp, comm::ProcessGroup& pp);
+
+}  // namespace loom::train

@@ -1,0 +1,109 @@
+// The mixture of experts serially: the load-balancing loss's closed form under uniform
+// routing, capacity dropping (which tokens, in which order, decided per sequence so any
+// split of the batch drops the same ones), deterministic tie-breaking, and the GPT's MoE
+// blocks (parameter count, the dense MLP accessor refusing). Exact comparisons: routing is
+// integer bookkeeping; the aux loss of a uniform router is exactly representable.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "loom/nn/gpt.hpp"
+#include "loom/nn/moe.hpp"
+#include "loom/nn/routing.hpp"
+#include "test_util.hpp"
+
+namespace loom::nn::moe_test {
+namespace {
+
+Tensor probs_of(const std::vector<std::vector<float>>& rows) {
+  Tensor p = Tensor::empty({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
+  for (size_t n = 0; n < rows.size(); ++n) std::copy(rows[n].begin(), rows[n].end(), p.f32() + n * rows[0].size());
+  return p;
+}
+
+std::vector<int32_t> values(const Tensor& t) { return {t.i32(), t.i32() + t.numel()}; }
+
+TEST(MoeRouting, UniformRoutingGivesAuxLossOneBeforeTheCoefficient) {
+  MoeConfig config;
+  config.experts = 4;
+  config.top_k = 2;
+  MoE moe(8, config);
+  for (Parameter* p : moe.parameters()) p->value().fill_(0.1f);
+  moe.router().weight().value().zero_();  // every probability 1/E
+  Context ctx;
+  moe.forward(Tensor::zeros({2, 5, 8}), ctx);
+  const MoeStats s = moe.take_stats();
+  EXPECT_EQ(s.aux_loss_sum, 1.0);
+  // Ties go to the lower expert index: every token picks experts 0 and 1.
+  ASSERT_EQ(s.load.size(), 4u);
+  EXPECT_EQ(s.load[0], 10);
+  EXPECT_EQ(s.load[1], 10);
+  EXPECT_EQ(s.load[2], 0);
+  EXPECT_EQ(s.load[3], 0);
+  EXPECT_EQ(s.dropped, 0);
+}
+
+TEST(MoeRouting, CapacityDropsLaterTokensAndSecondChoicesFirst) {
+  // One sequence of 4 tokens, 2 experts, top-2, f = 0.5: capacity ceil(0.5 * 2 * 4 / 2) = 2.
+  // Tokens 0-2 prefer expert 0, token 3 expert 1.
+  const Tensor probs = probs_of({{0.9f, 0.1f}, {0.8f, 0.2f}, {0.7f, 0.3f}, {0.4f, 0.6f}});
+  const Routing r = route_tokens(probs, 1, 4, 2, 0.5);
+  EXPECT_EQ(values(r.expert), (std::vector<int32_t>{0, 1, 0, 1, 0, 1, 1, 0}));
+  // First choices in token order: expert 0 takes tokens 0 and 1, drops token 2's; expert 1
+  // takes token 3. Second choices: expert 1 takes token 0's, then is full.
+  std::vector<bool> kept;
+  for (int32_t row : values(r.row)) kept.push_back(row >= 0);
+  EXPECT_EQ(kept, (std::vector<bool>{true, true, true, false, false, false, true, false}));
+  EXPECT_EQ(r.counts, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(r.dropped, 4);
+  EXPECT_EQ(expert_capacity(0.0, 2, 4, 2), 0) << "f = 0 is dropless";
+  EXPECT_EQ(route_tokens(probs, 1, 4, 2, 0.0).dropped, 0);
+}
+
+TEST(MoeRouting, EachSequenceIsRoutedAloneSoAnySplitDropsTheSameTokens) {
+  const int64_t T = 6, E = 3;
+  std::vector<std::vector<float>> rows;
+  const auto r = loom::testing::random_vector(2 * T * E, 5, 0.01f, 1.0f);
+  for (int64_t n = 0; n < 2 * T; ++n) rows.emplace_back(r.begin() + n * E, r.begin() + (n + 1) * E);
+  const Routing both = route_tokens(probs_of(rows), 2, T, 2, 0.6);
+  std::vector<int32_t> kept_both;
+  for (int32_t row : values(both.row)) kept_both.push_back(row >= 0);
+  std::vector<int32_t> kept_apart;
+  for (int b = 0; b < 2; ++b) {
+    const Routing one = route_tokens(probs_of({rows.begin() + b * T, rows.begin() + (b + 1) * T}), 1, T, 2, 0.6);
+    for (int32_t row : values(one.row)) kept_apart.push_back(row >= 0);
+  }
+  EXPECT_EQ(kept_both, kept_apart);
+  EXPECT_GT(both.dropped, 0);
+}
+
+TEST(MoeGpt, EveryNthBlockIsMoeAndTheParameterCountIncludesTheExperts) {
+  GPTConfig c;
+  c.vocab_size = 65;
+  c.block_size = 8;
+  c.n_layer = 4;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.moe.experts = 4;
+  c.moe.every = 2;
+  GPT model(c, 1);
+  EXPECT_EQ(model.blocks()[0]->moe(), nullptr);
+  ASSERT_NE(model.blocks()[1]->moe(), nullptr);
+  EXPECT_EQ(model.blocks()[3]->moe()->experts().fc_weight().shape(), (Shape{4, 64, 16}));
+  EXPECT_EQ(model.num_parameters(), c.num_parameters());
+  EXPECT_NE(loom::testing::error_of([&] { model.blocks()[1]->mlp(); }).find("mixture of experts"), std::string::npos);
+}
+
+TEST(MoeConfig, ImpossibleValuesAreNamed) {
+  MoeConfig c;
+  c.experts = 4;
+  c.top_k = 5;
+  EXPECT_NE(loom::testing::error_of([&] { c.validate(); }).find("moe_top_k must be in [1, moe_experts (4)]"),
+            std::string::npos);
+  c.top_k = 2;
+  c.capacity_factor = -1;
+  EXPECT_NE(loom::testing::error_of([&] { c.validate(); }).find("moe_capacity_factor must be >= 0"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::nn::moe_test
