@@ -46,6 +46,11 @@ TextDataset::TextDataset(const std::string& path, const std::string& tokenizer_k
   } catch (const std::bad_alloc&) {
     fail("out of memory reading data file '", path, "' (", format_bytes(check_input_file(path, "data file")),
          " of text, held as 32-bit tokens)");
+  } catch (const Error& e) {
+    // The tokenizer's message (invalid UTF-8 at an offset) does not know the file.
+    const std::string what = e.what();
+    if (what.find(path) != std::string::npos) throw;
+    fail("data file '", path, "': ", what);
   }
   for (Split s : {Split::Train, Split::Val})
     check(size(s) > block_size + 1, "data file '", path, "' is too short: its ", s == Split::Train ? "train" : "val",

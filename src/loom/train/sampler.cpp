@@ -10,7 +10,7 @@
 namespace loom::train {
 
 void SampleOptions::validate() const {
-  check(temperature >= 0, "temperature must be >= 0, got ", temperature);
+  check(temperature >= 0 && std::isfinite(temperature), "temperature must be a finite number >= 0, got ", temperature);
   check(top_k >= 0, "top_k must be >= 0, got ", top_k);
   check(tokens >= 0 && tokens <= kMaxSampleTokens, "tokens must be between 0 and ", kMaxSampleTokens, ", got ", tokens);
 }
