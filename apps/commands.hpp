@@ -56,7 +56,7 @@ std::shared_ptr<ConfigFlags> add_config_flags(CLI::App& sub, const train::TrainC
 // Started by mpirun/srun (their environment variables are set).
 bool launched_by_mpi();
 // Runs body on the MPI world; a loom::Error on any rank aborts the whole job with its message.
-int run_on_world(const std::function<void(comm::ProcessGroup&)>& body);
+int run_on_world(const std::function<void(comm::ProcessGroup&)>& body, double startup_timeout_s);
 
 // What main (and run_on_world, per rank) prints for an exception and the exit status: 1 for
 // a loom::Error and for what the machine refused (a filesystem error naming its path, out of
@@ -70,5 +70,7 @@ Failure failure_of(const std::exception& e);
 
 // Throws loom::Error for arguments left over after parsing, suggesting the closest flag.
 void reject_unknown_flags(const CLI::App& sub);
+// A command that is not one of app's subcommands (argv[i] onwards), named with the nearest one.
+void reject_unknown_commands(const CLI::App& app, int argc, char** argv, int i);
 
 }  // namespace loom::apps

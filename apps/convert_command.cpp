@@ -110,7 +110,7 @@ Runner add_convert_command(CLI::App& sub) {
       convert(nullptr);
       return 0;
     }
-    return run_on_world([&](comm::ProcessGroup& world) { convert(&world); });
+    return run_on_world([&](comm::ProcessGroup& world) { convert(&world); }, config.comm_timeout);
   };
 }
 

@@ -1,4 +1,5 @@
 // loom: one binary, one subcommand per task (train, sample, bench, schedule, convert, config-reference).
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -19,6 +20,23 @@ void reject_unknown_flags(const CLI::App& sub) {
   const std::string hint = train::did_you_mean(extra.front(), known);
   fail("unknown argument '", extra.front(), "' for 'loom ", sub.get_name(), "'",
        hint.empty() ? "" : " (did you mean '" + hint + "'?)", "; see 'loom ", sub.get_name(), " --help'");
+}
+
+// CLI11 says only "A subcommand is required" for a misspelt command (`loom trian`, `loom bench
+// gem`): name it, and the nearest one.
+void reject_unknown_commands(const CLI::App& app, int argc, char** argv, int i) {
+  const std::vector<const CLI::App*> subs = app.get_subcommands({});
+  if (subs.empty() || i >= argc || argv[i][0] == '-') return;
+  std::vector<std::string> names;
+  for (const CLI::App* sub : subs) {
+    if (sub->get_name() == argv[i]) return reject_unknown_commands(*sub, argc, argv, i + 1);
+    names.push_back(sub->get_name());
+  }
+  std::string command = "loom";
+  for (int k = 1; k <= i; ++k) command += std::string(" ") + argv[k];
+  const std::string hint = train::did_you_mean(argv[i], names);
+  fail("unknown command '", command, "'", hint.empty() ? "" : " (did you mean '" + hint + "'?)", "; see '",
+       command.substr(0, command.rfind(' ')), " --help'");
 }
 
 Failure failure_of(const std::exception& e) {
@@ -75,6 +93,7 @@ int main(int argc, char** argv) {
       loom::apps::add_tokenize_command);
   add("config-reference", "print the configuration reference as Markdown (example: loom config-reference > docs/configuration.md)", loom::apps::add_config_reference_command);
   try {
+    loom::apps::reject_unknown_commands(app, argc, argv, 1);
     app.parse(argc, argv);
     for (auto& [sub, run] : runners)
       if (sub->parsed()) {

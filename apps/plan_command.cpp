@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -161,6 +162,8 @@ Runner add_plan_command(CLI::App& sub) {
     plan::ClusterSpec cluster = !a->cluster_file.empty() ? plan::cluster_from_file(a->cluster_file)
                                 : a->cluster == "local"  ? measure_local_cluster(model, layouts, a->devices)
                                                          : plan::cluster_preset(a->cluster);
+    check(std::isfinite(a->link_latency_us) && a->link_latency_us >= 0 && std::isfinite(a->link_gbs) && a->link_gbs >= 0,
+          "--link-latency-us and --link-gbs must be >= 0 (0: the cluster's), got ", a->link_latency_us, " and ", a->link_gbs);
     for (plan::LinkCost* link : {&cluster.intra_node, &cluster.inter_node}) {
       if (a->link_latency_us > 0) link->alpha_s = a->link_latency_us * 1e-6;
       if (a->link_gbs > 0) link->beta_s_per_byte = 1.0 / (a->link_gbs * 1e9);

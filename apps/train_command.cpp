@@ -7,6 +7,7 @@
 #include "commands.hpp"
 #include "loom/comm/mesh_layout.hpp"
 #include "loom/comm/mpi_runtime.hpp"
+#include "loom/comm/startup_watch.hpp"
 #include "loom/error.hpp"
 #include "loom/parallel/context_parallel/load_balance.hpp"
 #include "loom/parallel/pipeline/partition.hpp"
@@ -149,8 +150,11 @@ bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
 }
 
-int run_on_world(const std::function<void(comm::ProcessGroup&)>& body) {
+int run_on_world(const std::function<void(comm::ProcessGroup&)>& body, double startup_timeout_s) {
+  // MPI_Init and the world's communicators block until every rank arrives: watched by a deadline.
+  auto watch = std::make_unique<comm::StartupWatch>(startup_timeout_s, "MPI_Init and the world's communicators");
   comm::MpiRuntime mpi(nullptr, nullptr);
+  watch.reset();
   try {
     body(mpi.world());
   } catch (const std::exception& e) {
@@ -191,7 +195,7 @@ Runner add_train_command(CLI::App& sub) {
     return run_on_world([&](comm::ProcessGroup& world) {
       train::Trainer trainer(config, false, &world);
       trainer.run();
-    });
+    }, config.comm_timeout);
   };
 }
 

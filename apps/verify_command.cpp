@@ -150,7 +150,7 @@ Runner add_verify_command(CLI::App& sub) {
       return verify(config, *tol, nullptr);
     }
     int status = 0;
-    run_on_world([&](comm::ProcessGroup& world) { status = verify(config, *tol, &world); });
+    run_on_world([&](comm::ProcessGroup& world) { status = verify(config, *tol, &world); }, config.comm_timeout);
     return status;
   };
 }

@@ -312,7 +312,7 @@ TEST(ScheduleFile, ReadsChecksAndNamesTheFile) {
   EXPECT_THAT([&] { schedule_from_file(bad, 2, 4, 1); },
               fails_with("schedule file " + bad + ": rank 1: micro-batch 3 is never backwarded"));
   EXPECT_THAT([] { read_schedule_file("/nonexistent/schedule.txt"); },
-              fails_with("cannot open schedule file '/nonexistent/schedule.txt'"));
+              fails_with("cannot open schedule file '/nonexistent/schedule.txt': No such file or directory"));
 }
 
 TEST(ScheduleTimeline, SvgDrawsEveryComputeBox) {

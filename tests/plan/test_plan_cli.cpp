@@ -73,7 +73,7 @@ TEST(PlanCli, BadInputIsOneMessage) {
     EXPECT_NE(out.find(message), std::string::npos) << "loom plan " << args << " printed:\n" << out;
   };
   expect_error("--gpus 4 --dp 3", "dp (3) x pp (1) x tp (1) = 3 != --gpus 4");
-  expect_error("--model-file /nonexistent/m.toml", "cannot open '/nonexistent/m.toml'");
+  expect_error("--model-file /nonexistent/m.toml", "cannot open description file '/nonexistent/m.toml': No such file or directory");
   expect_error("--cluster moon", "unknown cluster 'moon'");
   expect_error("--model gpt3-175b --cluster local-default --gpus 2 --global-batch 8", "no layout fits: out of memory");
 }

@@ -56,7 +56,7 @@ TEST(PlanSpecFiles, BadModelFilesAreNamed) {
             "m.toml: hidden (64) must be divisible by heads (5)");
   EXPECT_EQ(error_of([] { model_from_toml("layers = [\n", "m.toml"); }).rfind("m.toml:", 0), 0u);
   EXPECT_NE(error_of([] { model_from_toml("layers = [\n", "m.toml"); }).find("invalid TOML"), std::string::npos);
-  EXPECT_EQ(error_of([] { model_from_file("/nonexistent/m.toml"); }), "cannot open '/nonexistent/m.toml'");
+  EXPECT_EQ(error_of([] { model_from_file("/nonexistent/m.toml"); }), "cannot open description file '/nonexistent/m.toml': No such file or directory");
 }
 
 // A minimal valid cluster file: its top-level keys, then its two link tables.

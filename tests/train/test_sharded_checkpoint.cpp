@@ -215,7 +215,7 @@ TEST(ShardedCheckpoint, DamagedOrHostileCheckpointsAreClearErrors) {
         f.seekp(-5, std::ios::end);
         f.write(&byte, 1);
       },
-      "in rank file 'rank-00000.safetensors' is corrupted (CRC-32");
+      "rank file 'rank-00000.safetensors' is corrupted (CRC-32");
   expect_load_error(
       "not_covered",
       [](const fs::path& d) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "loom/comm/mpi_util.hpp"
+#include "loom/comm/startup_watch.hpp"
 #include "loom/error.hpp"
 
 namespace loom::comm {
@@ -66,12 +67,17 @@ std::string pin_ranks_when_oversubscribed(const MeshLayout& layout, const Proces
   if (world.is_single_process()) return "";  // one process cannot outnumber the cores
   const int world_rank = world.rank();
   MPI_Comm node = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node),
-            "MPI_Comm_split_type");
   int on_node = 0;
-  MPI_Comm_size(node, &on_node);
-  std::vector<int> node_ranks(static_cast<size_t>(on_node));
-  check_mpi(MPI_Allgather(&world_rank, 1, MPI_INT, node_ranks.data(), 1, MPI_INT, node), "MPI_Allgather");
+  std::vector<int> node_ranks;
+  {
+    // Blocking calls every rank of the node must reach: watched by a deadline.
+    const StartupWatch watch(world.timeout(), "placing the ranks on cores (MPI_Comm_split_type, MPI_Allgather)");
+    check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node),
+              "MPI_Comm_split_type");
+    MPI_Comm_size(node, &on_node);
+    node_ranks.resize(static_cast<size_t>(on_node));
+    check_mpi(MPI_Allgather(&world_rank, 1, MPI_INT, node_ranks.data(), 1, MPI_INT, node), "MPI_Allgather");
+  }
   int local = 0;
   MPI_Comm_rank(node, &local);
   // Only ranks that share one set of CPUs are placed: where the launcher bound each rank to

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "loom/comm/mpi_util.hpp"
+#include "loom/comm/startup_watch.hpp"
 #include "loom/error.hpp"
 #include "loom/trace/recorder.hpp"
 
@@ -382,8 +383,15 @@ std::unique_ptr<ProcessGroup> ProcessGroup::split(int color, int key, std::strin
   MPI_Comm sub = MPI_COMM_NULL;
   // Issued through the thread so it stays ordered with this group's queued collectives.
   MPI_Comm comm = collective_comm_;
-  submit("split", 0, [&]() { check_mpi(MPI_Comm_split(comm, color, key, &sub), "MPI_Comm_split"); }).wait();
-  auto group = std::make_unique<ProcessGroup>(sub, std::move(name));
+  stop_for_a_test("split");
+  // MPI_Comm_split and the new group's MPI_Comm_dup block until every member arrives, where
+  // the watchdog cannot poll: a deadline ends the job instead of a silent hang.
+  std::unique_ptr<ProcessGroup> group;
+  {
+    const StartupWatch watch(timeout_s_, "creating group '" + name + "' from '" + name_ + "' (MPI_Comm_split)");
+    submit("split", 0, [&]() { check_mpi(MPI_Comm_split(comm, color, key, &sub), "MPI_Comm_split"); }).wait();
+    group = std::make_unique<ProcessGroup>(sub, std::move(name));
+  }
   MPI_Comm_free(&sub);
   // A group made from this one is watched like it: the trainer sets the world's timeout once.
   group->timeout_s_ = timeout_s_;

@@ -49,6 +49,11 @@ TextDataset::TextDataset(const std::string& path, const std::string& tokenizer_k
     } catch (const std::bad_alloc&) {
       fail("out of memory reading data file '", path, "' (", format_bytes(check_input_file(path, "data file")),
            " of text, held as 32-bit tokens; `loom tokenize` writes a token file that is read memory-mapped)");
+    } catch (const Error& e) {
+      // The tokenizer's message (invalid UTF-8 at an offset) does not know the file.
+      const std::string what = e.what();
+      if (what.find(path) != std::string::npos) throw;
+      fail("data file '", path, "': ", what);
     }
   }
   n_train_ = static_cast<int64_t>(static_cast<double>(n_total_) * (1.0 - val_fraction));

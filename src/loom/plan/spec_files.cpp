@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "loom/data/input_file.hpp"
 #include "loom/error.hpp"
 
 namespace loom::plan {
@@ -74,6 +75,7 @@ void read_keys(const toml::table& table, const std::vector<Key>& keys, const std
 }
 
 std::string read_file(const std::string& path) {
+  data::check_input_file(path, "description file", data::kMaxConfigBytes);  // a FIFO would block, a directory read as empty
   std::ifstream in(path);
   check(in.good(), "cannot open '", path, "'");
   std::stringstream ss;

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/data/input_file.hpp"
 #include "loom/error.hpp"
 #include "loom/parallel/pipeline/timeline_svg.hpp"
 #include "loom/report/charts.hpp"
@@ -48,6 +49,7 @@ th:first-child, td:first-child { text-align: left; }
 )";
 
 std::vector<json> read_metrics(const fs::path& path) {
+  if (data::file_kind(path.string()) != "missing") data::check_input_file(path.string(), "metrics file");
   std::ifstream in(path);
   check(in.good(), "no metrics.jsonl in '", path.parent_path().string(), "' (is it a run directory, the out_dir of a loom train run?)");
   std::vector<json> records;
@@ -64,6 +66,7 @@ std::vector<json> read_metrics(const fs::path& path) {
 }
 
 std::optional<json> read_json(const fs::path& path) {
+  if (data::file_kind(path.string()) != "missing") data::check_input_file(path.string(), "run file");
   std::ifstream in(path);
   if (!in.good()) return std::nullopt;
   try {

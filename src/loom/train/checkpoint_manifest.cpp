@@ -91,6 +91,10 @@ Manifest parse_manifest(const std::string& text, const std::string& origin) {
     m.layout = {l.at("dp").get<int64_t>(),     l.at("pp").get<int64_t>(),     l.at("tp").get<int64_t>(),
                 l.at("zero").get<int64_t>(),   l.at("chunks").get<int64_t>(), l.at("hsdp_shard").get<int64_t>(),
                 l.at("sequence_parallel").get<bool>()};
+    const CheckpointLayout& ml = m.layout;
+    check(ml.dp >= 1 && ml.pp >= 1 && ml.tp >= 1 && ml.chunks >= 1 && ml.zero >= 0 && ml.zero <= 3 && ml.hsdp_shard >= 0,
+          origin, ": invalid layout dp ", ml.dp, ", pp ", ml.pp, ", tp ", ml.tp, ", zero ", ml.zero, ", chunks ", ml.chunks,
+          ", hsdp_shard ", ml.hsdp_shard);
     field = "step";
     m.info.step = j.at("step").get<int64_t>();
     check(m.info.step >= 0, origin, ": invalid step ", m.info.step);

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -14,6 +16,7 @@
 #include "loom/data/tokenizer.hpp"
 #include "loom/error.hpp"
 #include "loom/train/toml_text.hpp"
+#include "loom/train/trace_steps.hpp"
 #include "loom/kernels/threads.hpp"
 
 namespace loom::train {
@@ -128,6 +131,12 @@ void TrainConfig::check_context_parallel() const {
 
 void TrainConfig::validate() const {
   check(family == "gpt" || family == "gcn", "model must be 'gpt' or 'gcn', got '", family, "'");
+  // Every number finite, wherever it came from (the readers check too; the environment and
+  // code that fills a config do not go through them).
+  TrainConfig copy = *this;
+  for (const ConfigKey& k : config_schema(copy))
+    if (double* const* p = std::get_if<double*>(&k.target))
+      check(std::isfinite(**p), k.key, " must be a finite number, got ", **p);
   model.validate();
   if (family == "gcn") gcn.validate();
   check(steps >= 0, "steps must be >= 0, got ", steps);
@@ -144,6 +153,9 @@ void TrainConfig::validate() const {
   check(warmup_steps >= 0 && decay_steps >= 0, "warmup_steps and decay_steps must be >= 0");
   check(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "beta1 and beta2 must be in [0, 1)");
   check(eps > 0, "eps must be > 0, got ", eps);
+  check(weight_decay >= 0, "weight_decay must be >= 0, got ", weight_decay);
+  check(momentum >= 0 && momentum < 1, "momentum must be in [0, 1), got ", momentum);
+  check(val_fraction > 0 && val_fraction < 1, "val_fraction must be in (0, 1), got ", val_fraction);
   check(grad_clip >= 0, "grad_clip must be >= 0, got ", grad_clip);
   check(log_every >= 1, "log_every must be >= 1, got ", log_every);
   check(eval_every >= 0 && eval_batches >= 1, "eval_every must be >= 0 and eval_batches >= 1");
@@ -160,6 +172,9 @@ void TrainConfig::validate() const {
   comm::parse_algorithm(allreduce);  // names the choices when unknown
   check(bucket_mb > 0, "bucket_mb must be > 0, got ", bucket_mb);
   pipeline_layers();  // names a malformed list now rather than at start-up
+  // Malformed steps are named now, not when tracing starts; the run's length only matters
+  // when the trace is on.
+  parse_trace_steps(trace_steps, trace ? steps : std::numeric_limits<int64_t>::max());
   check(schedule == "1f1b" || schedule == "gpipe" || schedule == "interleaved",
         "schedule must be '1f1b', 'gpipe' or 'interleaved', got '", schedule, "'");
   check(chunks >= 1, "chunks must be >= 1, got ", chunks);
@@ -331,6 +346,8 @@ void set_from_string(const ConfigKey& key, const std::string& text) {
           } catch (const std::logic_error&) {
             bad();
           }
+          // nan and inf read as numbers but no key means them (an infinite bucket or lr).
+          check(std::isfinite(*p), "--", flag_name(key.key), ": expected a finite number, got '", text, "'");
         } else if constexpr (std::is_same_v<T, bool>) {
           if (text == "true" || text == "1") *p = true;
           else if (text == "false" || text == "0") *p = false;
@@ -394,6 +411,7 @@ void set_from_toml(const ConfigKey& key, const toml::node& node, const std::stri
           if (node.is_integer()) *p = static_cast<double>(node.as_integer()->get());
           else if (node.is_floating_point()) *p = node.as_floating_point()->get();
           else bad();
+          check(std::isfinite(*p), origin, ": [", key.section, "] ", key.key, " must be a finite number, got ", *p);
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!node.is_boolean()) bad();
           *p = node.as_boolean()->get();

@@ -10,7 +10,7 @@
 namespace loom::train {
 
 void SamplingOptions::validate() const {
-  check(temperature >= 0, "temperature must be >= 0, got ", temperature);
+  check(temperature >= 0 && std::isfinite(temperature), "temperature must be a finite number >= 0, got ", temperature);
   check(top_k >= 0, "top_k must be >= 0, got ", top_k);
   check(top_p > 0 && top_p <= 1, "top_p must be in (0, 1], got ", top_p);
 }

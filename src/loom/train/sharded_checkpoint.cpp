@@ -161,30 +161,32 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
 
 void CheckpointReader::verify_files() {
   if (!sharded_) return;  // read whole on opening, its checksum verified
-  for (const auto& [name, f] : manifest_.files) {
-    const std::string file = (fs::path(path_) / name).string();
-    const int64_t size = rank_file_size(path_, name);
-    check(size == f.bytes, "checkpoint '", path_, "': rank file '", name, "' is ", size, " bytes, the manifest says ",
-          f.bytes, " (truncated or replaced)");
-    std::ifstream in(file, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    check(static_cast<int64_t>(bytes.size()) == f.bytes, "checkpoint '", path_, "': rank file '", name, "' is ",
-          bytes.size(), " bytes, the manifest says ", f.bytes, " (truncated or replaced)");
-    const uint32_t crc = crc32_of(crc32_of(0, nullptr, 0), bytes.data(), static_cast<int64_t>(bytes.size()));
-    check(crc == f.crc32, "checkpoint '", path_, "': rank file '", name, "' is corrupted (CRC-32 ", crc,
-          ", the manifest recorded ", f.crc32, ")");
-  }
+  for (const auto& [name, f] : manifest_.files) verify_file(name);
+}
+
+void CheckpointReader::verify_file(const std::string& name) {
+  const ManifestFile& f = manifest_.files.at(name);
+  const std::string file = (fs::path(path_) / name).string();
+  const int64_t size = rank_file_size(path_, name);
+  check(size == f.bytes, "checkpoint '", path_, "': rank file '", name, "' is ", size, " bytes, the manifest says ",
+        f.bytes, " (truncated or replaced)");
+  std::ifstream in(file, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  check(static_cast<int64_t>(bytes.size()) == f.bytes, "checkpoint '", path_, "': rank file '", name, "' is ",
+        bytes.size(), " bytes, the manifest says ", f.bytes, " (truncated or replaced)");
+  const uint32_t crc = crc32_of(crc32_of(0, nullptr, 0), bytes.data(), static_cast<int64_t>(bytes.size()));
+  check(crc == f.crc32, "checkpoint '", path_, "': rank file '", name, "' is corrupted (CRC-32 ", crc,
+        ", the manifest recorded ", f.crc32, ")");
 }
 
 Tensor CheckpointReader::piece_data(const ManifestPiece& piece) {
   if (single_) return single_->tensors.at(piece.key);
   auto it = files_.find(piece.file);
   if (it == files_.end()) {
-    const std::string file = (fs::path(path_) / piece.file).string();
-    const int64_t bytes = rank_file_size(path_, piece.file), want = manifest_.files.at(piece.file).bytes;
-    check(bytes == want, "checkpoint '", path_, "': rank file '", piece.file, "' is ", bytes, " bytes, the manifest says ",
-          want, " (truncated or replaced)");
-    it = files_.emplace(piece.file, std::make_unique<TensorFileReader>(file)).first;
+    // The whole file's CRC too, once: a flipped bit outside the pieces read (another rank's,
+    // the optimizer's when sampling) is damage all the same.
+    verify_file(piece.file);
+    it = files_.emplace(piece.file, std::make_unique<TensorFileReader>((fs::path(path_) / piece.file).string())).first;
   }
   Tensor t = it->second->read(piece.key);
   check(t.dtype() == DType::F32 && t.numel() == piece.layout.numel(), "checkpoint '", path_, "': '", piece.key, "' in '",

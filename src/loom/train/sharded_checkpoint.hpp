@@ -44,7 +44,8 @@ class CheckpointReader {
   bool sharded() const { return sharded_; }
   const Manifest& manifest() const { return manifest_; }
   const CheckpointInfo& info() const { return manifest_.info; }
-  // Fills every destination from the pieces it overlaps, reading only those; loom::Error
+  // Fills every destination from the pieces it overlaps, reading only those (and verifying the
+  // CRC-32 of every rank file it opens, whole); loom::Error
   // naming the tensor for a missing tensor or a shape mismatch, naming the file for a
   // missing, truncated or corrupted rank file.
   void load_into(const std::vector<StatePiece>& destinations);
@@ -53,6 +54,7 @@ class CheckpointReader {
   void verify_files();
 
  private:
+  void verify_file(const std::string& name);  // one rank file's size and CRC-32
   Tensor piece_data(const ManifestPiece& piece);
 
   std::string path_;

@@ -12,15 +12,9 @@
 #include "loom/comm/process_group.hpp"
 #include "loom/trace/recorder.hpp"
 #include "loom/train/config.hpp"
+#include "loom/train/trace_steps.hpp"
 
 namespace loom::train {
-
-struct TraceSteps {
-  int64_t first = 0, last = 0;  // 1-based optimizer steps, inclusive
-};
-// "5:8" (or "5" for one step); "" gives the default window; clipped to the run's steps.
-// loom::Error naming the text when malformed or outside 1..steps.
-TraceSteps parse_trace_steps(const std::string& text, int64_t steps);
 
 // "rank 5 (dp 1, pp 0, tp 1)": a rank and its coordinates in the layout's device mesh.
 std::string rank_name(const TrainConfig& config, int rank);

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "loom/data/input_file.hpp"
 #include "loom/error.hpp"
 #include "loom/parallel/pipeline/schedule_builders.hpp"
 #include "loom/parallel/pipeline/schedule_check.hpp"
@@ -11,6 +12,7 @@
 namespace loom::parallel::pipeline {
 
 Schedule read_schedule_file(const std::string& path) {
+  data::check_input_file(path, "schedule file", data::kMaxConfigBytes);  // a FIFO would block, a directory read as empty
   std::ifstream in(path);
   check(in.good(), "cannot open schedule file '", path, "'");
   std::ostringstream text;

@@ -1,0 +1,39 @@
+"""Layouts that do not fit the model or the processes (single process, and under mpirun)."""
+from run import Case
+
+CLASS = "layout"
+
+
+def cases(fx):
+    def train(what, args, expect, ranks=0, slow=False):
+        return Case(what, ["train", *fx.tiny, "--steps", "1", *args, *fx.out()], expect, ranks=ranks, slow=slow)
+
+    sched = fx.file("bad.schedule", "F0 F1 B0\nF0 B1 B0\n")
+    return [
+        train("dp 2 without mpirun", ["--dp", "2"], r"needs 2 processes: start it with mpirun -np 2"),
+        train("dp 0", ["--dp", "0"], r"parallel degrees must be >= 1"),
+        train("tp -1", ["--tp", "-1"], r"parallel degrees must be >= 1"),
+        train("zero 2 with pp 2", ["--pp", "2", "--zero", "2"], r"pipeline parallelism composes with zero 0 or 1"),
+        train("sequence_parallel without tp", ["--sequence-parallel"], r"sequence_parallel needs tensor parallelism"),
+        train("sequence_parallel, block_size not divisible by tp", ["--tp", "3", "--sequence-parallel", "--n-head", "3",
+              "--n-embd", "18", "--block-size", "16"], r"block_size \(16\) must be divisible by tp \(3\)"),
+        train("hsdp_shard without zero", ["--hsdp-shard", "2"], r"hsdp_shard needs a sharded mode"),
+        train("hsdp_shard not dividing dp", ["--dp", "4", "--zero", "1", "--hsdp-shard", "3"], r"hsdp_shard \(3\) must divide dp \(4\)"),
+        train("zero with allreduce tree", ["--zero", "1", "--allreduce", "tree"], r"ZeRO reduce-scatters"),
+        train("interleaved with chunks 1", ["--schedule", "interleaved"], r"interleaved schedule needs chunks >= 2"),
+        train("chunks 2 with 1f1b", ["--chunks", "2"], r"chunks > 1 .* needs schedule"),
+        train("pp_layers malformed", ["--pp-layers", "2,x"], r"pp_layers must list blocks per stage"),
+        train("pp_layers with a zero", ["--pp-layers", "0,1"], r"pp_layers must list blocks per stage"),
+        train("schedule_file without pp", ["--schedule-file", sched], r"schedule_file .* is a pipeline schedule: set pp > 1"),
+        train("dp 3 under mpirun -np 2", ["--dp", "3"], r"dp|3", ranks=2, slow=True),
+        train("tp 2 not dividing 3 heads (np 2)", ["--tp", "2", "--n-head", "3", "--n-embd", "18"], r"n_head|tp", ranks=2, slow=True),
+        train("pp 2 with 1 layer (np 2)", ["--pp", "2"], r"n_layer|block|stage", ranks=2, slow=True),
+        train("pp_layers not summing to n_layer (np 2)", ["--pp", "2", "--n-layer", "2", "--pp-layers", "1,3"], r"pp_layers", ranks=2, slow=True),
+        train("pp_layers with 3 stages for pp 2 (np 2)", ["--pp", "2", "--n-layer", "3", "--pp-layers", "1,1,1"], r"pp_layers", ranks=2, slow=True),
+        train("interleaved, micro_batches not divisible by pp (np 2)", ["--pp", "2", "--n-layer", "4", "--schedule", "interleaved",
+              "--chunks", "2", "--micro-batches", "3"], r"micro-batches \(3\) to be a multiple of pp \(2\)", ranks=2, slow=True),
+        train("a malformed schedule file (np 2)", ["--pp", "2", "--n-layer", "2", "--micro-batches", "2", "--schedule-file", sched],
+              r"bad.schedule", ranks=2, slow=True),
+        train("a missing schedule file (np 2)", ["--pp", "2", "--n-layer", "2", "--schedule-file", "/nonexistent/s.txt"],
+              r"/nonexistent/s.txt", ranks=2, slow=True),
+    ]

@@ -1,0 +1,82 @@
+"""Sharded checkpoints' manifest.json: the file, its JSON, its records of tensors, pieces,
+files, layout and step."""
+import os
+from pathlib import Path
+
+from run import Case
+
+CLASS = "manifest"
+
+
+def cases(fx):
+    rows = []
+
+    def sample(what, run, expect):
+        rows.append(Case(what, ["sample", "--checkpoint", run, "--tokens", "4"], expect))
+
+    def edit(what, change, expect):
+        sample(what, fx.edit_manifest(what, change), expect)
+
+    def replace_file(what, make, expect):
+        """The manifest replaced by what make(path) leaves at its path."""
+        run = fx.trained("sharded")
+        m = Path(fx.sharded_checkpoint_dir(run)) / "manifest.json"
+        os.remove(m)
+        make(str(m))
+        sample(what, run, expect)
+
+    def first(m):
+        return next(iter(m["tensors"].values()))
+
+    def set_in(path, value):
+        def change(m):
+            node = m
+            for k in path[:-1]:
+                node = node[k] if not callable(k) else k(node)
+            if value is None:
+                del node[path[-1]]
+            else:
+                node[path[-1]] = value
+            return m
+        return change
+
+    piece = lambda m: first(m)["pieces"][0]  # noqa: E731
+    rank_file = lambda m: next(iter(m["files"].values()))  # noqa: E731
+    where = "manifest"
+
+    replace_file("missing (a crashed writer): no complete checkpoint", lambda p: None, r"no complete checkpoint in")
+    replace_file("a directory", lambda p: os.mkdir(p), r"manifest.json' is a directory")
+    replace_file("a FIFO", lambda p: os.mkfifo(p), r"manifest.json' is a FIFO")
+    replace_file("257 MiB (sparse)", lambda p: open(p, "wb").truncate(257 << 20), r"more than the limit of 256")
+    edit("empty", lambda m: "", where)
+    edit("not JSON", lambda m: "{ not json", where)
+    edit("a JSON array", lambda m: "[]", where)
+    edit("JSON nested 100000 deep", lambda m: "[" * 100000 + "]" * 100000, where)
+    edit("format unknown", set_in(["format"], "zip"), r"is not a Loom checkpoint manifest")
+    edit("format_version 99", set_in(["format_version"], 99), r"version")
+    edit("format_version a string", set_in(["format_version"], "1"), where)
+    edit("step differs from its directory", set_in(["step"], 7), r"step")
+    edit("step negative", set_in(["step"], -1), r"step")
+    edit("no tensors", set_in(["tensors"], {}), r"model\.")
+    edit("a tensor missing", lambda m: m["tensors"].pop(next(iter(m["tensors"]))) and m, r"model\.blocks\.0\.attn\.proj\.bias")
+    edit("tensors a list", set_in(["tensors"], []), r"has no tensor 'model\.")
+    edit("a tensor's shape negative", lambda m: (first(m).__setitem__("shape", [-16]), m)[1], where)
+    edit("a tensor's shape of 2^62 elements", lambda m: (first(m).__setitem__("shape", [1 << 31, 1 << 31]), m)[1], where)
+    edit("a piece past its tensor's end", set_in([piece, "end"], 1 << 40), where)
+    edit("a piece reversed", set_in([piece, "begin"], 17), where)
+    edit("a piece in an unlisted file", set_in([piece, "file"], "rank-00009.safetensors"), r"rank-00009")
+    edit("a piece's file '../../etc/passwd'", set_in([piece, "file"], "../../etc/passwd"), r"passwd")
+    edit("a piece's key unknown", set_in([piece, "key"], "model.nothing"), r"model\.nothing")
+    edit("a piece's CRC wrong", set_in([piece, "crc32"], 1), r"crc|CRC|checksum|corrupt")
+    edit("pieces that do not cover the tensor", lambda m: (first(m)["pieces"].clear(), m)[1], where)
+    edit("a rank file's CRC wrong", set_in([rank_file, "crc32"], 1), r"rank file 'rank-00000.safetensors' is corrupted")
+    edit("a rank file's CRC -1", set_in([rank_file, "crc32"], -1), r"rank-00000.safetensors")
+    edit("a rank file's size wrong", set_in([rank_file, "bytes"], 5), r"rank-00000.safetensors")
+    edit("files empty", set_in(["files"], {}), r"rank-00000.safetensors")
+    edit("layout tp 0", set_in(["layout", "tp"], 0), r"invalid layout dp 1, pp 1, tp 0")
+    edit("layout missing", set_in(["layout"], None), where)
+    edit("config not TOML", set_in(["config"], "[model\n"), r"configuration|TOML")
+    edit("tokenizer garbage", set_in(["tokenizer"], "bpe:xyz"), r"tokenizer")
+    edit("tokenizer missing", set_in(["tokenizer"], None), r"tokenizer")
+    edit("optimizer_steps a string", set_in(["optimizer_steps"], "many"), where)
+    return rows

@@ -1,0 +1,31 @@
+"""`loom sample`: its options and the checkpoint path it is given."""
+from run import Case
+
+CLASS = "sample options"
+
+
+def cases(fx):
+    run = fx.trained("single")
+
+    def sample(what, args, expect, checkpoint=None):
+        return Case(what, ["sample", "--checkpoint", checkpoint or run, *args], expect)
+
+    return [
+        sample("--tokens 1000000000", ["--tokens", "1000000000"], r"tokens must be between 0 and 100000, got 1000000000"),
+        sample("--tokens 1e9", ["--tokens", "1e9"], r"--tokens"),
+        sample("--tokens -5", ["--tokens", "-5"], r"tokens must be between 0 and 100000, got -5"),
+        sample("--temperature -1", ["--temperature", "-1"], r"temperature"),
+        sample("--temperature nan", ["--temperature", "nan"], r"temperature"),
+        sample("--temperature inf", ["--temperature", "inf"], r"temperature"),
+        sample("--top-k -1", ["--top-k", "-1"], r"top_k|top-k"),
+        sample("--threads 100000", ["--threads", "100000"], r"threads \(100000\) must be between 0"),
+        sample("--seed abc", ["--seed", "abc"], r"--seed"),
+        sample("a prompt with a character outside the vocabulary", ["--prompt", "\u00e9t\u00e9"], r"vocabulary|not in"),
+        sample("a prompt of invalid UTF-8", ["--prompt", b"ab\xff".decode("utf-8", "surrogateescape")], r"UTF-8"),
+        sample("no --checkpoint", [], r"--checkpoint", checkpoint=None) if False else
+        Case("no --checkpoint", ["sample"], r"--checkpoint"),
+        sample("a missing checkpoint", [], r"/nonexistent/ckpt", checkpoint="/nonexistent/ckpt"),
+        sample("a directory without checkpoints", [], r"empty-dir", checkpoint=fx.directory("empty-dir")),
+        sample("a text file as checkpoint", [], r"notckpt", checkpoint=fx.file("notckpt.txt", "hello world\n" * 10)),
+        sample("an unknown option", ["--top-p", "0.9"], r"unknown argument '--top-p'"),
+    ]
