@@ -8,6 +8,7 @@
 
 #include "loom/comm/core_placement.hpp"
 #include "loom/error.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/kernels/threads.hpp"
 #include "loom/optim/adamw.hpp"
 #include "loom/optim/clip.hpp"
@@ -140,6 +141,10 @@ StepResult Trainer::train_step() {
 }
 
 StepResult Trainer::compute_gradients() {
+  // This run's precision for its GEMMs (several trainers may share a process in tests); the
+  // weights may have changed since the last step, so their bf16 copies are converted anew.
+  const kernels::PrecisionScope precision(kernels::parse_precision(config_.precision));
+  kernels::new_weights_generation();
   StepResult r;
   r.lr = lr_schedule_.at(step_);
   tp_.reset_stats();
@@ -180,6 +185,8 @@ void Trainer::apply_update(StepResult& r) {
 
 float Trainer::evaluate() {
   trace::Span span("eval", "evaluate");
+  const kernels::PrecisionScope precision(kernels::parse_precision(config_.precision));
+  kernels::new_weights_generation();
   MemoryScope scope(MemoryCategory::Activations);
   std::vector<data::Batch> batches;
   for (int64_t i = 0; i < config_.eval_batches; ++i) batches.push_back(spec_->eval_batch(i, dp_.rank()));
@@ -221,8 +228,10 @@ std::string Trainer::save_checkpoint_now() {
 std::string Trainer::memory_report() const { return train::memory_report(world_.rank(), state_formula(), sharded()); }
 
 plan::StateBytes Trainer::state_formula() const {
-  return plan::model_state_bytes(p_.model->num_parameters(), static_cast<int>(config_.shard_size()),
-                                 static_cast<int>(config_.zero), config_.optimizer == "adamw" ? 8 : 4);
+  plan::StateBytes s = plan::model_state_bytes(p_.model->num_parameters(), static_cast<int>(config_.shard_size()),
+                                               static_cast<int>(config_.zero), config_.optimizer == "adamw" ? 8 : 4);
+  if (config_.precision == "bf16") s.params += plan::bf16_copy_bytes(p_.model->num_parameters(), static_cast<int>(config_.zero));
+  return s;
 }
 
 nlohmann::json Trainer::memory_json() const {
@@ -243,12 +252,14 @@ float Trainer::run() {
   char line[256];
   std::snprintf(line, sizeof line,
                 "model: %lld parameters | %lld layers, %lld heads, %lld wide, context %lld, vocab %lld | %d threads, "
-                "matmul peak %.0f GFLOP/s",
+                "%s matmul peak %.0f GFLOP/s",
                 static_cast<long long>(config_.model.num_parameters()), static_cast<long long>(config_.model.n_layer),
                 static_cast<long long>(config_.model.n_head), static_cast<long long>(config_.model.n_embd),
                 static_cast<long long>(config_.model.block_size), static_cast<long long>(config_.model.vocab_size),
-                kernels::num_threads(), progress_->peak_gflops());
+                kernels::num_threads(), config_.precision.c_str(), progress_->peak_gflops());
   progress_->say(line);
+  if (config_.precision == "bf16")
+    if (const std::string warning = kernels::bf16_speed_warning(); !warning.empty()) progress_->say(warning);
   float val_loss = NAN;
   auto evaluate_and_log = [&]() {
     val_loss = evaluate();
