@@ -1,4 +1,5 @@
-// `loom bench gemm`: the fp32 matmul peak (the MFU denominator) on transformer shapes.
+// `loom bench gemm`: the fp32 and bf16 matmul peaks (the MFU denominators) on transformer
+// shapes, with the implementation (ISA) oneDNN dispatched.
 // `loom bench train`: median time of full training steps (forward, backward, AdamW) of a
 // GPT on random tokens, as JSON, for bench/train_vs_pytorch.sh to put next to PyTorch.
 #include <sys/resource.h>
@@ -13,6 +14,7 @@
 #include "commands.hpp"
 #include "loom/kernels/matmul.hpp"
 #include "loom/kernels/peak_flops.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/kernels/threads.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/nn/gpt.hpp"
@@ -30,7 +32,30 @@ struct BenchArgs {
   int64_t steps = 10;
   int64_t warmup = 2;
   int bench_threads = 0;
+  std::string precision = "fp32";
 };
+
+// Median GFLOP/s of C = A B^T with operands already in the precision (bf16: no conversion timed).
+double gemm_rate(int64_t M, int64_t N, int64_t K, kernels::Precision precision) {
+  std::vector<float> A(M * K, 0.5f), B(N * K, 0.25f), C(M * N);
+  std::vector<bfloat16> Ab(A.size(), to_bf16(0.5f)), Bb(B.size(), to_bf16(0.25f));
+  const bool bf16 = precision == kernels::Precision::BF16;
+  auto run = [&] {
+    if (bf16)
+      kernels::matmul(Ab.data(), kernels::Trans::N, Bb.data(), kernels::Trans::T, C.data(), M, N, K);
+    else
+      kernels::matmul(A.data(), kernels::Trans::N, B.data(), kernels::Trans::T, C.data(), M, N, K);
+  };
+  run();  // primitive creation
+  std::vector<double> rates;
+  const auto start = Clock::now();
+  while (rates.size() < 3 || (seconds_since(start) < 0.5 && rates.size() < 50)) {
+    const auto t0 = Clock::now();
+    run();
+    rates.push_back(2.0 * static_cast<double>(M * N * K) / seconds_since(t0) / 1e9);
+  }
+  return median(rates);
+}
 
 int run_gemm(const BenchArgs& a) {
   struct Shape {
@@ -42,20 +67,16 @@ int run_gemm(const BenchArgs& a) {
                           {"gpt-mini mlp (2048x1536x384)", 2048, 1536, 384},
                           {"gpt2 mlp (4096x3072x768)", 4096, 3072, 768},
                           {"gpt2 lm head (4096x50304x768)", 4096, 50304, 768}};
-  std::printf("%-32s %8s %12s\n", "shape (M x N x K)", "threads", "GFLOP/s");
+  std::printf("oneDNN implementation: fp32 %s, bf16 %s\n", kernels::matmul_implementation(1024, 1024, 1024, false).c_str(),
+              kernels::matmul_implementation(1024, 1024, 1024, true).c_str());
+  if (const std::string warning = kernels::bf16_speed_warning(); !warning.empty()) std::printf("%s\n", warning.c_str());
+  std::printf("%-32s %8s %12s %12s %8s\n", "shape (M x N x K)", "threads", "fp32 GFLOP/s", "bf16 GFLOP/s", "bf16/fp32");
   for (int t : a.threads) {
     kernels::set_num_threads(t);
     for (const Shape& s : shapes) {
-      std::vector<float> A(s.M * s.K, 0.5f), B(s.N * s.K, 0.25f), C(s.M * s.N);
-      kernels::matmul(A.data(), kernels::Trans::N, B.data(), kernels::Trans::T, C.data(), s.M, s.N, s.K);
-      std::vector<double> rates;
-      const auto start = Clock::now();
-      while (rates.size() < 3 || (seconds_since(start) < 0.5 && rates.size() < 50)) {
-        const auto t0 = Clock::now();
-        kernels::matmul(A.data(), kernels::Trans::N, B.data(), kernels::Trans::T, C.data(), s.M, s.N, s.K);
-        rates.push_back(2.0 * static_cast<double>(s.M * s.N * s.K) / seconds_since(t0) / 1e9);
-      }
-      std::printf("%-32s %8d %12.1f\n", s.name, t, median(rates));
+      const double fp32 = gemm_rate(s.M, s.N, s.K, kernels::Precision::F32);
+      const double bf16 = gemm_rate(s.M, s.N, s.K, kernels::Precision::BF16);
+      std::printf("%-32s %8d %12.1f %12.1f %8.2f\n", s.name, t, fp32, bf16, bf16 / fp32);
     }
   }
   return 0;
@@ -63,6 +84,7 @@ int run_gemm(const BenchArgs& a) {
 
 int run_train(BenchArgs a) {
   kernels::set_num_threads(a.bench_threads);
+  const kernels::PrecisionScope precision(kernels::parse_precision(a.precision));
   a.model.validate();
   nn::GPT model(a.model, 1);
   optim::AdamW opt(model.parameters(), optim::AdamWConfig{});
@@ -78,6 +100,7 @@ int run_train(BenchArgs a) {
   float loss = 0.0f;
   for (int64_t s = 0; s < a.warmup + a.steps; ++s) {
     const auto t0 = Clock::now();
+    kernels::new_weights_generation();  // the step's bf16 weight copies (bf16 only)
     opt.zero_grad();
     {
       MemoryScope scope(MemoryCategory::Activations);
@@ -95,6 +118,7 @@ int run_train(BenchArgs a) {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   const nlohmann::json out = {{"impl", "loom"},
+                              {"precision", a.precision},
                               {"threads", kernels::num_threads()},
                               {"params", a.model.num_parameters()},
                               {"batch_size", B},
@@ -114,7 +138,7 @@ int run_train(BenchArgs a) {
 Runner add_bench_command(CLI::App& sub) {
   auto args = std::make_shared<BenchArgs>();
   sub.require_subcommand(1);
-  CLI::App* gemm = sub.add_subcommand("gemm", "fp32 GEMM GFLOP/s on transformer shapes (example: loom bench gemm --threads 1,2)");
+  CLI::App* gemm = sub.add_subcommand("gemm", "fp32 and bf16 GEMM GFLOP/s on transformer shapes (example: loom bench gemm --threads 1,2)");
   gemm->add_option("--threads", args->threads, "thread counts to measure")->delimiter(',');
   gemm->allow_extras();
   CLI::App* tr = sub.add_subcommand("train", "median training-step time on random tokens, as JSON "
@@ -130,6 +154,7 @@ Runner add_bench_command(CLI::App& sub) {
   tr->add_option("--warmup", args->warmup, "untimed steps first");
   tr->add_option("--threads", args->bench_threads, "compute threads; 0 = all cores");
   tr->add_flag("--recompute", args->model.recompute, "recompute activations in backward");
+  tr->add_option("--precision", args->precision, "fp32, or bf16 (mixed precision: bf16 GEMMs, fp32 master weights)");
   auto comm_runner = std::make_shared<Runner>();
   add_comm_bench(sub, *comm_runner);
   auto generate_runner = std::make_shared<Runner>();

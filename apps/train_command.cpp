@@ -28,12 +28,14 @@ void print_dry_run(train::TrainConfig& config) {
               "time: %s)\n",
               static_cast<long long>(config.model.num_parameters()), static_cast<long long>(params),
               config.tokenizer.c_str());
-  const plan::StateBytes state =
+  plan::StateBytes state =
       plan::model_state_bytes(params, static_cast<int>(config.shard_size()), static_cast<int>(config.zero),
                               config.optimizer == "adamw" ? 8 : 4);
+  if (config.precision == "bf16") state.params += plan::bf16_copy_bytes(params, static_cast<int>(config.zero));
   const char* mode[] = {"DDP, replicated", "ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP"};
-  std::printf("# predicted state memory per rank (fp32, %s, %s, sharded over %lld ranks): params %s + grads %s + "
+  std::printf("# predicted state memory per rank (%s, %s, %s, sharded over %lld ranks): params %s + grads %s + "
               "optimizer %s = %s%s\n",
+              config.precision == "bf16" ? "bf16 mixed precision: fp32 state + 2-byte bf16 weight copies" : "fp32",
               config.optimizer.c_str(), mode[config.zero], static_cast<long long>(config.shard_size()),
               format_bytes(state.params).c_str(), format_bytes(state.grads).c_str(),
               format_bytes(state.optimizer).c_str(), format_bytes(state.total()).c_str(),

@@ -28,6 +28,17 @@ struct Tolerances {
   double param_rtol = 1e-3;
 };
 
+// Mixed precision against the serial bf16 run: both round the same GEMM operands to bf16,
+// but operands that differ in their last fp32 bits (another reduction order: a row-parallel
+// sum, a gradient all-reduce) can round to neighbouring bf16 values, 2^-8 apart relative,
+// and such flips propagate through the layers. AdamW's first steps then turn a near-zero
+// gradient of the other sign into a parameter difference of 2 lr (0.002 against weights of
+// ~0.02: relative 0.1 of the tensor). Measured on the default model (5 steps): dp 2 with
+// ZeRO 0 and 3, tp 2 with sequence parallelism, pp 2: losses within 3.8e-6, gradients within
+// 1.2e-2 (tp), parameters within 5.6e-2 (tp, step 1). Bounds: 1e-4, 3e-2, 1e-1. A real bug
+// (a missing or doubled sum, a wrong slice) shows as errors of order 1 in the gradients.
+const Tolerances kBf16Tolerances{1e-4, 3e-2, 1e-1};
+
 // The layout's twin without any parallelism: the same global batch on one process.
 train::TrainConfig serial_twin(const train::TrainConfig& c, int64_t padded_vocab) {
   train::TrainConfig s = c;
@@ -41,6 +52,12 @@ train::TrainConfig serial_twin(const train::TrainConfig& c, int64_t padded_vocab
   s.chunks = 1;
   s.model.padded_vocab_size = padded_vocab;
   return s;
+}
+
+std::string fmt(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.0e", x);
+  return text;
 }
 
 struct Worst {
@@ -83,10 +100,10 @@ int verify(const train::TrainConfig& config, const Tolerances& tol, comm::Proces
   train::Trainer parallel(config, /*quiet=*/true, world);
   train::Trainer serial(serial_twin(config, parallel.config().model.resolved_padded_vocab()), true);
   if (speaks)
-    std::printf("verify: dp %lld x pp %lld x cp %lld x tp %lld, zero %lld%s%s%s, %lld micro-batch(es) of %lld; tolerances: loss "
+    std::printf("verify: %s, dp %lld x pp %lld x cp %lld x tp %lld, zero %lld%s%s%s, %lld micro-batch(es) of %lld; tolerances: loss "
                 "%.0e, gradients %.0e, parameters %.0e (relative)\n",
-                static_cast<long long>(config.dp), static_cast<long long>(config.pp), static_cast<long long>(config.cp),
-                static_cast<long long>(config.tp),
+                config.precision.c_str(), static_cast<long long>(config.dp), static_cast<long long>(config.pp),
+                static_cast<long long>(config.cp), static_cast<long long>(config.tp),
                 static_cast<long long>(config.zero), config.sequence_parallel ? ", sequence parallel" : "",
                 config.tp_3d_on() ? (", tp_3d " + config.tp_3d).c_str() : "",
                 config.pp > 1 ? (", schedule " + (config.schedule_file.empty() ? config.schedule : config.schedule_file)).c_str() : "",
@@ -134,15 +151,22 @@ Runner add_verify_command(CLI::App& sub) {
   defaults.threads = 1;
   defaults.out_dir = "";
   auto tol = std::make_shared<Tolerances>();
-  sub.add_option("--loss-rtol", tol->loss_rtol, "relative loss tolerance per step [default 1e-5]");
-  sub.add_option("--grad-rtol", tol->grad_rtol,
-                 "gradient tolerance, relative to each tensor's largest magnitude [default 1e-3]");
-  sub.add_option("--param-rtol", tol->param_rtol,
-                 "parameter tolerance, relative to each tensor's largest magnitude [default 1e-3]");
+  const std::string bf16 = "; with --precision bf16 " ;
+  auto* loss = sub.add_option("--loss-rtol", tol->loss_rtol, "relative loss tolerance per step [default 1e-5" + bf16 + fmt(kBf16Tolerances.loss_rtol) + "]");
+  auto* grad = sub.add_option("--grad-rtol", tol->grad_rtol,
+                 "gradient tolerance, relative to each tensor's largest magnitude [default 1e-3" + bf16 + fmt(kBf16Tolerances.grad_rtol) + "]");
+  auto* param = sub.add_option("--param-rtol", tol->param_rtol,
+                 "parameter tolerance, relative to each tensor's largest magnitude [default 1e-3" + bf16 + fmt(kBf16Tolerances.param_rtol) + "]");
   std::shared_ptr<ConfigFlags> flags = add_config_flags(sub, defaults);
-  return [flags, tol, defaults]() {
+  return [flags, tol, defaults, loss, grad, param]() {
     const train::TrainConfig config = flags->resolve(defaults);
+    if (config.precision == "bf16") {  // bf16's defaults where no tolerance was given
+      if (loss->count() == 0) tol->loss_rtol = kBf16Tolerances.loss_rtol;
+      if (grad->count() == 0) tol->grad_rtol = kBf16Tolerances.grad_rtol;
+      if (param->count() == 0) tol->param_rtol = kBf16Tolerances.param_rtol;
+    }
     const int64_t ranks = config.world_ranks();
+
     if (!launched_by_mpi()) {
       check(ranks == 1, "layout dp(", config.dp, ") x pp(", config.pp, ") x cp(", config.cp, ") x tp(", config.tp,
             ") needs ", ranks,

@@ -6,7 +6,7 @@ Usage: pytorch_train.py --n-layer L --n-head H --n-embd C --block-size T --vocab
 
 A step is what Loom's bench times: zero_grad, forward, loss, backward, AdamW step, on one
 fixed batch of random tokens. The model is nanoGPT written for PyTorch 1.13 at its best on
-CPU: fp32, no dropout, manual causal attention (masked_fill + softmax; 1.13 has no
+CPU: fp32 (or bf16 autocast with --precision bf16), no dropout, manual causal attention (masked_fill + softmax; 1.13 has no
 scaled_dot_product_attention), GELU tanh, LM head tied to the token embedding, vocabulary
 padded to a multiple of 64 like Loom (the loss reads only the first V columns), AdamW with
 foreach=True (fused is CUDA-only in 1.13) in the two usual groups (matrices decayed).
@@ -29,6 +29,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(ap)
     ap.add_argument("--threads", type=int, default=0, help="0 = all cores")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: forward under torch.autocast('cpu', dtype=torch.bfloat16), fp32 master weights")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads if a.threads > 0 else os.cpu_count())
@@ -51,7 +53,8 @@ def main():
     for s in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        out = model(inputs, targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            out = model(inputs, targets)
         out.backward()
         opt.step()
         loss = out.item()
@@ -67,6 +70,7 @@ def main():
     tokens_per_s = B * T / step_s
     print(json.dumps({
         "impl": "pytorch",
+        "precision": a.precision,
         "threads": torch.get_num_threads(),
         "params": params,
         "batch_size": B,

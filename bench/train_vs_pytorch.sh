@@ -16,6 +16,9 @@
 #   GPT2_REPEATS=$REPEATS   the same for gpt2-small alone (a pair takes minutes there)
 #   THREADS="1 2"       thread counts
 #   SIZES="gpt-mini gpt2-small"
+#   PRECISIONS="fp32"   add bf16 for the mixed-precision rows: Loom bf16 (bf16 GEMMs, fp32
+#       master weights), Loom fp32, PyTorch fp32 and PyTorch bf16 (torch.autocast) side by
+#       side, with the implementation oneDNN dispatched for bf16 (e.g. brg:avx512_core_amx)
 #   MINI_STEPS=8 MINI_WARMUP=2        timed / untimed steps on gpt-mini
 #   GPT2_STEPS=3 GPT2_WARMUP=1 GPT2_BATCH=4   a gpt2-small step takes tens of seconds
 #   PYTHON=/usr/bin/python3           the interpreter with torch
@@ -41,6 +44,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 REPEATS=${REPEATS:-3}
 THREADS=${THREADS:-"1 2"}
 SIZES=${SIZES:-"gpt-mini gpt2-small"}
+PRECISIONS=${PRECISIONS:-fp32}
 MINI_STEPS=${MINI_STEPS:-8}
 MINI_WARMUP=${MINI_WARMUP:-2}
 GPT2_STEPS=${GPT2_STEPS:-3}
@@ -73,13 +77,13 @@ shape_of() {
 }
 
 # Runs one side; appends {"size":..., "rep":..., <its JSON>} or a failure record.
-run_one() {  # impl size threads rep
-  local impl=$1 size=$2 t=$3 rep=$4 L H C T V B S W out rc=0
+run_one() {  # impl size threads rep precision
+  local impl=$1 size=$2 t=$3 rep=$4 prec=${5:-fp32} L H C T V B S W out rc=0
   read -r L H C T V B S W <<<"$(shape_of "$size")"
   local load
   load=$(cut -d' ' -f1 /proc/loadavg)  # another busy process skews the timing; the log shows it
   local args=(--n-layer "$L" --n-head "$H" --n-embd "$C" --block-size "$T" --vocab-size "$V"
-              --batch-size "$B" --steps "$S" --warmup "$W" --threads "$t")
+              --batch-size "$B" --steps "$S" --warmup "$W" --threads "$t" --precision "$prec")
   if [ "$impl" = loom ]; then
     out=$("$LOOM" bench train "${args[@]}" 2>&1) || rc=$?
   else
@@ -89,10 +93,10 @@ run_one() {  # impl size threads rep
   local json
   json=$(grep -E '^\{' <<<"$out" | tail -1 || true)
   if [ $rc -ne 0 ] || [ -z "$json" ]; then
-    log "$impl $size threads=$t rep=$rep FAILED (exit $rc): $(tail -3 <<<"$out" | tr '\n' ' ')"
+    log "$impl $prec $size threads=$t rep=$rep FAILED (exit $rc): $(tail -3 <<<"$out" | tr '\n' ' ')"
     json="{\"impl\": \"$impl\", \"failed\": true}"
   else
-    log "$impl $size threads=$t rep=$rep (load before: $load): $json"
+    log "$impl $prec $size threads=$t rep=$rep (load before: $load): $json"
   fi
   printf '{"size": "%s", "rep": %d, "run": %s}\n' "$size" "$rep" "$json" >>"$RESULTS"
 }
@@ -119,20 +123,24 @@ if [ -z "${REPORT_ONLY:-}" ]; then
       reps=$REPEATS
       [ "$size" = gpt2-small ] && reps=$GPT2_REPEATS
       for rep in $(seq 1 "$reps"); do
-        if [ $((rep % 2)) -eq 1 ]; then
-          run_one loom "$size" "$t" "$rep"; run_one pytorch "$size" "$t" "$rep"
-        else
-          run_one pytorch "$size" "$t" "$rep"; run_one loom "$size" "$t" "$rep"
-        fi
+        for prec in $PRECISIONS; do
+          if [ $((rep % 2)) -eq 1 ]; then
+            run_one loom "$size" "$t" "$rep" "$prec"; run_one pytorch "$size" "$t" "$rep" "$prec"
+          else
+            run_one pytorch "$size" "$t" "$rep" "$prec"; run_one loom "$size" "$t" "$rep" "$prec"
+          fi
+        done
       done
     done
   done
   measure_peak
 fi
 
-"$PYTHON" - "$RESULTS" "$peaks" "$SIZES" "$THREADS" <<'EOF'
+isa=$(grep -m1 '^oneDNN implementation' <<<"$gemm_out" || true)
+"$PYTHON" - "$RESULTS" "$peaks" "$SIZES" "$THREADS" "$PRECISIONS" "$isa" <<'EOF'
 import json, statistics, sys
 results, peaks, sizes, threads = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split()
+precisions, isa = sys.argv[5].split(), sys.argv[6]
 peak = {int(k): float(v) for k, v in (p.split(":") for p in peaks.split())}
 runs = [json.loads(line) for line in open(results) if line.strip()]
 TARGET_RATIO = {"gpt-mini": 1.5, "gpt2-small": 1.2}
@@ -141,8 +149,9 @@ TARGET_MFU = {"gpt2-small": 0.5}
 def median(xs):
     return statistics.median(xs) if xs else None
 
-def pick(size, t, impl, key):
+def pick(size, t, impl, key, precision="fp32"):
     return median([r["run"][key] for r in runs if r["size"] == size and r["run"].get("impl") == impl
+                   and r["run"].get("precision", "fp32") == precision
                    and not r["run"].get("failed") and int(r["run"]["threads"]) == int(t)])
 
 def fails(size, t, impl):
@@ -179,6 +188,23 @@ for size in sizes:
 reps = {s: max([r["rep"] for r in runs if r["size"] == s] or [0]) for s in sizes}
 print(f"\nmedians of {', '.join(f'{n} runs ({s})' for s, n in reps.items())}; MFU = Loom model GFLOP/s / "
       f"`loom bench gemm` square-1024 peak ({', '.join(f'{k} thr: {v:.0f}' for k, v in sorted(peak.items()))} GFLOP/s)")
+if "bf16" in precisions:
+    print(f"\nmixed precision (tokens/s; {isa or 'oneDNN implementation unknown'}); targets: Loom bf16 >= 3x Loom fp32 on AMX, "
+          f">= 1.5x PyTorch's faster precision")
+    hdr = (f"{'size':<11} {'thr':>3} {'Loom bf16':>10} {'Loom fp32':>10} {'PT fp32':>8} {'PT bf16':>8} "
+           f"{'bf16/fp32':>10} {'vs best PT':>11} {'RSS bf16/fp32':>14}")
+    print(hdr)
+    print("-" * len(hdr))
+    for size in sizes:
+        for t in threads:
+            lb, lf = pick(size, t, "loom", "tokens_per_s", "bf16"), pick(size, t, "loom", "tokens_per_s")
+            pf, pb = pick(size, t, "pytorch", "tokens_per_s"), pick(size, t, "pytorch", "tokens_per_s", "bf16")
+            mb, mf = pick(size, t, "loom", "max_rss_bytes", "bf16"), pick(size, t, "loom", "max_rss_bytes")
+            f = lambda x, spec: format(x, spec) if x is not None else "failed"
+            best_pt = max([x for x in (pf, pb) if x] or [None]) if (pf or pb) else None
+            print(f"{size:<11} {t:>3} {f(lb, '.0f'):>10} {f(lf, '.0f'):>10} {f(pf, '.0f'):>8} {f(pb, '.0f'):>8} "
+                  f"{f(lb / lf if lb and lf else None, '.2f'):>10} {f(lb / best_pt if lb and best_pt else None, '.2f'):>11} "
+                  f"{f(mb / mf if mb and mf else None, '.2f'):>14}")
 blas = sorted({r["run"].get("blas", "") for r in runs if r["run"].get("impl") == "pytorch" and "blas" in r["run"]})
 if blas:
     print("PyTorch BLAS: " + "; ".join(blas))

@@ -8,7 +8,8 @@ IN (written by tests/oracle/test_pytorch_oracle.cpp through loom::train::save_te
   check.idx       (B, T) int32 tokens for the gradient check; check.targets likewise
   train.idx       (S, B, T) int32: one batch per AdamW step; train.targets likewise
   __metadata__    vocab_size, n_layer, n_head, n_embd, block_size, lr, beta1, beta2, eps,
-                  weight_decay (strings)
+                  weight_decay (strings); optional precision: "bf16" runs every forward
+                  under torch.autocast("cpu", dtype=torch.bfloat16) (fp32 master weights)
 OUT (read back by the test; carries the metadata Loom's reader requires):
   loss            (1,) mean cross-entropy of check.* over the first V logit columns
   grad.<name>     d loss / d parameter
@@ -100,10 +101,16 @@ def main():
         return 2
     model.load_state_dict({k: torch.from_numpy(a) for k, a in params.items()}, strict=True)
 
+    bf16 = meta.get("precision", "fp32") == "bf16"
+
+    def forward(i, t):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            return model(i, t)
+
     out = {}
     idx = torch.from_numpy(tensors["check.idx"]).long()
     targets = torch.from_numpy(tensors["check.targets"]).long()
-    loss = model(idx, targets)
+    loss = forward(idx, targets)
     loss.backward()
     out["loss"] = np.array([loss.item()], dtype=np.float32)
     for name, p in model.named_parameters():
@@ -118,7 +125,7 @@ def main():
     losses = []
     for s in range(train_idx.shape[0]):
         opt.zero_grad(set_to_none=True)
-        loss = model(train_idx[s], train_targets[s])
+        loss = forward(train_idx[s], train_targets[s])
         loss.backward()
         opt.step()
         losses.append(loss.item())

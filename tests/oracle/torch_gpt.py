@@ -83,7 +83,7 @@ class GPT(nn.Module):
         for b in self.blocks:
             x = b(x)
         logits = F.linear(self.ln_f(x), self.embedding.wte)  # tied head, (B, T, Vp)
-        real = logits[..., :self.v]  # padding columns take no part in the loss
+        real = logits[..., :self.v].float()  # padding columns take no part; the loss in fp32 (also under autocast)
         return F.cross_entropy(real.reshape(-1, self.v), targets.reshape(-1).long())
 
     def init_gpt2(self, n_layer):

@@ -10,6 +10,7 @@
 
 #include "dnnl.hpp"
 #include "loom/error.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/tensor/tensor.hpp"
 
 namespace loom::kernels {
@@ -39,6 +40,48 @@ Engine& engine() {
 memory::desc f32_desc(const memory::dims& dims, const memory::dims& strides) {
   return memory::desc(dims, memory::data_type::f32, strides);
 }
+memory::desc operand_desc(const memory::dims& dims, const memory::dims& strides, bool bf16) {
+  return memory::desc(dims, bf16 ? memory::data_type::bf16 : memory::data_type::f32, strides);
+}
+
+bool bf16_product(const Operand& A, const Operand& B) {
+  return A.dtype == DType::BF16 || B.dtype == DType::BF16 || compute_precision() == Precision::BF16;
+}
+
+// An operand in the product's precision: a bf16 operand as it is; an fp32 one as it is in an
+// fp32 product, else converted into `scratch` (n contiguous elements).
+const void* in_precision(const Operand& op, bool bf16, int64_t n, Tensor& scratch) {
+  if (!bf16 || op.dtype == DType::BF16) return op.data;
+  scratch = Tensor::empty({n}, DType::BF16, MemoryCategory::Other);
+  convert_to_bf16(static_cast<const float*>(op.data), scratch.bf16(), n);
+  return scratch.raw();
+}
+
+// A dense bf16 copy of a strided (batch0, batch1, rows, cols) fp32 view into `scratch`;
+// `strides` becomes the copy's, row-major, or column-major per matrix when the view's
+// columns are strided and its rows are not (K^T read from a QKV buffer), so that the copy
+// reads and writes contiguously along the same dimension as the view does.
+const void* dense_bf16(const Operand& op, const memory::dims& dims, memory::dims& strides, Tensor& scratch) {
+  if (op.dtype == DType::BF16) return op.data;
+  const int64_t b0 = dims[0], b1 = dims[1], R = dims[2], C = dims[3];
+  const bool by_rows = strides[3] == 1 || strides[2] != 1;
+  const memory::dims dense = by_rows ? memory::dims{b1 * R * C, R * C, C, 1} : memory::dims{b1 * R * C, R * C, 1, R};
+  const int64_t outer = by_rows ? R : C, inner = by_rows ? C : R;
+  const int64_t s_outer = by_rows ? strides[2] : strides[3], s_inner = by_rows ? strides[3] : strides[2];
+  scratch = Tensor::empty({b0 * b1 * R * C}, DType::BF16, MemoryCategory::Other);
+  const float* src = static_cast<const float*>(op.data);
+  bfloat16* dst = scratch.bf16();
+#pragma omp parallel for collapse(3) schedule(static) if (b0 * b1 * R * C >= (1 << 15))
+  for (int64_t i = 0; i < b0; ++i)
+    for (int64_t j = 0; j < b1; ++j)
+      for (int64_t o = 0; o < outer; ++o) {
+        const float* s_row = src + i * strides[0] + j * strides[1] + o * s_outer;
+        bfloat16* d_row = dst + (i * b1 + j) * R * C + o * inner;
+        for (int64_t e = 0; e < inner; ++e) d_row[e] = to_bf16(s_row[e * s_inner]);
+      }
+  strides = dense;
+  return scratch.raw();
+}
 
 // Creates (or finds) the primitive for this exact geometry.
 const Cached& primitive_for(const Key& key, const memory::desc& a, const memory::desc& b,
@@ -61,10 +104,10 @@ const Cached& primitive_for(const Key& key, const memory::desc& a, const memory:
   return e.cache.emplace(key, std::move(entry)).first->second;
 }
 
-void execute(const Cached& p, const float* A, const float* B, const float* bias, float* C) {
+void execute(const Cached& p, const void* A, const void* B, const float* bias, float* C) {
   Engine& e = engine();
-  memory am(p.a, e.engine, const_cast<float*>(A));
-  memory bm(p.b, e.engine, const_cast<float*>(B));
+  memory am(p.a, e.engine, const_cast<void*>(A));
+  memory bm(p.b, e.engine, const_cast<void*>(B));
   memory cm(p.c, e.engine, C);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
   if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, memory(p.bias, e.engine, const_cast<float*>(bias)));
@@ -100,39 +143,73 @@ void transpose(const float* __restrict src, float* __restrict dst, int64_t K, in
 
 }  // namespace
 
-void matmul(const float* A, Trans ta, const float* B, Trans tb, float* C, int64_t M, int64_t N,
-            int64_t K, const float* bias, bool accumulate) {
+void matmul(Operand A, Trans ta, Operand B, Trans tb, float* C, int64_t M, int64_t N, int64_t K,
+            const float* bias, bool accumulate) {
   if (M == 0 || N == 0) return;
-  if (pack_b(ta, tb, M, N) && K > 0) {
+  const bool bf16 = bf16_product(A, B);
+  if (!bf16 && pack_b(ta, tb, M, N) && K > 0) {
     // A tracked temporary: the caching allocator hands the same block back next time.
     const Tensor packed = Tensor::empty({N, K}, DType::F32, MemoryCategory::Other);  // (N, K)
-    transpose(B, packed.f32(), K, N);
+    transpose(static_cast<const float*>(B.data), packed.f32(), K, N);
     return matmul(A, ta, packed.f32(), Trans::T, C, M, N, K, bias, accumulate);
   }
+  Tensor a_scratch, b_scratch;
+  const void* a = in_precision(A, bf16, M * K, a_scratch);
+  const void* b = in_precision(B, bf16, K * N, b_scratch);
   const memory::dims a_strides = ta == Trans::N ? memory::dims{K, 1} : memory::dims{1, M};
   const memory::dims b_strides = tb == Trans::N ? memory::dims{N, 1} : memory::dims{1, K};
-  const Key key{0, M, N, K, ta == Trans::T, tb == Trans::T, bias != nullptr, accumulate,
-                omp_get_max_threads()};
+  const Key key{0, M, N, K, ta == Trans::T, tb == Trans::T, bias != nullptr, accumulate, bf16, omp_get_max_threads()};
   const memory::desc bias_desc = bias ? f32_desc({1, N}, {N, 1}) : memory::desc();
-  const Cached& p = primitive_for(key, f32_desc({M, K}, a_strides), f32_desc({K, N}, b_strides),
+  const Cached& p = primitive_for(key, operand_desc({M, K}, a_strides, bf16), operand_desc({K, N}, b_strides, bf16),
                                   f32_desc({M, N}, {N, 1}), bias_desc, 1.0f, accumulate);
-  execute(p, A, B, bias, C);
+  execute(p, a, b, bias, C);
 }
 
-void batched_matmul(const BatchedMatmul& d, const float* A, const float* B, float* C) {
+void batched_matmul(const BatchedMatmul& d, Operand A, Operand B, float* C) {
   if (d.M == 0 || d.N == 0 || d.batch0 == 0 || d.batch1 == 0) return;
+  const bool bf16 = bf16_product(A, B);
   const memory::dims a_dims{d.batch0, d.batch1, d.M, d.K};
   const memory::dims b_dims{d.batch0, d.batch1, d.K, d.N};
   const memory::dims c_dims{d.batch0, d.batch1, d.M, d.N};
   auto dims = [](const std::array<int64_t, 4>& s) { return memory::dims(s.begin(), s.end()); };
-  Key key{1, d.batch0, d.batch1, d.M, d.N, d.K};
-  for (auto* s : {&d.a_strides, &d.b_strides, &d.c_strides}) key.insert(key.end(), s->begin(), s->end());
+  const std::array<int64_t, 4> dense_c{d.batch1 * d.M * d.N, d.M * d.N, d.N, 1};
+  if (bf16 && d.c_strides != dense_c) {
+    // oneDNN's AMX (brgemm) matmul takes dense operands only; on a strided result (a block of
+    // attention rows, heads inside (B, T, C)) it falls back to a bf16 gemm slower than fp32's.
+    // So the product goes to a dense scratch, then into C.
+    BatchedMatmul dense = d;
+    dense.c_strides = dense_c;
+    dense.accumulate = false;
+    const Tensor out = Tensor::empty({d.batch0 * d.batch1 * d.M * d.N}, DType::F32, MemoryCategory::Other);
+    batched_matmul(dense, A, B, out.f32());
+    const float* src = out.f32();
+    const auto& cs = d.c_strides;
+#pragma omp parallel for collapse(3) schedule(static) if (d.batch0 * d.batch1 * d.M * d.N >= (1 << 15))
+    for (int64_t i = 0; i < d.batch0; ++i)
+      for (int64_t j = 0; j < d.batch1; ++j)
+        for (int64_t m = 0; m < d.M; ++m) {
+          const float* row = src + ((i * d.batch1 + j) * d.M + m) * d.N;
+          float* dst = C + i * cs[0] + j * cs[1] + m * cs[2];
+          if (d.accumulate)
+            for (int64_t n = 0; n < d.N; ++n) dst[n * cs[3]] += row[n];
+          else
+            for (int64_t n = 0; n < d.N; ++n) dst[n * cs[3]] = row[n];
+        }
+    return;
+  }
+  memory::dims a_strides = dims(d.a_strides), b_strides = dims(d.b_strides);
+  Tensor a_scratch, b_scratch;
+  const void* a = bf16 ? dense_bf16(A, a_dims, a_strides, a_scratch) : A.data;
+  const void* b = bf16 ? dense_bf16(B, b_dims, b_strides, b_scratch) : B.data;
+  Key key{1, d.batch0, d.batch1, d.M, d.N, d.K, bf16};
+  for (const auto* s : {&a_strides, &b_strides}) key.insert(key.end(), s->begin(), s->end());
+  key.insert(key.end(), d.c_strides.begin(), d.c_strides.end());
   key.push_back(std::bit_cast<uint32_t>(d.alpha));  // exact, not rounded
   key.push_back(d.accumulate);
   key.push_back(omp_get_max_threads());
-  const Cached& p = primitive_for(key, f32_desc(a_dims, dims(d.a_strides)), f32_desc(b_dims, dims(d.b_strides)),
+  const Cached& p = primitive_for(key, operand_desc(a_dims, a_strides, bf16), operand_desc(b_dims, b_strides, bf16),
                                   f32_desc(c_dims, dims(d.c_strides)), memory::desc(), d.alpha, d.accumulate);
-  execute(p, A, B, nullptr, C);
+  execute(p, a, b, nullptr, C);
 }
 
 int64_t matmul_primitive_count() {
@@ -153,6 +230,13 @@ std::string cpu_isa_name() {
     case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
     default: return "other";
   }
+}
+
+std::string matmul_implementation(int64_t M, int64_t N, int64_t K, bool bf16) {
+  Engine& e = engine();
+  const dnnl::matmul::desc desc(operand_desc({M, K}, {K, 1}, bf16), operand_desc({K, N}, {1, K}, bf16),
+                                f32_desc({M, N}, {N, 1}));
+  return dnnl::matmul::primitive_desc(desc, e.engine).impl_info_str();
 }
 
 }  // namespace loom::kernels

@@ -1,20 +1,33 @@
 // GEMM through oneDNN's matmul primitive (never hand-written). Primitives are created
-// once per (shape, strides, options, thread count) and cached, since creation costs far
-// more than a small multiply. fp32 today; operands carry no dtype yet so bf16 (AMX) can
-// be added as another entry point.
+// once per (shape, strides, dtypes, options, thread count) and cached, since creation costs
+// far more than a small multiply.
+// Precision: the product runs in bf16 (bf16 operands, fp32 accumulation, fp32 result) when
+// an operand is bf16 or the compute precision (precision.hpp) is bf16; an fp32 operand is
+// then converted on the way in (activations; weights arrive already converted, cached by
+// their Parameter). Otherwise in fp32.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <string>
 
+#include "loom/tensor/dtype.hpp"
+
 namespace loom::kernels {
 
 enum class Trans { N, T };
 
+// A GEMM input: fp32 or bf16 elements.
+struct Operand {
+  Operand(const float* p) : data(p), dtype(DType::F32) {}        // NOLINT: implicit on purpose
+  Operand(const bfloat16* p) : data(p), dtype(DType::BF16) {}    // NOLINT
+  const void* data;
+  DType dtype;
+};
+
 // C(M, N) = op(A) @ op(B) [+ bias(N)] [+ C when accumulate].
 // A is (M, K) row-major, or stored (K, M) when ta == T; B is (K, N), or stored (N, K) when tb == T.
-void matmul(const float* A, Trans ta, const float* B, Trans tb, float* C, int64_t M, int64_t N,
+void matmul(Operand A, Trans ta, Operand B, Trans tb, float* C, int64_t M, int64_t N,
             int64_t K, const float* bias = nullptr, bool accumulate = false);
 
 // A batch of (B0 x B1) matmuls with arbitrary element strides, for attention heads read in
@@ -28,7 +41,7 @@ struct BatchedMatmul {
   float alpha = 1.0f;                  // C = alpha * A @ B
   bool accumulate = false;             // C += ...
 };
-void batched_matmul(const BatchedMatmul& desc, const float* A, const float* B, float* C);
+void batched_matmul(const BatchedMatmul& desc, Operand A, Operand B, float* C);
 
 // The instruction set oneDNN runs its kernels with ("avx512_core_amx", ...), printed next
 // to every performance figure.
@@ -36,5 +49,8 @@ std::string cpu_isa_name();
 
 // Number of distinct primitives created so far (tests check that the cache works).
 int64_t matmul_primitive_count();
+// The implementation oneDNN chose for an (M, K) x (K, N) product in this precision, e.g.
+// "brg:avx512_core_amx" (the ISA it dispatched).
+std::string matmul_implementation(int64_t M, int64_t N, int64_t K, bool bf16);
 
 }  // namespace loom::kernels

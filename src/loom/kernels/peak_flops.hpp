@@ -1,11 +1,13 @@
-// Measures this machine's fp32 GEMM throughput with oneDNN, the denominator of MFU
+// Measures this machine's GEMM throughput with oneDNN in a precision, the denominator of MFU
 // ("what fraction of the matmul peak did training reach").
 #pragma once
+
+#include "loom/kernels/precision.hpp"
 
 namespace loom::kernels {
 
 // GFLOP/s of a square-ish transformer-shaped GEMM at the current thread count, the best of
-// a few repetitions over about `seconds`.
-double measure_matmul_gflops(double seconds = 0.3, int size = 1024);
+// a few repetitions over about `seconds`; bf16 operands (converted before timing) for BF16.
+double measure_matmul_gflops(double seconds = 0.3, int size = 1024, Precision precision = Precision::F32);
 
 }  // namespace loom::kernels

@@ -4,6 +4,7 @@
 
 #include "loom/error.hpp"
 #include "loom/kernels/matmul.hpp"
+#include "loom/nn/gemm_input.hpp"
 
 namespace loom::nn {
 
@@ -91,7 +92,7 @@ Tensor GPT::forward_impl(const Tensor& input, Context& ctx) {
   Parameter& wte = head_weight();
   const int64_t B = h.size(0), T = h.size(1), C = h.size(2), Vp = wte.value().size(0);
   Tensor logits = Tensor::empty({B, T, Vp});  // (B, T, Vp)
-  kernels::matmul(h.f32(), Trans::N, wte.value().f32(), Trans::T, logits.f32(), B * T, Vp, C);
+  kernels::matmul(h.f32(), Trans::N, wte.gemm_operand(), Trans::T, logits.f32(), B * T, Vp, C);
   ctx.save(this, {x});
   return logits;
 }
@@ -103,8 +104,9 @@ Tensor GPT::backward_impl(const Tensor& dout, Context& ctx) {
     Parameter& wte = head_weight();
     const int64_t N = h.size(0) * h.size(1), C = h.size(2), Vp = wte.value().size(0);
     Tensor dh = Tensor::empty(h.shape());  // (B, T, C)
-    kernels::matmul(dout.f32(), Trans::N, wte.value().f32(), Trans::N, dh.f32(), N, C, Vp);
-    kernels::matmul(dout.f32(), Trans::T, h.f32(), Trans::N, wte.grad().f32(), Vp, C, N, nullptr,
+    const Tensor dlogits = in_compute_precision(dout);  // (B, T, Vp): converted once for both GEMMs
+    kernels::matmul(gemm_input(dlogits), Trans::N, wte.gemm_operand(), Trans::N, dh.f32(), N, C, Vp);
+    kernels::matmul(gemm_input(dlogits), Trans::T, h.f32(), Trans::N, wte.grad().f32(), Vp, C, N, nullptr,
                     /*accumulate=*/true);
     wte.grad_contributed();
     dx = layers_.head_input_gradient(dh);

@@ -4,6 +4,7 @@
 #include "loom/kernels/gemv.hpp"
 #include "loom/kernels/matmul.hpp"
 #include "loom/kernels/residual.hpp"
+#include "loom/nn/gemm_input.hpp"
 
 namespace loom::nn {
 
@@ -15,8 +16,10 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias) : in_(in_fe
 }
 
 Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
-  Tensor y = project(x, /*add_bias=*/true, ctx.inference());
-  ctx.save(this, {x});
+  // Mixed precision: x in bf16 once, read by this GEMM and kept for backward's weight gradient.
+  const Tensor input = in_compute_precision(x);
+  Tensor y = project(input, /*add_bias=*/true, ctx.inference());
+  ctx.save(this, {input});
   return y;
 }
 
@@ -34,19 +37,20 @@ Tensor Linear::project(const Tensor& x, bool add_bias, bool few_rows) {
   out_shape.back() = out_;
   Tensor y = Tensor::empty(out_shape);  // (N, OC)
   const float* b = bias_ && add_bias ? bias_->value().f32() : nullptr;
-  if (few_rows && N <= kernels::kGemvMaxRows) {
+  if (few_rows && N <= kernels::kGemvMaxRows && x.dtype() == DType::F32) {  // generation decodes in fp32
     kernels::gemv_rows(x.f32(), weight_->value().f32(), b, y.f32(), N, out_, in_);
     return y;
   }
-  kernels::matmul(x.f32(), Trans::N, weight_->value().f32(), Trans::T, y.f32(), N, out_, in_, b);
+  kernels::matmul(gemm_input(x), Trans::N, weight_->gemm_operand(), Trans::T, y.f32(), N, out_, in_, b);
   return y;
 }
 
 Tensor Linear::backward_from(const Tensor& dy, const Tensor& x, bool bias_grad) {
   const int64_t N = x.numel() / in_;
-  Tensor dx = Tensor::empty(x.shape());  // (N, C)
-  kernels::matmul(dy.f32(), Trans::N, weight_->value().f32(), Trans::N, dx.f32(), N, in_, out_);
-  kernels::matmul(dy.f32(), Trans::T, x.f32(), Trans::N, weight_->grad().f32(), out_, in_, N, nullptr,
+  Tensor dx = Tensor::empty(x.shape(), DType::F32);  // (N, C)
+  const Tensor dy_in = in_compute_precision(dy);        // converted once for both GEMMs
+  kernels::matmul(gemm_input(dy_in), Trans::N, weight_->gemm_operand(), Trans::N, dx.f32(), N, in_, out_);
+  kernels::matmul(gemm_input(dy_in), Trans::T, gemm_input(x), Trans::N, weight_->grad().f32(), out_, in_, N, nullptr,
                   /*accumulate=*/true);
   weight_->grad_contributed();
   if (bias_ && bias_grad) {

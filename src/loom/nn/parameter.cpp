@@ -1,6 +1,7 @@
 #include "loom/nn/parameter.hpp"
 
 #include "loom/error.hpp"
+#include "loom/kernels/precision.hpp"
 
 namespace loom::nn {
 
@@ -42,6 +43,18 @@ void Parameter::rebind_value(Tensor view) {
 void Parameter::rebind_grad_storage(Tensor view) {
   check_view(name_, "rebind_grad_storage", view, shape_);
   grad_ = std::move(view);
+}
+
+kernels::Operand Parameter::gemm_operand() {
+  if (kernels::compute_precision() == kernels::Precision::F32) return value_.f32();
+  const uint64_t generation = kernels::weights_generation();
+  if (!bf16_value_.defined() || bf16_generation_ != generation || bf16_source_ != value_.raw()) {
+    if (!bf16_value_.defined()) bf16_value_ = Tensor::empty(shape_, DType::BF16, MemoryCategory::Parameters);
+    kernels::convert_to_bf16(value_.f32(), bf16_value_.bf16(), value_.numel());
+    bf16_generation_ = generation;
+    bf16_source_ = value_.raw();
+  }
+  return bf16_value_.bf16();
 }
 
 void Parameter::grad_contributed() {

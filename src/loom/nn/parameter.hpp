@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/kernels/matmul.hpp"
 #include "loom/nn/shard_spec.hpp"
 #include "loom/tensor/tensor.hpp"
 
@@ -36,7 +37,14 @@ class Parameter {
   // Sharded data parallelism: value() and grad() become views of a gathered flat buffer
   // (contents as they are there), or are dropped (undefined) while the buffer is freed.
   void rebind_value(Tensor view);
-  void release_value() { value_ = Tensor(); }
+  void release_value() {
+    value_ = Tensor();
+    bf16_value_ = Tensor();
+  }
+  // The value as a GEMM reads it: value() itself in fp32; in bf16 (kernels::compute_precision)
+  // a bf16 copy of it, converted at most once per weights generation (once per step, never per
+  // GEMM) and dropped with the value. value() stays the fp32 master the optimizer updates.
+  kernels::Operand gemm_operand();
   void rebind_grad_storage(Tensor view);
   void release_grad() { grad_ = Tensor(); }
   // Tensor parallelism: which piece of the full parameter this rank holds (default: all of it).
@@ -56,6 +64,9 @@ class Parameter {
   Shape shape_;
   Tensor value_;  // category Parameters
   Tensor grad_;   // category Gradients, same shape; accumulated across micro-batches
+  Tensor bf16_value_;  // category Parameters: value_ in bf16, valid for bf16_generation_ and bf16_source_
+  uint64_t bf16_generation_ = 0;
+  const void* bf16_source_ = nullptr;
   bool weight_decay_;
   ShardSpec shard_spec_;
   int contributions_per_backward_ = 1;

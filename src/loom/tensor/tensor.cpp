@@ -72,6 +72,11 @@ float* Tensor::f32() const {
   return static_cast<float*>(raw());
 }
 
+bfloat16* Tensor::bf16() const {
+  check(dtype_ == DType::BF16, "expected a bf16 tensor, got ", dtype_name(dtype_));
+  return static_cast<bfloat16*>(raw());
+}
+
 int32_t* Tensor::i32() const {
   check(dtype_ == DType::I32, "expected an i32 tensor, got ", dtype_name(dtype_));
   return static_cast<int32_t*>(raw());

@@ -60,6 +60,7 @@ class Tensor {
   MemoryCategory category() const;
 
   float* f32() const;    // checked: the tensor is fp32
+  bfloat16* bf16() const;  // checked: the tensor is bf16
   int32_t* i32() const;  // checked: the tensor is int32 (token ids)
   void* raw() const;
 

@@ -17,6 +17,7 @@
 #include "loom/error.hpp"
 #include "loom/train/toml_text.hpp"
 #include "loom/train/trace_steps.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/kernels/threads.hpp"
 
 namespace loom::train {
@@ -49,6 +50,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"train", "batch_size", "sequences per micro-batch (B)", &c.batch_size},
       {"train", "micro_batches", "micro-batches accumulated per optimizer step", &c.micro_batches},
       {"train", "seed", "seed for weights and batches", &c.seed},
+      {"train", "precision", "'fp32', or 'bf16': mixed precision, every GEMM (linear layers, attention, LM head) on bf16 operands with fp32 accumulation; the parameters stay fp32 (the master copy the optimizer updates, what checkpoints hold) and their bf16 copies are converted once per step; LayerNorm, softmax, GELU, the loss and gradient accumulation stay fp32", &c.precision},
       {"train", "on_nan", "on a NaN/inf loss or gradient: 'stop' (error) or 'skip' the step", &c.on_nan},
       {"optim", "optimizer", "'adamw' or 'sgd'", &c.optimizer},
       {"optim", "lr", "peak learning rate", &c.lr},
@@ -143,6 +145,7 @@ void TrainConfig::validate() const {
   check(batch_size >= 1, "batch_size must be >= 1, got ", batch_size);
   check(micro_batches >= 1, "micro_batches must be >= 1, got ", micro_batches);
   check(on_nan == "stop" || on_nan == "skip", "on_nan must be 'stop' or 'skip', got '", on_nan, "'");
+  kernels::parse_precision(precision);  // names the choices when unknown
   check(optimizer == "adamw" || optimizer == "sgd", "optimizer must be 'adamw' or 'sgd', got '", optimizer, "'");
   check(tokenizer == "char" || tokenizer == "byte" || tokenizer == "gpt2",
         "tokenizer must be 'char', 'byte' or 'gpt2', got '", tokenizer, "'");

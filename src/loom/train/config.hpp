@@ -33,6 +33,7 @@ struct TrainConfig {
   int64_t micro_batches = 1; // gradient accumulation: micro-batches per optimizer step
   int64_t seed = 1337;
   std::string on_nan = "stop";  // "stop" or "skip" the step
+  std::string precision = "fp32";  // GEMM precision: fp32, or bf16 with fp32 master weights
 
   // [optim]
   std::string optimizer = "adamw";

@@ -29,7 +29,9 @@ void Progress::open_metrics() {
 
 void Progress::measure_peak() {
   if (peak_gflops_ > 0.0) return;
-  float peak = world_.rank() == 0 ? static_cast<float>(kernels::measure_matmul_gflops()) : 0.0f;
+  // The peak of the precision the run's GEMMs use: MFU against bf16's peak in bf16.
+  const kernels::Precision precision = kernels::parse_precision(config_.precision);
+  float peak = world_.rank() == 0 ? static_cast<float>(kernels::measure_matmul_gflops(0.3, 1024, precision)) : 0.0f;
   world_.broadcast_async(&peak, 1, 0).wait();
   peak_gflops_ = peak;
 }

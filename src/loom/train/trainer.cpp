@@ -8,6 +8,7 @@
 
 #include "loom/comm/core_placement.hpp"
 #include "loom/error.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/kernels/threads.hpp"
 #include "loom/optim/adamw.hpp"
 #include "loom/optim/clip.hpp"
@@ -144,6 +145,10 @@ StepResult Trainer::train_step() {
 }
 
 StepResult Trainer::compute_gradients() {
+  // This run's precision for its GEMMs (several trainers may share a process in tests); the
+  // weights may have changed since the last step, so their bf16 copies are converted anew.
+  const kernels::PrecisionScope precision(kernels::parse_precision(config_.precision));
+  kernels::new_weights_generation();
   StepResult r;
   r.lr = lr_schedule_.at(step_);
   for (comm::ProcessGroup* g : p_.tensor_comm_groups) g->reset_stats();
@@ -204,6 +209,8 @@ float Trainer::evaluate_test() {
 
 float Trainer::evaluate_on(const std::function<data::Batch(int64_t)>& batch_of, int64_t count) {
   trace::Span span("eval", "evaluate");
+  const kernels::PrecisionScope precision(kernels::parse_precision(config_.precision));
+  kernels::new_weights_generation();
   MemoryScope scope(MemoryCategory::Activations);
   std::vector<data::Batch> batches;
   for (int64_t i = 0; i < count; ++i) batches.push_back(batch_of(i));
@@ -245,8 +252,10 @@ std::string Trainer::save_checkpoint_now() {
 std::string Trainer::memory_report() const { return train::memory_report(world_.rank(), state_formula(), sharded()); }
 
 plan::StateBytes Trainer::state_formula() const {
-  return plan::model_state_bytes(p_.model->num_parameters(), static_cast<int>(config_.shard_size()),
-                                 static_cast<int>(config_.zero), config_.optimizer == "adamw" ? 8 : 4);
+  plan::StateBytes s = plan::model_state_bytes(p_.model->num_parameters(), static_cast<int>(config_.shard_size()),
+                                               static_cast<int>(config_.zero), config_.optimizer == "adamw" ? 8 : 4);
+  if (config_.precision == "bf16") s.params += plan::bf16_copy_bytes(p_.model->num_parameters(), static_cast<int>(config_.zero));
+  return s;
 }
 
 nlohmann::json Trainer::memory_json() const {
@@ -261,10 +270,12 @@ nlohmann::json Trainer::memory_json() const {
 
 float Trainer::run() {
   progress_->measure_peak();
-  char line[96];
-  std::snprintf(line, sizeof line, " | %d threads, matmul peak %.0f GFLOP/s", kernels::num_threads(),
-                progress_->peak_gflops());
+  char line[128];
+  std::snprintf(line, sizeof line, " | %d threads, %s matmul peak %.0f GFLOP/s", kernels::num_threads(),
+                config_.precision.c_str(), progress_->peak_gflops());
   progress_->say("model: " + spec_->describe() + line);
+  if (config_.precision == "bf16")
+    if (const std::string warning = kernels::bf16_speed_warning(); !warning.empty()) progress_->say(warning);
   float val_loss = NAN;
   auto evaluate_and_log = [&]() {
     val_loss = evaluate();

@@ -1,0 +1,53 @@
+#include "loom/kernels/precision.hpp"
+
+#include <atomic>
+
+#include "dnnl.hpp"
+#include "loom/error.hpp"
+
+namespace loom::kernels {
+
+namespace {
+std::atomic<Precision> g_precision{Precision::F32};
+std::atomic<uint64_t> g_generation{1};
+
+}  // namespace
+
+std::string_view precision_name(Precision p) { return p == Precision::BF16 ? "bf16" : "fp32"; }
+
+Precision parse_precision(std::string_view name) {
+  if (name == "fp32") return Precision::F32;
+  if (name == "bf16") return Precision::BF16;
+  throw Error("precision must be 'fp32' or 'bf16', got '" + std::string(name) + "'");
+}
+
+Precision compute_precision() { return g_precision.load(std::memory_order_relaxed); }
+void set_compute_precision(Precision p) { g_precision.store(p, std::memory_order_relaxed); }
+
+uint64_t weights_generation() { return g_generation.load(std::memory_order_relaxed); }
+void new_weights_generation() { g_generation.fetch_add(1, std::memory_order_relaxed); }
+
+void convert_to_bf16(const float* src, bfloat16* dst, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_bf16(src[i]);
+}
+
+void convert_to_f32(const bfloat16* src, float* dst, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(src[i]);
+}
+
+bool bf16_slower_than_fp32(bool has_avx512_bf16, bool has_amx_bf16) { return !has_avx512_bf16 && !has_amx_bf16; }
+
+std::string bf16_speed_warning() {
+  // oneDNN's view of the CPU (it honours ONEDNN_MAX_CPU_ISA); an ISA's value is a bit mask
+  // that contains the masks of the ISAs it extends.
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  auto includes = [isa](dnnl::cpu_isa base) { return (isa & static_cast<unsigned>(base)) == static_cast<unsigned>(base); };
+  if (!bf16_slower_than_fp32(includes(dnnl::cpu_isa::avx512_core_bf16), includes(dnnl::cpu_isa::avx512_core_amx)))
+    return "";
+  return "note: this CPU has no bf16 instructions (AVX512-BF16 or AMX); bf16 runs correctly through oneDNN's "
+         "emulation but slower than fp32";
+}
+
+}  // namespace loom::kernels

@@ -1,0 +1,18 @@
+#include "loom/nn/gemm_input.hpp"
+
+#include "loom/kernels/precision.hpp"
+
+namespace loom::nn {
+
+kernels::Operand gemm_input(const Tensor& t) {
+  return t.dtype() == DType::BF16 ? kernels::Operand(t.bf16()) : kernels::Operand(t.f32());
+}
+
+Tensor in_compute_precision(const Tensor& x) {
+  if (kernels::compute_precision() != kernels::Precision::BF16 || x.dtype() == DType::BF16) return x;
+  Tensor b = Tensor::empty(x.shape(), DType::BF16);
+  kernels::convert_to_bf16(x.f32(), b.bf16(), x.numel());
+  return b;
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,16 @@
+// Activations as GEMM inputs in the run's compute precision (kernels/precision.hpp).
+#pragma once
+
+#include "loom/kernels/matmul.hpp"
+#include "loom/tensor/tensor.hpp"
+
+namespace loom::nn {
+
+// A GEMM operand over a tensor of either floating type.
+kernels::Operand gemm_input(const Tensor& t);
+
+// x itself in fp32 (or when already bf16); in bf16 mixed precision a bf16 copy, made once
+// where several GEMMs read x or backward keeps it (half the memory of the fp32 one).
+Tensor in_compute_precision(const Tensor& x);
+
+}  // namespace loom::nn
