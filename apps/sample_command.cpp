@@ -89,7 +89,7 @@ Runner add_sample_command(CLI::App& sub) {
             " ranks, the job has ", world.size());
       check(args->options.kv_cache || args->tp == 1, "--no-kv-cache runs on one process");
       sample_on(&world, *args);
-    });
+    }, train::TrainConfig{}.comm_timeout);  // sample has no config: the default start-up deadline
   };
 }
 
