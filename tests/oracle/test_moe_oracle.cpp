@@ -50,7 +50,9 @@ int64_t check_against_pytorch(const MoeCase& c) {
   }
   const Tensor x = random_tensor({c.B, c.T, c.C}, 101, 1.0f), dy = random_tensor({c.B, c.T, c.C}, 102, 1.0f);
 
-  const std::filesystem::path dir = loom::testing::fresh_temp_dir("moe_oracle");
+  // One directory per test: CTest runs the cases of this file in parallel.
+  const std::filesystem::path dir = loom::testing::fresh_temp_dir(
+      std::string("moe_oracle_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
   train::TensorFile in;
   in.tensors["x"] = x;
   in.tensors["dy"] = dy;

@@ -102,7 +102,7 @@ TEST(Config, Tp3dGridsAreCheckedBeforeAnyRankTalks) {
   c.dp = 2;
   EXPECT_EQ(c.world_ranks(), 16);
   EXPECT_EQ(c.batch_shards(), 4);
-  EXPECT_EQ(c.mesh_layout().describe(), "dp(2) x pp(1) x depth(2) x row(2) x col(2) x tp(1)");
+  EXPECT_EQ(c.mesh_layout().describe(), "dp(2) x pp(1) x cp(1) x depth(2) x row(2) x col(2) x tp(1)");
 }
 
 TEST(Config, CommTimeoutIsAKeyAndAFlag) {
