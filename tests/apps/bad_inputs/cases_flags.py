@@ -38,7 +38,7 @@ def cases(fx):
         flag("steps -1", ["--steps", "-1"], r"steps must be >= 0"),
         flag("batch_size 0", ["--batch-size", "0"], r"batch_size must be >= 1"),
         flag("micro_batches 0", ["--micro-batches", "0"], r"micro_batches must be >= 1"),
-        flag("tokenizer unknown", ["--tokenizer", "bpe"], r"tokenizer must be 'char' or 'byte', got 'bpe'"),
+        flag("tokenizer unknown", ["--tokenizer", "bpe"], r"tokenizer must be 'char', 'byte' or 'gpt2', got 'bpe'"),
         flag("optimizer unknown", ["--optimizer", "adam"], r"optimizer must be 'adamw' or 'sgd'"),
         flag("on_nan unknown", ["--on-nan", "ignore"], r"on_nan must be"),
         flag("lr 0", ["--lr", "0"], r"lr must be > 0"),

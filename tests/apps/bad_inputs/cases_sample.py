@@ -27,5 +27,5 @@ def cases(fx):
         sample("a missing checkpoint", [], r"/nonexistent/ckpt", checkpoint="/nonexistent/ckpt"),
         sample("a directory without checkpoints", [], r"empty-dir", checkpoint=fx.directory("empty-dir")),
         sample("a text file as checkpoint", [], r"notckpt", checkpoint=fx.file("notckpt.txt", "hello world\n" * 10)),
-        sample("an unknown option", ["--top-p", "0.9"], r"unknown argument '--top-p'"),
+        sample("an unknown option", ["--top-q", "0.9"], r"unknown argument '--top-q'"),
     ]
