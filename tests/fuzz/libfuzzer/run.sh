@@ -21,7 +21,8 @@ printf 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { retu
 "$cxx" -fsanitize=fuzzer,address,undefined "$work/probe.cpp" -o "$work/probe" 2>"$work/probe.log" ||
   { echo "SKIP: $cxx cannot link libFuzzer with ASan and UBSan (package libclang-rt-14-dev):"; cat "$work/probe.log"; exit 77; }
 
-# Only what the readers need (nn/gpt_config.cpp holds GPTConfig apart from the model), so the
+# Only what the readers need (nn/gpt_config.cpp and nn/gcn_config.cpp hold the configs apart from
+# the models), so the
 # targets build in about a minute; --gc-sections drops what they never call.
 sources=(src/loom/train/config.cpp src/loom/train/toml_text.cpp src/loom/nn/gpt_config.cpp src/loom/data/tokenizer.cpp
          src/loom/comm/algorithm_names.cpp src/loom/train/safetensors.cpp src/loom/train/checkpoint_manifest.cpp
