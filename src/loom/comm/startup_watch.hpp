@@ -32,8 +32,9 @@ class StartupWatch {
 // PMIX_RANK or PMI_RANK); -1 when not launched by one.
 int launcher_rank();
 
-// LOOM_TEST_STOP_AT=<step>:<rank>: that rank stops itself (SIGSTOP) before the step ("split"),
-// as a rank stopped by a debugger or the OS would (mpi.startup_stopped_rank).
+// LOOM_TEST_STOP_AT=<step>:<rank>: that rank stops itself (SIGSTOP) before the step ("split":
+// the mesh's first group; "cp-ring": a ring attention hop; "ep-all-to-all": the expert-parallel
+// count exchange), as a rank stopped by a debugger or the OS would (mpi.*stopped_rank).
 void stop_for_a_test(const std::string& step);
 
 }  // namespace loom::comm

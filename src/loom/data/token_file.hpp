@@ -21,7 +21,8 @@ namespace loom::data {
 
 constexpr int64_t kTokenFileHeaderBytes = 32;
 
-// Whether path is a regular file starting with the token file magic.
+// Whether path is a regular file starting with the token file magic ("LOOMTOK" suffices, so
+// that a damaged last byte of it is reported by TokenFile rather than read as text).
 bool is_token_file(const std::string& path);
 
 // Writes a token file: ids appended in pieces, the count filled in by finish(), which

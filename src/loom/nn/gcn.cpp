@@ -54,22 +54,6 @@ void glorot_uniform(Parameter& w, std::mt19937_64& rng) {
 
 }  // namespace
 
-void GcnConfig::validate() const {
-  check(layers >= 1 && layers <= 64, "gcn_layers must be in 1..64, got ", layers);
-  check(hidden >= 1, "gcn_hidden must be >= 1, got ", hidden);
-  check(dropout >= 0.0 && dropout < 1.0, "gcn_dropout must be in [0, 1), got ", dropout);
-}
-
-int64_t GcnConfig::num_parameters(int64_t F, int64_t K) const {
-  int64_t n = 0, in = F;
-  for (int64_t l = 0; l < layers; ++l) {
-    const int64_t out = l + 1 == layers ? K : hidden;
-    n += in * out + out;
-    in = out;
-  }
-  return n;
-}
-
 GCN::GCN(const GcnConfig& config, int64_t F, int64_t K, std::shared_ptr<const GraphOperator> graph, uint64_t seed,
          const LayerBuilder& builder)
     : graph_(std::move(graph)), mode_(std::make_shared<DropoutMode>()) {

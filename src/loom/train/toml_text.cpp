@@ -8,12 +8,13 @@ void check_toml_text(const std::string& text, const std::string& origin) {
   enum class In { Code, Comment, Basic, Literal, MultiBasic, MultiLiteral } in = In::Code;
   int64_t line = 1, column = 0;
   // A quote opens a string only where TOML expects a key or a value: after '=', at the start
-  // of a line, after '[', '.' or ','; elsewhere (`2"é`) the parser reads on as code.
-  char last = '\n';  // the last character in code that was not a space or tab
+  // of a line, after '.' or ',', or after a '[' that itself stood there (an array or a table
+  // header); elsewhere (`2"é`, `-en["é`) the parser reads on as code.
+  bool last_opens = true;  // whether a quote after the last code character (not a space or tab) opens a string
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     ++column;
-    const bool may_open = last == '=' || last == '\n' || last == '[' || last == '.' || last == ',';
+    const bool may_open = last_opens;
     auto starts = [&](const char* s) { return text.compare(i, std::char_traits<char>::length(s), s) == 0; };
     switch (in) {
       case In::Code:
@@ -44,9 +45,11 @@ void check_toml_text(const std::string& text, const std::string& origin) {
         if (starts("'''")) in = In::Code, i += 2, column += 2;
         break;
     }
-    if (in == In::Code && c != ' ' && c != '\t') last = c;
-    if (in != In::Code && in != In::Comment) last = '"';  // a closed string is a value: no string may follow
-    if (c == '\n') line += 1, column = 0, last = '\n';
+    if (in == In::Code && c != ' ' && c != '\t') {
+      last_opens = c == '[' ? may_open : (c == '=' || c == '\n' || c == '.' || c == ',');
+    }
+    if (in != In::Code && in != In::Comment) last_opens = false;  // a closed string is a value: no string may follow
+    if (c == '\n') line += 1, column = 0, last_opens = true;
   }
 }
 

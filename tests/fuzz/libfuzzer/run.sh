@@ -21,12 +21,16 @@ printf 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { retu
 "$cxx" -fsanitize=fuzzer,address,undefined "$work/probe.cpp" -o "$work/probe" 2>"$work/probe.log" ||
   { echo "SKIP: $cxx cannot link libFuzzer with ASan and UBSan (package libclang-rt-14-dev):"; cat "$work/probe.log"; exit 77; }
 
-# Only what the readers need (nn/gpt_config.cpp holds GPTConfig apart from the model), so the
+# Only what the readers need (nn/gpt_config.cpp and nn/gcn_config.cpp hold the configs apart from
+# the models), so the
 # targets build in about a minute; --gc-sections drops what they never call.
 sources=(src/loom/train/config.cpp src/loom/train/toml_text.cpp src/loom/nn/gpt_config.cpp src/loom/data/tokenizer.cpp
          src/loom/comm/algorithm_names.cpp src/loom/train/safetensors.cpp src/loom/train/checkpoint_manifest.cpp
          src/loom/tensor/tensor.cpp src/loom/tensor/memory_tracker.cpp src/loom/tensor/allocator.cpp
-         src/loom/nn/shard_spec.cpp src/loom/train/reshard.cpp src/loom/data/input_file.cpp src/loom/kernels/threads.cpp src/loom/train/trace_steps.cpp)
+         src/loom/nn/shard_spec.cpp src/loom/train/reshard.cpp src/loom/data/input_file.cpp src/loom/kernels/threads.cpp src/loom/train/trace_steps.cpp
+         src/loom/data/graph.cpp src/loom/data/linqs_graph.cpp src/loom/data/text_graph.cpp src/loom/data/text_lines.cpp
+         src/loom/data/rmat.cpp src/loom/data/token_file.cpp src/loom/data/gpt2_tokenizer.cpp src/loom/data/unicode_classes.cpp
+         src/loom/data/text_dataset.cpp src/loom/nn/moe_config.cpp src/loom/nn/gcn_config.cpp src/loom/kernels/precision.cpp)
 targets=()
 for t in "$here"/*.cpp; do targets+=("${t#"$root"/}"); done
 # The readers include comm/ headers that include <mpi.h>; nothing here calls MPI.
@@ -61,7 +65,7 @@ status=0
 for target_src in "${targets[@]}"; do
   target="$(basename "$target_src" .cpp)"
   exe="$work/$target"
-  if ! "$cxx" "${flags[@]}" -fsanitize=fuzzer "$(object_of "$target_src")" "${objects[@]}" -Wl,--gc-sections -lz \
+  if ! "$cxx" "${flags[@]}" -fsanitize=fuzzer "$(object_of "$target_src")" "${objects[@]}" -Wl,--gc-sections -lz -ldnnl \
        -o "$exe" 2>"$work/$target.build.log"; then
     echo "FAIL: $target does not build:"; tail -20 "$work/$target.build.log"; status=1; continue
   fi

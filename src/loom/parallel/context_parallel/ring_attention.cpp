@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "loom/comm/startup_watch.hpp"
 #include "loom/error.hpp"
 #include "loom/kernels/attention_block.hpp"
 #include "loom/trace/recorder.hpp"
@@ -69,6 +70,7 @@ struct RingHop {
 RingHop hop(comm::ProcessGroup& g, const Tensor& out, Tensor& in, int tag, RingStats* stats) {
   const int next = (g.rank() + 1) % g.size(), prev = (g.rank() + g.size() - 1) % g.size();
   if (stats != nullptr) stats->bytes_sent += out.nbytes();
+  comm::stop_for_a_test("cp-ring");
   trace::AsyncSpan span("cp", tag == kBackwardGrad ? "dK/dV hop" : "K/V hop", {{"bytes", out.nbytes()}});
   return {g.send_async(out.f32(), out.numel(), next, tag), g.recv_async(in.f32(), in.numel(), prev, tag),
           std::move(span)};

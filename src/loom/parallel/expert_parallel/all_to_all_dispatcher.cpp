@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "loom/comm/startup_watch.hpp"
 #include "loom/error.hpp"
 
 namespace loom::parallel::ep {
@@ -48,6 +49,7 @@ std::vector<int64_t> AllToAllDispatcher::exchange_counts(const std::vector<int64
           " rows for one expert exceed what the count exchange carries exactly (2^24)");
     send.f32()[e] = static_cast<float>(counts[static_cast<size_t>(e)]);
   }
+  comm::stop_for_a_test("ep-all-to-all");
   ep_.all_to_all(send, recv);
   std::vector<int64_t> from(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) from[static_cast<size_t>(e)] = static_cast<int64_t>(recv.f32()[e]);
