@@ -6,6 +6,7 @@
 #include "commands.hpp"
 #include "loom/data/text_dataset.hpp"
 #include "loom/kernels/threads.hpp"
+#include "loom/train/inference_model.hpp"
 #include "loom/train/perplexity.hpp"
 
 namespace loom::apps {
@@ -27,7 +28,7 @@ Runner add_eval_command(CLI::App& sub) {
   return [args]() {
     kernels::set_num_threads(args->threads);
     const std::string text = data::read_text_file(args->data);
-    train::InferenceModel m = train::load_inference_model(args->checkpoint);
+    train::InferenceModel m = train::load_inference_model(args->checkpoint, nullptr);
     const train::Perplexity p = train::evaluate_perplexity(*m.model, *m.tokenizer, text, args->batch);
     std::printf("%s: %lld tokens, %lld bytes: %.6f nats/token (perplexity %.4f), %.6f bits/byte\n", args->data.c_str(),
                 static_cast<long long>(p.tokens), static_cast<long long>(p.bytes), p.nats_per_token,

@@ -46,18 +46,4 @@ Perplexity evaluate_perplexity(nn::GPT& model, const data::Tokenizer& tokenizer,
   return p;
 }
 
-InferenceModel load_inference_model(const std::string& checkpoint) {
-  const std::string path = resolve_checkpoint_path(checkpoint);
-  const CheckpointInfo info = read_checkpoint_info(path);
-  InferenceModel m;
-  apply_toml_string(m.config, info.config_toml, path + " (stored configuration)");
-  m.tokenizer = data::Tokenizer::from_spec(info.tokenizer_spec);
-  m.config.model.vocab_size = m.tokenizer->vocab_size();
-  m.config.model.validate();
-  check_fits_in_memory(inference_memory(m.config.model), 1, "the model of checkpoint '" + path + "'");
-  m.model = std::make_unique<nn::GPT>(m.config.model, 0);
-  load_checkpoint(path, *m.model, nullptr, "");
-  return m;
-}
-
 }  // namespace loom::train

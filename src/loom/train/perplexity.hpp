@@ -26,14 +26,5 @@ struct Perplexity {
 // Throws loom::Error when the text has fewer than two tokens. batch: windows per forward.
 Perplexity evaluate_perplexity(nn::GPT& model, const data::Tokenizer& tokenizer, std::string_view text, int64_t batch = 8);
 
-// A checkpoint's model rebuilt from its own stored configuration and tokenizer, for
-// inference (one process, serial layout); the stored configuration is bounded before the
-// model is built.
-struct InferenceModel {
-  TrainConfig config;
-  std::unique_ptr<data::Tokenizer> tokenizer;
-  std::unique_ptr<nn::GPT> model;
-};
-InferenceModel load_inference_model(const std::string& checkpoint);
 
 }  // namespace loom::train
