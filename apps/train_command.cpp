@@ -1,4 +1,5 @@
 // `loom train`: defaults, then the TOML file, then flags (every config key is a flag).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -153,8 +154,13 @@ bool launched_by_mpi() {
 }
 
 int run_on_world(const std::function<void(comm::ProcessGroup&)>& body, double startup_timeout_s) {
-  // MPI_Init and the world's communicators block until every rank arrives: watched by a deadline.
-  auto watch = std::make_unique<comm::StartupWatch>(startup_timeout_s, "MPI_Init and the world's communicators");
+  // MPI_Init and the world's communicators block until every rank arrives: watched by a
+  // deadline. MPI_Init's own time depends on the launcher and the machine (seconds in a fresh
+  // container), so this first step waits at least kMpiInitFloorSeconds even when a test sets
+  // comm_timeout to 2 s; the steps after it (communicator splits) keep comm_timeout.
+  constexpr double kMpiInitFloorSeconds = 60.0;
+  const double init_timeout_s = startup_timeout_s > 0 ? std::max(startup_timeout_s, kMpiInitFloorSeconds) : 0.0;
+  auto watch = std::make_unique<comm::StartupWatch>(init_timeout_s, "MPI_Init and the world's communicators");
   comm::MpiRuntime mpi(nullptr, nullptr);
   watch.reset();
   try {
