@@ -66,7 +66,12 @@ TEST(AsyncOverlap, AllReduceProgressesDuringCompute) {
   std::printf("[rank 0] all-reduce with a late peer %.3f s, compute %.3f s, both overlapped %.3f s\n", comm_alone,
               compute_alone, together);
   EXPECT_GT(comm_alone, 0.14);  // it did wait for the peer
-  EXPECT_LT(together, 0.85 * (comm_alone + compute_alone));
+  // At least a quarter of the wait hidden behind the compute. A bound on the wait itself, not
+  // a fraction of the sum: under ASan the compute takes ~3.2 s instead of ~0.16 s, and a 15%
+  // cut of the sum would need more time hidden than the 0.15 s wait there is. Measured quiet:
+  // 0.244 s together vs 0.164 + 0.156 s (49% hidden: the reduction's copies share the cores
+  // with the compute), under ASan 3.216 s vs 3.203 + 0.167 s. Without overlap the two add up.
+  EXPECT_LT(together, compute_alone + 0.75 * comm_alone);
 }
 
 TEST(EmulatedLink, AllReduceTakesAtLeastTheModelledTime) {
