@@ -11,6 +11,10 @@ void check_toml_text(const std::string& text, const std::string& origin) {
   // of a line, after '.' or ',', or after a '[' that itself stood there (an array or a table
   // header); elsewhere (`2"é`, `-en["é`) the parser reads on as code.
   bool last_opens = true;  // whether a quote after the last code character (not a space or tab) opens a string
+  // A second '=' outside brackets on one line (`dp =-e=["é`) is not TOML: no string opens
+  // after it on that line, since the parser no longer reads a value there.
+  bool line_has_value = false, line_broken = false;
+  int depth = 0;  // '[' and '{' open on this line
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     ++column;
@@ -45,11 +49,18 @@ void check_toml_text(const std::string& text, const std::string& origin) {
         if (starts("'''")) in = In::Code, i += 2, column += 2;
         break;
     }
+    if (in == In::Code && (c == '[' || c == '{')) ++depth;
+    if (in == In::Code && (c == ']' || c == '}')) --depth;
+    if (in == In::Code && c == '=' && depth <= 0) {
+      if (line_has_value) line_broken = true;
+      line_has_value = true;
+    }
     if (in == In::Code && c != ' ' && c != '\t') {
       last_opens = c == '[' ? may_open : (c == '=' || c == '\n' || c == '.' || c == ',');
     }
     if (in != In::Code && in != In::Comment) last_opens = false;  // a closed string is a value: no string may follow
-    if (c == '\n') line += 1, column = 0, last_opens = true;
+    if (line_broken) last_opens = false;
+    if (c == '\n') line += 1, column = 0, last_opens = true, line_has_value = line_broken = false, depth = 0;
   }
 }
 
