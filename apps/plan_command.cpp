@@ -19,6 +19,7 @@
 #include "loom/error.hpp"
 #include "loom/plan/layout_cost.hpp"
 #include "loom/plan/spec_files.hpp"
+#include "loom/plan/tensor_parallel_3d_layout.hpp"
 #include "loom/train/safetensors.hpp"
 
 namespace loom::apps {
@@ -33,11 +34,16 @@ struct PlanArgs {
   std::string recompute = "any";
   int zero = 1;
   std::string sequence_parallel = "on";
+  std::string tp_3d = "off";  // on: 3D grids searched too
+  bool crossover = false;
   int64_t dp = 0, pp = 0, tp = 0, micro_batch = 0, chunks = 1;  // dp > 0: this one layout only
   double link_latency_us = 0, link_gbs = 0;                      // > 0: override both link tiers
 };
 
 std::string layout_name(const plan::Layout& l) {
+  if (l.tensor_parallel_3d())
+    return "dp " + std::to_string(l.dp) + " x 3D " + std::to_string(l.row) + "x" + std::to_string(l.col) + "x" +
+           std::to_string(l.depth) + ", mb " + std::to_string(l.micro_batch) + (l.recompute ? ", recompute" : "");
   return "dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + " x tp " + std::to_string(l.tp) +
          (l.chunks > 1 ? " (v " + std::to_string(l.chunks) + ")" : "") + ", mb " + std::to_string(l.micro_batch) +
          (l.recompute ? ", recompute" : "");
@@ -86,6 +92,33 @@ std::string memory_note(const plan::LayoutCost& c, const plan::ClusterSpec& clus
   return buf;
 }
 
+// The best 1D layout against the best 3D one of a search, and by how much the winner wins.
+std::string one_d_against_3d(const std::vector<plan::LayoutCost>& ranked) {
+  const plan::BestOfEach best = plan::best_of_each(ranked);
+  if (best.one_d == nullptr || best.three_d == nullptr)
+    return std::string("1D against 3D: no valid ") + (best.one_d == nullptr ? "1D" : "3D") + " layout";
+  const bool three_d_wins = best.three_d->step_s() < best.one_d->step_s();
+  const plan::LayoutCost &win = three_d_wins ? *best.three_d : *best.one_d, &lose = three_d_wins ? *best.one_d : *best.three_d;
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "1D against 3D: %s wins, %s %.4g s against %s %.4g s (%.1f%% faster; comm %.3g s against %.3g s)",
+                three_d_wins ? "3D" : "1D", layout_name(win.layout).c_str(), win.step_s(), layout_name(lose.layout).c_str(),
+                lose.step_s(), 100.0 * (1.0 - win.step_s() / lose.step_s()), win.time.tp_comm_s + win.time.dp_comm_s,
+                lose.time.tp_comm_s + lose.time.dp_comm_s);
+  return buf;
+}
+
+// The crossover: the same model at 8, 16, ... devices up to --gpus, the best of each kind.
+void print_crossover(const plan::ModelSpec& model, const plan::ClusterSpec& cluster, const PlanArgs& a,
+                     const plan::SearchSpace& space) {
+  std::printf("%s (%lld parameters) on %s, global batch %lld: 1D (dp x pp x tp) against 3D (dp x row x col x depth)\n",
+              model.name.c_str(), static_cast<long long>(model.parameters()), cluster.name.c_str(),
+              static_cast<long long>(a.global_batch));
+  for (int64_t devices = std::min<int64_t>(8, a.devices); devices <= a.devices; devices *= 2) {
+    const std::vector<plan::LayoutCost> ranked = plan::search(model, cluster, devices, a.global_batch, space);
+    std::printf("%6lld devices: %s\n", static_cast<long long>(devices), one_d_against_3d(ranked).c_str());
+  }
+}
+
 }  // namespace
 
 Runner add_plan_command(CLI::App& sub) {
@@ -122,6 +155,10 @@ Runner add_plan_command(CLI::App& sub) {
       ->check(CLI::Range(0, 3));
   sub.add_option("--sequence-parallel", a->sequence_parallel, "sequence parallelism with tp > 1: on or off [on]")
       ->check(CLI::IsMember({"on", "off"}));
+  sub.add_option("--tp-3d", a->tp_3d, "also search 3D tensor-parallel grids dp x row x col x depth: on or off [off]")
+      ->check(CLI::IsMember({"on", "off"}));
+  sub.add_flag("--crossover", a->crossover,
+               "with --tp-3d on: the best 1D and the best 3D layout at 8, 16, ... up to --gpus devices, and which wins");
   return [a]() {
     auto is_toml = [](const std::string& s) { return s.size() > 5 && s.substr(s.size() - 5) == ".toml"; };
     if (a->model_file.empty() && is_toml(a->model)) a->model_file = a->model;
@@ -139,6 +176,7 @@ Runner add_plan_command(CLI::App& sub) {
     space.zero = a->zero;
     space.sequence_parallel = a->sequence_parallel == "on";
     if (a->recompute != "any") space.recompute = {a->recompute == "on"};
+    space.tensor_parallel_3d = a->tp_3d == "on";
     std::vector<plan::Layout> layouts;  // the one layout asked for, or the shapes the search will price
     if (a->dp > 0) {
       plan::Layout l;
@@ -169,6 +207,11 @@ Runner add_plan_command(CLI::App& sub) {
       if (a->link_gbs > 0) link->beta_s_per_byte = 1.0 / (a->link_gbs * 1e9);
     }
     if (!a->save_cluster.empty()) train::write_file_atomically(a->save_cluster, plan::cluster_to_toml(cluster));
+    if (a->crossover) {
+      check(space.tensor_parallel_3d && a->dp == 0, "--crossover compares searches: give --tp-3d on and no --dp");
+      print_crossover(model, cluster, *a, space);
+      return 0;
+    }
     std::vector<plan::LayoutCost> ranked;
     if (a->dp > 0)
       ranked.push_back(plan::predict(model, cluster, layouts.front(), a->global_batch));
@@ -191,7 +234,7 @@ Runner add_plan_command(CLI::App& sub) {
             dedicated.total() + plan::core_sharing_seconds(dedicated, l.dp * l.pp * l.tp, undisturbed);
         out.push_back({{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"virtual_stages", l.pp * l.chunks},
                        {"micro_batch_size", l.micro_batch}, {"zero", l.dp > 1 ? l.zero : 0}, {"recompute", l.recompute},
-                       {"sequence_parallel", l.sequence_parallel}, {"valid", c.valid}, {"why_not", c.why_not},
+                       {"sequence_parallel", l.sequence_parallel}, {"tp_3d", {l.row, l.col, l.depth}}, {"valid", c.valid}, {"why_not", c.why_not},
                        {"memory_bytes_per_device", c.memory_bytes()},
                        {"state_bytes", c.state_bytes}, {"activation_bytes", c.activation_bytes},
                        {"step_s", c.valid ? c.step_s() : 0.0}, {"undisturbed_step_s", c.valid ? undisturbed_s : 0.0},
@@ -233,6 +276,7 @@ Runner add_plan_command(CLI::App& sub) {
                   c.time.tp_comm_s, c.time.pp_comm_s, c.time.dp_comm_s, sharing, c.flops_per_device / (giga ? 1e9 : 1e12),
                   ((i == 0 ? std::string("best") : why_slower(c, ranked[0])) + memory_note(c, cluster)).c_str());
     }
+    if (space.tensor_parallel_3d) std::printf("%s\n", one_d_against_3d(ranked).c_str());
     std::map<std::string, int> reasons;
     for (auto it = first_invalid; it != ranked.end(); ++it) reasons[it->why_not.substr(0, it->why_not.find(':'))]++;
     for (const auto& [why, count] : reasons)

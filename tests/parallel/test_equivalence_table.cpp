@@ -3,8 +3,8 @@
 // gradient, so a gradient off by a constant factor moves the parameters), and the paths the
 // other suites miss: interleaved with 3 chunks, an uneven pp_layers split, HSDP with shard
 // sizes 1 and 4 and with tp, recompute with ZeRO and with tp; 3D tensor parallelism on the
-// grids of 2-8 ranks (each axis alone, 2x2x2, odd sizes), 4D with dp, with recompute and with
-// micro-batches (dp x depth share the batch: the serial run takes all of it). Each case must give the serial
+// grids of 2-8 ranks (each axis alone, 2x2x2, 4x2x1, 2x1x4, odd sizes), 4D with dp, with
+// recompute and with micro-batches, overlapped (the default) and blocking (dp x depth share the batch: the serial run takes all of it). Each case must give the serial
 // run's gradients before clipping, losses, parameters (equivalence.hpp) and validation loss
 // (relative 1e-5); a case whose layout does not fit the world is skipped, with the reason.
 // Last, the gradient check itself must fail on a gradient scaled by 2 on one rank.
@@ -46,6 +46,7 @@ struct Case {
   int64_t n_head = 4, n_embd = 16;
   int64_t world = 0;  // > 0: run on this many ranks only (keeps the suite short)
   std::string precision = "fp32";
+  std::string tp_3d_overlap = "on";  // with tp_3d: "off" runs the blocking path
 
 };
 
@@ -124,6 +125,7 @@ TEST_P(EquivalenceTable, SameGradientsLossesParametersAndValidationLossAsSerial)
   c.pp_layers = k.pp_layers;
   c.model.recompute = k.recompute;
   c.tp_3d = k.tp_3d;
+  c.tp_3d_overlap = k.tp_3d_overlap;
   train::Trainer parallel(c, true, &world());
   const std::string what = k.name + " (dp " + std::to_string(dp) + ")";
   const Tolerances tol = k.precision == "bf16" ? kBf16Tolerances : Tolerances{};
@@ -201,7 +203,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "tp3d_2x2x1", .tp_3d = "2,2,1", .world = 4},
                       sgd(Case{.name = "tp3d_2x1x2_dp2", .micro_batches = 2, .tp_3d = "2,1,2", .world = 8}),
                       Case{.name = "tp3d_3x1x1", .tp_3d = "3,1,1", .n_head = 3, .n_embd = 24, .world = 3},
-                      Case{.name = "tp3d_1x1x2_dp2_recompute", .recompute = true, .tp_3d = "1,1,2", .world = 4}),
+                      Case{.name = "tp3d_1x1x2_dp2_recompute", .recompute = true, .tp_3d = "1,1,2", .world = 4},
+                      Case{.name = "tp3d_4x2x1", .tp_3d = "4,2,1", .world = 8},
+                      Case{.name = "tp3d_2x1x4", .tp_3d = "2,1,4", .world = 8},
+                      Case{.name = "tp3d_2x2x2_blocking", .tp_3d = "2,2,2", .world = 8, .tp_3d_overlap = "off"},
+                      Case{.name = "tp3d_1x2x2_recompute_blocking", .recompute = true, .micro_batches = 2,
+                           .tp_3d = "1,2,2", .world = 4, .tp_3d_overlap = "off"},
+                      Case{.name = "tp3d_2x1x2_recompute", .recompute = true, .micro_batches = 2, .tp_3d = "2,1,2",
+                           .world = 4}),
     [](const auto& info) { return info.param.name; });
 
 // Mixed precision through every layout family, against the serial bf16 run.

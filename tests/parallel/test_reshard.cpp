@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <numeric>
 #include <sstream>
@@ -30,7 +31,14 @@ struct Layout {
   std::string format = "sharded";
   int64_t hsdp_shard = 0;
   int64_t ep = 1, experts = 0;  // a mixture of experts in every block when experts > 0
-  int64_t ranks() const { return dp * pp * tp; }
+  std::string tp_3d{};          // a 3D tensor-parallel grid "R,C,D" (single-file format only)
+  std::array<int64_t, 3> grid() const {
+    TrainConfig c;
+    c.tp_3d = tp_3d;
+    return c.tp_3d_grid();
+  }
+  int64_t batch_shards() const { return dp * grid()[2]; }
+  int64_t ranks() const { return dp * pp * tp * grid()[0] * grid()[1] * grid()[2]; }
 };
 
 std::ostream& operator<<(std::ostream& os, const Layout& l) {
@@ -39,6 +47,7 @@ std::ostream& operator<<(std::ostream& os, const Layout& l) {
   if (l.sequence_parallel) os << " sp";
   if (l.hsdp_shard > 0) os << " hsdp" << l.hsdp_shard;
   if (l.experts > 0) os << " moe" << l.experts << " ep" << l.ep;
+  if (!l.tp_3d.empty()) os << " tp_3d " << l.tp_3d;
   return os << " (" << l.format << ")";
 }
 
@@ -48,9 +57,10 @@ struct Pair {
 
 void PrintTo(const Pair& p, std::ostream* os) { *os << p.from << " -> " << p.to; }
 
-// rows: global rows per micro-batch, divisible by both pairs' dp; micro: micro-batches.
+// rows: global rows per micro-batch, divisible by both pairs' batch shards (dp, x depth under
+// 3D); micro: micro-batches.
 TrainConfig config_of(const Layout& l, int64_t rows, int64_t micro) {
-  TrainConfig c = tiny(l.dp, rows / l.dp, micro);
+  TrainConfig c = tiny(l.dp, rows / l.batch_shards(), micro);
   c.model.n_layer = 4;  // room for pp 2 x 2 chunks
   c.model.padded_vocab_size = 128;  // the same token table under tp 1 and 2
   c.pp = l.pp;
@@ -62,6 +72,7 @@ TrainConfig config_of(const Layout& l, int64_t rows, int64_t micro) {
   c.hsdp_shard = l.hsdp_shard;
   c.ep = l.ep;
   c.model.moe.experts = l.experts;
+  c.tp_3d = l.tp_3d;
   c.checkpoint_format = l.format;
   c.steps = 10;
   c.decay_steps = 10;  // the same schedule for the 5-step first half
@@ -86,7 +97,7 @@ TEST_P(Reshard, ResumesUnderAnotherLayoutLikeTheUninterruptedSerialRun) {
   for (const Layout& l : {pair.from, pair.to})
     if (l.ranks() != 1 && l.ranks() != p) GTEST_SKIP() << "needs " << l.ranks() << " ranks";
   if (pair.from.ranks() == 1 && pair.to.ranks() == 1 && p > 1) GTEST_SKIP() << "serial to serial runs at 1 rank";
-  const int64_t rows = std::lcm(pair.from.dp, pair.to.dp) * 2;
+  const int64_t rows = std::lcm(pair.from.batch_shards(), pair.to.batch_shards()) * 2;
   const int64_t micro = std::max<int64_t>(2, std::max(pair.from.pp, pair.to.pp));
 
   Layout serial;
@@ -139,6 +150,12 @@ Layout moe(Layout l, int64_t ep, int64_t experts = 4) {
   return l;
 }
 
+Layout grid3d(const std::string& grid, int64_t dp = 1) {
+  Layout l = L(dp, 1, 1, 0, 1, false, "single");
+  l.tp_3d = grid;
+  return l;
+}
+
 const Layout kSerial = L(1, 1, 1, 0);
 const Layout kSerialFile = L(1, 1, 1, 0, 1, false, "single");
 
@@ -161,8 +178,32 @@ INSTANTIATE_TEST_SUITE_P(
         Pair{L(2, 2, 2, 1), L(4, 1, 2, 3, 1, true)}, Pair{L(8, 1, 1, 3), kSerial}, Pair{L(2, 2, 2, 0, 2), kSerialFile},
         // expert parallelism: experts split over ep 2, 3, 4 and gathered back
         Pair{moe(L(2, 1, 1, 0), 2), moe(kSerial, 1)}, Pair{moe(kSerialFile, 1), moe(L(2, 1, 1, 0), 2)},
-        Pair{moe(L(3, 1, 1, 0), 3, 6), moe(kSerialFile, 1, 6)}, Pair{moe(L(4, 1, 1, 0), 2), moe(L(4, 1, 1, 0), 4)}),
+        Pair{moe(L(3, 1, 1, 0), 3, 6), moe(kSerialFile, 1, 6)}, Pair{moe(L(4, 1, 1, 0), 2), moe(L(4, 1, 1, 0), 4)},
+        // 3D tensor parallelism: gathered to the serial layout on saving, split again on loading
+        Pair{grid3d("2,2,2"), kSerial}, Pair{kSerialFile, grid3d("2,2,2")}, Pair{grid3d("2,2,2"), grid3d("1,2,4")},
+        Pair{grid3d("2,1,2", 2), L(2, 2, 2, 1)}, Pair{L(2, 1, 2, 3), grid3d("1,2,1", 2)}, Pair{grid3d("2,1,1"), grid3d("1,1,2")}),
     [](const auto& info) { return "pair" + std::to_string(info.index); });
+
+// Under the same 3D grid a resume continues bit for bit: the checkpoint holds the serial
+// layout, and splitting it again gives every rank the very values it had.
+TEST(Reshard3D, ResumingUnderTheSameGridContinuesBitForBit) {
+  if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
+  const Layout grid = grid3d("2,1,2");
+  TrainConfig c = config_of(grid, 4, 2);
+  Trainer straight(c, true, &world());
+  const TrainingRun want = run(straight);
+
+  const std::string dir = fresh_shared_dir("loom_reshard_3d_exact", world());
+  train_and_checkpoint(c, 5, dir, world());
+  c.resume = dir;
+  Trainer resumed(c, true, &world());
+  ASSERT_EQ(resumed.step(), 5);
+  const TrainingRun got = run(resumed);
+  EXPECT_EQ(got.losses, std::vector<float>(want.losses.end() - 5, want.losses.end()));
+  EXPECT_EQ(got.names, want.names);
+  EXPECT_EQ(got.params, want.params);
+  remove_shared_dir(dir, world());
+}
 
 TEST(ReshardErrors, AMissingRankFileFailsTheResumeOnEveryRank) {
   const int p = world().size();

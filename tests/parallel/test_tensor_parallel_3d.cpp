@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "comm/mpi_test_env.hpp"
 #include "loom/comm/device_mesh.hpp"
@@ -157,6 +158,27 @@ TEST(Linear3D, NamesWhyAShapeDoesNotDivide) {
   const std::string why = Linear3D::misfit(world().size() * 2 + 1, 8, 1, grid, Roles{});
   EXPECT_NE(why.find("input features do not split over col " + std::to_string(world().size())), std::string::npos) << why;
   EXPECT_THROW(Linear3D(world().size() * 2 + 1, 8, 1, grid, Roles{}), Error);
+}
+
+// The overlap starts the same collectives earlier and waits for them later: the run must be
+// the blocking run bit for bit, with recompute (its replayed forwards prefetch a layer whose
+// backward is done) and micro-batches (gradients completed across them).
+TEST(Overlap3D, TrainsBitForBitLikeTheBlockingPath) {
+  const int p = world().size();
+  if (p != 4 && p != 8) GTEST_SKIP() << "grids of 4 and 8 ranks";
+  std::vector<loom::testing::equivalence::TrainingRun> runs;
+  for (const char* overlap : {"off", "on"}) {
+    train::TrainConfig c = loom::testing::equivalence::tiny(1, 2, 2);
+    c.tp_3d = p == 4 ? "2,1,2" : "2,2,2";
+    c.model.recompute = true;
+    c.tp_3d_overlap = overlap;
+    c.steps = 3;
+    train::Trainer t(c, true, &world());
+    runs.push_back(loom::testing::equivalence::run(t));
+  }
+  EXPECT_EQ(runs[0].losses, runs[1].losses);
+  EXPECT_EQ(runs[0].grads, runs[1].grads);
+  EXPECT_EQ(runs[0].params, runs[1].params);
 }
 
 TEST(Trainer3D, AGridThatDoesNotFitTheWorldIsAnErrorOnEveryRank) {

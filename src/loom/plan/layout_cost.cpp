@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "loom/plan/memory_model.hpp"
+#include "loom/plan/tensor_parallel_3d_layout.hpp"
 
 namespace loom::plan {
 
@@ -38,6 +39,7 @@ int64_t state_bytes(const ClusterSpec& c, int64_t params, int64_t dp, int zero) 
 }  // namespace
 
 LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l, int64_t global_batch) {
+  if (l.tensor_parallel_3d()) return predict_tensor_parallel_3d(model, cluster, l, global_batch);
   LayoutCost c;
   c.layout = l;
   auto invalid = [&](std::string why) {
@@ -123,6 +125,9 @@ std::vector<LayoutCost> search(const ModelSpec& model, const ClusterSpec& cluste
         }
     }
   }
+  if (space.tensor_parallel_3d)
+    for (LayoutCost& c : tensor_parallel_3d_layouts(model, cluster, devices, global_batch, space))
+      (c.valid ? valid : rejected).push_back(std::move(c));
   std::stable_sort(valid.begin(), valid.end(),
                    [](const LayoutCost& a, const LayoutCost& b) { return a.step_s() < b.step_s(); });
   valid.insert(valid.end(), rejected.begin(), rejected.end());

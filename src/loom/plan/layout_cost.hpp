@@ -39,6 +39,7 @@ struct SearchSpace {
   std::vector<bool> recompute = {false, true};
   int zero = 1;                   // ZeRO stage of every layout with dp > 1
   bool sequence_parallel = true;  // with every tp > 1
+  bool tensor_parallel_3d = false;  // also every dp x row x col x depth grid (pp 1)
 };
 
 // Every layout of `devices` devices (dp x pp x tp = devices, tp dividing the devices of a

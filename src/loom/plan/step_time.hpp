@@ -22,6 +22,9 @@ struct Layout {
   int zero = 1;             // ZeRO stage inside dp (the distributed optimizer by default)
   bool recompute = true;    // full activation recompute per layer
   bool sequence_parallel = true;
+  // 3D tensor parallelism's grid (tensor_parallel_3d_layout.hpp); all 1: off (tp, pp 1 with it).
+  int64_t row = 1, col = 1, depth = 1;
+  bool tensor_parallel_3d() const { return row * col * depth > 1; }
 };
 
 // One transformer layer on one device for one micro-batch, seconds.

@@ -83,6 +83,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "net_latency_us", "latency of the emulated network in microseconds", &c.net_latency_us},
       {"parallel", "pin_ranks", "'auto': when a node runs more ranks than it has cores and each rank one thread, pin every rank to a core, the ranks of each pipeline stage on different cores (ranks waiting in MPI keep polling, so the OS does not move working ranks apart); 'off': leave placement to the OS", &c.pin_ranks},
       {"parallel", "tp_3d", "3D tensor parallelism (AxoNN): the grid \"R,C,D\" of row x col x depth ranks per data-parallel replica; each linear layer's weight split over row and col and sharded over depth, the batch split over dp x depth; layers whose shapes do not divide the grid stay serial; \"\" = off", &c.tp_3d},
+      {"parallel", "tp_3d_overlap", "with tp_3d: 'on' starts each layer's depth all-gather of its weight one layer ahead and keeps the all-reduce of dX and the reduce-scatter of dW in flight under the next GEMMs; 'off' blocks on each (bit-identical results either way)", &c.tp_3d_overlap},
       {"parallel", "comm_timeout", "seconds any wait for other ranks (a collective, a pipeline send or receive) may last before the watchdog reports the rank holding the job up and ends the job; 0 = off. The environment variable LOOM_COMM_TIMEOUT overrides the config file, this flag overrides both", &c.comm_timeout},
       {"run", "out_dir", "run directory: metrics.jsonl, memory.json and checkpoints (`loom train` refuses an empty one)", &c.out_dir},
       {"run", "log_every", "print a progress line every N steps", &c.log_every},
@@ -237,6 +238,7 @@ void TrainConfig::validate_tp_3d() const {
   if (!tp_3d_on()) return;
   const std::array<int64_t, 3> g = tp_3d_grid();
   const std::string grid = "tp_3d (" + tp_3d + ")";
+  check(tp_3d_overlap == "on" || tp_3d_overlap == "off", "tp_3d_overlap must be 'on' or 'off', got '", tp_3d_overlap, "'");
   check(tp == 1, grid, " and tp (", tp, ") are two tensor-parallel layouts: give one");
   check(pp == 1, grid, " does not compose with pipeline parallelism yet: set pp = 1 (got ", pp, ")");
   check(cp == 1, grid, " does not compose with context parallelism yet: set cp = 1 (got ", cp, ")");
@@ -245,7 +247,6 @@ void TrainConfig::validate_tp_3d() const {
   check(model.n_head % g[0] == 0, "n_head (", model.n_head, ") must be divisible by the row degree of ", grid,
         ": attention heads are split over row");
   check(checkpoint_format != "sharded", grid, " writes single-file checkpoints only: set checkpoint_format to 'single' or 'auto'");
-  check(resume.empty(), grid, " cannot resume from a checkpoint yet (resume = '", resume, "')");
   check(!model.moe.enabled(), grid, " does not compose with a mixture of experts yet: set moe_experts = 0");
 }
 

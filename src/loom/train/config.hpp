@@ -69,6 +69,7 @@ struct TrainConfig {
   std::string pin_ranks = "auto";  // auto: pin one-thread ranks to cores when a node has more ranks than cores; off
   double comm_timeout = 300.0;     // seconds any wait for other ranks may last before the watchdog ends the job; 0 = off
   std::string tp_3d;               // 3D tensor parallelism's grid "R,C,D" (row, col, depth); "" = off
+  std::string tp_3d_overlap = "on";  // "on": 3D collectives overlapped with compute; "off": blocking
 
   // [run]
   std::string out_dir = "runs/default";

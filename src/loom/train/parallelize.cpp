@@ -137,7 +137,7 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   // 3D tensor parallelism, the same way: the builder swaps each linear layer for a 3D one.
   if (config.tp_3d_on()) {
     p.grid = std::make_unique<parallel::tp3d::Grid3D>(p.group("row"), p.group("col"), p.group("depth"));
-    p.tp3d_layers = std::make_unique<parallel::tp3d::Layers3D>(*p.grid);
+    p.tp3d_layers = std::make_unique<parallel::tp3d::Layers3D>(*p.grid, config.tp_3d_overlap == "on");
   }
   const nn::LayerBuilder* layers = p.tp_layers     ? static_cast<const nn::LayerBuilder*>(p.tp_layers.get())
                                    : p.tp3d_layers ? static_cast<const nn::LayerBuilder*>(p.tp3d_layers.get())

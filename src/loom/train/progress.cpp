@@ -102,10 +102,15 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
     overlap += buf;
   }
   if (config_.tp > 1 || config_.tp_3d_on()) {
-    char buf[64];
+    char buf[96];
     std::snprintf(buf, sizeof buf, " | %s comm %.0f ms, %s", config_.tp_3d_on() ? "tp_3d" : "tp", 1e3 * r.tp_comm_seconds,
                   format_bytes(r.tp_comm_bytes).c_str());
     overlap += buf;
+    if (r.tp_comm_exposed_seconds >= 0) {
+      std::snprintf(buf, sizeof buf, ", %.0f ms exposed (%.0f%% hidden)", 1e3 * r.tp_comm_exposed_seconds,
+                    r.tp_comm_seconds > 0 ? 100.0 * std::max(0.0, 1.0 - r.tp_comm_exposed_seconds / r.tp_comm_seconds) : 0.0);
+      overlap += buf;
+    }
   }
   if (config_.cp > 1) {
     char buf[96];
@@ -137,6 +142,7 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
                    {"pipeline_bubble", r.pipeline_bubble}, {"cp_ring_bytes", r.cp_bytes},
                    {"cp_ring_exposed_s", r.cp_wait_seconds}, {"cp_attention_s", r.cp_compute_seconds}};
   for (const Metric& m : r.metrics) record[m.name] = m.value;
+  if (r.tp_comm_exposed_seconds >= 0) record["tp_comm_exposed_s"] = r.tp_comm_exposed_seconds;
   if (r.moe.present) {
     record["moe_load"] = r.moe.load;
     record["moe_load_imbalance"] = r.moe.load_imbalance;

@@ -10,16 +10,24 @@ namespace loom::train {
 PieceLayout whole_piece(const Shape& full) { return PieceLayout{{}, 0, shape_numel(full)}; }
 
 Shape slice_shape(const Shape& full, const nn::ShardSpec& spec, const std::string& what) {
-  if (spec.dim < 0) return full;
-  check(spec.dim < static_cast<int>(full.size()) && spec.parts >= 1 && spec.blocks >= 1 && spec.index >= 0 &&
-            spec.index < spec.parts,
-        what, ": slice (dim ", spec.dim, ", part ", spec.index, " of ", spec.parts, ", ", spec.blocks,
-        " blocks) does not fit shape ", shape_str(full));
-  const int64_t len = full[static_cast<size_t>(spec.dim)];
-  check(len % (spec.parts * spec.blocks) == 0, what, ": dim ", spec.dim, " of ", shape_str(full),
-        " does not split into ", spec.parts, " parts of ", spec.blocks, " blocks");
   Shape local = full;
-  local[static_cast<size_t>(spec.dim)] = len / spec.parts;
+  if (spec.dim >= 0) {
+    check(spec.dim < static_cast<int>(full.size()) && spec.parts >= 1 && spec.blocks >= 1 && spec.index >= 0 &&
+              spec.index < spec.parts,
+          what, ": slice (dim ", spec.dim, ", part ", spec.index, " of ", spec.parts, ", ", spec.blocks,
+          " blocks) does not fit shape ", shape_str(full));
+    const int64_t len = full[static_cast<size_t>(spec.dim)];
+    check(len % (spec.parts * spec.blocks) == 0, what, ": dim ", spec.dim, " of ", shape_str(full),
+          " does not split into ", spec.parts, " parts of ", spec.blocks, " blocks");
+    local[static_cast<size_t>(spec.dim)] = len / spec.parts;
+  }
+  if (spec.dim2 >= 0) {  // a 3D-parallel weight's second split, along the last dimension
+    check(spec.dim2 > spec.dim && static_cast<size_t>(spec.dim2) + 1 == full.size() && spec.parts2 >= 1 &&
+              spec.index2 >= 0 && spec.index2 < spec.parts2 && full.back() % spec.parts2 == 0,
+          what, ": second slice (dim ", spec.dim2, ", part ", spec.index2, " of ", spec.parts2, ") does not fit shape ",
+          shape_str(full));
+    local.back() = full.back() / spec.parts2;
+  }
   return local;
 }
 

@@ -122,7 +122,8 @@ std::vector<StatePiece> SerialState::pieces() {
     const bool expert = spec.axis == nn::ShardSpec::kExpertAxis;
     const bool first_replica =
         cp_rank_ == 0 && (dp_sharded ? dp_rank < shard_size_ : (expert ? dp_rank < ep_.size() : dp_rank == 0));
-    const bool tp_owner = (spec.sharded() && !expert) || tp_rank == 0;
+    // A tensor-parallel piece is owned by its replica 0 (under 3D several grid ranks hold it).
+    const bool tp_owner = spec.sharded() && !expert ? spec.replica == 0 : tp_rank == 0;
     const bool owner = first_replica && tp_owner && &param != token_table_copy_;
     out.push_back({key, spec.full_shape(local), PieceLayout{spec, begin, begin + data.numel()}, data, owner});
   };

@@ -152,6 +152,7 @@ StepResult Trainer::compute_gradients() {
   StepResult r;
   r.lr = lr_schedule_.at(step_);
   for (comm::ProcessGroup* g : p_.tensor_comm_groups) g->reset_stats();
+  if (p_.grid) p_.grid->take_waited_seconds();  // not the evaluation's
   if (p_.cp_layers) p_.cp_layers->stats() = {};
   if (config_.model.moe.enabled()) nn::take_moe_stats(*p_.model);  // not the evaluation's forwards
   optimizer_->zero_grad();
@@ -199,6 +200,7 @@ void Trainer::apply_update(StepResult& r) {
     r.tp_comm_seconds += s.seconds;
     r.tp_comm_bytes += s.bytes;
   }
+  if (p_.grid) r.tp_comm_exposed_seconds = p_.grid->take_waited_seconds();
 }
 
 float Trainer::evaluate() { return evaluate_on([&](int64_t i) { return spec_->eval_batch(i, batch_.rank()); }, config_.eval_batches); }

@@ -1,5 +1,6 @@
 #include "loom/parallel/tensor_parallel_3d/grid.hpp"
 
+#include <chrono>
 #include <cstring>
 
 #include "loom/error.hpp"
@@ -34,12 +35,44 @@ std::string Grid3D::describe() const {
          std::to_string(size(Axis::Depth));
 }
 
-void Grid3D::all_reduce(Tensor& t, Axis a) const {
-  if (size(a) > 1) group(a).all_reduce(t, comm::ReduceOp::Sum);
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+}  // namespace
+
+Tensor Grid3D::Pending::wait() {
+  if (grid_ == nullptr) return Tensor();
+  const auto t0 = std::chrono::steady_clock::now();
+  work_.wait();
+  grid_->waited_s_ += seconds_since(t0);
+  grid_ = nullptr;
+  return finish_();
+}
+
+double Grid3D::take_waited_seconds() const {
+  const double s = waited_s_;
+  waited_s_ = 0.0;
+  return s;
+}
+
+Grid3D::Pending Grid3D::start_all_reduce(Tensor& t, Axis a) const {
+  Pending p;
+  p.grid_ = this;
+  p.work_ = size(a) > 1 ? group(a).all_reduce_async(t.f32(), t.numel(), comm::ReduceOp::Sum) : comm::Work::completed();
+  p.finish_ = [t] { return t; };
+  return p;
+}
+
+void Grid3D::all_reduce(Tensor& t, Axis a) const { start_all_reduce(t, a).wait(); }
+
 Tensor Grid3D::gather_features(const Tensor& local, Axis a, int64_t blocks) const {
-  return tp::gather_features(local, blocks, group(a));
+  const auto t0 = std::chrono::steady_clock::now();
+  Tensor whole = tp::gather_features(local, blocks, group(a));
+  if (size(a) > 1) waited_s_ += seconds_since(t0);
+  return whole;
 }
 
 Tensor Grid3D::slice_features(const Tensor& full, Axis a, int64_t blocks) const {
@@ -58,40 +91,60 @@ void swap_outer(const float* src, float* dst, int64_t a, int64_t b, int64_t inne
 
 }  // namespace
 
-Tensor Grid3D::all_gather_depth(const Tensor& shard, int64_t blocks) const {
+Grid3D::Pending Grid3D::start_all_gather_depth(const Tensor& shard, int64_t blocks) const {
   comm::ProcessGroup& depth = group(Axis::Depth);
   const int D = depth.size();
-  if (D == 1) return shard;
+  Pending p;
+  p.grid_ = this;
+  if (D == 1) {
+    p.work_ = comm::Work::completed();
+    p.finish_ = [shard] { return shard; };
+    return p;
+  }
   check(shard.ndim() == 2 && shard.size(0) % blocks == 0, "all_gather_depth: shard ", shape_str(shard.shape()),
         " is not 2-D in ", blocks, " blocks");
   const int64_t n = shard.numel();
   Tensor gathered = Tensor::empty({D * n}, DType::F32, MemoryCategory::CommBuffers);  // (D, blocks, rows/(blocks D), cols)
-  depth.all_gather(shard.view({n}), gathered);
-  Tensor block = Tensor::empty({D * shard.size(0), shard.size(1)}, DType::F32, MemoryCategory::CommBuffers);
-  if (blocks == 1) {
-    std::memcpy(block.f32(), gathered.f32(), sizeof(float) * static_cast<size_t>(D * n));
-  } else {
+  p.work_ = depth.all_gather_async(shard.f32(), gathered.f32(), n);
+  p.finish_ = [gathered, shard, blocks, D, n] {
+    if (blocks == 1) return gathered.view({D * shard.size(0), shard.size(1)});
+    Tensor block = Tensor::empty({D * shard.size(0), shard.size(1)}, DType::F32, MemoryCategory::CommBuffers);
     swap_outer(gathered.f32(), block.f32(), D, blocks, n / blocks);
-  }
-  return block;
+    return block;
+  };
+  return p;
 }
 
-Tensor Grid3D::reduce_scatter_depth(const Tensor& block, int64_t blocks) const {
+Tensor Grid3D::all_gather_depth(const Tensor& shard, int64_t blocks) const {
+  return start_all_gather_depth(shard, blocks).wait();
+}
+
+Grid3D::Pending Grid3D::start_reduce_scatter_depth(const Tensor& block, int64_t blocks) const {
   comm::ProcessGroup& depth = group(Axis::Depth);
   const int D = depth.size();
-  if (D == 1) return block;
+  Pending p;
+  p.grid_ = this;
+  if (D == 1) {
+    p.work_ = comm::Work::completed();
+    p.finish_ = [block] { return block; };
+    return p;
+  }
   check(block.ndim() == 2 && block.size(0) % (blocks * D) == 0, "reduce_scatter_depth: block ",
         shape_str(block.shape()), " does not split into ", blocks, " block(s) over depth ", D);
   const int64_t n = block.numel() / D;
-  Tensor ordered = Tensor::empty({block.numel()}, DType::F32, MemoryCategory::CommBuffers);  // (D, blocks, rows, cols)
-  if (blocks == 1) {
-    std::memcpy(ordered.f32(), block.f32(), sizeof(float) * static_cast<size_t>(block.numel()));
-  } else {
+  Tensor ordered = block;  // (D, blocks, rows, cols): the block itself when it is one block
+  if (blocks > 1) {
+    ordered = Tensor::empty({block.numel()}, DType::F32, MemoryCategory::CommBuffers);
     swap_outer(block.f32(), ordered.f32(), blocks, D, n / blocks);
   }
   Tensor shard = Tensor::empty({block.size(0) / D, block.size(1)}, DType::F32, MemoryCategory::CommBuffers);
-  depth.reduce_scatter(ordered, shard, comm::ReduceOp::Avg);
-  return shard;
+  p.work_ = depth.reduce_scatter_async(ordered.f32(), shard.f32(), n, comm::ReduceOp::Avg);
+  p.finish_ = [ordered, shard] { return shard; };
+  return p;
+}
+
+Tensor Grid3D::reduce_scatter_depth(const Tensor& block, int64_t blocks) const {
+  return start_reduce_scatter_depth(block, blocks).wait();
 }
 
 }  // namespace loom::parallel::tp3d

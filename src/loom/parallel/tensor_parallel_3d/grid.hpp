@@ -5,6 +5,7 @@
 // no tensors: a GPT linear layer (linear_3d.hpp) and a GCN layer use it alike.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "loom/comm/process_group.hpp"
@@ -44,8 +45,32 @@ class Grid3D {
   Tensor all_gather_depth(const Tensor& shard, int64_t blocks = 1) const;
   Tensor reduce_scatter_depth(const Tensor& block, int64_t blocks = 1) const;
 
+ // The same collectives started now and completed later (the overlap of 3D tensor
+  // parallelism, overlap_3d.hpp): the very calls the blocking ones make, so the same bits.
+  // The buffers they use live in the handle until wait() returns the result.
+  class Pending {
+   public:
+    Pending() = default;  // nothing in flight: wait() returns an empty tensor
+    Tensor wait();
+    bool active() const { return grid_ != nullptr; }
+
+   private:
+    friend class Grid3D;
+    const Grid3D* grid_ = nullptr;
+    comm::Work work_;
+    std::function<Tensor()> finish_;  // after the collective: the result (a reorder, or the buffer)
+  };
+  Pending start_all_gather_depth(const Tensor& shard, int64_t blocks = 1) const;
+  Pending start_reduce_scatter_depth(const Tensor& block, int64_t blocks = 1) const;
+  Pending start_all_reduce(Tensor& t, Axis a) const;  // wait() returns t, summed
+
+  // Seconds this rank waited for the grid's collectives since the last call (a blocking
+  // collective's whole time, a started one's wait): the communication compute did not hide.
+  double take_waited_seconds() const;
+
  private:
   comm::ProcessGroup &row_, &col_, &depth_;
+  mutable double waited_s_ = 0.0;
 };
 
 }  // namespace loom::parallel::tp3d

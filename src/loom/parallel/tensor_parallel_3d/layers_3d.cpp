@@ -22,7 +22,7 @@ std::unique_ptr<nn::Linear> Layers3D::make(int64_t in, int64_t out, int64_t bloc
                             : Roles{Axis::Row, Axis::Col, /*slice_input=*/false, /*gather_output=*/true};
   const std::string why = Linear3D::misfit(in, out, blocks, grid_, roles);
   if (why.empty()) {
-    auto layer = std::make_unique<Linear3D>(in, out, blocks, grid_, roles);
+    auto layer = std::make_unique<Linear3D>(in, out, blocks, grid_, roles, /*bias=*/true, overlap_.get());
     depth_sharded_.insert(&layer->weight());
     return layer;
   }

@@ -8,18 +8,22 @@
 // divide the grid stays serial (SerialLinear3D) and is listed in fallbacks().
 #pragma once
 
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "loom/nn/layer_builder.hpp"
 #include "loom/parallel/tensor_parallel_3d/grid.hpp"
+#include "loom/parallel/tensor_parallel_3d/overlap_3d.hpp"
 
 namespace loom::parallel::tp3d {
 
 class Layers3D : public nn::LayerBuilder {
  public:
-  explicit Layers3D(const Grid3D& grid) : grid_(grid) {}
+  // overlap: the 3D layers' collectives overlapped with compute (overlap_3d.hpp).
+  explicit Layers3D(const Grid3D& grid, bool overlap = false)
+      : grid_(grid), overlap_(overlap ? std::make_unique<Overlap3D>(grid) : nullptr) {}
 
   int64_t tensor_parallel_size() const override { return grid_.size(Axis::Row); }
   int64_t vocabulary_parts() const override { return 1; }
@@ -40,6 +44,7 @@ class Layers3D : public nn::LayerBuilder {
  private:
   std::unique_ptr<nn::Linear> make(int64_t in, int64_t out, int64_t blocks, bool first) const;
   const Grid3D& grid_;
+  std::unique_ptr<Overlap3D> overlap_;
   mutable std::vector<Fallback> fallbacks_;
   mutable std::set<const nn::Parameter*> depth_sharded_;
 };

@@ -26,14 +26,16 @@ int64_t checked_in(int64_t in, int64_t out, int64_t blocks, const Grid3D& grid, 
 }
 }  // namespace
 
-Linear3D::Linear3D(int64_t in, int64_t out, int64_t blocks, const Grid3D& grid, Roles roles, bool bias)
+Linear3D::Linear3D(int64_t in, int64_t out, int64_t blocks, const Grid3D& grid, Roles roles, bool bias,
+                   Overlap3D* overlap)
     : nn::Linear(checked_in(in, out, blocks, grid, roles), out / (grid.size(roles.out_axis) * grid.size(Axis::Depth)),
                  /*bias=*/false),
       grid_(grid),
       roles_(roles),
       blocks_(blocks),
       in_local_(in / grid.size(roles.in_axis)),
-      out_local_(out / grid.size(roles.out_axis)) {
+      out_local_(out / grid.size(roles.out_axis)),
+      overlap_(overlap) {
   const int po = grid.size(roles.out_axis), pi = grid.size(roles.in_axis), D = grid.size(Axis::Depth);
   const int ro = grid.rank(roles.out_axis), ri = grid.rank(roles.in_axis), rd = grid.rank(Axis::Depth);
   // Rows: out_axis then depth (depth rank k holds the k-th part of this rank's rows of each
@@ -45,6 +47,7 @@ Linear3D::Linear3D(int64_t in, int64_t out, int64_t blocks, const Grid3D& grid, 
     w.index2 = ri;
   }
   weight().set_shard_spec(w);
+  if (overlap_ != nullptr) index_ = overlap_->add(weight(), blocks);
   if (bias) {
     bias_ = &register_parameter("bias", {out_local_}, /*weight_decay=*/false);
     bias_->set_shard_spec(nn::ShardSpec{0, po, ro, blocks, -1, 1, 0, /*replica=*/rd * pi + ri});
@@ -56,7 +59,8 @@ Tensor Linear3D::forward_impl(const Tensor& x_in, nn::Context& ctx) {
   check(x.ndim() >= 1 && x.size(-1) == in_local_, "Linear3D '", name(), "' expects last dimension ", in_local_,
         ", got shape ", shape_str(x.shape()));
   const int64_t N = x.numel() / in_local_;
-  const Tensor w = grid_.all_gather_depth(weight().value(), blocks_);  // (OC/out, C/in)
+  const Tensor w = overlap_ ? overlap_->gathered_weight(index_) : grid_.all_gather_depth(weight().value(), blocks_);
+  if (overlap_) overlap_->prefetch(index_ + 1);  // the next layer's gather runs under this GEMM
   Shape out_shape = x.shape();
   out_shape.back() = out_local_;
   Tensor y = Tensor::empty(out_shape);  // (N, OC/out), partial over in_axis
@@ -77,19 +81,31 @@ Tensor Linear3D::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
   const Tensor& x = ctx.saved(this, 0);  // (N, C/in)
   const Tensor dy = roles_.gather_output ? grid_.slice_features(dy_in, roles_.out_axis, blocks_) : dy_in;  // (N, OC/out)
   const int64_t N = x.numel() / in_local_;
-  const Tensor w = grid_.all_gather_depth(weight().value(), blocks_);  // (OC/out, C/in): gathered again, not kept
+  // (OC/out, C/in): gathered again, not kept
+  const Tensor w = overlap_ ? overlap_->gathered_weight(index_) : grid_.all_gather_depth(weight().value(), blocks_);
+  if (overlap_) {
+    overlap_->prefetch(index_ - 1);  // the previous layer's, for its backward
+    overlap_->drop_after(index_);    // a recomputed forward's prefetch of a layer already done
+  }
   Tensor dx = Tensor::empty(x.shape());  // (N, C/in), partial over out_axis
   kernels::matmul(dy.f32(), Trans::N, w.f32(), Trans::N, dx.f32(), N, in_local_, out_local_);
-  grid_.all_reduce(dx, roles_.out_axis);
+  Grid3D::Pending dx_sum = grid_.start_all_reduce(dx, roles_.out_axis);
+  if (!overlap_) dx_sum.wait();
   Tensor dw = Tensor::empty({out_local_, in_local_}, DType::F32, MemoryCategory::CommBuffers);  // this batch's block gradient
-  kernels::matmul(dy.f32(), Trans::T, x.f32(), Trans::N, dw.f32(), out_local_, in_local_, N);
-  const Tensor dshard = grid_.reduce_scatter_depth(dw, blocks_);  // (OC/(out D), C/in)
-  kernels::add_inplace(weight().grad().f32(), dshard.f32(), dshard.numel());
-  weight().grad_contributed();
+  kernels::matmul(dy.f32(), Trans::T, x.f32(), Trans::N, dw.f32(), out_local_, in_local_, N);  // under dx's all-reduce
+  dx_sum.wait();
+  if (overlap_) {
+    overlap_->defer_gradient(grid_.start_reduce_scatter_depth(dw, blocks_), weight());
+  } else {
+    const Tensor dshard = grid_.reduce_scatter_depth(dw, blocks_);  // (OC/(out D), C/in)
+    kernels::add_inplace(weight().grad().f32(), dshard.f32(), dshard.numel());
+    weight().grad_contributed();
+  }
   if (bias_ != nullptr) {
     kernels::bias_backward(bias_->grad().f32(), dy.f32(), N, out_local_);
     bias_->grad_contributed();
   }
+  if (overlap_ && index_ == 0) overlap_->finish_gradients();  // the last 3D layer of backward
   ctx.release(this);
   return roles_.slice_input ? grid_.gather_features(dx, roles_.in_axis) : dx;
 }

@@ -12,6 +12,7 @@
 
 #include "loom/nn/linear.hpp"
 #include "loom/parallel/tensor_parallel_3d/grid.hpp"
+#include "loom/parallel/tensor_parallel_3d/overlap_3d.hpp"
 
 namespace loom::parallel::tp3d {
 
@@ -28,8 +29,9 @@ class Linear3D : public nn::Linear {
  public:
   // blocks > 1: the output features are that many equal blocks, each split separately (a
   // fused QKV projection: every rank gets q, k and v of its heads).
+  // overlap: the collectives started ahead and completed late (overlap_3d.hpp); nullptr: blocking.
   Linear3D(int64_t in_features, int64_t out_features, int64_t blocks, const Grid3D& grid, Roles roles,
-           bool bias = true);
+           bool bias = true, Overlap3D* overlap = nullptr);
 
   // Why (in, out, blocks) cannot be split on this grid with these roles, or "" when it can.
   static std::string misfit(int64_t in_features, int64_t out_features, int64_t blocks, const Grid3D& grid, Roles roles);
@@ -43,6 +45,8 @@ class Linear3D : public nn::Linear {
   Roles roles_;
   int64_t blocks_;
   int64_t in_local_, out_local_;  // this rank's block: (out_local_, in_local_)
+  Overlap3D* overlap_;
+  int index_ = -1;  // in overlap_'s forward order
 };
 
 }  // namespace loom::parallel::tp3d

@@ -1,0 +1,43 @@
+#include "loom/parallel/tensor_parallel_3d/overlap_3d.hpp"
+
+#include "loom/kernels/residual.hpp"
+
+namespace loom::parallel::tp3d {
+
+int Overlap3D::add(nn::Parameter& weight, int64_t blocks) {
+  layers_.push_back({.weight = &weight, .blocks = blocks, .in_flight = {}});
+  return static_cast<int>(layers_.size()) - 1;
+}
+
+Tensor Overlap3D::gathered_weight(int i) {
+  Layer& l = layers_.at(static_cast<size_t>(i));
+  if (l.in_flight.active()) return l.in_flight.wait();
+  return grid_.all_gather_depth(l.weight->value(), l.blocks);
+}
+
+void Overlap3D::prefetch(int i) {
+  if (i < 0 || i >= static_cast<int>(layers_.size())) return;
+  Layer& l = layers_[static_cast<size_t>(i)];
+  if (!l.in_flight.active()) l.in_flight = grid_.start_all_gather_depth(l.weight->value(), l.blocks);
+}
+
+void Overlap3D::drop_after(int i) {
+  for (size_t j = static_cast<size_t>(i) + 1; j < layers_.size(); ++j)
+    if (layers_[j].in_flight.active()) layers_[j].in_flight.wait();
+}
+
+void Overlap3D::defer_gradient(Grid3D::Pending reduce_scatter, nn::Parameter& weight) {
+  finish_gradients();
+  gradient_ = std::move(reduce_scatter);
+  gradient_of_ = &weight;
+}
+
+void Overlap3D::finish_gradients() {
+  if (!gradient_.active()) return;
+  const Tensor shard = gradient_.wait();
+  kernels::add_inplace(gradient_of_->grad().f32(), shard.f32(), shard.numel());
+  gradient_of_->grad_contributed();
+  gradient_of_ = nullptr;
+}
+
+}  // namespace loom::parallel::tp3d

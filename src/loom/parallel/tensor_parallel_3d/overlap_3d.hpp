@@ -1,0 +1,52 @@
+// The overlap of 3D tensor parallelism's collectives with compute (tp_3d_overlap = "on"):
+// each layer's depth all-gather of its weight is started one layer ahead (the next layer's in
+// forward, the previous one's in backward) and runs while the current layer computes; the
+// all-reduce of dX runs under the dW GEMM; and the reduce-scatter of dW stays in flight until
+// the next layer's backward has started its own (attention, LayerNorm and GELU backward run
+// meanwhile). The collectives are the blocking path's, in an order every rank of a group
+// shares, so the results are bit-identical to it.
+//
+// Recompute replays a block's forward inside backward: the replay of a block's last layer
+// would prefetch the next block's first layer, whose backward is already done; a layer's
+// backward therefore waits for and drops every prefetch of a later layer, so no gather
+// outlives the step (the weights change at the optimizer step).
+#pragma once
+
+#include <vector>
+
+#include "loom/nn/parameter.hpp"
+#include "loom/parallel/tensor_parallel_3d/grid.hpp"
+
+namespace loom::parallel::tp3d {
+
+class Overlap3D {
+ public:
+  explicit Overlap3D(const Grid3D& grid) : grid_(grid) {}
+
+  // Registers a layer's depth-sharded weight, in forward order (the builder's); its index.
+  int add(nn::Parameter& weight, int64_t blocks);
+  // Layer i's weight block gathered over depth: its prefetch when one is in flight, else now.
+  Tensor gathered_weight(int i);
+  // Starts gathering layer i's weight (nothing when out of range or already in flight).
+  void prefetch(int i);
+  // Waits for and discards the prefetches of the layers after i.
+  void drop_after(int i);
+  // Keeps a started reduce-scatter of a weight's gradient in flight; completes the one kept
+  // before into its parameter's gradient first.
+  void defer_gradient(Grid3D::Pending reduce_scatter, nn::Parameter& weight);
+  // Completes the kept reduce-scatter (the last layer of backward: before its gradients are read).
+  void finish_gradients();
+
+ private:
+  struct Layer {
+    nn::Parameter* weight;
+    int64_t blocks;
+    Grid3D::Pending in_flight;
+  };
+  const Grid3D& grid_;
+  std::vector<Layer> layers_;
+  Grid3D::Pending gradient_;
+  nn::Parameter* gradient_of_ = nullptr;
+};
+
+}  // namespace loom::parallel::tp3d

@@ -1,0 +1,167 @@
+#include "loom/plan/tensor_parallel_3d_layout.hpp"
+
+#include <algorithm>
+
+#include "loom/plan/gemm_cost.hpp"
+#include "loom/plan/memory_model.hpp"
+#include "loom/plan/tensor_parallel_3d_cost.hpp"
+
+namespace loom::plan {
+
+namespace {
+
+// A ring collective over p ranks: `buffer_passes` times (p - 1)/p of the bytes on the link
+// (2 for an all-reduce of its buffer, 1 for an all-gather or reduce-scatter of the whole),
+// and (p - 1) latencies per pass for each of `count` collectives.
+double ring_seconds(double bytes, double buffer_passes, double count, int64_t p, const LinkCost& link) {
+  if (p <= 1) return 0.0;
+  const double q = static_cast<double>(p);
+  return buffer_passes * ((q - 1.0) / q * bytes * link.beta_s_per_byte + count * (q - 1.0) * link.alpha_s);
+}
+
+// Parameters on one rank: the blocks' weights split over the grid, their biases over row or
+// col, the LayerNorms, embeddings and final norm whole.
+int64_t params_per_rank(const ModelSpec& m, int64_t R, int64_t C, int64_t D) {
+  const int64_t h = m.hidden;
+  return m.layers * (12 * h * h / (R * C * D) + 7 * h / R + 2 * h / C + 4 * h) + m.vocab * h + m.seq * h + 2 * h;
+}
+
+}  // namespace
+
+LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, const Layout& l, int64_t global_batch) {
+  LayoutCost cost;
+  cost.layout = l;
+  auto invalid = [&](std::string why) {
+    cost.why_not = std::move(why);
+    return cost;
+  };
+  const int64_t R = l.row, C = l.col, D = l.depth, h = m.hidden;
+  const std::string grid = std::to_string(R) + "x" + std::to_string(C) + "x" + std::to_string(D);
+  if (m.heads % R != 0) return invalid("heads: row " + std::to_string(R) + " does not divide the " + std::to_string(m.heads) + " heads");
+  if (h % (R * D) != 0 || h % (C * D) != 0)
+    return invalid("width: hidden " + std::to_string(h) + " does not split over grid " + grid);
+  if (global_batch % (l.dp * D * l.micro_batch) != 0)
+    return invalid("batch: dp x depth x micro-batch " + std::to_string(l.dp * D * l.micro_batch) +
+                   " does not divide the global batch " + std::to_string(global_batch));
+  const int64_t micro_batches = global_batch / (l.dp * D * l.micro_batch);
+  cost.micro_batches = micro_batches;
+
+  // Memory: full optimizer state of this rank's parameters (3D is not combined with ZeRO);
+  // activations as a 1D tensor-parallel layer over row (heads and MLP split R ways, the rest
+  // replicated), plus the whole LM head's logits.
+  const int64_t params = params_per_rank(m, R, C, D);
+  const int64_t bpv = value_bytes(c.precision);
+  cost.state_bytes = c.precision == Precision::Fp32 ? model_state_bytes(params, 1, 0, 8).total() : 16 * params;
+  const double s = static_cast<double>(m.seq), b = static_cast<double>(l.micro_batch), hd = static_cast<double>(h),
+               a = static_cast<double>(m.heads), r = static_cast<double>(R);
+  auto layer_bytes = [&](bool recompute) {
+    if (recompute) return static_cast<double>(bpv) * s * b * hd;
+    if (c.precision == Precision::Fp32)
+      return static_cast<double>(activation_bytes_per_layer(l.micro_batch, m.seq, h, m.heads, R, false));
+    return s * b * hd * (10.0 + 24.0 / r + 5.0 * a * s / (hd * r));
+  };
+  double activations = layer_bytes(l.recompute) * static_cast<double>(m.layers);
+  if (l.recompute) activations += layer_bytes(false);
+  const double tokens = b * s;
+  activations += static_cast<double>(bpv) * (3.0 * tokens * hd + 2.0 * tokens * static_cast<double>(m.vocab));
+  cost.activation_bytes = static_cast<int64_t>(activations);
+  const int64_t usable = c.memory_bytes - c.reserved_bytes;
+  if (cost.memory_bytes() > usable)
+    return invalid("out of memory: " + std::to_string(cost.memory_bytes() >> 20) + " MiB needed per device, " +
+                   std::to_string(usable >> 20) + " MiB available");
+
+  // Compute of one micro-batch: the four GEMMs on this rank's block, attention on heads / R,
+  // the elementwise kernels (LayerNorms and residuals on the whole width), the whole LM head.
+  const int64_t T = l.micro_batch * m.seq, d = h / m.heads;
+  const Gemm linear[] = {{T, 3 * h / R, h / C}, {T, h / C, h / R}, {T, 4 * h / R, h / C}, {T, h / C, 4 * h / R}};
+  double forward = 0, backward = 0;
+  for (const Gemm& g : linear) {
+    forward += gemm_seconds(g, c, bpv);
+    backward += gemm_backward_seconds(g, c, bpv);
+  }
+  const Gemm scores{m.seq, m.seq, d, l.micro_batch * m.heads / R}, context{m.seq, d, m.seq, l.micro_batch * m.heads / R};
+  const bool mixed = c.precision == Precision::Mixed;
+  const double bw = c.memory_bandwidth;
+  if (const MeasuredRate* rate = find_rate(c.attention_rates, scores)) {
+    forward += 2.0 * scores.flops() / rate->forward;
+    backward += 4.0 * scores.flops() / rate->backward;
+  } else {
+    for (const Gemm& g : {scores, context}) {
+      forward += gemm_seconds(g, c, bpv);
+      backward += gemm_backward_seconds(g, c, bpv);
+    }
+    const double softmax = (mixed ? 9.0 : 8.0) * a * s / r * tokens / bw;
+    forward += softmax;
+    backward += 2.0 * softmax;
+  }
+  const double norms = (mixed ? 22.0 : 40.0) * hd * tokens / bw;
+  const double gelu_values = 4.0 * static_cast<double>(T * h / R), gelu_bytes = (mixed ? 16.0 : 32.0) * hd / r * tokens;
+  forward += norms + std::max(gelu_bytes / bw, gelu_values * c.gelu_forward_s);
+  backward += 2.0 * norms + std::max(2.0 * gelu_bytes / bw, gelu_values * c.gelu_backward_s);
+  const double layer_s = (l.recompute ? 2.0 : 1.0) * forward + backward;
+  const Gemm head{T, m.vocab, h};
+  const double head_s = gemm_seconds(head, c, bpv) + gemm_backward_seconds(head, c, bpv) +
+                        16.0 * static_cast<double>(T * m.vocab) / bw;
+  const double mb = static_cast<double>(micro_batches), layers = static_cast<double>(m.layers);
+  cost.time.compute_s = mb * (layers * layer_s + head_s);
+
+  // The grid's collectives, blocking: the counted bytes (fp32 values) in the cluster's value
+  // size. Row and col mostly all-reduce (two passes of the buffer), depth all-gathers and
+  // reduce-scatters (one). Ranks are laid out col fastest, then row, then depth: an axis
+  // stays in a node while its span does. Recompute runs each forward's collectives again.
+  Gpt3DShape shape{.B = l.micro_batch, .T = m.seq, .C = h, .L = m.layers, .Vp = m.vocab, .block_size = m.seq, .M = micro_batches};
+  const Grid3DBytes bytes = tensor_parallel_3d_bytes_per_step(shape, R, C, D);
+  const double scale = static_cast<double>(bpv) / 4.0 * (l.recompute ? 4.0 / 3.0 : 1.0);
+  const double collectives = mb * layers;  // per axis, a few per layer and micro-batch
+  auto link = [&](int64_t span) -> const LinkCost& { return span <= c.devices_per_node ? c.intra_node : c.inter_node; };
+  cost.time.tp_comm_s = ring_seconds(scale * static_cast<double>(bytes.row), 2.0, 4.0 * collectives, R, link(R * C)) +
+                        ring_seconds(scale * static_cast<double>(bytes.col), 2.0, 6.0 * collectives, C, link(C)) +
+                        ring_seconds(scale * static_cast<double>(bytes.depth), 1.0, 12.0 * collectives, D, link(R * C * D));
+
+  // Data parallelism: this rank's gradients all-reduced over dp during the last backward.
+  const int64_t G = R * C * D;
+  if (l.dp > 1) {
+    const int64_t dp_per_node = std::max<int64_t>(1, std::min(l.dp, c.devices_per_node / std::min(G, c.devices_per_node)));
+    const double comm = hierarchical_all_reduce_seconds(static_cast<double>(params * bpv), l.dp, dp_per_node, c);
+    cost.time.dp_comm_s = std::max(0.0, comm - layers * backward);
+  }
+  cost.time.optimizer_s = 36.0 * static_cast<double>(params) / bw;
+  cost.time.sharing_s = core_sharing_seconds(cost.time, l.dp * G, c);
+  cost.flops_per_device =
+      m.flops_per_sequence(l.recompute) * static_cast<double>(global_batch) / cost.step_s() / static_cast<double>(l.dp * G);
+  cost.valid = true;
+  return cost;
+}
+
+std::vector<LayoutCost> tensor_parallel_3d_layouts(const ModelSpec& m, const ClusterSpec& c, int64_t devices,
+                                                   int64_t global_batch, const SearchSpace& space) {
+  std::vector<LayoutCost> out;
+  for (int64_t G = 2; G <= devices; ++G) {
+    if (devices % G != 0) continue;
+    for (int64_t R = 1; R <= G; ++R) {
+      if (G % R != 0) continue;
+      for (int64_t C = 1; C <= G / R; ++C) {
+        if ((G / R) % C != 0) continue;
+        for (int64_t mb : space.micro_batches)
+          for (bool recompute : space.recompute) {
+            Layout l{.dp = devices / G, .micro_batch = mb, .zero = 0, .recompute = recompute,
+                     .sequence_parallel = false, .row = R, .col = C, .depth = G / (R * C)};
+            out.push_back(predict_tensor_parallel_3d(m, c, l, global_batch));
+          }
+      }
+    }
+  }
+  return out;
+}
+
+BestOfEach best_of_each(const std::vector<LayoutCost>& ranked) {
+  BestOfEach best;
+  for (const LayoutCost& c : ranked) {
+    if (!c.valid) continue;
+    const LayoutCost*& slot = c.layout.tensor_parallel_3d() ? best.three_d : best.one_d;
+    if (slot == nullptr || c.step_s() < slot->step_s()) slot = &c;
+  }
+  return best;
+}
+
+}  // namespace loom::plan

@@ -1,0 +1,90 @@
+// The planner's 3D layouts (tensor_parallel_3d_layout.hpp): the search enumerates exactly the
+// grids dp x R x C x D of the devices, names why a grid does not fit, prices a grid with the
+// bytes the accounting model counts, and finds the crossover the model predicts: 1D layouts
+// win while they divide the work, 3D grids scale past them.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <tuple>
+
+#include "loom/plan/tensor_parallel_3d_cost.hpp"
+#include "loom/plan/tensor_parallel_3d_layout.hpp"
+
+namespace loom::plan {
+namespace {
+
+Layout grid(int64_t dp, int64_t R, int64_t C, int64_t D, int64_t mb = 1) {
+  return Layout{.dp = dp, .micro_batch = mb, .zero = 0, .recompute = false, .sequence_parallel = false, .row = R, .col = C, .depth = D};
+}
+
+TEST(Plan3D, TheSearchEnumeratesEveryGridOfTheDevicesOnce) {
+  const ModelSpec m = model_preset("gpt2-small");
+  const ClusterSpec c = cluster_preset("dgx-a100");
+  SearchSpace space;
+  space.micro_batches = {1};
+  space.recompute = {true};
+  const std::vector<LayoutCost> all = tensor_parallel_3d_layouts(m, c, 8, 64, space);
+  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> seen;
+  for (const LayoutCost& l : all) {
+    EXPECT_EQ(l.layout.dp * l.layout.row * l.layout.col * l.layout.depth, 8);
+    EXPECT_TRUE(l.layout.tensor_parallel_3d());
+    EXPECT_TRUE(seen.insert({l.layout.dp, l.layout.row, l.layout.col, l.layout.depth}).second);
+  }
+  // Ordered factorisations of 8 = 2^3 into dp x R x C x D (three 2s in four slots: C(6, 3) =
+  // 20) minus dp = 8 (R = C = D = 1).
+  EXPECT_EQ(seen.size(), 19u);
+  // search() merges them with the 1D layouts when asked, and only then.
+  space.tensor_parallel_3d = true;
+  const std::vector<LayoutCost> ranked = search(m, c, 8, 64, space);
+  const BestOfEach best = best_of_each(ranked);
+  ASSERT_NE(best.one_d, nullptr);
+  ASSERT_NE(best.three_d, nullptr);
+  space.tensor_parallel_3d = false;
+  EXPECT_EQ(best_of_each(search(m, c, 8, 64, space)).three_d, nullptr);
+}
+
+TEST(Plan3D, NamesWhyAGridDoesNotFit) {
+  const ModelSpec m{"m", 4, 1024, 16, 512, 51200};
+  const ClusterSpec c = cluster_preset("dgx-a100");
+  EXPECT_EQ(predict(m, c, grid(1, 3, 1, 1), 8).why_not.rfind("heads:", 0), 0u);
+  EXPECT_EQ(predict(m, c, grid(1, 1, 3, 1), 9).why_not.rfind("width:", 0), 0u);
+  EXPECT_EQ(predict(m, c, grid(2, 1, 1, 4), 12).why_not.rfind("batch:", 0), 0u);
+  EXPECT_TRUE(predict(m, c, grid(2, 1, 1, 4), 16).valid);
+}
+
+TEST(Plan3D, PricesTheCountedBytesOnTheirAxes) {
+  // Fp32 on a link of 1 GB/s and no latency: each axis costs its counted bytes, twice over
+  // row and col (all-reduces) and once over depth, times (p - 1) / p.
+  const ModelSpec m{"m", 2, 256, 4, 128, 1024};
+  ClusterSpec c = cluster_preset("dgx-a100");
+  c.precision = Precision::Fp32;
+  c.intra_node = c.inter_node = LinkCost{.alpha_s = 0, .beta_s_per_byte = 1e-9};
+  const LayoutCost cost = predict(m, c, grid(1, 2, 2, 2), 4);
+  ASSERT_TRUE(cost.valid) << cost.why_not;
+  const Grid3DBytes b = tensor_parallel_3d_bytes_per_step(
+      Gpt3DShape{.B = 1, .T = 128, .C = 256, .L = 2, .Vp = 1024, .block_size = 128, .M = 2}, 2, 2, 2);
+  EXPECT_NEAR(cost.time.tp_comm_s, 1e-9 * (0.5 * 2 * b.row + 0.5 * 2 * b.col + 0.5 * b.depth), 1e-12);
+  EXPECT_EQ(cost.micro_batches, 2);
+}
+
+TEST(Plan3D, OneDWinsWhileItScalesAndThreeDScalesFurther) {
+  // A wide model of 2 layers and a global batch of 8: 1D layouts reach at most dp 8 x pp 2 x
+  // tp 8 (tp inside a node) = 128 devices, where the model prices them faster than any 3D
+  // grid (Loom's 3D layout replicates the LM head, the embeddings and the LayerNorms on every
+  // rank); at 256 devices only 3D grids (depth spanning nodes) still divide the work.
+  const ModelSpec m{"wide", 2, 8192, 64, 2048, 51200};
+  const ClusterSpec c = cluster_preset("dgx-a100");
+  SearchSpace space;
+  space.tensor_parallel_3d = true;
+  const std::vector<LayoutCost> at128 = search(m, c, 128, 8, space), at256 = search(m, c, 256, 8, space);
+  const BestOfEach small = best_of_each(at128), large = best_of_each(at256);
+  ASSERT_NE(small.one_d, nullptr);
+  ASSERT_NE(small.three_d, nullptr);
+  EXPECT_LT(small.one_d->step_s(), small.three_d->step_s());
+  EXPECT_EQ(large.one_d, nullptr);
+  ASSERT_NE(large.three_d, nullptr);
+  EXPECT_LT(large.three_d->step_s(), small.three_d->step_s());  // and it is faster than at 128
+}
+
+}  // namespace
+}  // namespace loom::plan
