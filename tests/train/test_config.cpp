@@ -98,7 +98,12 @@ TEST(Config, Tp3dGridsAreCheckedBeforeAnyRankTalks) {
   c.zero = 3;
   EXPECT_EQ(error_of([&] { c.validate(); }), "tp_3d (2,2,2) shards its weights over depth itself: set zero = 0 (got 3)");
   c.zero = 0;
+  c.tp_3d_overlap = "yes";
+  EXPECT_EQ(error_of([&] { c.validate(); }), "tp_3d_overlap must be 'on' or 'off', got 'yes'");
+  c.tp_3d_overlap = "off";
+  c.resume = "latest";  // a 3D run resumes (single-file checkpoints of any layout)
   EXPECT_NO_THROW(c.validate());
+  c.resume = "";
   c.dp = 2;
   EXPECT_EQ(c.world_ranks(), 16);
   EXPECT_EQ(c.batch_shards(), 4);
