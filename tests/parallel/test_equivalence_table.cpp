@@ -206,7 +206,6 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "tp3d_1x1x2_dp2_recompute", .recompute = true, .tp_3d = "1,1,2", .world = 4},
                       Case{.name = "tp3d_4x2x1", .tp_3d = "4,2,1", .world = 8},
                       Case{.name = "tp3d_2x1x4", .tp_3d = "2,1,4", .world = 8},
-                      Case{.name = "tp3d_2x2x2_blocking", .tp_3d = "2,2,2", .world = 8, .tp_3d_overlap = "off"},
                       Case{.name = "tp3d_1x2x2_recompute_blocking", .recompute = true, .micro_batches = 2,
                            .tp_3d = "1,2,2", .world = 4, .tp_3d_overlap = "off"},
                       Case{.name = "tp3d_2x1x2_recompute", .recompute = true, .micro_batches = 2, .tp_3d = "2,1,2",
