@@ -53,18 +53,31 @@ TEST(Plan3D, NamesWhyAGridDoesNotFit) {
 }
 
 TEST(Plan3D, PricesTheCountedBytesOnTheirAxes) {
-  // Fp32 on a link of 1 GB/s and no latency: each axis costs its counted bytes, twice over
-  // row and col (all-reduces) and once over depth, times (p - 1) / p.
+  // Fp32 on a link of 1 GB/s and no latency: row and col cost their counted bytes twice
+  // (all-reduces) times (p - 1) / p; depth (all-gathers and reduce-scatters, once) is hidden
+  // under the layers' compute up to that compute's time.
   const ModelSpec m{"m", 2, 256, 4, 128, 1024};
   ClusterSpec c = cluster_preset("dgx-a100");
   c.precision = Precision::Fp32;
   c.intra_node = c.inter_node = LinkCost{.alpha_s = 0, .beta_s_per_byte = 1e-9};
-  const LayoutCost cost = predict(m, c, grid(1, 2, 2, 2), 4);
-  ASSERT_TRUE(cost.valid) << cost.why_not;
-  const Grid3DBytes b = tensor_parallel_3d_bytes_per_step(
-      Gpt3DShape{.B = 1, .T = 128, .C = 256, .L = 2, .Vp = 1024, .block_size = 128, .M = 2}, 2, 2, 2);
-  EXPECT_NEAR(cost.time.tp_comm_s, 1e-9 * (0.5 * 2 * b.row + 0.5 * 2 * b.col + 0.5 * b.depth), 1e-12);
-  EXPECT_EQ(cost.micro_batches, 2);
+  const Gpt3DShape shape{.B = 1, .T = 128, .C = 256, .L = 2, .Vp = 1024, .block_size = 128, .M = 2};
+  const LayoutCost flat = predict(m, c, grid(1, 2, 2, 1), 2);
+  ASSERT_TRUE(flat.valid) << flat.why_not;
+  const Grid3DBytes b = tensor_parallel_3d_bytes_per_step(shape, 2, 2, 1);
+  EXPECT_EQ(b.depth, 0);
+  EXPECT_NEAR(flat.time.tp_comm_s, 1e-9 * (0.5 * 2 * b.row + 0.5 * 2 * b.col), 1e-12);
+  EXPECT_EQ(flat.micro_batches, 2);
+
+  const LayoutCost deep = predict(m, c, grid(1, 2, 2, 2), 4);
+  ASSERT_TRUE(deep.valid) << deep.why_not;
+  const Grid3DBytes d = tensor_parallel_3d_bytes_per_step(shape, 2, 2, 2);
+  const double row_col = 1e-9 * (0.5 * 2 * d.row + 0.5 * 2 * d.col), depth = 1e-9 * 0.5 * d.depth;
+  EXPECT_GE(deep.time.tp_comm_s, row_col - 1e-12);
+  EXPECT_LE(deep.time.tp_comm_s, row_col + depth + 1e-12);
+  // A slower link exposes more of the depth traffic than compute can hide.
+  c.intra_node = c.inter_node = LinkCost{.alpha_s = 0, .beta_s_per_byte = 1e-6};
+  const LayoutCost slow = predict(m, c, grid(1, 2, 2, 2), 4);
+  EXPECT_GT(slow.time.tp_comm_s, 1e-6 * (0.5 * 2 * d.row + 0.5 * 2 * d.col + 0.5 * d.depth) - slow.time.compute_s);
 }
 
 TEST(Plan3D, OneDWinsWhileItScalesAndThreeDScalesFurther) {

@@ -105,7 +105,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   const double mb = static_cast<double>(micro_batches), layers = static_cast<double>(m.layers);
   cost.time.compute_s = mb * (layers * layer_s + head_s);
 
-  // The grid's collectives, blocking: the counted bytes (fp32 values) in the cluster's value
+  // The grid's collectives: the counted bytes (fp32 values) in the cluster's value
   // size. Row and col mostly all-reduce (two passes of the buffer), depth all-gathers and
   // reduce-scatters (one). Ranks are laid out col fastest, then row, then depth: an axis
   // stays in a node while its span does. Recompute runs each forward's collectives again.
@@ -114,9 +114,13 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   const double scale = static_cast<double>(bpv) / 4.0 * (l.recompute ? 4.0 / 3.0 : 1.0);
   const double collectives = mb * layers;  // per axis, a few per layer and micro-batch
   auto link = [&](int64_t span) -> const LinkCost& { return span <= c.devices_per_node ? c.intra_node : c.inter_node; };
+  const double depth_s = ring_seconds(scale * static_cast<double>(bytes.depth), 1.0, 12.0 * collectives, D, link(R * C * D));
+  // Loom overlaps the depth all-gathers and reduce-scatters with the layers' compute
+  // (tp_3d_overlap, on by default): only what exceeds that compute is exposed. The row and
+  // col all-reduces sit on the critical path (priced whole).
   cost.time.tp_comm_s = ring_seconds(scale * static_cast<double>(bytes.row), 2.0, 4.0 * collectives, R, link(R * C)) +
                         ring_seconds(scale * static_cast<double>(bytes.col), 2.0, 6.0 * collectives, C, link(C)) +
-                        ring_seconds(scale * static_cast<double>(bytes.depth), 1.0, 12.0 * collectives, D, link(R * C * D));
+                        std::max(0.0, depth_s - mb * layers * layer_s);
 
   // Data parallelism: this rank's gradients all-reduced over dp during the last backward.
   const int64_t G = R * C * D;

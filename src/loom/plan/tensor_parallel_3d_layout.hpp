@@ -7,7 +7,8 @@
 // over row (replicated over col); LayerNorms, residuals, embeddings and the tied LM head
 // replicated on the whole features of the rank's rows; the batch split over dp x depth. So a
 // rank runs GEMMs of 1/(R C) of a layer's weight on its micro-batch, attention on heads / R,
-// and the LM head whole. Its collectives move the bytes tensor_parallel_3d_cost.hpp counts.
+// and the LM head whole. Its collectives move the bytes tensor_parallel_3d_cost.hpp counts;
+// those over depth overlap the layers' compute (tp_3d_overlap, Loom's default).
 #pragma once
 
 #include <vector>
