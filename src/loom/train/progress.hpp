@@ -27,8 +27,8 @@ struct StepResult {
   float lr = 0.0f;
   double grad_norm = 0.0;
   bool skipped = false;  // non-finite loss or gradient with on_nan = "skip"
-  // Tensor parallel: this rank's collectives on its tp group in the step (all blocking, so
-  // their time is not hidden behind compute) and the bytes of the tensors they reduced.
+  // Tensor parallel: this rank's collectives on its tp group (or 3D grid axes) in the step
+  // (1D: all blocking, so not hidden behind compute) and the bytes of the tensors they reduced.
   double tp_comm_seconds = 0.0;
   int64_t tp_comm_bytes = 0;
   // 3D tensor parallel: how long compute waited for those collectives (the rest was hidden
