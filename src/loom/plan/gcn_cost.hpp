@@ -33,12 +33,20 @@ struct GcnShape {
 Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& shape, int64_t R, int64_t C, int64_t D,
                                    std::array<int64_t, 3> at = {0, 0, 0});
 
+// Bytes rank 0 holds while training on an R x C x D grid (an estimate, as Plexus's
+// mem_model.py gives one): the whole graph every rank loads (features, Â and Âᵀ in CSR), each
+// layer's blocks of Â and Âᵀ (nnz / (outer x depth) non-zeros), its W and b blocks with their
+// gradients and Adam's two moments, and the activations backward keeps (Â X and X W + b per
+// layer, ReLU/dropout's output and mask between layers, the whole logits and their gradient).
+int64_t gcn_3d_memory_bytes(const GcnShape& shape, int64_t R, int64_t C, int64_t D);
+
 // A grid's predicted epoch: the most any rank sends (bytes over each axis's bandwidth, ring
 // all-reduce 2(p-1)/p of the buffer) plus its share of the SpMM and GEMM flops.
 struct GcnGridCost {
   int64_t R = 1, C = 1, D = 1;
   double comm_seconds = 0.0, compute_seconds = 0.0;
   Grid3DBytes bytes{};  // rank 0's
+  int64_t memory_bytes = 0;  // rank 0's, gcn_3d_memory_bytes
   double seconds() const { return comm_seconds + compute_seconds; }
 };
 // Every R x C x D = ranks, fastest first. gbps: per-axis link bandwidth (GB/s); gflops: one rank's.
