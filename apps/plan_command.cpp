@@ -17,6 +17,9 @@
 #include "commands.hpp"
 #include "local_cluster.hpp"
 #include "loom/error.hpp"
+#include "loom/data/graph.hpp"
+#include "loom/kernels/sparse.hpp"
+#include "loom/plan/gcn_cost.hpp"
 #include "loom/plan/layout_cost.hpp"
 #include "loom/plan/spec_files.hpp"
 #include "loom/plan/tensor_parallel_3d_layout.hpp"
@@ -38,7 +41,26 @@ struct PlanArgs {
   bool crossover = false;
   int64_t dp = 0, pp = 0, tp = 0, micro_batch = 0, chunks = 1;  // dp > 0: this one layout only
   double link_latency_us = 0, link_gbs = 0;                      // > 0: override both link tiers
+  std::string graph = "data/cora";  // --model gcn
+  int64_t gcn_layers = 2, gcn_hidden = 16;
 };
+
+// `loom plan --model gcn`: the graph's tp_3d grids on --gpus ranks by Plexus's model
+// (plan/gcn_cost.hpp), the cluster's intra-node link (or --link-gbs) on every axis.
+int plan_gcn(const PlanArgs& a) {
+  const data::Graph g = data::load_graph(a.graph, "");
+  const plan::GcnShape shape{.N = g.num_nodes,
+                             .nnz = kernels::gcn_normalized_adjacency(g.num_nodes, g.src, g.dst).nnz(),
+                             .F = g.num_features, .H = a.gcn_hidden, .K = g.num_classes, .L = a.gcn_layers};
+  check(a.gcn_layers >= 1 && a.gcn_hidden >= 1 && a.devices >= 1, "--gcn-layers, --gcn-hidden and --gpus must be >= 1");
+  const plan::ClusterSpec cluster =
+      !a.cluster_file.empty() ? plan::cluster_from_file(a.cluster_file) : plan::cluster_preset(a.cluster == "local" ? "local-default" : a.cluster);
+  const double gbs = a.link_gbs > 0 ? a.link_gbs : 1.0 / (cluster.intra_node.beta_s_per_byte * 1e9);
+  const double gflops = cluster.peak_flops * cluster.gemm_peak_share / 1e9;
+  std::printf("%s", plan::describe_gcn_plan(shape, plan::rank_gcn_grids(shape, a.devices, gbs, gflops), a.top).c_str());
+  std::printf("(%s: %.1f GB/s a link, %.1f GFLOP/s a device)\n", cluster.name.c_str(), gbs, gflops);
+  return 0;
+}
 
 std::string layout_name(const plan::Layout& l) {
   if (l.tensor_parallel_3d())
@@ -124,7 +146,7 @@ void print_crossover(const plan::ModelSpec& model, const plan::ClusterSpec& clus
 Runner add_plan_command(CLI::App& sub) {
   auto a = std::make_shared<PlanArgs>();
   sub.add_option("--model", a->model,
-                 "model preset (gpt2-small, gpt3-1.3b, gpt3-175b, gpt-1t, sc21-1.7b, sc21-145b, sc21-1t) or a .toml file");
+                 "model preset (gpt2-small, gpt3-1.3b, gpt3-175b, gpt-1t, sc21-1.7b, sc21-145b, sc21-1t), a .toml file, or gcn (with --graph)");
   sub.add_option("--cluster", a->cluster,
                  "cluster preset (dgx-a100, local: this machine, measured; local-default) or a .toml file");
   sub.add_option("--model-file", a->model_file, "model description in TOML (configs/plan/sc21-145b.toml)");
@@ -159,7 +181,11 @@ Runner add_plan_command(CLI::App& sub) {
       ->check(CLI::IsMember({"on", "off"}));
   sub.add_flag("--crossover", a->crossover,
                "with --tp-3d on: the best 1D and the best 3D layout at 8, 16, ... up to --gpus devices, and which wins");
+  sub.add_option("--graph", a->graph, "with --model gcn: the graph (data/cora, a text-format prefix or rmat:scale=S,...)");
+  sub.add_option("--gcn-layers", a->gcn_layers, "with --model gcn: graph convolutions [2]");
+  sub.add_option("--gcn-hidden", a->gcn_hidden, "with --model gcn: hidden width [16]");
   return [a]() {
+    if (a->model == "gcn") return plan_gcn(*a);
     auto is_toml = [](const std::string& s) { return s.size() > 5 && s.substr(s.size() - 5) == ".toml"; };
     if (a->model_file.empty() && is_toml(a->model)) a->model_file = a->model;
     if (a->cluster_file.empty() && is_toml(a->cluster)) a->cluster_file = a->cluster;

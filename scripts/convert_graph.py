@@ -9,7 +9,9 @@ optionally train_mask, val_mask, test_mask (N,) booleans -- the layout of a PyTo
 Geometric `Data` object saved with numpy.savez(path, edge_index=..., x=..., y=..., ...),
 and of OGB node-property exports. linqs: <PREFIX>.content and <PREFIX>.cites (classes
 numbered in sorted order of their names, as Loom's LINQS reader does; no split).
-Writes OUT_PREFIX.edges, OUT_PREFIX.features and OUT_PREFIX.labels. Needs numpy.
+Writes OUT_PREFIX.edges, OUT_PREFIX.features and OUT_PREFIX.labels, or, when OUT_PREFIX
+ends in .lgraph, that one file in Loom's binary format (src/loom/data/binary_graph.cpp),
+which loads without parsing text. Needs numpy.
 """
 import sys
 
@@ -71,11 +73,33 @@ def write(prefix, edge_index, x, y, split):
             f.write(f"{int(label)} {part}\n")
 
 
+def write_binary(path, edge_index, x, y, split):
+    n, f = x.shape
+    if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= n):
+        sys.exit(f"edge_index names nodes outside 0..{n - 1}")
+    codes = {"none": 0, "train": 1, "val": 2, "test": 3}
+    classes = int(np.max(y)) + 1 if len(y) else 0
+    with open(path, "wb") as out:
+        out.write(b"LOOMGRPH")
+        out.write(np.array([1, 0], dtype="<u4").tobytes())  # version, reserved
+        out.write(np.array([n, edge_index.shape[1], f, classes], dtype="<i8").tobytes())
+        out.write(np.ascontiguousarray(edge_index[0], dtype="<i8").tobytes())
+        out.write(np.ascontiguousarray(edge_index[1], dtype="<i8").tobytes())
+        out.write(np.ascontiguousarray(x, dtype="<f4").tobytes())
+        out.write(np.ascontiguousarray(y, dtype="<i4").tobytes())
+        out.write(np.array([codes[s] for s in split], dtype="<i1").tobytes())
+
+
 def main():
     if len(sys.argv) != 4 or sys.argv[1] not in ("npz", "linqs"):
         sys.exit(__doc__)
     kind, source, out = sys.argv[1:]
-    write(out, *(read_npz(source) if kind == "npz" else read_linqs(source)))
+    graph = read_npz(source) if kind == "npz" else read_linqs(source)
+    if out.endswith(".lgraph"):
+        write_binary(out, *graph)
+        print(f"wrote {out}")
+        return
+    write(out, *graph)
     print(f"wrote {out}.edges, {out}.features, {out}.labels")
 
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -123,6 +124,57 @@ TEST(Graph, BadFilesNameTheFileAndLine) {
   EXPECT_EQ(error_of([&] { load_graph(f.prefix("nothing"), ""); }).substr(0, 12), "no graph at ");
   EXPECT_EQ(error_of([&] { load_graph(kCora, "0:140,200:500,500:3000"); }),
             "split '0:140,200:500,500:3000': range 500:3000 goes past the 2708 nodes of " + kCora);
+}
+
+// Loom's binary format: a graph written and read back is the same graph; the converter
+// script writes the same bytes for Cora; a bad header, a wrong size or a bad value is named.
+TEST(Graph, BinaryFormatRoundTripsAndRefusesBadFiles) {
+  Files f;
+  RmatOptions o;
+  o.scale = 6;
+  o.features = 5;
+  const Graph g = make_rmat_graph(o);
+  const std::string path = f.prefix("g.lgraph");
+  write_binary_graph(g, path);
+  const Graph r = load_graph(path, "");
+  EXPECT_EQ(r.num_nodes, g.num_nodes);
+  EXPECT_EQ(r.num_classes, g.num_classes);
+  EXPECT_EQ(r.src, g.src);
+  EXPECT_EQ(r.dst, g.dst);
+  EXPECT_EQ(r.features, g.features);
+  EXPECT_EQ(r.labels, g.labels);
+  EXPECT_EQ(r.split, g.split);
+
+  const testing::CommandResult c = testing::run_command(std::string(LOOM_PYTHON) + " " LOOM_SOURCE_DIR
+                                                        "/scripts/convert_graph.py linqs " + kCora + " " + f.prefix("cora.lgraph"));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const Graph a = load_graph(kCora, "0:140,200:500,500:1500"), b = load_graph(f.prefix("cora.lgraph"), "0:140,200:500,500:1500");
+  EXPECT_EQ(a.features, b.features);
+  EXPECT_EQ(a.labels, b.labels);
+  EXPECT_EQ(a.src, b.src);
+
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto bad = [&](std::string content) {
+    f.write("bad.lgraph", content);
+    return error_of([&] { load_graph(f.prefix("bad.lgraph"), ""); });
+  };
+  const std::string p = f.prefix("bad.lgraph");
+  EXPECT_EQ(bad("LOOM"), p + ": 4 bytes, shorter than the 48-byte header of a Loom binary graph");
+  std::string other = bytes;
+  other[0] = 'X';
+  EXPECT_EQ(bad(other), p + ": not a Loom binary graph (its first 8 bytes are not \"LOOMGRPH\")");
+  other = bytes;
+  other[8] = 2;
+  EXPECT_EQ(bad(other), p + ": binary graph version 2, this Loom reads version 1");
+  EXPECT_NE(bad(bytes.substr(0, bytes.size() - 1)).find("(truncated or not this format)"), std::string::npos);
+  other = bytes;
+  const int64_t huge = 1000;
+  std::memcpy(other.data() + 48, &huge, 8);  // the first edge's source
+  EXPECT_EQ(bad(other), p + ": edge 0 (1000 -> " + std::to_string(g.dst[0]) + ") names a node outside 0..63");
+  other = bytes;
+  other[other.size() - 1] = 9;  // the last node's split
+  EXPECT_EQ(bad(other), p + ": node 63 has split 9, not 0 (none) .. 3 (test)");
 }
 
 TEST(Rmat, DeterministicFromTheSeedWithPowerLawDegrees) {

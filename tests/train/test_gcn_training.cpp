@@ -81,8 +81,8 @@ TEST(GcnTraining, ParallelLayoutsAreRefused) {
   TrainConfig c = tiny_gcn("parallel");
   c.dp = 2;
   EXPECT_EQ(testing::error_of([&] { make_model_spec(c); }),
-            "the gcn model trains on one rank for now: dp(2) x pp(1) x tp(1) with zero 0 is refused (set dp, pp and tp "
-            "to 1 and zero to 0)");
+            "the gcn model trains on one rank or on a 3D grid (tp_3d): dp(2) x pp(1) x tp(1) with zero 0 is refused (set "
+            "dp, pp and tp to 1 and zero to 0)");
   c = tiny_gcn("micro");
   c.micro_batches = 2;
   EXPECT_EQ(testing::error_of([&] { make_model_spec(c); }),

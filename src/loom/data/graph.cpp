@@ -98,6 +98,8 @@ Graph load_graph(const std::string& data, const std::string& split) {
   Graph g;
   if (data.rfind("rmat:", 0) == 0) {
     g = make_rmat_graph(parse_rmat_spec(data));
+  } else if (data.size() > 7 && data.ends_with(".lgraph")) {
+    g = read_binary_graph(data);
   } else if (file_kind(data + ".content") != "missing") {
     g = read_linqs_graph(data);
     if (split.empty()) apply_split_ranges(g, kPygcnSplit);

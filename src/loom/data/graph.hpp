@@ -53,5 +53,9 @@ void row_normalize_features(Graph& graph);
 // Readers, each checking every file through check_input_file first.
 Graph read_linqs_graph(const std::string& prefix);
 Graph read_text_graph(const std::string& prefix);
+// Loom's binary format (binary_graph.cpp: a "LOOMGRPH" header with a version, then the arrays),
+// read when `data` ends in ".lgraph"; write_binary_graph makes one from any graph.
+Graph read_binary_graph(const std::string& path);
+void write_binary_graph(const Graph& graph, const std::string& path);
 
 }  // namespace loom::data

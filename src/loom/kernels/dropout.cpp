@@ -29,6 +29,20 @@ void dropout_forward(float* out, float* mask, const float* x, int64_t n, float p
   }
 }
 
+void dropout_forward_block(float* out, float* mask, const float* x, int64_t rows, int64_t cols, const int64_t* row_ids,
+                           int64_t col0, int64_t width, float p, uint64_t key) {
+  const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 16777216.0);
+  const float scale = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static) if (rows * cols >= kDropoutParallelMin)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = r * cols + c, column = col0 + c;
+      const auto whole = static_cast<uint64_t>(row_ids[r] * width + column);
+      mask[i] = column < width && (mix(key + whole) >> 40) >= threshold ? scale : 0.0f;
+      out[i] = x[i] * mask[i];
+    }
+}
+
 void dropout_backward(float* dx, const float* dout, const float* mask, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kDropoutParallelMin)
   for (int64_t i = 0; i < n; ++i) dx[i] = dout[i] * mask[i];

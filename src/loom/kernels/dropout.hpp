@@ -11,6 +11,11 @@ namespace loom::kernels {
 // out (n) = x * mask, mask (n) = 1 / (1 - p) where kept, 0 where dropped (what backward
 // needs); 0 <= p < 1; out may alias x.
 void dropout_forward(float* out, float* mask, const float* x, int64_t n, float p, uint64_t key);
+// The same masks on a block (rows, cols) of a larger (?, width) tensor: local row r is row
+// row_ids[r] of the whole, local column c its column col0 + c, so a rank holding a block draws
+// the elements the whole tensor would. Columns at or past `width` (padding) get 0.
+void dropout_forward_block(float* out, float* mask, const float* x, int64_t rows, int64_t cols, const int64_t* row_ids,
+                           int64_t col0, int64_t width, float p, uint64_t key);
 // dx (n) = dout * mask; may run in place (dx == dout).
 void dropout_backward(float* dx, const float* dout, const float* mask, int64_t n);
 // ReLU in place, x (n); its backward from the output: dx = dout where out > 0, else 0 (in

@@ -14,7 +14,9 @@ namespace {
 // ReLU then inverted dropout, in place on a fresh output; backward from that output and the mask.
 class ReluDropout : public Module {
  public:
-  ReluDropout(float p, uint64_t layer, std::shared_ptr<const DropoutMode> mode) : p_(p), layer_(layer), mode_(std::move(mode)) {}
+  // conv: the layer before, whose output block (the whole, or a parallel rank's) this gets.
+  ReluDropout(float p, uint64_t layer, std::shared_ptr<const DropoutMode> mode, const GraphConv& conv)
+      : p_(p), layer_(layer), mode_(std::move(mode)), conv_(conv) {}
 
  protected:
   Tensor forward_impl(const Tensor& x, Context& ctx) override {
@@ -22,8 +24,14 @@ class ReluDropout : public Module {
     kernels::relu_forward(out.f32(), out.numel());
     if (mode_->training && p_ > 0.0f) {
       Tensor mask = Tensor::empty(out.shape());  // (N, H): 1 / (1 - p) or 0
-      kernels::dropout_forward(out.f32(), mask.f32(), out.f32(), out.numel(), p_,
-                               kernels::dropout_key(mode_->seed, mode_->step, layer_));
+      const uint64_t key = kernels::dropout_key(mode_->seed, mode_->step, layer_);
+      const GraphConv::OutputBlock block = conv_.output_block();
+      if (block.nodes == nullptr) {
+        kernels::dropout_forward(out.f32(), mask.f32(), out.f32(), out.numel(), p_, key);
+      } else {  // the masks the whole output would draw, at this block's nodes and columns
+        kernels::dropout_forward_block(out.f32(), mask.f32(), out.f32(), out.size(0), out.size(1), block.nodes->data(),
+                                       block.col0, conv_.out_features(), p_, key);
+      }
       ctx.save(this, {out, mask});
     } else {
       ctx.save(this, {out, Tensor()});
@@ -43,13 +51,17 @@ class ReluDropout : public Module {
   float p_;
   uint64_t layer_;
   std::shared_ptr<const DropoutMode> mode_;
+  const GraphConv& conv_;
 };
 
-void glorot_uniform(Parameter& w, std::mt19937_64& rng) {
-  const double limit = std::sqrt(6.0 / static_cast<double>(w.shape()[0] + w.shape()[1]));
+// The whole (in, out) weight, drawn the same on every rank (a parallel layer keeps its block).
+void glorot_uniform(GraphConv& conv, std::mt19937_64& rng) {
+  const int64_t in = conv.in_features(), out = conv.out_features();
+  const double limit = std::sqrt(6.0 / static_cast<double>(in + out));
   std::uniform_real_distribution<double> dist(-limit, limit);
-  float* v = w.value().f32();
-  for (int64_t i = 0; i < w.numel(); ++i) v[i] = static_cast<float>(dist(rng));
+  Tensor w = Tensor::empty({in, out}, DType::F32, MemoryCategory::Other);
+  for (int64_t i = 0; i < w.numel(); ++i) w.f32()[i] = static_cast<float>(dist(rng));
+  conv.set_weight(w);
 }
 
 }  // namespace
@@ -64,12 +76,12 @@ GCN::GCN(const GcnConfig& config, int64_t F, int64_t K, std::shared_ptr<const Gr
   for (int64_t l = 0; l < config.layers; ++l) {
     const int64_t out = l + 1 == config.layers ? K : config.hidden;
     GraphConv& conv = register_module("conv" + std::to_string(l), builder.graph_conv(in, out, l, graph_, l > 0));
-    glorot_uniform(conv.weight(), rng);
+    glorot_uniform(conv, rng);
     convs_.push_back(&conv);
     if (l + 1 < config.layers)
       activations_.push_back(&register_module(
           "act" + std::to_string(l),
-          std::make_unique<ReluDropout>(static_cast<float>(config.dropout), static_cast<uint64_t>(l), mode_)));
+          std::make_unique<ReluDropout>(static_cast<float>(config.dropout), static_cast<uint64_t>(l), mode_, conv)));
     in = out;
   }
 }

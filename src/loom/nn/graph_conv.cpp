@@ -18,10 +18,22 @@ std::shared_ptr<const GraphOperator> GraphOperator::from(kernels::CsrMatrix adja
 
 GraphConv::GraphConv(int64_t in_features, int64_t out_features, std::shared_ptr<const GraphOperator> graph,
                      bool input_gradient)
+    : GraphConv(in_features, out_features, std::move(graph), input_gradient, {in_features, out_features}, out_features) {}
+
+GraphConv::GraphConv(int64_t in_features, int64_t out_features, std::shared_ptr<const GraphOperator> graph,
+                     bool input_gradient, const Shape& weight_shape, int64_t bias_size)
     : in_(in_features), out_(out_features), graph_(std::move(graph)), input_gradient_(input_gradient) {
-  weight_ = &register_parameter("weight", {in_, out_}, /*weight_decay=*/false);
-  bias_ = &register_parameter("bias", {out_}, /*weight_decay=*/false);
+  weight_ = &register_parameter("weight", weight_shape, /*weight_decay=*/false);
+  bias_ = &register_parameter("bias", {bias_size}, /*weight_decay=*/false);
 }
+
+void GraphConv::set_weight(const Tensor& whole) {
+  check(whole.shape() == Shape{in_, out_}, "GraphConv '", name(), "': a weight of (", in_, ", ", out_, ") expected, got ",
+        shape_str(whole.shape()));
+  std::copy(whole.f32(), whole.f32() + whole.numel(), weight_->value().f32());
+}
+
+double GraphConv::weight_sum_squares() { return kernels::sum_squares(weight_->value().f32(), weight_->numel()); }
 
 namespace {
 // Below this share of non-zeros a first layer's input is multiplied as a sparse matrix.

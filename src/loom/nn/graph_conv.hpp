@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "loom/kernels/sparse.hpp"
 #include "loom/nn/module.hpp"
@@ -32,11 +33,28 @@ class GraphConv : public Module {
   Parameter& bias() { return *bias_; }
   bool aggregates_first() const { return in_ <= out_; }
 
+  // Where this layer's output lies in the whole (N, out) output: the nodes its rows are and
+  // the first of its columns (a parallel layer holds a block; nodes null: the whole output).
+  struct OutputBlock {
+    const std::vector<int64_t>* nodes = nullptr;
+    int64_t col0 = 0;
+  };
+  virtual OutputBlock output_block() const { return {}; }
+  // Sets the weight from the whole (in, out) matrix; a parallel layer keeps its block.
+  virtual void set_weight(const Tensor& whole);
+  // ||W||² of the whole weight (a parallel layer sums its blocks over the grid).
+  virtual double weight_sum_squares();
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
  protected:
   Tensor forward_impl(const Tensor& x, Context& ctx) override;
   Tensor backward_impl(const Tensor& dy, Context& ctx) override;
 
  protected:  // a parallel substitute derives from this layer
+  // Its parameters are this rank's pieces: weight (weight_shape), bias (bias_size).
+  GraphConv(int64_t in_features, int64_t out_features, std::shared_ptr<const GraphOperator> graph, bool input_gradient,
+            const Shape& weight_shape, int64_t bias_size);
   int64_t in_, out_;
   std::shared_ptr<const GraphOperator> graph_;
   bool input_gradient_;

@@ -82,8 +82,9 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "net_gbps", "emulate a network of this many Gbit/s for all-reduce (to see overlap on one machine); 0 = off", &c.net_gbps},
       {"parallel", "net_latency_us", "latency of the emulated network in microseconds", &c.net_latency_us},
       {"parallel", "pin_ranks", "'auto': when a node runs more ranks than it has cores and each rank one thread, pin every rank to a core, the ranks of each pipeline stage on different cores (ranks waiting in MPI keep polling, so the OS does not move working ranks apart); 'off': leave placement to the OS", &c.pin_ranks},
-      {"parallel", "tp_3d", "3D tensor parallelism (AxoNN): the grid \"R,C,D\" of row x col x depth ranks per data-parallel replica; each linear layer's weight split over row and col and sharded over depth, the batch split over dp x depth; layers whose shapes do not divide the grid stay serial; \"\" = off", &c.tp_3d},
+      {"parallel", "tp_3d", "3D tensor parallelism (AxoNN): the grid \"R,C,D\" of row x col x depth ranks per data-parallel replica; each linear layer's weight split over row and col and sharded over depth, the batch split over dp x depth; layers whose shapes do not divide the grid stay serial; with model = 'gcn', Plexus's 3D-parallel GCN (Â, features and weights split over the grid); \"\" = off", &c.tp_3d},
       {"parallel", "tp_3d_overlap", "with tp_3d: 'on' starts each layer's depth all-gather of its weight one layer ahead and keeps the all-reduce of dX and the reduce-scatter of dW in flight under the next GEMMs; 'off' blocks on each (bit-identical results either way)", &c.tp_3d_overlap},
+      {"parallel", "graph_permute", "gcn with tp_3d: permute the nodes randomly (two orders, from seed) so every rank's block of the adjacency gets about the same non-zeros; the result is the same either way", &c.graph_permute},
       {"parallel", "comm_timeout", "seconds any wait for other ranks (a collective, a pipeline send or receive) may last before the watchdog reports the rank holding the job up and ends the job; 0 = off. The environment variable LOOM_COMM_TIMEOUT overrides the config file, this flag overrides both", &c.comm_timeout},
       {"run", "out_dir", "run directory: metrics.jsonl, memory.json and checkpoints (`loom train` refuses an empty one)", &c.out_dir},
       {"run", "log_every", "print a progress line every N steps", &c.log_every},
@@ -244,10 +245,13 @@ void TrainConfig::validate_tp_3d() const {
   check(cp == 1, grid, " does not compose with context parallelism yet: set cp = 1 (got ", cp, ")");
   check(zero == 0, grid, " shards its weights over depth itself: set zero = 0 (got ", zero, ")");
   check(!sequence_parallel, grid, " does not compose with sequence_parallel (a 1D tensor-parallel mode)");
-  check(model.n_head % g[0] == 0, "n_head (", model.n_head, ") must be divisible by the row degree of ", grid,
+  check(family == "gcn" || model.n_head % g[0] == 0, "n_head (", model.n_head, ") must be divisible by the row degree of ", grid,
         ": attention heads are split over row");
   check(checkpoint_format != "sharded", grid, " writes single-file checkpoints only: set checkpoint_format to 'single' or 'auto'");
   check(!model.moe.enabled(), grid, " does not compose with a mixture of experts yet: set moe_experts = 0");
+  // Plexus's layers keep zero-padded weight blocks, which the serial layout cannot take back.
+  check(family != "gcn" || resume.empty(), grid, " with model = 'gcn' cannot resume from a checkpoint yet (resume = '",
+        resume, "')");
 }
 
 void TrainConfig::validate_expert_parallel() const {

@@ -70,6 +70,7 @@ struct TrainConfig {
   double comm_timeout = 300.0;     // seconds any wait for other ranks may last before the watchdog ends the job; 0 = off
   std::string tp_3d;               // 3D tensor parallelism's grid "R,C,D" (row, col, depth); "" = off
   std::string tp_3d_overlap = "on";  // "on": 3D collectives overlapped with compute; "off": blocking
+  bool graph_permute = true;       // gcn under tp_3d: Plexus's double random node permutation
 
   // [run]
   std::string out_dir = "runs/default";

@@ -28,8 +28,8 @@ std::vector<std::pair<int64_t, int64_t>> layer_widths(const nn::GcnConfig& c, in
 
 GcnSpec::GcnSpec(TrainConfig& config) : config_(config) {
   check(config.dp * config.pp * config.tp == 1 && config.zero == 0,
-        "the gcn model trains on one rank for now: dp(", config.dp, ") x pp(", config.pp, ") x tp(", config.tp,
-        ") with zero ", config.zero, " is refused (set dp, pp and tp to 1 and zero to 0)");
+        "the gcn model trains on one rank or on a 3D grid (tp_3d): dp(", config.dp, ") x pp(", config.pp, ") x tp(",
+        config.tp, ") with zero ", config.zero, " is refused (set dp, pp and tp to 1 and zero to 0)");
   check(config.micro_batches == 1, "the gcn model trains on the whole graph in one batch: micro_batches must be 1, got ",
         config.micro_batches);
   config.gcn.validate();
@@ -77,9 +77,10 @@ float GcnSpec::loss(Tensor& logits, const Tensor& targets, bool backward, float 
   float loss = l.loss;
   if (backward && config_.weight_decay > 0.0) {
     // The paper's L2 on the first layer's weights: loss + wd/2 ||W0||², gradient wd · W0.
-    nn::Parameter& w0 = model_->convs().front()->weight();
+    nn::GraphConv& first = *model_->convs().front();
+    nn::Parameter& w0 = first.weight();  // this rank's block under a parallel layout
     const auto wd = static_cast<float>(config_.weight_decay);
-    loss += static_cast<float>(0.5 * config_.weight_decay * kernels::sum_squares(w0.value().f32(), w0.numel()));
+    loss += static_cast<float>(0.5 * config_.weight_decay * first.weight_sum_squares());
     float* g = w0.grad().f32();
     const float* w = w0.value().f32();
     for (int64_t i = 0; i < w0.numel(); ++i) g[i] += wd * scale * w[i];

@@ -5,7 +5,8 @@
 // ||W0||² on the first layer's weights (the paper's regulariser, in place of AdamW's
 // decoupled decay, which no GCN parameter takes). Asking for a batch sets the model's mode:
 // a training batch of step s turns dropout on with masks keyed by (seed, s), an evaluation
-// batch turns it off. Serial only for now: a parallel layout is refused by name.
+// batch turns it off. Serial, or Plexus's 3D grid (tp_3d: parallel/graph_3d); any other
+// parallel layout is refused by name.
 #pragma once
 
 #include <memory>

@@ -2,6 +2,7 @@
 
 #include "loom/comm/core_placement.hpp"
 #include "loom/parallel/ddp.hpp"
+#include "loom/parallel/graph_3d/graph_layers_3d.hpp"
 #include "loom/parallel/expert_parallel/expert_data_parallel.hpp"
 #include "loom/parallel/pipeline/model_chunks.hpp"
 #include "loom/parallel/pipeline/schedule_builders.hpp"
@@ -45,6 +46,8 @@ void build_model(const TrainConfig& config, ModelSpec& spec, const nn::LayerBuil
 void prepare_3d(const parallel::tp3d::Layers3D& layers, Parallelized& p) {
   for (const parallel::tp3d::Layers3D::Fallback& f : layers.fallbacks())
     p.notes.push_back("tp_3d: " + f.layer->name() + " stays serial (replicated): " + f.why);
+  if (const auto* graph = dynamic_cast<const parallel::graph3d::GraphLayers3D*>(&layers))
+    p.notes.push_back(graph->describe());
   const int grid_rank = layers.grid().grid_rank();
   for (nn::Parameter* param : p.model->parameters())
     if (!param->shard_spec().sharded()) {
@@ -137,7 +140,12 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   // 3D tensor parallelism, the same way: the builder swaps each linear layer for a 3D one.
   if (config.tp_3d_on()) {
     p.grid = std::make_unique<parallel::tp3d::Grid3D>(p.group("row"), p.group("col"), p.group("depth"));
-    p.tp3d_layers = std::make_unique<parallel::tp3d::Layers3D>(*p.grid, config.tp_3d_overlap == "on");
+    // A GCN's graph convolutions become Plexus's (graph_3d), its linear layers AxoNN's.
+    if (config.family == "gcn")
+      p.tp3d_layers = std::make_unique<parallel::graph3d::GraphLayers3D>(
+          *p.grid, config.gcn.layers, config.graph_permute, static_cast<uint64_t>(config.seed));
+    else
+      p.tp3d_layers = std::make_unique<parallel::tp3d::Layers3D>(*p.grid, config.tp_3d_overlap == "on");
   }
   const nn::LayerBuilder* layers = p.tp_layers     ? static_cast<const nn::LayerBuilder*>(p.tp_layers.get())
                                    : p.tp3d_layers ? static_cast<const nn::LayerBuilder*>(p.tp3d_layers.get())

@@ -41,6 +41,10 @@ class Layers3D : public nn::LayerBuilder {
   bool depth_sharded(const nn::Parameter& p) const { return depth_sharded_.count(&p) > 0; }
   const Grid3D& grid() const { return grid_; }
 
+ protected:
+  // A parameter whose gradient every depth rank already holds whole (not averaged over depth).
+  void keep_gradient_over_depth(const nn::Parameter& p) const { depth_sharded_.insert(&p); }
+
  private:
   std::unique_ptr<nn::Linear> make(int64_t in, int64_t out, int64_t blocks, bool first) const;
   const Grid3D& grid_;

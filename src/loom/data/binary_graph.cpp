@@ -1,0 +1,95 @@
+// Loom's binary graph format (graph.hpp: write_binary_graph), for graphs too large to parse
+// as text each run: a fixed header, then the arrays as they lie in memory, little-endian.
+//   bytes 0-7   magic "LOOMGRPH"
+//   8-11        version (uint32, 1)
+//   12-15       reserved (uint32, 0)
+//   16-47       N, E, F, K (int64 each)
+//   then        src (E int64), dst (E int64), features (N*F float32, row-major),
+//               labels (N int32, -1 = unlabelled), split (N int8: 0 none, 1 train, 2 val, 3 test)
+// The reader checks the header, that the file holds exactly these bytes, and every value's
+// range, naming the file and what is wrong.
+#include <cstring>
+#include <fstream>
+
+#include "loom/data/graph.hpp"
+#include "loom/data/input_file.hpp"
+#include "loom/error.hpp"
+
+namespace loom::data {
+
+namespace {
+
+constexpr char kMagic[8] = {'L', 'O', 'O', 'M', 'G', 'R', 'P', 'H'};
+constexpr uint32_t kVersion = 1;
+constexpr int64_t kHeaderBytes = 48;
+
+template <class T>
+void put(std::ofstream& out, const T* data, int64_t n) {
+  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n * static_cast<int64_t>(sizeof(T))));
+}
+
+}  // namespace
+
+void write_binary_graph(const Graph& g, const std::string& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  check(out.good(), "cannot write graph '", path, "'");
+  const uint32_t head[2] = {kVersion, 0};
+  const int64_t sizes[4] = {g.num_nodes, static_cast<int64_t>(g.src.size()), g.num_features, g.num_classes};
+  out.write(kMagic, sizeof kMagic);
+  put(out, head, 2);
+  put(out, sizes, 4);
+  put(out, g.src.data(), sizes[1]);
+  put(out, g.dst.data(), sizes[1]);
+  put(out, g.features.data(), g.num_nodes * g.num_features);
+  put(out, g.labels.data(), g.num_nodes);
+  put(out, reinterpret_cast<const int8_t*>(g.split.data()), g.num_nodes);
+  out.flush();
+  check(out.good(), "cannot write graph '", path, "' (disk full?)");
+}
+
+Graph read_binary_graph(const std::string& path) {
+  const int64_t size = check_input_file(path, "graph file", kMaxGraphFileBytes);
+  std::ifstream in(path, std::ios::binary);
+  check(in.good(), "cannot open graph file '", path, "'");
+  check(size >= kHeaderBytes, path, ": ", size, " bytes, shorter than the ", kHeaderBytes, "-byte header of a Loom binary graph");
+  char magic[8];
+  uint32_t head[2];
+  int64_t sizes[4];
+  in.read(magic, 8);
+  in.read(reinterpret_cast<char*>(head), sizeof head);
+  in.read(reinterpret_cast<char*>(sizes), sizeof sizes);
+  check(std::memcmp(magic, kMagic, 8) == 0, path, ": not a Loom binary graph (its first 8 bytes are not \"LOOMGRPH\")");
+  check(head[0] == kVersion, path, ": binary graph version ", head[0], ", this Loom reads version ", kVersion);
+  const int64_t N = sizes[0], E = sizes[1], F = sizes[2], K = sizes[3];
+  check(N > 0 && E >= 0 && F > 0 && K > 0 && N < (int64_t{1} << 31) && F < (int64_t{1} << 31) && K < (int64_t{1} << 31) &&
+            E < (int64_t{1} << 40),
+        path, ": impossible sizes in the header: N ", N, ", E ", E, ", F ", F, ", K ", K);
+  const int64_t want = kHeaderBytes + 16 * E + 4 * N * F + 4 * N + N;
+  check(size == want, path, ": ", size, " bytes, but a graph of N ", N, ", E ", E, ", F ", F, " takes ", want,
+        " (truncated or not this format)");
+  Graph g;
+  g.name = path;
+  g.num_nodes = N, g.num_features = F, g.num_classes = K;
+  g.src.resize(static_cast<size_t>(E)), g.dst.resize(static_cast<size_t>(E));
+  g.features.resize(static_cast<size_t>(N * F)), g.labels.resize(static_cast<size_t>(N));
+  g.split.resize(static_cast<size_t>(N));
+  in.read(reinterpret_cast<char*>(g.src.data()), 8 * E);
+  in.read(reinterpret_cast<char*>(g.dst.data()), 8 * E);
+  in.read(reinterpret_cast<char*>(g.features.data()), 4 * N * F);
+  in.read(reinterpret_cast<char*>(g.labels.data()), 4 * N);
+  in.read(reinterpret_cast<char*>(g.split.data()), N);
+  check(in.good(), path, ": read failed");
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t s = g.src[static_cast<size_t>(e)], d = g.dst[static_cast<size_t>(e)];
+    check(s >= 0 && s < N && d >= 0 && d < N, path, ": edge ", e, " (", s, " -> ", d, ") names a node outside 0..", N - 1);
+  }
+  for (int64_t i = 0; i < N; ++i) {
+    const int32_t l = g.labels[static_cast<size_t>(i)];
+    const auto sp = static_cast<int8_t>(g.split[static_cast<size_t>(i)]);
+    check(l >= -1 && l < K, path, ": node ", i, " has label ", l, ", outside -1..", K - 1);
+    check(sp >= 0 && sp <= 3, path, ": node ", i, " has split ", static_cast<int>(sp), ", not 0 (none) .. 3 (test)");
+  }
+  return g;
+}
+
+}  // namespace loom::data

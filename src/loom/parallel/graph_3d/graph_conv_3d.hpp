@@ -1,0 +1,70 @@
+// One graph convolution Y = Â X W + b split over a 3D grid, as Plexus (Mukhopadhyay et al.)
+// builds it on AxoNN's grid. A layer gives the grid's axes three roles, rotated by layer
+// index (l % 3 = 0: outer row, inner col, depth depth; 1: depth, row, col; 2: col, depth, row):
+//   Â's rows (output nodes) over depth, its columns (input nodes) over outer;
+//   X: rows over outer, features over inner;  W: rows over inner, columns over outer;
+//   Y: rows over depth, features over outer, the next layer's X exactly (its outer is this
+//   layer's depth, its inner this layer's outer), so nothing moves between layers.
+// Forward: AGG = Â X (partial over outer: all-reduce), Y = AGG W (partial over inner:
+// all-reduce) + b. Backward: dW = AGGᵀ dY and db (partial over depth: one all-reduce),
+// dAGG = dY Wᵀ (over outer), dX = Âᵀ dAGG (over depth). W is whole on every depth rank
+// (Plexus's mode for weights that do not split over depth). The first layer reads the whole
+// features, which every rank holds, and the last gathers the whole logits for the loss (its
+// blocks summed over depth and outer). Widths that do not divide an axis are padded with zero
+// features (the parameters' pieces are equal; padded weights get zero gradients and stay 0).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "loom/nn/graph_conv.hpp"
+#include "loom/parallel/graph_3d/node_layout.hpp"
+#include "loom/parallel/tensor_parallel_3d/grid.hpp"
+
+namespace loom::parallel::graph3d {
+
+using tp3d::Axis;
+using tp3d::Grid3D;
+
+// The axes' roles in layer `layer`.
+struct Roles {
+  Axis outer, inner, depth;
+  static Roles of(int64_t layer);
+};
+
+// x rounded up to a multiple of parts.
+inline int64_t padded(int64_t x, int64_t parts) { return (x + parts - 1) / parts * parts; }
+
+class GraphConv3D : public nn::GraphConv {
+ public:
+  GraphConv3D(int64_t in, int64_t out, int64_t layer, bool last, std::shared_ptr<const nn::GraphOperator> graph,
+              bool input_gradient, const Grid3D& grid, std::shared_ptr<const NodeOrders> orders);
+
+  OutputBlock output_block() const override;
+  void set_weight(const Tensor& whole) override;
+  double weight_sum_squares() override;
+  const kernels::CsrMatrix& block() const { return block_; }
+  const Roles& roles() const { return roles_; }
+
+ protected:
+  Tensor forward_impl(const Tensor& x, nn::Context& ctx) override;
+  Tensor backward_impl(const Tensor& dy, nn::Context& ctx) override;
+
+ private:
+  // rows x width whole (N, width) tensor's rows `nodes`, columns [col0, col0 + cols) (0 past width).
+  static Tensor gather_block(const Tensor& whole, const std::vector<int64_t>& nodes, int64_t col0, int64_t cols);
+  // The whole (N, out) logits from every rank's block.
+  Tensor whole_output(const Tensor& y) const;
+  void all_reduce(Tensor& t, Axis a) const;
+
+  const Grid3D& grid_;
+  Roles roles_;
+  bool first_, last_;
+  std::shared_ptr<const NodeOrders> orders_;
+  int64_t in_local_, out_local_;  // this rank's widths: in_pad / inner, out_pad / outer
+  int64_t in0_, out0_;            // its first input and output feature
+  std::vector<int64_t> row_nodes_, col_nodes_;  // the nodes of its output and input rows
+  kernels::CsrMatrix block_, block_t_;          // its block of Â (rows x cols) and the transpose
+};
+
+}  // namespace loom::parallel::graph3d

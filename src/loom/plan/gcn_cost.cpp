@@ -1,0 +1,123 @@
+#include "loom/plan/gcn_cost.hpp"
+
+#include <algorithm>
+#include <iomanip>
+#include <sstream>
+
+namespace loom::plan {
+
+namespace {
+
+enum Axis { kRow = 0, kCol = 1, kDepth = 2 };
+
+// The roles (outer, inner, depth) of layer l, as graph_conv_3d.cpp rotates them.
+std::array<int, 3> roles(int64_t l) {
+  switch (l % 3) {
+    case 0: return {kRow, kCol, kDepth};
+    case 1: return {kDepth, kRow, kCol};
+    default: return {kCol, kDepth, kRow};
+  }
+}
+
+int64_t part(int64_t n, int64_t parts, int64_t k) { return n * (k + 1) / parts - n * k / parts; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& s, int64_t R, int64_t C, int64_t D, std::array<int64_t, 3> at) {
+  const std::array<int64_t, 3> size{R, C, D};
+  std::array<int64_t, 3> bytes{0, 0, 0};
+  const auto add = [&](int axis, int64_t floats) {
+    if (size[static_cast<size_t>(axis)] > 1) bytes[static_cast<size_t>(axis)] += 4 * floats;
+  };
+  int64_t in = s.F;
+  for (int64_t l = 0; l < s.L; ++l) {
+    const int64_t out = l + 1 == s.L ? s.K : s.H;
+    const auto [o, i, d] = roles(l);
+    const int64_t Go = size[static_cast<size_t>(o)], Gi = size[static_cast<size_t>(i)], Gd = size[static_cast<size_t>(d)];
+    const int64_t in_local = ceil_div(in, Gi), out_local = ceil_div(out, Go);
+    const int64_t rows = part(s.N, Gd, at[static_cast<size_t>(d)]), cols = part(s.N, Go, at[static_cast<size_t>(o)]);
+    add(o, rows * in_local);
+    add(i, rows * out_local);
+    if (l + 1 == s.L) add(d, s.N * out), add(o, s.N * out);
+    add(d, in_local * out_local + out_local);
+    if (l > 0) add(o, rows * in_local), add(d, cols * in_local);
+    if (l == 0 && s.weight_decay) add(o, 1), add(i, 1);
+    in = out;
+  }
+  return {.row = bytes[kRow], .col = bytes[kCol], .depth = bytes[kDepth]};
+}
+
+int64_t gcn_3d_memory_bytes(const GcnShape& s, int64_t R, int64_t C, int64_t D) {
+  const std::array<int64_t, 3> size{R, C, D};
+  const auto csr = [](int64_t rows, int64_t nnz) { return 8 * (rows + 1) + 8 * nnz; };  // row_ptr, col + val
+  int64_t bytes = 4 * s.N * s.F + 2 * csr(s.N, s.nnz);
+  int64_t in = s.F;
+  for (int64_t l = 0; l < s.L; ++l) {
+    const int64_t out = l + 1 == s.L ? s.K : s.H;
+    const auto [o, i, d] = roles(l);
+    const int64_t Go = size[static_cast<size_t>(o)], Gi = size[static_cast<size_t>(i)], Gd = size[static_cast<size_t>(d)];
+    const int64_t in_local = ceil_div(in, Gi), out_local = ceil_div(out, Go);
+    const int64_t rows = part(s.N, Gd, 0), cols = part(s.N, Go, 0), nnz = ceil_div(s.nnz, Go * Gd);
+    bytes += csr(rows, nnz) + csr(cols, nnz);
+    bytes += 4 * 4 * (in_local * out_local + out_local);  // value, gradient, Adam's m and v
+    bytes += 4 * rows * (in_local + out_local);           // Â X (kept) and the output
+    if (l + 1 < s.L) bytes += 4 * 2 * rows * out_local;    // ReLU/dropout output and mask
+    else bytes += 4 * 2 * s.N * out;                       // the whole logits and their gradient
+    in = out;
+  }
+  return bytes;
+}
+
+std::vector<GcnGridCost> rank_gcn_grids(const GcnShape& s, int64_t ranks, double gbps, double gflops) {
+  std::vector<GcnGridCost> out;
+  for (int64_t R = 1; R <= ranks; ++R)
+    for (int64_t C = 1; R * C <= ranks; ++C) {
+      if (ranks % (R * C) != 0) continue;
+      const int64_t D = ranks / (R * C);
+      GcnGridCost g{.R = R, .C = C, .D = D};
+      g.bytes = gcn_3d_bytes_per_epoch(s, R, C, D);
+      g.memory_bytes = gcn_3d_memory_bytes(s, R, C, D);
+      // A ring all-reduce sends 2(p-1)/p of its buffer; the axes' traffic does not overlap.
+      const std::array<int64_t, 3> size{R, C, D}, b{g.bytes.row, g.bytes.col, g.bytes.depth};
+      for (size_t a = 0; a < 3; ++a)
+        if (size[a] > 1)
+          g.comm_seconds += 2.0 * static_cast<double>(size[a] - 1) / static_cast<double>(size[a]) *
+                            static_cast<double>(b[a]) / (gbps * 1e9);
+      // Flops per epoch (forward SpMM + GEMM, backward two GEMMs and a SpMM but the first
+      // layer's), each split over every rank of the grid.
+      double flops = 0.0;
+      int64_t in = s.F;
+      for (int64_t l = 0; l < s.L; ++l) {
+        const int64_t w = l + 1 == s.L ? s.K : s.H;
+        const double spmm = 2.0 * static_cast<double>(s.nnz) * static_cast<double>(in);
+        const double gemm = 2.0 * static_cast<double>(s.N) * static_cast<double>(in) * static_cast<double>(w);
+        flops += spmm + gemm + gemm + (l > 0 ? gemm + spmm : 0.0);
+        in = w;
+      }
+      g.compute_seconds = flops / static_cast<double>(ranks) / (gflops * 1e9);
+      out.push_back(g);
+    }
+  std::stable_sort(out.begin(), out.end(), [](const GcnGridCost& a, const GcnGridCost& b) { return a.seconds() < b.seconds(); });
+  return out;
+}
+
+std::string describe_gcn_plan(const GcnShape& s, const std::vector<GcnGridCost>& grids, int64_t top) {
+  std::ostringstream os;
+  os << "GCN " << s.N << " nodes, " << s.nnz << " non-zeros, " << s.F << " -> " << s.H << " x " << (s.L - 1) << " -> "
+     << s.K << "; tp_3d grids by predicted epoch time (Plexus's model):\n";
+  os << "  grid (R,C,D)   epoch ms   comm ms   compute ms   MiB/rank   MB row / col / depth (rank 0)\n";
+  for (size_t i = 0; i < grids.size() && static_cast<int64_t>(i) < top; ++i) {
+    const GcnGridCost& g = grids[i];
+    std::ostringstream grid;
+    grid << g.R << "," << g.C << "," << g.D;
+    os << "  " << std::left << std::setw(14) << grid.str() << std::right << std::fixed << std::setprecision(3)
+       << std::setw(9) << 1e3 * g.seconds() << std::setw(10) << 1e3 * g.comm_seconds << std::setw(13)
+       << 1e3 * g.compute_seconds << std::setprecision(1) << std::setw(11)
+       << static_cast<double>(g.memory_bytes) / 1048576.0 << "   " << std::setprecision(2) << g.bytes.row / 1e6 << " / " << g.bytes.col / 1e6
+       << " / " << g.bytes.depth / 1e6 << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace loom::plan

@@ -1,0 +1,178 @@
+// Plexus-style 3D-parallel GCN (parallel/graph_3d) against the serial GCN: a table of grids of
+// 2, 3, 4 and 8 ranks (each axis alone, odd sizes, 2x2x2, three layers so every rotation of
+// the axes' roles runs), with and without the node permutation, on a small R-MAT graph and on
+// Cora, dropout and the L2 term on. Each must give the serial run's losses (relative 1e-5),
+// gradients before clipping (1e-4 of each tensor's largest magnitude) and parameters after 3
+// Adam steps (1e-4 of each tensor's scale); a grid wider than the graph (ranks with no rows or
+// columns of Â) must neither hang nor differ. Then the bytes each axis moves per epoch equal
+// plan::gcn_3d_bytes_per_epoch on every rank, and the permutation's load balance.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "comm/mpi_test_env.hpp"
+#include "loom/kernels/sparse.hpp"
+#include "loom/parallel/graph_3d/node_layout.hpp"
+#include "loom/plan/gcn_cost.hpp"
+#include "loom/train/gcn_spec.hpp"
+#include "loom/train/trainer.hpp"
+#include "test_util.hpp"
+
+namespace loom::parallel::graph3d {
+namespace {
+
+using loom::testing::world;
+
+struct Case {
+  std::string name{};
+  std::string tp_3d{};
+  int64_t world = 0;
+  bool permute = true;
+  int64_t layers = 2;
+  std::string data = "rmat:scale=7,edge_factor=4,features=13,classes=3,seed=2";
+  std::string split{};
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+train::TrainConfig gcn_config(const Case& k) {
+  train::TrainConfig c;
+  c.family = "gcn";
+  c.data = k.data;
+  c.split = k.split;
+  c.gcn.layers = k.layers;
+  c.gcn.hidden = 7;  // odd: padded on every split axis
+  c.gcn.dropout = 0.5;
+  c.steps = 3;
+  c.lr = 0.01;
+  c.min_lr = 0.01;
+  c.warmup_steps = 0;
+  c.weight_decay = 5e-4;
+  c.grad_clip = 0.0;
+  c.threads = 1;
+  c.log_every = 100;
+  c.eval_every = 0;
+  c.checkpoint_every = 0;
+  c.out_dir = "";
+  return c;
+}
+
+struct GcnRun {
+  std::vector<float> losses;
+  std::vector<std::map<std::string, Tensor>> grads;
+  std::map<std::string, Tensor> params;
+};
+
+GcnRun run(train::Trainer& t) {
+  GcnRun r;
+  while (t.step() < t.config().steps) {
+    train::StepResult s = t.compute_gradients();
+    std::map<std::string, Tensor> g;
+    for (auto& [name, value] : t.gradient_dict()) g[name] = value.clone();
+    r.grads.push_back(std::move(g));
+    t.apply_update(s);
+    r.losses.push_back(s.loss);
+  }
+  for (auto& [name, value] : t.state_dict())
+    if (name.rfind("model.", 0) == 0) r.params[name] = value.clone();
+  return r;
+}
+
+// got's leading block of want's shape (the parallel pieces pad widths to the grid with zeros,
+// which must stay zero).
+::testing::AssertionResult close_unpadded(const Tensor& got, const Tensor& want, double rtol, const std::string& what) {
+  const int64_t rows = want.ndim() == 2 ? want.size(0) : 1, cols = want.size(-1);
+  const int64_t got_cols = got.size(-1);
+  float scale = 0.0f;
+  for (int64_t i = 0; i < want.numel(); ++i) scale = std::max(scale, std::fabs(want.f32()[i]));
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const int64_t r = i / got_cols, c = i % got_cols;
+    const float w = r < rows && c < cols ? want.f32()[r * cols + c] : 0.0f;
+    if (std::fabs(got.f32()[i] - w) > rtol * scale)
+      return ::testing::AssertionFailure() << what << " [" << r << "," << c << "]: " << got.f32()[i] << " vs " << w
+                                           << " (bound " << rtol * scale << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class Graph3DEquivalence : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Graph3DEquivalence, SameLossesGradientsAndParametersAsSerial) {
+  const Case k = GetParam();
+  if (world().size() != k.world) GTEST_SKIP() << "runs on " << k.world << " ranks";
+  train::Trainer serial(gcn_config(k), true);
+  const GcnRun want = run(serial);
+  train::TrainConfig c = gcn_config(k);
+  c.tp_3d = k.tp_3d;
+  c.graph_permute = k.permute;
+  train::Trainer parallel(c, true, &world());
+  const GcnRun got = run(parallel);
+  EXPECT_TRUE(testing::all_close(got.losses, want.losses, 1e-5, 0, k.name + " losses"));
+  ASSERT_EQ(got.grads.size(), want.grads.size());
+  for (size_t s = 0; s < want.grads.size(); ++s)
+    for (const auto& [name, w] : want.grads[s]) {
+      ASSERT_TRUE(got.grads[s].count(name)) << name;
+      EXPECT_TRUE(close_unpadded(got.grads[s].at(name), w, 1e-4, k.name + " step " + std::to_string(s + 1) + " " + name));
+    }
+  for (const auto& [name, w] : want.params) {
+    ASSERT_TRUE(got.params.count(name)) << name;
+    EXPECT_TRUE(close_unpadded(got.params.at(name), w, 1e-4, k.name + " " + name));
+  }
+  const float val = parallel.evaluate(), serial_val = serial.evaluate();
+  EXPECT_NEAR(val, serial_val, 1e-5 * std::fabs(serial_val)) << k.name << " validation loss";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grids, Graph3DEquivalence,
+    ::testing::Values(Case{.name = "r2", .tp_3d = "2,1,1", .world = 2}, Case{.name = "c2", .tp_3d = "1,2,1", .world = 2},
+                      Case{.name = "d2_file_order", .tp_3d = "1,1,2", .world = 2, .permute = false},
+                      Case{.name = "d2_3layers", .tp_3d = "1,1,2", .world = 2, .layers = 3},
+                      Case{.name = "r3", .tp_3d = "3,1,1", .world = 3},
+                      Case{.name = "c3_file_order", .tp_3d = "1,3,1", .world = 3, .permute = false},
+                      Case{.name = "r2c2", .tp_3d = "2,2,1", .world = 4},
+                      Case{.name = "c2d2_3layers_file_order", .tp_3d = "1,2,2", .world = 4, .permute = false, .layers = 3},
+                      Case{.name = "r2d2_cora", .tp_3d = "2,1,2", .world = 4, .data = LOOM_SOURCE_DIR "/data/cora"},
+                      Case{.name = "r2c2d2", .tp_3d = "2,2,2", .world = 8},
+                      Case{.name = "r2c2d2_3layers_file_order", .tp_3d = "2,2,2", .world = 8, .permute = false, .layers = 3},
+                      // 4 nodes on depth 8 (then outer 8): most ranks hold no rows or no columns.
+                      Case{.name = "d8_empty_blocks", .tp_3d = "1,1,8", .world = 8, .data = "rmat:scale=2,features=5,classes=2",
+                           .split = "0:2,2:3,3:4"}),
+    [](const auto& info) { return info.param.name; });
+
+struct BytesCase {
+  std::string tp_3d;
+  int64_t world, layers;
+};
+
+class Graph3DBytes : public ::testing::TestWithParam<BytesCase> {};
+
+TEST_P(Graph3DBytes, MeasuredBytesPerAxisEqualTheModel) {
+  const BytesCase k = GetParam();
+  if (world().size() != k.world) GTEST_SKIP() << "runs on " << k.world << " ranks";
+  train::TrainConfig c = gcn_config(Case{.layers = k.layers});
+  c.tp_3d = k.tp_3d;
+  train::Trainer t(c, true, &world());
+  const train::Parallelized& pz = t.parallelized();
+  for (const char* axis : {"row", "col", "depth"}) pz.group(axis).reset_stats();
+  t.train_step();
+  auto& spec = dynamic_cast<train::GcnSpec&>(t.spec());
+  const std::array<int64_t, 3> g = c.tp_3d_grid();
+  const plan::GcnShape shape{.N = spec.graph().num_nodes, .nnz = spec.graph_operator().adjacency.nnz(),
+                             .F = spec.graph().num_features, .H = c.gcn.hidden, .K = spec.graph().num_classes,
+                             .L = c.gcn.layers};
+  const plan::Grid3DBytes want = plan::gcn_3d_bytes_per_epoch(
+      shape, g[0], g[1], g[2], {pz.group("row").rank(), pz.group("col").rank(), pz.group("depth").rank()});
+  EXPECT_EQ(pz.group("row").stats().bytes, want.row) << "row";
+  EXPECT_EQ(pz.group("col").stats().bytes, want.col) << "col";
+  EXPECT_EQ(pz.group("depth").stats().bytes, want.depth) << "depth";
+}
+
+INSTANTIATE_TEST_SUITE_P(Grids, Graph3DBytes,
+                         ::testing::Values(BytesCase{"2,1,1", 2, 2}, BytesCase{"1,1,2", 2, 3}, BytesCase{"3,1,1", 3, 2},
+                                           BytesCase{"2,2,1", 4, 3}, BytesCase{"1,2,2", 4, 2}, BytesCase{"2,2,2", 8, 3}));
+
+}  // namespace
+}  // namespace loom::parallel::graph3d
