@@ -7,6 +7,9 @@
 
 #include <cstdint>
 
+#include "loom/kernels/matmul.hpp"
+#include "loom/tensor/dtype.hpp"
+
 namespace loom::kernels {
 
 // Rows up to which the Linear layers' forward uses gemv_rows instead of oneDNN's matmul
@@ -15,5 +18,12 @@ namespace loom::kernels {
 constexpr int64_t kGemvMaxRows = 4;
 
 void gemv_rows(const float* x, const float* W, const float* bias, float* y, int64_t M, int64_t N, int64_t K);
+// bf16 weights (half the bytes streamed): x is rounded to bf16 first, as oneDNN's bf16
+// matmul reads its fp32 inputs, each product is then exact in fp32 and summed in fp32 in
+// the same order as above. Plain C++ the compiler vectorizes (a bf16 widens to fp32 by a
+// shift), so it runs on any CPU; at these M the multiply waits on memory, not arithmetic.
+void gemv_rows(const float* x, const bfloat16* W, const float* bias, float* y, int64_t M, int64_t N, int64_t K);
+// W as a GEMM operand (a Parameter's gemm_operand): either of the above.
+void gemv_rows(const float* x, Operand W, const float* bias, float* y, int64_t M, int64_t N, int64_t K);
 
 }  // namespace loom::kernels
