@@ -122,20 +122,24 @@ void gemv_rows(const float* x, const float* W, const float* bias, float* y, int6
   gemv(x, W, bias, y, M, N, K);
 }
 
+// x rounded to bf16 as oneDNN's bf16 matmul reads it; a bf16 x bf16 product is exact in
+// fp32, so only the order of the fp32 sums differs from oneDNN's.
+void gemv_rows_portable(const float* x, const bfloat16* W, const float* bias, float* y, int64_t M, int64_t N, int64_t K) {
+  thread_local std::vector<float> rounded;
+  rounded.resize(static_cast<size_t>(M * K));
+  for (int64_t i = 0; i < M * K; ++i) rounded[static_cast<size_t>(i)] = to_f32(to_bf16(x[i]));
+  gemv(rounded.data(), reinterpret_cast<const uint16_t*>(W), bias, y, M, N, K);
+}
+
 void gemv_rows(const float* x, const bfloat16* W, const float* bias, float* y, int64_t M, int64_t N, int64_t K) {
-  // x rounded to bf16 as oneDNN's bf16 matmul reads it; a bf16 x bf16 product is exact in
-  // fp32, so only the order of the fp32 sums differs from oneDNN's.
-  const auto* w = reinterpret_cast<const uint16_t*>(W);
 #if defined(__AVX512BF16__)
   thread_local std::vector<uint16_t> rounded;
   rounded.resize(static_cast<size_t>(M * K));
   for (int64_t i = 0; i < M * K; ++i) rounded[static_cast<size_t>(i)] = to_bf16(x[i]).bits;
+  gemv(rounded.data(), reinterpret_cast<const uint16_t*>(W), bias, y, M, N, K);
 #else
-  thread_local std::vector<float> rounded;
-  rounded.resize(static_cast<size_t>(M * K));
-  for (int64_t i = 0; i < M * K; ++i) rounded[static_cast<size_t>(i)] = to_f32(to_bf16(x[i]));
+  gemv_rows_portable(x, W, bias, y, M, N, K);
 #endif
-  gemv(rounded.data(), w, bias, y, M, N, K);
 }
 
 void gemv_rows(const float* x, Operand W, const float* bias, float* y, int64_t M, int64_t N, int64_t K) {

@@ -23,6 +23,8 @@ void gemv_rows(const float* x, const float* W, const float* bias, float* y, int6
 // the same order as above. Plain C++ the compiler vectorizes (a bf16 widens to fp32 by a
 // shift), so it runs on any CPU; at these M the multiply waits on memory, not arithmetic.
 void gemv_rows(const float* x, const bfloat16* W, const float* bias, float* y, int64_t M, int64_t N, int64_t K);
+// The portable loop of the above, whatever the build's target (tests compare the two).
+void gemv_rows_portable(const float* x, const bfloat16* W, const float* bias, float* y, int64_t M, int64_t N, int64_t K);
 // W as a GEMM operand (a Parameter's gemm_operand): either of the above.
 void gemv_rows(const float* x, Operand W, const float* bias, float* y, int64_t M, int64_t N, int64_t K);
 
