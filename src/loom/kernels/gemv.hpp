@@ -13,8 +13,9 @@
 namespace loom::kernels {
 
 // Rows up to which the Linear layers' forward uses gemv_rows instead of oneDNN's matmul
-// (measured single-threaded on gpt2-small shapes: 1.35-1.6x oneDNN at M = 1, equal at M = 4,
-// oneDNN faster from M = 8; `loom bench generate` prints both at M = 1).
+// (measured single-threaded on gpt2-small shapes: 1.35-1.6x oneDNN at M = 1, 1.2-1.4x at
+// M = 4 with the AVX-512 blocks, about equal at M = 8, oneDNN faster at 16; `loom bench
+// generate` prints both at M = 1).
 constexpr int64_t kGemvMaxRows = 4;
 
 void gemv_rows(const float* x, const float* W, const float* bias, float* y, int64_t M, int64_t N, int64_t K);
