@@ -2,7 +2,9 @@
 // sizes for the gpt-mini and gpt2-small shapes (random weights and tokens), next to the
 // bound memory bandwidth sets on decode (every weight and the batch's cached keys and values
 // read once per step, over this machine's measured copy bandwidth), the few-rows GEMV kernel
-// against oneDNN at M = 1, and (--vs-uncached) the cached sampler against the uncached one.
+// against oneDNN at M = 1, and (--vs-uncached) the cached sampler against the uncached one
+// (today's fp32 re-run of the whole context, the reference) on the same prompt. --precisions
+// fp32,bf16: a row per precision (bf16: the weights read as their bf16 copies).
 // JSON lines, one per (model, batch), for bench/generate_vs_pytorch.sh.
 #include <omp.h>
 
@@ -18,6 +20,7 @@
 #include "loom/error.hpp"
 #include "loom/kernels/gemv.hpp"
 #include "loom/kernels/matmul.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/kernels/threads.hpp"
 #include "loom/nn/cached_forward.hpp"
 #include "loom/train/sampler.hpp"
@@ -38,11 +41,13 @@ double cpu_seconds() {
 struct GenerateBenchArgs {
   std::vector<std::string> models{"gpt-mini", "gpt2-small"};
   std::vector<int64_t> batches{1, 4, 16};
+  std::vector<std::string> precisions{"fp32"};
   int64_t prompt_tokens = 64;
   int64_t new_tokens = 64;
   int threads = 0;
   std::vector<std::string> uncached_models;  // also time the uncached sampler on these
   int64_t uncached_tokens = 256;
+  int64_t uncached_prompt_tokens = 1;
 };
 
 nn::GPTConfig shape_of(const std::string& name) {
@@ -103,72 +108,97 @@ int run(const GenerateBenchArgs& a) {
           name, "'s context of ", cfg.block_size);
     MemoryScope scope(MemoryCategory::Activations);
     nn::GPT model(cfg, 1);
-    // Every parameter is read once per decode step except the position table (one row).
-    const double weight_bytes = static_cast<double>(model.num_parameters() - cfg.block_size * cfg.n_embd) * sizeof(float);
     std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(cfg.vocab_size - 1));
-    for (const int64_t B : a.batches) {
-      nn::KVCache cache(model, B);
-      const double t0 = now();
-      for (int64_t s = 0; s < B; ++s) {
-        std::vector<int32_t> prompt(static_cast<size_t>(a.prompt_tokens));
-        for (int32_t& t : prompt) t = token(rng);
-        nn::forward_cached(model, cache, prompt, std::vector<int64_t>(prompt.size(), s), {a.prompt_tokens - 1});
+    double uncached_rate = 0.0;  // today's sampler (fp32, no cache), timed once per model
+    for (const std::string& precision : a.precisions) {
+      const kernels::PrecisionScope scoped(kernels::parse_precision(precision));
+      const bool bf16 = kernels::compute_precision() == kernels::Precision::BF16;
+      // Every parameter is read once per decode step except the position table (one row);
+      // in bf16 the matrices are read as their bf16 copies, the vectors (biases, norms) in fp32.
+      double weight_bytes = 0.0;
+      for (nn::Parameter* p : model.parameters()) {
+        if (p->name().find("wpe") != std::string::npos) continue;
+        weight_bytes += static_cast<double>(p->value().numel()) * (bf16 && p->value().ndim() == 2 ? 2.0 : 4.0);
       }
-      const double prefill_s = now() - t0;
-      std::vector<int64_t> slots(static_cast<size_t>(B)), rows(static_cast<size_t>(B));
-      for (int64_t s = 0; s < B; ++s) slots[s] = rows[s] = s;
-      std::vector<double> steps;
-      for (int64_t n = 0; n < a.new_tokens; ++n) {
-        std::vector<int32_t> tokens(static_cast<size_t>(B));
-        for (int32_t& t : tokens) t = token(rng);
-        const double s0 = now();
-        nn::forward_cached(model, cache, tokens, slots, rows);
-        steps.push_back(now() - s0);
+      {
+        // Untimed: the weights' bf16 copies are made on first use, and oneDNN's primitives.
+        nn::KVCache warm(model, 1);
+        nn::forward_cached(model, warm, std::vector<int32_t>(static_cast<size_t>(a.prompt_tokens), 0),
+                           std::vector<int64_t>(static_cast<size_t>(a.prompt_tokens), 0), {0});
       }
-      double decode_s = 0.0;
-      for (double s : steps) decode_s += s;
-      // The bound at the mean context of the decode steps.
-      const int64_t mean_length = a.prompt_tokens + a.new_tokens / 2;
-      const double step_bytes = weight_bytes + static_cast<double>(B * cache.bytes_read(mean_length));
-      const double bound = static_cast<double>(B) * bandwidth / step_bytes;
-      const double decode = static_cast<double>(B * a.new_tokens) / decode_s;
-      nlohmann::json out = {{"impl", "loom"},
-                            {"model", name},
-                            {"isa", kernels::cpu_isa_name()},
-                            {"threads", kernels::num_threads()},
-                            {"clock", cpu ? "cpu" : "wall"},
-                            {"batch", B},
-                            {"prompt_tokens", a.prompt_tokens},
-                            {"new_tokens", a.new_tokens},
-                            {"prefill_tokens_per_s", static_cast<double>(B * a.prompt_tokens) / prefill_s},
-                            {"decode_tokens_per_s", decode},
-                            {"decode_step_ms_median", 1e3 * median(steps)},
-                            {"copy_bandwidth_gb_s", bandwidth / 1e9},
-                            {"decode_bytes_per_step", step_bytes},
-                            {"bandwidth_bound_tokens_per_s", bound},
-                            {"fraction_of_bound", decode / bound},
-                            {"gemv_m1_gb_s", gemv_gbs},
-                            {"onednn_m1_gb_s", onednn_gbs}};
-      if (B == 1 && std::count(a.uncached_models.begin(), a.uncached_models.end(), name) > 0) {
-        // The same budget through both samplers: a one-token prompt, new_tokens greedy
-        // tokens, a tokenizer of vocab_size code points from 'A'.
-        std::vector<char32_t> code_points(static_cast<size_t>(cfg.vocab_size));
-        for (size_t i = 0; i < code_points.size(); ++i) code_points[i] = static_cast<char32_t>(U'A' + i);
-        const data::CharTokenizer chars(code_points);
-        train::SampleOptions o{"A", a.uncached_tokens, 0.0, 0, 1};
-        auto timed = [&](bool cached) {
-          o.kv_cache = cached;
+      for (const int64_t B : a.batches) {
+        nn::KVCache cache(model, B);
+        const double t0 = now();
+        for (int64_t s = 0; s < B; ++s) {
+          std::vector<int32_t> prompt(static_cast<size_t>(a.prompt_tokens));
+          for (int32_t& t : prompt) t = token(rng);
+          nn::forward_cached(model, cache, prompt, std::vector<int64_t>(prompt.size(), s), {a.prompt_tokens - 1});
+        }
+        const double prefill_s = now() - t0;
+        std::vector<int64_t> slots(static_cast<size_t>(B)), rows(static_cast<size_t>(B));
+        for (int64_t s = 0; s < B; ++s) slots[s] = rows[s] = s;
+        std::vector<double> steps;
+        for (int64_t n = 0; n < a.new_tokens; ++n) {
+          std::vector<int32_t> tokens(static_cast<size_t>(B));
+          for (int32_t& t : tokens) t = token(rng);
           const double s0 = now();
-          train::sample_text(model, chars, o);
-          return static_cast<double>(a.uncached_tokens) / (now() - s0);
-        };
-        const double cached = timed(true), uncached = timed(false);
-        out["sample_cached_tokens_per_s"] = cached;
-        out["sample_uncached_tokens_per_s"] = uncached;
-        out["speedup_vs_uncached"] = cached / uncached;
+          nn::forward_cached(model, cache, tokens, slots, rows);
+          steps.push_back(now() - s0);
+        }
+        double decode_s = 0.0;
+        for (double s : steps) decode_s += s;
+        // The bound at the mean context of the decode steps.
+        const int64_t mean_length = a.prompt_tokens + a.new_tokens / 2;
+        const double step_bytes = weight_bytes + static_cast<double>(B * cache.bytes_read(mean_length));
+        const double bound = static_cast<double>(B) * bandwidth / step_bytes;
+        const double decode = static_cast<double>(B * a.new_tokens) / decode_s;
+        nlohmann::json out = {{"impl", "loom"},
+                              {"model", name},
+                              {"precision", precision},
+                              {"isa", kernels::cpu_isa_name()},
+                              {"threads", kernels::num_threads()},
+                              {"clock", cpu ? "cpu" : "wall"},
+                              {"batch", B},
+                              {"prompt_tokens", a.prompt_tokens},
+                              {"new_tokens", a.new_tokens},
+                              {"prefill_tokens_per_s", static_cast<double>(B * a.prompt_tokens) / prefill_s},
+                              {"decode_tokens_per_s", decode},
+                              {"decode_step_ms_median", 1e3 * median(steps)},
+                              {"copy_bandwidth_gb_s", bandwidth / 1e9},
+                              {"decode_bytes_per_step", step_bytes},
+                              {"bandwidth_bound_tokens_per_s", bound},
+                              {"fraction_of_bound", decode / bound},
+                              {"gemv_m1_gb_s", gemv_gbs},
+                              {"onednn_m1_gb_s", onednn_gbs}};
+        if (B == 1 && std::count(a.uncached_models.begin(), a.uncached_models.end(), name) > 0) {
+          // `loom sample` on the same prompt, cached (in this precision) and uncached (today's
+          // fp32 sampler): the prompt's tokens through a tokenizer of vocab_size code points
+          // from 'A', uncached_tokens greedy tokens.
+          std::vector<char32_t> code_points(static_cast<size_t>(cfg.vocab_size));
+          for (size_t i = 0; i < code_points.size(); ++i) code_points[i] = static_cast<char32_t>(U'A' + i);
+          const data::CharTokenizer chars(code_points);
+          std::vector<int32_t> prompt(static_cast<size_t>(a.uncached_prompt_tokens));
+          for (int32_t& t : prompt) t = token(rng);
+          train::SampleOptions o{chars.decode(prompt), a.uncached_tokens, 0.0, 0, 1};
+          auto timed = [&](bool cached) {
+            o.kv_cache = cached;
+            const double s0 = now();
+            train::sample_text(model, chars, o);
+            return static_cast<double>(a.uncached_tokens) / (now() - s0);
+          };
+          const double cached = timed(true);
+          if (uncached_rate == 0.0) {
+            const kernels::PrecisionScope fp32(kernels::Precision::F32);
+            uncached_rate = timed(false);
+          }
+          out["sample_prompt_tokens"] = a.uncached_prompt_tokens;
+          out["sample_cached_tokens_per_s"] = cached;
+          out["sample_uncached_fp32_tokens_per_s"] = uncached_rate;
+          out["speedup_vs_uncached"] = cached / uncached_rate;
+        }
+        std::printf("%s\n", out.dump().c_str());
+        std::fflush(stdout);
       }
-      std::printf("%s\n", out.dump().c_str());
-      std::fflush(stdout);
     }
   }
   return 0;
@@ -191,10 +221,14 @@ void add_generate_bench(CLI::App& bench, Runner& runner) {
                   "models (e.g. gpt-mini) whose batch-1 row also times `loom sample` cached and uncached")
       ->delimiter(',');
   sub->add_option("--uncached-tokens", args->uncached_tokens, "tokens both samplers generate for --vs-uncached");
+  sub->add_option("--uncached-prompt-tokens", args->uncached_prompt_tokens, "their prompt's length in tokens");
+  sub->add_option("--precisions", args->precisions, "fp32, bf16: a row per precision")->delimiter(',');
   runner = [args, sub]() {
     reject_unknown_flags(*sub);
     for (int64_t b : args->batches) check(b >= 1, "--batches must be >= 1, got ", b);
     check(args->new_tokens >= 1, "--new-tokens must be >= 1");
+    check(args->uncached_prompt_tokens >= 1, "--uncached-prompt-tokens must be >= 1");
+    for (const std::string& p : args->precisions) kernels::parse_precision(p);
     return run(*args);
   };
 }

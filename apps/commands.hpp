@@ -38,6 +38,10 @@ void add_generate_bench(CLI::App& bench, Runner& runner);
 // `loom sample` and `loom generate` share: the sampling flags (--temperature, --top-k,
 // --top-p) and a finished request as one JSON line {"id", "text", "tokens", "finish"}.
 void add_sampling_flags(CLI::App& sub, train::SampleOptions& options);
+// `loom sample`, `generate` and `eval`: --precision fp32|bf16 (bf16: the weights read in bf16,
+// half the bytes of a decode step); use_precision sets it for the process.
+void add_precision_flag(CLI::App& sub, std::string& precision);
+void use_precision(const std::string& precision);
 std::string generated_json(const train::Generated& g);
 // `loom bench spmm`: sets runner and returns the subcommand.
 CLI::App* add_spmm_bench(CLI::App& bench, Runner& runner);

@@ -1,10 +1,13 @@
-// `loom eval`: a checkpoint's perplexity on a text file (nats per token, bits per byte).
+// `loom eval`: a checkpoint's perplexity on a text file or a token file (`loom tokenize`'s,
+// made with the checkpoint's tokenizer) in nats per token and bits per byte.
 #include <cmath>
 #include <cstdio>
 #include <memory>
 
 #include "commands.hpp"
 #include "loom/data/text_dataset.hpp"
+#include "loom/data/token_file.hpp"
+#include "loom/error.hpp"
 #include "loom/kernels/threads.hpp"
 #include "loom/train/inference_model.hpp"
 #include "loom/train/perplexity.hpp"
@@ -16,20 +19,34 @@ struct EvalArgs {
   std::string checkpoint, data;
   int64_t batch = 8;
   int threads = 0;
+  std::string precision = "fp32";
 };
 }  // namespace
 
 Runner add_eval_command(CLI::App& sub) {
   auto args = std::make_shared<EvalArgs>();
   sub.add_option("--checkpoint", args->checkpoint, "checkpoint file or run directory (uses its latest)")->required();
-  sub.add_option("--data", args->data, "UTF-8 text file to score")->required();
+  sub.add_option("--data", args->data, "UTF-8 text file, or token file (loom tokenize), to score")->required();
   sub.add_option("--batch", args->batch, "windows of block_size tokens per forward pass");
   sub.add_option("--threads", args->threads, "compute threads; 0 = all cores");
+  add_precision_flag(sub, args->precision);
   return [args]() {
     kernels::set_num_threads(args->threads);
-    const std::string text = data::read_text_file(args->data);
+    use_precision(args->precision);
     train::InferenceModel m = train::load_inference_model(args->checkpoint, nullptr);
-    const train::Perplexity p = train::evaluate_perplexity(*m.model, *m.tokenizer, text, args->batch);
+    train::Perplexity p;
+    if (data::is_token_file(args->data)) {
+      const data::TokenFile file(args->data);
+      const auto kind = [](const std::string& spec) { return spec.substr(0, spec.find(':')); };
+      check(file.tokenizer_spec() == m.tokenizer->spec(), "token file '", args->data, "' was made with a ",
+            kind(file.tokenizer_spec()), " tokenizer other than the checkpoint's ", kind(m.tokenizer->spec()),
+            " tokenizer: its ids mean other tokens (tokenize the text with the checkpoint's tokenizer)");
+      std::vector<int32_t> ids(static_cast<size_t>(file.size()));
+      file.copy(0, file.size(), ids.data(), m.tokenizer->vocab_size());
+      p = train::evaluate_perplexity_of_tokens(*m.model, *m.tokenizer, ids, args->batch);
+    } else {
+      p = train::evaluate_perplexity(*m.model, *m.tokenizer, data::read_text_file(args->data), args->batch);
+    }
     std::printf("%s: %lld tokens, %lld bytes: %.6f nats/token (perplexity %.4f), %.6f bits/byte\n", args->data.c_str(),
                 static_cast<long long>(p.tokens), static_cast<long long>(p.bytes), p.nats_per_token,
                 std::exp(p.nats_per_token), p.bits_per_byte);

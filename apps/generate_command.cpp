@@ -32,6 +32,7 @@ struct GenerateArgs {
   std::string stop;
   int64_t batch = 16;
   int threads = 0;
+  std::string precision = "fp32";
 };
 
 // Lines read on a thread of their own, so the decode loop never waits on input while it
@@ -91,7 +92,7 @@ void print_line(const std::string& line) {
 }
 
 int run_generate(const GenerateArgs& a) {
-  train::InferenceModel m = train::load_inference_model(a.checkpoint, nullptr);
+  train::InferenceModel m = train::load_inference_model(a.checkpoint, nullptr, a.batch);
   train::GenerationRequest defaults = a.options.request();
   defaults.stop = a.stop;
   MemoryScope scope(MemoryCategory::Activations);
@@ -130,12 +131,14 @@ Runner add_generate_command(CLI::App& sub) {
   sub.add_option("--seed", args->options.seed, "seed of request 0 (request i: seed + i unless it names one)");
   sub.add_option("--batch", args->batch, "sequences decoded together");
   sub.add_option("--threads", args->threads, "compute threads; 0 = all cores");
+  add_precision_flag(sub, args->precision);
   return [args]() {
     args->options.validate();
     check(args->batch >= 1, "--batch must be >= 1, got ", args->batch);
     check(!launched_by_mpi(), "loom generate runs on one process; for tensor parallelism use "
                               "mpirun -np T loom sample --tp T --prompts-file FILE");
     kernels::set_num_threads(args->threads);
+    use_precision(args->precision);
     return run_generate(*args);
   };
 }

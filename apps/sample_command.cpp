@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "loom/error.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/kernels/threads.hpp"
 #include "loom/train/generation_requests.hpp"
 #include "loom/train/inference_model.hpp"
@@ -24,10 +25,11 @@ struct SampleArgs {
   int threads = 0;
   int tp = 1;
   bool no_kv_cache = false;
+  std::string precision = "fp32";
 };
 
 void sample_on(comm::ProcessGroup* tp, const SampleArgs& a) {
-  train::InferenceModel m = train::load_inference_model(a.checkpoint, tp);
+  train::InferenceModel m = train::load_inference_model(a.checkpoint, tp, a.prompts_file.empty() ? 1 : a.batch);
   const bool printer = tp == nullptr || tp->rank() == 0;
   if (a.prompts_file.empty()) {
     const std::string text = train::sample_text(*m.model, *m.tokenizer, a.options);
@@ -50,6 +52,15 @@ void add_sampling_flags(CLI::App& sub, train::SampleOptions& options) {
   sub.add_option("--top-p", options.top_p, "sample among the most likely tokens holding this probability; 1 = all");
 }
 
+void add_precision_flag(CLI::App& sub, std::string& precision) {
+  sub.add_option("--precision", precision, "fp32, or bf16: the weights' bf16 copies (half the bytes a decode step reads), "
+                                           "fp32 accumulation");
+}
+
+void use_precision(const std::string& precision) {
+  kernels::set_compute_precision(kernels::parse_precision(precision));
+}
+
 std::string generated_json(const train::Generated& g) {
   // Replace, not throw, on invalid UTF-8: a byte-level model may stop inside a character.
   return nlohmann::json{{"id", g.id}, {"text", g.text}, {"tokens", g.tokens.size()}, {"finish", g.finish}}.dump(
@@ -70,6 +81,7 @@ Runner add_sample_command(CLI::App& sub) {
   sub.add_option("--batch", args->batch, "prompts file: sequences decoded together");
   sub.add_option("--threads", args->threads, "compute threads; 0 = all cores");
   sub.add_option("--tp", args->tp, "tensor-parallel ranks (run under mpirun with this many processes)");
+  add_precision_flag(sub, args->precision);
   sub.add_flag("--no-kv-cache", args->no_kv_cache, "re-run the whole context for every token (the reference path)");
   return [args]() {
     args->options.kv_cache = !args->no_kv_cache;
@@ -78,6 +90,7 @@ Runner add_sample_command(CLI::App& sub) {
     check(args->tp >= 1, "--tp must be >= 1, got ", args->tp);
     check(args->prompts_file.empty() || args->options.kv_cache, "--prompts-file needs the KV cache (drop --no-kv-cache)");
     kernels::set_num_threads(args->threads);
+    use_precision(args->precision);
     if (args->tp == 1 && !launched_by_mpi()) {
       sample_on(nullptr, *args);
       return 0;

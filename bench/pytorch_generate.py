@@ -2,9 +2,10 @@
 
 The model is GPT-2's (pre-LayerNorm blocks, tied head), random weights; the cache is a
 preallocated (B, NH, T, HS) tensor per layer written in place, the usual KV-cache
-implementation. Prints one JSON line per (model, batch) with the same fields as Loom's
-prefill_tokens_per_s and decode_tokens_per_s. Usage:
-  pytorch_generate.py --models gpt-mini,gpt2-small --batches 1,4,16 --prompt-tokens 64 --new-tokens 64 --threads 1
+implementation. bf16: the model and its cache in torch.bfloat16 (PyTorch's usual bf16
+inference). Prints one JSON line per (model, precision, batch) with the same fields as
+Loom's prefill_tokens_per_s and decode_tokens_per_s. Usage:
+  pytorch_generate.py --models gpt-mini,gpt2-small --batches 1,4,16 --prompt-tokens 64 --new-tokens 64 --threads 1 --precisions fp32,bf16
 """
 import argparse
 import json
@@ -70,17 +71,20 @@ def main():
     p.add_argument("--prompt-tokens", type=int, default=64)
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--precisions", default="fp32")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     # One thread: CPU time (as Loom's bench; the machine may be shared); more: wall time.
     now = time.process_time if a.threads == 1 else time.perf_counter
     torch.manual_seed(7)
-    for name in a.models.split(","):
+    for name, precision in ((n, p) for n in a.models.split(",") for p in a.precisions.split(",")):
         s = SHAPES[name]
-        model = GPT(**s).eval()
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+        model = GPT(**s).eval().to(dtype)
         HS = s["C"] // s["NH"]
         for B in map(int, a.batches.split(",")):
-            caches = [(torch.empty(B, s["NH"], s["T"], HS), torch.empty(B, s["NH"], s["T"], HS)) for _ in range(s["L"])]
+            caches = [(torch.empty(B, s["NH"], s["T"], HS, dtype=dtype), torch.empty(B, s["NH"], s["T"], HS, dtype=dtype))
+                      for _ in range(s["L"])]
             with torch.inference_mode():
                 # Prefill one sequence at a time (as Loom's bench does), into rows of a batch-B cache.
                 t0 = now()
@@ -95,7 +99,7 @@ def main():
                     t1 = now()
                     model(tokens, caches, a.prompt_tokens + n)
                     steps.append(now() - t1)
-            print(json.dumps({"impl": "pytorch", "torch": torch.__version__, "model": name, "threads": a.threads, "clock": "cpu" if a.threads == 1 else "wall",
+            print(json.dumps({"impl": "pytorch", "torch": torch.__version__, "model": name, "precision": precision, "threads": a.threads, "clock": "cpu" if a.threads == 1 else "wall",
                               "batch": B, "prompt_tokens": a.prompt_tokens, "new_tokens": a.new_tokens,
                               "prefill_tokens_per_s": B * a.prompt_tokens / prefill_s,
                               "decode_tokens_per_s": B * a.new_tokens / sum(steps)}), flush=True)

@@ -34,12 +34,7 @@
 # the caller's environment with --threads.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
-BUILD=${1:-build}
-LOOM="$BUILD/loom"
-[ -x "$LOOM" ] || { echo "no Loom binary at $LOOM: build it first (ninja -C $BUILD loom)" >&2; exit 1; }
-PYTHON=${PYTHON:-/usr/bin/python3}
-"$PYTHON" -c "import torch" 2>/dev/null || { echo "$PYTHON cannot import torch: install python3-torch" >&2; exit 1; }
+source "$(dirname "$0")/vs_pytorch_setup.sh"
 
 REPEATS=${REPEATS:-3}
 THREADS=${THREADS:-"1 2"}
@@ -51,17 +46,6 @@ GPT2_STEPS=${GPT2_STEPS:-3}
 GPT2_WARMUP=${GPT2_WARMUP:-1}
 GPT2_BATCH=${GPT2_BATCH:-4}
 GPT2_REPEATS=${GPT2_REPEATS:-$REPEATS}
-
-source bench/pytorch_blas.sh
-blas_dir=$(pytorch_blas_dir) || exit 1
-torch_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
-if [ -n "$blas_dir" ]; then
-  torch_env+=("LD_LIBRARY_PATH=$blas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
-else
-  echo "WARNING: no optimized BLAS found for PyTorch; it will use whatever libblas.so.3 is" \
-       "installed (Debian's reference BLAS runs fp32 GEMM at a few GFLOP/s). Install" \
-       "libopenblas0-openmp or set PYTORCH_BLAS_DIR for a fair baseline." >&2
-fi
 
 RESULTS=${REPORT_ONLY:-${RESULTS:-$(mktemp /tmp/loom_vs_pytorch.XXXXXX.jsonl)}}
 [ -n "${REPORT_ONLY:-}" ] || : >"$RESULTS"

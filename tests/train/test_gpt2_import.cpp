@@ -152,6 +152,23 @@ TEST(Gpt2Import, ConvertedCheckpointSamplesWithGpt2TokensAndResumesTraining) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("nats/token"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("bits/byte"), std::string::npos) << r.output;
+  // The same figures from the token file of that text (its ids, its decoded bytes).
+  const testing::CommandResult from_tokens =
+      testing::run_loom("eval --checkpoint " + run.string() + " --data " + tokens + " --threads 1");
+  ASSERT_EQ(from_tokens.exit_code, 0) << from_tokens.output;
+  EXPECT_EQ(from_tokens.output.substr(from_tokens.output.find(": ")), r.output.substr(r.output.find(": ")));
+  // A token file of another tokenizer's ids is refused by name.
+  const std::string byte_tokens = (ref / "corpus.bytes.tok").string();
+  ASSERT_EQ(testing::run_loom("tokenize --tokenizer byte " + (ref / "corpus.txt").string() + " " + byte_tokens).exit_code, 0);
+  r = testing::run_loom("eval --checkpoint " + run.string() + " --data " + byte_tokens + " --threads 1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("was made with a byte tokenizer other than the checkpoint's gpt2 tokenizer"), std::string::npos)
+      << r.output;
+  // A batch whose KV cache does not fit in memory is refused before the prompts are read.
+  r = testing::run_loom("sample --checkpoint " + run.string() + " --prompts-file " + (ref / "corpus.txt").string() +
+                        " --batch 1000000000000 --threads 1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(" + KV cache "), std::string::npos) << r.output;
   // A tokenizer other than the checkpoint's is refused by name.
   r = testing::run_loom("train" + common + " --tokenizer byte --resume " + run.string() + " --out-dir " +
                         (ref / "other").string());

@@ -3,6 +3,7 @@
 // larger than the machine is refused naming both numbers.
 #include <gtest/gtest.h>
 
+#include "loom/nn/kv_cache.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/train/memory_budget.hpp"
 #include "test_util.hpp"
@@ -40,6 +41,25 @@ TEST(MemoryBudget, AbsurdSizesAreCountedWithoutOverflowAndRefused) {
   EXPECT_NE(error.find(" this machine has available ("), std::string::npos) << error;
   EXPECT_GT(available_memory().bytes, 0);
   EXPECT_EQ(loom::testing::error_of([] { check_fits_in_memory({1024.0, 0.0}, 1, "a small model"); }), "(no error)");
+}
+
+// Generation holds its KV cache beside the model: layers x 2 x batch x context x width
+// fp32 values, as KVCache allocates them; bf16 adds the weights' bf16 copies (2 bytes each).
+TEST(MemoryBudget, GenerationCountsTheKvCacheOfItsBatch) {
+  const loom::nn::GPTConfig m{.vocab_size = 30, .block_size = 16, .n_layer = 3, .n_head = 2, .n_embd = 8};
+  EXPECT_EQ(kv_cache_bytes(m, 5), 3.0 * 2 * 5 * 16 * 8 * 4);
+  loom::nn::GPT model(m, 1);
+  EXPECT_EQ(kv_cache_bytes(m, 5), 5.0 * static_cast<double>(loom::nn::KVCache(model, 1).bytes_read(m.block_size)));
+  const MemoryNeed one = inference_memory(m), many = inference_memory(m, 5);
+  EXPECT_EQ(many.kv_cache, kv_cache_bytes(m, 5));
+  EXPECT_EQ(many.total() - one.total(), 4 * kv_cache_bytes(m, 1));
+  EXPECT_EQ(inference_memory(m, 1, /*bf16=*/true).state, 1.5 * one.state);
+  EXPECT_NE(describe(many).find(" + KV cache "), std::string::npos) << describe(many);
+  // A batch whose cache the machine cannot hold is refused before anything is allocated.
+  const std::string error =
+      loom::testing::error_of([&] { check_fits_in_memory(inference_memory(m, int64_t{1} << 40), 1, "the model"); });
+  EXPECT_NE(error.find("KV cache"), std::string::npos) << error;
+  EXPECT_NE(error.find("generate fewer sequences together (--batch)"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -8,19 +8,31 @@
 #include <vector>
 
 #include "loom/kernels/fast_math.hpp"
+#include "loom/kernels/precision.hpp"
+#include "loom/tensor/dtype.hpp"
 
 namespace loom::kernels {
+
+namespace {
+float rounded_to_bf16(float x) { return to_f32(to_bf16(x)); }
+}  // namespace
 
 void cache_append(float* keys, float* values, const float* qkv, const int64_t* slots, const int64_t* positions,
                   int64_t N, const CacheGeometry& g) {
   const int64_t C = g.NH * g.HS;
   const size_t bytes = sizeof(float) * static_cast<size_t>(g.HS);
+  const bool bf16 = compute_precision() == Precision::BF16;
   for (int64_t n = 0; n < N; ++n)
     for (int64_t h = 0; h < g.NH; ++h) {
       const float* row = qkv + n * 3 * C + h * g.HS;  // this head's q
       const int64_t at = g.offset(slots[n], h, positions[n]);
       std::memcpy(keys + at, row + C, bytes);
       std::memcpy(values + at, row + 2 * C, bytes);
+      if (bf16)
+        for (int64_t d = 0; d < g.HS; ++d) {
+          keys[at + d] = rounded_to_bf16(keys[at + d]);
+          values[at + d] = rounded_to_bf16(values[at + d]);
+        }
     }
 }
 
@@ -28,15 +40,20 @@ void cached_attention(float* out, const float* qkv, const float* keys, const flo
                       const int64_t* positions, int64_t N, const CacheGeometry& g) {
   const int64_t C = g.NH * g.HS, HS = g.HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const bool bf16 = compute_precision() == Precision::BF16;
   int64_t work = 0;
   for (int64_t n = 0; n < N; ++n) work += (positions[n] + 1) * C;
 #pragma omp parallel if (work >= (1 << 15))
   {
-    std::vector<float> scores(static_cast<size_t>(g.capacity));
+    std::vector<float> scores(static_cast<size_t>(g.capacity)), query(static_cast<size_t>(HS));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < N * g.NH; ++task) {
       const int64_t n = task / g.NH, h = task % g.NH, len = positions[n] + 1;
       const float* __restrict q = qkv + n * 3 * C + h * HS;            // (HS)
+      if (bf16) {
+        for (int64_t d = 0; d < HS; ++d) query[d] = rounded_to_bf16(q[d]);
+        q = query.data();
+      }
       const float* __restrict k = keys + g.offset(slots[n], h, 0);     // (len, HS)
       const float* __restrict v = values + g.offset(slots[n], h, 0);   // (len, HS)
       float* __restrict s = scores.data();
@@ -58,7 +75,7 @@ void cached_attention(float* out, const float* qkv, const float* keys, const flo
       float* __restrict o = out + n * C + h * HS;  // (HS)
       for (int64_t d = 0; d < HS; ++d) o[d] = 0.0f;
       for (int64_t j = 0; j < len; ++j) {
-        const float p = s[j] * inv;
+        const float p = bf16 ? rounded_to_bf16(s[j] * inv) : s[j] * inv;
 #pragma omp simd
         for (int64_t d = 0; d < HS; ++d) o[d] += p * v[j * HS + d];
       }

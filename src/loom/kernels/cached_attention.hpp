@@ -16,13 +16,16 @@ struct CacheGeometry {
 };
 
 // Copies each row's k and v (from qkv (N, 3C) laid out [q | k | v], C = NH * HS) into the
-// cache at (slots[n], positions[n]).
+// cache at (slots[n], positions[n]). In bf16 compute precision (precision.hpp) the values
+// stored are rounded to bf16, as training's bf16 attention products read k and v.
 void cache_append(float* keys, float* values, const float* qkv, const int64_t* slots, const int64_t* positions,
                   int64_t N, const CacheGeometry& g);
 
 // out (N, C) heads interleaved (NH, HS): row n attends with its query (in qkv) to cache
 // positions [0, positions[n]] of slot slots[n], which must already hold their keys/values.
-// The same arithmetic as training's attention (scale 1/sqrt(HS), softmax with fast_exp).
+// The same arithmetic as training's attention (scale 1/sqrt(HS), softmax with fast_exp);
+// in bf16 also its operands: the query and the softmax weights rounded to bf16 (the cache
+// already is), products and sums in fp32, so cached and uncached bf16 decoding agree.
 void cached_attention(float* out, const float* qkv, const float* keys, const float* values, const int64_t* slots,
                       const int64_t* positions, int64_t N, const CacheGeometry& g);
 

@@ -36,13 +36,14 @@ Tensor head_logits(GPT& model, const Tensor& x, const std::vector<int64_t>& rows
     std::copy(x.f32() + rows[r] * C, x.f32() + (rows[r] + 1) * C, picked.f32() + r * C);
   }
   const Tensor h = model.ln_f().forward(picked, ctx);  // (R, C)
-  const Tensor& wte = model.head_weight().value();    // (Vp/t, C)
-  const int64_t Vl = wte.size(0);
+  Parameter& head = model.head_weight();               // (Vp/t, C)
+  const kernels::Operand wte = head.gemm_operand();     // bf16 in bf16 precision
+  const int64_t Vl = head.value().size(0);
   Tensor local = Tensor::empty({R, Vl});
   if (R <= kernels::kGemvMaxRows)
-    kernels::gemv_rows(h.f32(), wte.f32(), nullptr, local.f32(), R, Vl, C);
+    kernels::gemv_rows(h.f32(), wte, nullptr, local.f32(), R, Vl, C);
   else
-    kernels::matmul(h.f32(), kernels::Trans::N, wte.f32(), kernels::Trans::T, local.f32(), R, Vl, C);
+    kernels::matmul(h.f32(), kernels::Trans::N, wte, kernels::Trans::T, local.f32(), R, Vl, C);
   const Tensor full = model.layers().gather_vocabulary(local);  // (R, Vp)
   const int64_t V = model.config().vocab_size, Vp = full.size(1);
   Tensor logits = Tensor::empty({R, V});

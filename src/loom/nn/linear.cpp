@@ -16,8 +16,9 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias) : in_(in_fe
 }
 
 Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
-  // Mixed precision: x in bf16 once, read by this GEMM and kept for backward's weight gradient.
-  const Tensor input = in_compute_precision(x);
+  // Mixed precision: x in bf16 once, read by this GEMM and kept for backward's weight gradient
+  // (inference keeps nothing: the decode GEMV rounds its few rows itself).
+  const Tensor input = ctx.inference() ? x : in_compute_precision(x);
   Tensor y = project(input, /*add_bias=*/true, ctx.inference());
   ctx.save(this, {input});
   return y;
@@ -37,11 +38,12 @@ Tensor Linear::project(const Tensor& x, bool add_bias, bool few_rows) {
   out_shape.back() = out_;
   Tensor y = Tensor::empty(out_shape);  // (N, OC)
   const float* b = bias_ && add_bias ? bias_->value().f32() : nullptr;
-  if (few_rows && N <= kernels::kGemvMaxRows && x.dtype() == DType::F32) {  // generation decodes in fp32
-    kernels::gemv_rows(x.f32(), weight_->value().f32(), b, y.f32(), N, out_, in_);
+  const kernels::Operand w = weight_->gemm_operand();  // bf16 in bf16 precision
+  if (few_rows && N <= kernels::kGemvMaxRows && x.dtype() == DType::F32) {
+    kernels::gemv_rows(x.f32(), w, b, y.f32(), N, out_, in_);
     return y;
   }
-  kernels::matmul(gemm_input(x), Trans::N, weight_->gemm_operand(), Trans::T, y.f32(), N, out_, in_, b);
+  kernels::matmul(gemm_input(x), Trans::N, w, Trans::T, y.f32(), N, out_, in_, b);
   return y;
 }
 

@@ -1,5 +1,6 @@
 #include "loom/train/inference_model.hpp"
 
+#include "loom/kernels/precision.hpp"
 #include "loom/parallel/tensor_parallel/tensor_parallel_layers.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/memory_budget.hpp"
@@ -7,7 +8,7 @@
 
 namespace loom::train {
 
-InferenceModel load_inference_model(const std::string& checkpoint, comm::ProcessGroup* tp) {
+InferenceModel load_inference_model(const std::string& checkpoint, comm::ProcessGroup* tp, int64_t batch) {
   InferenceModel m;
   const std::string path = resolve_checkpoint_path(checkpoint);
   const CheckpointInfo info = read_checkpoint_info(path);
@@ -16,7 +17,8 @@ InferenceModel load_inference_model(const std::string& checkpoint, comm::Process
   m.config.model.vocab_size = m.tokenizer->vocab_size();
   m.config.model.validate();
   // The stored configuration is input like any other: bounded before the model is built.
-  check_fits_in_memory(inference_memory(m.config.model), tp != nullptr ? tp->size() : 1,
+  const bool bf16 = kernels::compute_precision() == kernels::Precision::BF16;
+  check_fits_in_memory(inference_memory(m.config.model, batch, bf16), tp != nullptr ? tp->size() : 1,
                        "the model of checkpoint '" + path + "'");
   if (tp != nullptr && tp->size() > 1)
     m.layers = std::make_unique<parallel::tp::TensorParallelLayers>(*tp, /*sequence_parallel=*/false);

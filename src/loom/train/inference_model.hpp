@@ -21,7 +21,9 @@ struct InferenceModel {
 };
 
 // checkpoint: a file, a checkpoint directory or a run directory (its latest). tp: the
-// tensor-parallel group (every rank calls this; null or a group of one: serial).
-InferenceModel load_inference_model(const std::string& checkpoint, comm::ProcessGroup* tp);
+// tensor-parallel group (every rank calls this; null or a group of one: serial). batch: the
+// sequences generated together, whose KV cache the memory check counts with the model (in
+// bf16 compute precision, kernels/precision.hpp, with the weights' bf16 copies).
+InferenceModel load_inference_model(const std::string& checkpoint, comm::ProcessGroup* tp, int64_t batch = 1);
 
 }  // namespace loom::train

@@ -74,12 +74,21 @@ MemoryNeed training_memory(const TrainConfig& c) {
   return {static_cast<double>(state.total()), static_cast<double>(kept + logits + ring)};
 }
 
-MemoryNeed inference_memory(const nn::GPTConfig& m) {
-  const double rough = 4.0 * rough_parameters(m) + rough_activations(m, 1.0);
-  if (!(rough < kExactLimit)) return {rough, 0.0};
+double kv_cache_bytes(const nn::GPTConfig& m, int64_t batch) {
+  return static_cast<double>(m.n_layer) * 2.0 * static_cast<double>(batch) * static_cast<double>(m.block_size) *
+         static_cast<double>(m.n_embd) * sizeof(float);
+}
+
+MemoryNeed inference_memory(const nn::GPTConfig& m, int64_t batch, bool bf16) {
+  const double copies = bf16 ? 6.0 : 4.0;  // fp32 values, plus their bf16 copies
+  const double rough = copies * rough_parameters(m) + rough_activations(m, 1.0);
+  const double cache = kv_cache_bytes(m, batch);
+  if (!(rough < kExactLimit)) return {.state = rough, .activations = 0.0, .kv_cache = cache};
   const int64_t layer = plan::activation_bytes_per_layer(1, m.block_size, m.n_embd, m.n_head, 1, false);
-  return {static_cast<double>(plan::model_state_bytes(m.num_parameters(), 1, 0, 0).params),
-          static_cast<double>(layer * m.n_layer + 4 * m.block_size * m.resolved_padded_vocab())};
+  const double params = static_cast<double>(plan::model_state_bytes(m.num_parameters(), 1, 0, 0).params);
+  return {.state = params * copies / 4.0,
+          .activations = static_cast<double>(layer * m.n_layer + 4 * m.block_size * m.resolved_padded_vocab()),
+          .kv_cache = cache};
 }
 
 AvailableMemory available_memory() {
@@ -99,7 +108,8 @@ AvailableMemory available_memory() {
 }
 
 std::string describe(const MemoryNeed& need) {
-  return format(need.total()) + " (state " + format(need.state) + " + activations " + format(need.activations) + ")";
+  return format(need.total()) + " (state " + format(need.state) + " + activations " + format(need.activations) +
+         (need.kv_cache > 0 ? " + KV cache " + format(need.kv_cache) : "") + ")";
 }
 
 void check_fits_in_memory(const MemoryNeed& need, int ranks_on_host, const std::string& what) {
@@ -109,7 +119,8 @@ void check_fits_in_memory(const MemoryNeed& need, int ranks_on_host, const std::
         ranks_on_host > 1 ? " x " + std::to_string(ranks_on_host) + " ranks on this host" : "",
         ", as `loom train --dry-run` predicts, more than the ", format_bytes(available.bytes),
         " this machine has available (", available.source,
-        "); make the model smaller (n_layer, n_embd, block_size, batch_size) or shard it over more ranks");
+        "); make the model smaller (n_layer, n_embd, block_size, batch_size) or shard it over more ranks",
+        need.kv_cache > 0 ? ", or generate fewer sequences together (--batch)" : "");
 }
 
 }  // namespace loom::train

@@ -16,13 +16,18 @@ namespace loom::train {
 struct MemoryNeed {
   double state = 0;        // bytes: parameters, gradients and optimizer state (sampling: parameters)
   double activations = 0;  // bytes: one micro-batch's through this rank's blocks, and its logits
-  double total() const { return state + activations; }
+  double kv_cache = 0;     // bytes: generation's cached keys and values (kv_cache_bytes)
+  double total() const { return state + activations + kv_cache; }
 };
 
 // Per rank, to train config under its layout, ZeRO stage and optimizer.
 MemoryNeed training_memory(const TrainConfig& config);
-// To sample one sequence from model.
-MemoryNeed inference_memory(const nn::GPTConfig& model);
+// To generate `batch` sequences together from model: the parameters (and their bf16 copies
+// when bf16), one sequence's activations and logits, and the KV cache.
+MemoryNeed inference_memory(const nn::GPTConfig& model, int64_t batch = 1, bool bf16 = false);
+// The KV cache of `batch` sequences of block_size tokens: n_layer x 2 (keys, values) x batch
+// x block_size x n_embd fp32 values (KVCache's allocation).
+double kv_cache_bytes(const nn::GPTConfig& model, int64_t batch);
 
 struct AvailableMemory {
   int64_t bytes = 0;

@@ -13,8 +13,12 @@
 namespace loom::train {
 
 Perplexity evaluate_perplexity(nn::GPT& model, const data::Tokenizer& tokenizer, std::string_view text, int64_t batch) {
+  return evaluate_perplexity_of_tokens(model, tokenizer, tokenizer.encode(text), batch);
+}
+
+Perplexity evaluate_perplexity_of_tokens(nn::GPT& model, const data::Tokenizer& tokenizer,
+                                         const std::vector<int32_t>& ids, int64_t batch) {
   check(batch >= 1, "batch must be >= 1, got ", batch);
-  const std::vector<int32_t> ids = tokenizer.encode(text);
   const auto n = static_cast<int64_t>(ids.size());
   check(n >= 2, "the text has ", n, " token(s); perplexity needs at least 2");
   const int64_t block = model.config().block_size, V = model.config().vocab_size;

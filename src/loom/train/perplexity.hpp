@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "loom/data/tokenizer.hpp"
 #include "loom/nn/gpt.hpp"
@@ -25,6 +26,9 @@ struct Perplexity {
 
 // Throws loom::Error when the text has fewer than two tokens. batch: windows per forward.
 Perplexity evaluate_perplexity(nn::GPT& model, const data::Tokenizer& tokenizer, std::string_view text, int64_t batch = 8);
+// The same on ids already tokenized (a token file's); bytes count the decoded text.
+Perplexity evaluate_perplexity_of_tokens(nn::GPT& model, const data::Tokenizer& tokenizer,
+                                         const std::vector<int32_t>& ids, int64_t batch = 8);
 
 
 }  // namespace loom::train

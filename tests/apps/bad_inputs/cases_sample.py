@@ -28,4 +28,7 @@ def cases(fx):
         sample("a directory without checkpoints", [], r"empty-dir", checkpoint=fx.directory("empty-dir")),
         sample("a text file as checkpoint", [], r"notckpt", checkpoint=fx.file("notckpt.txt", "hello world\n" * 10)),
         sample("an unknown option", ["--top-q", "0.9"], r"unknown argument '--top-q'"),
+        sample("--precision fp16", ["--precision", "fp16"], r"precision must be 'fp32' or 'bf16', got 'fp16'"),
+        sample("a batch whose KV cache cannot fit", ["--prompts-file", fx.file("prompts.txt", "a\n"), "--batch", "1000000000000"],
+               r"KV cache .*--batch"),
     ]
