@@ -40,6 +40,7 @@ struct PlanArgs {
   std::string tp_3d = "off";  // on: 3D grids searched too
   bool crossover = false;
   int64_t dp = 0, pp = 0, tp = 0, micro_batch = 0, chunks = 1;  // dp > 0: this one layout only
+  int64_t cp = 1, cp_from_seq = plan::SearchSpace{}.cp_from_seq;
   double link_latency_us = 0, link_gbs = 0;                      // > 0: override both link tiers
   std::string graph = "data/cora";  // --model gcn
   int64_t gcn_layers = 2, gcn_hidden = 16;
@@ -67,7 +68,8 @@ std::string layout_name(const plan::Layout& l) {
     return "dp " + std::to_string(l.dp) + " x 3D " + std::to_string(l.row) + "x" + std::to_string(l.col) + "x" +
            std::to_string(l.depth) + ", mb " + std::to_string(l.micro_batch) + (l.recompute ? ", recompute" : "");
   return "dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + " x tp " + std::to_string(l.tp) +
-         (l.chunks > 1 ? " (v " + std::to_string(l.chunks) + ")" : "") + ", mb " + std::to_string(l.micro_batch) +
+         (l.chunks > 1 ? " (v " + std::to_string(l.chunks) + ")" : "") +
+         (l.cp > 1 ? " x cp " + std::to_string(l.cp) : "") + ", mb " + std::to_string(l.micro_batch) +
          (l.recompute ? ", recompute" : "");
 }
 
@@ -88,6 +90,7 @@ std::string why_slower(const plan::LayoutCost& c, const plan::LayoutCost& best) 
                                                   {"pp comm", a.pp_comm_s - b.pp_comm_s},
                                                   {"dp comm", a.dp_comm_s - b.dp_comm_s},
                                                   {"optimizer", a.optimizer_s - b.optimizer_s},
+                                                  {"cp ring", a.cp_comm_s - b.cp_comm_s},
                                                   {"core sharing", a.sharing_s - b.sharing_s}};
   auto worst = terms[0], gain = terms[0];
   for (const auto& t : terms) {
@@ -169,6 +172,9 @@ Runner add_plan_command(CLI::App& sub) {
   sub.add_option("--link-latency-us", a->link_latency_us,
                  "latency of every link, e.g. the alpha `loom bench comm` measured (overrides the cluster's)");
   sub.add_option("--link-gbs", a->link_gbs, "bandwidth of every link in GB/s, e.g. 1/beta from `loom bench comm`");
+  sub.add_option("--cp", a->cp, "context-parallel degree of the one layout [1]");
+  sub.add_option("--cp-from-seq", a->cp_from_seq,
+                 "the search tries context parallelism for sequences of at least this many tokens [4096]");
   sub.add_option("--chunks", a->chunks, "virtual pipeline stages per rank of the one layout [1]");
   sub.add_flag("--json", a->json, "print the ranking as JSON");
   sub.add_option("--recompute", a->recompute, "full activation recompute: on, off or any [any]")
@@ -201,6 +207,7 @@ Runner add_plan_command(CLI::App& sub) {
     plan::SearchSpace space;
     space.zero = a->zero;
     space.sequence_parallel = a->sequence_parallel == "on";
+    space.cp_from_seq = a->cp_from_seq;
     if (a->recompute != "any") space.recompute = {a->recompute == "on"};
     space.tensor_parallel_3d = a->tp_3d == "on";
     std::vector<plan::Layout> layouts;  // the one layout asked for, or the shapes the search will price
@@ -210,13 +217,15 @@ Runner add_plan_command(CLI::App& sub) {
       l.pp = std::max<int64_t>(1, a->pp);
       l.tp = std::max<int64_t>(1, a->tp);
       l.chunks = a->chunks;
+      l.cp = std::max<int64_t>(1, a->cp);
       const int64_t per_replica = a->global_batch / l.dp;
       l.micro_batch = a->micro_batch > 0 ? a->micro_batch : std::max<int64_t>(1, per_replica / l.pp);
       l.zero = a->zero;
       l.recompute = a->recompute == "on";
       l.sequence_parallel = space.sequence_parallel && l.tp > 1;
-      check(l.dp * l.pp * l.tp == a->devices, "dp (", l.dp, ") x pp (", l.pp, ") x tp (", l.tp, ") = ",
-            l.dp * l.pp * l.tp, " != --gpus ", a->devices);
+      check(l.dp * l.pp * l.tp * l.cp == a->devices, "dp (", l.dp, ") x pp (", l.pp, ") x tp (", l.tp, ")",
+            l.cp > 1 ? " x cp (" + std::to_string(l.cp) + ")" : std::string(), " = ", l.dp * l.pp * l.tp * l.cp,
+            " != --gpus ", a->devices);
       layouts.push_back(l);
     } else if (a->cluster == "local") {
       for (int64_t tp = 1; tp <= a->devices; ++tp)
@@ -257,8 +266,8 @@ Runner add_plan_command(CLI::App& sub) {
         plan::StepTime dedicated = c.time;
         dedicated.sharing_s = 0.0;
         const double undisturbed_s =
-            dedicated.total() + plan::core_sharing_seconds(dedicated, l.dp * l.pp * l.tp, undisturbed);
-        out.push_back({{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"virtual_stages", l.pp * l.chunks},
+            dedicated.total() + plan::core_sharing_seconds(dedicated, l.dp * l.pp * l.tp * l.cp, undisturbed);
+        out.push_back({{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"cp", l.cp}, {"virtual_stages", l.pp * l.chunks},
                        {"micro_batch_size", l.micro_batch}, {"zero", l.dp > 1 ? l.zero : 0}, {"recompute", l.recompute},
                        {"sequence_parallel", l.sequence_parallel}, {"tp_3d", {l.row, l.col, l.depth}}, {"valid", c.valid}, {"why_not", c.why_not},
                        {"memory_bytes_per_device", c.memory_bytes()},
@@ -268,7 +277,8 @@ Runner add_plan_command(CLI::App& sub) {
                        {"time_s", {{"compute", c.time.compute_s}, {"tp_comm", c.time.tp_comm_s},
                                    {"bubble", c.time.bubble_s}, {"pp_comm", c.time.pp_comm_s},
                                    {"dp_comm", c.time.dp_comm_s}, {"optimizer", c.time.optimizer_s},
-                                   {"sharing", c.time.sharing_s}}}});
+                                   {"sharing", c.time.sharing_s}, {"cp_ring_exposed", c.time.cp_comm_s},
+                                   {"cp_ring_link", c.time.cp_link_s}}}});
       }
       std::printf("%s\n", out.dump(1).c_str());
       return 0;
@@ -290,16 +300,27 @@ Runner add_plan_command(CLI::App& sub) {
     const bool giga = cluster.peak_flops < 1e12;  // devices below a TFLOP/s: GFLOP/s
     // A CPU's ranks share cores: one more column, the time lost to that.
     const bool shared = cluster.cores_per_node > 0;
-    std::printf("%-44s %9s %9s %9s %9s %9s %9s %9s%s %10s  %s\n", "layout", mib ? "mem MiB" : "mem GiB", "step s",
-                "compute", "bubble", "tp comm", "pp comm", "dp comm", shared ? "   sharing" : "", giga ? "GFLOP/s" : "TFLOP/s",
-                "why the runners-up lose");
+    // Context parallelism among the layouts shown: one more column, the K/V ring's exposed
+    // seconds and the share of its time on the link that the block attention hides.
+    const bool ring = std::any_of(ranked.begin(), ranked.begin() + std::min(valid, a->top),
+                                  [](const plan::LayoutCost& c) { return c.layout.cp > 1; });
+    std::printf("%-44s %9s %9s %9s %9s %9s %9s %9s%s%s %10s  %s\n", "layout", mib ? "mem MiB" : "mem GiB", "step s",
+                "compute", "bubble", "tp comm", "pp comm", "dp comm", shared ? "   sharing" : "",
+                ring ? "    cp ring (hidden)" : "", giga ? "GFLOP/s" : "TFLOP/s", "why the runners-up lose");
     for (int64_t i = 0; i < std::min(valid, a->top); ++i) {
       const plan::LayoutCost& c = ranked[static_cast<size_t>(i)];
       char sharing[16] = "";
       if (shared) std::snprintf(sharing, sizeof sharing, " %9.3f", c.time.sharing_s);
-      std::printf("%-44s %9.1f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f%s %10.1f  %s\n", layout_name(c.layout).c_str(),
+      char cp_ring[32] = "";
+      if (ring && c.layout.cp > 1)
+        std::snprintf(cp_ring, sizeof cp_ring, " %9.3f (%3.0f%% hidden)", c.time.cp_comm_s,
+                      c.time.cp_link_s > 0 ? 100.0 * (1.0 - c.time.cp_comm_s / c.time.cp_link_s) : 100.0);
+      else if (ring)
+        std::snprintf(cp_ring, sizeof cp_ring, " %20s", "-");
+      std::printf("%-44s %9.1f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f%s%s %10.1f  %s\n", layout_name(c.layout).c_str(),
                   static_cast<double>(c.memory_bytes()) / unit, c.step_s(), c.time.compute_s, c.time.bubble_s,
-                  c.time.tp_comm_s, c.time.pp_comm_s, c.time.dp_comm_s, sharing, c.flops_per_device / (giga ? 1e9 : 1e12),
+                  c.time.tp_comm_s, c.time.pp_comm_s, c.time.dp_comm_s, sharing, cp_ring,
+                  c.flops_per_device / (giga ? 1e9 : 1e12),
                   ((i == 0 ? std::string("best") : why_slower(c, ranked[0])) + memory_note(c, cluster)).c_str());
     }
     if (space.tensor_parallel_3d) std::printf("%s\n", one_d_against_3d(ranked).c_str());

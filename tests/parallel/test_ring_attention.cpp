@@ -3,7 +3,8 @@
 // of the output and of dQ, dK, dV must be the serial kernel's rows at those positions, for
 // the zig-zag and the contiguous split, with odd head sizes and odd chunk lengths.
 // Tolerance atol 2e-6 / rtol 1e-5: the inputs are O(1), every output element is a sum of at
-// most T = 6·cp ≤ 48 products whose order (and softmax rescaling) differs from the serial
+// most T = 6·cp ≤ 48 products (80·cp ≤ 640 in the head-group case, still O(1) softmax
+// averages) whose order (and softmax rescaling) differs from the serial
 // kernel's, so rounding stays within a few fp32 ulps of O(1) values (~1e-6); a wrong block,
 // a missed rescale or a dK/dV returned to the wrong owner is off by O(0.1).
 // Then the split itself: zig-zag gives every rank the same causal attention work.
@@ -72,6 +73,21 @@ void expect_ring_matches_serial(const Geometry& g, Split split, const std::strin
 TEST(RingAttention, MatchesTheSerialKernelZigZag) {
   expect_ring_matches_serial({2, 3, 3, 5}, Split::ZigZag, "zigzag, HS 5");
   expect_ring_matches_serial({1, 4, 2, 7}, Split::ZigZag, "zigzag, HS 7");
+}
+
+// Long chunks: the score scratch takes the heads in groups (heads_per_group: 6C / Tc = 2 of
+// the 3 heads, then 1), each group's views offset to its heads and row statistics.
+TEST(RingAttention, HeadGroupsMatchTheSerialKernel) {
+  ASSERT_EQ(heads_per_group(40, 15, 3), 2);
+  expect_ring_matches_serial({1, 40, 3, 5}, Split::ZigZag, "zigzag, heads in groups of 2 + 1");
+}
+
+TEST(RingAttention, ScoreScratchStaysWithinTheRanksQkv) {
+  EXPECT_EQ(heads_per_group(4, 16, 2), 2);     // short chunks: every head at once
+  EXPECT_EQ(heads_per_group(512, 384, 6), 4);  // gpt-mini's width, T 2048 at cp 2
+  EXPECT_EQ(heads_per_group(8192, 384, 6), 1);  // one head at a time past 6C rows
+  for (int64_t Tc : {64, 256, 1024, 2304})
+    if (heads_per_group(Tc, 384, 6) > 1) EXPECT_LE(heads_per_group(Tc, 384, 6) * Tc * Tc, 2 * Tc * 3 * 384) << Tc;
 }
 
 TEST(RingAttention, MatchesTheSerialKernelContiguous) {

@@ -29,6 +29,25 @@ TEST(PlanCli, FilesGiveThePresetsRankingWithReasons) {
   EXPECT_NE(out.find("% full]"), std::string::npos) << out;
 }
 
+// A long sequence: the search tries cp, shows the ring's exposed time and hidden share, and
+// prices one cp layout on its own.
+TEST(PlanCli, LongSequencesGetTheCpAxis) {
+  const auto [code, out] = plan("--model gpt3-1.3b --seq 32768 --gpus 8 --global-batch 8 --top 3");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("cp ring (hidden)"), std::string::npos) << out;
+  EXPECT_NE(out.find(" x cp 2, mb"), std::string::npos) << out;
+  EXPECT_NE(out.find("% hidden)"), std::string::npos) << out;
+  const auto [one_code, one] = plan("--model gpt3-1.3b --seq 32768 --gpus 8 --global-batch 8 --dp 2 --cp 4 --json");
+  ASSERT_EQ(one_code, 0) << one;
+  const nlohmann::json j = nlohmann::json::parse(one);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["cp"], 4);
+  EXPECT_GT(j[0]["time_s"]["cp_ring_link"].get<double>(), j[0]["time_s"]["cp_ring_exposed"].get<double>());
+  const auto [bad_code, bad] = plan("--gpus 4 --dp 1 --cp 3");
+  EXPECT_EQ(bad_code, 1);
+  EXPECT_NE(bad.find("dp (1) x pp (1) x tp (1) x cp (3) = 3 != --gpus 4"), std::string::npos) << bad;
+}
+
 TEST(PlanCli, OneLayoutOnThisMachine) {
   const auto [code, out] = plan("--cluster local --layers 2 --hidden 64 --heads 4 --seq 64 --vocab 128 --gpus 2 "
                                 "--global-batch 8 --dp 1 --pp 2 --micro-batch-size 2 --recompute off --json");

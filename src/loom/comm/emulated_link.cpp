@@ -25,6 +25,11 @@ EmulatedLink emulated_link(double gbps, double latency_us) {
   return {latency_us * 1e-6, 8.0 / (gbps * 1e9)};
 }
 
+double emulated_message_seconds(const EmulatedLink& link, int64_t bytes) {
+  if (!link.on()) return 0.0;
+  return link.alpha_s + static_cast<double>(bytes) * link.beta_s_per_byte;
+}
+
 double emulated_ring_half_seconds(const EmulatedLink& link, int64_t n, int p) {
   if (!link.on() || p <= 1) return 0.0;
   return (p - 1) * message_seconds(link, largest_chunk(n, p));  // p - 1 steps in lockstep

@@ -26,6 +26,8 @@ EmulatedLink emulated_link(double gbps, double latency_us);
 // algorithm is priced as a ring, the bandwidth-optimal choice it makes for large messages.
 double emulated_all_reduce_seconds(const EmulatedLink& link, AllReduceAlgorithm algorithm, int64_t n, int p,
                                    int servers = 1);
+// One point-to-point message of `bytes` bytes: alpha + bytes x beta (0 when off).
+double emulated_message_seconds(const EmulatedLink& link, int64_t bytes);
 // A ring reduce-scatter or all-gather of a whole vector of n floats: half a ring all-reduce.
 double emulated_ring_half_seconds(const EmulatedLink& link, int64_t n, int p);
 

@@ -73,6 +73,9 @@ class ProcessGroup {
   // (emulated_link.hpp; the thread sleeps out the difference, using no CPU), so overlap of
   // communication with compute can be measured on one machine. gbps <= 0 turns it off.
   void set_emulated_link(double gbps, double latency_us);
+  // The emulated link (off by default): point-to-point users that overlap their transfers
+  // with compute (context parallelism's ring) price their messages on it.
+  const EmulatedLink& emulated_link_cost() const { return link_; }
 
   // data (n) on every rank becomes the reduction over ranks.
   Work all_reduce_async(float* data, int64_t n, ReduceOp op = ReduceOp::Sum,

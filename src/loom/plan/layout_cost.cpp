@@ -13,15 +13,17 @@ namespace {
 // al. 2022 in 2-byte values, sbh(34 + 5as/h) serially; with tensor parallelism
 // sbh(10 + 24/t + 5as/(ht)); with sequence parallelism as well, sbh(34 + 5as/h)/t. Fp32:
 // Loom's own layer (memory_model.hpp, matched by its memory tracker). With full recompute
-// only the layer's input, s b h values (split t ways with sequence parallelism).
+// only the layer's input, s b h values (split t ways with sequence parallelism). Context
+// parallelism keeps s / cp tokens and ring attention no probabilities (the 5as/h term).
 double layer_activation_bytes(const ModelSpec& m, const ClusterSpec& c, const Layout& l, bool recompute) {
-  const double s = static_cast<double>(m.seq), b = static_cast<double>(l.micro_batch),
+  const double s = static_cast<double>(m.seq / l.cp), b = static_cast<double>(l.micro_batch),
                h = static_cast<double>(m.hidden), a = static_cast<double>(m.heads), t = static_cast<double>(l.tp);
   const bool sp = l.sequence_parallel && l.tp > 1;
   const double bpv = static_cast<double>(value_bytes(c.precision));
   if (recompute) return bpv * s * b * h / (sp ? t : 1.0);
   if (c.precision == Precision::Fp32)
-    return static_cast<double>(activation_bytes_per_layer(l.micro_batch, m.seq, m.hidden, m.heads, l.tp, sp));
+    return static_cast<double>(activation_bytes_per_layer(l.micro_batch, m.seq, m.hidden, m.heads, l.tp, sp, l.cp));
+  if (l.cp > 1) return s * b * h * (sp ? 34.0 / t : 10.0 + 24.0 / t);
   if (sp) return s * b * h * (34.0 + 5.0 * a * s / h) / t;
   return s * b * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
 }
@@ -37,6 +39,14 @@ int64_t state_bytes(const ClusterSpec& c, int64_t params, int64_t dp, int zero) 
 }
 
 }  // namespace
+
+std::vector<int64_t> context_parallel_degrees(const ModelSpec& model, int64_t devices, const SearchSpace& space) {
+  std::vector<int64_t> degrees = {1};
+  if (model.seq < space.cp_from_seq) return degrees;
+  for (int64_t cp = 2; cp <= devices; cp *= 2)
+    if (devices % cp == 0 && model.seq % (2 * cp) == 0) degrees.push_back(cp);
+  return degrees;
+}
 
 LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l, int64_t global_batch) {
   if (l.tensor_parallel_3d()) return predict_tensor_parallel_3d(model, cluster, l, global_batch);
@@ -54,6 +64,9 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
   if (global_batch % (l.dp * l.micro_batch) != 0)
     return invalid("batch: dp x micro-batch " + std::to_string(l.dp * l.micro_batch) + " does not divide the global batch " +
                    std::to_string(global_batch));
+  if (l.cp > 1 && model.seq % (2 * l.cp) != 0)
+    return invalid("sequence: 2 x cp " + std::to_string(2 * l.cp) + " does not divide the sequence of " +
+                   std::to_string(model.seq) + " tokens");
   const int64_t m = global_batch / (l.dp * l.micro_batch);
   if (l.chunks > 1 && (l.pp == 1 || m % l.pp != 0))
     return invalid("interleaving: needs pp > 1 and the micro-batches (" + std::to_string(m) + ") divisible by pp");
@@ -80,7 +93,7 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
     // Outside the layers Loom keeps the embedding's (B, T, C) output on the first stage, and
     // on the last the final LayerNorm's input and output and the logits and probabilities
     // (B, T, V/t), for every micro-batch in flight.
-    const double tokens = static_cast<double>(l.micro_batch * model.seq), h = static_cast<double>(model.hidden);
+    const double tokens = static_cast<double>(l.micro_batch * model.seq / l.cp), h = static_cast<double>(model.hidden);
     double outside = tokens * h;
     if (l.pp == 1) outside += 2.0 * tokens * h + 2.0 * tokens * static_cast<double>(model.vocab / l.tp);
     activations += 4.0 * outside * in_flight;
@@ -99,7 +112,7 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
                    std::to_string(usable >> 20) + " MiB available");
 
   c.time = step_time(model, cluster, l, m, params);
-  const int64_t devices = l.dp * l.pp * l.tp;
+  const int64_t devices = l.dp * l.pp * l.tp * l.cp;
   const double flops = model.flops_per_sequence(l.recompute) * static_cast<double>(global_batch);
   c.flops_per_device = flops / c.step_s() / static_cast<double>(devices);
   c.valid = true;
@@ -109,16 +122,18 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
 std::vector<LayoutCost> search(const ModelSpec& model, const ClusterSpec& cluster, int64_t devices,
                                int64_t global_batch, const SearchSpace& space) {
   std::vector<LayoutCost> valid, rejected;
-  for (int64_t tp = 1; tp <= std::min(devices, cluster.devices_per_node); ++tp) {
-    if (devices % tp != 0 || cluster.devices_per_node % tp != 0) continue;
-    for (int64_t pp = 1; pp <= devices / tp; ++pp) {
-      if ((devices / tp) % pp != 0) continue;
+  for (int64_t cp : context_parallel_degrees(model, devices, space))
+  for (int64_t tp = 1; tp <= std::min(devices / cp, cluster.devices_per_node); ++tp) {
+    if ((devices / cp) % tp != 0 || cluster.devices_per_node % tp != 0) continue;
+    for (int64_t pp = 1; pp <= devices / (cp * tp); ++pp) {
+      if ((devices / (cp * tp)) % pp != 0) continue;
       for (int64_t mb : space.micro_batches)
         for (int64_t chunks : space.chunks) {
           if (chunks > 1 && pp == 1) continue;
           for (bool recompute : space.recompute) {
-            Layout l{devices / (tp * pp), pp, tp, chunks, mb, space.zero, recompute,
+            Layout l{devices / (cp * tp * pp), pp, tp, chunks, mb, space.zero, recompute,
                      space.sequence_parallel && tp > 1};
+            l.cp = cp;
             LayoutCost c = predict(model, cluster, l, global_batch);
             (c.valid ? valid : rejected).push_back(c);
           }

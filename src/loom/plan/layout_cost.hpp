@@ -1,4 +1,4 @@
-// The planner's cost model: per-device memory and time per step of one layout (dp x pp x tp,
+// The planner's cost model: per-device memory and time per step of one layout (dp x pp x tp x cp,
 // micro-batch size, virtual pipeline chunks, ZeRO stage, recompute, sequence parallelism) for
 // a model on a cluster, and the search over layouts (`loom plan`). Mixed precision with Adam
 // as in the seeds and Narayanan et al. 2021 (2-byte weights, gradients and activations, fp32
@@ -18,7 +18,7 @@ struct LayoutCost {
   Layout layout;
   bool valid = false;
   std::string why_not;  // when not valid: "<kind>: <details>", kind one of heads, layers,
-                        // batch, interleaving, out of memory
+                        // batch, interleaving, sequence, out of memory
   int64_t micro_batches = 0;  // per pipeline per step
   // Bytes per device.
   int64_t state_bytes = 0;       // parameters, gradients, optimizer state
@@ -40,7 +40,15 @@ struct SearchSpace {
   int zero = 1;                   // ZeRO stage of every layout with dp > 1
   bool sequence_parallel = true;  // with every tp > 1
   bool tensor_parallel_3d = false;  // also every dp x row x col x depth grid (pp 1)
+  // Context parallelism (powers of two dividing the devices and 2 cp the sequence) is tried
+  // for sequences of at least this many tokens: shorter ones gain too little attention
+  // memory to pay for the ring.
+  int64_t cp_from_seq = 4096;
 };
+
+// The cp degrees the search tries: 1, and for a long sequence the powers of two that divide
+// the devices and let 2 cp divide the sequence.
+std::vector<int64_t> context_parallel_degrees(const ModelSpec& model, int64_t devices, const SearchSpace& space);
 
 // Every layout of `devices` devices (dp x pp x tp = devices, tp dividing the devices of a
 // node (a group never straddles two) and the heads, pp dividing the layers, micro-batch sizes dividing the per-replica batch,

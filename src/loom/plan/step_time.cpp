@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "loom/plan/context_parallel_cost.hpp"
 #include "loom/plan/gemm_cost.hpp"
 
 namespace loom::plan {
@@ -40,7 +41,7 @@ ElementwiseBytes elementwise_bytes_per_token(const ModelSpec& m, const ClusterSp
 }  // namespace
 
 LayerGemms layer_gemms(const ModelSpec& m, const Layout& l) {
-  const int64_t T = l.micro_batch * m.seq, h = m.hidden, t = l.tp, d = m.hidden / m.heads;
+  const int64_t T = l.micro_batch * m.seq / l.cp, h = m.hidden, t = l.tp, d = m.hidden / m.heads;
   // (T, h) x (h, 3h/t) qkv, (T, h/t) x (h/t, h) projection, (T, h) x (h, 4h/t) and
   // (T, 4h/t) x (4h/t, h) MLP; per head (s, d) x (d, s) scores and (s, s) x (s, d) context.
   return {{Gemm{T, 3 * h / t, h}, Gemm{T, h, h / t}, Gemm{T, 4 * h / t, h}, Gemm{T, h, 4 * h / t}},
@@ -48,11 +49,11 @@ LayerGemms layer_gemms(const ModelSpec& m, const Layout& l) {
           Gemm{m.seq, d, m.seq, l.micro_batch * m.heads / t}};
 }
 
-Gemm head_gemm(const ModelSpec& m, const Layout& l) { return Gemm{l.micro_batch * m.seq, m.vocab / l.tp, m.hidden}; }
+Gemm head_gemm(const ModelSpec& m, const Layout& l) { return Gemm{l.micro_batch * m.seq / l.cp, m.vocab / l.tp, m.hidden}; }
 
 LayerTime layer_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l) {
   const int64_t bpv = value_bytes(c.precision);
-  const int64_t T = l.micro_batch * m.seq;
+  const int64_t T = l.micro_batch * m.seq / l.cp;  // this rank's tokens
   const LayerGemms gemms = layer_gemms(m, l);
   LayerTime lt;
   for (const Gemm& g : gemms.linear) {
@@ -63,16 +64,24 @@ LayerTime layer_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l) 
   const double tokens = static_cast<double>(T), bw = c.memory_bandwidth;
   // Attention measured as one kernel includes its softmax; otherwise its two products are
   // GEMMs and the softmax a memory-bound pass. Backward runs 4 products to forward's 2.
+  // Under context parallelism a rank's queries are 1/cp of the sequence's (ring attention).
+  const double cp = static_cast<double>(l.cp);
   if (const MeasuredRate* r = find_rate(c.attention_rates, gemms.scores)) {
-    lt.forward_gemm += 2.0 * gemms.scores.flops() / r->forward;
-    lt.backward_gemm += 4.0 * gemms.scores.flops() / r->backward;
+    lt.attention_forward = 2.0 * gemms.scores.flops() / r->forward / cp;
+    lt.attention_backward = 4.0 * gemms.scores.flops() / r->backward / cp;
+    lt.forward_gemm += lt.attention_forward;
+    lt.backward_gemm += lt.attention_backward;
   } else {
     for (const Gemm& g : {gemms.scores, gemms.context}) {
-      lt.forward_gemm += gemm_seconds(g, c, bpv);
-      lt.backward_gemm += gemm_backward_seconds(g, c, bpv);
+      lt.attention_forward += gemm_seconds(g, c, bpv) / cp;
+      lt.attention_backward += gemm_backward_seconds(g, c, bpv) / cp;
     }
+    lt.forward_gemm += lt.attention_forward;
+    lt.backward_gemm += lt.attention_backward;
     lt.forward_elementwise += bytes.softmax * tokens / bw;
     lt.backward_elementwise += 2.0 * bytes.softmax * tokens / bw;
+    lt.attention_forward += bytes.softmax * tokens / bw;
+    lt.attention_backward += 2.0 * bytes.softmax * tokens / bw;
   }
   lt.forward_elementwise += bytes.norms_and_adds * tokens / bw;
   lt.backward_elementwise += 2.0 * bytes.norms_and_adds * tokens / bw;
@@ -110,7 +119,7 @@ double core_sharing_seconds(const StepTime& dedicated, int64_t ranks, const Clus
   // transfers are copies by the CPU); a pipeline's bubble is idle time that a rank waiting
   // in MPI gives up to the others (Open MPI's mpi_yield_when_idle).
   const double busy = dedicated.compute_s + dedicated.tp_comm_s + dedicated.pp_comm_s + dedicated.dp_comm_s +
-                      dedicated.optimizer_s;
+                      dedicated.optimizer_s + dedicated.cp_comm_s;
   const double turns = std::max(1.0, static_cast<double>(on_node) / static_cast<double>(c.cores_per_node));
   // Every core busy, each runs at the shared speed: the node's work over its cores, or the
   // dedicated step, whichever is longer, slowed by it.
@@ -132,7 +141,7 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
 
   // The LM head on the last stage: (T, h) x (h, V/t) forward and its two backward GEMMs, and
   // the cross-entropy over fp32 logits (write, read; gradient write, read: 16 bytes a logit).
-  const int64_t T = l.micro_batch * m.seq;
+  const int64_t T = l.micro_batch * m.seq / l.cp;  // this rank's tokens
   const Gemm head = head_gemm(m, l);
   const double head_s = gemm_seconds(head, c, bpv) + gemm_backward_seconds(head, c, bpv) +
                         16.0 * static_cast<double>(T * (m.vocab / l.tp)) / c.memory_bandwidth;
@@ -155,6 +164,15 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
   st.tp_comm_s = mb * (layers * layer_tp + outside_tp);
   // Fill and drain: (p - 1) / v stage-times of one micro-batch (Narayanan et al. 2021).
   st.bubble_s = (p - 1.0) / v * stage_s;
+  if (l.cp > 1) {
+    // The K/V ring of every layer (context_parallel_cost.hpp): cp ranks neighbour the tp ranks.
+    const LinkCost& link = link_for(c, l.tp * l.cp <= c.devices_per_node);
+    const RingShape shape{.B = l.micro_batch, .T = m.seq, .C = m.hidden, .tp = l.tp, .value_bytes = bpv};
+    const double hop_s = link.alpha_s + static_cast<double>(ring_hop_bytes(shape, l.cp)) * link.beta_s_per_byte;
+    const RingTime ring = ring_layer_time(l.cp, hop_s, lt.attention_forward, lt.attention_backward);
+    st.cp_comm_s = mb * layers * ((1.0 + re) * ring.forward_exposed_s + ring.backward_exposed_s);
+    st.cp_link_s = mb * layers * ((1.0 + re) * ring.forward_link_s + ring.backward_link_s);
+  }
 
   // Megatron orders ranks tp, dp, pp: stages are tp x dp devices apart.
   const bool pp_inside = l.tp * l.dp * l.pp <= c.devices_per_node;
@@ -168,9 +186,12 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
   const int zero = l.dp > 1 ? l.zero : 0;
   const int64_t dp_per_node = std::max<int64_t>(1, std::min(l.dp, c.devices_per_node / std::min(l.tp, c.devices_per_node)));
   const double grad_bytes = static_cast<double>(params_per_device * bpv);
-  if (l.dp > 1) {
-    // Reduce-scatter + all-gather (ZeRO) or all-reduce (DDP) cost the same ring traffic.
-    double comm = hierarchical_all_reduce_seconds(grad_bytes, l.dp, dp_per_node, c);
+  if (l.dp * l.cp > 1) {
+    // Reduce-scatter + all-gather (ZeRO) or all-reduce (DDP) cost the same ring traffic;
+    // gradients are reduced over dp x cp (the cp ranks saw different tokens).
+    const int64_t reducers = l.dp * l.cp, per_node = std::max<int64_t>(
+        1, std::min(reducers, c.devices_per_node / std::min(l.tp, c.devices_per_node)));
+    double comm = hierarchical_all_reduce_seconds(grad_bytes, reducers, per_node, c);
     // Buckets reduce while the last micro-batch's backward runs (gradients are final only
     // then); ZeRO-3 also gathers the parameters before each forward and backward, prefetched
     // under the compute of the previous unit.
@@ -186,7 +207,7 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
   // fp32 gradients once more for their norm and the next step zeroes them: 8 more.
   const double sharded = static_cast<double>(params_per_device) / (zero >= 1 ? static_cast<double>(l.dp) : 1.0);
   st.optimizer_s = 36.0 * sharded / c.memory_bandwidth;
-  st.sharing_s = core_sharing_seconds(st, l.dp * l.pp * l.tp, c);
+  st.sharing_s = core_sharing_seconds(st, l.dp * l.pp * l.tp * l.cp, c);
   return st;
 }
 

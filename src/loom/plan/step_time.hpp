@@ -25,6 +25,7 @@ struct Layout {
   // 3D tensor parallelism's grid (tensor_parallel_3d_layout.hpp); all 1: off (tp, pp 1 with it).
   int64_t row = 1, col = 1, depth = 1;
   bool tensor_parallel_3d() const { return row * col * depth > 1; }
+  int64_t cp = 1;  // context parallelism: each sequence split over cp ranks (ring attention)
 };
 
 // One transformer layer on one device for one micro-batch, seconds.
@@ -32,6 +33,7 @@ struct LayerTime {
   double forward_gemm = 0, backward_gemm = 0;        // GEMMs, backward = 2 per forward GEMM
   double forward_elementwise = 0, backward_elementwise = 0;
   double forward_tp = 0, backward_tp = 0;            // tensor-parallel collectives
+  double attention_forward = 0, attention_backward = 0;  // attention's share of the above (cp's ring hides under it)
   double forward() const { return forward_gemm + forward_elementwise + forward_tp; }
   double backward() const { return backward_gemm + backward_elementwise + backward_tp; }
 };
@@ -45,7 +47,11 @@ struct StepTime {
   double dp_comm_s = 0;    // the exposed part of the gradient reduction (and ZeRO-3 gathers)
   double optimizer_s = 0;  // Adam over this device's (sharded) parameters
   double sharing_s = 0;    // waiting for a core: more ranks than cores on a node take turns
-  double total() const { return compute_s + tp_comm_s + bubble_s + pp_comm_s + dp_comm_s + optimizer_s + sharing_s; }
+  double cp_comm_s = 0;    // the exposed part of the context-parallel K/V ring
+  double cp_link_s = 0;    // the ring's whole time on the link (not a term: cp_comm_s is its exposed part)
+  double total() const {
+    return compute_s + tp_comm_s + bubble_s + pp_comm_s + dp_comm_s + optimizer_s + sharing_s + cp_comm_s;
+  }
 };
 
 // The GEMMs of one layer for one micro-batch on one device: qkv, attention projection and

@@ -79,7 +79,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "hsdp_shard", "hybrid sharding: shard over groups of this many dp ranks, replicate across groups; 0 = shard over all dp ranks", &c.hsdp_shard},
       {"parallel", "allreduce", "data-parallel gradient all-reduce: mpi, ring, tree, rhd or param-server (ZeRO: mpi or ring)", &c.allreduce},
       {"parallel", "bucket_mb", "data-parallel gradient bucket size in MiB", &c.bucket_mb},
-      {"parallel", "net_gbps", "emulate a network of this many Gbit/s for all-reduce (to see overlap on one machine); 0 = off", &c.net_gbps},
+      {"parallel", "net_gbps", "emulate a network of this many Gbit/s for collectives and the cp ring's hops (to see overlap on one machine); 0 = off", &c.net_gbps},
       {"parallel", "net_latency_us", "latency of the emulated network in microseconds", &c.net_latency_us},
       {"parallel", "pin_ranks", "'auto': when a node runs more ranks than it has cores and each rank one thread, pin every rank to a core, the ranks of each pipeline stage on different cores (ranks waiting in MPI keep polling, so the OS does not move working ranks apart); 'off': leave placement to the OS", &c.pin_ranks},
       {"parallel", "tp_3d", "3D tensor parallelism (AxoNN): the grid \"R,C,D\" of row x col x depth ranks per data-parallel replica; each linear layer's weight split over row and col and sharded over depth, the batch split over dp x depth; layers whose shapes do not divide the grid stay serial; with model = 'gcn', Plexus's 3D-parallel GCN (Â, features and weights split over the grid); \"\" = off", &c.tp_3d},

@@ -117,6 +117,11 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
     std::snprintf(buf, sizeof buf, " | cp ring %s, %.0f ms exposed, %.0f ms attention", format_bytes(r.cp_bytes).c_str(),
                   1e3 * r.cp_wait_seconds, 1e3 * r.cp_compute_seconds);
     overlap += buf;
+    if (r.cp_link_seconds > 0) {  // on the emulated link: how much of the ring's time compute hid
+      std::snprintf(buf, sizeof buf, ", %.0f ms on the link (%.0f%% hidden)", 1e3 * r.cp_link_seconds,
+                    100.0 * std::max(0.0, 1.0 - r.cp_link_exposed_seconds / r.cp_link_seconds));
+      overlap += buf;
+    }
   }
   if (r.moe.present) {
     char buf[96];
@@ -140,7 +145,8 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
                    {"elapsed_s", elapsed_seconds_}, {"comm_s", comm_s}, {"comm_exposed_s", exposed_s},
                    {"tp_comm_s", r.tp_comm_seconds}, {"tp_comm_bytes", r.tp_comm_bytes},
                    {"pipeline_bubble", r.pipeline_bubble}, {"cp_ring_bytes", r.cp_bytes},
-                   {"cp_ring_exposed_s", r.cp_wait_seconds}, {"cp_attention_s", r.cp_compute_seconds}};
+                   {"cp_ring_exposed_s", r.cp_wait_seconds}, {"cp_attention_s", r.cp_compute_seconds},
+                   {"cp_ring_link_s", r.cp_link_seconds}, {"cp_ring_link_exposed_s", r.cp_link_exposed_seconds}};
   for (const Metric& m : r.metrics) record[m.name] = m.value;
   if (r.tp_comm_exposed_seconds >= 0) record["tp_comm_exposed_s"] = r.tp_comm_exposed_seconds;
   if (r.moe.present) {

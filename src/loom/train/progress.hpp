@@ -39,6 +39,8 @@ struct StepResult {
   double cp_compute_seconds = 0.0;
   double cp_wait_seconds = 0.0;
   int64_t cp_bytes = 0;
+  double cp_link_seconds = 0.0;  // the hops' time on an emulated link (0 without one)
+  double cp_link_exposed_seconds = 0.0;  // the part of it the block compute did not hide
   // Pipeline: the measured idle time over compute time of the step, and the theory's (p-1)/(m v).
   double pipeline_bubble = -1.0;
   double pipeline_bubble_theory = -1.0;

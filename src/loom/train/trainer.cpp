@@ -170,6 +170,8 @@ StepResult Trainer::compute_gradients() {
     r.cp_compute_seconds = ring.compute_seconds;
     r.cp_wait_seconds = ring.wait_seconds;
     r.cp_bytes = ring.bytes_sent;
+    r.cp_link_seconds = ring.link_seconds;
+    r.cp_link_exposed_seconds = ring.link_exposed_seconds;
   }
   batch_.all_reduce(&r.loss, 1, comm::ReduceOp::Avg);  // the global batch's mean
   if (config_.model.moe.enabled()) r.moe = gather_moe_stats(*p_.model, dp_, pp_);

@@ -1,7 +1,9 @@
 #include "loom/parallel/context_parallel/ring_attention.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "loom/comm/startup_watch.hpp"
@@ -20,27 +22,37 @@ enum Tag { kForwardKV = 71, kBackwardKV = 72, kBackwardGrad = 73 };
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// The geometry of one rank's part: B sequences of two chunks of Tc rows, C features in NH heads.
+// The geometry of one rank's part: B sequences of two chunks of Tc rows, C features in NH
+// heads, of which the views below take heads h0 .. h0 + nh (a group, heads_per_group).
 struct Geometry {
   int64_t B, Tc, C, NH;
+  int64_t h0 = 0, nh = NH;
   int64_t Tl() const { return 2 * Tc; }
   int64_t HS() const { return C / NH; }
-  k::AttentionBlock block(bool diagonal) const { return {B, NH, HS(), Tc, Tc, diagonal}; }
+  Geometry group(int64_t first, int64_t count) const { return {B, Tc, C, NH, first, count}; }
+  k::AttentionBlock block(bool diagonal) const { return {B, nh, HS(), Tc, Tc, diagonal}; }
   // q of chunk slot a inside qkv (B, Tl, 3C) (or dq inside dqkv).
   template <class T>
-  k::HeadsOf<T> q(T* qkv, int64_t a) const { return {qkv + a * Tc * 3 * C, Tl() * 3 * C, 3 * C}; }
+  k::HeadsOf<T> q(T* qkv, int64_t a) const { return {qkv + a * Tc * 3 * C + h0 * HS(), Tl() * 3 * C, 3 * C}; }
   // k (part 0) or v (part 1) of chunk slot c inside a packed (B, Tl, 2C) K/V buffer.
   template <class T>
   k::HeadsOf<T> kv(T* packed, int64_t c, int64_t part) const {
-    return {packed + c * Tc * 2 * C + part * C, Tl() * 2 * C, 2 * C};
+    return {packed + c * Tc * 2 * C + part * C + h0 * HS(), Tl() * 2 * C, 2 * C};
   }
   // chunk slot a of heads (B, Tl, C).
   template <class T>
-  k::HeadsOf<T> heads(T* h, int64_t a) const { return {h + a * Tc * C, Tl() * C, C}; }
+  k::HeadsOf<T> heads(T* h, int64_t a) const { return {h + a * Tc * C + h0 * HS(), Tl() * C, C}; }
   // chunk slot a of per-row values (B, NH, Tl).
   template <class T>
-  k::RowsOf<T> rows(T* r, int64_t a) const { return {r + a * Tc, NH * Tl(), Tl()}; }
+  k::RowsOf<T> rows(T* r, int64_t a) const { return {r + a * Tc + h0 * Tl(), NH * Tl(), Tl()}; }
 };
+
+// fn(group geometry) for each group of heads_per_group heads.
+template <class Fn>
+void for_each_head_group(const Geometry& g, Fn&& fn) {
+  const int64_t per = heads_per_group(g.Tc, g.C, g.NH);
+  for (int64_t h0 = 0; h0 < g.NH; h0 += per) fn(g.group(h0, std::min(per, g.NH - h0)));
+}
 
 // K and V of qkv (B, T, 3C) as one (B, T, 2C) buffer: what travels the ring.
 Tensor pack_kv(const Tensor& qkv, int64_t C) {
@@ -61,30 +73,51 @@ void for_each_block(int rank, int owner, int cp, Split split, Fn&& fn) {
 }
 
 // A pair of transfers around the ring: send `out` to the next rank, receive `in` from the previous.
-// In the trace, an async span from the post until the hop is replaced (after its waits).
+// In the trace, an async span from the post until the hop is replaced (after its waits). On
+// an emulated link (ProcessGroup::set_emulated_link) the hop is delivered no earlier than the
+// link would carry it: after the hops before it, alpha + bytes x beta.
 struct RingHop {
   comm::Work send, recv;
   trace::AsyncSpan span;
+  Clock::time_point on_link{}, delivered{};  // when the emulated link starts and ends carrying it
 };
 
 RingHop hop(comm::ProcessGroup& g, const Tensor& out, Tensor& in, int tag, RingStats* stats) {
   const int next = (g.rank() + 1) % g.size(), prev = (g.rank() + g.size() - 1) % g.size();
-  if (stats != nullptr) stats->bytes_sent += out.nbytes();
+  Clock::time_point on_link{}, delivered{};
+  if (stats != nullptr) {
+    stats->bytes_sent += out.nbytes();
+    if (const double s = comm::emulated_message_seconds(g.emulated_link_cost(), out.nbytes()); s > 0) {
+      on_link = std::max(Clock::now(), stats->link_free);
+      delivered = on_link + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+      stats->link_free = delivered;
+      stats->link_seconds += s;
+    }
+  }
   comm::stop_for_a_test("cp-ring");
   trace::AsyncSpan span("cp", tag == kBackwardGrad ? "dK/dV hop" : "K/V hop", {{"bytes", out.nbytes()}});
   return {g.send_async(out.f32(), out.numel(), next, tag), g.recv_async(in.f32(), in.numel(), prev, tag),
-          std::move(span)};
+          std::move(span), on_link, delivered};
 }
 
-// A wait the block compute did not hide: its own span in the trace, and counted as exposed.
-void wait(const comm::Work& w, RingStats* stats) {
+// Waits for a hop the block compute did not hide: its own span in the trace, counted as exposed.
+void wait(const RingHop& h, RingStats* stats) {
   trace::Span span("cp", "ring wait");
   const auto t0 = Clock::now();
-  w.wait();
-  if (stats != nullptr) stats->wait_seconds += since(t0);
+  h.send.wait();
+  h.recv.wait();
+  std::this_thread::sleep_until(h.delivered);
+  if (stats != nullptr) {
+    stats->wait_seconds += since(t0);
+    if (h.delivered > t0) stats->link_exposed_seconds += std::chrono::duration<double>(h.delivered - std::max(t0, h.on_link)).count();
+  }
 }
 
 }  // namespace
+
+int64_t heads_per_group(int64_t Tc, int64_t C, int64_t NH) {
+  return std::clamp<int64_t>(Tc > 0 ? 6 * C / Tc : NH, 1, NH);
+}
 
 RingAttention::RingAttention(int64_t C, int64_t NH, comm::ProcessGroup& cp, Split split,
                              std::shared_ptr<RingStats> stats)
@@ -102,7 +135,7 @@ Tensor RingAttention::forward_impl(const Tensor& qkv, nn::Context& ctx) {
   Tensor heads = Tensor::empty({g.B, g.Tl(), C_});     // the running (unnormalised) output
   Tensor lse = Tensor::empty({g.B, NH_, g.Tl()});      // running max, then log-sum-exp
   Tensor sums = Tensor::empty({g.B, NH_, g.Tl()});     // running sum of exp-scores
-  Tensor scores = Tensor::empty({g.B, NH_, g.Tc, g.Tc});
+  Tensor scores = Tensor::empty({g.B, heads_per_group(g.Tc, C_, NH_), g.Tc, g.Tc});
   k::attention_block_start({g.B, NH_, g.HS(), g.Tl(), g.Tl(), false}, {heads.f32(), g.Tl() * C_, C_},
                            {lse.f32(), NH_ * g.Tl(), g.Tl()}, {sums.f32(), NH_ * g.Tl(), g.Tl()});
   Tensor kv = pack_kv(qkv, C_), next = P > 1 ? Tensor::empty(kv.shape()) : Tensor();
@@ -112,14 +145,15 @@ Tensor RingAttention::forward_impl(const Tensor& qkv, nn::Context& ctx) {
     if (s + 1 < P) h = hop(cp_, kv, next, kForwardKV, stats);
     const auto t0 = Clock::now();
     for_each_block(r, (r + P - s) % P, P, split_, [&](int64_t a, int64_t c, bool diagonal) {
-      k::attention_block_forward(g.block(diagonal), g.q(qkv.f32(), a), g.kv(kv.f32(), c, 0),
-                                 g.kv(kv.f32(), c, 1), g.heads(heads.f32(), a), g.rows(lse.f32(), a),
-                                 g.rows(sums.f32(), a), scores.f32());
+      for_each_head_group(g, [&](const Geometry& h) {
+        k::attention_block_forward(h.block(diagonal), h.q(qkv.f32(), a), h.kv(kv.f32(), c, 0),
+                                   h.kv(kv.f32(), c, 1), h.heads(heads.f32(), a), h.rows(lse.f32(), a),
+                                   h.rows(sums.f32(), a), scores.f32());
+      });
     });
     if (stats != nullptr) stats->compute_seconds += since(t0);
     if (s + 1 < P) {
-      wait(h.send, stats);
-      wait(h.recv, stats);
+      wait(h, stats);
       std::swap(kv, next);
     }
   }
@@ -141,7 +175,7 @@ Tensor RingAttention::backward_impl(const Tensor& dheads, nn::Context& ctx) {
   k::attention_row_delta({g.B, NH_, g.HS(), g.Tl(), g.Tl(), false}, {heads.f32(), g.Tl() * C_, C_},
                          {dheads.f32(), g.Tl() * C_, C_}, {delta.f32(), NH_ * g.Tl(), g.Tl()});
   Tensor dqkv = Tensor::zeros(qkv.shape());  // dq accumulates here; dk, dv arrive last
-  Tensor scores = Tensor::empty({g.B, NH_, g.Tc, g.Tc}), dscores = Tensor::empty(scores.shape());
+  Tensor scores = Tensor::empty({g.B, heads_per_group(g.Tc, C_, NH_), g.Tc, g.Tc}), dscores = Tensor::empty(scores.shape());
   Tensor kv = pack_kv(qkv, C_), next = P > 1 ? Tensor::empty(kv.shape()) : Tensor();
   // dK/dV of the K/V held now: this rank's blocks (local), plus what the ranks before it
   // added (arrived), passed on (outgoing) while the next step computes.
@@ -154,16 +188,17 @@ Tensor RingAttention::backward_impl(const Tensor& dheads, nn::Context& ctx) {
     std::memset(local.f32(), 0, static_cast<size_t>(local.nbytes()));
     const auto t0 = Clock::now();
     for_each_block(r, (r + P - s) % P, P, split_, [&](int64_t a, int64_t c, bool diagonal) {
-      k::attention_block_backward(g.block(diagonal), g.q(qkv.f32(), a), g.kv(kv.f32(), c, 0), g.kv(kv.f32(), c, 1),
-                                  g.heads(dheads.f32(), a), g.rows(static_cast<const float*>(lse.f32()), a),
-                                  g.rows(static_cast<const float*>(delta.f32()), a), g.q(dqkv.f32(), a),
-                                  g.kv(local.f32(), c, 0), g.kv(local.f32(), c, 1), scores.f32(), dscores.f32());
+      for_each_head_group(g, [&](const Geometry& h) {
+        k::attention_block_backward(h.block(diagonal), h.q(qkv.f32(), a), h.kv(kv.f32(), c, 0), h.kv(kv.f32(), c, 1),
+                                    h.heads(dheads.f32(), a), h.rows(static_cast<const float*>(lse.f32()), a),
+                                    h.rows(static_cast<const float*>(delta.f32()), a), h.q(dqkv.f32(), a),
+                                    h.kv(local.f32(), c, 0), h.kv(local.f32(), c, 1), scores.f32(), dscores.f32());
+      });
     });
     if (stats != nullptr) stats->compute_seconds += since(t0);
     if (P > 1) {
       if (grads_in_flight) {  // the previous rank's sum for these K/V, and our last send's buffer back
-        wait(grads.recv, stats);
-        wait(grads.send, stats);
+        wait(grads, stats);
         const float* in = arrived.f32();
         float* sum = local.f32();
         for (int64_t i = 0; i < local.numel(); ++i) sum[i] += in[i];
@@ -172,16 +207,14 @@ Tensor RingAttention::backward_impl(const Tensor& dheads, nn::Context& ctx) {
       grads = hop(cp_, outgoing, arrived, kBackwardGrad, stats);  // the last hop brings the owner its sum
       grads_in_flight = true;
       if (s + 1 < P) {
-        wait(h.send, stats);
-        wait(h.recv, stats);
+        wait(h, stats);
         std::swap(kv, next);
       }
     }
   }
   const Tensor* own = &local;
   if (P > 1) {
-    wait(grads.recv, stats);
-    wait(grads.send, stats);
+    wait(grads, stats);
     own = &arrived;
   }
   // dK, dV of this rank's rows, summed over every rank's queries.

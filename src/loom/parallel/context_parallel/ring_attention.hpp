@@ -7,6 +7,7 @@
 // owner. Every transfer is a watched point-to-point operation of the cp group.
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 #include "loom/comm/process_group.hpp"
@@ -20,7 +21,20 @@ struct RingStats {
   double compute_seconds = 0.0;  // block attention
   double wait_seconds = 0.0;     // waiting for K/V or dK/dV that had not arrived: the exposed part
   int64_t bytes_sent = 0;
+  // On the cp group's emulated link: the seconds its hops took there, the part of those that
+  // fell after the rank began waiting for the hop (not hidden by compute), and when the link
+  // is free again (the hops to the next rank share one link, one after the other).
+  double link_seconds = 0.0;
+  double link_exposed_seconds = 0.0;
+  std::chrono::steady_clock::time_point link_free{};
 };
+
+// Heads per block product. The products' score scratch (B x heads x Tc x Tc floats for
+// chunks of Tc rows, twice in backward) grows as the square of the chunk; heads go in groups
+// small enough that it stays within the rank's own qkv (B x 2Tc x 3C floats) while one head
+// allows it, so a rank's memory keeps falling as 1/cp at long context: 6C / Tc heads, at
+// least 1, at most NH.
+int64_t heads_per_group(int64_t Tc, int64_t C, int64_t NH);
 
 class RingAttention : public nn::Module {
  public:
