@@ -22,6 +22,7 @@ struct Layout {
   int zero = 1;             // ZeRO stage inside dp (the distributed optimizer by default)
   bool recompute = true;    // full activation recompute per layer
   bool sequence_parallel = true;
+  int64_t ep = 1;  // expert-parallel degree (a split of dp) of a mixture of experts
 };
 
 // One transformer layer on one device for one micro-batch, seconds.
@@ -42,7 +43,10 @@ struct StepTime {
   double dp_comm_s = 0;    // the exposed part of the gradient reduction (and ZeRO-3 gathers)
   double optimizer_s = 0;  // Adam over this device's (sharded) parameters
   double sharing_s = 0;    // waiting for a core: more ranks than cores on a node take turns
-  double total() const { return compute_s + tp_comm_s + bubble_s + pp_comm_s + dp_comm_s + optimizer_s + sharing_s; }
+  double ep_comm_s = 0;    // expert parallelism's all-to-alls (moe_cost.hpp)
+  double total() const {
+    return compute_s + tp_comm_s + bubble_s + pp_comm_s + dp_comm_s + optimizer_s + sharing_s + ep_comm_s;
+  }
 };
 
 // The GEMMs of one layer for one micro-batch on one device: qkv, attention projection and

@@ -256,10 +256,9 @@ void TrainConfig::validate_expert_parallel() const {
   check(E > 0, "ep (", ep, ") splits the experts of a mixture of experts: set moe_experts");
   check(E % ep == 0, "moe_experts (", E, ") must be divisible by ep (", ep, ")");
   check(dp % ep == 0, "ep (", ep, ") splits the data-parallel ranks: it must divide dp (", dp, ")");
-  // Not built yet; refused by name rather than run wrong.
-  check(zero == 0, "ep > 1 does not compose with ZeRO yet (zero = ", zero, "): use zero = 0");
-  check(tp == 1, "ep > 1 does not compose with tensor parallelism yet (tp = ", tp, ")");
-  check(pp == 1, "ep > 1 does not compose with pipeline parallelism yet (pp = ", pp, ")");
+  // ZeRO shards the dense parameters (the experts stay whole, split by ep), tp replicates the
+  // experts (each tp rank exchanges over its own ep group), pp runs each stage's experts.
+  // Not built yet; refused by name rather than run wrong:
   check(cp == 1, "ep > 1 does not compose with context parallelism yet (cp = ", cp, ")");
   check(!tp_3d_on(), "ep > 1 does not compose with 3D tensor parallelism yet (tp_3d = '", tp_3d, "')");
 }
