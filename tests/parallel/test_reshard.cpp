@@ -161,7 +161,10 @@ INSTANTIATE_TEST_SUITE_P(
         Pair{L(2, 2, 2, 1), L(4, 1, 2, 3, 1, true)}, Pair{L(8, 1, 1, 3), kSerial}, Pair{L(2, 2, 2, 0, 2), kSerialFile},
         // expert parallelism: experts split over ep 2, 3, 4 and gathered back
         Pair{moe(L(2, 1, 1, 0), 2), moe(kSerial, 1)}, Pair{moe(kSerialFile, 1), moe(L(2, 1, 1, 0), 2)},
-        Pair{moe(L(3, 1, 1, 0), 3, 6), moe(kSerialFile, 1, 6)}, Pair{moe(L(4, 1, 1, 0), 2), moe(L(4, 1, 1, 0), 4)}),
+        Pair{moe(L(3, 1, 1, 0), 3, 6), moe(kSerialFile, 1, 6)}, Pair{moe(L(4, 1, 1, 0), 2), moe(L(4, 1, 1, 0), 4)},
+        // ... composed: ZeRO (the experts whole beside the dense shards), pp and tp
+        Pair{moe(L(2, 1, 1, 3), 2), moe(kSerial, 1)}, Pair{moe(L(3, 1, 1, 1), 3, 6), moe(L(3, 1, 1, 3), 3, 6)},
+        Pair{moe(L(2, 2, 1, 0), 2), moe(L(2, 1, 2, 2), 2)}),
     [](const auto& info) { return "pair" + std::to_string(info.index); });
 
 TEST(ReshardErrors, AMissingRankFileFailsTheResumeOnEveryRank) {
