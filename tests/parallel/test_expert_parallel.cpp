@@ -72,6 +72,7 @@ struct Case {
   std::string schedule = "1f1b";
   int64_t chunks = 1;
   std::string optimizer = "adamw";
+  int64_t hsdp_shard = 0;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -99,7 +100,7 @@ class ExpertParallelTable : public ::testing::TestWithParam<Case> {};
 TEST_P(ExpertParallelTable, SameGradientsLossesParametersAndValidationLossAsSerial) {
   const Case k = GetParam();
   const int64_t p = world().size(), mp = k.tp * k.pp, dp = p / mp;
-  if (p % mp != 0 || dp % k.ep != 0 || dp > 2 * k.ep || (k.zero > 0 && dp < 2))
+  if (p % mp != 0 || dp % k.ep != 0 || dp > 2 * k.ep || (k.zero > 0 && dp < 2) || dp < 2 * k.hsdp_shard)
     GTEST_SKIP() << "on " << p << " ranks: needs tp x pp (" << mp << ") x ep (" << k.ep << ") x 1 or 2";
   train::Trainer serial(moe_config(k, 1, 2 * dp), /*quiet=*/true);
   const TrainingRun want = run(serial);
@@ -110,6 +111,7 @@ TEST_P(ExpertParallelTable, SameGradientsLossesParametersAndValidationLossAsSeri
   c.zero = k.zero;
   c.schedule = k.schedule;
   c.chunks = k.chunks;
+  c.hsdp_shard = k.hsdp_shard;
   train::Trainer parallel(c, true, &world());
   const TrainingRun got = run(parallel);
   const std::string what = k.name + " (dp " + std::to_string(dp) + ", ep " + std::to_string(k.ep) + ")";
@@ -147,14 +149,15 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "ep1_zero3_capacity", .ep = 1, .capacity_factor = 1.0, .zero = 3}),
     [](const auto& info) { return info.param.name; });
 
-// ep composed: ZeRO 1-3 (the dense parameters sharded over dp, the experts whole over
-// expert_dp), an odd ep and shard group (3), tp 2 (experts replicated over tp, each tp rank
+// ep composed: ZeRO 1-3 and HSDP (the dense parameters sharded over dp, the experts whole
+// over expert_dp), an odd ep and shard group (3), tp 2 (experts replicated over tp, each tp rank
 // exchanging within its own ep group) and pp 2 under every schedule.
 INSTANTIATE_TEST_SUITE_P(
     Composed, ExpertParallelTable,
     ::testing::Values(Case{.name = "ep2_zero1", .zero = 1},
                       Case{.name = "ep2_zero2_capacity_accumulate", .capacity_factor = 1.0, .micro_batches = 2, .zero = 2},
                       Case{.name = "ep2_zero3", .zero = 3},
+                      Case{.name = "ep2_hsdp2_zero2", .zero = 2, .hsdp_shard = 2},
                       Case{.name = "ep3_zero3_three_experts", .ep = 3, .experts = 3, .zero = 3},
                       Case{.name = "ep3_zero1_six_experts_capacity", .ep = 3, .experts = 6, .capacity_factor = 1.0, .zero = 1},
                       Case{.name = "ep2_tp2_capacity", .capacity_factor = 1.0, .tp = 2},
