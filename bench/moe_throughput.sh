@@ -53,7 +53,7 @@ isa = [f for f in ("avx512f", "avx512_bf16", "amx_bf16", "avx2") if flags and f 
 print((model.group(1) if model else "unknown CPU") + ", " + " ".join(isa))
 EOF
 )"
-ONEDNN_VERBOSE=1 "$LOOM" train $MINI --steps 1 --batch-size 1 --out-dir "$WORK/isa" 2>&1 | grep -m1 "cpu,runtime\|isa:" || true
+ONEDNN_VERBOSE=1 "$LOOM" train $MINI --steps 1 --batch-size 1 --out-dir "$WORK/isa" 2>&1 | grep -m1 "isa:" || true
 
 run dense_serial 1 $MINI --batch-size $((2 * B)) --threads 2
 run moe_serial 1 $MINI $MOE --batch-size $((2 * B)) --threads 2
