@@ -3,8 +3,9 @@
 // nothing, a rank whose experts receive nothing: it still takes part in every exchange, so
 // no rank hangs), and each rank's experts get exactly the rows routed to them. Training
 // rows: ep 2 and 3 (with 3 or 6 experts), ep x expert replicas where the world allows,
-// dropless and with capacity, and (ep 1) the experts as replicated parameters under tp, pp
-// and ZeRO-3; each must give the serial run's gradients before clipping,
+// dropless and with capacity, (ep 1) the experts as replicated parameters under tp, pp,
+// ZeRO-3 and cp, and ep composed with ZeRO 1-3, HSDP, tp, pp (every schedule) and cp; each
+// must give the serial run's gradients before clipping,
 // losses, parameters and validation loss (equivalence.hpp's tolerances: 1e-5 losses,
 // 1e-4 gradients and parameters), and the expert gradients must not be scaled by ep.
 #include <gtest/gtest.h>
@@ -73,6 +74,7 @@ struct Case {
   int64_t chunks = 1;
   std::string optimizer = "adamw";
   int64_t hsdp_shard = 0;
+  int64_t cp = 1;  // dropless only
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -99,9 +101,9 @@ class ExpertParallelTable : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ExpertParallelTable, SameGradientsLossesParametersAndValidationLossAsSerial) {
   const Case k = GetParam();
-  const int64_t p = world().size(), mp = k.tp * k.pp, dp = p / mp;
+  const int64_t p = world().size(), mp = k.tp * k.pp * k.cp, dp = p / mp;
   if (p % mp != 0 || dp % k.ep != 0 || dp > 2 * k.ep || (k.zero > 0 && dp < 2) || dp < 2 * k.hsdp_shard)
-    GTEST_SKIP() << "on " << p << " ranks: needs tp x pp (" << mp << ") x ep (" << k.ep << ") x 1 or 2";
+    GTEST_SKIP() << "on " << p << " ranks: needs tp x pp x cp (" << mp << ") x ep (" << k.ep << ") x 1 or 2";
   train::Trainer serial(moe_config(k, 1, 2 * dp), /*quiet=*/true);
   const TrainingRun want = run(serial);
   train::TrainConfig c = moe_config(k, dp, 2);
@@ -112,6 +114,7 @@ TEST_P(ExpertParallelTable, SameGradientsLossesParametersAndValidationLossAsSeri
   c.schedule = k.schedule;
   c.chunks = k.chunks;
   c.hsdp_shard = k.hsdp_shard;
+  c.cp = k.cp;
   train::Trainer parallel(c, true, &world());
   const TrainingRun got = run(parallel);
   const std::string what = k.name + " (dp " + std::to_string(dp) + ", ep " + std::to_string(k.ep) + ")";
@@ -151,7 +154,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ep composed: ZeRO 1-3 and HSDP (the dense parameters sharded over dp, the experts whole
 // over expert_dp), an odd ep and shard group (3), tp 2 (experts replicated over tp, each tp rank
-// exchanging within its own ep group) and pp 2 under every schedule.
+// exchanging within its own ep group), pp 2 under every schedule and cp 2.
 INSTANTIATE_TEST_SUITE_P(
     Composed, ExpertParallelTable,
     ::testing::Values(Case{.name = "ep2_zero1", .zero = 1},
@@ -164,7 +167,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "ep2_pp2_1f1b", .micro_batches = 2, .pp = 2},
                       Case{.name = "ep2_pp2_gpipe_capacity", .capacity_factor = 1.0, .micro_batches = 2, .pp = 2, .schedule = "gpipe"},
                       Case{.name = "ep2_pp2_interleaved", .micro_batches = 2, .pp = 2, .schedule = "interleaved", .chunks = 2},
-                      Case{.name = "ep2_pp2_zero1", .micro_batches = 2, .pp = 2, .zero = 1}),
+                      Case{.name = "ep2_pp2_zero1", .micro_batches = 2, .pp = 2, .zero = 1},
+                      // cp: each sequence split over 2 ranks, the load-balancing loss's sums
+                      // added over them (dropless: capacity is refused under cp)
+                      Case{.name = "ep1_cp2", .ep = 1, .cp = 2}, Case{.name = "ep2_cp2", .cp = 2},
+                      Case{.name = "ep2_cp2_accumulate", .micro_batches = 2, .cp = 2},
+                      Case{.name = "ep2_cp2_zero1", .zero = 1, .cp = 2}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -179,10 +179,16 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
     p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(*p.model, tp, config.zero >= 2);
   if (p.tp3d_layers) prepare_3d(*p.tp3d_layers, p);
 
-  // Context parallelism under ZeRO: the replicas' gradients averaged over cp first (ZeRO then
-  // averages its shards over dp); without ZeRO, DDP averages over dp x cp at once.
-  if (config.cp > 1 && config.zero > 0)
-    p.context_mean = std::make_unique<parallel::tp::ReplicatedGradientSum>(*p.model, cp, config.zero >= 2, comm::ReduceOp::Avg);
+  // Context parallelism under ZeRO: every parameter is a replica over cp (tp-split ones and
+  // experts too), averaged over cp first (ZeRO then averages its shards over dp); without
+  // ZeRO, DDP averages over dp x cp at once, and under expert parallelism the experts (reduced
+  // over expert_dp) are averaged over cp here.
+  if (config.cp > 1 && (config.zero > 0 || config.ep > 1)) {
+    const bool all = config.zero > 0;
+    p.context_mean = std::make_unique<parallel::tp::ReplicatedGradientSum>(
+        *p.model, cp, config.zero >= 2, comm::ReduceOp::Avg,
+        [all](const nn::Parameter& q) { return all || parallel::ep::is_expert_parameter(q); });
+  }
 
   // 5. Data parallelism: one face for DDP, ZeRO 1-3 and HSDP.
   p.gradient_sync = build_data_parallel(config, spec, p);
