@@ -21,6 +21,7 @@
 #include "loom/kernels/sparse.hpp"
 #include "loom/plan/gcn_cost.hpp"
 #include "loom/plan/layout_cost.hpp"
+#include "loom/plan/moe_cost.hpp"
 #include "loom/plan/spec_files.hpp"
 #include "loom/plan/tensor_parallel_3d_layout.hpp"
 #include "loom/train/safetensors.hpp"
@@ -41,6 +42,7 @@ struct PlanArgs {
   bool crossover = false;
   int64_t dp = 0, pp = 0, tp = 0, micro_batch = 0, chunks = 1;  // dp > 0: this one layout only
   int64_t cp = 1, cp_from_seq = plan::SearchSpace{}.cp_from_seq;
+  int64_t moe_experts = 0, moe_top_k = 2, moe_every = 1, ep = 1;   // a mixture of experts (moe_cost.hpp)
   double link_latency_us = 0, link_gbs = 0;                      // > 0: override both link tiers
   std::string graph = "data/cora";  // --model gcn
   int64_t gcn_layers = 2, gcn_hidden = 16;
@@ -69,7 +71,8 @@ std::string layout_name(const plan::Layout& l) {
            std::to_string(l.depth) + ", mb " + std::to_string(l.micro_batch) + (l.recompute ? ", recompute" : "");
   return "dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + " x tp " + std::to_string(l.tp) +
          (l.chunks > 1 ? " (v " + std::to_string(l.chunks) + ")" : "") +
-         (l.cp > 1 ? " x cp " + std::to_string(l.cp) : "") + ", mb " + std::to_string(l.micro_batch) +
+         (l.cp > 1 ? " x cp " + std::to_string(l.cp) : "") + (l.ep > 1 ? " (ep " + std::to_string(l.ep) + ")" : "") +
+         ", mb " + std::to_string(l.micro_batch) +
          (l.recompute ? ", recompute" : "");
 }
 
@@ -91,7 +94,8 @@ std::string why_slower(const plan::LayoutCost& c, const plan::LayoutCost& best) 
                                                   {"dp comm", a.dp_comm_s - b.dp_comm_s},
                                                   {"optimizer", a.optimizer_s - b.optimizer_s},
                                                   {"cp ring", a.cp_comm_s - b.cp_comm_s},
-                                                  {"core sharing", a.sharing_s - b.sharing_s}};
+                                                  {"core sharing", a.sharing_s - b.sharing_s},
+                                                  {"ep all-to-all", a.ep_comm_s - b.ep_comm_s}};
   auto worst = terms[0], gain = terms[0];
   for (const auto& t : terms) {
     if (t.second > worst.second) worst = t;
@@ -176,6 +180,10 @@ Runner add_plan_command(CLI::App& sub) {
   sub.add_option("--cp-from-seq", a->cp_from_seq,
                  "the search tries context parallelism for sequences of at least this many tokens [4096]");
   sub.add_option("--chunks", a->chunks, "virtual pipeline stages per rank of the one layout [1]");
+  sub.add_option("--moe-experts", a->moe_experts, "experts of each mixture-of-experts block; 0 = a dense model [0]");
+  sub.add_option("--moe-top-k", a->moe_top_k, "experts each token runs through [2]");
+  sub.add_option("--moe-every", a->moe_every, "every N-th block is a mixture of experts [1]");
+  sub.add_option("--ep", a->ep, "expert-parallel degree of the one layout (a split of dp; the search tries every one) [1]");
   sub.add_flag("--json", a->json, "print the ranking as JSON");
   sub.add_option("--recompute", a->recompute, "full activation recompute: on, off or any [any]")
       ->check(CLI::IsMember({"on", "off", "any"}));
@@ -202,6 +210,10 @@ Runner add_plan_command(CLI::App& sub) {
         *field = value;
         model.name = "custom";
       }
+    model.moe = {.experts = a->moe_experts, .top_k = a->moe_top_k, .every = a->moe_every};
+    check(a->moe_experts >= 0 && a->moe_top_k >= 1 && a->moe_every >= 1 && a->ep >= 1 &&
+              (a->moe_experts == 0 || a->moe_top_k <= a->moe_experts),
+          "--moe-experts must be >= 0, --moe-top-k between 1 and the experts, --moe-every and --ep >= 1");
     check(model.hidden % model.heads == 0, "hidden (", model.hidden, ") must be divisible by heads (", model.heads, ")");
     check(a->devices >= 1 && a->global_batch >= 1, "--gpus and --global-batch must be >= 1");
     plan::SearchSpace space;
@@ -223,6 +235,7 @@ Runner add_plan_command(CLI::App& sub) {
       l.zero = a->zero;
       l.recompute = a->recompute == "on";
       l.sequence_parallel = space.sequence_parallel && l.tp > 1;
+      l.ep = a->ep;
       check(l.dp * l.pp * l.tp * l.cp == a->devices, "dp (", l.dp, ") x pp (", l.pp, ") x tp (", l.tp, ")",
             l.cp > 1 ? " x cp (" + std::to_string(l.cp) + ")" : std::string(), " = ", l.dp * l.pp * l.tp * l.cp,
             " != --gpus ", a->devices);
@@ -274,18 +287,25 @@ Runner add_plan_command(CLI::App& sub) {
                        {"state_bytes", c.state_bytes}, {"activation_bytes", c.activation_bytes},
                        {"step_s", c.valid ? c.step_s() : 0.0}, {"undisturbed_step_s", c.valid ? undisturbed_s : 0.0},
                        {"tflops_per_device", c.flops_per_device / 1e12}, {"micro_batches", c.micro_batches},
+                       {"ep", l.ep}, {"expert_state_bytes_per_device", 16 * plan::expert_parameters_per_device(model, l)},  // 16 B of state each
+                       {"all_to_all_bytes_per_step", plan::all_to_all_bytes_per_step(model, l, c.micro_batches, plan::value_bytes(cluster.precision))},
                        {"time_s", {{"compute", c.time.compute_s}, {"tp_comm", c.time.tp_comm_s},
                                    {"bubble", c.time.bubble_s}, {"pp_comm", c.time.pp_comm_s},
                                    {"dp_comm", c.time.dp_comm_s}, {"optimizer", c.time.optimizer_s},
                                    {"sharing", c.time.sharing_s}, {"cp_ring_exposed", c.time.cp_comm_s},
-                                   {"cp_ring_link", c.time.cp_link_s}}}});
+                                   {"cp_ring_link", c.time.cp_link_s}, {"ep_comm", c.time.ep_comm_s}}}});
       }
       std::printf("%s\n", out.dump(1).c_str());
       return 0;
     }
     std::printf("%s (%lld parameters) on %lld x %s, global batch %lld\n", model.name.c_str(),
-                static_cast<long long>(model.parameters()), static_cast<long long>(a->devices), cluster.name.c_str(),
+                static_cast<long long>(plan::total_parameters(model)), static_cast<long long>(a->devices), cluster.name.c_str(),
                 static_cast<long long>(a->global_batch));
+    if (model.moe.experts > 0)
+      std::printf("mixture of experts: %lld experts, top-%lld, every %lld block(s): %lld parameters in all, %lld active per token\n",
+                  static_cast<long long>(model.moe.experts), static_cast<long long>(model.moe.top_k),
+                  static_cast<long long>(model.moe.every), static_cast<long long>(plan::total_parameters(model)),
+                  static_cast<long long>(plan::active_parameters(model)));
     if (cluster.name == "local")
       std::printf("local: %lld cores (a process per rank, 1 thread each), %.1f GiB a rank, GEMM %.1f-%.1f GFLOP/s by "
                   "shape, attention %.1f GFLOP/s, GELU %.1f + %.1f ns a value, copy %.1f GB/s, a core's speed alone %.2f, all busy %.2f\n",

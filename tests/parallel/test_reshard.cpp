@@ -183,7 +183,10 @@ INSTANTIATE_TEST_SUITE_P(
         // 3D tensor parallelism: gathered to the serial layout on saving, split again on loading
         // (grid to grid: here at 2 ranks, and mpi.train_tp3d_resume_other_grid)
         Pair{grid3d("2,2,2"), kSerial}, Pair{kSerialFile, grid3d("2,2,2")},
-        Pair{grid3d("2,1,2", 2), L(2, 2, 2, 1)}, Pair{L(2, 1, 2, 3), grid3d("1,2,1", 2)}, Pair{grid3d("2,1,1"), grid3d("1,1,2")}),
+        Pair{grid3d("2,1,2", 2), L(2, 2, 2, 1)}, Pair{L(2, 1, 2, 3), grid3d("1,2,1", 2)}, Pair{grid3d("2,1,1"), grid3d("1,1,2")},
+        // ... composed: ZeRO (the experts whole beside the dense shards), pp and tp
+        Pair{moe(L(2, 1, 1, 3), 2), moe(kSerial, 1)}, Pair{moe(L(3, 1, 1, 1), 3, 6), moe(L(3, 1, 1, 3), 3, 6)},
+        Pair{moe(L(2, 2, 1, 0), 2), moe(L(2, 1, 2, 2), 2)}),
     [](const auto& info) { return "pair" + std::to_string(info.index); });
 
 // Under the same 3D grid a resume continues bit for bit: the checkpoint holds the serial

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <iterator>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "loom/error.hpp"
@@ -96,6 +98,30 @@ TEST(RunReport, SectionsWithoutDataSaySo) {
   std::ofstream(dir / "trace.json")
       << R"j({"traceEvents":[{"ph":"M","pid":0,"tid":0,"name":"process_name","args":{"name":"rank 0 (dp 0, pp 0, tp 0)"}}]})j";
   EXPECT_NE(loom::report::run_report_html(dir.string()).find("No pipeline in this run (pp = 1)."), std::string::npos);
+}
+
+TEST(RunReport, ExpertLoadChartFromMoeMetrics) {
+  // A unique directory: CTest runs cases in parallel.
+  const fs::path dir = fs::temp_directory_path() / ("loom_report_moe_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "metrics.jsonl")
+      << R"({"kind":"train","step":1,"loss":4.2,"moe_load":[30,10,0,0],"moe_load_imbalance":3.0})" << "\n"
+      << R"({"kind":"train","step":2,"loss":4.0,"moe_load":[10,10,10,10],"moe_load_imbalance":1.0})" << "\n";
+  const std::string html = loom::report::run_report_html(dir.string());
+  const size_t at = html.find("<section id=\"experts\"");
+  ASSERT_NE(at, std::string::npos);
+  const std::string experts = html.substr(at);
+  for (const char* name : {"expert 0", "expert 3", "max / mean", "load per expert"})
+    EXPECT_NE(experts.find(name), std::string::npos) << name;
+  // One line per expert and the imbalance line, each through both steps.
+  size_t lines = 0;
+  for (size_t i = experts.find("<polyline"); i != std::string::npos; i = experts.find("<polyline", i + 1)) ++lines;
+  EXPECT_EQ(lines, 5u);
+  // A dense run has no experts section.
+  std::ofstream(dir / "metrics.jsonl") << R"({"kind":"train","step":1,"loss":4.2})" << "\n";
+  EXPECT_EQ(loom::report::run_report_html(dir.string()).find("id=\"experts\""), std::string::npos);
+  fs::remove_all(dir);
 }
 
 // Headless Chromium: `what` is --dump-dom or --screenshot=...; console messages on stderr.

@@ -29,7 +29,7 @@ TEST(ExpertParallelConfig, MoeKeysReadFromTomlAndFlags) {
                        "did you mean 'moe_experts'"));
 }
 
-TEST(ExpertParallelConfig, RefusesWhatIsNotBuiltAndWhatCannotDivide) {
+TEST(ExpertParallelConfig, ComposesWithZeroTpPpRefusesCpAndWhatCannotDivide) {
   auto refusal = [](auto change) {
     TrainConfig c = loom::testing::tiny_config();
     c.model.moe.experts = 4;
@@ -43,9 +43,12 @@ TEST(ExpertParallelConfig, RefusesWhatIsNotBuiltAndWhatCannotDivide) {
   EXPECT_TRUE(contains(refusal([](TrainConfig& c) { c.model.moe.experts = 6; c.ep = 4; c.dp = 4; }),
                        "moe_experts (6) must be divisible by ep (4)"));
   EXPECT_TRUE(contains(refusal([](TrainConfig& c) { c.dp = 3; }), "it must divide dp (3)"));
-  EXPECT_TRUE(contains(refusal([](TrainConfig& c) { c.zero = 1; }), "does not compose with ZeRO yet"));
-  EXPECT_TRUE(contains(refusal([](TrainConfig& c) { c.tp = 2; }), "does not compose with tensor parallelism yet"));
-  EXPECT_TRUE(contains(refusal([](TrainConfig& c) { c.pp = 2; }), "does not compose with pipeline parallelism yet"));
+  for (int64_t zero : {1, 2, 3}) EXPECT_EQ(refusal([zero](TrainConfig& c) { c.zero = zero; }), "(no error)");
+  EXPECT_EQ(refusal([](TrainConfig& c) { c.tp = 2; }), "(no error)");
+  EXPECT_EQ(refusal([](TrainConfig& c) { c.pp = 2; c.model.n_layer = 2; }), "(no error)");
+  EXPECT_EQ(refusal([](TrainConfig& c) { c.cp = 2; }), "(no error)");
+  EXPECT_TRUE(contains(refusal([](TrainConfig& c) { c.cp = 2; c.model.moe.capacity_factor = 1.0; }),
+                       "use moe_capacity_factor = 0 (dropless) with cp > 1"));
   EXPECT_TRUE(contains(refusal([](TrainConfig& c) { c.ep = 1; c.tp = 2; c.sequence_parallel = true; }),
                        "not supported together yet"));
 }

@@ -26,7 +26,7 @@ std::unique_ptr<GraphConv> LayerBuilder::graph_conv(int64_t in, int64_t out, int
 }
 
 std::unique_ptr<MoE> LayerBuilder::mixture_of_experts(int64_t C, const MoeConfig& config) const {
-  return std::make_unique<MoE>(C, config);
+  return std::make_unique<MoE>(C, config, local_experts(), sequence_parts());
 }
 
 const LayerBuilder& serial_layers() {

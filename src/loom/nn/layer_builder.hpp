@@ -51,6 +51,8 @@ class LayerBuilder {
   // A mixture of experts in place of a block's MLP; expert parallel: this rank's experts,
   // the tokens exchanged with the other `ep` ranks.
   virtual std::unique_ptr<MoE> mixture_of_experts(int64_t C, const MoeConfig& config) const;
+  // Where each sequence lives: whole, or split over the context-parallel ranks.
+  virtual const SequenceParts& sequence_parts() const { return whole_sequences(); }
 };
 
 // The serial layers.

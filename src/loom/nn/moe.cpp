@@ -76,8 +76,8 @@ MoeStats take_moe_stats(Module& model) {
   return all;
 }
 
-MoE::MoE(int64_t C, const MoeConfig& config, const ExpertDispatcher& dispatcher)
-    : config_(config), dispatcher_(dispatcher) {
+MoE::MoE(int64_t C, const MoeConfig& config, const ExpertDispatcher& dispatcher, const SequenceParts& parts)
+    : config_(config), dispatcher_(dispatcher), parts_(parts) {
   config_.validate();
   const int64_t E = config_.experts, ep = dispatcher_.ranks();
   check(E % ep == 0, "moe_experts (", E, ") must be divisible by the expert-parallel degree ep (", ep, ")");
@@ -120,7 +120,7 @@ Tensor MoE::forward_impl(const Tensor& x, Context& ctx) {
   s.load = routing.counts;
   s.assignments = N * K;
   s.dropped = routing.dropped;
-  s.aux_loss_sum = load_balancing_loss(probs, routing.expert, B, T);
+  s.aux_loss_sum = load_balancing_loss(probs, routing.expert, B, T, parts_);
   s.forwards = 1;
   stats_.add(s);
   ctx.save(this, {probs, routing.expert, routing.gate, routing.row, encode_plan(plan), outs});
@@ -156,7 +156,7 @@ Tensor MoE::backward_impl(const Tensor& dy, Context& ctx) {
   Tensor dprobs = Tensor::zeros({N, E});  // (N, E)
   gate_backward(dprobs, probs, expert, gate, dgate);
   load_balancing_loss_backward(dprobs, expert, B, T,
-                               static_cast<float>(config_.aux_loss_coef / static_cast<double>(config_.micro_batches)));
+                               static_cast<float>(config_.aux_loss_coef / static_cast<double>(config_.micro_batches)), parts_);
   Tensor dlogits = Tensor::empty({B, T, E});  // (B, T, E)
   for (int64_t n = 0; n < N; ++n) {
     const float *p = probs.f32() + n * E, *dp = dprobs.f32() + n * E;

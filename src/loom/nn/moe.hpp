@@ -11,6 +11,7 @@
 #include "loom/nn/expert_dispatch.hpp"
 #include "loom/nn/linear.hpp"
 #include "loom/nn/moe_config.hpp"
+#include "loom/nn/sequence_parts.hpp"
 
 namespace loom::nn {
 
@@ -34,7 +35,9 @@ MoeStats take_moe_stats(Module& model);
 
 class MoE : public Module {
  public:
-  MoE(int64_t C, const MoeConfig& config, const ExpertDispatcher& dispatcher = local_experts());
+  // parts: where each sequence lives (split over cp ranks under context parallelism).
+  MoE(int64_t C, const MoeConfig& config, const ExpertDispatcher& dispatcher = local_experts(),
+      const SequenceParts& parts = whole_sequences());
   Linear& router() { return *router_; }
   Experts& experts() { return *experts_; }
   const MoeConfig& config() const { return config_; }
@@ -49,6 +52,7 @@ class MoE : public Module {
  private:
   MoeConfig config_;
   const ExpertDispatcher& dispatcher_;
+  const SequenceParts& parts_;
   Linear* router_;    // C -> E
   Experts* experts_;  // E / ep local experts
   MoeStats stats_;

@@ -68,45 +68,63 @@ Routing route_tokens(const Tensor& probs, int64_t B, int64_t T, int64_t K, doubl
   return r;
 }
 
+const SequenceParts& whole_sequences() {
+  static const SequenceParts whole;
+  return whole;
+}
+
 namespace {
 
-// f (E): share of sequence b's K T choices that picked each expert.
-std::vector<double> choice_shares(const Tensor& expert, int64_t b, int64_t T, int64_t E) {
+// (B, E) choices per expert of each sequence (this part's tokens), then, with probs, (B, E)
+// router probability sums; added over the sequence's parts.
+std::vector<double> sequence_sums(const Tensor* probs, const Tensor& expert, int64_t B, int64_t T, int64_t E,
+                                  const SequenceParts& parts) {
   const int64_t K = expert.size(1);
-  std::vector<double> f(static_cast<size_t>(E), 0.0);
-  const int32_t* e = expert.i32() + b * T * K;
-  for (int64_t a = 0; a < T * K; ++a) f[static_cast<size_t>(e[a])] += 1.0;
-  for (double& x : f) x /= static_cast<double>(T * K);
-  return f;
+  std::vector<double> sums(static_cast<size_t>((probs != nullptr ? 2 : 1) * B * E), 0.0);
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t* e = expert.i32() + b * T * K;
+    for (int64_t a = 0; a < T * K; ++a) sums[static_cast<size_t>(b * E + e[a])] += 1.0;
+    if (probs != nullptr)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < E; ++i) sums[static_cast<size_t>((B + b) * E + i)] += probs->f32()[(b * T + t) * E + i];
+  }
+  if (parts.parts() > 1) {  // counts are exact in fp32 (< 2^24)
+    std::vector<float> v(sums.begin(), sums.end());
+    parts.sum(v);
+    sums.assign(v.begin(), v.end());
+  }
+  return sums;
 }
 
 }  // namespace
 
-float load_balancing_loss(const Tensor& probs, const Tensor& expert, int64_t B, int64_t T) {
-  const int64_t E = probs.size(1);
+float load_balancing_loss(const Tensor& probs, const Tensor& expert, int64_t B, int64_t T, const SequenceParts& parts) {
+  const int64_t E = probs.size(1), K = expert.size(1);
+  const double whole = static_cast<double>(T * parts.parts());  // the sequence's tokens
+  const std::vector<double> sums = sequence_sums(&probs, expert, B, T, E, parts);
   double total = 0.0;
   for (int64_t b = 0; b < B; ++b) {
-    const std::vector<double> f = choice_shares(expert, b, T, E);
-    std::vector<double> P(static_cast<size_t>(E), 0.0);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t e = 0; e < E; ++e) P[static_cast<size_t>(e)] += probs.f32()[(b * T + t) * E + e];
-    double s = 0.0;
-    for (int64_t e = 0; e < E; ++e) s += f[static_cast<size_t>(e)] * P[static_cast<size_t>(e)] / static_cast<double>(T);
+    double s = 0.0;  // sum_i f_i P_i, f_i = count_i / (K T), P_i = sum_t p_ti / T
+    for (int64_t e = 0; e < E; ++e)
+      s += sums[static_cast<size_t>(b * E + e)] / (static_cast<double>(K) * whole) * sums[static_cast<size_t>((B + b) * E + e)] / whole;
     total += static_cast<double>(E) * s;
   }
   return static_cast<float>(total / static_cast<double>(B));
 }
 
-void load_balancing_loss_backward(Tensor& dprobs, const Tensor& expert, int64_t B, int64_t T, float scale) {
-  const int64_t E = dprobs.size(1);
-  // d/dp[b, t, i] of mean_b E sum_i f_i (1/T) sum_t p[b, t, i] = E f_i / (T B).
-  for (int64_t b = 0; b < B; ++b) {
-    const std::vector<double> f = choice_shares(expert, b, T, E);
+void load_balancing_loss_backward(Tensor& dprobs, const Tensor& expert, int64_t B, int64_t T, float scale,
+                                  const SequenceParts& parts) {
+  const int64_t E = dprobs.size(1), K = expert.size(1);
+  const std::vector<double> counts = sequence_sums(nullptr, expert, B, T, E, parts);
+  const double whole = static_cast<double>(T * parts.parts());
+  // d/dp[b, t, i] of mean_b E sum_i f_i (1/T) sum_t p[b, t, i] = E f_i / (T B); a part's
+  // tokens take parts x that (see the header).
+  for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t e = 0; e < E; ++e)
-        dprobs.f32()[(b * T + t) * E + e] +=
-            static_cast<float>(scale * static_cast<double>(E) * f[static_cast<size_t>(e)] / static_cast<double>(T * B));
-  }
+      for (int64_t e = 0; e < E; ++e) {
+        const double f = counts[static_cast<size_t>(b * E + e)] / (static_cast<double>(K) * whole);
+        dprobs.f32()[(b * T + t) * E + e] += static_cast<float>(scale * static_cast<double>(E) * f / static_cast<double>(T * B));
+      }
 }
 
 void gate_backward(Tensor& dprobs, const Tensor& probs, const Tensor& expert, const Tensor& gate, const Tensor& dgate) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "loom/nn/sequence_parts.hpp"
 #include "loom/tensor/tensor.hpp"
 
 namespace loom::nn {
@@ -31,9 +32,16 @@ Routing route_tokens(const Tensor& probs, int64_t B, int64_t T, int64_t K, doubl
 // Switch loss per sequence, E sum_i f_i P_i (f_i: share of the sequence's K T choices, before
 // dropping, that picked expert i; P_i: mean router probability of i), averaged over the B
 // sequences. Uniform routing gives exactly 1.
-float load_balancing_loss(const Tensor& probs, const Tensor& expert, int64_t B, int64_t T);
-// dprobs (B*T, E) += scale * d(loss)/d(probs), the choices f held fixed (they are not differentiable).
-void load_balancing_loss_backward(Tensor& dprobs, const Tensor& expert, int64_t B, int64_t T, float scale);
+// Under context parallelism (parts: the sequence split over cp ranks, T tokens of it here) f
+// and P are the whole sequence's: this rank's sums added over the parts.
+float load_balancing_loss(const Tensor& probs, const Tensor& expert, int64_t B, int64_t T,
+                          const SequenceParts& parts = whole_sequences());
+// dprobs (B*T, E) += scale * d(loss)/d(probs), the choices f held fixed (they are not
+// differentiable). Collective over the parts: f is the whole sequence's. Each part's tokens
+// get parts x their share (E f_i / (T B) with T this part's tokens), as every other loss
+// gradient of a part is its tokens' mean, which data parallelism then averages over cp.
+void load_balancing_loss_backward(Tensor& dprobs, const Tensor& expert, int64_t B, int64_t T, float scale,
+                                  const SequenceParts& parts = whole_sequences());
 
 // dprobs += d/dprobs of the renormalised gates given dgate (N, K) (0 for dropped choices).
 void gate_backward(Tensor& dprobs, const Tensor& probs, const Tensor& expert, const Tensor& gate, const Tensor& dgate);

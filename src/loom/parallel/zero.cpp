@@ -32,8 +32,10 @@ ShardedDataParallel::ShardedDataParallel(nn::Module& root, comm::ProcessGroup& s
   check(options_.algorithm == comm::AllReduceAlgorithm::Mpi || options_.algorithm == comm::AllReduceAlgorithm::Ring,
         "sharded data parallelism reduce-scatters and all-gathers with 'mpi' or 'ring', not '",
         comm::algorithm_name(options_.algorithm), "'");
+  const auto mine = [this](const nn::Parameter* p) { return !options_.only || options_.only(*p); };
   // All replicas start from rank 0's parameters.
   for (nn::Parameter* p : root.parameters()) {
+    if (!mine(p)) continue;
     shard_.broadcast(p->value(), 0);
     if (replicate_ != nullptr) replicate_->broadcast(p->value(), 0);
   }
@@ -42,7 +44,8 @@ ShardedDataParallel::ShardedDataParallel(nn::Module& root, comm::ProcessGroup& s
   for (nn::Module* m : options_.units) {
     Unit u;
     u.module = m;
-    u.params = m->parameters();
+    for (nn::Parameter* p : m->parameters())
+      if (mine(p)) u.params.push_back(p);
     for (nn::Parameter* p : u.params)
       check(in_units.insert(p).second, "parameter '", p->name(), "' belongs to two sharding units");
     units_.push_back(std::move(u));
@@ -50,7 +53,7 @@ ShardedDataParallel::ShardedDataParallel(nn::Module& root, comm::ProcessGroup& s
   Unit rest;
   rest.module = &root;
   for (nn::Parameter* p : root.parameters())
-    if (!in_units.count(p)) rest.params.push_back(p);
+    if (!in_units.count(p) && mine(p)) rest.params.push_back(p);
   units_.push_back(std::move(rest));
   for (Unit& u : units_) build_unit(u);
   if (options_.stage == 3) gather_group_ = shard_.split(0, shard_.rank(), shard_.name() + ".gather");
@@ -286,6 +289,12 @@ void ShardedDataParallel::after_optimizer_step() {
     works.push_back(shard_.all_gather_async(flat + shard_.rank() * u.shard_numel, flat, u.shard_numel, options_.algorithm));
   }
   for (comm::Work& w : works) w.wait();
+}
+
+bool ShardedDataParallel::holds(const nn::Parameter& p) const {
+  for (const Unit& u : units_)
+    if (std::find(u.params.begin(), u.params.end(), &p) != u.params.end()) return true;
+  return false;
 }
 
 int64_t ShardedDataParallel::largest_unit_bytes() const {

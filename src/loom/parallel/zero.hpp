@@ -37,6 +37,9 @@ struct ZeroOptions {
   std::vector<nn::Module*> units;
   // Reduce-scatter and all-gather algorithm: Mpi or Ring.
   comm::AllReduceAlgorithm algorithm = comm::AllReduceAlgorithm::Mpi;
+  // When set, only the parameters it accepts are sharded; the others are left whole to
+  // another sync (expert parallelism's experts, averaged over their own replicas).
+  ParameterFilter only{};
 };
 
 class ShardedDataParallel : public GradientSync {
@@ -87,6 +90,8 @@ class ShardedDataParallel : public GradientSync {
                                                 const std::vector<std::string>& kinds);
 
   int64_t unit_count() const { return static_cast<int64_t>(units_.size()); }
+  // Whether p is sharded here (false for a parameter options.only left out).
+  bool holds(const nn::Parameter& p) const;
   // Bytes of one unit's padded flat buffer (the largest), which stage 3 gathers and stages
   // 2-3 hold as a full gradient while the unit's backward runs.
   int64_t largest_unit_bytes() const;

@@ -4,6 +4,7 @@
 
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/tensor_parallel_3d_layout.hpp"
+#include "loom/plan/moe_cost.hpp"
 
 namespace loom::plan {
 
@@ -71,15 +72,21 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
   if (l.chunks > 1 && (l.pp == 1 || m % l.pp != 0))
     return invalid("interleaving: needs pp > 1 and the micro-batches (" + std::to_string(m) + ") divisible by pp");
   c.micro_batches = m;
+  if (l.ep > 1 && (model.moe.experts == 0 || l.dp % l.ep != 0 || model.moe.experts % l.ep != 0))
+    return invalid("experts: ep " + std::to_string(l.ep) + " must divide dp and the " + std::to_string(model.moe.experts) + " experts");
 
   // Memory: the first stage's model state (its layers, the token table split over tp and the
   // position table) and activations.
-  const int64_t params = model.parameters() / (l.tp * l.pp);
+  // A mixture of experts (moe_cost.hpp): its blocks' MLPs become a router; the experts are
+  // added whole below.
+  const int64_t moe_swap = moe_layers(model) / l.pp * (model.hidden * model.moe.experts - expert_mlp_parameters(model.hidden) / l.tp);
+  const int64_t params = model.parameters() / (l.tp * l.pp) + moe_swap;
   const int64_t first_stage_params =
       (model.layers / l.pp) * (12 * model.hidden * model.hidden + 13 * model.hidden) / l.tp +
-      model.vocab * model.hidden / l.tp + model.seq * model.hidden;
+      model.vocab * model.hidden / l.tp + model.seq * model.hidden + moe_swap;
   const int zero = l.dp > 1 ? l.zero : 0;
   c.state_bytes = state_bytes(cluster, l.pp > 1 ? first_stage_params : params, l.dp, zero);
+  c.state_bytes += state_bytes(cluster, expert_parameters_per_device(model, l), 1, 0);  // not sharded by ZeRO
   const double layers = static_cast<double>(model.layers / l.pp);
   // In flight on stage 0: 1 without a pipeline, p under 1F1B, p (1 + (p-1)/(p v)) interleaved.
   double in_flight = 1.0;
@@ -112,8 +119,12 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
                    std::to_string(usable >> 20) + " MiB available");
 
   c.time = step_time(model, cluster, l, m, params);
+  c.time.compute_s *= moe_flops_ratio(model);  // K expert MLPs per MoE block, priced as the dense ones
   const int64_t devices = l.dp * l.pp * l.tp * l.cp;
-  const double flops = model.flops_per_sequence(l.recompute) * static_cast<double>(global_batch);
+  const bool ep_in_node = l.ep * l.pp * l.tp * l.cp <= cluster.devices_per_node;  // ep: neighbouring dp ranks
+  c.time.ep_comm_s = all_to_all_seconds(model, l, m, value_bytes(cluster.precision),
+                                        ep_in_node ? cluster.intra_node : cluster.inter_node);
+  const double flops = model.flops_per_sequence(l.recompute) * moe_flops_ratio(model) * static_cast<double>(global_batch);
   c.flops_per_device = flops / c.step_s() / static_cast<double>(devices);
   c.valid = true;
   return c;
@@ -134,8 +145,13 @@ std::vector<LayoutCost> search(const ModelSpec& model, const ClusterSpec& cluste
             Layout l{devices / (cp * tp * pp), pp, tp, chunks, mb, space.zero, recompute,
                      space.sequence_parallel && tp > 1};
             l.cp = cp;
-            LayoutCost c = predict(model, cluster, l, global_batch);
-            (c.valid ? valid : rejected).push_back(c);
+            // Expert parallelism: every degree dividing dp and the experts.
+            for (l.ep = 1; l.ep <= l.dp; ++l.ep) {
+              if (l.ep > 1 && (l.dp % l.ep != 0 || model.moe.experts % l.ep != 0)) continue;
+              LayoutCost c = predict(model, cluster, l, global_batch);
+              (c.valid ? valid : rejected).push_back(c);
+              if (model.moe.experts == 0) break;
+            }
           }
         }
     }

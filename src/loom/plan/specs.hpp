@@ -18,6 +18,10 @@ struct ModelSpec {
   int64_t heads = 12;
   int64_t seq = 1024;
   int64_t vocab = 50304;
+  // Mixture of experts (moe_cost.hpp): experts 0 = a dense model.
+  struct Moe {
+    int64_t experts = 0, top_k = 2, every = 1;
+  } moe{};
 
   // Parameters: 12 L h^2 + 13 L h (blocks) + V h + s h (embeddings) + 2h (final norm).
   int64_t parameters() const;

@@ -26,6 +26,7 @@ struct Layout {
   int64_t row = 1, col = 1, depth = 1;
   bool tensor_parallel_3d() const { return row * col * depth > 1; }
   int64_t cp = 1;  // context parallelism: each sequence split over cp ranks (ring attention)
+  int64_t ep = 1;  // expert-parallel degree (a split of dp) of a mixture of experts
 };
 
 // One transformer layer on one device for one micro-batch, seconds.
@@ -49,8 +50,9 @@ struct StepTime {
   double sharing_s = 0;    // waiting for a core: more ranks than cores on a node take turns
   double cp_comm_s = 0;    // the exposed part of the context-parallel K/V ring
   double cp_link_s = 0;    // the ring's whole time on the link (not a term: cp_comm_s is its exposed part)
+  double ep_comm_s = 0;    // expert parallelism's all-to-alls (moe_cost.hpp)
   double total() const {
-    return compute_s + tp_comm_s + bubble_s + pp_comm_s + dp_comm_s + optimizer_s + sharing_s + cp_comm_s;
+    return compute_s + tp_comm_s + bubble_s + pp_comm_s + dp_comm_s + optimizer_s + sharing_s + cp_comm_s + ep_comm_s;
   }
 };
 

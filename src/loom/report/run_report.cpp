@@ -11,6 +11,7 @@
 #include "loom/error.hpp"
 #include "loom/parallel/pipeline/timeline_svg.hpp"
 #include "loom/report/charts.hpp"
+#include "loom/report/expert_load.hpp"
 #include "loom/report/trace_summary.hpp"
 
 namespace loom::report {
@@ -199,6 +200,15 @@ std::string comm_section(const std::optional<json>& trace, const std::vector<jso
                      "</div>\n" + table.str());
 }
 
+// A mixture of experts' routing; no section for a dense model.
+std::string experts_section(const std::vector<json>& metrics) {
+  const std::string chart = expert_load_chart(metrics, kPalette);
+  if (chart.empty()) return "";
+  return section("experts", "Mixture of experts",
+                 "Each expert's share of the routed assignments (tokens x top-k kept after capacity, summed over the "
+                 "MoE layers) per logged step; balanced, every expert carries 100 / E %.", chart);
+}
+
 }  // namespace
 
 std::string run_report_html(const std::string& run_dir) {
@@ -215,7 +225,7 @@ std::string run_report_html(const std::string& run_dir) {
      << "<h1>Loom run report</h1>\n<p class=\"lead\">" << escape_xml(fs::absolute(dir).lexically_normal().string())
      << escape_xml(layout) << "</p>\n"
      << loss_section(metrics) << throughput_section(metrics) << memory_section(memory) << pipeline_section(trace)
-     << comm_section(trace, metrics) << "</body>\n</html>\n";
+     << comm_section(trace, metrics) << experts_section(metrics) << "</body>\n</html>\n";
   return os.str();
 }
 

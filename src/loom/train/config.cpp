@@ -191,8 +191,10 @@ void TrainConfig::validate() const {
         " (stages 2-3 reduce every micro-batch while a pipeline reduces once, after its last backward)");
   check_context_parallel();
   check(!sequence_parallel || tp > 1, "sequence_parallel needs tensor parallelism: set tp > 1");
-  check(cp == 1 || !model.moe.enabled(), "context parallelism splits a sequence over cp ranks while a mixture of experts "
-        "routes (capacity, load-balancing loss) per whole sequence: not supported together yet");
+  check(cp == 1 || !model.moe.enabled() || model.moe.capacity_factor == 0.0,
+        "context parallelism splits a sequence over cp ranks while a mixture of experts' capacity drops per whole "
+        "sequence (first choices and earlier tokens first): use moe_capacity_factor = 0 (dropless) with cp > 1, not ",
+        model.moe.capacity_factor);
   check(!sequence_parallel || !model.moe.enabled(), "sequence_parallel splits a sequence over tp ranks while a mixture "
         "of experts routes (capacity, load-balancing loss) per whole sequence: not supported together yet");
   check(!sequence_parallel || model.block_size % tp == 0, "sequence_parallel splits the sequence over tp ranks: block_size (",
@@ -261,11 +263,9 @@ void TrainConfig::validate_expert_parallel() const {
   check(E > 0, "ep (", ep, ") splits the experts of a mixture of experts: set moe_experts");
   check(E % ep == 0, "moe_experts (", E, ") must be divisible by ep (", ep, ")");
   check(dp % ep == 0, "ep (", ep, ") splits the data-parallel ranks: it must divide dp (", dp, ")");
-  // Not built yet; refused by name rather than run wrong.
-  check(zero == 0, "ep > 1 does not compose with ZeRO yet (zero = ", zero, "): use zero = 0");
-  check(tp == 1, "ep > 1 does not compose with tensor parallelism yet (tp = ", tp, ")");
-  check(pp == 1, "ep > 1 does not compose with pipeline parallelism yet (pp = ", pp, ")");
-  check(cp == 1, "ep > 1 does not compose with context parallelism yet (cp = ", cp, ")");
+  // ZeRO shards the dense parameters (the experts stay whole, split by ep), tp replicates the
+  // experts (each tp rank exchanges over its own ep group), pp runs each stage's experts.
+  // Not built yet; refused by name rather than run wrong:
   check(!tp_3d_on(), "ep > 1 does not compose with 3D tensor parallelism yet (tp_3d = '", tp_3d, "')");
 }
 

@@ -64,24 +64,30 @@ void prepare_3d(const parallel::tp3d::Layers3D& layers, Parallelized& p) {
 
 std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& config, ModelSpec& spec, Parallelized& p) {
   const comm::AllReduceAlgorithm algorithm = comm::parse_algorithm(config.allreduce);
-  if (config.ep > 1)  // experts averaged over their own replicas only
-    return std::make_unique<parallel::ep::ExpertDataParallel>(
-        *p.model, p.group("dp"), p.group("expert_dp"), config.ep,
-        parallel::DdpOptions{static_cast<int64_t>(config.bucket_mb * 1048576.0), algorithm});
+  const parallel::DdpOptions ddp{static_cast<int64_t>(config.bucket_mb * 1048576.0), algorithm};
+  // Expert parallelism: the dense parameters below, the experts averaged over their own
+  // replicas only (whole: ZeRO leaves them out).
+  const auto dense = [](const nn::Parameter& q) { return !parallel::ep::is_expert_parameter(q); };
+  const auto with_experts = [&](std::unique_ptr<parallel::GradientSync> sync) -> std::unique_ptr<parallel::GradientSync> {
+    if (config.ep == 1) return sync;
+    return std::make_unique<parallel::ep::ExpertDataParallel>(*p.model, std::move(sync), p.group("expert_dp"), p.group("ep"), ddp);
+  };
   if (config.zero == 0) {
     // Context parallelism: every cp rank holds a replica too (its gradient is its tokens'), so
     // DDP averages over dp x cp.
     comm::ProcessGroup& replicas = p.data_and_context ? *p.data_and_context : p.group("dp");
     if (replicas.size() == 1) return std::make_unique<parallel::LocalGradients>(*p.model);
-    return std::make_unique<parallel::DistributedDataParallel>(
-        *p.model, replicas, parallel::DdpOptions{static_cast<int64_t>(config.bucket_mb * 1048576.0), algorithm});
+    parallel::DdpOptions options = ddp;
+    if (config.ep > 1) options.only = dense;
+    return with_experts(std::make_unique<parallel::DistributedDataParallel>(*p.model, replicas, options));
   }
   parallel::ZeroOptions options;
   options.stage = static_cast<int>(config.zero);
   for (nn::Module* chunk : p.chunks)
     for (nn::Module* layer : spec.layers_of(*chunk)) options.units.push_back(layer);
   options.algorithm = algorithm;
-  return std::make_unique<parallel::ShardedDataParallel>(*p.model, p.group("shard"), &p.group("replicate"), options);
+  if (config.ep > 1) options.only = dense;
+  return with_experts(std::make_unique<parallel::ShardedDataParallel>(*p.model, p.group("shard"), &p.group("replicate"), options));
 }
 
 }  // namespace
@@ -181,10 +187,16 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
     p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(*p.model, tp, config.zero >= 2);
   if (p.tp3d_layers) prepare_3d(*p.tp3d_layers, p);
 
-  // Context parallelism under ZeRO: the replicas' gradients averaged over cp first (ZeRO then
-  // averages its shards over dp); without ZeRO, DDP averages over dp x cp at once.
-  if (config.cp > 1 && config.zero > 0)
-    p.context_mean = std::make_unique<parallel::tp::ReplicatedGradientSum>(*p.model, cp, config.zero >= 2, comm::ReduceOp::Avg);
+  // Context parallelism under ZeRO: every parameter is a replica over cp (tp-split ones and
+  // experts too), averaged over cp first (ZeRO then averages its shards over dp); without
+  // ZeRO, DDP averages over dp x cp at once, and under expert parallelism the experts (reduced
+  // over expert_dp) are averaged over cp here.
+  if (config.cp > 1 && (config.zero > 0 || config.ep > 1)) {
+    const bool all = config.zero > 0;
+    p.context_mean = std::make_unique<parallel::tp::ReplicatedGradientSum>(
+        *p.model, cp, config.zero >= 2, comm::ReduceOp::Avg,
+        [all](const nn::Parameter& q) { return all || parallel::ep::is_expert_parameter(q); });
+  }
 
   // 5. Data parallelism: one face for DDP, ZeRO 1-3 and HSDP.
   p.gradient_sync = build_data_parallel(config, spec, p);
@@ -205,17 +217,18 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
     p.tied_copy = spec.tied_parameter(last);
   parts.reduce_during_backward = parallel::reduce_during_last_backward(*p.gradient_sync, config.pp > 1, config.chunks);
   parts.model_parallel_groups = {&p.group("tensor"), &pp, &p.group("ep")};
-  const bool all_replicas = tp.rank() == 0, dense_here = p.group("ep").rank() == 0;
+  const bool all_replicas = tp.rank() == 0;
   const nn::Parameter* table_copy = p.tied_copy;
   if (p.tp3d_layers) {  // each piece counted by its replica 0 within the grid (prepare_3d)
     parts.counted = [table_copy](const nn::Parameter& param) {
       return &param != table_copy && param.shard_spec().replica == 0;
     };
   } else {
-    // Experts differ across ep (each rank's block counts), dense parameters are replicas there.
-    parts.counted = [all_replicas, dense_here, table_copy](const nn::Parameter& param) {
+    // Experts differ across ep (each rank's block counts), dense parameters are replicas there
+    // (ExpertDataParallel counts them on ep rank 0 only).
+    parts.counted = [all_replicas, table_copy](const nn::Parameter& param) {
       const bool expert = parallel::ep::is_expert_parameter(param);
-      return &param != table_copy && (all_replicas || (param.shard_spec().sharded() && !expert)) && (dense_here || expert);
+      return &param != table_copy && (all_replicas || (param.shard_spec().sharded() && !expert));
     };
   }
   p.finalizer = std::make_unique<parallel::GradientFinalizer>(std::move(parts));

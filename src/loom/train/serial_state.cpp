@@ -26,8 +26,22 @@ nn::ShardSpec SerialState::spec_of(const std::string& key) const {
 }
 
 std::map<std::string, Tensor> SerialState::state_dict() {
-  return gather(sharded_ ? sharded_->full_state_dict(optimizer_.state(), optimizer_.state_kinds())
-                         : checkpoint_tensors(model_, &optimizer_));
+  if (!sharded_) return gather(checkpoint_tensors(model_, &optimizer_));
+  std::map<std::string, Tensor> state = optimizer_.state(), local = sharded_->full_state_dict(state, optimizer_.state_kinds());
+  for (nn::Parameter* p : unsharded()) {  // whole on this rank: its own values
+    local.emplace("model." + p->name(), p->value());
+    for (const std::string& kind : optimizer_.state_kinds())
+      local.emplace("optim." + kind + "." + p->name(), state.at(kind + "." + p->name()));
+  }
+  return gather(std::move(local));
+}
+
+std::vector<nn::Parameter*> SerialState::unsharded() const {
+  std::vector<nn::Parameter*> out;
+  if (sharded_)
+    for (nn::Parameter* p : model_.parameters())
+      if (!sharded_->holds(*p)) out.push_back(p);
+  return out;
 }
 
 std::map<std::string, Tensor> SerialState::gradient_dict() {
@@ -39,6 +53,7 @@ std::map<std::string, Tensor> SerialState::gradient_dict() {
   if (sharded_) {
     for (auto& [key, t] : sharded_->full_state_dict(grads, {"grad"}))
       if (key.rfind("optim.", 0) == 0) local.emplace(key, t);
+    for (nn::Parameter* p : unsharded()) local.emplace("optim.grad." + p->name(), p->grad());
   } else {
     for (auto& [key, t] : grads) local.emplace("optim." + key, t);
   }
@@ -146,6 +161,11 @@ std::vector<StatePiece> SerialState::pieces() {
     if (sharded_->stage() == 3) add("model." + p.name(), p, p.shape(), piece.shard->value(), piece.param_offset, true);
     for (const std::string& kind : optimizer_.state_kinds())
       add("optim." + kind + "." + p.name(), p, p.shape(), state.at(kind + "." + p.name()), piece.param_offset, true);
+  }
+  for (nn::Parameter* p : unsharded()) {  // left whole by ZeRO (experts): replicas as without it
+    if (sharded_->stage() == 3) add("model." + p->name(), *p, p->shape(), p->value(), 0, false);
+    for (const std::string& kind : optimizer_.state_kinds())
+      add("optim." + kind + "." + p->name(), *p, p->shape(), state.at(kind + "." + p->name()), 0, false);
   }
   return out;
 }

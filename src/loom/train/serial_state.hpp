@@ -46,6 +46,8 @@ class SerialState {
   // Collective: tp slices gathered into full tensors, then every stage's onto all pp ranks.
   std::map<std::string, Tensor> gather(std::map<std::string, Tensor> local);
   std::map<std::string, Tensor> gather_pipeline(std::map<std::string, Tensor> local);
+  // The parameters a ZeRO run leaves whole (expert parallelism's experts); empty without ZeRO.
+  std::vector<nn::Parameter*> unsharded() const;
 
   nn::Module& model_;
   optim::Optimizer& optimizer_;

@@ -17,6 +17,7 @@
 #include "loom/optim/lr_schedule.hpp"
 #include "loom/optim/optimizer.hpp"
 #include "loom/parallel/ddp.hpp"
+#include "loom/parallel/expert_parallel/expert_data_parallel.hpp"
 #include "loom/parallel/pipeline/timeline.hpp"
 #include "loom/parallel/zero.hpp"
 #include "loom/plan/memory_model.hpp"
@@ -77,6 +78,8 @@ class Trainer {
   const Parallelized& parallelized() const { return p_; }
   parallel::DistributedDataParallel* ddp() { return dynamic_cast<parallel::DistributedDataParallel*>(p_.gradient_sync.get()); }
   parallel::ShardedDataParallel* sharded() const {
+    if (const auto* experts = dynamic_cast<const parallel::ep::ExpertDataParallel*>(p_.gradient_sync.get()))
+      return experts->sharded();  // the dense parameters' ZeRO
     return dynamic_cast<parallel::ShardedDataParallel*>(p_.gradient_sync.get());
   }
 

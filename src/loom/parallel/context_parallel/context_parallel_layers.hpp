@@ -13,6 +13,19 @@
 
 namespace loom::parallel::cp {
 
+// The cp ranks' parts of every sequence: sums over the cp group.
+class ContextSequenceParts : public nn::SequenceParts {
+ public:
+  explicit ContextSequenceParts(comm::ProcessGroup& cp) : cp_(cp) {}
+  int64_t parts() const override { return cp_.size(); }
+  void sum(std::vector<float>& v) const override {
+    cp_.all_reduce(v.data(), static_cast<int64_t>(v.size()), comm::ReduceOp::Sum);
+  }
+
+ private:
+  comm::ProcessGroup& cp_;
+};
+
 class ContextParallelLayers : public nn::LayerBuilder {
  public:
   // inner outlives this builder (the recipe keeps both).
@@ -32,6 +45,8 @@ class ContextParallelLayers : public nn::LayerBuilder {
   Tensor head_input(const Tensor& x) const override { return inner_.head_input(x); }
   nn::ShardSpec vocabulary_shard() const override { return inner_.vocabulary_shard(); }
   Tensor head_input_gradient(const Tensor& dx) const override { return inner_.head_input_gradient(dx); }
+  // A mixture of experts sums its per-sequence statistics over the cp ranks.
+  const nn::SequenceParts& sequence_parts() const override { return parts_; }
 
   // The rings' time (all layers) since the last reset.
   RingStats& stats() const { return *stats_; }
@@ -41,6 +56,7 @@ class ContextParallelLayers : public nn::LayerBuilder {
   comm::ProcessGroup& group_;
   Split split_;
   std::shared_ptr<RingStats> stats_;
+  ContextSequenceParts parts_{group_};
 };
 
 }  // namespace loom::parallel::cp

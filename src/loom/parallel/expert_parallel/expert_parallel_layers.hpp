@@ -1,6 +1,7 @@
 // Expert parallelism by layer substitution: a layer builder that makes every mixture of
 // experts hold this rank's E/ep experts and exchange tokens over the `ep` group; every other
-// layer comes from the builder it wraps (serial today), so the model's code is unchanged.
+// layer comes from the builder it wraps (serial, tensor or context parallel), so the model's
+// code is unchanged.
 #pragma once
 
 #include "loom/nn/layer_builder.hpp"
@@ -14,6 +15,9 @@ class ExpertParallelLayers : public nn::LayerBuilder {
   const AllToAllDispatcher& dispatcher() const { return dispatcher_; }
 
   int64_t tensor_parallel_size() const override { return base_.tensor_parallel_size(); }
+  int64_t vocabulary_parts() const override { return base_.vocabulary_parts(); }
+  std::unique_ptr<nn::Module> attention(int64_t C, int64_t NH) const override { return base_.attention(C, NH); }
+  Tensor gather_vocabulary(const Tensor& logits) const override { return base_.gather_vocabulary(logits); }
   std::unique_ptr<nn::Linear> column_parallel_linear(int64_t in, int64_t out, int64_t blocks) const override {
     return base_.column_parallel_linear(in, out, blocks);
   }
@@ -27,8 +31,9 @@ class ExpertParallelLayers : public nn::LayerBuilder {
   nn::ShardSpec vocabulary_shard() const override { return base_.vocabulary_shard(); }
   Tensor head_input_gradient(const Tensor& dx) const override { return base_.head_input_gradient(dx); }
   std::unique_ptr<nn::MoE> mixture_of_experts(int64_t C, const nn::MoeConfig& config) const override {
-    return std::make_unique<nn::MoE>(C, config, dispatcher_);
+    return std::make_unique<nn::MoE>(C, config, dispatcher_, base_.sequence_parts());
   }
+  const nn::SequenceParts& sequence_parts() const override { return base_.sequence_parts(); }
 
  private:
   const nn::LayerBuilder& base_;

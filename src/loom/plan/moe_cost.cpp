@@ -1,0 +1,50 @@
+#include "loom/plan/moe_cost.hpp"
+
+namespace loom::plan {
+
+int64_t expert_mlp_parameters(int64_t hidden) { return 8 * hidden * hidden + 5 * hidden; }
+
+int64_t moe_layers(const ModelSpec& model) {
+  return model.moe.experts > 0 ? model.layers / model.moe.every : 0;
+}
+
+int64_t total_parameters(const ModelSpec& model) {
+  const int64_t mlp = expert_mlp_parameters(model.hidden);
+  return model.parameters() + moe_layers(model) * ((model.moe.experts - 1) * mlp + model.hidden * model.moe.experts);
+}
+
+int64_t active_parameters(const ModelSpec& model) {
+  const int64_t mlp = expert_mlp_parameters(model.hidden);
+  return model.parameters() + moe_layers(model) * ((model.moe.top_k - 1) * mlp + model.hidden * model.moe.experts);
+}
+
+int64_t expert_parameters_per_device(const ModelSpec& model, const Layout& layout) {
+  if (model.moe.experts == 0) return 0;
+  return moe_layers(model) / layout.pp * (model.moe.experts / layout.ep) * expert_mlp_parameters(model.hidden);
+}
+
+int64_t all_to_all_bytes_per_step(const ModelSpec& model, const Layout& layout, int64_t micro_batches,
+                                  int64_t value_bytes) {
+  if (model.moe.experts == 0 || layout.ep == 1) return 0;
+  const int64_t rows = layout.micro_batch * model.seq * model.moe.top_k;
+  return 4 * rows * model.hidden * value_bytes * (moe_layers(model) / layout.pp) * micro_batches;
+}
+
+double all_to_all_seconds(const ModelSpec& model, const Layout& layout, int64_t micro_batches, int64_t value_bytes,
+                          const LinkCost& link) {
+  const int64_t bytes = all_to_all_bytes_per_step(model, layout, micro_batches, value_bytes);
+  if (bytes == 0) return 0.0;
+  const double ep = static_cast<double>(layout.ep);
+  const double exchanges = 4.0 * static_cast<double>(moe_layers(model) / layout.pp * micro_batches);
+  return exchanges * (ep - 1.0) * link.alpha_s + static_cast<double>(bytes) * (ep - 1.0) / ep * link.beta_s_per_byte;
+}
+
+double moe_flops_ratio(const ModelSpec& model) {
+  if (model.moe.experts == 0) return 1.0;
+  const double s = static_cast<double>(model.seq), h = static_cast<double>(model.hidden);
+  const double extra = static_cast<double>(moe_layers(model)) *
+                       (static_cast<double>(model.moe.top_k - 1) * 48.0 * s * h * h + 6.0 * s * h * static_cast<double>(model.moe.experts));
+  return 1.0 + extra / model.flops_per_sequence(false);
+}
+
+}  // namespace loom::plan

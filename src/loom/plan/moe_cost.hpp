@@ -1,0 +1,42 @@
+// The planner's mixture-of-experts terms (Fedus et al. 2021; GShard, Lepikhin et al. 2020):
+// every `every`-th block's MLP is E expert MLPs and a router, a token runs through K of them.
+// Total parameters count every expert, active ones what a token uses (K experts); under
+// expert parallelism a device holds E / ep experts of each of its stage's MoE layers, whole
+// (tp replicates them; ZeRO shards only the dense parameters, as Loom's ep does), and each
+// MoE layer exchanges its routed rows with all-to-alls: dispatch and combine in forward, the
+// same two in backward.
+#pragma once
+
+#include <cstdint>
+
+#include "loom/plan/specs.hpp"
+#include "loom/plan/step_time.hpp"
+
+namespace loom::plan {
+
+// Parameters of one expert MLP: h -> 4h -> h with biases, 8 h^2 + 5 h.
+int64_t expert_mlp_parameters(int64_t hidden);
+// MoE blocks of the model (blocks every-1, 2 every-1, ...); 0 without experts.
+int64_t moe_layers(const ModelSpec& model);
+// Every parameter, each expert counted (the dense formula with each MoE block's MLP replaced
+// by E experts and a router of h E).
+int64_t total_parameters(const ModelSpec& model);
+// What one token computes with: K experts per MoE block (and its router).
+int64_t active_parameters(const ModelSpec& model);
+// Expert parameters on one device: E / ep experts of each MoE layer of its pipeline stage.
+int64_t expert_parameters_per_device(const ModelSpec& model, const Layout& layout);
+// Bytes one device hands to its all-to-alls in a step of `micro_batches` micro-batches, all
+// rows routed (dropless; capacity only drops some): per MoE layer of its stage and
+// micro-batch, micro_batch x seq x K rows of h values, four times (dispatch and combine,
+// forward and backward). Under balanced routing (ep - 1) / ep of it leaves the device.
+int64_t all_to_all_bytes_per_step(const ModelSpec& model, const Layout& layout, int64_t micro_batches,
+                                  int64_t value_bytes);
+// Seconds of those exchanges: each all-to-all moves its off-device share over the link
+// (pairwise, ep - 1 messages).
+double all_to_all_seconds(const ModelSpec& model, const Layout& layout, int64_t micro_batches, int64_t value_bytes,
+                          const LinkCost& link);
+// Training FLOPs of one sequence over the dense model's: each MoE block runs K MLPs and a
+// router instead of one MLP (the MLP being 2/3 of a block's 72 s h^2 (1 + s / 6h)).
+double moe_flops_ratio(const ModelSpec& model);
+
+}  // namespace loom::plan
