@@ -33,6 +33,7 @@ struct PlanArgs {
   std::string recompute = "any";
   int zero = 1;
   std::string sequence_parallel = "on";
+  std::string precision;  // "": the cluster's own
   int64_t dp = 0, pp = 0, tp = 0, micro_batch = 0, chunks = 1;  // dp > 0: this one layout only
   double link_latency_us = 0, link_gbs = 0;                      // > 0: override both link tiers
 };
@@ -116,6 +117,10 @@ Runner add_plan_command(CLI::App& sub) {
   sub.add_option("--link-gbs", a->link_gbs, "bandwidth of every link in GB/s, e.g. 1/beta from `loom bench comm`");
   sub.add_option("--chunks", a->chunks, "virtual pipeline stages per rank of the one layout [1]");
   sub.add_flag("--json", a->json, "print the ranking as JSON");
+  sub.add_option("--precision", a->precision,
+                 "price training in this precision: fp32 or bf16 (Loom's mixed precision: 18 bytes a parameter, bf16 "
+                 "GEMMs, measured in bf16 with --cluster local) or mixed (Megatron's 16 bytes) [the cluster's]")
+      ->check(CLI::IsMember({"fp32", "bf16", "mixed"}));
   sub.add_option("--recompute", a->recompute, "full activation recompute: on, off or any [any]")
       ->check(CLI::IsMember({"on", "off", "any"}));
   sub.add_option("--zero", a->zero, "ZeRO stage inside data parallelism (1: distributed optimizer) [1]")
@@ -160,8 +165,12 @@ Runner add_plan_command(CLI::App& sub) {
           for (int64_t mb : space.micro_batches) layouts.push_back(plan::Layout{1, 1, tp, 1, mb});
     }
     plan::ClusterSpec cluster = !a->cluster_file.empty() ? plan::cluster_from_file(a->cluster_file)
-                                : a->cluster == "local"  ? measure_local_cluster(model, layouts, a->devices)
-                                                         : plan::cluster_preset(a->cluster);
+                                : a->cluster == "local"
+                                    ? measure_local_cluster(model, layouts, a->devices,
+                                                            a->precision == "bf16" ? plan::Precision::Bf16 : plan::Precision::Fp32)
+                                    : plan::cluster_preset(a->cluster);
+    // A preset or file's peak is its training precision's; the precision sets the memory prices.
+    if (!a->precision.empty()) cluster.precision = plan::parse_plan_precision(a->precision);
     check(std::isfinite(a->link_latency_us) && a->link_latency_us >= 0 && std::isfinite(a->link_gbs) && a->link_gbs >= 0,
           "--link-latency-us and --link-gbs must be >= 0 (0: the cluster's), got ", a->link_latency_us, " and ", a->link_gbs);
     for (plan::LinkCost* link : {&cluster.intra_node, &cluster.inter_node}) {
@@ -204,9 +213,9 @@ Runner add_plan_command(CLI::App& sub) {
       std::printf("%s\n", out.dump(1).c_str());
       return 0;
     }
-    std::printf("%s (%lld parameters) on %lld x %s, global batch %lld\n", model.name.c_str(),
+    std::printf("%s (%lld parameters) on %lld x %s, global batch %lld, precision %s\n", model.name.c_str(),
                 static_cast<long long>(model.parameters()), static_cast<long long>(a->devices), cluster.name.c_str(),
-                static_cast<long long>(a->global_batch));
+                static_cast<long long>(a->global_batch), plan::plan_precision_name(cluster.precision));
     if (cluster.name == "local")
       std::printf("local: %lld cores (a process per rank, 1 thread each), %.1f GiB a rank, GEMM %.1f-%.1f GFLOP/s by "
                   "shape, attention %.1f GFLOP/s, GELU %.1f + %.1f ns a value, copy %.1f GB/s, a core's speed alone %.2f, all busy %.2f\n",

@@ -61,23 +61,28 @@ void prepare_3d(const parallel::tp3d::Layers3D& layers, Parallelized& p) {
 
 std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& config, ModelSpec& spec, Parallelized& p) {
   const comm::AllReduceAlgorithm algorithm = comm::parse_algorithm(config.allreduce);
+  const bool reduce_in_bf16 = config.grad_reduce_dtype == "bf16";
+  const parallel::DdpOptions ddp_options{.bucket_bytes = static_cast<int64_t>(config.bucket_mb * 1048576.0),
+                                         .algorithm = algorithm, .reduce_in_bf16 = reduce_in_bf16};
   if (config.ep > 1)  // experts averaged over their own replicas only
     return std::make_unique<parallel::ep::ExpertDataParallel>(
         *p.model, p.group("dp"), p.group("expert_dp"), config.ep,
-        parallel::DdpOptions{static_cast<int64_t>(config.bucket_mb * 1048576.0), algorithm});
+        ddp_options);
   if (config.zero == 0) {
     // Context parallelism: every cp rank holds a replica too (its gradient is its tokens'), so
     // DDP averages over dp x cp.
     comm::ProcessGroup& replicas = p.data_and_context ? *p.data_and_context : p.group("dp");
     if (replicas.size() == 1) return std::make_unique<parallel::LocalGradients>(*p.model);
     return std::make_unique<parallel::DistributedDataParallel>(
-        *p.model, replicas, parallel::DdpOptions{static_cast<int64_t>(config.bucket_mb * 1048576.0), algorithm});
+        *p.model, replicas, ddp_options);
   }
   parallel::ZeroOptions options;
   options.stage = static_cast<int>(config.zero);
   for (nn::Module* chunk : p.chunks)
     for (nn::Module* layer : spec.layers_of(*chunk)) options.units.push_back(layer);
   options.algorithm = algorithm;
+  options.reduce_in_bf16 = reduce_in_bf16;
+  options.gather_in_bf16 = config.precision == "bf16";
   return std::make_unique<parallel::ShardedDataParallel>(*p.model, p.group("shard"), &p.group("replicate"), options);
 }
 
