@@ -102,6 +102,13 @@ train::TrainConfig common(const Case& k, int64_t dp, int64_t batch) {
 // (measured there: losses 3.8e-6, gradients 1.2e-2 of each tensor's scale); the gradient
 // norm, a sum over all those gradients, differed by up to 1.8e-4 relative (dp 3): bound 1e-3.
 const Tolerances kBf16Tolerances{.loss = 1e-4, .grad_norm = 1e-3, .grad = 3e-2, .param = 1e-1, .adam_drift = true};
+// Gradients reduced in bf16 on the wire: each element is rounded to bf16 when sent and each
+// of the dp - 1 additions rounds the running sum, at most 2^-8 relative each (half of bf16's
+// 2^-7 spacing). The roundings are independent, so a tensor's gradient stays within the bf16
+// bound of 3e-2 of its scale (the serial run reduces nothing: the comparison sees all of it).
+// Its AdamW steps then differ a little from the serial run's, and so do the next steps'
+// gradient norms: 1.5e-3 relative measured (zero3, dp 3), bound 5e-3.
+constexpr double kBf16ReduceGradNorm = 5e-3;
 
 class EquivalenceTable : public ::testing::TestWithParam<Case> {};
 
@@ -128,7 +135,8 @@ TEST_P(EquivalenceTable, SameGradientsLossesParametersAndValidationLossAsSerial)
   c.tp_3d = k.tp_3d;
   train::Trainer parallel(c, true, &world());
   const std::string what = k.name + " (dp " + std::to_string(dp) + ")";
-  const Tolerances tol = k.precision == "bf16" || k.grad_reduce_dtype == "bf16" ? kBf16Tolerances : Tolerances{};
+  Tolerances tol = k.precision == "bf16" || k.grad_reduce_dtype == "bf16" ? kBf16Tolerances : Tolerances{};
+  if (k.grad_reduce_dtype == "bf16") tol.grad_norm = kBf16ReduceGradNorm;
   expect_equivalent(run(parallel), want, c, what, tol);
   const float val = parallel.evaluate(), serial_val = serial.evaluate();
   EXPECT_NEAR(val, serial_val, tol.loss * std::fabs(serial_val)) << what << " validation loss";
@@ -147,10 +155,6 @@ Case bf16(Case c) {
   return c;
 }
 
-// Gradients reduced in bf16 on the wire: each element is rounded to bf16 when sent and each
-// of the dp - 1 additions rounds the running sum, at most 2^-9 relative each; at 8 ranks that
-// is 1.6e-2 of an element's magnitude at worst, within the bf16 gradient bound of 3e-2 of a
-// tensor's scale (the serial run reduces nothing, so the comparison sees the whole rounding).
 Case bf16_reduce(Case c) {
   c.name += "_reduce_bf16";
   c.grad_reduce_dtype = "bf16";

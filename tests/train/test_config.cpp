@@ -98,6 +98,11 @@ TEST(Config, Tp3dGridsAreCheckedBeforeAnyRankTalks) {
   c.zero = 3;
   EXPECT_EQ(error_of([&] { c.validate(); }), "tp_3d (2,2,2) shards its weights over depth itself: set zero = 0 (got 3)");
   c.zero = 0;
+  c.precision = "bf16";
+  EXPECT_EQ(error_of([&] { c.validate(); }),
+            "tp_3d (2,2,2) computes its GEMMs in fp32 (its weights are gathered over depth in fp32): bf16 mixed "
+            "precision does not compose with it yet: set precision = 'fp32' (got 'bf16')");
+  c.precision = "fp32";
   EXPECT_NO_THROW(c.validate());
   c.dp = 2;
   EXPECT_EQ(c.world_ranks(), 16);

@@ -252,6 +252,8 @@ void TrainConfig::validate_tp_3d() const {
   check(checkpoint_format != "sharded", grid, " writes single-file checkpoints only: set checkpoint_format to 'single' or 'auto'");
   check(resume.empty(), grid, " cannot resume from a checkpoint yet (resume = '", resume, "')");
   check(!model.moe.enabled(), grid, " does not compose with a mixture of experts yet: set moe_experts = 0");
+  check(precision == "fp32", grid, " computes its GEMMs in fp32 (its weights are gathered over depth in fp32): "
+        "bf16 mixed precision does not compose with it yet: set precision = 'fp32' (got '", precision, "')");
 }
 
 void TrainConfig::validate_expert_parallel() const {
