@@ -15,6 +15,7 @@
 #include "loom/kernels/attention.hpp"
 #include "loom/kernels/gelu.hpp"
 #include "loom/kernels/matmul.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/kernels/residual.hpp"
 #include "loom/kernels/threads.hpp"
 
@@ -74,15 +75,23 @@ int64_t timed_rows(const plan::Gemm& g) {
 
 // A Linear's three products as nn::Linear runs them: y = x W^T + b; dx = dy W; dW += dy^T x
 // and the bias gradient.
-plan::MeasuredRate measure_linear(const plan::Gemm& g) {
+plan::MeasuredRate measure_linear(const plan::Gemm& g, bool bf16) {
   const int64_t M = timed_rows(g), N = g.n, K = g.k;
   std::vector<float> x = buffer(M * K, 0.5f), w = buffer(N * K, 0.25f), b = buffer(N, 0.1f), y = buffer(M * N, 0.f),
                      dw = buffer(N * K, 0.f), db = buffer(N, 0.f);  // x (M, K), W (N, K), y (M, N)
+  // Mixed precision reads bf16 copies of the input, the weight and the output's gradient.
+  std::vector<bfloat16> x16(bf16 ? x.size() : 0), w16(bf16 ? w.size() : 0), y16(bf16 ? y.size() : 0);
+  kernels::convert_to_bf16(x.data(), x16.data(), static_cast<int64_t>(x16.size()));
+  kernels::convert_to_bf16(w.data(), w16.data(), static_cast<int64_t>(w16.size()));
+  kernels::convert_to_bf16(y.data(), y16.data(), static_cast<int64_t>(y16.size()));
+  auto operand = [bf16](std::vector<float>& f, std::vector<bfloat16>& h) {
+    return bf16 ? kernels::Operand(h.data()) : kernels::Operand(f.data());
+  };
   const double forward = fastest_seconds(
-      [&] { kernels::matmul(x.data(), Trans::N, w.data(), Trans::T, y.data(), M, N, K, b.data()); });
+      [&] { kernels::matmul(operand(x, x16), Trans::N, operand(w, w16), Trans::T, y.data(), M, N, K, b.data()); });
   const double backward = fastest_seconds([&] {
-    kernels::matmul(y.data(), Trans::N, w.data(), Trans::N, x.data(), M, K, N);
-    kernels::matmul(y.data(), Trans::T, x.data(), Trans::N, dw.data(), N, K, M, nullptr, /*accumulate=*/true);
+    kernels::matmul(operand(y, y16), Trans::N, operand(w, w16), Trans::N, x.data(), M, K, N);
+    kernels::matmul(operand(y, y16), Trans::T, operand(x, x16), Trans::N, dw.data(), N, K, M, nullptr, /*accumulate=*/true);
     kernels::bias_backward(db.data(), y.data(), M, N);
   });
   const double flops = 2.0 * static_cast<double>(M * N * K);
@@ -161,14 +170,16 @@ void add_unique(std::vector<plan::Gemm>& shapes, const plan::Gemm& g) {
 }  // namespace
 
 plan::ClusterSpec measure_local_cluster(const plan::ModelSpec& model, const std::vector<plan::Layout>& layouts,
-                                        int64_t ranks) {
+                                        int64_t ranks, plan::Precision precision) {
   plan::ClusterSpec c;
   c.name = "local";
   c.cores_per_node = std::max<int64_t>(1, sysconf(_SC_NPROCESSORS_ONLN));
   c.devices_per_node = std::max(c.cores_per_node, ranks);  // every rank runs on this machine
   c.memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / c.devices_per_node;
   c.compute_units = 0;
-  c.precision = plan::Precision::Fp32;
+  const bool bf16 = precision == plan::Precision::Bf16;
+  c.precision = bf16 ? plan::Precision::Bf16 : plan::Precision::Fp32;
+  const kernels::PrecisionScope scope(bf16 ? kernels::Precision::BF16 : kernels::Precision::F32);  // attention's products
   const int threads = kernels::num_threads();
   kernels::set_num_threads(1);
   std::vector<plan::Gemm> linear, scores;
@@ -189,7 +200,7 @@ plan::ClusterSpec measure_local_cluster(const plan::ModelSpec& model, const std:
     auto same = std::find_if(c.gemm_rates.begin(), c.gemm_rates.end(), [&](const plan::MeasuredRate& r) {
       return plan::Gemm{timed_rows(r.shape), r.shape.n, r.shape.k} == timed;
     });
-    plan::MeasuredRate rate = same != c.gemm_rates.end() ? *same : measure_linear(g);
+    plan::MeasuredRate rate = same != c.gemm_rates.end() ? *same : measure_linear(g, bf16);
     rate.shape = g;
     c.gemm_rates.push_back(rate);
   }

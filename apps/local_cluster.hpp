@@ -15,7 +15,9 @@
 namespace loom::apps {
 
 // `ranks`: the processes a layout will run on this machine (its cores are shared when more).
+// precision Bf16: the GEMMs and attention timed in bf16 mixed precision (bf16 operands, fp32
+// results), as `--precision bf16` trains; otherwise fp32.
 plan::ClusterSpec measure_local_cluster(const plan::ModelSpec& model, const std::vector<plan::Layout>& layouts,
-                                        int64_t ranks);
+                                        int64_t ranks, plan::Precision precision = plan::Precision::Fp32);
 
 }  // namespace loom::apps

@@ -40,6 +40,7 @@ struct PlanArgs {
   std::string sequence_parallel = "on";
   std::string tp_3d = "off";  // on: 3D grids searched too
   bool crossover = false;
+  std::string precision;  // "": the cluster's own
   int64_t dp = 0, pp = 0, tp = 0, micro_batch = 0, chunks = 1;  // dp > 0: this one layout only
   int64_t cp = 1, cp_from_seq = plan::SearchSpace{}.cp_from_seq;
   int64_t moe_experts = 0, moe_top_k = 2, moe_every = 1, ep = 1;   // a mixture of experts (moe_cost.hpp)
@@ -185,6 +186,10 @@ Runner add_plan_command(CLI::App& sub) {
   sub.add_option("--moe-every", a->moe_every, "every N-th block is a mixture of experts [1]");
   sub.add_option("--ep", a->ep, "expert-parallel degree of the one layout (a split of dp; the search tries every one) [1]");
   sub.add_flag("--json", a->json, "print the ranking as JSON");
+  sub.add_option("--precision", a->precision,
+                 "price training in this precision: fp32 or bf16 (Loom's mixed precision: 18 bytes a parameter, bf16 "
+                 "GEMMs, measured in bf16 with --cluster local) or mixed (Megatron's 16 bytes) [the cluster's]")
+      ->check(CLI::IsMember({"fp32", "bf16", "mixed"}));
   sub.add_option("--recompute", a->recompute, "full activation recompute: on, off or any [any]")
       ->check(CLI::IsMember({"on", "off", "any"}));
   sub.add_option("--zero", a->zero, "ZeRO stage inside data parallelism (1: distributed optimizer) [1]")
@@ -246,8 +251,12 @@ Runner add_plan_command(CLI::App& sub) {
           for (int64_t mb : space.micro_batches) layouts.push_back(plan::Layout{1, 1, tp, 1, mb});
     }
     plan::ClusterSpec cluster = !a->cluster_file.empty() ? plan::cluster_from_file(a->cluster_file)
-                                : a->cluster == "local"  ? measure_local_cluster(model, layouts, a->devices)
-                                                         : plan::cluster_preset(a->cluster);
+                                : a->cluster == "local"
+                                    ? measure_local_cluster(model, layouts, a->devices,
+                                                            a->precision == "bf16" ? plan::Precision::Bf16 : plan::Precision::Fp32)
+                                    : plan::cluster_preset(a->cluster);
+    // A preset or file's peak is its training precision's; the precision sets the memory prices.
+    if (!a->precision.empty()) cluster.precision = plan::parse_plan_precision(a->precision);
     check(std::isfinite(a->link_latency_us) && a->link_latency_us >= 0 && std::isfinite(a->link_gbs) && a->link_gbs >= 0,
           "--link-latency-us and --link-gbs must be >= 0 (0: the cluster's), got ", a->link_latency_us, " and ", a->link_gbs);
     for (plan::LinkCost* link : {&cluster.intra_node, &cluster.inter_node}) {
@@ -298,9 +307,9 @@ Runner add_plan_command(CLI::App& sub) {
       std::printf("%s\n", out.dump(1).c_str());
       return 0;
     }
-    std::printf("%s (%lld parameters) on %lld x %s, global batch %lld\n", model.name.c_str(),
+    std::printf("%s (%lld parameters) on %lld x %s, global batch %lld, precision %s\n", model.name.c_str(),
                 static_cast<long long>(plan::total_parameters(model)), static_cast<long long>(a->devices), cluster.name.c_str(),
-                static_cast<long long>(a->global_batch));
+                static_cast<long long>(a->global_batch), plan::plan_precision_name(cluster.precision));
     if (model.moe.experts > 0)
       std::printf("mixture of experts: %lld experts, top-%lld, every %lld block(s): %lld parameters in all, %lld active per token\n",
                   static_cast<long long>(model.moe.experts), static_cast<long long>(model.moe.top_k),

@@ -14,6 +14,7 @@
 #include "loom/parallel/pipeline/partition.hpp"
 #include "loom/plan/comm_cost.hpp"
 #include "loom/plan/memory_model.hpp"
+#include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/memory_budget.hpp"
 #include "loom/train/trainer.hpp"
@@ -32,11 +33,20 @@ void print_dry_run(train::TrainConfig& config) {
   plan::StateBytes state =
       plan::model_state_bytes(params, static_cast<int>(config.shard_size()), static_cast<int>(config.zero),
                               config.optimizer == "adamw" ? 8 : 4);
-  if (config.precision == "bf16") state.params += plan::bf16_copy_bytes(params, static_cast<int>(config.zero));
+  if (config.precision == "bf16") {
+    // The blocks' Linear weights are read by GEMMs only (held in bf16 alone under ZeRO-1/2);
+    // every other parameter keeps an fp32 value (plan/mixed_precision_cost.hpp). 3D tensor
+    // parallelism gathers its weights in fp32, experts are not Linear layers.
+    const nn::GPTConfig& m = config.model;
+    const int64_t gemm_only =
+        config.tp_3d.empty() ? m.n_layer * (4 + (m.moe.enabled() ? 0 : 8)) * m.n_embd * m.n_embd / config.tp : 0;
+    state = plan::mixed_precision_state_bytes(params, params - gemm_only, static_cast<int>(config.shard_size()),
+                                              static_cast<int>(config.zero), config.optimizer == "adamw" ? 8 : 4);
+  }
   const char* mode[] = {"DDP, replicated", "ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP"};
   std::printf("# predicted state memory per rank (%s, %s, %s, sharded over %lld ranks): params %s + grads %s + "
               "optimizer %s = %s%s\n",
-              config.precision == "bf16" ? "bf16 mixed precision: fp32 state + 2-byte bf16 weight copies" : "fp32",
+              config.precision == "bf16" ? "bf16 mixed precision: bf16 weights, fp32 master, gradients and moments" : "fp32",
               config.optimizer.c_str(), mode[config.zero], static_cast<long long>(config.shard_size()),
               format_bytes(state.params).c_str(), format_bytes(state.grads).c_str(),
               format_bytes(state.optimizer).c_str(), format_bytes(state.total()).c_str(),

@@ -90,6 +90,58 @@ TEST_P(ScatterGather, ReduceScatterThenAllGatherIsAllReduce) {
 INSTANTIATE_TEST_SUITE_P(Algorithms, ScatterGather, ::testing::Values(AllReduceAlgorithm::Mpi, AllReduceAlgorithm::Ring),
                          [](const auto& info) { return algorithm_name(info.param); });
 
+// Mixed precision on the wire. Small integers are exact in bf16 and so are their sums up to
+// 256: those results must be exact. Random values: each element is rounded to bf16 once when
+// sent and each of the p - 1 additions rounds its sum once, every rounding at most 2^-8 (half
+// of bf16's 2^-7 spacing) of a value no larger than the sum of the magnitudes, so the bound is
+// p 2^-8 sum_q |x_q|.
+TEST(Collectives, Bf16WireReductionsAndGatherHalveTheBytes) {
+  ProcessGroup& g = world();
+  const int p = g.size();
+  const int64_t n = 1001;
+  auto small_integers = [&](int rank, int64_t count) {
+    std::vector<float> x(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) x[i] = static_cast<float>(rank + 1 + i % 7);
+    return x;
+  };
+  std::vector<float> want_sum(static_cast<size_t>(n * p), 0.0f), magnitude(static_cast<size_t>(n * p), 0.0f);
+  for (int q = 0; q < p; ++q) {
+    const std::vector<float> x = small_integers(q, n * p), r = input_of(q, n * p, 9);
+    for (int64_t i = 0; i < n * p; ++i) {
+      want_sum[i] += x[i];
+      magnitude[i] += std::fabs(r[i]);
+    }
+  }
+  g.reset_stats();
+  std::vector<float> x = small_integers(g.rank(), n);
+  g.all_reduce_bf16_async(x.data(), n, ReduceOp::Sum).wait();
+  EXPECT_EQ(x, std::vector<float>(want_sum.begin(), want_sum.begin() + n)) << "bf16 all-reduce of integers";
+  EXPECT_EQ(g.stats().bytes, 2 * n) << "an all-reduce of n values in bf16 moves a 2n-byte tensor";
+
+  g.reset_stats();
+  std::vector<float> full = small_integers(g.rank(), n * p), shard(static_cast<size_t>(n));
+  g.reduce_scatter_bf16_async(full.data(), shard.data(), n, ReduceOp::Avg).wait();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(shard[i], want_sum[g.rank() * n + i] / static_cast<float>(p)) << i;
+  // In place, as ZeRO reduces (this rank's chunk of the buffer receives its result).
+  std::vector<float> random = input_of(g.rank(), n * p, 9);
+  float* chunk = random.data() + g.rank() * n;
+  g.reduce_scatter_bf16_async(random.data(), chunk, n, ReduceOp::Sum).wait();
+  const std::vector<float> exact = expected_reduction(n * p, ReduceOp::Sum, p, 9);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = g.rank() * n + i;
+    ASSERT_LE(std::fabs(chunk[i] - exact[k]), p * std::ldexp(1.0f, -8) * magnitude[k] + 1e-7f) << "element " << k;
+  }
+  EXPECT_EQ(g.stats().bytes, 2 * (2 * n * p)) << "two reduce-scatters of n x p bf16 values";
+
+  g.reset_stats();
+  std::vector<bfloat16> mine(static_cast<size_t>(n)), gathered(static_cast<size_t>(n * p));
+  for (int64_t i = 0; i < n; ++i) mine[i] = to_bf16(static_cast<float>(g.rank() * 16 + i % 16));
+  g.all_gather_bf16_async(mine.data(), gathered.data(), n).wait();
+  for (int q = 0; q < p; ++q)
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(to_f32(gathered[q * n + i]), static_cast<float>(q * 16 + i % 16));
+  EXPECT_EQ(g.stats().bytes, 2 * n * p);
+}
+
 TEST(Collectives, BroadcastFromEveryRoot) {
   ProcessGroup& g = world();
   for (int root = 0; root < g.size(); ++root) {

@@ -94,6 +94,25 @@ TEST(Ddp, ModelStateMemoryMatchesTheFormula) {
   EXPECT_NEAR(static_cast<double>(state), static_cast<double>(want), 0.05 * static_cast<double>(want));
 }
 
+// grad_reduce_dtype: the buckets' all-reduces move Psi elements of 4 (fp32) or 2 (bf16) bytes a
+// step, whatever the compute precision (the counters count whole tensors: a ring sends
+// 2 Psi (N - 1) / N of them per rank), and the step's mean loss one fp32 float on the same group.
+TEST(Ddp, Bf16GradientReduceHalvesTheBytes) {
+  const int p = world().size();
+  if (p < 2) GTEST_SKIP() << "no DDP on one rank";
+  for (const std::string reduce : {"fp32", "bf16"}) {
+    train::TrainConfig c = tiny(p, 2, 1);
+    c.precision = "bf16";
+    c.grad_reduce_dtype = reduce;
+    train::Trainer t(c, true, &world());
+    t.train_step();
+    t.ddp()->group().reset_stats();
+    t.train_step();
+    const int64_t psi = t.model().num_parameters();
+    EXPECT_EQ(t.ddp()->group().stats().bytes, (reduce == "bf16" ? 2 : 4) * psi + 4) << "reduce " << reduce;
+  }
+}
+
 TEST(Ddp, ANonFiniteLossOnOneRankStopsOrSkipsOnEveryRank) {
   const int p = world().size();
   if (p < 2) GTEST_SKIP() << "needs a second rank to go wrong";

@@ -78,7 +78,7 @@ TEST(PlanSpecFiles, BadClusterFilesAreNamed) {
   EXPECT_EQ(error_of([&] { cluster_from_toml("memory_gib = 12\n" + kClusterLinks, "c.toml"); }),
             "c.toml: missing key 'devices_per_node'");
   EXPECT_EQ(error_of([&] { cluster_from_toml(kClusterKeys + "precision = \"fp8\"\n" + kClusterLinks, "c.toml"); }),
-            "c.toml: precision must be \"mixed\" or \"fp32\", got \"fp8\"");
+            "c.toml: precision must be \"mixed\", \"fp32\" or \"bf16\", got \"fp8\"");
   EXPECT_EQ(error_of([&] { cluster_from_toml(kClusterKeys + "gemm_peak_share = 2\n" + kClusterLinks, "c.toml"); }).rfind("c.toml:", 0), 0u);
   EXPECT_EQ(error_of([&] { cluster_from_toml(kClusterKeys + "reserved_gib = 12\n" + kClusterLinks, "c.toml"); }),
             "c.toml: reserved_gib (12) must be below memory_gib (12)");

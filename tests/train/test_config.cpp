@@ -102,6 +102,11 @@ TEST(Config, Tp3dGridsAreCheckedBeforeAnyRankTalks) {
   EXPECT_EQ(error_of([&] { c.validate(); }), "tp_3d_overlap must be 'on' or 'off', got 'yes'");
   c.tp_3d_overlap = "off";
   c.resume = "latest";  // a 3D run resumes (single-file checkpoints of any layout)
+  c.precision = "bf16";
+  EXPECT_EQ(error_of([&] { c.validate(); }),
+            "tp_3d (2,2,2) computes its GEMMs in fp32 (its weights are gathered over depth in fp32): bf16 mixed "
+            "precision does not compose with it yet: set precision = 'fp32' (got 'bf16')");
+  c.precision = "fp32";
   EXPECT_NO_THROW(c.validate());
   c.resume = "";
   c.dp = 2;

@@ -12,6 +12,7 @@
 #include "loom/comm/startup_watch.hpp"
 #include "loom/error.hpp"
 #include "loom/trace/recorder.hpp"
+#include "loom/comm/bf16_wire.hpp"
 
 namespace loom::comm {
 
@@ -97,7 +98,7 @@ Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()
   const int64_t sequence = ++sequence_;
   // n < 0: the size differs by rank (all_to_all_v), so the call check compares the operation alone.
   const std::string operation =
-      op + "(" + (n < 0 ? std::string("uneven") : std::to_string(n) + (element_bytes == 1 ? " bytes" : " floats")) + ")";
+      op + "(" + (n < 0 ? std::string("uneven") : std::to_string(n) + (element_bytes == 1 ? " bytes" : element_bytes == 2 ? " bf16" : " floats")) + ")";
   const std::string description = operation + " #" + std::to_string(sequence) + " on group '" + name_ + "'";
   Watchdog* watchdog = Watchdog::instance();
   MPI_Comm check_comm = check_comm_;
@@ -234,6 +235,55 @@ void ProcessGroup::all_gather(const Tensor& in, Tensor& out, AllReduceAlgorithm 
   check(out.numel() == in.numel() * size_, "all_gather: output of ", out.numel(), " elements must be ", size_,
         " x input (", in.numel(), ")");
   all_gather_async(in.f32(), out.f32(), in.numel(), algorithm).wait();
+}
+
+Work ProcessGroup::all_reduce_bf16_async(float* data, int64_t n, ReduceOp op) {
+  MPI_Comm comm = collective_comm_;
+  const int size = size_;
+  const bool single = single_process_;
+  auto body = [=]() {
+    std::vector<bfloat16> wire = to_bf16_vector(data, n);
+    if (!single)
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, wire.data(), mpi_count(n), bf16_mpi_type(), bf16_mpi_op(op), comm),
+                "MPI_Allreduce");
+    widen_bf16(wire.data(), data, n);
+    finish_reduction(data, n, op, size);
+  };
+  if (single) {  // one rank: its data, rounded as it would be sent
+    body();
+    return Work::completed();
+  }
+  return submit("all_reduce_bf16[mpi," + reduce_op_name(op) + "]", n, body, n, 2);
+}
+
+Work ProcessGroup::reduce_scatter_bf16_async(const float* in, float* out, int64_t n, ReduceOp op) {
+  MPI_Comm comm = collective_comm_;
+  const int size = size_;
+  const bool single = single_process_;
+  auto body = [=]() {
+    std::vector<bfloat16> wire = to_bf16_vector(in, n * size);
+    if (!single)
+      check_mpi(MPI_Reduce_scatter_block(MPI_IN_PLACE, wire.data(), mpi_count(n), bf16_mpi_type(), bf16_mpi_op(op), comm),
+                "MPI_Reduce_scatter_block");
+    widen_bf16(wire.data(), out, n);  // in place, MPI leaves this rank's result at the front
+    finish_reduction(out, n, op, size);
+  };
+  if (single) {
+    body();
+    return Work::completed();
+  }
+  return submit("reduce_scatter_bf16[mpi]", n, body, n * size, 2);
+}
+
+Work ProcessGroup::all_gather_bf16_async(const bfloat16* in, bfloat16* out, int64_t n) {
+  if (single_process_) return copy_locally(in, out, 2 * n);
+  MPI_Comm comm = collective_comm_;
+  const bool in_place = in == out + rank_ * n;
+  return submit("all_gather_bf16[mpi]", n, [=]() {
+    check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : in, mpi_count(n), bf16_mpi_type(), out, mpi_count(n),
+                            bf16_mpi_type(), comm),
+              "MPI_Allgather");
+  }, n * size_, 2);
 }
 
 // One broadcast for floats and bytes: they differ only in the element type.

@@ -95,6 +95,14 @@ class ProcessGroup {
   // in == out + rank * n.
   Work all_gather_async(const float* in, float* out, int64_t n, AllReduceAlgorithm algorithm = AllReduceAlgorithm::Mpi);
   void all_gather(const Tensor& in, Tensor& out, AllReduceAlgorithm algorithm = AllReduceAlgorithm::Mpi);
+  // Mixed precision on the wire: fp32 data sent and reduced as bf16 (half the bytes), the
+  // result widened back to fp32 (bf16_wire.hpp); MPI's algorithms only. Counted in stats() at
+  // 2 bytes an element. Same shapes and in-place rules as all_reduce and reduce_scatter.
+  Work all_reduce_bf16_async(float* data, int64_t n, ReduceOp op = ReduceOp::Sum);
+  Work reduce_scatter_bf16_async(const float* in, float* out, int64_t n, ReduceOp op = ReduceOp::Sum);
+  // bf16 values: in (n) on every rank; out (size * n) gets every rank's, in rank order. In
+  // place when in == out + rank * n.
+  Work all_gather_bf16_async(const bfloat16* in, bfloat16* out, int64_t n);
 
   Work broadcast_async(float* data, int64_t n, int root);
   void broadcast(Tensor& t, int root);

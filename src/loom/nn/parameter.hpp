@@ -40,11 +40,22 @@ class Parameter {
   void release_value() {
     value_ = Tensor();
     bf16_value_ = Tensor();
+    bf16_only_ = false;
   }
   // The value as a GEMM reads it: value() itself in fp32; in bf16 (kernels::compute_precision)
   // a bf16 copy of it, converted at most once per weights generation (once per step, never per
   // GEMM) and dropped with the value. value() stays the fp32 master the optimizer updates.
   kernels::Operand gemm_operand();
+  // Sharded data parallelism's bf16 gathers: view holds value() in bf16 already (gathered as
+  // such), the GEMMs' copy for this weights generation. Call after rebind_value().
+  void rebind_bf16_value(Tensor view);
+  // ZeRO-1/2 in bf16: view is the parameter's only full copy (its fp32 master is sharded), kept
+  // current by the gathers after each step; value() is released. Only for a parameter that
+  // nothing but GEMMs reads (read_only_by_gemms()).
+  void bind_bf16_only(Tensor view);
+  // Set by a layer whose weight nothing reads but gemm_operand() while training (a Linear's).
+  void set_read_only_by_gemms(bool on) { read_only_by_gemms_ = on; }
+  bool read_only_by_gemms() const { return read_only_by_gemms_; }
   void rebind_grad_storage(Tensor view);
   void release_grad() { grad_ = Tensor(); }
   // Tensor parallelism: which piece of the full parameter this rank holds (default: all of it).
@@ -67,6 +78,8 @@ class Parameter {
   Tensor bf16_value_;  // category Parameters: value_ in bf16, valid for bf16_generation_ and bf16_source_
   uint64_t bf16_generation_ = 0;
   const void* bf16_source_ = nullptr;
+  bool bf16_only_ = false;  // bf16_value_ is the only full copy (bind_bf16_only)
+  bool read_only_by_gemms_ = false;
   bool weight_decay_;
   ShardSpec shard_spec_;
   int contributions_per_backward_ = 1;

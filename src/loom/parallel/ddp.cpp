@@ -55,7 +55,9 @@ void DistributedDataParallel::on_grad_ready(int b) {
 
 void DistributedDataParallel::launch(int b) {
   Bucket& bucket = buckets_[b];
-  bucket.work = group_.all_reduce_async(bucket.flat.f32(), bucket.flat.numel(), comm::ReduceOp::Avg, options_.algorithm);
+  bucket.work = options_.reduce_in_bf16
+                    ? group_.all_reduce_bf16_async(bucket.flat.f32(), bucket.flat.numel(), comm::ReduceOp::Avg)
+                    : group_.all_reduce_async(bucket.flat.f32(), bucket.flat.numel(), comm::ReduceOp::Avg, options_.algorithm);
   bucket.launched = true;
   launch_order_.push_back(b);
 }

@@ -19,6 +19,9 @@ namespace loom::parallel {
 struct DdpOptions {
   int64_t bucket_bytes = int64_t{25} << 20;  // PyTorch's default bucket_cap_mb = 25
   comm::AllReduceAlgorithm algorithm = comm::AllReduceAlgorithm::Mpi;
+  // Mixed precision: all-reduce the fp32 buckets as bf16 on the wire (half the bytes; MPI's
+  // algorithm only); the gradients stay fp32 buffers.
+  bool reduce_in_bf16 = false;
   // The parameters this DDP holds and reduces; null: all of the model's (expert
   // parallelism reduces dense and expert parameters over different groups).
   ParameterFilter only{};

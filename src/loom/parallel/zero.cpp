@@ -6,6 +6,7 @@
 #include <set>
 
 #include "loom/error.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/kernels/residual.hpp"
 
 namespace loom::parallel {
@@ -84,7 +85,21 @@ void ShardedDataParallel::build_unit(Unit& u) {
   const int64_t S = u.shard_numel, begin = shard_.rank() * S;
 
   // Parameters: stages 1-2 keep them whole in one flat buffer; stage 3 keeps this rank's chunk.
-  if (options_.stage < 3) {
+  if (options_.stage < 3 && options_.gather_in_bf16) {
+    // The full parameters in bf16 (the GEMMs' copy), the fp32 master as this rank's shard only.
+    // A parameter read outside GEMMs keeps an fp32 value of its own, widened after each gather.
+    Tensor flat = Tensor::zeros({N * S}, DType::F32, MemoryCategory::Other);
+    for (size_t k = 0; k < u.params.size(); ++k) flat.narrow(u.offsets[k], u.params[k]->numel()).copy_from(u.params[k]->value().view({u.params[k]->numel()}));
+    u.shard_value = shard_of(flat).clone(MemoryCategory::Parameters);
+    u.flat_bf16 = Tensor::empty({N * S}, DType::BF16, MemoryCategory::Parameters);
+    kernels::convert_to_bf16(flat.f32(), u.flat_bf16.bf16(), N * S);
+    for (size_t k = 0; k < u.params.size(); ++k) {
+      nn::Parameter& p = *u.params[k];
+      Tensor view = u.flat_bf16.narrow(u.offsets[k], p.numel()).view(p.shape());
+      if (p.read_only_by_gemms()) p.bind_bf16_only(view);
+      else p.rebind_bf16_value(view);  // its GEMM copy, if any, converted in place
+    }
+  } else if (options_.stage < 3) {
     u.flat_value = Tensor::zeros({N * S}, DType::F32, MemoryCategory::Parameters);
     for (size_t k = 0; k < u.params.size(); ++k) {
       nn::Parameter& p = *u.params[k];
@@ -95,6 +110,7 @@ void ShardedDataParallel::build_unit(Unit& u) {
     u.shard_value = shard_of(u.flat_value);
   } else {
     u.shard_value = Tensor::zeros({S}, DType::F32, MemoryCategory::Parameters);
+    if (options_.gather_in_bf16) u.shard_bf16 = Tensor::zeros({S}, DType::BF16, MemoryCategory::Parameters);
   }
   // Gradients: stage 1 keeps the full gradient; stages 2-3 only this rank's chunk.
   if (options_.stage == 1) {
@@ -166,8 +182,15 @@ void ShardedDataParallel::install_hooks(nn::Module& root) {
 void ShardedDataParallel::launch_gather(int i, bool prefetch) {
   Unit& u = units_[i];
   if (u.gather != Unit::Gather::Released) return;
-  u.flat_value = Tensor::empty({shard_.size() * u.shard_numel}, DType::F32, MemoryCategory::Parameters);
-  u.gather_work = gather_group_->all_gather_async(u.shard_value.f32(), u.flat_value.f32(), u.shard_numel, options_.algorithm);
+  if (options_.gather_in_bf16) {
+    // The master shard may have changed since the last gather (a step, a checkpoint load).
+    kernels::convert_to_bf16(u.shard_value.f32(), u.shard_bf16.bf16(), u.shard_numel);
+    u.flat_bf16 = Tensor::empty({shard_.size() * u.shard_numel}, DType::BF16, MemoryCategory::Parameters);
+    u.gather_work = gather_group_->all_gather_bf16_async(u.shard_bf16.bf16(), u.flat_bf16.bf16(), u.shard_numel);
+  } else {
+    u.flat_value = Tensor::empty({shard_.size() * u.shard_numel}, DType::F32, MemoryCategory::Parameters);
+    u.gather_work = gather_group_->all_gather_async(u.shard_value.f32(), u.flat_value.f32(), u.shard_numel, options_.algorithm);
+  }
   u.gather = Unit::Gather::InFlight;
   ++gathers_;
   if (prefetch) ++prefetched_;
@@ -178,8 +201,16 @@ void ShardedDataParallel::wait_gather(int i) {
   if (u.gather == Unit::Gather::Ready) return;
   launch_gather(i, false);
   u.gather_work.wait();
-  for (size_t k = 0; k < u.params.size(); ++k)
-    u.params[k]->rebind_value(u.flat_value.narrow(u.offsets[k], u.params[k]->numel()).view(u.params[k]->shape()));
+  if (options_.gather_in_bf16) {
+    u.flat_value = Tensor::empty({u.flat_bf16.numel()}, DType::F32, MemoryCategory::Parameters);
+    kernels::convert_to_f32(u.flat_bf16.bf16(), u.flat_value.f32(), u.flat_bf16.numel());
+  }
+  for (size_t k = 0; k < u.params.size(); ++k) {
+    nn::Parameter& p = *u.params[k];
+    p.rebind_value(u.flat_value.narrow(u.offsets[k], p.numel()).view(p.shape()));
+    // The GEMMs read the gathered bf16 values themselves: no second conversion.
+    if (options_.gather_in_bf16) p.rebind_bf16_value(u.flat_bf16.narrow(u.offsets[k], p.numel()).view(p.shape()));
+  }
   u.gather = Unit::Gather::Ready;
 }
 
@@ -188,6 +219,7 @@ void ShardedDataParallel::release(int i) {
   if (u.gather == Unit::Gather::InFlight) u.gather_work.wait();
   for (nn::Parameter* p : u.params) p->release_value();
   u.flat_value = Tensor();
+  u.flat_bf16 = Tensor();
   u.gather = Unit::Gather::Released;
 }
 
@@ -203,8 +235,11 @@ void ShardedDataParallel::launch_reduce_scatter(int i) {
   if (options_.stage == 1 && !sync_) return;  // gradients accumulate in the full buffer
   // In place: this rank's chunk of the full gradient becomes the group's average.
   float* flat = u.flat_grad.f32();
-  Reduction r{i, shard_.reduce_scatter_async(flat, flat + shard_.rank() * u.shard_numel, u.shard_numel,
-                                             comm::ReduceOp::Avg, options_.algorithm),
+  float* chunk = flat + shard_.rank() * u.shard_numel;
+  Reduction r{i,
+              options_.reduce_in_bf16
+                  ? shard_.reduce_scatter_bf16_async(flat, chunk, u.shard_numel, comm::ReduceOp::Avg)
+                  : shard_.reduce_scatter_async(flat, chunk, u.shard_numel, comm::ReduceOp::Avg, options_.algorithm),
               Tensor()};
   if (options_.stage >= 2) {
     // The buffer now belongs to the reduction; the parameters hold no full gradient.
@@ -247,7 +282,9 @@ void ShardedDataParallel::finish_gradient_sync() {
     // HSDP: ranks holding the same chunk in different replicas average it.
     std::vector<comm::Work> works;
     for (Unit& u : units_)
-      works.push_back(replicate_->all_reduce_async(u.shard_grad.f32(), u.shard_numel, comm::ReduceOp::Avg));
+      works.push_back(options_.reduce_in_bf16
+                          ? replicate_->all_reduce_bf16_async(u.shard_grad.f32(), u.shard_numel, comm::ReduceOp::Avg)
+                          : replicate_->all_reduce_async(u.shard_grad.f32(), u.shard_numel, comm::ReduceOp::Avg));
     for (comm::Work& w : works) {
       w.wait();
       step_comm_seconds_ += w.busy_seconds();
@@ -285,10 +322,47 @@ void ShardedDataParallel::after_optimizer_step() {
   }
   std::vector<comm::Work> works;
   for (Unit& u : units_) {
+    if (options_.gather_in_bf16) {
+      // Each rank sends its updated master shard as bf16; every rank widens the same bf16 values.
+      bfloat16* own = u.flat_bf16.bf16() + shard_.rank() * u.shard_numel;
+      kernels::convert_to_bf16(u.shard_value.f32(), own, u.shard_numel);
+      works.push_back(shard_.all_gather_bf16_async(own, u.flat_bf16.bf16(), u.shard_numel));
+      continue;
+    }
     float* flat = u.flat_value.f32();
     works.push_back(shard_.all_gather_async(flat + shard_.rank() * u.shard_numel, flat, u.shard_numel, options_.algorithm));
   }
   for (comm::Work& w : works) w.wait();
+  if (!options_.gather_in_bf16) return;
+  for (Unit& u : units_)
+    for (size_t k = 0; k < u.params.size(); ++k) {
+      nn::Parameter& p = *u.params[k];
+      if (p.read_only_by_gemms()) continue;
+      kernels::convert_to_f32(u.flat_bf16.bf16() + u.offsets[k], p.value().f32(), p.numel());
+      p.rebind_bf16_value(u.flat_bf16.narrow(u.offsets[k], p.numel()).view(p.shape()));
+    }
+}
+
+std::vector<int64_t> ShardedDataParallel::unit_numels() const {
+  std::vector<int64_t> out;
+  for (const Unit& u : units_) out.push_back(u.offsets.empty() ? 0 : u.offsets.back() + u.params.back()->numel());
+  return out;
+}
+
+comm::CommStats ShardedDataParallel::comm_stats() const {
+  comm::CommStats s = shard_.stats();
+  if (gather_group_) {
+    const comm::CommStats g = gather_group_->stats();
+    s.calls += g.calls;
+    s.bytes += g.bytes;
+    s.seconds += g.seconds;
+  }
+  return s;
+}
+
+void ShardedDataParallel::reset_comm_stats() {
+  shard_.reset_stats();
+  if (gather_group_) gather_group_->reset_stats();
 }
 
 bool ShardedDataParallel::holds(const nn::Parameter& p) const {
@@ -317,7 +391,7 @@ std::map<std::string, Tensor> ShardedDataParallel::full_state_dict(const std::ma
   };
   for (int i = 0; i < static_cast<int>(units_.size()); ++i) {
     const Unit& u = units_[i];
-    if (options_.stage < 3) {
+    if (!parameters_in_shards()) {
       for (size_t k = 0; k < u.params.size(); ++k)
         out["model." + u.params[k]->name()] = slice_copy(u.flat_value, u.offsets[k], u.params[k]->shape());
     } else {

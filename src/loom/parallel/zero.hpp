@@ -40,6 +40,15 @@ struct ZeroOptions {
   // When set, only the parameters it accepts are sharded; the others are left whole to
   // another sync (expert parallelism's experts, averaged over their own replicas).
   ParameterFilter only{};
+  // Mixed precision: the gradients are reduce-scattered (and HSDP's replicas averaged) as bf16
+  // on the wire, MPI's algorithm only.
+  bool reduce_in_bf16 = false;
+  // Mixed precision: parameters are all-gathered as bf16 (the copy the GEMMs read), half the
+  // bytes; the fp32 master then lives only as this rank's shard, in every stage. Stages 1-2
+  // gather after each step, stage 3 before each unit. Each rank widens the gathered bf16
+  // values to fp32 for what reads parameters outside GEMMs (LayerNorm, biases, embeddings), as
+  // FSDP's MixedPrecision(param_dtype=bf16) computes with them.
+  bool gather_in_bf16 = false;
 };
 
 class ShardedDataParallel : public GradientSync {
@@ -72,6 +81,10 @@ class ShardedDataParallel : public GradientSync {
   // After the optimizer stepped the shards: stages 1-2 all-gather the updated parameters;
   // stage 3 drops any gathered copy (now stale).
   void after_optimizer_step() override;
+  // Whether the fp32 parameters exist only as this rank's pieces (stage 3, or mixed precision's
+  // bf16 gathers): checkpoints read and write them there, and after writing
+  // after_optimizer_step() spreads them to the model again.
+  bool parameters_in_shards() const { return options_.stage == 3 || options_.gather_in_bf16; }
 
   // This rank's pieces for distributed checkpoints: the model parameter, the first element
   // of it the piece holds, and the optimizer's 1-D parameter over the piece (under stage 3
@@ -92,13 +105,21 @@ class ShardedDataParallel : public GradientSync {
   int64_t unit_count() const { return static_cast<int64_t>(units_.size()); }
   // Whether p is sharded here (false for a parameter options.only left out).
   bool holds(const nn::Parameter& p) const;
+  // Elements of each unit's parameters (the root unit last), before padding to a multiple of N.
+  std::vector<int64_t> unit_numels() const;
+  // What the shard group and stage 3's gather group moved since the last reset (stats()).
+  comm::CommStats comm_stats() const;
+  void reset_comm_stats();
   // Bytes of one unit's padded flat buffer (the largest), which stage 3 gathers and stages
   // 2-3 hold as a full gradient while the unit's backward runs.
   int64_t largest_unit_bytes() const;
   // The declared transient buffers on top of the sharded state, at most: stage 3 holds the
   // root unit, the computing unit and the prefetched one gathered; stages 2-3 hold the root's
   // and the computing unit's full gradients plus those still being reduce-scattered.
-  int64_t gathered_buffer_bytes() const { return options_.stage == 3 ? 3 * largest_unit_bytes() : 0; }
+  int64_t gathered_buffer_bytes() const {
+    // bf16 gathers hold the bf16 buffer beside the fp32 values widened from it: 6 bytes an element.
+    return options_.stage == 3 ? 3 * largest_unit_bytes() * (options_.gather_in_bf16 ? 6 : 4) / 4 : 0;
+  }
   int64_t gradient_buffer_bytes() const {
     return options_.stage >= 2 ? static_cast<int64_t>(2 + kMaxReductionsInFlight) * largest_unit_bytes() : 0;
   }
@@ -121,7 +142,9 @@ class ShardedDataParallel : public GradientSync {
     std::vector<int64_t> offsets;  // of each parameter in the flat buffer
     int64_t shard_numel = 0;       // S; the flat buffer is N * S (padded)
     Tensor flat_value;             // stages 1-2: always; stage 3: while gathered
-    Tensor shard_value;            // stage 3: this rank's S values (stages 1-2: a view of flat_value)
+    Tensor shard_value;            // stage 3 and bf16 gathers: this rank's S values (else a view of flat_value)
+    Tensor shard_bf16;             // stage 3 with bf16 gathers: shard_value in bf16, what is sent
+    Tensor flat_bf16;              // bf16 gathers: the gathered bf16 values, while gathered
     Tensor flat_grad;              // stage 1: always; stages 2-3: during the unit's backward
     Tensor shard_grad;             // this rank's S gradient values (stage 1: a view of flat_grad)
     enum class Gather { Released, InFlight, Ready } gather = Gather::Released;

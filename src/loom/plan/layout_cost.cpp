@@ -5,6 +5,7 @@
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/tensor_parallel_3d_layout.hpp"
 #include "loom/plan/moe_cost.hpp"
+#include "loom/plan/mixed_precision_cost.hpp"
 
 namespace loom::plan {
 
@@ -22,8 +23,10 @@ double layer_activation_bytes(const ModelSpec& m, const ClusterSpec& c, const La
   const bool sp = l.sequence_parallel && l.tp > 1;
   const double bpv = static_cast<double>(value_bytes(c.precision));
   if (recompute) return bpv * s * b * h / (sp ? t : 1.0);
-  if (c.precision == Precision::Fp32)
-    return static_cast<double>(activation_bytes_per_layer(l.micro_batch, m.seq, m.hidden, m.heads, l.tp, sp, l.cp));
+  if (c.precision != Precision::Mixed)  // Loom's layer; in bf16 its GEMM inputs are kept at 2 bytes
+    return static_cast<double>(
+        activation_bytes_per_layer(l.micro_batch, m.seq, m.hidden, m.heads, l.tp, sp, l.cp) -
+        (c.precision == Precision::Bf16 ? bf16_saved_activation_bytes(l.micro_batch, m.seq / l.cp, m.hidden, l.tp, sp) : 0));
   if (l.cp > 1) return s * b * h * (sp ? 34.0 / t : 10.0 + 24.0 / t);
   if (sp) return s * b * h * (34.0 + 5.0 * a * s / h) / t;
   return s * b * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
@@ -85,7 +88,10 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
       (model.layers / l.pp) * (12 * model.hidden * model.hidden + 13 * model.hidden) / l.tp +
       model.vocab * model.hidden / l.tp + model.seq * model.hidden + moe_swap;
   const int zero = l.dp > 1 ? l.zero : 0;
-  c.state_bytes = state_bytes(cluster, l.pp > 1 ? first_stage_params : params, l.dp, zero);
+  const int64_t params_here = l.pp > 1 ? first_stage_params : params;
+  c.state_bytes = cluster.precision == Precision::Bf16
+                      ? bf16_state_bytes(params_here, (model.layers / l.pp) * 12 * model.hidden * model.hidden / l.tp, l.dp, zero)
+                      : state_bytes(cluster, params_here, l.dp, zero);
   c.state_bytes += state_bytes(cluster, expert_parameters_per_device(model, l), 1, 0);  // not sharded by ZeRO
   const double layers = static_cast<double>(model.layers / l.pp);
   // In flight on stage 0: 1 without a pipeline, p under 1F1B, p (1 + (p-1)/(p v)) interleaved.
@@ -96,7 +102,7 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
   }
   double activations = layer_activation_bytes(model, cluster, l, l.recompute) * layers * in_flight;
   if (l.recompute) activations += layer_activation_bytes(model, cluster, l, false);  // one layer re-run at a time
-  if (cluster.precision == Precision::Fp32) {
+  if (cluster.precision != Precision::Mixed) {
     // Outside the layers Loom keeps the embedding's (B, T, C) output on the first stage, and
     // on the last the final LayerNorm's input and output and the logits and probabilities
     // (B, T, V/t), for every micro-batch in flight.

@@ -8,8 +8,6 @@ StateBytes model_state_bytes(int64_t params, int dp, int zero_stage, int64_t opt
   return StateBytes{sharded(4 * params, 3), sharded(4 * params, 2), sharded(optimizer_bytes_per_param * params, 1)};
 }
 
-int64_t bf16_copy_bytes(int64_t params, int zero_stage) { return zero_stage >= 3 ? 0 : 2 * params; }
-
 int64_t activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t t, bool sequence_parallel,
                                    int64_t cp) {
   if (cp > 1) T /= cp;                                // this rank's tokens

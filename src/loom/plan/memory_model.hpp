@@ -16,14 +16,9 @@ struct StateBytes {
   int64_t total() const { return params + grads + optimizer; }
 };
 
+// fp32 training; mixed precision: mixed_precision_cost.hpp.
 // optimizer_bytes_per_param: 8 for AdamW (two moments), 4 for SGD with momentum.
 StateBytes model_state_bytes(int64_t params, int dp, int zero_stage, int64_t optimizer_bytes_per_param);
-
-// bf16 mixed precision as Loom runs it keeps the fp32 state above (master weights, fp32
-// gradients, moments) and adds each weight's bf16 copy, 2 bytes a parameter (counted with
-// the parameters): 2P, except under ZeRO-3, where a unit's copy lives only while the unit is
-// gathered (part of the gathered unit, not of the persistent state).
-int64_t bf16_copy_bytes(int64_t params, int zero_stage);
 
 // Activation bytes one transformer layer keeps for backward, per rank, for a micro-batch of
 // B sequences of T tokens, width C, NH heads, tensor-parallel degree t. Loom's counterpart

@@ -184,9 +184,9 @@ ClusterSpec cluster_from_toml(const std::string& text, const std::string& origin
   c.reserved_bytes = static_cast<int64_t>(reserved * (1 << 30));
   check(c.reserved_bytes < c.memory_bytes, origin, ": reserved_gib (", reserved, ") must be below memory_gib (", memory, ")");
   check(c.gemm_peak_share <= 1.0, origin, ": gemm_peak_share must be in (0, 1], got ", c.gemm_peak_share);
-  check(precision == "mixed" || precision == "fp32", origin, ": precision must be \"mixed\" or \"fp32\", got \"",
-        precision, "\"");
-  c.precision = precision == "mixed" ? Precision::Mixed : Precision::Fp32;
+  check(precision == "mixed" || precision == "fp32" || precision == "bf16", origin,
+        ": precision must be \"mixed\", \"fp32\" or \"bf16\", got \"", precision, "\"");
+  c.precision = parse_plan_precision(precision);
   for (auto [table, link] : {std::pair{"intra_node", &c.intra_node}, {"inter_node", &c.inter_node}}) {
     const std::string where = origin + ": [" + table + "]";
     check(root.contains(table), origin, ": missing table [", table, "] (latency_us, bandwidth_gbs)");
@@ -208,7 +208,7 @@ std::string cluster_to_toml(const ClusterSpec& c) {
       << "\nmemory_bandwidth_gbs = " << number(c.memory_bandwidth / 1e9);
   if (c.compute_units > 0)
     out << "\ncompute_units = " << c.compute_units << "\ntile_m = " << c.tile_m << "\ntile_n = " << c.tile_n;
-  out << "\nprecision = \"" << (c.precision == Precision::Mixed ? "mixed" : "fp32") << "\"";
+  out << "\nprecision = \"" << plan_precision_name(c.precision) << "\"";
   if (c.cores_per_node > 0) out << "\ncores_per_node = " << c.cores_per_node;
   out << "\nalone_core_speed = " << number(c.alone_core_speed) << "\nshared_core_speed = " << number(c.shared_core_speed);
   if (c.gelu_forward_s > 0) out << "\ngelu_forward_ns = " << number(c.gelu_forward_s * 1e9);

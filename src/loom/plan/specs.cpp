@@ -18,7 +18,17 @@ double ModelSpec::flops_per_sequence(bool recompute) const {
   return (recompute ? blocks * 4.0 / 3.0 : blocks) + 6.0 * s * h * V;
 }
 
-int64_t value_bytes(Precision p) { return p == Precision::Mixed ? 2 : 4; }
+int64_t value_bytes(Precision p) { return p == Precision::Mixed ? 2 : 4; }  // Loom's activations stay fp32 between layers
+
+const char* plan_precision_name(Precision p) {
+  return p == Precision::Mixed ? "mixed" : p == Precision::Fp32 ? "fp32" : "bf16";
+}
+
+Precision parse_plan_precision(const std::string& name) {
+  for (Precision p : {Precision::Mixed, Precision::Fp32, Precision::Bf16})
+    if (name == plan_precision_name(p)) return p;
+  fail("precision must be 'mixed', 'fp32' or 'bf16', got '", name, "'");
+}
 
 namespace {
 

@@ -33,8 +33,10 @@ struct ModelSpec {
 
 // What a device trains in. Mixed: 2-byte weights, gradients and activations with fp32 master
 // weights and Adam moments (Micikevicius et al. 2018; the seeds' 2 + 2 + 12 bytes). Fp32:
-// Loom on a CPU, 4 + 4 + 8 bytes and 4-byte activations.
-enum class Precision { Mixed, Fp32 };
+// Loom on a CPU, 4 + 4 + 8 bytes and 4-byte activations. Bf16: Loom on a CPU in mixed
+// precision (mixed_precision_cost.hpp): bf16 GEMMs, 2-byte weights and fp32 master weights,
+// gradients and moments (18 bytes), Loom's layers with their GEMM inputs kept in bf16.
+enum class Precision { Mixed, Fp32, Bf16 };
 
 // C (m, n) = A (m, k) . B (k, n), `batch` independent copies (attention's heads).
 struct Gemm {
@@ -89,6 +91,9 @@ struct ClusterSpec {
 
 // Bytes of one value of the weights, gradients and activations in the training precision.
 int64_t value_bytes(Precision p);
+// "mixed", "fp32", "bf16"; loom::Error naming them otherwise.
+const char* plan_precision_name(Precision p);
+Precision parse_plan_precision(const std::string& name);
 
 // Presets: gpt2-small, gpt3-1.3b, gpt3-175b, gpt-1t, sc21-1.7b, sc21-145b, sc21-1t.
 ModelSpec model_preset(const std::string& name);

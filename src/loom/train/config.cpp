@@ -79,6 +79,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "hsdp_shard", "hybrid sharding: shard over groups of this many dp ranks, replicate across groups; 0 = shard over all dp ranks", &c.hsdp_shard},
       {"parallel", "allreduce", "data-parallel gradient all-reduce: mpi, ring, tree, rhd or param-server (ZeRO: mpi or ring)", &c.allreduce},
       {"parallel", "bucket_mb", "data-parallel gradient bucket size in MiB", &c.bucket_mb},
+      {"parallel", "grad_reduce_dtype", "data-parallel gradient reductions (DDP's all-reduce, ZeRO's reduce-scatter, HSDP's replica average) on the wire: 'fp32', or 'bf16' for half the bytes (each element rounded to bf16 and summed in fp32 a hop at a time; the gradients stay fp32 buffers); bf16 reduces with allreduce = 'mpi'", &c.grad_reduce_dtype},
       {"parallel", "net_gbps", "emulate a network of this many Gbit/s for collectives and the cp ring's hops (to see overlap on one machine); 0 = off", &c.net_gbps},
       {"parallel", "net_latency_us", "latency of the emulated network in microseconds", &c.net_latency_us},
       {"parallel", "pin_ranks", "'auto': when a node runs more ranks than it has cores and each rank one thread, pin every rank to a core, the ranks of each pipeline stage on different cores (ranks waiting in MPI keep polling, so the OS does not move working ranks apart); 'off': leave placement to the OS", &c.pin_ranks},
@@ -176,6 +177,10 @@ void TrainConfig::validate() const {
   check(dp >= 1 && pp >= 1 && tp >= 1, "parallel degrees must be >= 1, got dp(", dp, ") x pp(", pp, ") x tp(", tp, ")");
   comm::parse_algorithm(allreduce);  // names the choices when unknown
   check(bucket_mb > 0, "bucket_mb must be > 0, got ", bucket_mb);
+  check(grad_reduce_dtype == "fp32" || grad_reduce_dtype == "bf16", "grad_reduce_dtype must be 'fp32' or 'bf16', got '",
+        grad_reduce_dtype, "'");
+  check(grad_reduce_dtype == "fp32" || allreduce == "mpi", "grad_reduce_dtype = 'bf16' reduces with allreduce = 'mpi' (bf16 "
+        "sums need MPI's user operators), not '", allreduce, "'");
   pipeline_layers();  // names a malformed list now rather than at start-up
   // Malformed steps are named now, not when tracing starts; the run's length only matters
   // when the trace is on.
@@ -254,6 +259,8 @@ void TrainConfig::validate_tp_3d() const {
   // Plexus's layers keep zero-padded weight blocks, which the serial layout cannot take back.
   check(family != "gcn" || resume.empty(), grid, " with model = 'gcn' cannot resume from a checkpoint yet (resume = '",
         resume, "')");
+  check(precision == "fp32", grid, " computes its GEMMs in fp32 (its weights are gathered over depth in fp32): "
+        "bf16 mixed precision does not compose with it yet: set precision = 'fp32' (got '", precision, "')");
 }
 
 void TrainConfig::validate_expert_parallel() const {

@@ -64,6 +64,7 @@ struct TrainConfig {
   int64_t hsdp_shard = 0;         // HSDP: shard over groups of this many dp ranks (0 = all of dp)
   std::string allreduce = "mpi";  // DDP's all-reduce algorithm
   double bucket_mb = 25.0;        // DDP gradient bucket size
+  std::string grad_reduce_dtype = "fp32";  // data-parallel gradient reductions on the wire: fp32 or bf16
   double net_gbps = 0.0;          // emulated link for all-reduce (0: the real one)
   double net_latency_us = 0.0;
   std::string pin_ranks = "auto";  // auto: pin one-thread ranks to cores when a node has more ranks than cores; off

@@ -64,7 +64,9 @@ void prepare_3d(const parallel::tp3d::Layers3D& layers, Parallelized& p) {
 
 std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& config, ModelSpec& spec, Parallelized& p) {
   const comm::AllReduceAlgorithm algorithm = comm::parse_algorithm(config.allreduce);
-  const parallel::DdpOptions ddp{static_cast<int64_t>(config.bucket_mb * 1048576.0), algorithm};
+  const bool reduce_in_bf16 = config.grad_reduce_dtype == "bf16";
+  const parallel::DdpOptions ddp{.bucket_bytes = static_cast<int64_t>(config.bucket_mb * 1048576.0),
+                                 .algorithm = algorithm, .reduce_in_bf16 = reduce_in_bf16};
   // Expert parallelism: the dense parameters below, the experts averaged over their own
   // replicas only (whole: ZeRO leaves them out).
   const auto dense = [](const nn::Parameter& q) { return !parallel::ep::is_expert_parameter(q); };
@@ -86,6 +88,8 @@ std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& c
   for (nn::Module* chunk : p.chunks)
     for (nn::Module* layer : spec.layers_of(*chunk)) options.units.push_back(layer);
   options.algorithm = algorithm;
+  options.reduce_in_bf16 = reduce_in_bf16;
+  options.gather_in_bf16 = config.precision == "bf16";
   if (config.ep > 1) options.only = dense;
   return with_experts(std::make_unique<parallel::ShardedDataParallel>(*p.model, p.group("shard"), &p.group("replicate"), options));
 }

@@ -152,13 +152,13 @@ std::vector<StatePiece> SerialState::pieces() {
     return out;
   }
   // Sharded data parallelism: stages 1-2 hold every parameter whole; the optimizer state
-  // (and under stage 3 the parameters) exist only as this rank's pieces.
-  if (sharded_->stage() < 3)
+  // (and under stage 3 or bf16 gathers the fp32 parameters) exist only as this rank's pieces.
+  if (!sharded_->parameters_in_shards())
     for (nn::Parameter* p : model_.parameters()) add("model." + p->name(), *p, p->shape(), p->value(), 0, false);
   std::map<std::string, Tensor> state = optimizer_.state();
   for (const parallel::ShardedDataParallel::ShardPiece& piece : sharded_->shard_pieces()) {
     const nn::Parameter& p = *piece.param;
-    if (sharded_->stage() == 3) add("model." + p.name(), p, p.shape(), piece.shard->value(), piece.param_offset, true);
+    if (sharded_->parameters_in_shards()) add("model." + p.name(), p, p.shape(), piece.shard->value(), piece.param_offset, true);
     for (const std::string& kind : optimizer_.state_kinds())
       add("optim." + kind + "." + p.name(), p, p.shape(), state.at(kind + "." + p.name()), piece.param_offset, true);
   }

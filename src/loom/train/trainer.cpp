@@ -14,6 +14,7 @@
 #include "loom/optim/clip.hpp"
 #include "loom/optim/sgd.hpp"
 #include "loom/parallel/pipeline/schedule_builders.hpp"
+#include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/parallel/pipeline/timeline_svg.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/memory_file.hpp"
@@ -89,6 +90,7 @@ void Trainer::resume_from(const std::string& path) {
   CheckpointInfo info;
   check_resume_model(path, config_, spec_->data_identity(), world_);
   on_every_rank(world_, [&] { info = load_state(path, local_state(), config_.optimizer); });
+  p_.gradient_sync->after_optimizer_step();  // ZeRO: the loaded shards reach the model's parameters
   optimizer_->set_steps_taken(info.optimizer_steps);
   check(info.tokenizer_spec == spec_->data_identity(), "checkpoint '", path,
         "' was trained with a different tokenizer/vocabulary than '", config_.data, "'");
@@ -256,10 +258,15 @@ std::string Trainer::save_checkpoint_now() {
 std::string Trainer::memory_report() const { return train::memory_report(world_.rank(), state_formula(), sharded()); }
 
 plan::StateBytes Trainer::state_formula() const {
-  plan::StateBytes s = plan::model_state_bytes(p_.model->num_parameters(), static_cast<int>(config_.shard_size()),
-                                               static_cast<int>(config_.zero), config_.optimizer == "adamw" ? 8 : 4);
-  if (config_.precision == "bf16") s.params += plan::bf16_copy_bytes(p_.model->num_parameters(), static_cast<int>(config_.zero));
-  return s;
+  const int64_t params = p_.model->num_parameters(), optimizer_bytes = config_.optimizer == "adamw" ? 8 : 4;
+  if (config_.precision == "bf16") {
+    int64_t fp32_read = 0;  // the parameters that keep an fp32 value beside the bf16 copy under ZeRO-1/2
+    for (const nn::Parameter* q : p_.model->parameters()) fp32_read += q->read_only_by_gemms() ? 0 : q->numel();
+    return plan::mixed_precision_state_bytes(params, fp32_read, static_cast<int>(config_.shard_size()),
+                                             static_cast<int>(config_.zero), optimizer_bytes);
+  }
+  return plan::model_state_bytes(params, static_cast<int>(config_.shard_size()), static_cast<int>(config_.zero),
+                                 optimizer_bytes);
 }
 
 nlohmann::json Trainer::memory_json() const {
