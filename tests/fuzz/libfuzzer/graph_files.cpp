@@ -1,7 +1,8 @@
 // Fuzz target: the graph readers (LINQS .content/.cites, Loom's text .features/.labels/.edges)
-// through load_graph, as `loom train --model gcn --data PREFIX --split S` reads them. The input's
-// first byte picks the format (even: LINQS, odd: text); the rest is the files' contents and
-// the split, separated by '\x01' bytes, written under a scratch prefix. A graph that loads
+// and Loom's binary .lgraph through load_graph, as `loom train --model gcn --data PREFIX --split S`
+// reads them. The input's first byte picks the format (3 mod 4: binary, else even: LINQS, odd:
+// text); the rest is the files' contents and the split, separated by '\x01' bytes (a binary
+// file takes the rest whole), written under a scratch prefix. A graph that loads
 // is normalised and digested as the trainer does; anything but a loom::Error fails.
 #include <unistd.h>
 
@@ -41,10 +42,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   static const ScratchDir scratch;
   const std::string& dir = scratch.path;
+  const std::string prefix = dir + "/g";
+  if (data[0] % 4 == 3) {
+    std::filesystem::remove(prefix + ".lgraph");
+    return loom::fuzz::accept_or_loom_error(data + 1, size - 1, [&](const std::string& input) {
+      std::ofstream(prefix + ".lgraph", std::ios::binary) << input;
+      loom::data::Graph g = loom::data::load_graph(prefix + ".lgraph", "");
+      loom::data::row_normalize_features(g);
+      (void)g.identity();
+      (void)g.summary();
+    });
+  }
   const bool linqs = data[0] % 2 == 0;
   const std::vector<std::string> exts = linqs ? std::vector<std::string>{"content", "cites"}
                                               : std::vector<std::string>{"features", "labels", "edges"};
-  const std::string prefix = dir + "/g";
   for (const char* e : {"content", "cites", "features", "labels", "edges"}) std::filesystem::remove(prefix + "." + e);
   return loom::fuzz::accept_or_loom_error(data + 1, size - 1, [&](const std::string& input) {
     const std::vector<std::string> parts = split_parts(input, exts.size() + 1);
