@@ -11,6 +11,8 @@
 #include <fstream>
 
 #include "loom/error.hpp"
+#include "loom/kernels/gemv.hpp"
+#include "loom/kernels/packed_weights.hpp"
 #include "loom/kernels/precision.hpp"
 #include "loom/nn/cached_forward.hpp"
 #include "loom/train/generation_requests.hpp"
@@ -124,6 +126,60 @@ TEST(Generation, Bf16CachedEqualsUncachedFor200TokensNearFp32) {
   EXPECT_LT(e.vs_fp32, 4e-2);
   RecordProperty("worst_relative_logit_error_vs_uncached", std::to_string(e.vs_full));
   RecordProperty("worst_relative_logit_error_vs_fp32", std::to_string(e.vs_fp32));
+}
+
+// A decode step of more sequences than the GEMV takes reads oneDNN-packed weight copies when
+// given them: the same greedy tokens and logits as oneDNN on the plain weights, within 1e-5
+// relative in fp32 (the packed kernel sums in another order: a few ulps) and 1e-3 in bf16 (the
+// same bf16 operands; a last-bit difference may move one activation across a bf16 rounding
+// boundary, 2^-8 of it). After the weights change (a new weights generation) the copies are
+// packed again, never stale.
+TEST(Generation, PackedDecodeEqualsPlainWeights) {
+  Model m(/*block_size=*/64);
+  const int64_t B = kernels::kGemvMaxRows + 3, V = 30;
+  auto run = [&](kernels::PackedWeights* packed, std::vector<int32_t>& tokens) {
+    nn::KVCache cache(m.model, B);
+    std::vector<int64_t> slots(static_cast<size_t>(B)), rows(static_cast<size_t>(B));
+    std::vector<float> logits;
+    for (int64_t s = 0; s < B; ++s) {
+      slots[s] = rows[s] = s;
+      const std::vector<int32_t> prompt(static_cast<size_t>(s + 1), static_cast<int32_t>(3 * s % V));
+      nn::forward_cached(m.model, cache, prompt, std::vector<int64_t>(prompt.size(), s), {s});
+    }
+    std::vector<int32_t> step(static_cast<size_t>(B), 1);
+    for (int n = 0; n < 12; ++n) {
+      const Tensor out = nn::forward_cached(m.model, cache, step, slots, rows, packed);  // (B, V)
+      logits.insert(logits.end(), out.f32(), out.f32() + B * V);
+      for (int64_t s = 0; s < B; ++s) {
+        const float* row = out.f32() + s * V;
+        step[s] = static_cast<int32_t>(std::max_element(row, row + V) - row);  // greedy
+      }
+      tokens.insert(tokens.end(), step.begin(), step.end());
+    }
+    return logits;
+  };
+  for (const auto& [precision, bound] :
+       {std::pair{kernels::Precision::F32, 1e-5}, std::pair{kernels::Precision::BF16, 1e-3}}) {
+    const kernels::PrecisionScope scope(precision);
+    kernels::PackedWeights packed;
+    for (int round = 0; round < 2; ++round) {
+      if (round == 1) {  // new weights: what an optimizer step does
+        for (nn::Parameter* p : m.model.parameters())
+          for (int64_t i = 0; i < p->value().numel(); ++i) p->value().f32()[i] *= 0.9f;
+        kernels::new_weights_generation();
+      }
+      std::vector<int32_t> plain_tokens, packed_tokens;
+      const std::vector<float> plain = run(nullptr, plain_tokens);
+      const std::vector<float> with_packed = run(&packed, packed_tokens);
+      EXPECT_EQ(packed_tokens, plain_tokens) << "round " << round;
+      const double error = relative_error(with_packed.data(), plain.data(), static_cast<int64_t>(plain.size()));
+      EXPECT_LT(error, bound) << "round " << round;
+      const std::string name = precision == kernels::Precision::F32 ? "fp32" : "bf16";
+      RecordProperty("relative_logit_error_" + name + "_round" + std::to_string(round), std::to_string(error));
+    }
+    EXPECT_EQ(packed.copies(), 2 * 4 + 1);  // per block qkv, proj, fc, fc-proj; the head
+    EXPECT_GT(packed.bytes(), 0);
+  }
 }
 
 TEST(Generation, WindowSlidesPastBlockSizeAsTheUncachedSamplerDoes) {

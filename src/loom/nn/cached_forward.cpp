@@ -6,6 +6,7 @@
 #include "loom/kernels/cached_attention.hpp"
 #include "loom/kernels/gemv.hpp"
 #include "loom/kernels/matmul.hpp"
+#include "loom/kernels/packed_weights.hpp"
 #include "loom/kernels/residual.hpp"
 
 namespace loom::nn {
@@ -42,6 +43,8 @@ Tensor head_logits(GPT& model, const Tensor& x, const std::vector<int64_t>& rows
   Tensor local = Tensor::empty({R, Vl});
   if (R <= kernels::kGemvMaxRows)
     kernels::gemv_rows(h.f32(), wte, nullptr, local.f32(), R, Vl, C);
+  else if (ctx.packed_weights() != nullptr && R <= kernels::kPackedMaxRows)
+    ctx.packed_weights()->matmul(h.f32(), wte, nullptr, local.f32(), R, Vl, C);
   else
     kernels::matmul(h.f32(), kernels::Trans::N, wte, kernels::Trans::T, local.f32(), R, Vl, C);
   const Tensor full = model.layers().gather_vocabulary(local);  // (R, Vp)
@@ -54,13 +57,14 @@ Tensor head_logits(GPT& model, const Tensor& x, const std::vector<int64_t>& rows
 }  // namespace
 
 Tensor forward_cached(GPT& model, KVCache& cache, const std::vector<int32_t>& tokens, const std::vector<int64_t>& slots,
-                      const std::vector<int64_t>& logit_rows) {
+                      const std::vector<int64_t>& logit_rows, kernels::PackedWeights* packed) {
   const int64_t N = static_cast<int64_t>(tokens.size());
   check(N > 0 && slots.size() == tokens.size(), "forward_cached needs one slot per token (", N, " tokens, ",
         slots.size(), " slots)");
   const std::vector<int64_t> positions = claim_positions(cache, slots);
   Context ctx;
   ctx.set_inference(true);
+  ctx.set_packed_weights(packed);
   Tensor x = model.embedding().embed_at(tokens.data(), positions.data(), N);  // (N, C)
   const kernels::CacheGeometry& g = cache.geometry();
   for (size_t l = 0; l < model.blocks().size(); ++l) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "loom/kernels/packed_weights.hpp"
 #include "loom/nn/gpt.hpp"
 #include "loom/nn/kv_cache.hpp"
 
@@ -17,7 +18,9 @@ namespace loom::nn {
 
 // tokens[n] belongs to the sequence in slots[n] and takes its next position. Returns the
 // logits (R, V) of the rows listed in logit_rows (every rank gets the whole vocabulary).
+// packed: the caller's packed weights for steps of more rows than the GEMV takes (null:
+// oneDNN on the plain weights); the same logits either way, up to the sums' order.
 Tensor forward_cached(GPT& model, KVCache& cache, const std::vector<int32_t>& tokens, const std::vector<int64_t>& slots,
-                      const std::vector<int64_t>& logit_rows);
+                      const std::vector<int64_t>& logit_rows, kernels::PackedWeights* packed = nullptr);
 
 }  // namespace loom::nn

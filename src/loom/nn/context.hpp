@@ -9,6 +9,10 @@
 
 #include "loom/tensor/tensor.hpp"
 
+namespace loom::kernels {
+class PackedWeights;
+}
+
 namespace loom::nn {
 
 class Module;
@@ -28,9 +32,14 @@ class Context {
   // shaped for a few rows (a decode step's one token per sequence).
   void set_inference(bool on) { inference_ = on; }
   bool inference() const { return inference_; }
+  // Where a generator keeps the decode step's packed weights (kernels/packed_weights.hpp);
+  // null (training, or generation without them): the plain matmul.
+  void set_packed_weights(kernels::PackedWeights* packed) { packed_ = packed; }
+  kernels::PackedWeights* packed_weights() const { return packed_; }
 
  private:
   bool inference_ = false;
+  kernels::PackedWeights* packed_ = nullptr;
   std::unordered_map<const Module*, std::vector<Tensor>> saved_;
 };
 

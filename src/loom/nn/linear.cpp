@@ -20,7 +20,7 @@ Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
   // Mixed precision: x in bf16 once, read by this GEMM and kept for backward's weight gradient
   // (inference keeps nothing: the decode GEMV rounds its few rows itself).
   const Tensor input = ctx.inference() ? x : in_compute_precision(x);
-  Tensor y = project(input, /*add_bias=*/true, ctx.inference());
+  Tensor y = project(input, /*add_bias=*/true, ctx.inference(), ctx.packed_weights());
   ctx.save(this, {input});
   return y;
 }
@@ -31,7 +31,7 @@ Tensor Linear::backward_impl(const Tensor& dy, Context& ctx) {
   return dx;
 }
 
-Tensor Linear::project(const Tensor& x, bool add_bias, bool few_rows) {
+Tensor Linear::project(const Tensor& x, bool add_bias, bool few_rows, kernels::PackedWeights* packed) {
   check(x.ndim() >= 1 && x.size(-1) == in_, "Linear '", name(), "' expects last dimension ", in_,
         ", got shape ", shape_str(x.shape()));
   const int64_t N = x.numel() / in_;
@@ -42,6 +42,10 @@ Tensor Linear::project(const Tensor& x, bool add_bias, bool few_rows) {
   const kernels::Operand w = weight_->gemm_operand();  // bf16 in bf16 precision
   if (few_rows && N <= kernels::kGemvMaxRows && x.dtype() == DType::F32) {
     kernels::gemv_rows(x.f32(), w, b, y.f32(), N, out_, in_);
+    return y;
+  }
+  if (few_rows && packed != nullptr && N <= kernels::kPackedMaxRows && x.dtype() == DType::F32) {
+    packed->matmul(x.f32(), w, b, y.f32(), N, out_, in_);
     return y;
   }
   kernels::matmul(gemm_input(x), Trans::N, w, Trans::T, y.f32(), N, out_, in_, b);

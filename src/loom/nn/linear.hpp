@@ -2,6 +2,7 @@
 // The two backward GEMMs (dx = dy W, dW += dy^T x) go through oneDNN.
 #pragma once
 
+#include "loom/kernels/packed_weights.hpp"
 #include "loom/nn/module.hpp"
 
 namespace loom::nn {
@@ -19,8 +20,9 @@ class Linear : public Module {
   Tensor forward_impl(const Tensor& x, Context& ctx) override;
   Tensor backward_impl(const Tensor& dy, Context& ctx) override;
   // y = x W^T (+ b when add_bias). few_rows (inference contexts): at most kGemvMaxRows
-  // rows go through the GEMV kernel, which streams W once (kernels/gemv.hpp).
-  Tensor project(const Tensor& x, bool add_bias, bool few_rows = false);
+  // rows go through the GEMV kernel, which streams W once (kernels/gemv.hpp), and up to
+  // kPackedMaxRows through oneDNN on `packed` copies of W when given (kernels/packed_weights.hpp).
+  Tensor project(const Tensor& x, bool add_bias, bool few_rows = false, kernels::PackedWeights* packed = nullptr);
   // Given the forward's input x: returns dx = dy W, adds dy^T x to W's gradient and (when
   // bias_grad) dy's column sums to the bias gradient.
   Tensor backward_from(const Tensor& dy, const Tensor& x, bool bias_grad);

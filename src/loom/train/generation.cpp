@@ -138,7 +138,7 @@ std::vector<Generated> Generator::step() {
     advance(*s, logits.f32());
   }
   if (!tokens.empty()) {
-    const Tensor logits = nn::forward_cached(model_, cache_, tokens, slots, rows);  // (B, V)
+    const Tensor logits = nn::forward_cached(model_, cache_, tokens, slots, rows, &packed_);  // (B, V)
     const int64_t V = logits.size(1);
     for (size_t i = 0; i < decoding.size(); ++i) advance(*decoding[i], logits.f32() + static_cast<int64_t>(i) * V);
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "loom/data/tokenizer.hpp"
+#include "loom/kernels/packed_weights.hpp"
 #include "loom/nn/gpt.hpp"
 #include "loom/nn/kv_cache.hpp"
 
@@ -75,6 +76,7 @@ class Generator {
   const data::Tokenizer& tokenizer_;
   SamplingOptions options_;
   nn::KVCache cache_;
+  kernels::PackedWeights packed_;  // the weights as the batched decode step's oneDNN reads them
   std::vector<std::unique_ptr<Sequence>> slots_;  // null: free
 };
 

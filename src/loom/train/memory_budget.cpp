@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "loom/error.hpp"
+#include "loom/kernels/gemv.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/tensor/memory_tracker.hpp"
 
@@ -80,7 +81,10 @@ double kv_cache_bytes(const nn::GPTConfig& m, int64_t batch) {
 }
 
 MemoryNeed inference_memory(const nn::GPTConfig& m, int64_t batch, bool bf16) {
-  const double copies = bf16 ? 6.0 : 4.0;  // fp32 values, plus their bf16 copies
+  // fp32 values, plus their bf16 copies, plus (a batch past the GEMV's rows) the decode
+  // step's packed copies in the product's precision (kernels/packed_weights.hpp).
+  const double packed = batch > kernels::kGemvMaxRows ? (bf16 ? 2.0 : 4.0) : 0.0;
+  const double copies = (bf16 ? 6.0 : 4.0) + packed;
   const double rough = copies * rough_parameters(m) + rough_activations(m, 1.0);
   const double cache = kv_cache_bytes(m, batch);
   if (!(rough < kExactLimit)) return {.state = rough, .activations = 0.0, .kv_cache = cache};

@@ -23,7 +23,8 @@ struct MemoryNeed {
 // Per rank, to train config under its layout, ZeRO stage and optimizer.
 MemoryNeed training_memory(const TrainConfig& config);
 // To generate `batch` sequences together from model: the parameters (and their bf16 copies
-// when bf16), one sequence's activations and logits, and the KV cache.
+// when bf16, and the decode step's packed copies past kernels::kGemvMaxRows sequences), one
+// sequence's activations and logits, and the KV cache.
 MemoryNeed inference_memory(const nn::GPTConfig& model, int64_t batch = 1, bool bf16 = false);
 // The KV cache of `batch` sequences of block_size tokens: n_layer x 2 (keys, values) x batch
 // x block_size x n_embd fp32 values (KVCache's allocation).

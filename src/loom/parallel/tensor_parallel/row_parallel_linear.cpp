@@ -22,7 +22,7 @@ RowParallelLinear::RowParallelLinear(int64_t in_features, int64_t out_features, 
 }
 
 Tensor RowParallelLinear::forward_impl(const Tensor& x, nn::Context& ctx) {
-  Tensor y = project(x, /*add_bias=*/false, ctx.inference());  // (B, T, OC) partial
+  Tensor y = project(x, /*add_bias=*/false, ctx.inference(), ctx.packed_weights());  // (B, T, OC) partial
   if (sequence_parallel_)
     y = reduce_scatter_sequence(y, group_);  // (B, T/t, OC)
   else
