@@ -18,7 +18,7 @@ if [ "${1:-all}" != demo ]; then
     libopenblas0-openmp                  # an optimized BLAS, so PyTorch baselines run at their best
     chromium                             # renders the run report in a test (headless)
     slurmctld slurmd slurm-client munge  # a one-node Slurm cluster runs scripts/slurm/loom.sbatch in a test
-    clang libclang-rt-14-dev             # libFuzzer, ASan and UBSan runtimes: coverage-guided fuzzing of the readers (fuzz.libfuzzer)
+    clang libclang-rt-14-dev libomp-14-dev  # libFuzzer, ASan and UBSan runtimes and clang's omp.h: coverage-guided fuzzing of the readers (fuzz.libfuzzer)
   )
 fi
 
