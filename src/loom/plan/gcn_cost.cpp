@@ -1,5 +1,7 @@
 #include "loom/plan/gcn_cost.hpp"
 
+#include "loom/plan/specs.hpp"
+
 #include <algorithm>
 #include <iomanip>
 #include <sstream>
@@ -20,7 +22,6 @@ std::array<int, 3> roles(int64_t l) {
 }
 
 int64_t part(int64_t n, int64_t parts, int64_t k) { return n * (k + 1) / parts - n * k / parts; }
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 

@@ -4,10 +4,6 @@
 
 namespace loom::plan {
 
-namespace {
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-}  // namespace
-
 double wave_efficiency(const Gemm& g, const ClusterSpec& c) {
   if (c.compute_units <= 0) return 1.0;
   const int64_t tiles = g.batch * ceil_div(g.m, c.tile_m) * ceil_div(g.n, c.tile_n);

@@ -11,6 +11,8 @@
 
 namespace loom::plan {
 
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 struct ModelSpec {
   std::string name = "custom";
   int64_t layers = 12;
