@@ -99,15 +99,20 @@ int verify(const train::TrainConfig& config, const Tolerances& tol, comm::Proces
   const bool speaks = world == nullptr || world->rank() == 0;
   train::Trainer parallel(config, /*quiet=*/true, world);
   train::Trainer serial(serial_twin(config, parallel.config().model.resolved_padded_vocab()), true);
+  const nn::MoeConfig& moe = config.model.moe;
+  const std::string experts = !moe.enabled() ? std::string()
+                                             : ", " + std::to_string(moe.experts) + " experts top-" + std::to_string(moe.top_k) +
+                                                   (moe.capacity_factor > 0 ? " with capacity" : " dropless") + " over ep " +
+                                                   std::to_string(config.ep);
   if (speaks)
-    std::printf("verify: %s, dp %lld x pp %lld x cp %lld x tp %lld, zero %lld%s%s%s, %lld micro-batch(es) of %lld; tolerances: loss "
+    std::printf("verify: %s, dp %lld x pp %lld x cp %lld x tp %lld, zero %lld%s%s%s%s, %lld micro-batch(es) of %lld; tolerances: loss "
                 "%.0e, gradients %.0e, parameters %.0e (relative)\n",
                 config.precision.c_str(), static_cast<long long>(config.dp), static_cast<long long>(config.pp),
                 static_cast<long long>(config.cp), static_cast<long long>(config.tp),
                 static_cast<long long>(config.zero), config.sequence_parallel ? ", sequence parallel" : "",
                 config.tp_3d_on() ? (", tp_3d " + config.tp_3d).c_str() : "",
                 config.pp > 1 ? (", schedule " + (config.schedule_file.empty() ? config.schedule : config.schedule_file)).c_str() : "",
-                static_cast<long long>(config.micro_batches), static_cast<long long>(config.batch_size), tol.loss_rtol,
+                experts.c_str(), static_cast<long long>(config.micro_batches), static_cast<long long>(config.batch_size), tol.loss_rtol,
                 tol.grad_rtol, tol.param_rtol);
   bool ok = true;
   for (int64_t step = 1; step <= config.steps; ++step) {
