@@ -69,9 +69,10 @@ struct Worst {
 // attention QKV bias has an exactly zero true gradient (a constant added to every key leaves
 // the softmax unchanged), so AdamW moves it by rounding noise alone; as a parameter it is
 // held to the drift bound 2 * steps * lr relative to that bound instead (its gradient, noise
-// next to the query and value thirds', needs no exception).
+// next to the query and value thirds', needs no exception). min_scale: the smallest scale a
+// parameter is measured against (see adam_noise_scale).
 Worst worst_difference(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want,
-                       const std::string& prefix, const train::TrainConfig& c, int64_t steps) {
+                       const std::string& prefix, const train::TrainConfig& c, int64_t steps, double min_scale = 0.0) {
   const bool parameters = prefix == "model.";
   Worst worst;
   for (const auto& [key, w] : want) {
@@ -88,11 +89,22 @@ Worst worst_difference(const std::map<std::string, Tensor>& got, const std::map<
     for (int64_t i = 0; i < w.numel(); ++i) {
       const double diff = std::fabs(static_cast<double>(g.f32()[i]) - w.f32()[i]);
       const bool zero_gradient = qkv_bias && i >= C && i < 2 * C;
-      const double error = zero_gradient ? diff / drift * c.lr : diff / std::max(1e-12, static_cast<double>(scale));
+      const double error = zero_gradient ? diff / drift * c.lr : diff / std::max({1e-12, static_cast<double>(scale), min_scale});
       if (error > worst.error) worst = {key.substr(prefix.size()), error};
     }
   }
   return worst;
+}
+
+// With bf16 in the arithmetic (compute or the gradient reduce), a gradient element that is
+// zero up to rounding can take the other sign under the layout; AdamW's normalised step then
+// moves it by lr the other way, up to 2 lr a step apart from serial whatever its size (a bias
+// that starts at zero is all such elements). Such a tensor is measured against the scale at
+// which that drift is just within the parameter tolerance; fp32 runs and SGD get no floor.
+double adam_noise_scale(const train::TrainConfig& c, int64_t steps, double param_rtol) {
+  const bool bf16 = c.precision == "bf16" || c.grad_reduce_dtype == "bf16";
+  if (!bf16 || c.optimizer != "adamw" || param_rtol <= 0) return 0.0;
+  return 2.0 * static_cast<double>(steps) * c.lr / param_rtol;
 }
 
 int verify(const train::TrainConfig& config, const Tolerances& tol, comm::ProcessGroup* world) {
@@ -124,7 +136,8 @@ int verify(const train::TrainConfig& config, const Tolerances& tol, comm::Proces
     parallel.apply_update(got_step);
     const float want = want_step.loss, got = got_step.loss;
     const double loss_error = std::fabs(static_cast<double>(got) - want) / std::max(1e-12, std::fabs(static_cast<double>(want)));
-    const Worst worst = worst_difference(parallel.state_dict(), serial.state_dict(), "model.", config, step);
+    const Worst worst = worst_difference(parallel.state_dict(), serial.state_dict(), "model.", config, step,
+                                         adam_noise_scale(config, step, tol.param_rtol));
     const bool step_ok = loss_error <= tol.loss_rtol && grad.error <= tol.grad_rtol && worst.error <= tol.param_rtol;
     ok = ok && step_ok;
     if (speaks)
@@ -156,7 +169,7 @@ Runner add_verify_command(CLI::App& sub) {
   defaults.threads = 1;
   defaults.out_dir = "";
   auto tol = std::make_shared<Tolerances>();
-  const std::string bf16 = "; with --precision bf16 " ;
+  const std::string bf16 = "; with --precision bf16 or --grad-reduce-dtype bf16 ";
   auto* loss = sub.add_option("--loss-rtol", tol->loss_rtol, "relative loss tolerance per step [default 1e-5" + bf16 + fmt(kBf16Tolerances.loss_rtol) + "]");
   auto* grad = sub.add_option("--grad-rtol", tol->grad_rtol,
                  "gradient tolerance, relative to each tensor's largest magnitude [default 1e-3" + bf16 + fmt(kBf16Tolerances.grad_rtol) + "]");
@@ -165,7 +178,7 @@ Runner add_verify_command(CLI::App& sub) {
   std::shared_ptr<ConfigFlags> flags = add_config_flags(sub, defaults);
   return [flags, tol, defaults, loss, grad, param]() {
     const train::TrainConfig config = flags->resolve(defaults);
-    if (config.precision == "bf16") {  // bf16's defaults where no tolerance was given
+    if (config.precision == "bf16" || config.grad_reduce_dtype == "bf16") {  // bf16's defaults where none was given
       if (loss->count() == 0) tol->loss_rtol = kBf16Tolerances.loss_rtol;
       if (grad->count() == 0) tol->grad_rtol = kBf16Tolerances.grad_rtol;
       if (param->count() == 0) tol->param_rtol = kBf16Tolerances.param_rtol;

@@ -181,6 +181,11 @@ void TrainConfig::validate() const {
         grad_reduce_dtype, "'");
   check(grad_reduce_dtype == "fp32" || allreduce == "mpi", "grad_reduce_dtype = 'bf16' reduces with allreduce = 'mpi' (bf16 "
         "sums need MPI's user operators), not '", allreduce, "'");
+  // ZeRO's bf16 gathers hand the router bf16-rounded weights where the serial run reads fp32
+  // ones, and top-k routing turns that difference into other experts for some tokens.
+  check(!(model.moe.enabled() && precision == "bf16" && zero > 0),
+        "a mixture of experts with precision = 'bf16' does not compose with ZeRO yet (its bf16 parameter gathers "
+        "would round the router's weights): set zero = 0 or precision = 'fp32' (got zero = ", zero, ")");
   pipeline_layers();  // names a malformed list now rather than at start-up
   // Malformed steps are named now, not when tracing starts; the run's length only matters
   // when the trace is on.
