@@ -23,6 +23,17 @@ std::array<int, 3> roles(int64_t l) {
 
 int64_t part(int64_t n, int64_t parts, int64_t k) { return n * (k + 1) / parts - n * k / parts; }
 
+// Layer l's axes and the widths one rank holds of its input and output.
+struct LayerSplit {
+  int o, i, d;  // the outer, inner and depth axes
+  int64_t Go, Gd, in_local, out_local;
+};
+LayerSplit split_of(const std::array<int64_t, 3>& size, int64_t l, int64_t in, int64_t out) {
+  const auto [o, i, d] = roles(l);
+  const int64_t Go = size[static_cast<size_t>(o)], Gi = size[static_cast<size_t>(i)], Gd = size[static_cast<size_t>(d)];
+  return {.o = o, .i = i, .d = d, .Go = Go, .Gd = Gd, .in_local = ceil_div(in, Gi), .out_local = ceil_div(out, Go)};
+}
+
 }  // namespace
 
 Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& s, int64_t R, int64_t C, int64_t D, std::array<int64_t, 3> at) {
@@ -34,9 +45,7 @@ Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& s, int64_t R, int64_t C, int6
   int64_t in = s.F;
   for (int64_t l = 0; l < s.L; ++l) {
     const int64_t out = l + 1 == s.L ? s.K : s.H;
-    const auto [o, i, d] = roles(l);
-    const int64_t Go = size[static_cast<size_t>(o)], Gi = size[static_cast<size_t>(i)], Gd = size[static_cast<size_t>(d)];
-    const int64_t in_local = ceil_div(in, Gi), out_local = ceil_div(out, Go);
+    const auto [o, i, d, Go, Gd, in_local, out_local] = split_of(size, l, in, out);
     const int64_t rows = part(s.N, Gd, at[static_cast<size_t>(d)]), cols = part(s.N, Go, at[static_cast<size_t>(o)]);
     add(o, rows * in_local);
     add(i, rows * out_local);
@@ -56,9 +65,7 @@ int64_t gcn_3d_memory_bytes(const GcnShape& s, int64_t R, int64_t C, int64_t D) 
   int64_t in = s.F;
   for (int64_t l = 0; l < s.L; ++l) {
     const int64_t out = l + 1 == s.L ? s.K : s.H;
-    const auto [o, i, d] = roles(l);
-    const int64_t Go = size[static_cast<size_t>(o)], Gi = size[static_cast<size_t>(i)], Gd = size[static_cast<size_t>(d)];
-    const int64_t in_local = ceil_div(in, Gi), out_local = ceil_div(out, Go);
+    const auto [o, i, d, Go, Gd, in_local, out_local] = split_of(size, l, in, out);
     const int64_t rows = part(s.N, Gd, 0), cols = part(s.N, Go, 0), nnz = ceil_div(s.nnz, Go * Gd);
     bytes += csr(rows, nnz) + csr(cols, nnz);
     bytes += 4 * 4 * (in_local * out_local + out_local);  // value, gradient, Adam's m and v
