@@ -71,17 +71,8 @@ struct Views {
   BatchedMatmul desc(int64_t M, int64_t N, int64_t K, const std::array<int64_t, 4>& a,
                      const std::array<int64_t, 4>& b, const std::array<int64_t, 4>& c,
                      float alpha = 1.0f) const {
-    BatchedMatmul d;
-    d.batch0 = nb;
-    d.batch1 = nh;
-    d.M = M;
-    d.N = N;
-    d.K = K;
-    d.a_strides = a;
-    d.b_strides = b;
-    d.c_strides = c;
-    d.alpha = alpha;
-    return d;
+    return BatchedMatmul{.batch0 = nb, .batch1 = nh, .M = M, .N = N, .K = K,
+                         .a_strides = a, .b_strides = b, .c_strides = c, .alpha = alpha};
   }
 };
 

@@ -29,18 +29,8 @@ Strides cols_of(const HeadsOf<T>& v, int64_t HS) {
 
 BatchedMatmul product(const AttentionBlock& s, int64_t M, int64_t N, int64_t K, const Strides& a, const Strides& b,
                       const Strides& c, float alpha, bool accumulate) {
-  BatchedMatmul d;
-  d.batch0 = s.B;
-  d.batch1 = s.NH;
-  d.M = M;
-  d.N = N;
-  d.K = K;
-  d.a_strides = a;
-  d.b_strides = b;
-  d.c_strides = c;
-  d.alpha = alpha;
-  d.accumulate = accumulate;
-  return d;
+  return BatchedMatmul{.batch0 = s.B, .batch1 = s.NH, .M = M, .N = N, .K = K, .a_strides = a,
+                       .b_strides = b, .c_strides = c, .alpha = alpha, .accumulate = accumulate};
 }
 
 // The (B, NH, Tq, Tk) scratch and its transpose.

@@ -1,14 +1,14 @@
-// How a parameter is split across a tensor-parallel group: along `dim`, into `parts`
-// pieces, this rank holding piece `index`. `blocks` > 1 splits each of that many equal
-// blocks of the dimension separately (a fused QKV weight: every rank takes its slice of q,
-// of k and of v). A parameter with dim < 0 is whole on every rank (replicated).
-// 3D tensor parallelism splits a weight twice: a second split along the last dimension
-// `dim2` (> dim) into `parts2` pieces, this rank holding piece `index2`; and several ranks
-// of the group may hold the same piece: `replica` numbers them (replica 0 counts the piece
-// in norms).
-// of k and of v). A parameter with dim < 0 is whole on every rank (replicated). `axis` names
-// the ranks the pieces are spread over: the tensor-parallel group, or (a mixture of
-// experts' stacked expert weights) the expert-parallel group.
+// How a parameter is split across a group of ranks: along `dim`, into `parts` pieces,
+// this rank holding piece `index`. `blocks` > 1 splits each of that many equal blocks of the
+// dimension separately (a fused QKV weight: every rank takes its slice of q,
+// of k and of v).
+// A parameter with dim < 0 is whole on every rank (replicated).
+// `axis` names the ranks the pieces are spread over: the tensor-parallel group, or (a
+// mixture of experts' stacked expert weights) the expert-parallel group.
+// 3D tensor parallelism splits a weight twice: a second split along the last
+// dimension `dim2` (> dim) into `parts2` pieces, this rank holding piece `index2`;
+// and several ranks of the group may hold the same piece: `replica` numbers them
+// (replica 0 counts the piece in norms, the others hold copies).
 #pragma once
 
 #include <cstdint>
