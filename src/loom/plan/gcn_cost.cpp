@@ -56,6 +56,7 @@ Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& s, int64_t R, int64_t C, int6
     const int64_t rows = part(s.N, p.Gd, at[static_cast<size_t>(p.d)]), cols = part(s.N, p.Go, at[static_cast<size_t>(p.o)]);
     const int64_t parameters = p.Gd * p.parameter_piece();  // the W and b block, gathered or scattered
     add(p.d, parameters);                                   // forward: W and b all-gathered
+    if (l == 0 && cols > 0) add(p.d, p.Gd * ceil_div(cols, p.Gd) * p.in_local);  // the features' shards
     add(p.o, rows * p.in_local);
     add(p.i, rows * p.out_local);
     if (l + 1 == s.L) {  // the class-parallel loss
@@ -74,7 +75,7 @@ Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& s, int64_t R, int64_t C, int6
 int64_t gcn_3d_memory_bytes(const GcnShape& s, int64_t R, int64_t C, int64_t D) {
   const std::array<int64_t, 3> size{R, C, D};
   const auto csr = [](int64_t rows, int64_t nnz) { return 8 * (rows + 1) + 8 * nnz; };  // row_ptr, col + val
-  int64_t bytes = 4 * s.N * s.F + 2 * csr(s.N, s.nnz);
+  int64_t bytes = 2 * csr(s.N, s.nnz);
   int64_t in = s.F;
   for (int64_t l = 0; l < s.L; ++l) {
     const int64_t out = l + 1 == s.L ? s.K : s.H;
@@ -84,6 +85,7 @@ int64_t gcn_3d_memory_bytes(const GcnShape& s, int64_t R, int64_t C, int64_t D) 
     bytes += 4 * 4 * p.parameter_piece();                      // W and b shards: value, gradient, Adam's m and v
     bytes += 4 * (p.in_local + 1) * p.out_local;               // the block gathered over depth (forward, backward)
     bytes += 4 * rows * (p.in_local + p.out_local);            // Â X (kept) and the output
+    if (l == 0) bytes += 4 * (ceil_div(cols, p.Gd) + cols) * p.in_local;  // the features' shard, gathered
     if (l + 1 < s.L) bytes += 4 * 2 * rows * p.out_local;      // ReLU/dropout output and mask
     else bytes += 4 * rows * p.out_local;                      // the loss's copy of its rows' logits
     in = out;

@@ -27,8 +27,9 @@ struct GcnShape {
 // l % 3 (graph_conv_3d.hpp), this rank's output rows n_d (its part of N over depth), input
 // rows n_o (over outer), widths in' and out' (in and out padded as the layer pads them, over
 // inner and outer) and its W and b block P = (in' + 1) out' (each depth rank holds 1/depth):
-//   forward: all-gather of P over depth; all-reduce of Â X over outer (n_d in'), of X W over
-//   inner (n_d out'); the loss on the last layer's blocks: per training node among its n_d
+//   forward: all-gather of P over depth (the first layer also of its input block, n_o x in'
+//   features in shards of ceil(n_o / depth) rows); all-reduce of Â X over outer (n_d in'), of
+//   X W over inner (n_d out'); the loss on the last layer's blocks: per training node among its n_d
 //   rows (m of them), the max logit, the sum of exponentials and the target's logit, the
 //   predicted class over outer (4 m), the loss and correct count over depth (2);
 //   backward: reduce-scatter of dW and db over depth (P); for l > 0 the all-gather of P again,
@@ -41,11 +42,11 @@ Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& shape, int64_t R, int64_t C, 
                                    std::array<int64_t, 3> at = {0, 0, 0}, int64_t labelled_rows = -1);
 
 // Bytes rank 0 holds while training on an R x C x D grid (an estimate, as Plexus's
-// mem_model.py gives one): the whole graph every rank loads (features, Â and Âᵀ in CSR), each
-// layer's blocks of Â and Âᵀ (nnz / (outer x depth) non-zeros), its W and b shards with their
-// gradients and Adam's two moments, the block gathered over depth, and the activations
-// backward keeps (Â X and X W + b per layer, ReLU/dropout's output and mask between layers,
-// the loss's copy of its rows' logits).
+// mem_model.py gives one): Â and Âᵀ in CSR (every rank loads the graph), the first layer's
+// shard of the features and its block gathered, each layer's blocks of Â and Âᵀ (nnz /
+// (outer x depth) non-zeros), its W and b shards with their gradients and Adam's two moments,
+// the block gathered over depth, and the activations backward keeps (Â X and X W + b per
+// layer, ReLU/dropout's output and mask between layers, the loss's copy of its rows' logits).
 int64_t gcn_3d_memory_bytes(const GcnShape& shape, int64_t R, int64_t C, int64_t D);
 
 // A grid's predicted epoch: the most any rank sends (bytes over each axis's bandwidth, ring

@@ -6,6 +6,7 @@
 #include "loom/error.hpp"
 #include "loom/kernels/residual.hpp"
 #include "loom/parallel/graph_3d/class_parallel_loss.hpp"
+#include "loom/parallel/graph_3d/graph_conv_3d.hpp"
 #include "loom/trace/recorder.hpp"
 
 namespace loom::train {
@@ -62,6 +63,7 @@ std::vector<std::unique_ptr<nn::Module>> GcnSpec::build(const nn::LayerBuilder& 
                                          static_cast<uint64_t>(config_.seed), layers);
   model_ = model.get();
   loss_ = parallel::graph3d::node_loss_for(*model->convs().back());
+  features_ = parallel::graph3d::model_input_for(*model->convs().front(), features_);  // a parallel rank's shard
   std::vector<std::unique_ptr<nn::Module>> chunks;
   chunks.push_back(std::move(model));
   return chunks;

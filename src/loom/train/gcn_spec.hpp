@@ -56,7 +56,7 @@ class GcnSpec : public ModelSpec {
   data::Graph graph_;
   std::string identity_;
   std::shared_ptr<const nn::GraphOperator> operator_;
-  Tensor features_;  // (N, F)
+  Tensor features_;  // (N, F), or what a parallel model's first layer reads of them
   Tensor train_targets_, val_targets_, test_targets_;  // (N) i32
   nn::GCN* model_ = nullptr;  // what build() made
   std::unique_ptr<nn::NodeCrossEntropy> loss_;  // on the model's output as its layers lay it out

@@ -59,6 +59,7 @@ GraphConv3D::GraphConv3D(int64_t in, int64_t out, int64_t layer, std::shared_ptr
   col_nodes_ = nodes_at(orders_->columns_of(layer), cols);
   block_ = adjacency_block(A, row_nodes_, orders_->column_positions_of(layer), cols.first, cols.second);
   block_t_ = kernels::csr_transpose(block_);
+  if (first_) shard_rows_ = padded(block_.cols, Gd) / Gd;
   // W: rows over inner, columns over outer x depth (every rank a different piece); b: over
   // outer x depth, the same on every inner rank.
   weight_->set_shard_spec(
@@ -134,18 +135,34 @@ void GraphConv3D::reduce_scatter_gradients(const Tensor& dw, const Tensor& db) {
   kernels::add_inplace(bias_->grad().f32(), mine.f32() + in_local_ * shard_, shard_);
 }
 
-Tensor GraphConv3D::gather_block(const Tensor& whole, const std::vector<int64_t>& nodes, int64_t col0, int64_t cols) {
-  const int64_t width = whole.size(1);
-  Tensor b = Tensor::zeros({static_cast<int64_t>(nodes.size()), cols});
-  const int64_t n = std::clamp<int64_t>(width - col0, 0, cols);
-  for (size_t r = 0; r < nodes.size(); ++r)
-    std::copy_n(whole.f32() + nodes[r] * width + col0, n, b.f32() + static_cast<int64_t>(r) * cols);
-  return b;
+Tensor GraphConv3D::input_shard(const Tensor& whole) const {
+  check(first_, "GraphConv3D '", name(), "': only the first layer reads the features");
+  check(whole.ndim() == 2 && whole.size(0) == graph_->adjacency.rows && whole.size(1) == in_, "GraphConv3D '", name(),
+        "' shards (", graph_->adjacency.rows, ", ", in_, ") features, got ", shape_str(whole.shape()));
+  Tensor shard = Tensor::zeros({shard_rows_, in_local_}, DType::F32, MemoryCategory::Other);
+  const int64_t first_row = grid_.rank(roles_.depth) * shard_rows_, width = whole.size(1);
+  const int64_t rows = std::clamp<int64_t>(block_.cols - first_row, 0, shard_rows_);
+  const int64_t n = std::clamp<int64_t>(width - in0_, 0, in_local_);  // past `in`: padding
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy_n(whole.f32() + col_nodes_[static_cast<size_t>(first_row + r)] * width + in0_, n,
+                shard.f32() + r * in_local_);
+  return shard;
+}
+
+Tensor GraphConv3D::gathered_input(const Tensor& shard) const {
+  check(shard.ndim() == 2 && shard.size(0) == shard_rows_ && shard.size(1) == in_local_, "GraphConv3D '", name(),
+        "' expects its (", shard_rows_, ", ", in_local_, ") shard of the features (input_shard()), got ",
+        shape_str(shard.shape()));
+  const int D = grid_.size(roles_.depth);
+  if (D == 1 || shard.numel() == 0) return shard;  // (the depth ranks share the block's columns)
+  Tensor all = Tensor::empty({D * shard_rows_, in_local_});  // the depth ranks' rows in order, then padding
+  grid_.group(roles_.depth).all_gather(shard, all);
+  return all.narrow(0, block_.cols);
 }
 
 Tensor GraphConv3D::forward_impl(const Tensor& x_in, nn::Context& ctx) {
   const int64_t rows = block_.rows, cols = block_.cols;
-  const Tensor x = first_ ? gather_block(x_in, col_nodes_, in0_, in_local_) : x_in;  // (cols, in/inner)
+  const Tensor x = first_ ? gathered_input(x_in) : x_in;  // (cols, in/inner)
   check(x.ndim() == 2 && x.size(0) == cols && x.size(1) == in_local_, "GraphConv3D '", name(), "' expects (", cols, ", ",
         in_local_, ") node features, got ", shape_str(x.shape()));
   Tensor agg = Tensor::empty({rows, in_local_});  // (rows, in/inner): Â X over this rank's columns
@@ -188,6 +205,11 @@ Tensor GraphConv3D::backward_impl(const Tensor& dy, nn::Context& ctx) {
   bias_->grad_contributed();
   ctx.release(this);
   return dx;
+}
+
+Tensor model_input_for(const nn::GraphConv& first, const Tensor& features) {
+  const auto* conv = dynamic_cast<const GraphConv3D*>(&first);
+  return conv != nullptr ? conv->input_shard(features) : features;
 }
 
 }  // namespace loom::parallel::graph3d

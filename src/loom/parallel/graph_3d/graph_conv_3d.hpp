@@ -9,9 +9,10 @@
 // Forward: the W block all-gathered over depth (W and b in one buffer), AGG = Â X (partial
 // over outer: all-reduce), Y = AGG W (partial over inner: all-reduce) + b. Backward: dW = AGGᵀ
 // dY and db (partial over depth: one reduce-scatter back to this rank's shard), dAGG = dY Wᵀ
-// (the block gathered again; over outer), dX = Âᵀ dAGG (over depth). The first layer reads
-// the whole features, which every rank holds; the last layer's output stays in blocks and the
-// loss is computed on them (class_parallel_loss.hpp). Widths are padded with zero features
+// (the block gathered again; over outer), dX = Âᵀ dAGG (over depth). The first layer's input,
+// the features, is sharded over depth too (input_shard(): its block's rows split over depth)
+// and all-gathered in forward; the last layer's output stays in blocks and the loss is
+// computed on them (class_parallel_loss.hpp). Widths are padded with zero features
 // so every piece is equal: a layer's output to a multiple of outer x depth (W's columns split
 // over both), a hidden layer's input likewise (the previous layer's output; padded weights
 // get zero gradients and stay 0).
@@ -53,6 +54,10 @@ class GraphConv3D : public nn::GraphConv {
 
   OutputBlock output_block() const override;
   void set_weight(const Tensor& whole) override;
+  // The first layer: this rank's shard of the whole (N, in) features, the input forward takes:
+  // its block's input rows (over outer) split over depth, padded to equal parts with zero
+  // rows, and its features (over inner).
+  Tensor input_shard(const Tensor& whole) const;
   double weight_sum_squares() override;
   const kernels::CsrMatrix& block() const { return block_; }
   const Roles& roles() const { return roles_; }
@@ -64,8 +69,8 @@ class GraphConv3D : public nn::GraphConv {
   Tensor backward_impl(const Tensor& dy, nn::Context& ctx) override;
 
  private:
-  // rows x width whole (N, width) tensor's rows `nodes`, columns [col0, col0 + cols) (0 past width).
-  static Tensor gather_block(const Tensor& whole, const std::vector<int64_t>& nodes, int64_t col0, int64_t cols);
+  // The first layer's input block (cols, in_local) from the depth ranks' shards.
+  Tensor gathered_input(const Tensor& shard) const;
   // This rank's W block (in_local, out_local) and b block (out_local), its depth ranks'
   // shards all-gathered (one buffer).
   std::pair<Tensor, Tensor> gathered_parameters() const;
@@ -77,6 +82,7 @@ class GraphConv3D : public nn::GraphConv {
   const Grid3D& grid_;
   Roles roles_;
   bool first_;
+  int64_t shard_rows_ = 0;  // the first layer: rows of its input shard, cols / depth rounded up
   std::shared_ptr<const NodeOrders> orders_;
   int64_t in_local_, out_local_;  // this rank's widths: in_pad / inner, out_pad / outer
   int64_t shard_;                 // its columns of the W block: out_local / depth
@@ -84,5 +90,9 @@ class GraphConv3D : public nn::GraphConv {
   std::vector<int64_t> row_nodes_, col_nodes_;  // the nodes of its output and input rows
   kernels::CsrMatrix block_, block_t_;          // its block of Â (rows x cols) and the transpose
 };
+
+// The features as a GCN whose first layer is `first` reads them: a GraphConv3D's shard, else
+// the whole.
+Tensor model_input_for(const nn::GraphConv& first, const Tensor& features);
 
 }  // namespace loom::parallel::graph3d
