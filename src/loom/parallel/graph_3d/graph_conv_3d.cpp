@@ -149,6 +149,13 @@ Tensor GraphConv3D::input_shard(const Tensor& whole) const {
   return shard;
 }
 
+std::string GraphConv3D::padding() const {
+  const int64_t in = in_local_ * grid_.size(roles_.inner), out = out_local_ * grid_.size(roles_.outer);
+  if (in == in_ && out == out_) return "";
+  return name() + ": " + std::to_string(in_) + " x " + std::to_string(out_) + " held as " + std::to_string(in) + " x " +
+         std::to_string(out);
+}
+
 Tensor GraphConv3D::gathered_input(const Tensor& shard) const {
   check(shard.ndim() == 2 && shard.size(0) == shard_rows_ && shard.size(1) == in_local_, "GraphConv3D '", name(),
         "' expects its (", shard_rows_, ", ", in_local_, ") shard of the features (input_shard()), got ",
@@ -205,6 +212,11 @@ Tensor GraphConv3D::backward_impl(const Tensor& dy, nn::Context& ctx) {
   bias_->grad_contributed();
   ctx.release(this);
   return dx;
+}
+
+std::string padding_of(const nn::GraphConv& conv) {
+  const auto* c = dynamic_cast<const GraphConv3D*>(&conv);
+  return c != nullptr ? c->padding() : "";
 }
 
 Tensor model_input_for(const nn::GraphConv& first, const Tensor& features) {

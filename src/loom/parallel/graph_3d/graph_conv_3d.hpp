@@ -19,6 +19,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -58,6 +59,9 @@ class GraphConv3D : public nn::GraphConv {
   // its block's input rows (over outer) split over depth, padded to equal parts with zero
   // rows, and its features (over inner).
   Tensor input_shard(const Tensor& whole) const;
+  // "" when the grid splits this layer's weights exactly, else how it pads them ("conv1: 16 x
+  // 7 held as 16 x 8": its pieces hold zero features the serial weights do not have).
+  std::string padding() const;
   double weight_sum_squares() override;
   const kernels::CsrMatrix& block() const { return block_; }
   const Roles& roles() const { return roles_; }
@@ -90,6 +94,10 @@ class GraphConv3D : public nn::GraphConv {
   std::vector<int64_t> row_nodes_, col_nodes_;  // the nodes of its output and input rows
   kernels::CsrMatrix block_, block_t_;          // its block of Â (rows x cols) and the transpose
 };
+
+// GraphConv3D::padding() of a 3D layer, "" for any other: a checkpoint holds the serial
+// tensors, so a run on the grid resumes from one only when no layer is padded.
+std::string padding_of(const nn::GraphConv& conv);
 
 // The features as a GCN whose first layer is `first` reads them: a GraphConv3D's shard, else
 // the whole.
