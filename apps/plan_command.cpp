@@ -55,7 +55,8 @@ int plan_gcn(const PlanArgs& a) {
   const data::Graph g = data::load_graph(a.graph, "");
   const plan::GcnShape shape{.N = g.num_nodes,
                              .nnz = kernels::gcn_normalized_adjacency(g.num_nodes, g.src, g.dst).nnz(),
-                             .F = g.num_features, .H = a.gcn_hidden, .K = g.num_classes, .L = a.gcn_layers};
+                             .F = g.num_features, .H = a.gcn_hidden, .K = g.num_classes, .L = a.gcn_layers,
+                             .labelled = g.count(data::NodeSplit::Train)};
   check(a.gcn_layers >= 1 && a.gcn_hidden >= 1 && a.devices >= 1, "--gcn-layers, --gcn-hidden and --gpus must be >= 1");
   const plan::ClusterSpec cluster =
       !a.cluster_file.empty() ? plan::cluster_from_file(a.cluster_file) : plan::cluster_preset(a.cluster == "local" ? "local-default" : a.cluster);

@@ -1,11 +1,13 @@
 // Plexus-style 3D-parallel GCN (parallel/graph_3d) against the serial GCN: a table of grids of
-// 2, 3, 4 and 8 ranks (each axis alone, odd sizes, 2x2x2, three layers so every rotation of
+// 1, 2, 3, 4 and 8 ranks (each axis alone, odd sizes, 2x2x2, three layers so every rotation of
 // the axes' roles runs), with and without the node permutation, on a small R-MAT graph and on
 // Cora, dropout and the L2 term on. Each must give the serial run's losses (relative 1e-5),
 // gradients before clipping (1e-4 of each tensor's largest magnitude) and parameters after 3
 // Adam steps (1e-4 of each tensor's scale); a grid wider than the graph (ranks with no rows or
 // columns of Â) must neither hang nor differ. Then the bytes each axis moves per epoch equal
-// plan::gcn_3d_bytes_per_epoch on every rank, and the permutation's load balance.
+// plan::gcn_3d_bytes_per_epoch on every rank. Last, checkpoints, which hold the serial tensors:
+// with widths the grid divides, a resume under the same grid continues bit for bit and a run
+// moves serial -> grid -> serial like the uninterrupted serial run; padded widths are refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,9 +16,11 @@
 #include <string>
 
 #include "comm/mpi_test_env.hpp"
+#include "equivalence.hpp"
 #include "loom/kernels/sparse.hpp"
 #include "loom/parallel/graph_3d/node_layout.hpp"
 #include "loom/plan/gcn_cost.hpp"
+#include "loom/nn/gcn.hpp"
 #include "loom/train/gcn_spec.hpp"
 #include "loom/train/trainer.hpp"
 #include "test_util.hpp"
@@ -127,7 +131,9 @@ TEST_P(Graph3DEquivalence, SameLossesGradientsAndParametersAsSerial) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grids, Graph3DEquivalence,
-    ::testing::Values(Case{.name = "r2", .tp_3d = "2,1,1", .world = 2}, Case{.name = "c2", .tp_3d = "1,2,1", .world = 2},
+    ::testing::Values(Case{.name = "one_rank", .tp_3d = "1,1,1", .world = 1},
+                      Case{.name = "one_rank_file_order", .tp_3d = "1,1,1", .world = 1, .permute = false, .layers = 3},
+                      Case{.name = "r2", .tp_3d = "2,1,1", .world = 2}, Case{.name = "c2", .tp_3d = "1,2,1", .world = 2},
                       Case{.name = "d2_file_order", .tp_3d = "1,1,2", .world = 2, .permute = false},
                       Case{.name = "d2_3layers", .tp_3d = "1,1,2", .world = 2, .layers = 3},
                       Case{.name = "r3", .tp_3d = "3,1,1", .world = 3},
@@ -160,11 +166,17 @@ TEST_P(Graph3DBytes, MeasuredBytesPerAxisEqualTheModel) {
   t.train_step();
   auto& spec = dynamic_cast<train::GcnSpec&>(t.spec());
   const std::array<int64_t, 3> g = c.tp_3d_grid();
-  const plan::GcnShape shape{.N = spec.graph().num_nodes, .nnz = spec.graph_operator().adjacency.nnz(),
-                             .F = spec.graph().num_features, .H = c.gcn.hidden, .K = spec.graph().num_classes,
-                             .L = c.gcn.layers};
+  const data::Graph& graph = spec.graph();
+  const plan::GcnShape shape{.N = graph.num_nodes, .nnz = spec.graph_operator().adjacency.nnz(), .F = graph.num_features,
+                             .H = c.gcn.hidden, .K = graph.num_classes, .L = c.gcn.layers,
+                             .labelled = graph.count(data::NodeSplit::Train)};
+  // The loss's traffic depends on how many training nodes this rank's last-layer rows hold.
+  const nn::GraphConv& last = *dynamic_cast<nn::GCN&>(*pz.chunks.front()).convs().back();
+  int64_t labelled_rows = 0;
+  for (const int64_t node : *last.output_block().nodes)
+    labelled_rows += graph.split[static_cast<size_t>(node)] == data::NodeSplit::Train && graph.labels[static_cast<size_t>(node)] >= 0;
   const plan::Grid3DBytes want = plan::gcn_3d_bytes_per_epoch(
-      shape, g[0], g[1], g[2], {pz.group("row").rank(), pz.group("col").rank(), pz.group("depth").rank()});
+      shape, g[0], g[1], g[2], {pz.group("row").rank(), pz.group("col").rank(), pz.group("depth").rank()}, labelled_rows);
   EXPECT_EQ(pz.group("row").stats().bytes, want.row) << "row";
   EXPECT_EQ(pz.group("col").stats().bytes, want.col) << "col";
   EXPECT_EQ(pz.group("depth").stats().bytes, want.depth) << "depth";
@@ -173,6 +185,105 @@ TEST_P(Graph3DBytes, MeasuredBytesPerAxisEqualTheModel) {
 INSTANTIATE_TEST_SUITE_P(Grids, Graph3DBytes,
                          ::testing::Values(BytesCase{"2,1,1", 2, 2}, BytesCase{"1,1,2", 2, 3}, BytesCase{"3,1,1", 3, 2},
                                            BytesCase{"2,2,1", 4, 3}, BytesCase{"1,2,2", 4, 2}, BytesCase{"2,2,2", 8, 3}));
+
+
+// A 3-layer GCN whose widths the 2,1,2 grid splits without padding.
+train::TrainConfig divisible_config() {
+  train::TrainConfig c = gcn_config(Case{.layers = 3, .data = "rmat:scale=7,edge_factor=4,features=13,classes=4,seed=2"});
+  c.gcn.hidden = 8;
+  return c;
+}
+
+// Checkpoints of a 3D GCN hold the serial tensors. Widths 2,1,2 divides (hidden 8, 4 classes;
+// 13 features over a col of 1): resumed under the same grid, the run goes on bit for bit.
+TEST(Graph3DResume, UnderTheSameGridContinuesBitForBit) {
+  if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
+  train::TrainConfig c = divisible_config();
+  c.steps = 4;
+  c.tp_3d = "2,1,2";
+  train::Trainer straight(c, true, &world());
+  const GcnRun want = run(straight);
+
+  const std::string dir = testing::equivalence::fresh_shared_dir("loom_gcn3d_resume", world());
+  {
+    train::TrainConfig first = c;
+    first.steps = 2;
+    first.out_dir = dir;
+    train::Trainer saver(first, true, &world());
+    run(saver);
+    saver.save_checkpoint_now();
+  }
+  c.resume = dir;
+  train::Trainer resumed(c, true, &world());
+  ASSERT_EQ(resumed.step(), 2);
+  const GcnRun got = run(resumed);
+  EXPECT_EQ(got.losses, std::vector<float>(want.losses.begin() + 2, want.losses.end()));
+  ASSERT_EQ(got.params.size(), want.params.size());
+  for (const auto& [name, w] : want.params) {
+    EXPECT_TRUE(testing::all_close(got.params.at(name).f32(), w.f32(), w.numel(), 0.0, 0.0, name));
+  }
+  testing::equivalence::remove_shared_dir(dir, world());
+}
+
+// serial (2 steps) -> grid 2,1,2 (2 more) -> serial (2 more): the losses and parameters of the
+// uninterrupted serial run.
+TEST(Graph3DResume, SerialToGridToSerial) {
+  if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
+  train::TrainConfig c = divisible_config();
+  c.steps = 6;
+  train::Trainer straight(c, true);
+  const GcnRun want = run(straight);
+
+  const std::string serial_dir = testing::equivalence::fresh_shared_dir("loom_gcn3d_from_serial", world());
+  const std::string grid_dir = testing::equivalence::fresh_shared_dir("loom_gcn3d_from_grid", world());
+  {  // each rank trains the serial run alone; rank 0 saves it
+    train::TrainConfig first = c;
+    first.steps = 2;
+    first.out_dir = world().rank() == 0 ? serial_dir : "";
+    train::Trainer saver(first, true);
+    run(saver);
+    if (world().rank() == 0) saver.save_checkpoint_now();
+  }
+  world().barrier();
+  {
+    train::TrainConfig middle = c;
+    middle.steps = 4;
+    middle.tp_3d = "2,1,2";
+    middle.resume = serial_dir;
+    middle.out_dir = grid_dir;
+    train::Trainer grid(middle, true, &world());
+    ASSERT_EQ(grid.step(), 2);
+    const GcnRun got = run(grid);
+    EXPECT_TRUE(testing::all_close(got.losses, std::vector<float>(want.losses.begin() + 2, want.losses.begin() + 4),
+                                   1e-5, 0, "grid after the serial checkpoint"));
+    grid.save_checkpoint_now();
+  }
+  train::TrainConfig last = c;
+  last.resume = grid_dir;
+  train::Trainer resumed(last, true);
+  ASSERT_EQ(resumed.step(), 4);
+  const GcnRun got = run(resumed);
+  EXPECT_TRUE(testing::all_close(got.losses, std::vector<float>(want.losses.begin() + 4, want.losses.end()), 1e-5, 0,
+                                 "serial after the grid checkpoint"));
+  for (const auto& [name, w] : want.params) {
+    ASSERT_EQ(got.params.at(name).shape(), w.shape()) << name;
+    EXPECT_TRUE(close_unpadded(got.params.at(name), w, 1e-4, "serial after the grid checkpoint " + name));
+  }
+  testing::equivalence::remove_shared_dir(grid_dir, world());
+  testing::equivalence::remove_shared_dir(serial_dir, world());
+}
+
+// Widths the grid pads (hidden 7) have no place in a checkpoint: refused by name on every rank.
+TEST(Graph3DResume, PaddedWidthsAreRefusedByName) {
+  if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
+  train::TrainConfig c = gcn_config(Case{.layers = 3});
+  c.tp_3d = "2,1,2";
+  c.resume = "/nonexistent/checkpoint";
+  const std::string error = testing::error_of([&] { train::Trainer t(c, true, &world()); });
+  EXPECT_NE(error.find("tp_3d (2,1,2) cannot resume (resume = '/nonexistent/checkpoint'): it pads "), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("held as"), std::string::npos) << error;
+}
 
 }  // namespace
 }  // namespace loom::parallel::graph3d

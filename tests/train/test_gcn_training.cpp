@@ -81,8 +81,13 @@ TEST(GcnTraining, ParallelLayoutsAreRefused) {
   TrainConfig c = tiny_gcn("parallel");
   c.dp = 2;
   EXPECT_EQ(testing::error_of([&] { make_model_spec(c); }),
-            "the gcn model trains on one rank or on a 3D grid (tp_3d): dp(2) x pp(1) x tp(1) with zero 0 is refused (set "
-            "dp, pp and tp to 1 and zero to 0)");
+            "the gcn model trains on the whole graph, one batch a step: dp (2) and zero (0) have no batch to split (one "
+            "graph); set dp = 1 and zero = 0 and spread the graph over ranks with tp_3d = \"R,C,D\"");
+  c = tiny_gcn("pipeline");
+  c.pp = 2;
+  EXPECT_EQ(testing::error_of([&] { make_model_spec(c); }),
+            "the gcn model trains on one rank or on a 3D grid (tp_3d = \"R,C,D\"): pp (2) and tp (1) are GPT layouts; set "
+            "both to 1");
   c = tiny_gcn("micro");
   c.micro_batches = 2;
   EXPECT_EQ(testing::error_of([&] { make_model_spec(c); }),

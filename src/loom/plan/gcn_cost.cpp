@@ -23,20 +23,27 @@ std::array<int, 3> roles(int64_t l) {
 
 int64_t part(int64_t n, int64_t parts, int64_t k) { return n * (k + 1) / parts - n * k / parts; }
 
-// Layer l's axes and the widths one rank holds of its input and output.
+// Layer l's axes and the widths one rank holds of its input and output, and of its W block's
+// columns (its shard over depth). Padded as graph_conv_3d.cpp pads them: the output to a
+// multiple of outer x depth, a hidden layer's input (the previous output) likewise.
 struct LayerSplit {
   int o, i, d;  // the outer, inner and depth axes
-  int64_t Go, Gd, in_local, out_local;
+  int64_t Go, Gd, in_local, out_local, shard;
+  int64_t parameter_piece() const { return (in_local + 1) * shard; }  // W and b, one buffer
 };
 LayerSplit split_of(const std::array<int64_t, 3>& size, int64_t l, int64_t in, int64_t out) {
   const auto [o, i, d] = roles(l);
   const int64_t Go = size[static_cast<size_t>(o)], Gi = size[static_cast<size_t>(i)], Gd = size[static_cast<size_t>(d)];
-  return {.o = o, .i = i, .d = d, .Go = Go, .Gd = Gd, .in_local = ceil_div(in, Gi), .out_local = ceil_div(out, Go)};
+  const int64_t in_pad = l == 0 ? ceil_div(in, Gi) * Gi : ceil_div(in, Gi * Go) * Gi * Go;
+  const int64_t out_pad = ceil_div(out, Go * Gd) * Go * Gd;
+  return {.o = o, .i = i, .d = d, .Go = Go, .Gd = Gd, .in_local = in_pad / Gi, .out_local = out_pad / Go,
+          .shard = out_pad / (Go * Gd)};
 }
 
 }  // namespace
 
-Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& s, int64_t R, int64_t C, int64_t D, std::array<int64_t, 3> at) {
+Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& s, int64_t R, int64_t C, int64_t D, std::array<int64_t, 3> at,
+                                   int64_t labelled_rows) {
   const std::array<int64_t, 3> size{R, C, D};
   std::array<int64_t, 3> bytes{0, 0, 0};
   const auto add = [&](int axis, int64_t floats) {
@@ -45,14 +52,21 @@ Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& s, int64_t R, int64_t C, int6
   int64_t in = s.F;
   for (int64_t l = 0; l < s.L; ++l) {
     const int64_t out = l + 1 == s.L ? s.K : s.H;
-    const auto [o, i, d, Go, Gd, in_local, out_local] = split_of(size, l, in, out);
-    const int64_t rows = part(s.N, Gd, at[static_cast<size_t>(d)]), cols = part(s.N, Go, at[static_cast<size_t>(o)]);
-    add(o, rows * in_local);
-    add(i, rows * out_local);
-    if (l + 1 == s.L) add(d, s.N * out), add(o, s.N * out);
-    add(d, in_local * out_local + out_local);
-    if (l > 0) add(o, rows * in_local), add(d, cols * in_local);
-    if (l == 0 && s.weight_decay) add(o, 1), add(i, 1);
+    const LayerSplit p = split_of(size, l, in, out);
+    const int64_t rows = part(s.N, p.Gd, at[static_cast<size_t>(p.d)]), cols = part(s.N, p.Go, at[static_cast<size_t>(p.o)]);
+    const int64_t parameters = p.Gd * p.parameter_piece();  // the W and b block, gathered or scattered
+    add(p.d, parameters);                                   // forward: W and b all-gathered
+    if (l == 0 && cols > 0) add(p.d, p.Gd * ceil_div(cols, p.Gd) * p.in_local);  // the features' shards
+    add(p.o, rows * p.in_local);
+    add(p.i, rows * p.out_local);
+    if (l + 1 == s.L) {  // the class-parallel loss
+      const int64_t m = labelled_rows >= 0 ? labelled_rows : ceil_div(s.labelled * rows, s.N);
+      if (m > 0) add(p.o, 4 * m);
+      add(p.d, 2);
+    }
+    add(p.d, parameters);  // backward: dW and db reduce-scattered
+    if (l > 0) add(p.d, parameters), add(p.o, rows * p.in_local), add(p.d, cols * p.in_local);
+    if (l == 0 && s.weight_decay) add(p.o, 1), add(p.i, 1), add(p.d, 1);
     in = out;
   }
   return {.row = bytes[kRow], .col = bytes[kCol], .depth = bytes[kDepth]};
@@ -61,17 +75,19 @@ Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& s, int64_t R, int64_t C, int6
 int64_t gcn_3d_memory_bytes(const GcnShape& s, int64_t R, int64_t C, int64_t D) {
   const std::array<int64_t, 3> size{R, C, D};
   const auto csr = [](int64_t rows, int64_t nnz) { return 8 * (rows + 1) + 8 * nnz; };  // row_ptr, col + val
-  int64_t bytes = 4 * s.N * s.F + 2 * csr(s.N, s.nnz);
+  int64_t bytes = 2 * csr(s.N, s.nnz);
   int64_t in = s.F;
   for (int64_t l = 0; l < s.L; ++l) {
     const int64_t out = l + 1 == s.L ? s.K : s.H;
-    const auto [o, i, d, Go, Gd, in_local, out_local] = split_of(size, l, in, out);
-    const int64_t rows = part(s.N, Gd, 0), cols = part(s.N, Go, 0), nnz = ceil_div(s.nnz, Go * Gd);
+    const LayerSplit p = split_of(size, l, in, out);
+    const int64_t rows = part(s.N, p.Gd, 0), cols = part(s.N, p.Go, 0), nnz = ceil_div(s.nnz, p.Go * p.Gd);
     bytes += csr(rows, nnz) + csr(cols, nnz);
-    bytes += 4 * 4 * (in_local * out_local + out_local);  // value, gradient, Adam's m and v
-    bytes += 4 * rows * (in_local + out_local);           // Â X (kept) and the output
-    if (l + 1 < s.L) bytes += 4 * 2 * rows * out_local;    // ReLU/dropout output and mask
-    else bytes += 4 * 2 * s.N * out;                       // the whole logits and their gradient
+    bytes += 4 * 4 * p.parameter_piece();                      // W and b shards: value, gradient, Adam's m and v
+    bytes += 4 * (p.in_local + 1) * p.out_local;               // the block gathered over depth (forward, backward)
+    bytes += 4 * rows * (p.in_local + p.out_local);            // Â X (kept) and the output
+    if (l == 0) bytes += 4 * (ceil_div(cols, p.Gd) + cols) * p.in_local;  // the features' shard, gathered
+    if (l + 1 < s.L) bytes += 4 * 2 * rows * p.out_local;      // ReLU/dropout output and mask
+    else bytes += 4 * rows * p.out_local;                      // the loss's copy of its rows' logits
     in = out;
   }
   return bytes;

@@ -261,9 +261,6 @@ void TrainConfig::validate_tp_3d() const {
         ": attention heads are split over row");
   check(checkpoint_format != "sharded", grid, " writes single-file checkpoints only: set checkpoint_format to 'single' or 'auto'");
   check(!model.moe.enabled(), grid, " does not compose with a mixture of experts yet: set moe_experts = 0");
-  // Plexus's layers keep zero-padded weight blocks, which the serial layout cannot take back.
-  check(family != "gcn" || resume.empty(), grid, " with model = 'gcn' cannot resume from a checkpoint yet (resume = '",
-        resume, "')");
   check(precision == "fp32", grid, " computes its GEMMs in fp32 (its weights are gathered over depth in fp32): "
         "bf16 mixed precision does not compose with it yet: set precision = 'fp32' (got '", precision, "')");
 }

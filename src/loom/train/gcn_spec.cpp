@@ -5,7 +5,8 @@
 
 #include "loom/error.hpp"
 #include "loom/kernels/residual.hpp"
-#include "loom/nn/node_cross_entropy.hpp"
+#include "loom/parallel/graph_3d/class_parallel_loss.hpp"
+#include "loom/parallel/graph_3d/graph_conv_3d.hpp"
 #include "loom/trace/recorder.hpp"
 
 namespace loom::train {
@@ -27,9 +28,13 @@ std::vector<std::pair<int64_t, int64_t>> layer_widths(const nn::GcnConfig& c, in
 }  // namespace
 
 GcnSpec::GcnSpec(TrainConfig& config) : config_(config) {
-  check(config.dp * config.pp * config.tp == 1 && config.zero == 0,
-        "the gcn model trains on one rank or on a 3D grid (tp_3d): dp(", config.dp, ") x pp(", config.pp, ") x tp(",
-        config.tp, ") with zero ", config.zero, " is refused (set dp, pp and tp to 1 and zero to 0)");
+  // Full-graph training takes one batch a step, the whole graph: nothing for data parallelism
+  // (or ZeRO's shards of it) to split. Its ranks go to the 3D grid.
+  check(config.dp == 1 && config.zero == 0, "the gcn model trains on the whole graph, one batch a step: dp (",
+        config.dp, ") and zero (", config.zero, ") have no batch to split (one graph); set dp = 1 and zero = 0 and "
+        "spread the graph over ranks with tp_3d = \"R,C,D\"");
+  check(config.pp == 1 && config.tp == 1, "the gcn model trains on one rank or on a 3D grid (tp_3d = \"R,C,D\"): pp (",
+        config.pp, ") and tp (", config.tp, ") are GPT layouts; set both to 1");
   check(config.micro_batches == 1, "the gcn model trains on the whole graph in one batch: micro_batches must be 1, got ",
         config.micro_batches);
   config.gcn.validate();
@@ -57,6 +62,15 @@ std::vector<std::unique_ptr<nn::Module>> GcnSpec::build(const nn::LayerBuilder& 
   auto model = std::make_unique<nn::GCN>(config_.gcn, graph_.num_features, classes(), operator_,
                                          static_cast<uint64_t>(config_.seed), layers);
   model_ = model.get();
+  loss_ = parallel::graph3d::node_loss_for(*model->convs().back());
+  features_ = parallel::graph3d::model_input_for(*model->convs().front(), features_);  // a parallel rank's shard
+  // A checkpoint holds the serial tensors; weights a grid pads have no place in them.
+  if (!config_.resume.empty() && config_.resume != "auto")
+    for (nn::GraphConv* conv : model->convs())
+      if (const std::string padding = parallel::graph3d::padding_of(*conv); !padding.empty())
+        throw Error("tp_3d (" + config_.tp_3d + ") cannot resume (resume = '" + config_.resume + "'): it pads " + padding +
+                    ", which a checkpoint does not hold; pick widths (gcn_hidden, classes, features) the grid "
+                    "divides, or resume without tp_3d");
   std::vector<std::unique_ptr<nn::Module>> chunks;
   chunks.push_back(std::move(model));
   return chunks;
@@ -72,7 +86,7 @@ Shape GcnSpec::stage_activation_shape() const { return {graph_.num_nodes, config
 
 float GcnSpec::loss(Tensor& logits, const Tensor& targets, bool backward, float scale) {
   trace::Span span("loss", backward ? "loss forward+backward" : "loss");
-  const nn::NodeLoss l = nn::node_cross_entropy(logits, targets, backward, scale);
+  const nn::NodeLoss l = (*loss_)(logits, targets, backward, scale);
   metrics_ = {{split_name_ + "_acc", static_cast<double>(l.correct) / static_cast<double>(l.count)}};
   float loss = l.loss;
   if (backward && config_.weight_decay > 0.0) {

@@ -14,6 +14,7 @@
 
 #include "loom/data/graph.hpp"
 #include "loom/nn/gcn.hpp"
+#include "loom/nn/node_cross_entropy.hpp"
 #include "loom/train/model_spec.hpp"
 
 namespace loom::train {
@@ -55,9 +56,10 @@ class GcnSpec : public ModelSpec {
   data::Graph graph_;
   std::string identity_;
   std::shared_ptr<const nn::GraphOperator> operator_;
-  Tensor features_;  // (N, F)
+  Tensor features_;  // (N, F), or what a parallel model's first layer reads of them
   Tensor train_targets_, val_targets_, test_targets_;  // (N) i32
   nn::GCN* model_ = nullptr;  // what build() made
+  std::unique_ptr<nn::NodeCrossEntropy> loss_;  // on the model's output as its layers lay it out
   std::string split_name_ = "train";  // of the last batch handed out
   std::vector<Metric> metrics_;
 };

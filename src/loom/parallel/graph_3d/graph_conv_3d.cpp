@@ -26,21 +26,30 @@ std::vector<int64_t> nodes_at(const std::vector<int64_t>& order, std::pair<int64
 }
 }  // namespace
 
-GraphConv3D::GraphConv3D(int64_t in, int64_t out, int64_t layer, bool last, std::shared_ptr<const nn::GraphOperator> graph,
+LocalWidths LocalWidths::of(int64_t in, int64_t out, int64_t layer, const Grid3D& grid) {
+  const Roles r = Roles::of(layer);
+  const int64_t Go = grid.size(r.outer), Gi = grid.size(r.inner), Gd = grid.size(r.depth);
+  // A hidden layer's input is the previous layer's output, padded to that layer's outer x
+  // depth, which are this layer's inner x outer.
+  const int64_t in_pad = layer == 0 ? padded(in, Gi) : padded(in, Gi * Go), out_pad = padded(out, Go * Gd);
+  return {.in = in_pad / Gi, .out = out_pad / Go, .shard = out_pad / (Go * Gd)};
+}
+
+GraphConv3D::GraphConv3D(int64_t in, int64_t out, int64_t layer, std::shared_ptr<const nn::GraphOperator> graph,
                          bool input_gradient, const Grid3D& grid, std::shared_ptr<const NodeOrders> orders)
     : nn::GraphConv(in, out, graph, input_gradient,
-                    {padded(in, grid.size(Roles::of(layer).inner)) / grid.size(Roles::of(layer).inner),
-                     padded(out, grid.size(Roles::of(layer).outer)) / grid.size(Roles::of(layer).outer)},
-                    padded(out, grid.size(Roles::of(layer).outer)) / grid.size(Roles::of(layer).outer)),
+                    {LocalWidths::of(in, out, layer, grid).in, LocalWidths::of(in, out, layer, grid).shard},
+                    LocalWidths::of(in, out, layer, grid).shard),
       grid_(grid),
       roles_(Roles::of(layer)),
       first_(layer == 0),
-      last_(last),
       orders_(std::move(orders)) {
   const int64_t Go = grid.size(roles_.outer), Gi = grid.size(roles_.inner), Gd = grid.size(roles_.depth);
   const int64_t ro = grid.rank(roles_.outer), ri = grid.rank(roles_.inner), rd = grid.rank(roles_.depth);
-  in_local_ = padded(in, Gi) / Gi;
-  out_local_ = padded(out, Go) / Go;
+  const LocalWidths w = LocalWidths::of(in, out, layer, grid);
+  in_local_ = w.in;
+  out_local_ = w.out;
+  shard_ = w.shard;
   in0_ = ri * in_local_;
   out0_ = ro * out_local_;
   const kernels::CsrMatrix& A = graph->adjacency;
@@ -50,10 +59,12 @@ GraphConv3D::GraphConv3D(int64_t in, int64_t out, int64_t layer, bool last, std:
   col_nodes_ = nodes_at(orders_->columns_of(layer), cols);
   block_ = adjacency_block(A, row_nodes_, orders_->column_positions_of(layer), cols.first, cols.second);
   block_t_ = kernels::csr_transpose(block_);
-  // W: rows over inner, columns over outer, whole on each depth rank; b: over outer.
+  if (first_) shard_rows_ = padded(block_.cols, Gd) / Gd;
+  // W: rows over inner, columns over outer x depth (every rank a different piece); b: over
+  // outer x depth, the same on every inner rank.
   weight_->set_shard_spec(
-      nn::ShardSpec{.dim = 0, .parts = Gi, .index = ri, .dim2 = 1, .parts2 = Go, .index2 = ro, .replica = rd});
-  bias_->set_shard_spec(nn::ShardSpec{.dim = 0, .parts = Go, .index = ro, .replica = rd * Gi + ri});
+      nn::ShardSpec{.dim = 0, .parts = Gi, .index = ri, .dim2 = 1, .parts2 = Go * Gd, .index2 = ro * Gd + rd});
+  bias_->set_shard_spec(nn::ShardSpec{.dim = 0, .parts = Go * Gd, .index = ro * Gd + rd, .replica = ri});
 }
 
 void GraphConv3D::all_reduce(Tensor& t, Axis a) const {
@@ -62,86 +73,136 @@ void GraphConv3D::all_reduce(Tensor& t, Axis a) const {
 }
 
 nn::GraphConv::OutputBlock GraphConv3D::output_block() const {
-  return last_ ? OutputBlock{} : OutputBlock{.nodes = &row_nodes_, .col0 = out0_};
+  return {.nodes = &row_nodes_, .col0 = out0_};
 }
 
 void GraphConv3D::set_weight(const Tensor& whole) {
   check(whole.shape() == Shape{in_, out_}, "GraphConv3D '", name(), "': a weight of (", in_, ", ", out_, ") expected");
   float* w = weight_->value().f32();
+  const int64_t col0 = out0_ + grid_.rank(roles_.depth) * shard_;
   for (int64_t i = 0; i < in_local_; ++i)
-    for (int64_t j = 0; j < out_local_; ++j) {
-      const int64_t r = in0_ + i, c = out0_ + j;
-      w[i * out_local_ + j] = r < in_ && c < out_ ? whole.f32()[r * out_ + c] : 0.0f;
+    for (int64_t j = 0; j < shard_; ++j) {
+      const int64_t r = in0_ + i, c = col0 + j;
+      w[i * shard_ + j] = r < in_ && c < out_ ? whole.f32()[r * out_ + c] : 0.0f;
     }
 }
 
 double GraphConv3D::weight_sum_squares() {
   Tensor s = Tensor::empty({1}, DType::F32, MemoryCategory::Other);
   s.f32()[0] = static_cast<float>(kernels::sum_squares(weight_->value().f32(), weight_->numel()));
-  grid_.all_reduce(s, roles_.outer);  // the depth ranks hold the same blocks: not over depth
-  grid_.all_reduce(s, roles_.inner);
+  for (const Axis a : {roles_.outer, roles_.inner, roles_.depth}) grid_.all_reduce(s, a);  // every piece differs
   return s.f32()[0];
 }
 
-Tensor GraphConv3D::gather_block(const Tensor& whole, const std::vector<int64_t>& nodes, int64_t col0, int64_t cols) {
-  const int64_t width = whole.size(1);
-  Tensor b = Tensor::zeros({static_cast<int64_t>(nodes.size()), cols});
-  const int64_t n = std::clamp<int64_t>(width - col0, 0, cols);
-  for (size_t r = 0; r < nodes.size(); ++r)
-    std::copy_n(whole.f32() + nodes[r] * width + col0, n, b.f32() + static_cast<int64_t>(r) * cols);
-  return b;
+std::pair<Tensor, Tensor> GraphConv3D::gathered_parameters() const {
+  const int D = grid_.size(roles_.depth);
+  if (D == 1) return {weight_->value(), bias_->value()};
+  // Each depth rank's shard: its W columns (in_local, shard) then its b columns (shard).
+  const int64_t piece = (in_local_ + 1) * shard_;
+  Tensor mine = Tensor::empty({piece}, DType::F32, MemoryCategory::CommBuffers);
+  std::copy_n(weight_->value().f32(), in_local_ * shard_, mine.f32());
+  std::copy_n(bias_->value().f32(), shard_, mine.f32() + in_local_ * shard_);
+  Tensor all = Tensor::empty({D * piece}, DType::F32, MemoryCategory::CommBuffers);
+  grid_.group(roles_.depth).all_gather(mine, all);
+  Tensor w = Tensor::empty({in_local_, out_local_}, DType::F32, MemoryCategory::CommBuffers);
+  Tensor b = Tensor::empty({out_local_}, DType::F32, MemoryCategory::CommBuffers);
+  for (int d = 0; d < D; ++d) {
+    const float* src = all.f32() + d * piece;
+    for (int64_t i = 0; i < in_local_; ++i) std::copy_n(src + i * shard_, shard_, w.f32() + i * out_local_ + d * shard_);
+    std::copy_n(src + in_local_ * shard_, shard_, b.f32() + d * shard_);
+  }
+  return {w, b};
 }
 
-Tensor GraphConv3D::whole_output(const Tensor& y) const {
-  const int64_t N = graph_->adjacency.rows;
-  Tensor whole = Tensor::zeros({N, out_});
-  const int64_t n = std::clamp<int64_t>(out_ - out0_, 0, out_local_);
-  for (size_t r = 0; r < row_nodes_.size(); ++r)
-    std::copy_n(y.f32() + static_cast<int64_t>(r) * out_local_, n, whole.f32() + row_nodes_[r] * out_ + out0_);
-  all_reduce(whole, roles_.depth);  // each (depth, outer) block once; inner ranks hold copies
-  all_reduce(whole, roles_.outer);
-  return whole;
+void GraphConv3D::reduce_scatter_gradients(const Tensor& dw, const Tensor& db) {
+  const int D = grid_.size(roles_.depth);
+  if (D == 1) {  // the shard is the block
+    kernels::add_inplace(weight_->grad().f32(), dw.f32(), dw.numel());
+    kernels::add_inplace(bias_->grad().f32(), db.f32(), db.numel());
+    return;
+  }
+  // Depth rank d's part at d, laid out as gathered_parameters() reads it.
+  const int64_t piece = (in_local_ + 1) * shard_;
+  Tensor all = Tensor::empty({D * piece}, DType::F32, MemoryCategory::CommBuffers);
+  for (int d = 0; d < D; ++d) {
+    float* dst = all.f32() + d * piece;
+    for (int64_t i = 0; i < in_local_; ++i) std::copy_n(dw.f32() + i * out_local_ + d * shard_, shard_, dst + i * shard_);
+    std::copy_n(db.f32() + d * shard_, shard_, dst + in_local_ * shard_);
+  }
+  Tensor mine = Tensor::empty({piece}, DType::F32, MemoryCategory::CommBuffers);
+  grid_.group(roles_.depth).reduce_scatter(all, mine, comm::ReduceOp::Sum);
+  kernels::add_inplace(weight_->grad().f32(), mine.f32(), in_local_ * shard_);
+  kernels::add_inplace(bias_->grad().f32(), mine.f32() + in_local_ * shard_, shard_);
+}
+
+Tensor GraphConv3D::input_shard(const Tensor& whole) const {
+  check(first_, "GraphConv3D '", name(), "': only the first layer reads the features");
+  check(whole.ndim() == 2 && whole.size(0) == graph_->adjacency.rows && whole.size(1) == in_, "GraphConv3D '", name(),
+        "' shards (", graph_->adjacency.rows, ", ", in_, ") features, got ", shape_str(whole.shape()));
+  Tensor shard = Tensor::zeros({shard_rows_, in_local_}, DType::F32, MemoryCategory::Other);
+  const int64_t first_row = grid_.rank(roles_.depth) * shard_rows_, width = whole.size(1);
+  const int64_t rows = std::clamp<int64_t>(block_.cols - first_row, 0, shard_rows_);
+  const int64_t n = std::clamp<int64_t>(width - in0_, 0, in_local_);  // past `in`: padding
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy_n(whole.f32() + col_nodes_[static_cast<size_t>(first_row + r)] * width + in0_, n,
+                shard.f32() + r * in_local_);
+  return shard;
+}
+
+std::string GraphConv3D::padding() const {
+  const int64_t in = in_local_ * grid_.size(roles_.inner), out = out_local_ * grid_.size(roles_.outer);
+  if (in == in_ && out == out_) return "";
+  return name() + ": " + std::to_string(in_) + " x " + std::to_string(out_) + " held as " + std::to_string(in) + " x " +
+         std::to_string(out);
+}
+
+Tensor GraphConv3D::gathered_input(const Tensor& shard) const {
+  check(shard.ndim() == 2 && shard.size(0) == shard_rows_ && shard.size(1) == in_local_, "GraphConv3D '", name(),
+        "' expects its (", shard_rows_, ", ", in_local_, ") shard of the features (input_shard()), got ",
+        shape_str(shard.shape()));
+  const int D = grid_.size(roles_.depth);
+  if (D == 1 || shard.numel() == 0) return shard;  // (the depth ranks share the block's columns)
+  Tensor all = Tensor::empty({D * shard_rows_, in_local_});  // the depth ranks' rows in order, then padding
+  grid_.group(roles_.depth).all_gather(shard, all);
+  return all.narrow(0, block_.cols);
 }
 
 Tensor GraphConv3D::forward_impl(const Tensor& x_in, nn::Context& ctx) {
   const int64_t rows = block_.rows, cols = block_.cols;
-  const Tensor x = first_ ? gather_block(x_in, col_nodes_, in0_, in_local_) : x_in;  // (cols, in/inner)
+  const Tensor x = first_ ? gathered_input(x_in) : x_in;  // (cols, in/inner)
   check(x.ndim() == 2 && x.size(0) == cols && x.size(1) == in_local_, "GraphConv3D '", name(), "' expects (", cols, ", ",
         in_local_, ") node features, got ", shape_str(x.shape()));
   Tensor agg = Tensor::empty({rows, in_local_});  // (rows, in/inner): Â X over this rank's columns
   kernels::spmm(block_, x.f32(), agg.f32(), in_local_);
   all_reduce(agg, roles_.outer);
+  const auto [w, bias] = gathered_parameters();
   Tensor y = Tensor::zeros({rows, out_local_});  // (rows, out/outer)
-  if (rows > 0)
-    kernels::matmul(agg.f32(), Trans::N, weight_->value().f32(), Trans::N, y.f32(), rows, out_local_, in_local_);
+  if (rows > 0) kernels::matmul(agg.f32(), Trans::N, w.f32(), Trans::N, y.f32(), rows, out_local_, in_local_);
   all_reduce(y, roles_.inner);
-  const float* b = bias_->value().f32();
+  const float* b = bias.f32();
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < out_local_; ++j) y.f32()[r * out_local_ + j] += b[j];
   ctx.save(this, {agg});
-  return last_ ? whole_output(y) : y;
+  return y;
 }
 
-Tensor GraphConv3D::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
+Tensor GraphConv3D::backward_impl(const Tensor& dy, nn::Context& ctx) {
   const int64_t rows = block_.rows, cols = block_.cols;
   const Tensor agg = ctx.saved(this, 0);
-  const Tensor dy = last_ ? gather_block(dy_in, row_nodes_, out0_, out_local_) : dy_in;  // (rows, out/outer)
-  // dW and db in one buffer: partial over the depth ranks' rows.
-  Tensor dparams = Tensor::zeros({in_local_ * out_local_ + out_local_});
+  check(dy.ndim() == 2 && dy.size(0) == rows && dy.size(1) == out_local_, "GraphConv3D '", name(), "' expects a (", rows,
+        ", ", out_local_, ") output gradient, got ", shape_str(dy.shape()));
+  // dW and db: partial over the depth ranks' rows.
+  Tensor dw = Tensor::zeros({in_local_, out_local_}), db = Tensor::zeros({out_local_});
   if (rows > 0) {
-    kernels::matmul(agg.f32(), Trans::T, dy.f32(), Trans::N, dparams.f32(), in_local_, out_local_, rows);
-    kernels::bias_backward(dparams.f32() + in_local_ * out_local_, dy.f32(), rows, out_local_);
+    kernels::matmul(agg.f32(), Trans::T, dy.f32(), Trans::N, dw.f32(), in_local_, out_local_, rows);
+    kernels::bias_backward(db.f32(), dy.f32(), rows, out_local_);
   }
-  all_reduce(dparams, roles_.depth);
-  float* dw = weight_->grad().f32();
-  for (int64_t i = 0; i < in_local_ * out_local_; ++i) dw[i] += dparams.f32()[i];
-  float* db = bias_->grad().f32();
-  for (int64_t j = 0; j < out_local_; ++j) db[j] += dparams.f32()[in_local_ * out_local_ + j];
+  reduce_scatter_gradients(dw, db);
   Tensor dx;
   if (input_gradient_) {
+    const Tensor w = gathered_parameters().first;  // gathered again, not kept since forward
     Tensor dagg = Tensor::zeros({rows, in_local_});  // (rows, in/inner): partial over outer
-    if (rows > 0)
-      kernels::matmul(dy.f32(), Trans::N, weight_->value().f32(), Trans::T, dagg.f32(), rows, in_local_, out_local_);
+    if (rows > 0) kernels::matmul(dy.f32(), Trans::N, w.f32(), Trans::T, dagg.f32(), rows, in_local_, out_local_);
     all_reduce(dagg, roles_.outer);
     dx = Tensor::empty({cols, in_local_});  // (cols, in/inner): partial over depth
     kernels::spmm(block_t_, dagg.f32(), dx.f32(), in_local_);
@@ -151,6 +212,16 @@ Tensor GraphConv3D::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
   bias_->grad_contributed();
   ctx.release(this);
   return dx;
+}
+
+std::string padding_of(const nn::GraphConv& conv) {
+  const auto* c = dynamic_cast<const GraphConv3D*>(&conv);
+  return c != nullptr ? c->padding() : "";
+}
+
+Tensor model_input_for(const nn::GraphConv& first, const Tensor& features) {
+  const auto* conv = dynamic_cast<const GraphConv3D*>(&first);
+  return conv != nullptr ? conv->input_shard(features) : features;
 }
 
 }  // namespace loom::parallel::graph3d

@@ -2,19 +2,25 @@
 // builds it on AxoNN's grid. A layer gives the grid's axes three roles, rotated by layer
 // index (l % 3 = 0: outer row, inner col, depth depth; 1: depth, row, col; 2: col, depth, row):
 //   Â's rows (output nodes) over depth, its columns (input nodes) over outer;
-//   X: rows over outer, features over inner;  W: rows over inner, columns over outer;
+//   X: rows over outer, features over inner;  W: rows over inner, columns over outer, and
+//   each block's columns (with b's) sharded over depth;
 //   Y: rows over depth, features over outer, the next layer's X exactly (its outer is this
 //   layer's depth, its inner this layer's outer), so nothing moves between layers.
-// Forward: AGG = Â X (partial over outer: all-reduce), Y = AGG W (partial over inner:
-// all-reduce) + b. Backward: dW = AGGᵀ dY and db (partial over depth: one all-reduce),
-// dAGG = dY Wᵀ (over outer), dX = Âᵀ dAGG (over depth). W is whole on every depth rank
-// (Plexus's mode for weights that do not split over depth). The first layer reads the whole
-// features, which every rank holds, and the last gathers the whole logits for the loss (its
-// blocks summed over depth and outer). Widths that do not divide an axis are padded with zero
-// features (the parameters' pieces are equal; padded weights get zero gradients and stay 0).
+// Forward: the W block all-gathered over depth (W and b in one buffer), AGG = Â X (partial
+// over outer: all-reduce), Y = AGG W (partial over inner: all-reduce) + b. Backward: dW = AGGᵀ
+// dY and db (partial over depth: one reduce-scatter back to this rank's shard), dAGG = dY Wᵀ
+// (the block gathered again; over outer), dX = Âᵀ dAGG (over depth). The first layer's input,
+// the features, is sharded over depth too (input_shard(): its block's rows split over depth)
+// and all-gathered in forward; the last layer's output stays in blocks and the loss is
+// computed on them (class_parallel_loss.hpp). Widths are padded with zero features
+// so every piece is equal: a layer's output to a multiple of outer x depth (W's columns split
+// over both), a hidden layer's input likewise (the previous layer's output; padded weights
+// get zero gradients and stay 0).
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/nn/graph_conv.hpp"
@@ -35,36 +41,66 @@ struct Roles {
 // x rounded up to a multiple of parts.
 inline int64_t padded(int64_t x, int64_t parts) { return (x + parts - 1) / parts * parts; }
 
+// One rank's widths in layer `layer` of (in, out) features: its input features (over inner),
+// its output features (over outer) and its shard of the W block's columns (over depth).
+struct LocalWidths {
+  int64_t in, out, shard;
+  static LocalWidths of(int64_t in, int64_t out, int64_t layer, const Grid3D& grid);
+};
+
 class GraphConv3D : public nn::GraphConv {
  public:
-  GraphConv3D(int64_t in, int64_t out, int64_t layer, bool last, std::shared_ptr<const nn::GraphOperator> graph,
+  GraphConv3D(int64_t in, int64_t out, int64_t layer, std::shared_ptr<const nn::GraphOperator> graph,
               bool input_gradient, const Grid3D& grid, std::shared_ptr<const NodeOrders> orders);
 
   OutputBlock output_block() const override;
   void set_weight(const Tensor& whole) override;
+  // The first layer: this rank's shard of the whole (N, in) features, the input forward takes:
+  // its block's input rows (over outer) split over depth, padded to equal parts with zero
+  // rows, and its features (over inner).
+  Tensor input_shard(const Tensor& whole) const;
+  // "" when the grid splits this layer's weights exactly, else how it pads them ("conv1: 16 x
+  // 7 held as 16 x 8": its pieces hold zero features the serial weights do not have).
+  std::string padding() const;
   double weight_sum_squares() override;
   const kernels::CsrMatrix& block() const { return block_; }
   const Roles& roles() const { return roles_; }
+  const Grid3D& grid() const { return grid_; }
+  int64_t graph_nodes() const { return graph_->adjacency.rows; }
 
  protected:
   Tensor forward_impl(const Tensor& x, nn::Context& ctx) override;
   Tensor backward_impl(const Tensor& dy, nn::Context& ctx) override;
 
  private:
-  // rows x width whole (N, width) tensor's rows `nodes`, columns [col0, col0 + cols) (0 past width).
-  static Tensor gather_block(const Tensor& whole, const std::vector<int64_t>& nodes, int64_t col0, int64_t cols);
-  // The whole (N, out) logits from every rank's block.
-  Tensor whole_output(const Tensor& y) const;
+  // The first layer's input block (cols, in_local) from the depth ranks' shards.
+  Tensor gathered_input(const Tensor& shard) const;
+  // This rank's W block (in_local, out_local) and b block (out_local), its depth ranks'
+  // shards all-gathered (one buffer).
+  std::pair<Tensor, Tensor> gathered_parameters() const;
+  // dW (in_local, out_local) and db (out_local), partial over depth: summed and scattered
+  // back onto this rank's shards' gradients.
+  void reduce_scatter_gradients(const Tensor& dw, const Tensor& db);
   void all_reduce(Tensor& t, Axis a) const;
 
   const Grid3D& grid_;
   Roles roles_;
-  bool first_, last_;
+  bool first_;
+  int64_t shard_rows_ = 0;  // the first layer: rows of its input shard, cols / depth rounded up
   std::shared_ptr<const NodeOrders> orders_;
   int64_t in_local_, out_local_;  // this rank's widths: in_pad / inner, out_pad / outer
+  int64_t shard_;                 // its columns of the W block: out_local / depth
   int64_t in0_, out0_;            // its first input and output feature
   std::vector<int64_t> row_nodes_, col_nodes_;  // the nodes of its output and input rows
   kernels::CsrMatrix block_, block_t_;          // its block of Â (rows x cols) and the transpose
 };
+
+// GraphConv3D::padding() of a 3D layer, "" for any other: a checkpoint holds the serial
+// tensors, so a run on the grid resumes from one only when no layer is padded.
+std::string padding_of(const nn::GraphConv& conv);
+
+// The features as a GCN whose first layer is `first` reads them: a GraphConv3D's shard, else
+// the whole.
+Tensor model_input_for(const nn::GraphConv& first, const Tensor& features);
 
 }  // namespace loom::parallel::graph3d

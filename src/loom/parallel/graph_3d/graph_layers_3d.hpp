@@ -14,7 +14,7 @@ namespace loom::parallel::graph3d {
 
 class GraphLayers3D : public tp3d::Layers3D {
  public:
-  // layers: the GCN's graph convolutions (the last gathers the logits).
+  // layers: the GCN's graph convolutions.
   GraphLayers3D(const Grid3D& grid, int64_t layers, bool permute, uint64_t seed)
       : tp3d::Layers3D(grid), layers_(layers), permute_(permute), seed_(seed) {}
 
