@@ -130,7 +130,16 @@ TEST_P(Reshard, ResumesUnderAnotherLayoutLikeTheUninterruptedSerialRun) {
     EXPECT_EQ(resumed.step(), 5);
     std::ostringstream what;
     what << pair.from << " -> " << pair.to;
-    expect_equivalent(run(resumed), {last_five, want.names, want.params}, c, what.str());
+    // A mixture of experts' expert gradients are sums over the tokens routed to each expert,
+    // reduced over another set of ranks under each ep (expert_dp = dp / ep), so they differ
+    // from the serial run's in the last bits; AdamW divides each element's step by its own
+    // gradient's magnitude, so an element whose gradient is near zero carries that rounding
+    // into its value at up to ~1e-4 of its tensor's scale after 10 steps (measured 1.6e-4 on
+    // an AVX-512 host, ep 2 -> ep 4). A resharding mistake (an expert's rows loaded into
+    // another's place) moves values by their own size, far above 1e-3 of the scale.
+    Tolerances tol;
+    if (pair.from.experts > 0) tol.param = 1e-3;
+    expect_equivalent(run(resumed), {last_five, want.names, want.params}, c, what.str(), tol);
   });
   remove_shared_dir(dir, world());
 }
