@@ -179,15 +179,17 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "ep2_cp2_zero1", .zero = 1, .cp = 2}),
     [](const auto& info) { return info.param.name; });
 
-// Mixed precision: the tokens' all-to-alls (and the cp ring) carry bf16, against the serial
-// bf16 run with the equivalence table's bf16 bounds (ZeRO is refused with bf16 experts).
-INSTANTIATE_TEST_SUITE_P(
-    MixedPrecision, ExpertParallelTable,
-    ::testing::Values(Case{.name = "ep2_dropless_bf16", .precision = "bf16"},
-                      Case{.name = "ep2_capacity_accumulate_bf16", .capacity_factor = 1.0, .micro_batches = 2,
-                           .precision = "bf16"},
-                      Case{.name = "ep2_cp2_bf16", .cp = 2, .precision = "bf16"}),
-    [](const auto& info) { return info.param.name; });
+// Mixed precision: the tokens' all-to-alls carry bf16, against the serial bf16 run with the
+// equivalence table's bf16 bounds (ZeRO is refused with bf16 experts), dropless and with
+// capacity over micro-batches. Not with cp: routing is discrete, and the ring's bf16 K/V
+// (with AdamW's drift) move a router input across a near-tie now and then, so a token runs
+// through another expert and the gradients differ by more than rounding (measured: ep 2 x
+// cp 2, step 3, a LayerNorm bias 0.12 of its scale), as ZeRO's bf16 gathers would.
+INSTANTIATE_TEST_SUITE_P(MixedPrecision, ExpertParallelTable,
+                         ::testing::Values(Case{.name = "ep2_dropless_bf16", .precision = "bf16"},
+                                           Case{.name = "ep2_capacity_accumulate_bf16", .capacity_factor = 1.0,
+                                                .micro_batches = 2, .precision = "bf16"}),
+                         [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace loom::parallel::expert_parallel_test
