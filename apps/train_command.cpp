@@ -69,7 +69,8 @@ void print_dry_run(train::TrainConfig& config) {
                     .c_str(),
                 format_bytes(plan::tensor_parallel_bytes_per_step(config.batch_size, T, C, config.model.n_layer, T,
                                                                   config.micro_batches, config.sequence_parallel,
-                                                                  static_cast<int>(config.zero)))
+                                                                  static_cast<int>(config.zero),
+                                                                  config.precision == "bf16" ? 2 : 4))
                     .c_str());
   }
   if (config.cp > 1) {

@@ -35,9 +35,12 @@ struct Tolerances {
 // gradient of the other sign into a parameter difference of 2 lr (0.002 against weights of
 // ~0.02: relative 0.1 of the tensor). Measured on the default model (5 steps): dp 2 with
 // ZeRO 0 and 3, tp 2 with sequence parallelism, pp 2: losses within 3.8e-6, gradients within
-// 1.2e-2 (tp), parameters within 5.6e-2 (tp, step 1). Bounds: 1e-4, 3e-2, 1e-1. A real bug
-// (a missing or doubled sum, a wrong slice) shows as errors of order 1 in the gradients.
-const Tolerances kBf16Tolerances{1e-4, 3e-2, 1e-1};
+// 1.2e-2 (tp), parameters within 5.6e-2 (tp, step 1). Activations crossing the model-parallel
+// wires in bf16 add one rounding per crossing (2^-9 relative at most): gradients then within
+// 7.1e-3 at step 1 (same parameters) and, once AdamW's drift has moved the parameters apart,
+// 5.2e-2 (tp 2, step 2), 3.7e-2 (pp 2). Bounds: 1e-4, 6e-2, 1e-1. A real bug (a missing or
+// doubled sum, a wrong slice) shows as errors of order 1 in the gradients.
+const Tolerances kBf16Tolerances{1e-4, 6e-2, 1e-1};
 
 // The layout's twin without any parallelism: the same global batch on one process.
 train::TrainConfig serial_twin(const train::TrainConfig& c, int64_t padded_vocab) {

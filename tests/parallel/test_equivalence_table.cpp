@@ -93,20 +93,10 @@ train::TrainConfig common(const Case& k, int64_t dp, int64_t batch) {
   return c;
 }
 
-// bf16 against the serial bf16 run: both round the same GEMM operands to bf16, but values that
-// differ in their last fp32 bits (another reduction order, another row split) can round to
-// neighbouring bf16 values, 2^-8 apart relative, and such flips propagate through the layers;
-// AdamW's first steps turn a near-zero gradient of the other sign into a parameter difference
-// of up to 2 lr a step: parameters pass within 1e-1 of their tensor's scale or within that
-// drift (a LayerNorm bias starting at 0 differed by 9.8e-4 at dp 5, the drift bound being
-// 2 x 3 steps x 5e-4 = 3e-3). The other bounds are `loom verify --precision bf16`'s
-// (measured there: losses 3.8e-6, gradients 1.2e-2 of each tensor's scale); the gradient
-// norm, a sum over all those gradients, differed by up to 1.8e-4 relative (dp 3): bound 1e-3.
-const Tolerances kBf16Tolerances{.loss = 1e-4, .grad_norm = 1e-3, .grad = 3e-2, .param = 1e-1, .adam_drift = true};
 // Gradients reduced in bf16 on the wire: each element is rounded to bf16 when sent and each
 // of the dp - 1 additions rounds the running sum, at most 2^-8 relative each (half of bf16's
 // 2^-7 spacing). The roundings are independent, so a tensor's gradient stays within the bf16
-// bound of 3e-2 of its scale (the serial run reduces nothing: the comparison sees all of it).
+// bound of 6e-2 of its scale (the serial run reduces nothing: the comparison sees all of it).
 // Its AdamW steps then differ a little from the serial run's, and so do the next steps'
 // gradient norms: 1.5e-3 relative measured (zero3, dp 3), bound 5e-3.
 constexpr double kBf16ReduceGradNorm = 5e-3;
@@ -237,7 +227,16 @@ INSTANTIATE_TEST_SUITE_P(
                       bf16(Case{.name = "interleaved", .pp = 2, .schedule = "interleaved", .chunks = 2, .n_layer = 4, .micro_batches = 4}),
                       bf16_reduce(bf16(kDdp)), bf16_reduce(bf16(kZero1)), bf16_reduce(bf16(kZero3)),
                       bf16_reduce(bf16(Case{.name = "hsdp_shard2_zero2", .zero = 2, .hsdp_shard = 2})),
-                      bf16_reduce(kZero2)),
+                      bf16_reduce(kZero2),
+                      // Activations crossing in bf16 on every model-parallel wire: tp without
+                      // sequence parallelism, the cp ring alone and with tp + sp, a 3D grid
+                      // (bf16 weight gathers over depth, fp32 dW reduce-scatters), and one
+                      // with two axes of activation all-reduces and dp.
+                      bf16(kTp), bf16(Case{.name = "cp2", .cp = 2}),
+                      bf16(Case{.name = "cp2_tp2_sp", .tp = 2, .cp = 2, .sequence_parallel = true}),
+                      bf16(Case{.name = "tp3d_2x1x2", .micro_batches = 2, .tp_3d = "2,1,2", .world = 4}),
+                      bf16(Case{.name = "tp3d_2x2x2", .tp_3d = "2,2,2", .world = 8}),
+                      bf16(Case{.name = "tp3d_1x2x2_dp2_blocking", .tp_3d = "1,2,2", .world = 8, .tp_3d_overlap = "off"})),
     [](const auto& info) { return info.param.name; });
 
 TEST(GradientCheck, FailsOnAGradientScaledByTwoOnOneRank) {

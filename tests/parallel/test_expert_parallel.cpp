@@ -75,6 +75,7 @@ struct Case {
   std::string optimizer = "adamw";
   int64_t hsdp_shard = 0;
   int64_t cp = 1;  // dropless only
+  std::string precision = "fp32";  // bf16: against the serial bf16 run, its tokens crossing in bf16
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -94,6 +95,7 @@ train::TrainConfig moe_config(const Case& k, int64_t dp, int64_t batch) {
   c.eval_batches = 2;
   c.optimizer = k.optimizer;
   if (k.optimizer == "sgd") c.lr = 0.05;  // momentum 0.9: moves parameters well past the tolerance
+  c.precision = k.precision;
   return c;
 }
 
@@ -119,7 +121,8 @@ TEST_P(ExpertParallelTable, SameGradientsLossesParametersAndValidationLossAsSeri
   train::Trainer parallel(c, true, &world());
   const TrainingRun got = run(parallel);
   const std::string what = k.name + " (dp " + std::to_string(dp) + ", ep " + std::to_string(k.ep) + ")";
-  expect_equivalent(got, want, c, what);
+  const Tolerances tol = k.precision == "bf16" ? kBf16Tolerances : Tolerances{};
+  expect_equivalent(got, want, c, what, tol);
   // The scaled-twice bug of other systems, stated explicitly: every expert gradient's norm
   // is the serial one's, not ep times (or 1/ep times) it.
   for (const auto& [name, g] : want.grads.front()) {
@@ -127,10 +130,10 @@ TEST_P(ExpertParallelTable, SameGradientsLossesParametersAndValidationLossAsSeri
     double a = 0, b = 0;
     for (float x : g) b += double(x) * x;
     for (float x : got.grads.front().at(name)) a += double(x) * x;
-    EXPECT_NEAR(std::sqrt(a / b), 1.0, 1e-4) << what << " " << name;
+    EXPECT_NEAR(std::sqrt(a / b), 1.0, k.precision == "bf16" ? tol.grad : 1e-4) << what << " " << name;
   }
   const float val = parallel.evaluate(), serial_val = serial.evaluate();
-  EXPECT_NEAR(val, serial_val, 1e-5 * std::fabs(serial_val)) << what << " validation loss";
+  EXPECT_NEAR(val, serial_val, tol.loss * std::fabs(serial_val)) << what << " validation loss";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -176,6 +179,17 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "ep2_cp2_zero1", .zero = 1, .cp = 2}),
     [](const auto& info) { return info.param.name; });
 
+// Mixed precision: the tokens' all-to-alls carry bf16, against the serial bf16 run with the
+// equivalence table's bf16 bounds (ZeRO is refused with bf16 experts), dropless. Routing and
+// capacity drops are discrete: once the ring's bf16 K/V (cp) or AdamW's drift move a router
+// input across a near-tie, a token runs through another expert (or is dropped) and the
+// gradients differ by more than rounding (measured at step 3: ep 2 x cp 2, a LayerNorm bias
+// 0.12 of its scale; capacity 1.0 with 2 micro-batches at dp 4, an expert bias 6.5e-2), as
+// ZeRO's bf16 gathers would; those train, but are not held to bf16's bounds here.
+INSTANTIATE_TEST_SUITE_P(MixedPrecision, ExpertParallelTable,
+                         ::testing::Values(Case{.name = "ep2_dropless_bf16", .precision = "bf16"}),
+                         [](const auto& info) { return info.param.name; });
+
 }  // namespace
 }  // namespace loom::parallel::expert_parallel_test
 
@@ -185,35 +199,40 @@ namespace {
 // The planner's all-to-all bytes (moe_cost.hpp) against what the ep group's collectives
 // counted in a real step: dropless, every routed row crosses the four exchanges of each MoE
 // layer (the planner's figure is a rank's under balanced routing: the group's total / ep);
-// the count exchange adds E / ep floats per layer and micro-batch.
+// the count exchange adds E / ep floats per layer and micro-batch. In fp32 and in bf16, where
+// the rows cross at 2 bytes a value (comm/activation_wire.hpp) and the counts stay fp32.
 TEST(ExpertParallelPlan, AllToAllBytesMatchTheMeasuredStep) {
   const int64_t p = world().size();
   if (p != 2 && p != 4) GTEST_SKIP() << "on " << p << " ranks: runs on 2 and 4";
-  Case k{.name = "bytes", .ep = p, .experts = 4, .micro_batches = 2};
-  train::TrainConfig c = moe_config(k, p, 2);
-  c.ep = p;
-  c.model.moe.every = 2;  // block 1 of 2
-  train::Trainer t(c, true, &world());
-  comm::ProcessGroup& ep = t.parallelized().group("ep");
-  ep.reset_stats();
-  t.compute_gradients();
-  const int64_t layers = c.model.n_layer / c.model.moe.every, counts = layers * c.micro_batches * 4 * (4 / p);
-  plan::ModelSpec m;
-  m.layers = c.model.n_layer;
-  m.hidden = c.model.n_embd;
-  m.seq = c.model.block_size;
-  m.moe = {.experts = 4, .top_k = 2, .every = 2};
-  plan::Layout l;
-  l.dp = p;
-  l.ep = p;
-  l.micro_batch = c.batch_size;
-  // A rank sends its own rows in dispatch and its experts' rows back in combine: uneven by
-  // rank, exact summed over the group. Besides: the count exchanges and the gradient norm's
-  // one float (the ep group sums it).
-  float bytes = static_cast<float>(ep.stats().bytes - counts - 4);
-  ep.all_reduce(&bytes, 1, comm::ReduceOp::Sum);
-  EXPECT_EQ(static_cast<int64_t>(bytes), p * plan::all_to_all_bytes_per_step(m, l, c.micro_batches, 4));
-  EXPECT_GT(plan::all_to_all_bytes_per_step(m, l, c.micro_batches, 4), 0);
+  for (const std::string precision : {"fp32", "bf16"}) {
+    Case k{.name = "bytes", .ep = p, .experts = 4, .micro_batches = 2};
+    train::TrainConfig c = moe_config(k, p, 2);
+    c.ep = p;
+    c.model.moe.every = 2;  // block 1 of 2
+    c.precision = precision;
+    train::Trainer t(c, true, &world());
+    comm::ProcessGroup& ep = t.parallelized().group("ep");
+    ep.reset_stats();
+    t.compute_gradients();
+    const int64_t layers = c.model.n_layer / c.model.moe.every, counts = layers * c.micro_batches * 4 * (4 / p);
+    plan::ModelSpec m;
+    m.layers = c.model.n_layer;
+    m.hidden = c.model.n_embd;
+    m.seq = c.model.block_size;
+    m.moe = {.experts = 4, .top_k = 2, .every = 2};
+    plan::Layout l;
+    l.dp = p;
+    l.ep = p;
+    l.micro_batch = c.batch_size;
+    // A rank sends its own rows in dispatch and its experts' rows back in combine: uneven by
+    // rank, exact summed over the group. Besides: the count exchanges and the gradient norm's
+    // one float (the ep group sums it).
+    float bytes = static_cast<float>(ep.stats().bytes - counts - 4);
+    ep.all_reduce(&bytes, 1, comm::ReduceOp::Sum);
+    const int64_t wire = precision == "bf16" ? 2 : 4;
+    EXPECT_EQ(static_cast<int64_t>(bytes), p * plan::all_to_all_bytes_per_step(m, l, c.micro_batches, wire)) << precision;
+    EXPECT_GT(plan::all_to_all_bytes_per_step(m, l, c.micro_batches, wire), 0);
+  }
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 
 #include "comm/mpi_test_env.hpp"
 #include "loom/error.hpp"
+#include "loom/plan/comm_cost.hpp"
 #include "parallel/equivalence.hpp"
 #include "test_util.hpp"
 
@@ -130,6 +131,34 @@ TEST(Pipeline, OneFOneBHoldsFewerMicroBatchesThanGPipe) {
     EXPECT_NEAR(gpipe / one_f_one_b, want, 0.25 * want)
         << "stage 0 peak activations: GPipe " << gpipe << " bytes, 1F1B " << one_f_one_b << " bytes";
   }
+}
+
+// What the stages send each other in a step, as the pp group counts it, equals the planner's
+// count: 1F1B and (where the stages divide the micro-batches) interleaved, in fp32 and in
+// bf16, whose activations and gradients cross at 2 bytes a value (comm/activation_wire.hpp).
+TEST(Pipeline, SentBytesEqualThePlannersCount) {
+  const int64_t p = world().size(), M = 4;
+  if (p < 2 || p > 4) GTEST_SKIP() << "measured with 2-4 stages";
+  for (const std::string precision : {"fp32", "bf16"})
+    for (const int64_t chunks : {int64_t{1}, int64_t{2}}) {
+      if (chunks > 1 && M % p != 0) continue;  // interleaving needs the stages to divide the micro-batches
+      train::TrainConfig c = tiny(1, 2, M);
+      c.model.n_layer = 2 * p * chunks;
+      c.pp = p;
+      c.chunks = chunks;
+      c.schedule = chunks > 1 ? "interleaved" : "1f1b";
+      c.precision = precision;
+      train::Trainer t(c, true, &world());
+      comm::ProcessGroup& pp = t.parallelized().group("pp");
+      pp.reset_stats();
+      t.train_step();
+      float sent = static_cast<float>(pp.stats().sent_bytes);  // exact: far below 2^24
+      pp.all_reduce(&sent, 1, comm::ReduceOp::Sum);
+      const int64_t values = c.batch_size * c.model.block_size * c.model.n_embd;
+      const int64_t want = plan::pipeline_bytes_per_step(values, M, p * chunks, precision == "bf16" ? 2 : 4);
+      EXPECT_EQ(static_cast<int64_t>(sent), want) << precision << ", " << chunks << " chunk(s) per rank";
+      EXPECT_GT(want, 0);
+    }
 }
 
 TEST(Pipeline, DataParallelReductionOverlapsTheLastBackward) {

@@ -260,10 +260,18 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelGpt,
                                   (info.param.micro_batches > 1 ? "_mb" + std::to_string(info.param.micro_batches) : "");
                          });
 
-class TensorParallelTraffic : public ::testing::TestWithParam<bool> {};
+// Without and with sequence parallelism, in fp32 and in bf16: a bf16 run moves its
+// activations at 2 bytes a value (comm/activation_wire.hpp), the loss's statistics and the
+// replicated parameters' gradients at 4, which the count takes as its activation_bytes.
+struct Traffic {
+  bool sequence_parallel;
+  std::string precision = "fp32";
+};
+
+class TensorParallelTraffic : public ::testing::TestWithParam<Traffic> {};
 
 TEST_P(TensorParallelTraffic, BytesPerStepMatchTheAnalyticCount) {
-  const bool sp = GetParam();
+  const bool sp = GetParam().sequence_parallel;
   const int p = world().size();
   if (p < 2) GTEST_SKIP() << "needs tp > 1";
   train::TrainConfig c = tiny(1, 2, 2);
@@ -272,16 +280,30 @@ TEST_P(TensorParallelTraffic, BytesPerStepMatchTheAnalyticCount) {
   c.model.block_size = 4 * p;
   c.tp = p;
   c.sequence_parallel = sp;
+  c.precision = GetParam().precision;
   train::Trainer t(c, true, &world());
   const train::StepResult r = t.train_step();
+  const int64_t wire = c.precision == "bf16" ? 2 : 4;
   const int64_t want = plan::tensor_parallel_bytes_per_step(c.batch_size, c.model.block_size, c.model.n_embd,
-                                                            c.model.n_layer, c.model.block_size, c.micro_batches, sp);
-  EXPECT_EQ(r.tp_comm_bytes, want) << (sp ? "with" : "without") << " sequence parallelism";
+                                                            c.model.n_layer, c.model.block_size, c.micro_batches, sp,
+                                                            /*zero_stage=*/0, wire);
+  EXPECT_EQ(r.tp_comm_bytes, want) << (sp ? "with" : "without") << " sequence parallelism, " << c.precision;
   EXPECT_GT(r.tp_comm_seconds, 0.0);
+  if (wire == 2) {  // the activations' share is half the fp32 run's
+    const int64_t fp32 = plan::tensor_parallel_bytes_per_step(c.batch_size, c.model.block_size, c.model.n_embd,
+                                                              c.model.n_layer, c.model.block_size, c.micro_batches, sp);
+    const int64_t fixed = plan::tensor_parallel_bytes_per_step(c.batch_size, c.model.block_size, c.model.n_embd,
+                                                               c.model.n_layer, c.model.block_size, c.micro_batches, sp, 0, 0);
+    EXPECT_EQ(2 * (want - fixed), fp32 - fixed);
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, TensorParallelTraffic, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? std::string("sp") : std::string("plain"); });
+INSTANTIATE_TEST_SUITE_P(Cases, TensorParallelTraffic,
+                         ::testing::Values(Traffic{false}, Traffic{true}, Traffic{false, "bf16"}, Traffic{true, "bf16"}),
+                         [](const auto& info) {
+                           return std::string(info.param.sequence_parallel ? "sp" : "plain") +
+                                  (info.param.precision == "bf16" ? "_bf16" : "");
+                         });
 
 class ActivationMemory : public ::testing::TestWithParam<bool> {};
 

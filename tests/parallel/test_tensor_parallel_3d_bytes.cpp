@@ -1,7 +1,9 @@
 // 3D tensor parallelism's communication, measured: the bytes one training step moves along
 // each grid axis (row, col, depth: the payload every collective on the mesh's axis groups is
 // given) equal plan::tensor_parallel_3d_bytes_per_step for each grid of the world, with two
-// micro-batches, and with models whose layers do not all divide the grid (those stay serial).
+// micro-batches, and with models whose layers do not all divide the grid (those stay serial);
+// in bf16 the activations and the weights gathered over depth cross at 2 bytes a value, the
+// gradients reduce-scattered and averaged over depth at 4.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -20,9 +22,12 @@ using namespace loom::testing::equivalence;
 struct BytesCase {
   int64_t R, C, D;
   int64_t n_embd = 16;
+  bool bf16 = false;
 };
 
-void PrintTo(const BytesCase& c, std::ostream* os) { *os << c.R << "x" << c.C << "x" << c.D << " C=" << c.n_embd; }
+void PrintTo(const BytesCase& c, std::ostream* os) {
+  *os << c.R << "x" << c.C << "x" << c.D << " C=" << c.n_embd << (c.bf16 ? " bf16" : "");
+}
 
 class Bytes3D : public ::testing::TestWithParam<BytesCase> {};
 
@@ -35,6 +40,7 @@ TEST_P(Bytes3D, MeasuredBytesPerAxisEqualTheModel) {
   c.model.n_embd = k.n_embd;
   c.model.padded_vocab_size = 128;
   c.tp_3d = std::to_string(k.R) + "," + std::to_string(k.C) + "," + std::to_string(k.D);
+  if (k.bf16) c.precision = "bf16";
   train::Trainer t(c, true, &world());
   const train::Parallelized& pz = t.parallelized();
   for (const char* axis : {"row", "col", "depth"}) pz.group(axis).reset_stats();
@@ -47,7 +53,7 @@ TEST_P(Bytes3D, MeasuredBytesPerAxisEqualTheModel) {
   shape.Vp = c.model.padded_vocab_size;
   shape.block_size = c.model.block_size;
   shape.M = c.micro_batches;
-  const plan::Grid3DBytes want = plan::tensor_parallel_3d_bytes_per_step(shape, k.R, k.C, k.D);
+  const plan::Grid3DBytes want = plan::tensor_parallel_3d_bytes_per_step(shape, k.R, k.C, k.D, k.bf16 ? 2 : 4, 4);
   EXPECT_EQ(pz.group("row").stats().bytes, want.row) << "row";
   EXPECT_EQ(pz.group("col").stats().bytes, want.col) << "col";
   EXPECT_EQ(pz.group("depth").stats().bytes, want.depth) << "depth";
@@ -58,11 +64,14 @@ INSTANTIATE_TEST_SUITE_P(Grids, Bytes3D,
                                            BytesCase{1, 2, 2}, BytesCase{2, 2, 2},
                                            // Layers kept serial: width 16 on depth 3 (only QKV's 48 rows
                                            // split), width 12 on depth 8 (only fc's 48 rows split).
-                                           BytesCase{1, 1, 3}, BytesCase{1, 1, 8, 12}),
+                                           BytesCase{1, 1, 3}, BytesCase{1, 1, 8, 12},
+                                           BytesCase{2, 1, 1, 16, true}, BytesCase{1, 1, 2, 16, true},
+                                           BytesCase{1, 2, 2, 16, true}, BytesCase{2, 2, 2, 16, true},
+                                           BytesCase{1, 1, 3, 16, true}),
                          [](const auto& info) {
                            const BytesCase& c = info.param;
                            return "r" + std::to_string(c.R) + "c" + std::to_string(c.C) + "d" + std::to_string(c.D) +
-                                  "_C" + std::to_string(c.n_embd);
+                                  "_C" + std::to_string(c.n_embd) + (c.bf16 ? "_bf16" : "");
                          });
 
 }  // namespace

@@ -1,10 +1,12 @@
 // Mixed precision in the planner (`loom plan --precision bf16`): the model-state formulas of
 // each ZeRO stage (plan/mixed_precision_cost.hpp) against the published ones, a layout priced
-// by hand, and the prediction against the memory tracker's peak over a bf16 training step.
+// by hand, the prediction against the memory tracker's peak over a bf16 training step, the
+// activation traffic priced at 2 bytes a value, and the dgx-a100 preset's precision.
 #include <gtest/gtest.h>
 
 #include "loom/plan/layout_cost.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
+#include "loom/plan/tensor_parallel_3d_cost.hpp"
 #include "loom/train/trainer.hpp"
 #include "tiny_config.hpp"
 
@@ -76,6 +78,78 @@ TEST(PlanBf16, PredictsTheTrackedPeakOfASerialBf16Step) {
   const LayoutCost c = predict(m, cpu_bf16(), serial(4), 4);
   EXPECT_NEAR(static_cast<double>(c.memory_bytes()), static_cast<double>(measured), 0.10 * measured)
       << "predicted " << c.memory_bytes() << " measured " << measured;
+}
+
+// Loom in bf16 moves activations at 2 bytes a value (comm/activation_wire.hpp): on a link
+// without latency the pipeline's transfers, the cp ring and the expert all-to-alls take half
+// the fp32 time; the tp collectives' activations halve while the loss's three floats a token
+// do not; the 3D grid's row and col traffic halves, its depth gradients do not.
+TEST(PlanBf16, PricesActivationTrafficAtTwoBytes) {
+  ClusterSpec fp32 = cluster_preset("local-default");
+  fp32.intra_node = fp32.inter_node = LinkCost{.alpha_s = 0, .beta_s_per_byte = 1e-9};
+  ClusterSpec bf16 = fp32;
+  bf16.precision = Precision::Bf16;
+  EXPECT_EQ(wire_bytes(Precision::Bf16), 2);
+  EXPECT_EQ(wire_bytes(Precision::Mixed), 2);
+  EXPECT_EQ(wire_bytes(Precision::Fp32), 4);
+  ModelSpec m{"m", 4, 128, 4, 256, 128};
+  Layout l = serial(2);
+  l.pp = 2;
+  l.tp = 2;
+  l.cp = 2;
+  const LayoutCost f = predict(m, fp32, l, 8), b = predict(m, bf16, l, 8);
+  ASSERT_TRUE(f.valid && b.valid) << f.why_not << b.why_not;
+  EXPECT_NEAR(b.time.pp_comm_s, 0.5 * f.time.pp_comm_s, 1e-15);
+  EXPECT_NEAR(b.time.cp_link_s, 0.5 * f.time.cp_link_s, 1e-15);
+  EXPECT_GT(f.time.pp_comm_s, 0.0);
+  EXPECT_LT(b.time.tp_comm_s, f.time.tp_comm_s);
+  EXPECT_GT(b.time.tp_comm_s, 0.5 * f.time.tp_comm_s);  // the loss's statistics stay fp32
+  // The counted bytes: tensor parallelism's activations halve, the rest does not.
+  const int64_t tp32 = tensor_parallel_bytes_per_step(2, 256, 128, 4, 256, 4, true, 0, 4),
+                tp16 = tensor_parallel_bytes_per_step(2, 256, 128, 4, 256, 4, true, 0, 2),
+                rest = tensor_parallel_bytes_per_step(2, 256, 128, 4, 256, 4, true, 0, 0);
+  EXPECT_EQ(tp16 - rest, (tp32 - rest) / 2);
+  EXPECT_EQ(pipeline_bytes_per_step(100, 4, 3, 2), pipeline_bytes_per_step(100, 4, 3, 4) / 2);
+  // A mixture of experts: its all-to-alls at half the time.
+  m.moe = {.experts = 4, .top_k = 2, .every = 1};
+  Layout e = serial(2);
+  e.dp = 2;
+  e.ep = 2;
+  e.zero = 0;
+  const LayoutCost fe = predict(m, fp32, e, 8), be = predict(m, bf16, e, 8);
+  ASSERT_TRUE(fe.valid && be.valid) << fe.why_not << be.why_not;
+  EXPECT_GT(fe.time.ep_comm_s, 0.0);
+  EXPECT_NEAR(be.time.ep_comm_s, 0.5 * fe.time.ep_comm_s, 1e-15);
+  // 3D: row and col carry activations only; depth its weight gathers in bf16, gradients in fp32.
+  const Gpt3DShape shape{.B = 1, .T = 64, .C = 128, .L = 2, .Vp = 128, .block_size = 64, .M = 2};
+  const Grid3DBytes g32 = tensor_parallel_3d_bytes_per_step(shape, 2, 2, 2, 4, 4),
+                    g16 = tensor_parallel_3d_bytes_per_step(shape, 2, 2, 2, 2, 4),
+                    grads = tensor_parallel_3d_bytes_per_step(shape, 2, 2, 2, 0, 4);
+  EXPECT_EQ(2 * g16.row, g32.row);
+  EXPECT_EQ(2 * g16.col, g32.col);
+  EXPECT_EQ(2 * (g16.depth - grads.depth), g32.depth - grads.depth);
+  EXPECT_GT(grads.depth, 0);
+}
+
+// The dgx-a100 preset trains as the published runs did (Narayanan et al. 2021): mixed
+// precision, bf16/fp16 tensor-core GEMMs at their peak, 2-byte weights and activations (on the
+// wire too) with fp32 master weights and moments, unless --precision says otherwise.
+TEST(PlanBf16, TheDgxA100PresetTrainsInMixedPrecision) {
+  const ClusterSpec a100 = cluster_preset("dgx-a100");
+  EXPECT_EQ(a100.precision, Precision::Mixed);
+  EXPECT_EQ(value_bytes(a100.precision), 2);
+  EXPECT_EQ(wire_bytes(a100.precision), 2);
+  EXPECT_EQ(a100.peak_flops, 312e12);  // the A100's dense bf16 peak, not its 19.5 TFLOP/s fp32 one
+  const ModelSpec m = model_preset("gpt2-small");
+  Layout l = serial(4);
+  l.dp = 2;
+  l.zero = 0;
+  const int64_t P = m.parameters();
+  EXPECT_EQ(predict(m, a100, l, 8).state_bytes, 16 * P);  // 2 + 2 + 12 bytes a parameter
+  ClusterSpec fp32 = a100;
+  fp32.precision = Precision::Fp32;
+  EXPECT_EQ(predict(m, fp32, l, 8).state_bytes, 16 * P);  // 4 + 4 + 8
+  EXPECT_GT(predict(m, fp32, l, 8).activation_bytes, predict(m, a100, l, 8).activation_bytes);
 }
 
 }  // namespace

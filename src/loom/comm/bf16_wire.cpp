@@ -44,8 +44,12 @@ MPI_Op bf16_mpi_op(ReduceOp op) { return op == ReduceOp::Max ? bf16_mpi().max : 
 
 std::vector<bfloat16> to_bf16_vector(const float* src, int64_t n) {
   std::vector<bfloat16> out(static_cast<size_t>(std::max<int64_t>(n, 0)));
-  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = to_bf16(src[i]);
+  pack_bf16(src, out.data(), n);
   return out;
+}
+
+void pack_bf16(const float* src, bfloat16* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_bf16(src[i]);
 }
 
 void widen_bf16(const bfloat16* src, float* dst, int64_t n) {

@@ -20,6 +20,8 @@ MPI_Datatype bf16_mpi_type();
 MPI_Op bf16_mpi_op(ReduceOp op);
 
 std::vector<bfloat16> to_bf16_vector(const float* src, int64_t n);
+// dst[i] = bf16(src[i]) (round to nearest even).
+void pack_bf16(const float* src, bfloat16* dst, int64_t n);
 // dst[i] = float(src[i]).
 void widen_bf16(const bfloat16* src, float* dst, int64_t n);
 

@@ -18,6 +18,11 @@ class DeviceMesh {
  public:
   // Collective over world: creates one sub-group per dimension.
   DeviceMesh(ProcessGroup& world, std::vector<MeshDim> dims);
+  // A dimension spanning every rank is the caller's world group, which outlives the mesh:
+  // the activation dtype a run set on it (activation_wire.hpp) ends with the mesh.
+  ~DeviceMesh() { world_.set_activation_dtype(DType::F32); }
+  DeviceMesh(const DeviceMesh&) = delete;
+  DeviceMesh& operator=(const DeviceMesh&) = delete;
 
   const MeshLayout& layout() const { return layout_; }
   int rank() const { return world_.rank(); }

@@ -83,14 +83,21 @@ void ProcessGroup::set_param_servers(int k) {
   param_servers_ = k;
 }
 
+void ProcessGroup::set_activation_dtype(DType d) {
+  check(d == DType::F32 || d == DType::BF16, "group '", name_, "': activations cross the wire in fp32 or bf16");
+  activation_dtype_ = d;
+}
+
 CommStats ProcessGroup::stats() const {
-  return CommStats{counters_->calls.load(), counters_->bytes.load(), 1e-9 * static_cast<double>(counters_->nanoseconds.load())};
+  return CommStats{counters_->calls.load(), counters_->bytes.load(), 1e-9 * static_cast<double>(counters_->nanoseconds.load()),
+                   counters_->sent_bytes.load()};
 }
 
 void ProcessGroup::reset_stats() {
   counters_->calls = 0;
   counters_->bytes = 0;
   counters_->nanoseconds = 0;
+  counters_->sent_bytes = 0;
 }
 
 Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()> body, int64_t payload,
@@ -341,12 +348,25 @@ void ProcessGroup::all_to_all_v(const Tensor& in, const std::vector<int64_t>& se
 
 Work ProcessGroup::all_to_all_v_async(const float* in, std::vector<int64_t> send_counts, float* out,
                                       std::vector<int64_t> recv_counts) {
+  return all_to_all_v_typed(in, std::move(send_counts), out, std::move(recv_counts), MPI_FLOAT, 4, "all_to_all_v");
+}
+
+Work ProcessGroup::all_to_all_v_bf16_async(const bfloat16* in, std::vector<int64_t> send_counts, bfloat16* out,
+                                           std::vector<int64_t> recv_counts) {
+  return all_to_all_v_typed(in, std::move(send_counts), out, std::move(recv_counts), bf16_mpi_type(), 2,
+                            "all_to_all_v_bf16");
+}
+
+// One uneven all-to-all for floats and bf16: they differ only in the element type.
+Work ProcessGroup::all_to_all_v_typed(const void* in, std::vector<int64_t> send_counts, void* out,
+                                      std::vector<int64_t> recv_counts, MPI_Datatype type, int element_bytes,
+                                      const char* op) {
   check(static_cast<int>(send_counts.size()) == size_ && static_cast<int>(recv_counts.size()) == size_,
         "all_to_all_v: need ", size_, " send and receive counts, got ", send_counts.size(), " and ", recv_counts.size());
-  if (single_process_) return copy_locally(in, out, 4 * send_counts[0]);
+  if (single_process_) return copy_locally(in, out, element_bytes * send_counts[0]);
   MPI_Comm comm = collective_comm_;
   const int64_t total = std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0});
-  return submit("all_to_all_v", -1, [=]() {
+  return submit(op, -1, [=]() {
     std::vector<int> sc, sd, rc, rd;
     int64_t so = 0, ro = 0;
     for (size_t q = 0; q < send_counts.size(); ++q) {
@@ -357,9 +377,8 @@ Work ProcessGroup::all_to_all_v_async(const float* in, std::vector<int64_t> send
       so += send_counts[q];
       ro += recv_counts[q];
     }
-    check_mpi(MPI_Alltoallv(in, sc.data(), sd.data(), MPI_FLOAT, out, rc.data(), rd.data(), MPI_FLOAT, comm),
-              "MPI_Alltoallv");
-  }, total);
+    check_mpi(MPI_Alltoallv(in, sc.data(), sd.data(), type, out, rc.data(), rd.data(), type, comm), "MPI_Alltoallv");
+  }, total, element_bytes);
 }
 
 Work ProcessGroup::barrier_async() {
@@ -405,24 +424,38 @@ Work ProcessGroup::gather_v_bytes_async(const void* in, std::vector<int64_t> cou
   }, -1, 1);
 }
 
-Work ProcessGroup::send_async(const float* data, int64_t n, int dst, int tag) {
-  check(!single_process_, "send to another rank on the single-process group '", name_, "'");
-  check(dst >= 0 && dst < size_, "send to rank ", dst, " outside group '", name_, "' (size ", size_, ")");
+Work ProcessGroup::post_p2p(bool send, void* data, int64_t n, MPI_Datatype type, int element_bytes, int peer, int tag) {
+  const char* what = send ? "send" : "recv";
+  check(!single_process_, send ? "send to" : "receive from", " another rank on the single-process group '", name_, "'");
+  check(peer >= 0 && peer < size_, what, send ? " to rank " : " from rank ", peer, " outside group '", name_, "' (size ",
+        size_, ")");
   MPI_Request request;
-  check_mpi(MPI_Isend(data, mpi_count(n), MPI_FLOAT, dst, tag, p2p_comm_, &request), "MPI_Isend");
-  return transfer(Work::from_request(request, "send(" + std::to_string(n) + " floats) to " + std::to_string(dst) +
-                                                  " on group '" + name_ + "'"),
-                  dst);
+  if (send) {
+    check_mpi(MPI_Isend(data, mpi_count(n), type, peer, tag, p2p_comm_, &request), "MPI_Isend");
+    counters_->sent_bytes += element_bytes * n;
+  } else {
+    check_mpi(MPI_Irecv(data, mpi_count(n), type, peer, tag, p2p_comm_, &request), "MPI_Irecv");
+  }
+  const std::string values = std::to_string(n) + (element_bytes == 2 ? " bf16" : " floats");
+  return transfer(Work::from_request(request, std::string(what) + "(" + values + (send ? ") to " : ") from ") +
+                                                  std::to_string(peer) + " on group '" + name_ + "'"),
+                  peer);
+}
+
+Work ProcessGroup::send_async(const float* data, int64_t n, int dst, int tag) {
+  return post_p2p(true, const_cast<float*>(data), n, MPI_FLOAT, 4, dst, tag);
 }
 
 Work ProcessGroup::recv_async(float* data, int64_t n, int src, int tag) {
-  check(!single_process_, "receive from another rank on the single-process group '", name_, "'");
-  check(src >= 0 && src < size_, "recv from rank ", src, " outside group '", name_, "' (size ", size_, ")");
-  MPI_Request request;
-  check_mpi(MPI_Irecv(data, mpi_count(n), MPI_FLOAT, src, tag, p2p_comm_, &request), "MPI_Irecv");
-  return transfer(Work::from_request(request, "recv(" + std::to_string(n) + " floats) from " + std::to_string(src) +
-                                                  " on group '" + name_ + "'"),
-                  src);
+  return post_p2p(false, data, n, MPI_FLOAT, 4, src, tag);
+}
+
+Work ProcessGroup::send_bf16_async(const bfloat16* data, int64_t n, int dst, int tag) {
+  return post_p2p(true, const_cast<bfloat16*>(data), n, bf16_mpi_type(), 2, dst, tag);
+}
+
+Work ProcessGroup::recv_bf16_async(bfloat16* data, int64_t n, int src, int tag) {
+  return post_p2p(false, data, n, bf16_mpi_type(), 2, src, tag);
 }
 
 void ProcessGroup::send(const Tensor& t, int dst, int tag) { send_async(t.f32(), t.numel(), dst, tag).wait(); }

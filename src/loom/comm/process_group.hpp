@@ -35,6 +35,7 @@ struct CommStats {
   int64_t calls = 0;
   int64_t bytes = 0;
   double seconds = 0.0;
+  int64_t sent_bytes = 0;  // what this rank's point-to-point sends put on the wire
 };
 
 // LOOM_COMM_TIMEOUT as seconds (nullopt when unset); loom::Error when it is not seconds >= 0.
@@ -76,6 +77,11 @@ class ProcessGroup {
   // The emulated link (off by default): point-to-point users that overlap their transfers
   // with compute (context parallelism's ring) price their messages on it.
   const EmulatedLink& emulated_link_cost() const { return link_; }
+  // The dtype activations and their gradients cross the wire in on this group (F32 or BF16):
+  // the activation collectives of activation_wire.hpp read it; every other call of the group
+  // (gradients, statistics, counts) ignores it. F32 unless the parallelize recipe sets it.
+  void set_activation_dtype(DType d);
+  DType activation_dtype() const { return activation_dtype_; }
 
   // data (n) on every rank becomes the reduction over ranks.
   Work all_reduce_async(float* data, int64_t n, ReduceOp op = ReduceOp::Sum,
@@ -103,6 +109,9 @@ class ProcessGroup {
   // bf16 values: in (n) on every rank; out (size * n) gets every rank's, in rank order. In
   // place when in == out + rank * n.
   Work all_gather_bf16_async(const bfloat16* in, bfloat16* out, int64_t n);
+  // bf16 values, uneven, as all_to_all_v_async.
+  Work all_to_all_v_bf16_async(const bfloat16* in, std::vector<int64_t> send_counts, bfloat16* out,
+                               std::vector<int64_t> recv_counts);
 
   Work broadcast_async(float* data, int64_t n, int root);
   void broadcast(Tensor& t, int root);
@@ -134,6 +143,9 @@ class ProcessGroup {
   Work recv_async(float* data, int64_t n, int src, int tag = 0);
   void send(const Tensor& t, int dst, int tag = 0);
   void recv(Tensor& t, int src, int tag = 0);
+  // bf16 values; the buffer must live until the Work is waited.
+  Work send_bf16_async(const bfloat16* data, int64_t n, int dst, int tag = 0);
+  Work recv_bf16_async(bfloat16* data, int64_t n, int src, int tag = 0);
 
   CommStats stats() const;
   void reset_stats();
@@ -149,6 +161,10 @@ class ProcessGroup {
               int element_bytes = sizeof(float));
   // A point-to-point transfer with group rank peer, watched.
   Work transfer(Work work, int peer);
+  // Posts a non-blocking send (or receive) of n elements of `type` (element_bytes each).
+  Work post_p2p(bool send, void* data, int64_t n, MPI_Datatype type, int element_bytes, int peer, int tag);
+  Work all_to_all_v_typed(const void* in, std::vector<int64_t> send_counts, void* out, std::vector<int64_t> recv_counts,
+                          MPI_Datatype type, int element_bytes, const char* op);
 
   struct SingleProcess {};
   ProcessGroup(SingleProcess, std::string name);
@@ -167,6 +183,7 @@ class ProcessGroup {
   double timeout_s_ = 300.0;
   bool debug_checks_ = false;
   EmulatedLink link_;
+  DType activation_dtype_ = DType::F32;
   int rank_ = 0, size_ = 1;
   AllReduceAlgorithm default_algorithm_ = AllReduceAlgorithm::Mpi;
   int param_servers_ = 1;
@@ -174,7 +191,7 @@ class ProcessGroup {
   int trace_row_ = 0;  // this group's communication thread's row in a trace
   std::unique_ptr<CommThread> thread_;
   struct Counters {
-    std::atomic<int64_t> calls{0}, bytes{0}, nanoseconds{0};
+    std::atomic<int64_t> calls{0}, bytes{0}, nanoseconds{0}, sent_bytes{0};
   };
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
 };

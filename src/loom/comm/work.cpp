@@ -61,8 +61,25 @@ class PublishedWait {
 
 }  // namespace
 
+Work& Work::then(std::function<void()> fn) {
+  if (!state_) state_ = completed().state_;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->then = std::move(fn);
+  return *this;
+}
+
 void Work::wait() const {
   if (!state_) return;
+  wait_done();
+  std::function<void()> fn;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    fn.swap(state_->then);
+  }
+  if (fn) fn();
+}
+
+void Work::wait_done() const {
   // A trace shows where the caller waited for a collective: communication not hidden.
   std::optional<trace::Span> span;
   if (trace::enabled() && !state_->uses_request && !is_done()) span.emplace("wait", state_->description);

@@ -34,6 +34,9 @@ class Work {
     // watchdog reports it and ends the job.
     std::optional<WaitSite> site;
     double timeout_s = 0.0;
+    // Runs once, on the thread whose wait() first sees the operation done (a bf16 receive
+    // widens its values into the caller's fp32 buffer); holds what must outlive the operation.
+    std::function<void()> then;
     void finish(std::exception_ptr e);
   };
 
@@ -46,6 +49,9 @@ class Work {
 
   // Arms the watchdog for this handle (see State::site); timeout_s 0: published, never ended.
   void watch(WaitSite site, double timeout_s);
+  // fn runs once after the operation, when wait() returns (State::then); it also keeps alive
+  // whatever it captures (a packed send buffer) until then.
+  Work& then(std::function<void()> fn);
   void wait() const;
   bool is_done() const;
   const std::string& description() const;
@@ -53,6 +59,7 @@ class Work {
   double busy_seconds() const;
 
  private:
+  void wait_done() const;
   std::shared_ptr<State> state_;
 };
 

@@ -38,12 +38,16 @@ double all_reduce_bus_bandwidth(int64_t bytes, double seconds, int p) {
 }
 
 int64_t tensor_parallel_bytes_per_step(int64_t B, int64_t T, int64_t C, int64_t L, int64_t block_size, int64_t M,
-                                       bool sequence_parallel, int zero_stage) {
+                                       bool sequence_parallel, int zero_stage, int64_t activation_bytes) {
   const int64_t activation = B * T * C, loss = 3 * B * T;
-  const int64_t per_micro_batch = (sequence_parallel ? 10 * L + 5 : 4 * L + 2) * activation + loss;
+  const int64_t activations = (sequence_parallel ? 10 * L + 5 : 4 * L + 2) * activation;
   const int64_t sums = zero_stage >= 2 ? M : 1;
   const int64_t replicated = sequence_parallel ? sums * (6 * C * L + block_size * C + 2 * C) : 0;
-  return 4 * (M * per_micro_batch + replicated + 1);
+  return activation_bytes * M * activations + 4 * (M * loss + replicated + 1);
+}
+
+int64_t pipeline_bytes_per_step(int64_t values, int64_t M, int64_t virtual_stages, int64_t activation_bytes) {
+  return 2 * M * (virtual_stages - 1) * values * activation_bytes;
 }
 
 }  // namespace loom::plan

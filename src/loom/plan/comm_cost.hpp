@@ -33,8 +33,15 @@ double all_reduce_bus_bandwidth(int64_t bytes, double seconds, int p);
 // embedding and head add 5; the replicated parameters' partial gradients are summed (6C
 // per layer, block_size x C + 2C for the position table and final LayerNorm) once per step,
 // or once per micro-batch under ZeRO-2/3 (whose gradients do not accumulate in place). The
-// gradient norm adds one float.
+// gradient norm adds one float. The activations count activation_bytes a value (2 when they
+// cross in bf16, comm/activation_wire.hpp); the loss's statistics and the gradients stay fp32.
 int64_t tensor_parallel_bytes_per_step(int64_t B, int64_t T, int64_t C, int64_t L, int64_t block_size, int64_t M,
-                                       bool sequence_parallel, int zero_stage = 0);
+                                       bool sequence_parallel, int zero_stage = 0, int64_t activation_bytes = 4);
+
+// Bytes all ranks of a pipeline send point to point in a training step: every virtual stage
+// but the last sends each micro-batch's activation forward and every one but the first its
+// gradient back, `values` each ((B, T, C), or (B, T/t, C) under sequence parallelism), over
+// S = pp x chunks virtual stages and M micro-batches: 2 M (S - 1) values.
+int64_t pipeline_bytes_per_step(int64_t values, int64_t M, int64_t virtual_stages, int64_t activation_bytes);
 
 }  // namespace loom::plan

@@ -128,7 +128,7 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
   c.time.compute_s *= moe_flops_ratio(model);  // K expert MLPs per MoE block, priced as the dense ones
   const int64_t devices = l.dp * l.pp * l.tp * l.cp;
   const bool ep_in_node = l.ep * l.pp * l.tp * l.cp <= cluster.devices_per_node;  // ep: neighbouring dp ranks
-  c.time.ep_comm_s = all_to_all_seconds(model, l, m, value_bytes(cluster.precision),
+  c.time.ep_comm_s = all_to_all_seconds(model, l, m, wire_bytes(cluster.precision),
                                         ep_in_node ? cluster.intra_node : cluster.inter_node);
   const double flops = model.flops_per_sequence(l.recompute) * moe_flops_ratio(model) * static_cast<double>(global_batch);
   c.flops_per_device = flops / c.step_s() / static_cast<double>(devices);

@@ -20,6 +20,8 @@ double ModelSpec::flops_per_sequence(bool recompute) const {
 
 int64_t value_bytes(Precision p) { return p == Precision::Mixed ? 2 : 4; }  // Loom's activations stay fp32 between layers
 
+int64_t wire_bytes(Precision p) { return p == Precision::Fp32 ? 4 : 2; }
+
 const char* plan_precision_name(Precision p) {
   return p == Precision::Mixed ? "mixed" : p == Precision::Fp32 ? "fp32" : "bf16";
 }

@@ -93,6 +93,11 @@ struct ClusterSpec {
 
 // Bytes of one value of the weights, gradients and activations in the training precision.
 int64_t value_bytes(Precision p);
+// Bytes of one activation (or activation gradient) value on the wire between devices: the
+// tensor-, sequence- and pipeline-parallel, context-parallel ring, expert all-to-all and 3D
+// grid traffic. 2 in mixed precision and in Loom's bf16 (which keeps fp32 buffers but moves
+// bf16, comm/activation_wire.hpp), 4 in fp32.
+int64_t wire_bytes(Precision p);
 // "mixed", "fp32", "bf16"; loom::Error naming them otherwise.
 const char* plan_precision_name(Precision p);
 Precision parse_plan_precision(const std::string& name);

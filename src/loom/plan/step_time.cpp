@@ -94,8 +94,8 @@ LayerTime layer_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l) 
     // (two halves) after attention and MLP forward, before them backward (Shoeybi et al.
     // 2019). With it: 2 all-gathers + 2 reduce-scatters forward, backward the same plus
     // re-gathering the 2 column-parallel inputs (Korthikanti et al. 2022).
-    const double one =
-        ring_half_seconds(static_cast<double>(T * m.hidden * bpv), l.tp, link_for(c, l.tp <= c.devices_per_node));
+    const double one = ring_half_seconds(static_cast<double>(T * m.hidden * wire_bytes(c.precision)), l.tp,
+                                         link_for(c, l.tp <= c.devices_per_node));
     lt.forward_tp = 4.0 * one;  // 2 all-reduces or 2 all-gathers + 2 reduce-scatters
     lt.backward_tp = (l.sequence_parallel ? 6.0 : 4.0) * one;
   }
@@ -152,7 +152,8 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
   double outside_tp = 0.0;
   if (l.tp > 1) {
     const LinkCost& link = link_for(c, l.tp <= c.devices_per_node);
-    const double activation = static_cast<double>(T * m.hidden * bpv), per_token = static_cast<double>(T * 4);
+    const double activation = static_cast<double>(T * m.hidden * wire_bytes(c.precision)),
+                 per_token = static_cast<double>(T * 4);
     outside_tp = (l.pp == 1 ? 2.0 : 1.0) * 2.0 * ring_half_seconds(activation, l.tp, link) +
                  3.0 * 2.0 * ring_half_seconds(per_token, l.tp, link);
   }
@@ -167,7 +168,7 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
   if (l.cp > 1) {
     // The K/V ring of every layer (context_parallel_cost.hpp): cp ranks neighbour the tp ranks.
     const LinkCost& link = link_for(c, l.tp * l.cp <= c.devices_per_node);
-    const RingShape shape{.B = l.micro_batch, .T = m.seq, .C = m.hidden, .tp = l.tp, .value_bytes = bpv};
+    const RingShape shape{.B = l.micro_batch, .T = m.seq, .C = m.hidden, .tp = l.tp, .value_bytes = wire_bytes(c.precision)};
     const double hop_s = link.alpha_s + static_cast<double>(ring_hop_bytes(shape, l.cp)) * link.beta_s_per_byte;
     const RingTime ring = ring_layer_time(l.cp, hop_s, lt.attention_forward, lt.attention_backward);
     st.cp_comm_s = mb * layers * ((1.0 + re) * ring.forward_exposed_s + ring.backward_exposed_s);
@@ -179,7 +180,7 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
   if (l.pp > 1) {
     const LinkCost& link = link_for(c, pp_inside);
     // Scattered over tp and gathered after (Narayanan et al. 2021, section 4.1).
-    const double bytes = static_cast<double>(T * m.hidden * bpv) / static_cast<double>(l.tp);
+    const double bytes = static_cast<double>(T * m.hidden * wire_bytes(c.precision)) / static_cast<double>(l.tp);
     st.pp_comm_s = 2.0 * (mb * v + p - 1.0) * (link.alpha_s + bytes * link.beta_s_per_byte);
   }
 

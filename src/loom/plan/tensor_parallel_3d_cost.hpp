@@ -29,6 +29,10 @@ struct Gpt3DShape {
 // serial and gathers only what crosses the row split (N x those features). Once per step, every gradient not
 // split over depth is averaged over it (embedding, position table, LayerNorms, biases, the
 // serial layers' weights). A collective on an axis of one rank moves nothing.
-Grid3DBytes tensor_parallel_3d_bytes_per_step(const Gpt3DShape& shape, int64_t R, int64_t Cg, int64_t D);
+// activation_bytes: a value of the activations and of the weights gathered over depth (2 in
+// bf16: they cross in bf16); gradient_bytes: one of the gradients reduce-scattered and
+// averaged over depth (4: Loom reduces them in fp32 in either precision).
+Grid3DBytes tensor_parallel_3d_bytes_per_step(const Gpt3DShape& shape, int64_t R, int64_t Cg, int64_t D,
+                                              int64_t activation_bytes = 4, int64_t gradient_bytes = 4);
 
 }  // namespace loom::plan

@@ -105,13 +105,14 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   const double mb = static_cast<double>(micro_batches), layers = static_cast<double>(m.layers);
   cost.time.compute_s = mb * (layers * layer_s + head_s);
 
-  // The grid's collectives: the counted bytes (fp32 values) in the cluster's value
-  // size. Row and col mostly all-reduce (two passes of the buffer), depth all-gathers and
+  // The grid's collectives: the counted bytes, activations and gathered weights at the
+  // wire's size, gradients at the cluster's value size (Loom's bf16 reduces them in fp32).
+  // Row and col mostly all-reduce (two passes of the buffer), depth all-gathers and
   // reduce-scatters (one). Ranks are laid out col fastest, then row, then depth: an axis
   // stays in a node while its span does. Recompute runs each forward's collectives again.
   Gpt3DShape shape{.B = l.micro_batch, .T = m.seq, .C = h, .L = m.layers, .Vp = m.vocab, .block_size = m.seq, .M = micro_batches};
-  const Grid3DBytes bytes = tensor_parallel_3d_bytes_per_step(shape, R, C, D);
-  const double scale = static_cast<double>(bpv) / 4.0 * (l.recompute ? 4.0 / 3.0 : 1.0);
+  const Grid3DBytes bytes = tensor_parallel_3d_bytes_per_step(shape, R, C, D, wire_bytes(c.precision), bpv);
+  const double scale = l.recompute ? 4.0 / 3.0 : 1.0;
   const double collectives = mb * layers;  // per axis, a few per layer and micro-batch
   auto link = [&](int64_t span) -> const LinkCost& { return span <= c.devices_per_node ? c.intra_node : c.inter_node; };
   const double depth_s = ring_seconds(scale * static_cast<double>(bytes.depth), 1.0, 12.0 * collectives, D, link(R * C * D));

@@ -50,7 +50,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"train", "batch_size", "sequences per micro-batch (B)", &c.batch_size},
       {"train", "micro_batches", "micro-batches accumulated per optimizer step", &c.micro_batches},
       {"train", "seed", "seed for weights and batches", &c.seed},
-      {"train", "precision", "'fp32', or 'bf16': mixed precision, every GEMM (linear layers, attention, LM head) on bf16 operands with fp32 accumulation; the parameters stay fp32 (the master copy the optimizer updates, what checkpoints hold) and their bf16 copies are converted once per step; LayerNorm, softmax, GELU, the loss and gradient accumulation stay fp32", &c.precision},
+      {"train", "precision", "'fp32', or 'bf16': mixed precision, every GEMM (linear layers, attention, LM head) on bf16 operands with fp32 accumulation; the parameters stay fp32 (the master copy the optimizer updates, what checkpoints hold) and their bf16 copies are converted once per step; LayerNorm, softmax, GELU, the loss and gradient accumulation stay fp32; activations cross the model-parallel groups (tp, sequence parallel, pp, cp, ep, 3D) in bf16", &c.precision},
       {"train", "on_nan", "on a NaN/inf loss or gradient: 'stop' (error) or 'skip' the step", &c.on_nan},
       {"optim", "optimizer", "'adamw' or 'sgd'", &c.optimizer},
       {"optim", "lr", "peak learning rate", &c.lr},
@@ -261,8 +261,6 @@ void TrainConfig::validate_tp_3d() const {
         ": attention heads are split over row");
   check(checkpoint_format != "sharded", grid, " writes single-file checkpoints only: set checkpoint_format to 'single' or 'auto'");
   check(!model.moe.enabled(), grid, " does not compose with a mixture of experts yet: set moe_experts = 0");
-  check(precision == "fp32", grid, " computes its GEMMs in fp32 (its weights are gathered over depth in fp32): "
-        "bf16 mixed precision does not compose with it yet: set precision = 'fp32' (got '", precision, "')");
 }
 
 void TrainConfig::validate_expert_parallel() const {

@@ -120,6 +120,14 @@ std::unique_ptr<comm::DeviceMesh> parallel_mesh(const TrainConfig& config, comm:
       mesh->group(name).set_emulated_link(config.net_gbps, config.net_latency_us);
       mesh->group(name).set_timeout(config.comm_timeout);
     }
+  // Mixed precision: the model-parallel groups move activations and their gradients in bf16
+  // (comm/activation_wire.hpp), the 3D grid's depth axis its weight gathers too; gradients,
+  // the loss's statistics and the data-parallel groups keep their own precision. Set either
+  // way: an axis as large as the world is the caller's world group, which outlives this run.
+  const DType wire = config.precision == "bf16" ? DType::BF16 : DType::F32;
+  for (const char* name : {"tp", "pp", "cp", "ep"}) mesh->group(name).set_activation_dtype(wire);
+  if (config.tp_3d_on())
+    for (const char* name : {"row", "col", "depth"}) mesh->group(name).set_activation_dtype(wire);
   return mesh;
 }
 

@@ -6,6 +6,7 @@
 #include <thread>
 #include <utility>
 
+#include "loom/comm/activation_wire.hpp"
 #include "loom/comm/startup_watch.hpp"
 #include "loom/error.hpp"
 #include "loom/kernels/attention_block.hpp"
@@ -72,7 +73,9 @@ void for_each_block(int rank, int owner, int cp, Split split, Fn&& fn) {
       if (keys[c] <= queries[a]) fn(a, c, keys[c] == queries[a]);
 }
 
-// A pair of transfers around the ring: send `out` to the next rank, receive `in` from the previous.
+// A pair of transfers around the ring: send `out` to the next rank, receive `in` from the
+// previous, in the cp group's activation dtype (bf16 in a bf16 run: K/V and the running dK/dV
+// sums are rounded to bf16 at each hop, as a bf16 reduction rounds each partial sum).
 // In the trace, an async span from the post until the hop is replaced (after its waits). On
 // an emulated link (ProcessGroup::set_emulated_link) the hop is delivered no earlier than the
 // link would carry it: after the hops before it, alpha + bytes x beta.
@@ -85,9 +88,10 @@ struct RingHop {
 RingHop hop(comm::ProcessGroup& g, const Tensor& out, Tensor& in, int tag, RingStats* stats) {
   const int next = (g.rank() + 1) % g.size(), prev = (g.rank() + g.size() - 1) % g.size();
   Clock::time_point on_link{}, delivered{};
+  const int64_t bytes = comm::activation_wire_bytes(g, out.numel());
   if (stats != nullptr) {
-    stats->bytes_sent += out.nbytes();
-    if (const double s = comm::emulated_message_seconds(g.emulated_link_cost(), out.nbytes()); s > 0) {
+    stats->bytes_sent += bytes;
+    if (const double s = comm::emulated_message_seconds(g.emulated_link_cost(), bytes); s > 0) {
       on_link = std::max(Clock::now(), stats->link_free);
       delivered = on_link + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
       stats->link_free = delivered;
@@ -95,9 +99,9 @@ RingHop hop(comm::ProcessGroup& g, const Tensor& out, Tensor& in, int tag, RingS
     }
   }
   comm::stop_for_a_test("cp-ring");
-  trace::AsyncSpan span("cp", tag == kBackwardGrad ? "dK/dV hop" : "K/V hop", {{"bytes", out.nbytes()}});
-  return {g.send_async(out.f32(), out.numel(), next, tag), g.recv_async(in.f32(), in.numel(), prev, tag),
-          std::move(span), on_link, delivered};
+  trace::AsyncSpan span("cp", tag == kBackwardGrad ? "dK/dV hop" : "K/V hop", {{"bytes", bytes}});
+  return {comm::send_activations_async(g, out.f32(), out.numel(), next, tag),
+          comm::recv_activations_async(g, in.f32(), in.numel(), prev, tag), std::move(span), on_link, delivered};
 }
 
 // Waits for a hop the block compute did not hide: its own span in the trace, counted as exposed.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "loom/comm/activation_wire.hpp"
 #include "loom/comm/startup_watch.hpp"
 #include "loom/error.hpp"
 
@@ -50,7 +51,7 @@ std::vector<int64_t> AllToAllDispatcher::exchange_counts(const std::vector<int64
     send.f32()[e] = static_cast<float>(counts[static_cast<size_t>(e)]);
   }
   comm::stop_for_a_test("ep-all-to-all");
-  ep_.all_to_all(send, recv);
+  ep_.all_to_all(send, recv);  // counts: exact in fp32 (below 2^24), never on the activation wire
   std::vector<int64_t> from(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) from[static_cast<size_t>(e)] = static_cast<int64_t>(recv.f32()[e]);
   exchange_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -61,7 +62,7 @@ Tensor AllToAllDispatcher::dispatch(const Tensor& rows, const nn::DispatchPlan& 
   const auto start = std::chrono::steady_clock::now();
   const int64_t C = rows.size(1);
   Tensor received = Tensor::empty({plan.received(), C});  // (received, C) by sending rank
-  ep_.all_to_all_v(rows, times(plan.send, C), received, times(plan.recv, C));
+  comm::all_to_all_v_activations(ep_, rows, times(plan.send, C), received, times(plan.recv, C));
   Tensor out = regroup(received, plan, /*by_expert=*/true);
   exchange_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
@@ -73,7 +74,8 @@ Tensor AllToAllDispatcher::combine(const Tensor& rows, const nn::DispatchPlan& p
   int64_t sent = 0;
   for (int64_t c : plan.send) sent += c;
   Tensor back = Tensor::empty({sent, C});  // (R, C) in the order this rank sent them
-  ep_.all_to_all_v(regroup(rows, plan, /*by_expert=*/false), times(plan.recv, C), back, times(plan.send, C));
+  comm::all_to_all_v_activations(ep_, regroup(rows, plan, /*by_expert=*/false), times(plan.recv, C), back,
+                                 times(plan.send, C));
   exchange_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return back;
 }

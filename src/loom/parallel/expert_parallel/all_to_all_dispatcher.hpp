@@ -2,9 +2,10 @@
 // torchtitan's ExpertParallel): the E experts are split over the `ep` ranks in blocks of
 // E/ep, and each MoE layer exchanges its routed rows with uneven all-to-alls. First the
 // per-expert row counts (so every rank knows what it receives), then the rows, then (after
-// the local experts) the outputs back with the splits swapped. A rank that sends or
-// receives nothing still takes part in every exchange, so no rank waits alone; every wait
-// is watched by the group's watchdog (comm_timeout).
+// the local experts) the outputs back with the splits swapped; the rows go in the ep group's
+// activation dtype (comm/activation_wire.hpp: bf16 in a bf16 run), the counts in fp32. A
+// rank that sends or receives nothing still takes part in every exchange, so no rank waits
+// alone; every wait is watched by the group's watchdog (comm_timeout).
 #pragma once
 
 #include "loom/comm/process_group.hpp"

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "loom/comm/activation_wire.hpp"
 #include "loom/comm/byte_transport.hpp"
 #include "loom/error.hpp"
 #include "loom/trace/recorder.hpp"
@@ -43,7 +44,9 @@ void PipelineExecutor::post_receive(Transfers& t, const Action& a) {
   const TransferKey key{gradient, a.micro_batch, a.chunk};
   check(!t.receives.contains(key), "pipeline rank ", rank_, ": ", to_string(a), " is posted twice");
   Tensor x = Tensor::empty(activation_shape_, DType::F32, MemoryCategory::Activations);
-  comm::Work work = group_.recv_async(x.f32(), x.numel(), a.peer, tag(gradient, a.chunk * p_ + rank_, a.micro_batch));
+  // Activations and their gradients cross in the group's activation dtype (bf16 in a bf16 run).
+  comm::Work work =
+      comm::recv_activations_async(group_, x.f32(), x.numel(), a.peer, tag(gradient, a.chunk * p_ + rank_, a.micro_batch));
   t.receives.emplace(key, PendingRecv{std::move(work), x, a.peer});
 }
 
@@ -58,10 +61,12 @@ void PipelineExecutor::post_send(Transfers& t, const Action& a) {
   // The tag names the receiving virtual stage: the next one for an activation, else the previous.
   const int64_t receiver = a.chunk * p_ + rank_ + (gradient ? -1 : 1);
   trace::AsyncSpan span("p2p", gradient ? "send gradient" : "send activation",
-                        trace::enabled() ? nlohmann::json{{"group", group_.name()}, {"bytes", 4 * y.numel()},
+                        trace::enabled() ? nlohmann::json{{"group", group_.name()},
+                                                          {"bytes", comm::activation_wire_bytes(group_, y.numel())},
                                                           {"peer", a.peer}, {"mb", a.micro_batch}}
                                          : nlohmann::json());
-  sends_.push_back({group_.send_async(y.f32(), y.numel(), a.peer, tag(gradient, receiver, a.micro_batch)), y, std::move(span)});
+  sends_.push_back({comm::send_activations_async(group_, y.f32(), y.numel(), a.peer, tag(gradient, receiver, a.micro_batch)),
+                    y, std::move(span)});
 }
 
 Tensor PipelineExecutor::take_received(Transfers& t, const Action& a, bool gradient) {
@@ -72,7 +77,10 @@ Tensor PipelineExecutor::take_received(Transfers& t, const Action& a, bool gradi
   PendingRecv r = std::move(it->second);
   t.receives.erase(it);
   trace::Span span("p2p", gradient ? "recv gradient" : "recv activation");
-  span.arg("group", group_.name()).arg("bytes", 4 * r.data.numel()).arg("peer", r.peer).arg("mb", a.micro_batch);
+  span.arg("group", group_.name())
+      .arg("bytes", comm::activation_wire_bytes(group_, r.data.numel()))
+      .arg("peer", r.peer)
+      .arg("mb", a.micro_batch);
   r.work.wait();
   return r.data;
 }

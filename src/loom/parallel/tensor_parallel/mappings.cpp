@@ -2,13 +2,16 @@
 
 #include <cstring>
 
+#include "loom/comm/activation_wire.hpp"
 #include "loom/error.hpp"
 
 namespace loom::parallel::tp {
 
+// Every collective here moves activations or their gradients: in the group's activation
+// dtype (comm/activation_wire.hpp), bf16 on the wire in a bf16 run.
 namespace {
 void sum_over(Tensor& t, comm::ProcessGroup& group) {
-  if (group.size() > 1) group.all_reduce(t, comm::ReduceOp::Sum);
+  if (group.size() > 1) comm::sum_activations(group, t);
 }
 }  // namespace
 
@@ -40,7 +43,7 @@ Tensor gather_sequence(const Tensor& local, comm::ProcessGroup& group) {
   check(local.ndim() == 3, "gather_sequence expects (B, T/t, C), got ", shape_str(local.shape()));
   const int64_t B = local.size(0), Tl = local.size(1), C = local.size(2);
   Tensor blocks = Tensor::empty({t * local.numel()}, DType::F32, MemoryCategory::CommBuffers);
-  group.all_gather(local.view({local.numel()}), blocks);
+  comm::gather_activations(group, local.view({local.numel()}), blocks);
   Tensor full = Tensor::empty({B, t * Tl, C});
   copy_chunks(full.f32(), blocks.f32(), B, Tl, C, t, /*to_blocks=*/false);
   return full;
@@ -52,12 +55,15 @@ nn::ShardSpec feature_spec(const Tensor& t, int64_t blocks, const comm::ProcessG
 }
 }  // namespace
 
-Tensor gather_features(const Tensor& local, int64_t blocks, comm::ProcessGroup& group) {
+Tensor gather_features(const Tensor& local, int64_t blocks, comm::ProcessGroup& group, bool in_fp32) {
   const int t = group.size();
   if (t == 1) return local;
   const int64_t n = local.numel();
   Tensor all = Tensor::empty({t * n}, DType::F32, MemoryCategory::CommBuffers);
-  group.all_gather(local.view({n}), all);
+  if (in_fp32)
+    group.all_gather(local.view({n}), all);
+  else
+    comm::gather_activations(group, local.view({n}), all);
   Tensor full = Tensor::empty(feature_spec(local, blocks, group, 0).full_shape(local.shape()));
   for (int r = 0; r < t; ++r) nn::place_shard(all.narrow(r * n, n).view(local.shape()), full, feature_spec(local, blocks, group, r));
   return full;
@@ -81,7 +87,7 @@ Tensor reduce_scatter_sequence(const Tensor& full, comm::ProcessGroup& group) {
   Tensor blocks = Tensor::empty({full.numel()}, DType::F32, MemoryCategory::CommBuffers);
   copy_chunks(blocks.f32(), full.f32(), B, Tl, C, t, /*to_blocks=*/true);
   Tensor local = Tensor::empty({B, Tl, C});
-  group.reduce_scatter(blocks, local, comm::ReduceOp::Sum);
+  comm::reduce_scatter_activations(group, blocks, local);
   return local;
 }
 

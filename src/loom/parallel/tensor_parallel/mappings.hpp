@@ -4,7 +4,8 @@
 //      in backward (each rank's gradient is partial: it saw only its output features);
 //   g: after a row-parallel layer; all-reduce of the partial outputs in forward, identity
 //      backward.
-// Sums run in rank order on every rank, so the replicas stay bit-identical.
+// Sums run in rank order on every rank, so the replicas stay bit-identical. They move
+// activations, in the group's activation dtype (comm/activation_wire.hpp: bf16 in a bf16 run).
 // Sequence parallelism (Korthikanti et al. 2022) splits the activations outside those
 // regions (LayerNorm, residual) along the sequence: f becomes an all-gather along the
 // sequence (backward: reduce-scatter) and g a reduce-scatter (backward: all-gather).
@@ -27,8 +28,9 @@ Tensor gather_sequence(const Tensor& local, comm::ProcessGroup& group);
 Tensor reduce_scatter_sequence(const Tensor& full, comm::ProcessGroup& group);
 
 // Features (last dim, in `blocks` blocks each split t ways): (..., F/t) on every rank ->
-// (..., F) in the serial order, and back to this rank's slice.
-Tensor gather_features(const Tensor& local, int64_t blocks, comm::ProcessGroup& group);
+// (..., F) in the serial order, and back to this rank's slice. in_fp32: gathered in fp32
+// whatever the activation dtype (the vocabulary's logits, handed to a sampler as computed).
+Tensor gather_features(const Tensor& local, int64_t blocks, comm::ProcessGroup& group, bool in_fp32 = false);
 Tensor slice_features(const Tensor& full, int64_t blocks, comm::ProcessGroup& group);
 
 }  // namespace loom::parallel::tp

@@ -32,7 +32,7 @@ Tensor TensorParallelLayers::head_input_gradient(const Tensor& dx) const {
 }
 
 Tensor TensorParallelLayers::gather_vocabulary(const Tensor& logits) const {
-  return gather_features(logits, /*blocks=*/1, group_);
+  return gather_features(logits, /*blocks=*/1, group_, /*in_fp32=*/true);
 }
 
 }  // namespace loom::parallel::tp

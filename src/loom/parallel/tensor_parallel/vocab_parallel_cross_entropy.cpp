@@ -19,6 +19,10 @@ float VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& tar
   max_.assign(static_cast<size_t>(N), -INFINITY);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t j = 0; j < real; ++j) max_[n] = std::max(max_[n], x[n * Vl + j]);
+  // The loss's statistics are reduced in fp32 even when activations cross the wire in bf16
+  // (comm/activation_wire.hpp): a bf16 max would shift every exponent by up to 2^-8 of the
+  // logit, and the sums of exponentials and the target logit are the loss itself, which
+  // mixed precision computes in fp32 as the serial run does.
   group_.all_reduce(max_.data(), N, comm::ReduceOp::Max);
   // One all-reduce for both: per row, the sum of exponentials and the target's logit.
   std::vector<float> partial(static_cast<size_t>(2 * N), 0.0f);

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "loom/comm/activation_wire.hpp"
+#include "loom/comm/bf16_wire.hpp"
 #include "loom/error.hpp"
 #include "loom/parallel/tensor_parallel/mappings.hpp"
 
@@ -68,6 +70,16 @@ Grid3D::Pending Grid3D::start_all_reduce(Tensor& t, Axis a) const {
 
 void Grid3D::all_reduce(Tensor& t, Axis a) const { start_all_reduce(t, a).wait(); }
 
+Grid3D::Pending Grid3D::start_sum_activations(Tensor& t, Axis a) const {
+  Pending p;
+  p.grid_ = this;
+  p.work_ = size(a) > 1 ? comm::sum_activations_async(group(a), t.f32(), t.numel()) : comm::Work::completed();
+  p.finish_ = [t] { return t; };
+  return p;
+}
+
+void Grid3D::sum_activations(Tensor& t, Axis a) const { start_sum_activations(t, a).wait(); }
+
 Tensor Grid3D::gather_features(const Tensor& local, Axis a, int64_t blocks) const {
   const auto t0 = std::chrono::steady_clock::now();
   Tensor whole = tp::gather_features(local, blocks, group(a));
@@ -83,10 +95,11 @@ namespace {
 
 // dst[j][i] = src[i][j] for src (a, b, inner): the depth shards' order (D, blocks, rows) <->
 // the block's order (blocks, D, rows).
-void swap_outer(const float* src, float* dst, int64_t a, int64_t b, int64_t inner) {
+template <class T>
+void swap_outer(const T* src, T* dst, int64_t a, int64_t b, int64_t inner) {
   for (int64_t i = 0; i < a; ++i)
     for (int64_t j = 0; j < b; ++j)
-      std::memcpy(dst + (j * a + i) * inner, src + (i * b + j) * inner, sizeof(float) * static_cast<size_t>(inner));
+      std::memcpy(dst + (j * a + i) * inner, src + (i * b + j) * inner, sizeof(T) * static_cast<size_t>(inner));
 }
 
 }  // namespace
@@ -104,12 +117,23 @@ Grid3D::Pending Grid3D::start_all_gather_depth(const Tensor& shard, int64_t bloc
   check(shard.ndim() == 2 && shard.size(0) % blocks == 0, "all_gather_depth: shard ", shape_str(shard.shape()),
         " is not 2-D in ", blocks, " blocks");
   const int64_t n = shard.numel();
-  Tensor gathered = Tensor::empty({D * n}, DType::F32, MemoryCategory::CommBuffers);  // (D, blocks, rows/(blocks D), cols)
-  p.work_ = depth.all_gather_async(shard.f32(), gathered.f32(), n);
-  p.finish_ = [gathered, shard, blocks, D, n] {
+  // bf16 on the wire (a bf16 run): the fp32 master shard rounded once, gathered and kept in
+  // bf16, the GEMMs' operand as it is (the serial run's bf16 weight copy, bit for bit).
+  const DType wire = depth.activation_dtype();
+  Tensor gathered = Tensor::empty({D * n}, wire, MemoryCategory::CommBuffers);  // (D, blocks, rows/(blocks D), cols)
+  if (wire == DType::BF16) {
+    comm::pack_bf16(shard.f32(), gathered.bf16() + depth.rank() * n, n);
+    p.work_ = depth.all_gather_bf16_async(gathered.bf16() + depth.rank() * n, gathered.bf16(), n);
+  } else {
+    p.work_ = depth.all_gather_async(shard.f32(), gathered.f32(), n);
+  }
+  p.finish_ = [gathered, shard, blocks, D, n, wire] {
     if (blocks == 1) return gathered.view({D * shard.size(0), shard.size(1)});
-    Tensor block = Tensor::empty({D * shard.size(0), shard.size(1)}, DType::F32, MemoryCategory::CommBuffers);
-    swap_outer(gathered.f32(), block.f32(), D, blocks, n / blocks);
+    Tensor block = Tensor::empty({D * shard.size(0), shard.size(1)}, wire, MemoryCategory::CommBuffers);
+    if (wire == DType::BF16)
+      swap_outer(gathered.bf16(), block.bf16(), D, blocks, n / blocks);
+    else
+      swap_outer(gathered.f32(), block.f32(), D, blocks, n / blocks);
     return block;
   };
   return p;

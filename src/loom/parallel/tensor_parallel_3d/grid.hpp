@@ -32,6 +32,9 @@ class Grid3D {
 
   // Sum (in rank order, so every member gets the same bits) of partial results over `a`.
   void all_reduce(Tensor& t, Axis a) const;
+  // The same for activations and their gradients: in the axis group's activation dtype
+  // (comm/activation_wire.hpp; bf16 in a bf16 run). Feature gathers move activations too.
+  void sum_activations(Tensor& t, Axis a) const;
   // Features (last dim, in `blocks` equal blocks, each split size(a) ways): this rank's slice
   // -> the whole, and back (a local copy, no communication).
   Tensor gather_features(const Tensor& local, Axis a, int64_t blocks = 1) const;
@@ -39,9 +42,11 @@ class Grid3D {
 
   // FSDP over depth of a block (rows, cols) whose rows form `blocks` equal blocks: depth rank k
   // holds rows [k, k + 1) * rows / (blocks * D) of every block. all_gather_depth: shard
-  // (rows / D, cols) -> block (rows, cols); reduce_scatter_depth: this rank's block gradient
-  // (partial over the depth ranks' batches) -> the mean of the depth ranks' gradients of
-  // this rank's shard.
+  // (rows / D, cols) -> block (rows, cols), in the depth group's activation dtype (a bf16
+  // run gathers bf16 weights, as ZeRO-3 does; the fp32 master stays sharded), which the GEMMs
+  // take as they are; reduce_scatter_depth: this rank's block gradient (partial over the depth
+  // ranks' batches) -> the mean of the depth ranks' gradients of this rank's shard, in fp32
+  // always (gradients, as ZeRO reduces them).
   Tensor all_gather_depth(const Tensor& shard, int64_t blocks = 1) const;
   Tensor reduce_scatter_depth(const Tensor& block, int64_t blocks = 1) const;
 
@@ -63,6 +68,7 @@ class Grid3D {
   Pending start_all_gather_depth(const Tensor& shard, int64_t blocks = 1) const;
   Pending start_reduce_scatter_depth(const Tensor& block, int64_t blocks = 1) const;
   Pending start_all_reduce(Tensor& t, Axis a) const;  // wait() returns t, summed
+  Pending start_sum_activations(Tensor& t, Axis a) const;  // likewise, as sum_activations
 
   // Seconds this rank waited for the grid's collectives since the last call (a blocking
   // collective's whole time, a started one's wait): the communication compute did not hide.

@@ -8,6 +8,13 @@ namespace loom::parallel::tp3d {
 
 using kernels::Trans;
 
+namespace {
+// A gathered weight block as a GEMM operand: bf16 when it crossed depth in bf16.
+kernels::Operand operand(const Tensor& w) {
+  return w.dtype() == DType::BF16 ? kernels::Operand(w.bf16()) : kernels::Operand(w.f32());
+}
+}  // namespace
+
 std::string Linear3D::misfit(int64_t in, int64_t out, int64_t blocks, const Grid3D& grid, Roles roles) {
   const int pi = grid.size(roles.in_axis), po = grid.size(roles.out_axis), D = grid.size(Axis::Depth);
   if (in % pi != 0)
@@ -65,8 +72,8 @@ Tensor Linear3D::forward_impl(const Tensor& x_in, nn::Context& ctx) {
   Shape out_shape = x.shape();
   out_shape.back() = out_local_;
   Tensor y = Tensor::empty(out_shape);  // (N, OC/out), partial over in_axis
-  kernels::matmul(x.f32(), Trans::N, w.f32(), Trans::T, y.f32(), N, out_local_, in_local_);
-  grid_.all_reduce(y, roles_.in_axis);
+  kernels::matmul(x.f32(), Trans::N, operand(w), Trans::T, y.f32(), N, out_local_, in_local_);
+  grid_.sum_activations(y, roles_.in_axis);
   if (bias_ != nullptr) {
     const float* b = bias_->value().f32();
     float* out = y.f32();
@@ -89,8 +96,8 @@ Tensor Linear3D::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
     overlap_->drop_after(index_);    // a recomputed forward's prefetch of a layer already done
   }
   Tensor dx = Tensor::empty(x.shape());  // (N, C/in), partial over out_axis
-  kernels::matmul(dy.f32(), Trans::N, w.f32(), Trans::N, dx.f32(), N, in_local_, out_local_);
-  Grid3D::Pending dx_sum = grid_.start_all_reduce(dx, roles_.out_axis);
+  kernels::matmul(dy.f32(), Trans::N, operand(w), Trans::N, dx.f32(), N, in_local_, out_local_);
+  Grid3D::Pending dx_sum = grid_.start_sum_activations(dx, roles_.out_axis);
   if (!overlap_) dx_sum.wait();
   Tensor dw = Tensor::empty({out_local_, in_local_}, DType::F32, MemoryCategory::CommBuffers);  // this batch's block gradient
   kernels::matmul(dy.f32(), Trans::T, x.f32(), Trans::N, dw.f32(), out_local_, in_local_, N);  // under dx's all-reduce

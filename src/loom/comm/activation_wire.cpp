@@ -1,0 +1,78 @@
+#include "loom/comm/activation_wire.hpp"
+
+#include <numeric>
+
+#include "loom/comm/bf16_wire.hpp"
+#include "loom/error.hpp"
+
+namespace loom::comm {
+
+namespace {
+
+bool in_bf16(const ProcessGroup& g) { return g.activation_dtype() == DType::BF16; }
+
+// n fp32 values rounded to bf16 in a buffer of their own (counted as communication memory).
+Tensor packed(const float* src, int64_t n) {
+  Tensor wire = Tensor::empty({n}, DType::BF16, MemoryCategory::CommBuffers);
+  pack_bf16(src, wire.bf16(), n);
+  return wire;
+}
+
+}  // namespace
+
+int64_t activation_wire_bytes(const ProcessGroup& g, int64_t n) { return (in_bf16(g) ? 2 : 4) * n; }
+
+Work sum_activations_async(ProcessGroup& g, float* data, int64_t n) {
+  return in_bf16(g) ? g.all_reduce_bf16_async(data, n, ReduceOp::Sum) : g.all_reduce_async(data, n, ReduceOp::Sum);
+}
+
+void sum_activations(ProcessGroup& g, Tensor& t) { sum_activations_async(g, t.f32(), t.numel()).wait(); }
+
+void gather_activations(ProcessGroup& g, const Tensor& in, Tensor& out) {
+  if (!in_bf16(g)) return g.all_gather(in, out);
+  const int64_t n = in.numel();
+  check(out.numel() == n * g.size(), "all_gather: output of ", out.numel(), " elements must be ", g.size(), " x input (",
+        n, ")");
+  Tensor wire = Tensor::empty({n * g.size()}, DType::BF16, MemoryCategory::CommBuffers);
+  pack_bf16(in.f32(), wire.bf16() + g.rank() * n, n);
+  g.all_gather_bf16_async(wire.bf16() + g.rank() * n, wire.bf16(), n).wait();
+  widen_bf16(wire.bf16(), out.f32(), out.numel());
+}
+
+void reduce_scatter_activations(ProcessGroup& g, const Tensor& in, Tensor& out) {
+  if (!in_bf16(g)) return g.reduce_scatter(in, out, ReduceOp::Sum);
+  check(in.numel() == out.numel() * g.size(), "reduce_scatter: input of ", in.numel(), " elements must be ", g.size(),
+        " x output (", out.numel(), ")");
+  g.reduce_scatter_bf16_async(in.f32(), out.f32(), out.numel(), ReduceOp::Sum).wait();
+}
+
+void all_to_all_v_activations(ProcessGroup& g, const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
+                              const std::vector<int64_t>& recv_counts) {
+  if (!in_bf16(g)) return g.all_to_all_v(in, send_counts, out, recv_counts);
+  const int64_t sent = std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0});
+  const int64_t received = std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t{0});
+  check(sent == in.numel() && received == out.numel(), "all_to_all_v: counts (", sent, " sent, ", received,
+        " received) do not match the tensors (", in.numel(), ", ", out.numel(), ")");
+  const Tensor wire_in = packed(in.f32(), sent);
+  Tensor wire_out = Tensor::empty({received}, DType::BF16, MemoryCategory::CommBuffers);
+  g.all_to_all_v_bf16_async(wire_in.bf16(), send_counts, wire_out.bf16(), recv_counts).wait();
+  widen_bf16(wire_out.bf16(), out.f32(), received);
+}
+
+Work send_activations_async(ProcessGroup& g, const float* data, int64_t n, int dst, int tag) {
+  if (!in_bf16(g)) return g.send_async(data, n, dst, tag);
+  const Tensor wire = packed(data, n);
+  Work work = g.send_bf16_async(wire.bf16(), n, dst, tag);
+  work.then([wire] {});  // the packed values live until the send is waited
+  return work;
+}
+
+Work recv_activations_async(ProcessGroup& g, float* data, int64_t n, int src, int tag) {
+  if (!in_bf16(g)) return g.recv_async(data, n, src, tag);
+  const Tensor wire = Tensor::empty({n}, DType::BF16, MemoryCategory::CommBuffers);
+  Work work = g.recv_bf16_async(wire.bf16(), n, src, tag);
+  work.then([wire, data, n] { widen_bf16(wire.bf16(), data, n); });
+  return work;
+}
+
+}  // namespace loom::comm
