@@ -7,7 +7,8 @@
 # then `loom plan --model gcn`'s pick for each rank count next to the measured best. A grid
 # that runs past LIMIT seconds is stopped and recorded as not finished, never left hanging.
 # Usage: bench/gcn_plexus_rmat.sh [BUILD_DIR]
-#   (SCALE=18, STEPS=2, RANKS="1 2 4 8", THREADS=1 a rank, LIMIT=600 seconds a grid)
+#   (SCALE=18, STEPS=2, RANKS="1 2 4 8", THREADS=1 a rank, LIMIT=600 seconds a grid;
+#    GRIDS="2,4,1 4,1,2" runs only those grids, e.g. again after a failure)
 set -euo pipefail
 BUILD=${1:-build}
 SCALE=${SCALE:-18}
@@ -31,6 +32,7 @@ for p in $RANKS; do
   for R in $(seq 1 "$p"); do for C in $(seq 1 "$p"); do
     [ $((p % (R * C))) -eq 0 ] || continue
     D=$((p / (R * C)))
+    [ -z "${GRIDS:-}" ] || [[ " $GRIDS " == *" $R,$C,$D "* ]] || continue
     out="$TMP/run_${p}_${R}${C}${D}"
     args=(train --model gcn --data "$GRAPH" --gcn-layers 3 --gcn-hidden 128 --gcn-dropout 0 --steps "$STEPS"
           --eval-every 0 --threads "$THREADS" --out-dir "$out" --checkpoint-every 0)
@@ -52,6 +54,8 @@ PY
       echo "$(echo "$stats" | awk '{print $1}') $R,$C,$D" >> "$TMP/measured_$p"
     elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
       stats=$(printf "%23s" "did not finish in ${LIMIT} s")
+    elif grep -q "more than the .* this machine has available" "$out.log"; then
+      stats=$(printf "%23s" "refused: host memory")
     else
       stats=$(printf "%23s" "failed (exit $rc)")
       tail -3 "$out.log" | sed 's/^/    /' >&2

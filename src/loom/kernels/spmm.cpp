@@ -20,7 +20,7 @@ int64_t part_begin(const CsrMatrix& A, int64_t p, int64_t parts) {
 
 // Rows [r0, r1) of C: each row one gather over its non-zeros in column order, the loop over
 // the D columns vectorised. Four non-zeros a pass load and store C's row once for four
-// multiply-adds (1.3-1.8x over one a pass on Cora and R-MAT), added one after the other as
+// multiply-adds (1.35-1.9x over one a pass on Cora and R-MAT), added one after the other as
 // a pass per non-zero adds them, so the bits do not change. (Holding the row's sums in
 // registers over column blocks measured slower: each block walks the indices again.)
 void spmm_rows(const CsrMatrix& A, const float* B, float* C, int64_t D, int64_t r0, int64_t r1, bool accumulate) {
