@@ -161,9 +161,12 @@ Runner add_bench_command(CLI::App& sub) {
   add_generate_bench(sub, *generate_runner);
   auto spmm_runner = std::make_shared<Runner>();
   CLI::App* spmm = add_spmm_bench(sub, *spmm_runner);
-  return [args, gemm, tr, comm_runner, generate_runner, spmm, spmm_runner, &sub]() {
+  auto balance_runner = std::make_shared<Runner>();
+  CLI::App* balance = add_graph_balance_bench(sub, *balance_runner);
+  return [args, gemm, tr, comm_runner, generate_runner, spmm, spmm_runner, balance, balance_runner, &sub]() {
     if (sub.got_subcommand("generate")) return (*generate_runner)();
     if (spmm->parsed()) return (*spmm_runner)();
+    if (balance->parsed()) return (*balance_runner)();
     if (!gemm->parsed() && !tr->parsed()) return (*comm_runner)();
     if (gemm->parsed()) {
       reject_unknown_flags(*gemm);

@@ -45,6 +45,8 @@ void use_precision(const std::string& precision);
 std::string generated_json(const train::Generated& g);
 // `loom bench spmm`: sets runner and returns the subcommand.
 CLI::App* add_spmm_bench(CLI::App& bench, Runner& runner);
+// `loom bench graph-balance` (the 3D GCN's non-zeros per rank on every grid): the same.
+CLI::App* add_graph_balance_bench(CLI::App& bench, Runner& runner);
 
 // Every configuration key as a flag (`n_layer` -> --n-layer) plus --config FILE.
 struct ConfigFlags {

@@ -2,7 +2,7 @@
 """PyTorch baselines for bench/gcn_vs_pytorch.sh.
 
     pytorch_gcn.py epoch  PREFIX THREADS EPOCHS   # a pygcn-style GCN on a LINQS graph: ms per epoch, test acc
-    pytorch_gcn.py spmm   CSR_DIR THREADS WIDTHS     # torch.sparse.mm on the CSR `loom bench spmm --save-csr` wrote
+    pytorch_gcn.py spmm   CSR_DIR THREADS WIDTHS     # torch.sparse.mm on the CSRs `loom bench spmm --save-csr` wrote (Â, Âᵀ)
 
 The GCN is written the usual way (tkipf/pygcn's GraphConvolution: adj @ (x @ W) + b with a
 sparse adj, ReLU, dropout 0.5, log-softmax + NLL, Adam lr 0.01 weight decay 5e-4), on the
@@ -84,30 +84,36 @@ def epoch(prefix, threads, epochs):
         times.append(time.perf_counter() - t0)
     model.eval()
     acc = (model(x, adj)[test].argmax(1) == y[test]).float().mean().item()
-    print(json.dumps({"impl": "pytorch", "threads": threads, "median_epoch_s": float(np.median(times[5:])), "test_acc": acc}))
+    print(json.dumps({"impl": "pytorch", "threads": threads, "median_epoch_s": float(np.median(times[5:])),
+                      "min_epoch_s": float(np.min(times[5:])), "test_acc": acc}))
+
+
+def load_csr(csr_dir):
+    row_ptr = torch.from_numpy(np.fromfile(csr_dir + "/row_ptr.i64", dtype=np.int64))
+    col = torch.from_numpy(np.fromfile(csr_dir + "/col.i32", dtype=np.int32).astype(np.int64))
+    val = torch.from_numpy(np.fromfile(csr_dir + "/val.f32", dtype=np.float32))
+    n = len(row_ptr) - 1
+    return torch.sparse_csr_tensor(row_ptr, col, val, (n, n))
 
 
 def spmm(csr_dir, threads, widths):
+    """Â B and Âᵀ dC (the backward's product, on the transposed CSR Loom saved) for each width."""
     torch.set_num_threads(threads)
-    row_ptr = np.fromfile(csr_dir + "/row_ptr.i64", dtype=np.int64)
-    col = np.fromfile(csr_dir + "/col.i32", dtype=np.int32).astype(np.int64)
-    val = np.fromfile(csr_dir + "/val.f32", dtype=np.float32)
-    n = len(row_ptr) - 1
-    a = torch.sparse_csr_tensor(torch.from_numpy(row_ptr), torch.from_numpy(col), torch.from_numpy(val), (n, n))
-    data = {"col": col}
+    mats = {"A": load_csr(csr_dir), "At": load_csr(csr_dir + "/transposed")}
     for d in widths:
-        b = torch.full((n, d), 0.5)
-        torch.sparse.mm(a, b)
-        times, start = [], time.perf_counter()
-        while len(times) < 5 or (time.perf_counter() - start < 1.0 and len(times) < 200):
-            t0 = time.perf_counter()
+        for op, a in mats.items():
+            n, nnz = a.shape[0], a.values().numel()
+            b = torch.full((n, d), 0.5)
             torch.sparse.mm(a, b)
-            times.append(time.perf_counter() - t0)
-        s = float(np.median(times))
-        nnz = len(data["col"])
-        moved = 8.0 * (n + 1) + 8.0 * nnz + 8.0 * n * d
-        print(json.dumps({"impl": "torch.sparse.mm", "nodes": n, "nnz": nnz, "width": d, "threads": threads,
-                          "median_s": s, "gflops": 2.0 * nnz * d / s / 1e9, "gbytes_per_s": moved / s / 1e9}))
+            times, start = [], time.perf_counter()
+            while len(times) < 5 or (time.perf_counter() - start < 1.0 and len(times) < 200):
+                t0 = time.perf_counter()
+                torch.sparse.mm(a, b)
+                times.append(time.perf_counter() - t0)
+            s = float(np.median(times))
+            moved = 8.0 * (n + 1) + 8.0 * nnz + 8.0 * n * d
+            print(json.dumps({"impl": "torch.sparse.mm", "op": op, "nodes": n, "nnz": nnz, "width": d, "threads": threads,
+                              "median_s": s, "gflops": 2.0 * nnz * d / s / 1e9, "gbytes_per_s": moved / s / 1e9}))
 
 
 if __name__ == "__main__":

@@ -94,13 +94,15 @@ TEST(GcnTraining, ParallelLayoutsAreRefused) {
             "the gcn model trains on the whole graph in one batch: micro_batches must be 1, got 2");
 }
 
-// configs/cora.toml (the paper's hyperparameters, 200 epochs) on two seeds. Over 10 seeds
-// (bench/gcn_cora_accuracy.sh) the mean is about 80% with a spread of about 0.5%; 0.79 for
-// the mean of two leaves room for another CPU's rounding, not for a broken model (a GCN without
-// the normalisation or the graph stays far below).
-TEST(GcnTraining, CoraReachesThePapersAccuracy) {
+// configs/cora.toml (the paper's hyperparameters, 200 epochs) over seeds 1-10, as
+// bench/gcn_cora_accuracy.sh runs them: the bar, a mean test accuracy of at least 80%
+// (the paper reports 81.5% on its split). Measured: 80.95% with a spread (std) of 0.96%
+// (79.6-82.4%), so the mean of ten sits three of its own standard errors above the bar; a
+// GCN without the normalisation or the graph stays far below.
+TEST(GcnTraining, CoraReachesThePapersAccuracyOverTenSeeds) {
   double sum = 0.0;
-  for (const int64_t seed : {1, 2}) {
+  const int64_t seeds = 10;
+  for (int64_t seed = 1; seed <= seeds; ++seed) {
     TrainConfig c;
     apply_toml_file(c, LOOM_SOURCE_DIR "/configs/cora.toml");
     c.data = LOOM_SOURCE_DIR "/data/cora";
@@ -117,7 +119,7 @@ TEST(GcnTraining, CoraReachesThePapersAccuracy) {
     EXPECT_EQ(m[0].name, "test_acc");
     sum += m[0].value;
   }
-  EXPECT_GE(sum / 2, 0.79);
+  EXPECT_GE(sum / static_cast<double>(seeds), 0.80);
 }
 
 TEST(GcnTraining, ABadGraphFileEndsTheRunNamingFileAndLine) {

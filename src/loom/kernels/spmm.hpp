@@ -1,7 +1,8 @@
 // SpMM: C = A B with A sparse (CSR) and B dense, the aggregation step of a graph
 // convolution. Rows of C are split over threads by non-zeros, not by count (power-law
-// graphs put most edges on a few rows); each row is one thread's gather over its non-zeros
-// in column order, with the inner loop over the D columns vectorised. So C is bit-identical
+// graphs put most edges on a few rows), each thread finding its own rows, so nothing is
+// allocated per call; each row is one thread's gather over its non-zeros in column order,
+// four at a time, with the inner loop over the D columns vectorised. So C is bit-identical
 // for any thread count. The backward of C = A B is dB = Aᵀ dC: spmm of the transpose
 // (sparse.hpp's csr_transpose, built once per graph).
 #pragma once
