@@ -80,6 +80,41 @@ TEST(Plan3D, PricesTheCountedBytesOnTheirAxes) {
   EXPECT_GT(slow.time.tp_comm_s, 1e-6 * (0.5 * 2 * d.row + 0.5 * 2 * d.col + 0.5 * d.depth) - slow.time.compute_s);
 }
 
+// A CPU measured GEMM by GEMM prices a grid's four linear layers at the rates of their
+// blocks' shapes ((out / R) x (in / C), a pair's second layer (out / C) x (in / R)): the
+// shapes `loom plan --cluster local` measures for it.
+TEST(Plan3D, PricesEachBlockAtItsOwnMeasuredRate) {
+  const ModelSpec m{"m", 2, 256, 4, 64, 128};
+  const Layout l = grid(1, 2, 4, 1, 2);
+  const LayerGemms g = layer_gemms(m, l);
+  EXPECT_EQ(g.linear[0], (Gemm{128, 3 * 256 / 2, 256 / 4}));
+  EXPECT_EQ(g.linear[1], (Gemm{128, 256 / 4, 256 / 2}));
+  EXPECT_EQ(g.linear[2], (Gemm{128, 4 * 256 / 2, 256 / 4}));
+  EXPECT_EQ(g.linear[3], (Gemm{128, 256 / 4, 4 * 256 / 2}));
+  EXPECT_EQ(g.scores.batch, 2 * 4 / 2);  // heads over row
+  EXPECT_EQ(head_gemm(m, l), (Gemm{128, 128, 256}));  // the tied head whole on every rank
+  ClusterSpec c = cluster_preset("local-default");
+  c.precision = Precision::Fp32;
+  for (const Gemm& s : g.linear) c.gemm_rates.push_back(MeasuredRate{s, 1e10, 1e10});
+  const double before = predict(m, c, l, 2).time.compute_s;
+  c.gemm_rates[2].forward = 0.5e10;  // the MLP's first block forward at half the rate
+  const double after = predict(m, c, l, 2).time.compute_s;
+  // Two layers, one micro-batch: the GEMM's forward time doubles in each.
+  EXPECT_NEAR(after - before, 2.0 * (g.linear[2].flops() / 0.5e10 - g.linear[2].flops() / 1e10), 1e-12);
+}
+
+// The weight blocks gathered over depth are memory too: with depth > 1 a rank holds its
+// layer's block and the two prefetched ones besides the two weight-gradient blocks, so a grid
+// with depth 2 holds three MLP blocks more than the same grid without depth (whose
+// activations are the same: the micro-batch and the row split set them).
+TEST(Plan3D, CountsTheGatheredBlocksInMemory) {
+  const ModelSpec m{"m", 2, 256, 4, 64, 128};
+  const ClusterSpec c = cluster_preset("local-default");
+  const LayoutCost flat = predict(m, c, grid(2, 2, 1, 1, 1), 4), deep = predict(m, c, grid(1, 2, 1, 2, 1), 2);
+  ASSERT_TRUE(flat.valid && deep.valid) << flat.why_not << deep.why_not;
+  EXPECT_EQ(deep.activation_bytes - flat.activation_bytes, int64_t{4} * 3 * 4 * 256 * 256 / 2);
+}
+
 TEST(Plan3D, OneDWinsWhileItScalesAndThreeDScalesFurther) {
   // A wide model of 2 layers and a global batch of 8: 1D layouts reach at most dp 8 x pp 2 x
   // tp 8 (tp inside a node) = 128 devices, where the model prices them faster than any 3D
