@@ -1,5 +1,7 @@
 #include "loom/train/parallelize.hpp"
 
+#include <chrono>
+
 #include "loom/comm/core_placement.hpp"
 #include "loom/parallel/ddp.hpp"
 #include "loom/parallel/graph_3d/graph_layers_3d.hpp"
@@ -56,10 +58,22 @@ void prepare_3d(const parallel::tp3d::Layers3D& layers, Parallelized& p) {
       param->set_shard_spec(spec);
     }
   comm::ProcessGroup& depth = p.group("depth");
-  if (depth.size() > 1)
-    p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(
-        *p.model, depth, /*every_backward=*/false, comm::ReduceOp::Avg,
-        [&layers](const nn::Parameter& param) { return !layers.depth_sharded(param); });
+  if (depth.size() > 1) {
+    auto averaged = [&layers](const nn::Parameter& param) { return !layers.depth_sharded(param); };
+    // Its blocking all-reduces are 3D communication the compute thread waits for: a hook
+    // before and one after the mean's own time them into the grid's exposed seconds.
+    auto started = std::make_shared<std::chrono::steady_clock::time_point>();
+    const parallel::tp3d::Grid3D* grid = &layers.grid();
+    for (nn::Parameter* param : p.model->parameters())
+      if (averaged(*param)) param->add_grad_ready_hook([started](nn::Parameter&) { *started = std::chrono::steady_clock::now(); });
+    p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(*p.model, depth, /*every_backward=*/false,
+                                                                            comm::ReduceOp::Avg, averaged);
+    for (nn::Parameter* param : p.model->parameters())
+      if (averaged(*param))
+        param->add_grad_ready_hook([started, grid](nn::Parameter&) {
+          grid->add_waited_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - *started).count());
+        });
+  }
 }
 
 std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& config, ModelSpec& spec, Parallelized& p) {

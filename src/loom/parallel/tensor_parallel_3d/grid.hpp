@@ -68,6 +68,9 @@ class Grid3D {
   // Seconds this rank waited for the grid's collectives since the last call (a blocking
   // collective's whole time, a started one's wait): the communication compute did not hide.
   double take_waited_seconds() const;
+  // Adds a wait on 3D communication the grid did not run itself (the depth mean of the
+  // replicated gradients, train/parallelize.cpp).
+  void add_waited_seconds(double s) const { waited_s_ += s; }
 
  private:
   comm::ProcessGroup &row_, &col_, &depth_;
