@@ -230,8 +230,8 @@ Runner add_plan_command(CLI::App& sub) {
     if (a->recompute != "any") space.recompute = {a->recompute == "on"};
     space.tensor_parallel_3d = a->tp_3d == "on";
     const bool one_grid = a->tp_3d != "on" && a->tp_3d != "off";
-    check(!one_grid || a->dp > 0, "--tp-3d R,C,D prices one layout: give --dp too (or --tp-3d on to search grids)");
     const std::array<int64_t, 3> grid = one_grid ? train::parse_tp_3d_grid(a->tp_3d) : std::array<int64_t, 3>{1, 1, 1};
+    check(!one_grid || a->dp > 0, "--tp-3d R,C,D prices one layout: give --dp too (or --tp-3d on to search grids)");
     std::vector<plan::Layout> layouts;  // the one layout asked for, or the shapes the search will price
     if (a->dp > 0) {
       plan::Layout l;

@@ -99,6 +99,9 @@ TEST(PlanCli, OneThreeDGridPricedOnItsOwn) {
   const auto [grid_code, no_dp] = plan("--gpus 4 --tp-3d 2,1,2");
   EXPECT_EQ(grid_code, 1);
   EXPECT_NE(no_dp.find("--tp-3d R,C,D prices one layout: give --dp too"), std::string::npos) << no_dp;
+  const auto [typo_code, typo] = plan("--gpus 4 --tp-3d yes");
+  EXPECT_EQ(typo_code, 1);
+  EXPECT_NE(typo.find("tp_3d must be \"R,C,D\""), std::string::npos) << typo;
 }
 
 // This machine measured once and saved: planning from the file prices every layout as the
