@@ -115,6 +115,33 @@ TEST(Plan3D, CountsTheGatheredBlocksInMemory) {
   EXPECT_EQ(deep.activation_bytes - flat.activation_bytes, int64_t{4} * 3 * 4 * 256 * 256 / 2);
 }
 
+// On a CPU whose ranks take turns on its cores (4 ranks on 2, each core at a tenth of its
+// speed alone), the layers' compute lasts 20 times its dedicated time, and the depth traffic
+// of a slow link hides under that; with a core per rank at full speed the same traffic
+// exceeds the compute and shows.
+TEST(Plan3D, DepthTrafficHidesUnderTheComputeAsItRunsOnSharedCores) {
+  const ModelSpec m{"m", 2, 256, 4, 64, 128};
+  ClusterSpec c = cluster_preset("local-default");
+  c.precision = Precision::Fp32;
+  c.devices_per_node = 4;
+  c.cores_per_node = 4;
+  c.alone_core_speed = c.shared_core_speed = 1.0;
+  const Layout l = grid(1, 1, 1, 4, 1);
+  const LayoutCost alone = predict(m, c, l, 4);
+  ASSERT_TRUE(alone.valid) << alone.why_not;
+  // A link that moves the depth traffic in 5 times the dedicated compute.
+  const Gpt3DShape shape{.B = 1, .T = 64, .C = 256, .L = 2, .Vp = 128, .block_size = 64, .M = 1};
+  const double depth_bytes = 0.75 * static_cast<double>(tensor_parallel_3d_bytes_per_step(shape, 1, 1, 4).depth);
+  c.intra_node = c.inter_node = LinkCost{.alpha_s = 0, .beta_s_per_byte = 5.0 * alone.time.compute_s / depth_bytes};
+  const LayoutCost exposed = predict(m, c, l, 4);
+  EXPECT_GT(exposed.time.tp_comm_s, 3.0 * exposed.time.compute_s);  // 5x the link less the layers' compute (< 1x)
+  c.cores_per_node = 2;
+  c.shared_core_speed = 0.1;
+  const LayoutCost shared = predict(m, c, l, 4);
+  EXPECT_EQ(shared.time.tp_comm_s, 0.0);  // under 2 turns x 10 = 20x the compute
+  EXPECT_EQ(shared.time.compute_s, exposed.time.compute_s);
+}
+
 TEST(Plan3D, OneDWinsWhileItScalesAndThreeDScalesFurther) {
   // A wide model of 2 layers and a global batch of 8: 1D layouts reach at most dp 8 x pp 2 x
   // tp 8 (tp inside a node) = 128 devices, where the model prices them faster than any 3D

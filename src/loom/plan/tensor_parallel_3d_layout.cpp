@@ -127,11 +127,19 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   auto link = [&](int64_t span) -> const LinkCost& { return span <= c.devices_per_node ? c.intra_node : c.inter_node; };
   const double depth_s = ring_seconds(scale * static_cast<double>(bytes.depth), 1.0, 12.0 * collectives, D, link(R * C * D));
   // Loom overlaps the depth all-gathers and reduce-scatters with the layers' compute
-  // (tp_3d_overlap, on by default): only what exceeds that compute is exposed. The row and
-  // col all-reduces sit on the critical path (priced whole).
+  // (tp_3d_overlap, on by default): only what exceeds that compute is exposed, the compute
+  // as it runs here: on a CPU whose ranks share cores it lasts its dedicated time stretched
+  // by the sharing, while a transfer on the link does not need the core. The row and col
+  // all-reduces sit on the critical path (priced whole).
+  const double layers_s = mb * layers * layer_s;
+  StepTime compute_only;
+  compute_only.compute_s = cost.time.compute_s;
+  const double stretch = compute_only.compute_s > 0
+                             ? 1.0 + core_sharing_seconds(compute_only, l.dp * R * C * D, c) / compute_only.compute_s
+                             : 1.0;
   cost.time.tp_comm_s = ring_seconds(scale * static_cast<double>(bytes.row), 2.0, 4.0 * collectives, R, link(R * C)) +
                         ring_seconds(scale * static_cast<double>(bytes.col), 2.0, 6.0 * collectives, C, link(C)) +
-                        std::max(0.0, depth_s - mb * layers * layer_s);
+                        std::max(0.0, depth_s - layers_s * stretch);
 
   // Data parallelism: this rank's gradients all-reduced over dp during the last backward.
   const int64_t G = R * C * D;
