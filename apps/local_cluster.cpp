@@ -190,7 +190,7 @@ plan::ClusterSpec measure_local_cluster(const plan::ModelSpec& model, const std:
     add_unique(linear, plan::head_gemm(model, l));
     if (std::find(scores.begin(), scores.end(), g.scores) == scores.end()) {
       scores.push_back(g.scores);
-      c.attention_rates.push_back(measure_attention(g.scores, model.heads / l.tp));
+      c.attention_rates.push_back(measure_attention(g.scores, model.heads / (l.tensor_parallel_3d() ? l.row : l.tp)));
     }
     gelu_values = std::max(gelu_values, g.linear[2].m * g.linear[2].n);
   }

@@ -24,6 +24,7 @@
 #include "loom/plan/moe_cost.hpp"
 #include "loom/plan/spec_files.hpp"
 #include "loom/plan/tensor_parallel_3d_layout.hpp"
+#include "loom/train/config.hpp"
 #include "loom/train/safetensors.hpp"
 
 namespace loom::apps {
@@ -197,8 +198,9 @@ Runner add_plan_command(CLI::App& sub) {
       ->check(CLI::Range(0, 3));
   sub.add_option("--sequence-parallel", a->sequence_parallel, "sequence parallelism with tp > 1: on or off [on]")
       ->check(CLI::IsMember({"on", "off"}));
-  sub.add_option("--tp-3d", a->tp_3d, "also search 3D tensor-parallel grids dp x row x col x depth: on or off [off]")
-      ->check(CLI::IsMember({"on", "off"}));
+  sub.add_option("--tp-3d", a->tp_3d,
+                 "also search 3D tensor-parallel grids dp x row x col x depth: on or off; with --dp, R,C,D prices "
+                 "that one grid [off]");
   sub.add_flag("--crossover", a->crossover,
                "with --tp-3d on: the best 1D and the best 3D layout at 8, 16, ... up to --gpus devices, and which wins");
   sub.add_option("--graph", a->graph, "with --model gcn: the graph (data/cora, a text-format prefix or rmat:scale=S,...)");
@@ -228,22 +230,31 @@ Runner add_plan_command(CLI::App& sub) {
     space.cp_from_seq = a->cp_from_seq;
     if (a->recompute != "any") space.recompute = {a->recompute == "on"};
     space.tensor_parallel_3d = a->tp_3d == "on";
+    const bool one_grid = a->tp_3d != "on" && a->tp_3d != "off";
+    const std::array<int64_t, 3> grid = one_grid ? train::parse_tp_3d_grid(a->tp_3d) : std::array<int64_t, 3>{1, 1, 1};
+    check(!one_grid || a->dp > 0, "--tp-3d R,C,D prices one layout: give --dp too (or --tp-3d on to search grids)");
     std::vector<plan::Layout> layouts;  // the one layout asked for, or the shapes the search will price
     if (a->dp > 0) {
       plan::Layout l;
       l.dp = a->dp;
+      l.row = grid[0];
+      l.col = grid[1];
+      l.depth = grid[2];
       l.pp = std::max<int64_t>(1, a->pp);
       l.tp = std::max<int64_t>(1, a->tp);
       l.chunks = a->chunks;
       l.cp = std::max<int64_t>(1, a->cp);
       const int64_t per_replica = a->global_batch / l.dp;
-      l.micro_batch = a->micro_batch > 0 ? a->micro_batch : std::max<int64_t>(1, per_replica / l.pp);
+      l.micro_batch = a->micro_batch > 0 ? a->micro_batch : std::max<int64_t>(1, per_replica / (l.pp * l.depth));
       l.zero = a->zero;
       l.recompute = a->recompute == "on";
       l.sequence_parallel = space.sequence_parallel && l.tp > 1;
       l.ep = a->ep;
-      check(l.dp * l.pp * l.tp * l.cp == a->devices, "dp (", l.dp, ") x pp (", l.pp, ") x tp (", l.tp, ")",
-            l.cp > 1 ? " x cp (" + std::to_string(l.cp) + ")" : std::string(), " = ", l.dp * l.pp * l.tp * l.cp,
+      const int64_t g = l.row * l.col * l.depth;
+      check(!l.tensor_parallel_3d() || l.pp * l.tp * l.cp == 1, "--tp-3d R,C,D is priced with dp only (no --pp, --tp, --cp)");
+      check(l.dp * l.pp * l.tp * l.cp * g == a->devices, "dp (", l.dp, ") x pp (", l.pp, ") x tp (", l.tp, ")",
+            l.cp > 1 ? " x cp (" + std::to_string(l.cp) + ")" : std::string(),
+            g > 1 ? " x tp_3d (" + a->tp_3d + ")" : std::string(), " = ", l.dp * l.pp * l.tp * l.cp * g,
             " != --gpus ", a->devices);
       layouts.push_back(l);
     } else if (a->cluster == "local") {
@@ -289,7 +300,7 @@ Runner add_plan_command(CLI::App& sub) {
         plan::StepTime dedicated = c.time;
         dedicated.sharing_s = 0.0;
         const double undisturbed_s =
-            dedicated.total() + plan::core_sharing_seconds(dedicated, l.dp * l.pp * l.tp * l.cp, undisturbed);
+            dedicated.total() + plan::core_sharing_seconds(dedicated, l.dp * l.pp * l.tp * l.cp * l.row * l.col * l.depth, undisturbed);
         out.push_back({{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"cp", l.cp}, {"virtual_stages", l.pp * l.chunks},
                        {"micro_batch_size", l.micro_batch}, {"zero", l.dp > 1 ? l.zero : 0}, {"recompute", l.recompute},
                        {"sequence_parallel", l.sequence_parallel}, {"tp_3d", {l.row, l.col, l.depth}}, {"valid", c.valid}, {"why_not", c.why_not},

@@ -6,6 +6,14 @@
 # within the targets (memory within 10%, wall step time within 25%).
 #
 # Usage: bench/plan_vs_measured.sh [build dir]        (default: build)
+#        SET=tp3d bench/plan_vs_measured.sh [build dir]
+#
+# SET=tp3d: 3D tensor parallelism instead (`--tp-3d R,C,D`, issue 18's wide model: L=4, H=16,
+# C=1024, T=64, global batch 4) under the emulated 10 Gb/s link (`loom train --net-gbps 10`,
+# priced by `loom plan` as 1.25 GB/s or the real link's rate if slower), the grids 2,1,2,
+# 1,2,2 and 1,1,4 on 4 ranks and 2,2,2 on 8, each priced by `loom plan --tp-3d R,C,D`; one
+# more line per grid gives the 3D communication and the share of it compute hid (the progress
+# line's `tp_3d comm`, summed over the steps after LOOM_SKIP, rank 0). LOOM_STEPS=5 there.
 #
 # The link comes from `loom bench comm` on 2 ranks; the kernels' rates (GEMMs by shape,
 # attention, GELU), the copy bandwidth and the speed a core gets alone and with all busy
@@ -31,7 +39,9 @@ set -euo pipefail
 
 BENCH_NAME=plan_vs_measured
 source "$(dirname "$0")/mpi_bench_setup.sh"
-LOOM_STEPS=${LOOM_STEPS:-14}
+SET=${SET:-1d}
+[ "$SET" = 1d ] || [ "$SET" = tp3d ] || die "SET must be 1d or tp3d, got '$SET'"
+LOOM_STEPS=${LOOM_STEPS:-$([ "$SET" = tp3d ] && echo 5 || echo 14)}
 REPEATS=${REPEATS:-1}
 # Ranks waiting in MPI give their core to the others (needed with more ranks than cores).
 export OMPI_MCA_mpi_yield_when_idle=1
@@ -39,6 +49,14 @@ WORK=$(mktemp -d /tmp/plan_vs_measured.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 MODEL=(--n-layer 4 --n-head 4 --n-embd 128 --block-size 128)
 PLAN_MODEL=(--layers 4 --heads 4 --hidden 128 --seq 128 --vocab 128)
+GLOBAL_BATCH=8
+LINK=()  # the link loom train emulates (none: the real one)
+if [ "$SET" = tp3d ]; then
+  MODEL=(--n-layer 4 --n-head 16 --n-embd 1024 --block-size 64)
+  PLAN_MODEL=(--layers 4 --heads 16 --hidden 1024 --seq 64 --vocab 128)
+  GLOBAL_BATCH=4
+  LINK=(--net-gbps 10)
+fi
 
 # The MPI link between two ranks as `loom bench comm` measures it (ping-pong alpha and beta);
 # the GEMM rate and copy bandwidth `loom plan --cluster local` measures before each prediction.
@@ -46,9 +64,18 @@ link=$(mpi -np 2 "$LOOM" bench comm --csv --sizes 8B:8B </dev/null |
   sed -n 's/^# ranks=2 alpha_us=\([0-9.]*\) beta_GBps=\([0-9.]*\)$/\1 \2/p')
 read -r alpha_us link_gbs <<<"$link"
 [ -n "${link_gbs:-}" ] || die "could not read the link from loom bench comm"
+isa=$(ONEDNN_VERBOSE=1 "$LOOM" train --data "$DATA" --n-layer 1 --n-head 2 --n-embd 32 --block-size 16 --batch-size 1 \
+      --steps 1 --eval-every 0 --eval-batches 1 --threads 1 --out-dir "$WORK/isa" 2>&1 | grep -m1 -o "isa:[^,]*" || true)
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, oneDNN ${isa:-isa: unknown}"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "MPI link (loom bench comm, 2 ranks): alpha $alpha_us us, $link_gbs GB/s"
-"$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus 1 --global-batch 8 --dp 1 --recompute off | sed -n 2p
+if [ "$SET" = tp3d ]; then
+  # --net-gbps 10: a collective lasts at least its time on a 10 Gb/s link (1.25 GB/s), and at
+  # least its time on the real one: the slower of the two prices it.
+  link_gbs=$(awk -v m="$link_gbs" 'BEGIN { print (m < 1.25 ? m : 1.25) }')
+  echo "emulated link (--net-gbps 10, 1.25 GB/s) and the real one: priced as $link_gbs GB/s, alpha $alpha_us us"
+fi
+"$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus 1 --global-batch "$GLOBAL_BATCH" --dp 1 --recompute off | sed -n 2p
 
 measured() {  # metrics.jsonl -> "step_s peak_bytes"
   "$PYTHON" - "$1" "$LOOM_SKIP" <<'PY'
@@ -57,6 +84,18 @@ recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 train = [r for r in recs if r.get("kind") == "train"]
 steps = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(train, train[1:]) if b["step"] > int(sys.argv[2])]
 print(statistics.median(steps), max(r["peak_mem_bytes"] for r in train))
+PY
+}
+
+hidden() {  # name metrics.jsonl -> "name: the 3D communication and its hidden share" (rank 0's steps after LOOM_SKIP)
+  "$PYTHON" - "$1" "$2" "$LOOM_SKIP" <<'PY'
+import json, sys
+train = [r for r in map(json.loads, filter(str.strip, open(sys.argv[2]))) if r.get("kind") == "train"
+         and r["step"] > int(sys.argv[3]) and "tp_comm_exposed_s" in r]
+comm, exposed = sum(r["tp_comm_s"] for r in train), sum(r["tp_comm_exposed_s"] for r in train)
+if comm > 0:
+    print("%s: tp_3d comm %.0f ms a step, %.0f ms exposed (%.0f%% hidden)" % (sys.argv[1], 1e3 * comm / len(train),
+          1e3 * exposed / len(train), 100 * max(0.0, 1 - exposed / comm)))
 PY
 }
 
@@ -69,7 +108,7 @@ print(c["step_s"], c["memory_bytes_per_device"], c["undisturbed_step_s"])'
 predict() {  # ranks plan-flags...: "step_s memory_bytes" from `loom plan --cluster local`
   local ranks=$1
   shift
-  "$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus "$ranks" --global-batch 8 --recompute off \
+  "$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus "$ranks" --global-batch "$GLOBAL_BATCH" --recompute off \
     --sequence-parallel off --link-latency-us "$alpha_us" --link-gbs "$link_gbs" --json "$@" </dev/null | predicted
 }
 
@@ -77,7 +116,7 @@ train() {  # name ranks steps flags...: runs loom train, each rank's CPU seconds
   local name=$1 ranks=$2 steps=$3
   shift 3
   mpi -np "$ranks" sh -c '/usr/bin/time -f "%U %S" -o "$0.$OMPI_COMM_WORLD_RANK" "$@"' "$WORK/$name.cpu" \
-    "$LOOM" train --data "$DATA" "${MODEL[@]}" --threads 1 --steps "$steps" --log-every 1 --eval-every 0 \
+    "$LOOM" train --data "$DATA" "${MODEL[@]}" "${LINK[@]}" --threads 1 --steps "$steps" --log-every 1 --eval-every 0 \
     --eval-batches 1 --out-dir "$WORK/$name" "$@" </dev/null >"$WORK/$name.log" 2>&1
 }
 CORES=$(nproc)
@@ -106,6 +145,7 @@ while IFS='|' read -r name ranks train_flags plan_flags; do
     after=$(predict "$ranks" $plan_flags)
     # The machine is measured before and after the run: the mean of the two predictions.
     echo "$before $after $(measured "$dir/metrics.jsonl") $cpu_s" >>"$WORK/$name.rounds"
+    hidden "$name" "$dir/metrics.jsonl" >>"$WORK/hidden"
   done
   # Each figure is the median over the rounds.
   "$PYTHON" - "$name" "$WORK/$name.rounds" <<'PY' | tee -a "$WORK/table"
@@ -120,7 +160,13 @@ cpu = '%10.4f %6.2f' % (cs, pc / cs) if cs > 0 else '%10s %6s' % ('n/a', '')
 print('%-12s %10.4f %10.4f %6.2f %s %10.1f %10.1f %6.2f' % (sys.argv[1], ps, ms, ps / ms, cpu, pb / 2**20, mb / 2**20,
       pb / mb))
 PY
-done <<'LAYOUTS'
+done < <(if [ "$SET" = tp3d ]; then cat <<'LAYOUTS3D'
+tp3d-2x1x2|4|--tp-3d 2,1,2 --batch-size 2|--dp 1 --tp-3d 2,1,2 --micro-batch-size 2
+tp3d-1x2x2|4|--tp-3d 1,2,2 --batch-size 2|--dp 1 --tp-3d 1,2,2 --micro-batch-size 2
+tp3d-1x1x4|4|--tp-3d 1,1,4 --batch-size 1|--dp 1 --tp-3d 1,1,4 --micro-batch-size 1
+tp3d-2x2x2|8|--tp-3d 2,2,2 --batch-size 2|--dp 1 --tp-3d 2,2,2 --micro-batch-size 2
+LAYOUTS3D
+else cat <<'LAYOUTS'
 serial|1|--batch-size 8|--dp 1 --micro-batch-size 8
 dp2|2|--dp 2 --batch-size 4|--dp 2 --micro-batch-size 4 --zero 0
 dp2-zero1|2|--dp 2 --zero 1 --batch-size 4|--dp 2 --micro-batch-size 4 --zero 1
@@ -132,6 +178,8 @@ dp2-pp2|4|--dp 2 --pp 2 --schedule 1f1b --micro-batches 2 --batch-size 2|--dp 2 
 dp2-tp2|4|--dp 2 --tp 2 --batch-size 4|--dp 2 --tp 2 --micro-batch-size 4 --zero 0
 pp2-tp2|4|--pp 2 --tp 2 --schedule 1f1b --micro-batches 4 --batch-size 2|--dp 1 --pp 2 --tp 2 --micro-batch-size 2
 LAYOUTS
+fi)
+[ -s "$WORK/hidden" ] && cat "$WORK/hidden"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 # The verdict: every layout's step-time ratio within 25% (against the wall time, and against
 # the CPU time) and memory ratio within 10%.

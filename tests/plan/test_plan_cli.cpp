@@ -2,6 +2,8 @@
 // layout priced on its own, this machine measured, and bad input as one clear message.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -59,6 +61,47 @@ TEST(PlanCli, OneLayoutOnThisMachine) {
   EXPECT_EQ(j[0]["micro_batches"], 4);
   EXPECT_GT(j[0]["step_s"].get<double>(), 0.0);
   EXPECT_GT(j[0]["time_s"]["pp_comm"].get<double>(), 0.0);
+}
+
+// One 3D grid priced on its own (bench/plan_vs_measured.sh SET=tp3d sets it beside a run):
+// the grid in the layout, the batch split over depth, its ranks in the core sharing of a
+// CPU's step (an undisturbed step at least the two ranks' turns on one core), and a grid that
+// does not fit the devices named.
+TEST(PlanCli, OneThreeDGridPricedOnItsOwn) {
+  // local-default's 2 cores, with all 4 ranks on its one node.
+  const std::string file = ::testing::TempDir() + "/plan_3d_cluster.toml";
+  ASSERT_EQ(plan("--cluster local-default --gpus 1 --layers 2 --hidden 64 --heads 4 --seq 32 --save-cluster " + file).first, 0);
+  std::string toml;
+  {
+    std::ifstream in(file);
+    toml.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const size_t at = toml.find("devices_per_node = 2");
+  ASSERT_NE(at, std::string::npos) << toml;
+  toml.replace(at, 20, "devices_per_node = 4");
+  std::ofstream(file) << toml;
+  const auto [code, out] = plan("--cluster-file " + file + " --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 128 --gpus 4 "
+                                "--global-batch 4 --dp 1 --tp-3d 2,1,2 --recompute off --json");
+  ASSERT_EQ(code, 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_TRUE(j[0]["valid"].get<bool>()) << j[0]["why_not"];
+  EXPECT_EQ(j[0]["tp_3d"], nlohmann::json::array({2, 1, 2}));
+  EXPECT_EQ(j[0]["micro_batch_size"], 2);  // global batch 4 over depth 2
+  EXPECT_EQ(j[0]["micro_batches"], 1);
+  EXPECT_GT(j[0]["time_s"]["tp_comm"].get<double>(), 0.0);
+  const double busy = j[0]["time_s"]["compute"].get<double>() + j[0]["time_s"]["tp_comm"].get<double>() +
+                      j[0]["time_s"]["optimizer"].get<double>();
+  EXPECT_GE(j[0]["undisturbed_step_s"].get<double>(), 2.0 * busy * 0.999);  // 4 ranks on 2 cores: two turns
+  const auto [bad_code, bad] = plan("--gpus 4 --dp 1 --tp-3d 2,2,2");
+  EXPECT_EQ(bad_code, 1);
+  EXPECT_NE(bad.find("dp (1) x pp (1) x tp (1) x tp_3d (2,2,2) = 8 != --gpus 4"), std::string::npos) << bad;
+  const auto [grid_code, no_dp] = plan("--gpus 4 --tp-3d 2,1,2");
+  EXPECT_EQ(grid_code, 1);
+  EXPECT_NE(no_dp.find("--tp-3d R,C,D prices one layout: give --dp too"), std::string::npos) << no_dp;
+  const auto [typo_code, typo] = plan("--gpus 4 --tp-3d yes");
+  EXPECT_EQ(typo_code, 1);
+  EXPECT_NE(typo.find("tp_3d must be \"R,C,D\""), std::string::npos) << typo;
 }
 
 // This machine measured once and saved: planning from the file prices every layout as the

@@ -80,6 +80,68 @@ TEST(Plan3D, PricesTheCountedBytesOnTheirAxes) {
   EXPECT_GT(slow.time.tp_comm_s, 1e-6 * (0.5 * 2 * d.row + 0.5 * 2 * d.col + 0.5 * d.depth) - slow.time.compute_s);
 }
 
+// A CPU measured GEMM by GEMM prices a grid's four linear layers at the rates of their
+// blocks' shapes ((out / R) x (in / C), a pair's second layer (out / C) x (in / R)): the
+// shapes `loom plan --cluster local` measures for it.
+TEST(Plan3D, PricesEachBlockAtItsOwnMeasuredRate) {
+  const ModelSpec m{"m", 2, 256, 4, 64, 128};
+  const Layout l = grid(1, 2, 4, 1, 2);
+  const LayerGemms g = layer_gemms(m, l);
+  EXPECT_EQ(g.linear[0], (Gemm{128, 3 * 256 / 2, 256 / 4}));
+  EXPECT_EQ(g.linear[1], (Gemm{128, 256 / 4, 256 / 2}));
+  EXPECT_EQ(g.linear[2], (Gemm{128, 4 * 256 / 2, 256 / 4}));
+  EXPECT_EQ(g.linear[3], (Gemm{128, 256 / 4, 4 * 256 / 2}));
+  EXPECT_EQ(g.scores.batch, 2 * 4 / 2);  // heads over row
+  EXPECT_EQ(head_gemm(m, l), (Gemm{128, 128, 256}));  // the tied head whole on every rank
+  ClusterSpec c = cluster_preset("local-default");
+  c.precision = Precision::Fp32;
+  for (const Gemm& s : g.linear) c.gemm_rates.push_back(MeasuredRate{s, 1e10, 1e10});
+  const double before = predict(m, c, l, 2).time.compute_s;
+  c.gemm_rates[2].forward = 0.5e10;  // the MLP's first block forward at half the rate
+  const double after = predict(m, c, l, 2).time.compute_s;
+  // Two layers, one micro-batch: the GEMM's forward time doubles in each.
+  EXPECT_NEAR(after - before, 2.0 * (g.linear[2].flops() / 0.5e10 - g.linear[2].flops() / 1e10), 1e-12);
+}
+
+// The weight blocks gathered over depth are memory too: with depth > 1 a rank holds its
+// layer's block and the two prefetched ones besides the two weight-gradient blocks, so a grid
+// with depth 2 holds three MLP blocks more than the same grid without depth (whose
+// activations are the same: the micro-batch and the row split set them).
+TEST(Plan3D, CountsTheGatheredBlocksInMemory) {
+  const ModelSpec m{"m", 2, 256, 4, 64, 128};
+  const ClusterSpec c = cluster_preset("local-default");
+  const LayoutCost flat = predict(m, c, grid(2, 2, 1, 1, 1), 4), deep = predict(m, c, grid(1, 2, 1, 2, 1), 2);
+  ASSERT_TRUE(flat.valid && deep.valid) << flat.why_not << deep.why_not;
+  EXPECT_EQ(deep.activation_bytes - flat.activation_bytes, int64_t{4} * 3 * 4 * 256 * 256 / 2);
+}
+
+// On a CPU whose ranks take turns on its cores (4 ranks on 2, each core at a tenth of its
+// speed alone), the layers' compute lasts 20 times its dedicated time, and the depth traffic
+// of a slow link hides under that; with a core per rank at full speed the same traffic
+// exceeds the compute and shows.
+TEST(Plan3D, DepthTrafficHidesUnderTheComputeAsItRunsOnSharedCores) {
+  const ModelSpec m{"m", 2, 256, 4, 64, 128};
+  ClusterSpec c = cluster_preset("local-default");
+  c.precision = Precision::Fp32;
+  c.devices_per_node = 4;
+  c.cores_per_node = 4;
+  c.alone_core_speed = c.shared_core_speed = 1.0;
+  const Layout l = grid(1, 1, 1, 4, 1);
+  const LayoutCost alone = predict(m, c, l, 4);
+  ASSERT_TRUE(alone.valid) << alone.why_not;
+  // A link that moves the depth traffic in 5 times the dedicated compute.
+  const Gpt3DShape shape{.B = 1, .T = 64, .C = 256, .L = 2, .Vp = 128, .block_size = 64, .M = 1};
+  const double depth_bytes = 0.75 * static_cast<double>(tensor_parallel_3d_bytes_per_step(shape, 1, 1, 4).depth);
+  c.intra_node = c.inter_node = LinkCost{.alpha_s = 0, .beta_s_per_byte = 5.0 * alone.time.compute_s / depth_bytes};
+  const LayoutCost exposed = predict(m, c, l, 4);
+  EXPECT_GT(exposed.time.tp_comm_s, 3.0 * exposed.time.compute_s);  // 5x the link less the layers' compute (< 1x)
+  c.cores_per_node = 2;
+  c.shared_core_speed = 0.1;
+  const LayoutCost shared = predict(m, c, l, 4);
+  EXPECT_EQ(shared.time.tp_comm_s, 0.0);  // under 2 turns x 10 = 20x the compute
+  EXPECT_EQ(shared.time.compute_s, exposed.time.compute_s);
+}
+
 TEST(Plan3D, OneDWinsWhileItScalesAndThreeDScalesFurther) {
   // A wide model of 2 layers and a global batch of 8: 1D layouts reach at most dp 8 x pp 2 x
   // tp 8 (tp inside a node) = 128 devices, where the model prices them faster than any 3D

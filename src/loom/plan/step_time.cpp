@@ -42,6 +42,14 @@ ElementwiseBytes elementwise_bytes_per_token(const ModelSpec& m, const ClusterSp
 
 LayerGemms layer_gemms(const ModelSpec& m, const Layout& l) {
   const int64_t T = l.micro_batch * m.seq / l.cp, h = m.hidden, t = l.tp, d = m.hidden / m.heads;
+  if (l.tensor_parallel_3d()) {
+    // A 3D grid: each linear layer's block of (out / R) x (in / C) or, for a pair's second
+    // layer, (out / C) x (in / R); heads over row (parallel/tensor_parallel_3d).
+    const int64_t R = l.row, C = l.col;
+    return {{Gemm{T, 3 * h / R, h / C}, Gemm{T, h / C, h / R}, Gemm{T, 4 * h / R, h / C}, Gemm{T, h / C, 4 * h / R}},
+            Gemm{m.seq, m.seq, d, l.micro_batch * m.heads / R},
+            Gemm{m.seq, d, m.seq, l.micro_batch * m.heads / R}};
+  }
   // (T, h) x (h, 3h/t) qkv, (T, h/t) x (h/t, h) projection, (T, h) x (h, 4h/t) and
   // (T, 4h/t) x (4h/t, h) MLP; per head (s, d) x (d, s) scores and (s, s) x (s, d) context.
   return {{Gemm{T, 3 * h / t, h}, Gemm{T, h, h / t}, Gemm{T, 4 * h / t, h}, Gemm{T, h, 4 * h / t}},
@@ -49,7 +57,10 @@ LayerGemms layer_gemms(const ModelSpec& m, const Layout& l) {
           Gemm{m.seq, d, m.seq, l.micro_batch * m.heads / t}};
 }
 
-Gemm head_gemm(const ModelSpec& m, const Layout& l) { return Gemm{l.micro_batch * m.seq / l.cp, m.vocab / l.tp, m.hidden}; }
+Gemm head_gemm(const ModelSpec& m, const Layout& l) {
+  // Under a 3D grid the tied head runs whole on every rank's rows.
+  return Gemm{l.micro_batch * m.seq / l.cp, m.vocab / (l.tensor_parallel_3d() ? 1 : l.tp), m.hidden};
+}
 
 LayerTime layer_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l) {
   const int64_t bpv = value_bytes(c.precision);

@@ -57,13 +57,14 @@ struct StepTime {
 };
 
 // The GEMMs of one layer for one micro-batch on one device: qkv, attention projection and
-// the two MLP products, and attention's two batched per-head products.
+// the two MLP products, and attention's two batched per-head products (1D tp, or a 3D grid's
+// blocks when layout.tensor_parallel_3d()).
 struct LayerGemms {
   std::array<Gemm, 4> linear;
   Gemm scores, context;
 };
 LayerGemms layer_gemms(const ModelSpec& model, const Layout& layout);
-// The LM head's (T, h) x (h, V / t) for one micro-batch.
+// The LM head's (T, h) x (h, V / t) for one micro-batch (whole under a 3D grid).
 Gemm head_gemm(const ModelSpec& model, const Layout& layout);
 
 LayerTime layer_time(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);

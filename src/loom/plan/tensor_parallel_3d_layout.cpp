@@ -10,6 +10,10 @@ namespace loom::plan {
 
 namespace {
 
+// Weight blocks Loom's overlap gathers ahead of the layer that uses them (Overlap3D::kAhead;
+// plan/ prices the run time's choice without depending on it).
+constexpr double kGatheredAhead = 2.0;
+
 // A ring collective over p ranks: `buffer_passes` times (p - 1)/p of the bytes on the link
 // (2 for an all-reduce of its buffer, 1 for an all-gather or reduce-scatter of the whole),
 // and (p - 1) latencies per pass for each of `count` collectives.
@@ -64,6 +68,13 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   if (l.recompute) activations += layer_bytes(false);
   const double tokens = b * s;
   activations += static_cast<double>(bpv) * (3.0 * tokens * hd + 2.0 * tokens * static_cast<double>(m.vocab));
+  // The fp32 weight blocks gathered over depth, counted with the activations (transient too):
+  // the layer's own, the next kAhead prefetched (parallel/tensor_parallel_3d/overlap_3d.hpp)
+  // and in backward two weight-gradient blocks (this layer's, and the previous one's still
+  // being reduce-scattered), at the MLP's size, the largest block. Without a depth split
+  // nothing is gathered (a rank's shard is its block).
+  const double gathered_blocks = (D > 1 ? 1.0 + kGatheredAhead : 0.0) + 2.0;
+  activations += 4.0 * gathered_blocks * 4.0 * hd * hd / static_cast<double>(R * C);
   cost.activation_bytes = static_cast<int64_t>(activations);
   const int64_t usable = c.memory_bytes - c.reserved_bytes;
   if (cost.memory_bytes() > usable)
@@ -72,14 +83,14 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
 
   // Compute of one micro-batch: the four GEMMs on this rank's block, attention on heads / R,
   // the elementwise kernels (LayerNorms and residuals on the whole width), the whole LM head.
-  const int64_t T = l.micro_batch * m.seq, d = h / m.heads;
-  const Gemm linear[] = {{T, 3 * h / R, h / C}, {T, h / C, h / R}, {T, 4 * h / R, h / C}, {T, h / C, 4 * h / R}};
+  const int64_t T = l.micro_batch * m.seq;
+  const LayerGemms gemms = layer_gemms(m, l);
   double forward = 0, backward = 0;
-  for (const Gemm& g : linear) {
+  for (const Gemm& g : gemms.linear) {
     forward += gemm_seconds(g, c, bpv);
     backward += gemm_backward_seconds(g, c, bpv);
   }
-  const Gemm scores{m.seq, m.seq, d, l.micro_batch * m.heads / R}, context{m.seq, d, m.seq, l.micro_batch * m.heads / R};
+  const Gemm &scores = gemms.scores, &context = gemms.context;
   const bool mixed = c.precision == Precision::Mixed;
   const double bw = c.memory_bandwidth;
   if (const MeasuredRate* rate = find_rate(c.attention_rates, scores)) {
@@ -99,7 +110,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   forward += norms + std::max(gelu_bytes / bw, gelu_values * c.gelu_forward_s);
   backward += 2.0 * norms + std::max(2.0 * gelu_bytes / bw, gelu_values * c.gelu_backward_s);
   const double layer_s = (l.recompute ? 2.0 : 1.0) * forward + backward;
-  const Gemm head{T, m.vocab, h};
+  const Gemm head = head_gemm(m, l);
   const double head_s = gemm_seconds(head, c, bpv) + gemm_backward_seconds(head, c, bpv) +
                         16.0 * static_cast<double>(T * m.vocab) / bw;
   const double mb = static_cast<double>(micro_batches), layers = static_cast<double>(m.layers);
@@ -117,11 +128,19 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   auto link = [&](int64_t span) -> const LinkCost& { return span <= c.devices_per_node ? c.intra_node : c.inter_node; };
   const double depth_s = ring_seconds(scale * static_cast<double>(bytes.depth), 1.0, 12.0 * collectives, D, link(R * C * D));
   // Loom overlaps the depth all-gathers and reduce-scatters with the layers' compute
-  // (tp_3d_overlap, on by default): only what exceeds that compute is exposed. The row and
-  // col all-reduces sit on the critical path (priced whole).
+  // (tp_3d_overlap, on by default): only what exceeds that compute is exposed, the compute
+  // as it runs here: on a CPU whose ranks share cores it lasts its dedicated time stretched
+  // by the sharing, while a transfer on the link does not need the core. The row and col
+  // all-reduces sit on the critical path (priced whole).
+  const double layers_s = mb * layers * layer_s;
+  StepTime compute_only;
+  compute_only.compute_s = cost.time.compute_s;
+  const double stretch = compute_only.compute_s > 0
+                             ? 1.0 + core_sharing_seconds(compute_only, l.dp * R * C * D, c) / compute_only.compute_s
+                             : 1.0;
   cost.time.tp_comm_s = ring_seconds(scale * static_cast<double>(bytes.row), 2.0, 4.0 * collectives, R, link(R * C)) +
                         ring_seconds(scale * static_cast<double>(bytes.col), 2.0, 6.0 * collectives, C, link(C)) +
-                        std::max(0.0, depth_s - mb * layers * layer_s);
+                        std::max(0.0, depth_s - layers_s * stretch);
 
   // Data parallelism: this rank's gradients all-reduced over dp during the last backward.
   const int64_t G = R * C * D;

@@ -222,7 +222,9 @@ void TrainConfig::validate() const {
   validate_expert_parallel();
 }
 
-std::array<int64_t, 3> TrainConfig::tp_3d_grid() const {
+std::array<int64_t, 3> TrainConfig::tp_3d_grid() const { return parse_tp_3d_grid(tp_3d); }
+
+std::array<int64_t, 3> parse_tp_3d_grid(const std::string& tp_3d) {
   if (tp_3d.empty()) return {1, 1, 1};
   std::array<int64_t, 3> g{};
   size_t n = 0, begin = 0;

@@ -153,4 +153,8 @@ std::string config_reference_markdown();
 // Closest candidate by edit distance, or "" when nothing is close.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 
+// "R,C,D" -> {R, C, D} ("" -> {1, 1, 1}); loom::Error naming the text when malformed
+// (TrainConfig::tp_3d_grid, and `loom plan --tp-3d R,C,D`).
+std::array<int64_t, 3> parse_tp_3d_grid(const std::string& tp_3d);
+
 }  // namespace loom::train

@@ -7,6 +7,7 @@
 #include "loom/comm/bf16_wire.hpp"
 #include "loom/error.hpp"
 #include "loom/parallel/tensor_parallel/mappings.hpp"
+#include "loom/trace/recorder.hpp"
 
 namespace loom::parallel::tp3d {
 
@@ -47,11 +48,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 Tensor Grid3D::Pending::wait() {
   if (grid_ == nullptr) return Tensor();
+  trace::Span span("wait", "tp_3d wait");
   const auto t0 = std::chrono::steady_clock::now();
   work_.wait();
   grid_->waited_s_ += seconds_since(t0);
   grid_ = nullptr;
-  return finish_();
+  Tensor result = finish_();
+  finish_ = nullptr;  // its buffers go now, not when the handle is next reused (a prefetch slot per layer)
+  return result;
 }
 
 double Grid3D::take_waited_seconds() const {
@@ -60,20 +64,32 @@ double Grid3D::take_waited_seconds() const {
   return s;
 }
 
-Grid3D::Pending Grid3D::start_all_reduce(Tensor& t, Axis a) const {
+Grid3D::Pending Grid3D::start_all_reduce(float* data, int64_t n, Axis a) const {
   Pending p;
   p.grid_ = this;
-  p.work_ = size(a) > 1 ? group(a).all_reduce_async(t.f32(), t.numel(), comm::ReduceOp::Sum) : comm::Work::completed();
+  p.work_ = size(a) > 1 ? group(a).all_reduce_async(data, n, comm::ReduceOp::Sum) : comm::Work::completed();
+  p.finish_ = [] { return Tensor(); };
+  return p;
+}
+
+Grid3D::Pending Grid3D::start_all_reduce(Tensor& t, Axis a) const {
+  Pending p = start_all_reduce(t.f32(), t.numel(), a);
   p.finish_ = [t] { return t; };
   return p;
 }
 
 void Grid3D::all_reduce(Tensor& t, Axis a) const { start_all_reduce(t, a).wait(); }
 
-Grid3D::Pending Grid3D::start_sum_activations(Tensor& t, Axis a) const {
+Grid3D::Pending Grid3D::start_sum_activations(float* data, int64_t n, Axis a) const {
   Pending p;
   p.grid_ = this;
-  p.work_ = size(a) > 1 ? comm::sum_activations_async(group(a), t.f32(), t.numel()) : comm::Work::completed();
+  p.work_ = size(a) > 1 ? comm::sum_activations_async(group(a), data, n) : comm::Work::completed();
+  p.finish_ = [] { return Tensor(); };
+  return p;
+}
+
+Grid3D::Pending Grid3D::start_sum_activations(Tensor& t, Axis a) const {
+  Pending p = start_sum_activations(t.f32(), t.numel(), a);
   p.finish_ = [t] { return t; };
   return p;
 }
@@ -81,6 +97,7 @@ Grid3D::Pending Grid3D::start_sum_activations(Tensor& t, Axis a) const {
 void Grid3D::sum_activations(Tensor& t, Axis a) const { start_sum_activations(t, a).wait(); }
 
 Tensor Grid3D::gather_features(const Tensor& local, Axis a, int64_t blocks) const {
+  trace::Span span("wait", "tp_3d gather");
   const auto t0 = std::chrono::steady_clock::now();
   Tensor whole = tp::gather_features(local, blocks, group(a));
   if (size(a) > 1) waited_s_ += seconds_since(t0);

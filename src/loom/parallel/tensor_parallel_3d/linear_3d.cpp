@@ -1,5 +1,9 @@
 #include "loom/parallel/tensor_parallel_3d/linear_3d.hpp"
 
+#include <algorithm>
+#include <vector>
+
+#include "loom/comm/algorithms.hpp"
 #include "loom/error.hpp"
 #include "loom/kernels/matmul.hpp"
 #include "loom/kernels/residual.hpp"
@@ -68,12 +72,23 @@ Tensor Linear3D::forward_impl(const Tensor& x_in, nn::Context& ctx) {
         ", got shape ", shape_str(x.shape()));
   const int64_t N = x.numel() / in_local_;
   const Tensor w = overlap_ ? overlap_->gathered_weight(index_) : grid_.all_gather_depth(weight().value(), blocks_);
-  if (overlap_) overlap_->prefetch(index_ + 1);  // the next layer's gather runs under this GEMM
+  if (overlap_) overlap_->prefetch_after(index_);  // the next layers' gathers run under this GEMM
   Shape out_shape = x.shape();
   out_shape.back() = out_local_;
   Tensor y = Tensor::empty(out_shape);  // (N, OC/out), partial over in_axis
-  kernels::matmul(x.f32(), Trans::N, operand(w), Trans::T, y.f32(), N, out_local_, in_local_);
-  grid_.sum_activations(y, roles_.in_axis);
+  // The rows in pieces, each summed over in_axis as soon as its GEMM is done: with overlap the
+  // sum of one piece runs under the next piece's GEMM. Both paths cut the same pieces, so the
+  // GEMMs and the sums see the same operands either way (bit-identical).
+  const int pieces = static_cast<int>(std::min<int64_t>(kOutputPieces, N));
+  std::vector<Grid3D::Pending> sums;
+  for (int p = 0; p < pieces; ++p) {
+    const int64_t r0 = comm::chunk_begin(N, pieces, p), rows = comm::chunk_begin(N, pieces, p + 1) - r0;
+    kernels::matmul(x.f32() + r0 * in_local_, Trans::N, operand(w), Trans::T, y.f32() + r0 * out_local_, rows, out_local_,
+                    in_local_);
+    sums.push_back(grid_.start_sum_activations(y.f32() + r0 * out_local_, rows * out_local_, roles_.in_axis));
+    if (!overlap_) sums.back().wait();
+  }
+  for (Grid3D::Pending& sum : sums) sum.wait();
   if (bias_ != nullptr) {
     const float* b = bias_->value().f32();
     float* out = y.f32();
@@ -92,8 +107,8 @@ Tensor Linear3D::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
   // (OC/out, C/in): gathered again, not kept
   const Tensor w = overlap_ ? overlap_->gathered_weight(index_) : grid_.all_gather_depth(weight().value(), blocks_);
   if (overlap_) {
-    overlap_->prefetch(index_ - 1);  // the previous layer's, for its backward
-    overlap_->drop_after(index_);    // a recomputed forward's prefetch of a layer already done
+    overlap_->prefetch_before(index_);  // the previous layers', for their backward
+    overlap_->drop_after(index_);       // a recomputed forward's prefetch of a layer already done
   }
   Tensor dx = Tensor::empty(x.shape());  // (N, C/in), partial over out_axis
   kernels::matmul(dy.f32(), Trans::N, operand(w), Trans::N, dx.f32(), N, in_local_, out_local_);

@@ -2,6 +2,7 @@
 // output features over `out_axis` and by input features over `in_axis` of the grid, and each
 // rank's block again by rows over depth (FSDP); the batch is split over data x depth outside.
 //   forward:  all-gather W over depth; y = x W^T on the local block; all-reduce y over in_axis
+//             (row pieces of y, each summed as soon as it is computed)
 //   backward: all-gather W again; dx = dy W, all-reduced over out_axis; dW = dy^T x,
 //             reduce-scattered over depth (the mean of the depth ranks' batches).
 // Consecutive layers swap the two axes, so the output of one (split over out_axis) is the
@@ -47,6 +48,9 @@ class Linear3D : public nn::Linear {
   int64_t in_local_, out_local_;  // this rank's block: (out_local_, in_local_)
   Overlap3D* overlap_;
   int index_ = -1;  // in overlap_'s forward order
+  // Forward's output rows are computed and summed over in_axis in this many pieces (fewer
+  // when there are fewer rows): with overlap, a piece's sum runs under the next one's GEMM.
+  static constexpr int64_t kOutputPieces = 4;
 };
 
 }  // namespace loom::parallel::tp3d

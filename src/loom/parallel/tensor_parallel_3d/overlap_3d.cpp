@@ -21,6 +21,14 @@ void Overlap3D::prefetch(int i) {
   if (!l.in_flight.active()) l.in_flight = grid_.start_all_gather_depth(l.weight->value(), l.blocks);
 }
 
+void Overlap3D::prefetch_after(int i) {
+  for (int k = 1; k <= kAhead; ++k) prefetch(i + k);
+}
+
+void Overlap3D::prefetch_before(int i) {
+  for (int k = 1; k <= kAhead; ++k) prefetch(i - k);
+}
+
 void Overlap3D::drop_after(int i) {
   for (size_t j = static_cast<size_t>(i) + 1; j < layers_.size(); ++j)
     if (layers_[j].in_flight.active()) layers_[j].in_flight.wait();

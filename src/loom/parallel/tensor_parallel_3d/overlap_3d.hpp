@@ -1,6 +1,7 @@
 // The overlap of 3D tensor parallelism's collectives with compute (tp_3d_overlap = "on"):
-// each layer's depth all-gather of its weight is started one layer ahead (the next layer's in
-// forward, the previous one's in backward) and runs while the current layer computes; the
+// each layer's depth all-gather of its weight is started two layers ahead (the next layers' in
+// forward, the previous ones' in backward) and runs while the layers before it compute; the
+// sums of forward's output rows run under the GEMM of the following rows (linear_3d.cpp); the
 // all-reduce of dX runs under the dW GEMM; and the reduce-scatter of dW stays in flight until
 // the next layer's backward has started its own (attention, LayerNorm and GELU backward run
 // meanwhile). The collectives are the blocking path's, in an order every rank of a group
@@ -29,6 +30,12 @@ class Overlap3D {
   Tensor gathered_weight(int i);
   // Starts gathering layer i's weight (nothing when out of range or already in flight).
   void prefetch(int i);
+  // Forward at layer i: starts the gathers of the next kAhead layers; backward: of the
+  // previous kAhead. One layer ahead leaves the depth link idle under short layers (the
+  // attention projection) and then exposes the next, larger gather; two keep it busy.
+  void prefetch_after(int i);
+  void prefetch_before(int i);
+  static constexpr int kAhead = 2;
   // Waits for and discards the prefetches of the layers after i.
   void drop_after(int i);
   // Keeps a started reduce-scatter of a weight's gradient in flight; completes the one kept
