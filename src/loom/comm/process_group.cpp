@@ -84,13 +84,15 @@ void ProcessGroup::set_param_servers(int k) {
 }
 
 CommStats ProcessGroup::stats() const {
-  return CommStats{counters_->calls.load(), counters_->bytes.load(), 1e-9 * static_cast<double>(counters_->nanoseconds.load())};
+  return CommStats{counters_->calls.load(), counters_->bytes.load(), 1e-9 * static_cast<double>(counters_->nanoseconds.load()),
+                   1e-9 * static_cast<double>(waited_ns_->load())};
 }
 
 void ProcessGroup::reset_stats() {
   counters_->calls = 0;
   counters_->bytes = 0;
   counters_->nanoseconds = 0;
+  *waited_ns_ = 0;
 }
 
 Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()> body, int64_t payload,
@@ -127,6 +129,7 @@ Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()
     ++counters->calls;
   });
   if (watchdog != nullptr && slot >= 0) work.watch(WaitSite{watch_key_, world_ranks_, sequence, -1}, timeout_s_);
+  work.count_waits_into(waited_ns_);
   return work;
 }
 

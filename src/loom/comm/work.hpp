@@ -4,7 +4,9 @@
 // watchdog once it lasts, and ends the job with the watchdog's report past its timeout.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -34,6 +36,8 @@ class Work {
     // watchdog reports it and ends the job.
     std::optional<WaitSite> site;
     double timeout_s = 0.0;
+    // Where wait() adds the nanoseconds callers spent in it (their group's exposed time), or null.
+    std::shared_ptr<std::atomic<int64_t>> waited_ns;
     void finish(std::exception_ptr e);
   };
 
@@ -46,6 +50,8 @@ class Work {
 
   // Arms the watchdog for this handle (see State::site); timeout_s 0: published, never ended.
   void watch(WaitSite site, double timeout_s);
+  // Adds the time every later wait() spends blocked to *nanoseconds (the group's stats).
+  void count_waits_into(std::shared_ptr<std::atomic<int64_t>> nanoseconds);
   void wait() const;
   bool is_done() const;
   const std::string& description() const;

@@ -146,7 +146,9 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
 
   // 2. Tensor parallelism by layer substitution: the model asks this builder for its layers,
   // and the loss works on the tp-split outputs.
-  if (config.tp > 1) p.tp_layers = std::make_unique<parallel::tp::TensorParallelLayers>(tp, config.sequence_parallel);
+  if (config.tp > 1)
+    p.tp_layers =
+        std::make_unique<parallel::tp::TensorParallelLayers>(tp, config.sequence_parallel, config.tp_overlap == "on");
   // 3D tensor parallelism, the same way: the builder swaps each linear layer for a 3D one.
   if (config.tp_3d_on()) {
     p.grid = std::make_unique<parallel::tp3d::Grid3D>(p.group("row"), p.group("col"), p.group("depth"));
