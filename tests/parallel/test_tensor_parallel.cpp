@@ -192,8 +192,9 @@ TEST(TensorParallelOverlap, LayersGiveTheBlockingPathsBits) {
       nn::Context ctx;
       const Tensor y = row.forward(column.forward(x, ctx), ctx);
       const Tensor dx = column.backward(row.backward(y, ctx), ctx);
-      for (const Tensor* r : std::initializer_list<const Tensor*>{&y, &dx, &column.weight().grad(), &column.bias()->grad(), &row.weight().grad(), &row.bias()->grad()})
-        results[overlap].emplace_back(r->f32(), r->f32() + r->numel());
+      const std::initializer_list<const Tensor*> outcomes = {&y, &dx, &column.weight().grad(), &column.bias()->grad(),
+                                                             &row.weight().grad(), &row.bias()->grad()};
+      for (const Tensor* r : outcomes) results[overlap].emplace_back(r->f32(), r->f32() + r->numel());
     }
     EXPECT_EQ(results[0], results[1]) << (sp ? "with" : "without") << " sequence parallelism";
   }
