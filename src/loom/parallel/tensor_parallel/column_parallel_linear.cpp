@@ -31,7 +31,8 @@ ColumnParallelLinear::ColumnParallelLinear(int64_t in_features, int64_t out_feat
 
 Tensor ColumnParallelLinear::forward_impl(const Tensor& x, nn::Context& ctx) {
   // f forward: the identity, or the gather of the sequence chunks.
-  Tensor y = sequence_parallel_ ? gather_and_project(x) : project(x, /*add_bias=*/true, ctx.inference(), ctx.packed_weights());
+  Tensor y = sequence_parallel_ ? gather_and_project(x)
+                                : project(x, /*add_bias=*/true, ctx.inference(), ctx.packed_weights());
   ctx.save(this, {x});
   return gather_output_ ? gather_features(y, blocks_, group_) : y;
 }

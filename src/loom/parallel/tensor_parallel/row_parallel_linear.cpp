@@ -1,10 +1,10 @@
 #include "loom/parallel/tensor_parallel/row_parallel_linear.hpp"
 
-#include "loom/error.hpp"
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "loom/error.hpp"
 #include "loom/kernels/residual.hpp"
 #include "loom/nn/gemm_input.hpp"
 #include "loom/parallel/tensor_parallel/mappings.hpp"
@@ -100,7 +100,8 @@ Tensor RowParallelLinear::backward_impl(const Tensor& dy, nn::Context& ctx) {
     input_gradient_rows(nn::gemm_input(nn::in_compute_precision(dy)), rows, dx_blocks.f32() + me * rows * in_);
     const Tensor dy_blocks = nn::in_compute_precision(dy_full.blocks());
     for (int r = 0; r < t; ++r)
-      if (r != me) input_gradient_rows(nn::gemm_input(dy_blocks, r * rows * out_), rows, dx_blocks.f32() + r * rows * in_);
+      if (r != me)
+        input_gradient_rows(nn::gemm_input(dy_blocks, r * rows * out_), rows, dx_blocks.f32() + r * rows * in_);
     dx = sequence_from_blocks(dx_blocks, dy.size(0), dy.size(1), in_, t);
     add_weight_gradient(nn::gemm_input(nn::in_compute_precision(dy_full.whole())), nn::gemm_input(x), x.numel() / in_);
     if (bias() != nullptr) {  // from this rank's rows only: summed across tp afterwards
