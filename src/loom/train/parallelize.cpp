@@ -189,8 +189,13 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
 
   // 4. Sequence parallelism's partial gradients of replicated parameters, summed over tp from
   // grad-ready hooks installed before data parallelism's, so the sum comes first.
-  if (config.tp > 1 && config.sequence_parallel)
-    p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(*p.model, tp, config.zero >= 2);
+  // Without data parallelism nothing reads them before the finalizer: under tp_overlap the
+  // sums then run under the rest of backward.
+  if (config.tp > 1 && config.sequence_parallel) {
+    const bool local_gradients = config.zero == 0 && config.dp * config.cp == 1;
+    p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(
+        *p.model, tp, config.zero >= 2, comm::ReduceOp::Sum, nullptr, local_gradients && config.tp_overlap == "on");
+  }
   if (p.tp3d_layers) prepare_3d(*p.tp3d_layers, p);
 
   // Context parallelism under ZeRO: every parameter is a replica over cp (tp-split ones and
