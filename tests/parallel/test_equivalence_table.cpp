@@ -48,6 +48,7 @@ struct Case {
   std::string precision = "fp32";
   std::string tp_3d_overlap = "on";  // with tp_3d: "off" runs the blocking path
   std::string grad_reduce_dtype = "fp32";
+  std::string tp_overlap = "on";  // with tp: "off" runs the blocking path
 
 };
 
@@ -125,6 +126,7 @@ TEST_P(EquivalenceTable, SameGradientsLossesParametersAndValidationLossAsSerial)
   c.model.recompute = k.recompute;
   c.tp_3d = k.tp_3d;
   c.tp_3d_overlap = k.tp_3d_overlap;
+  c.tp_overlap = k.tp_overlap;
   train::Trainer parallel(c, true, &world());
   const std::string what = k.name + " (dp " + std::to_string(dp) + ")";
   Tolerances tol = k.precision == "bf16" || k.grad_reduce_dtype == "bf16" ? kBf16Tolerances : Tolerances{};
@@ -196,6 +198,20 @@ INSTANTIATE_TEST_SUITE_P(
                            .sequence_parallel = true},
                       Case{.name = "cp2_contiguous_recompute_zero1", .cp = 2, .zero = 1, .recompute = true,
                            .cp_split = "contiguous"}),
+    [](const auto& info) { return info.param.name; });
+
+// 1D tensor parallelism's overlap (tp_overlap, on by default: the rows above run it too):
+// sequence parallel at tp 2 and tp 3 (odd: block_size 24 splits over 3), with recompute,
+// micro-batches, and the blocking path.
+INSTANTIATE_TEST_SUITE_P(
+    TensorParallelOverlap, EquivalenceTable,
+    ::testing::Values(Case{.name = "tp2_sp_overlap", .tp = 2, .sequence_parallel = true},
+                      Case{.name = "tp3_sp_overlap", .tp = 3, .block_size = 24, .sequence_parallel = true, .n_head = 3,
+                           .n_embd = 24},
+                      Case{.name = "tp2_sp_overlap_recompute_mb2", .tp = 2, .recompute = true, .micro_batches = 2,
+                           .sequence_parallel = true},
+                      Case{.name = "tp3_sp_blocking", .tp = 3, .block_size = 24, .sequence_parallel = true, .n_head = 3,
+                           .n_embd = 24, .tp_overlap = "off"}),
     [](const auto& info) { return info.param.name; });
 
 // 3D tensor parallelism: the rest of the world is dp (the 4D hybrid).

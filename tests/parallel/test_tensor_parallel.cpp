@@ -97,24 +97,26 @@ Tensor summed(const Tensor& partial) {
 struct LayerCase {
   int64_t blocks;
   bool sequence_parallel;
+  bool overlap = false;  // tp_overlap: the collectives under the GEMMs
 };
 
 void PrintTo(const LayerCase& c, std::ostream* os) {
-  *os << c.blocks << " block(s)" << (c.sequence_parallel ? ", sequence parallel" : "");
+  *os << c.blocks << " block(s)" << (c.sequence_parallel ? ", sequence parallel" : "") << (c.overlap ? ", overlap" : "");
 }
 
 std::string layer_case_name(const ::testing::TestParamInfo<LayerCase>& info) {
-  return (info.param.blocks == 1 ? std::string("plain") : std::string("fused_qkv")) + (info.param.sequence_parallel ? "_sp" : "");
+  return (info.param.blocks == 1 ? std::string("plain") : std::string("fused_qkv")) + (info.param.sequence_parallel ? "_sp" : "") +
+         (info.param.overlap ? "_overlap" : "");
 }
 
 class ColumnParallel : public ::testing::TestWithParam<LayerCase> {};
 
 TEST_P(ColumnParallel, MatchesTheSerialLinear) {
-  const auto [blocks, sp] = GetParam();
+  const auto [blocks, sp, overlap] = GetParam();
   const int64_t t = world().size(), C = 8, OC = 8 * blocks * t, B = 2, T = 2 * t;
   nn::Linear serial(C, OC);
   randomize(serial, 7);
-  ColumnParallelLinear parallel(C, OC, blocks, world(), sp);
+  ColumnParallelLinear parallel(C, OC, blocks, world(), sp, /*gather_output=*/false, overlap);
   copy_weights(serial, parallel);
   const Tensor x = tensor_of(random_vector(B * T * C, 3), {B, T, C});
   nn::Context sc, pc;
@@ -144,17 +146,19 @@ TEST(ColumnParallel, GatheredOutputIsTheSerialOutput) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, ColumnParallel,
-                         ::testing::Values(LayerCase{1, false}, LayerCase{3, false}, LayerCase{1, true}, LayerCase{3, true}),
+                         ::testing::Values(LayerCase{1, false}, LayerCase{3, false}, LayerCase{1, true}, LayerCase{3, true},
+                                           LayerCase{1, false, true}, LayerCase{3, true, true}),
                          layer_case_name);
 
-class RowParallel : public ::testing::TestWithParam<bool> {};
+class RowParallel : public ::testing::TestWithParam<LayerCase> {};
 
 TEST_P(RowParallel, MatchesTheSerialLinear) {
-  const bool sp = GetParam();
-  const int64_t t = world().size(), C = 8 * t, OC = 12, B = 2, T = 2 * t;
+  const bool sp = GetParam().sequence_parallel;
+  // T = 3t: a rank's chunk of 2 x 3 rows goes to the reduce-scatter in 4 uneven pieces.
+  const int64_t t = world().size(), C = 8 * t, OC = 12, B = 2, T = 3 * t;
   nn::Linear serial(C, OC);
   randomize(serial, 11);
-  RowParallelLinear parallel(C, OC, world(), sp);
+  RowParallelLinear parallel(C, OC, world(), sp, GetParam().overlap);
   copy_weights(serial, parallel);
   const Tensor x = tensor_of(random_vector(B * T * C, 13), {B, T, C});
   nn::Context sc, pc;
@@ -169,8 +173,32 @@ TEST_P(RowParallel, MatchesTheSerialLinear) {
                     "db (replicated)"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, RowParallel, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? std::string("sp") : std::string("plain"); });
+INSTANTIATE_TEST_SUITE_P(Cases, RowParallel,
+                         ::testing::Values(LayerCase{1, false}, LayerCase{1, true}, LayerCase{1, true, true}),
+                         layer_case_name);
+
+// tp_overlap only starts the blocking path's collectives earlier and waits for them later,
+// around the same GEMMs: the layers' outputs and gradients must be the same bits either way.
+TEST(TensorParallelOverlap, LayersGiveTheBlockingPathsBits) {
+  const int64_t t = world().size(), C = 8 * t, OC = 8 * t, B = 2, T = 3 * t;
+  for (const bool sp : {false, true}) {
+    std::vector<std::vector<float>> results[2];
+    for (const bool overlap : {false, true}) {
+      ColumnParallelLinear column(C, OC, /*blocks=*/1, world(), sp, /*gather_output=*/false, overlap);
+      RowParallelLinear row(OC, C, world(), sp, overlap);
+      randomize(column, 51);
+      randomize(row, 53);
+      const Tensor x = tensor_of(random_vector(B * (sp ? T / t : T) * C, 55), {B, sp ? T / t : T, C});
+      nn::Context ctx;
+      const Tensor y = row.forward(column.forward(x, ctx), ctx);
+      const Tensor dx = column.backward(row.backward(y, ctx), ctx);
+      const std::initializer_list<const Tensor*> outcomes = {&y, &dx, &column.weight().grad(), &column.bias()->grad(),
+                                                             &row.weight().grad(), &row.bias()->grad()};
+      for (const Tensor* r : outcomes) results[overlap].emplace_back(r->f32(), r->f32() + r->numel());
+    }
+    EXPECT_EQ(results[0], results[1]) << (sp ? "with" : "without") << " sequence parallelism";
+  }
+}
 
 class VocabParallel : public ::testing::TestWithParam<bool> {};
 
@@ -281,14 +309,19 @@ TEST_P(TensorParallelTraffic, BytesPerStepMatchTheAnalyticCount) {
   c.tp = p;
   c.sequence_parallel = sp;
   c.precision = GetParam().precision;
-  train::Trainer t(c, true, &world());
-  const train::StepResult r = t.train_step();
   const int64_t wire = c.precision == "bf16" ? 2 : 4;
   const int64_t want = plan::tensor_parallel_bytes_per_step(c.batch_size, c.model.block_size, c.model.n_embd,
                                                             c.model.n_layer, c.model.block_size, c.micro_batches, sp,
                                                             /*zero_stage=*/0, wire);
-  EXPECT_EQ(r.tp_comm_bytes, want) << (sp ? "with" : "without") << " sequence parallelism, " << c.precision;
-  EXPECT_GT(r.tp_comm_seconds, 0.0);
+  for (const char* overlap : {"on", "off"}) {  // the overlap moves the blocking path's bytes
+    c.tp_overlap = overlap;
+    train::Trainer t(c, true, &world());
+    const train::StepResult r = t.train_step();
+    EXPECT_EQ(r.tp_comm_bytes, want) << (sp ? "with" : "without") << " sequence parallelism, " << c.precision
+                                     << ", tp_overlap " << overlap;
+    EXPECT_GT(r.tp_comm_seconds, 0.0);
+    EXPECT_GE(r.tp_comm_exposed_seconds, 0.0) << "the progress line's exposed tp communication";
+  }
   if (wire == 2) {  // the activations' share is half the fp32 run's
     const int64_t fp32 = plan::tensor_parallel_bytes_per_step(c.batch_size, c.model.block_size, c.model.n_embd,
                                                               c.model.n_layer, c.model.block_size, c.micro_batches, sp);
@@ -304,6 +337,43 @@ INSTANTIATE_TEST_SUITE_P(Cases, TensorParallelTraffic,
                            return std::string(info.param.sequence_parallel ? "sp" : "plain") +
                                   (info.param.precision == "bf16" ? "_bf16" : "");
                          });
+
+// The whole run under tp_overlap is the blocking run bit for bit: losses, gradients and
+// parameters, with and without sequence parallelism, with recompute (a block's forward replayed
+// in backward) and micro-batches (gradients accumulated across them), and in bf16 (activations
+// rounded on the wire, widened when each started collective is waited for).
+TEST(TensorParallelOverlap, TrainsBitForBitLikeTheBlockingPath) {
+  const int p = world().size();
+  if (p != 2 && p != 3) GTEST_SKIP() << "tp 2 and tp 3 (odd)";
+  struct Variant {
+    bool sp, recompute;
+    const char* precision = "fp32";
+  };
+  for (const Variant v : {Variant{true, false}, Variant{true, true}, Variant{false, true}, Variant{true, false, "bf16"},
+                          Variant{false, false, "bf16"}}) {
+    std::vector<TrainingRun> runs;
+    for (const char* overlap : {"off", "on"}) {
+      train::TrainConfig c = tiny(1, 2, 2);
+      c.model.n_head = 2 * p;
+      c.model.n_embd = 8 * p;
+      c.model.block_size = 4 * p;
+      c.model.padded_vocab_size = 64 * p * ((65 + 64 * p - 1) / (64 * p));
+      c.tp = p;
+      c.sequence_parallel = v.sp;
+      c.model.recompute = v.recompute;
+      c.tp_overlap = overlap;
+      c.precision = v.precision;
+      c.steps = 3;
+      train::Trainer t(c, true, &world());
+      runs.push_back(run(t));
+    }
+    const std::string what =
+        std::string(v.sp ? "sp" : "no sp") + (v.recompute ? ", recompute" : "") + ", " + v.precision;
+    EXPECT_EQ(runs[0].losses, runs[1].losses) << what;
+    EXPECT_EQ(runs[0].grads, runs[1].grads) << what;
+    EXPECT_EQ(runs[0].params, runs[1].params) << what;
+  }
+}
 
 class ActivationMemory : public ::testing::TestWithParam<bool> {};
 

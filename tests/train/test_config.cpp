@@ -98,6 +98,9 @@ TEST(Config, Tp3dGridsAreCheckedBeforeAnyRankTalks) {
   c.zero = 3;
   EXPECT_EQ(error_of([&] { c.validate(); }), "tp_3d (2,2,2) shards its weights over depth itself: set zero = 0 (got 3)");
   c.zero = 0;
+  c.tp_overlap = "partly";
+  EXPECT_EQ(error_of([&] { c.validate(); }), "tp_overlap must be 'on' or 'off', got 'partly'");
+  c.tp_overlap = "off";
   c.tp_3d_overlap = "yes";
   EXPECT_EQ(error_of([&] { c.validate(); }), "tp_3d_overlap must be 'on' or 'off', got 'yes'");
   c.tp_3d_overlap = "off";

@@ -28,22 +28,30 @@ Work sum_activations_async(ProcessGroup& g, float* data, int64_t n) {
 
 void sum_activations(ProcessGroup& g, Tensor& t) { sum_activations_async(g, t.f32(), t.numel()).wait(); }
 
+Work gather_activations_async(ProcessGroup& g, const float* in, float* out, int64_t n) {
+  if (!in_bf16(g)) return g.all_gather_async(in, out, n);
+  Tensor wire = Tensor::empty({n * g.size()}, DType::BF16, MemoryCategory::CommBuffers);
+  pack_bf16(in, wire.bf16() + g.rank() * n, n);
+  Work work = g.all_gather_bf16_async(wire.bf16() + g.rank() * n, wire.bf16(), n);
+  work.then([wire, out, total = n * g.size()] { widen_bf16(wire.bf16(), out, total); });
+  return work;
+}
+
 void gather_activations(ProcessGroup& g, const Tensor& in, Tensor& out) {
-  if (!in_bf16(g)) return g.all_gather(in, out);
   const int64_t n = in.numel();
   check(out.numel() == n * g.size(), "all_gather: output of ", out.numel(), " elements must be ", g.size(), " x input (",
         n, ")");
-  Tensor wire = Tensor::empty({n * g.size()}, DType::BF16, MemoryCategory::CommBuffers);
-  pack_bf16(in.f32(), wire.bf16() + g.rank() * n, n);
-  g.all_gather_bf16_async(wire.bf16() + g.rank() * n, wire.bf16(), n).wait();
-  widen_bf16(wire.bf16(), out.f32(), out.numel());
+  gather_activations_async(g, in.f32(), out.f32(), n).wait();
+}
+
+Work reduce_scatter_activations_async(ProcessGroup& g, const float* in, float* out, int64_t n) {
+  return in_bf16(g) ? g.reduce_scatter_bf16_async(in, out, n, ReduceOp::Sum) : g.reduce_scatter_async(in, out, n, ReduceOp::Sum);
 }
 
 void reduce_scatter_activations(ProcessGroup& g, const Tensor& in, Tensor& out) {
-  if (!in_bf16(g)) return g.reduce_scatter(in, out, ReduceOp::Sum);
   check(in.numel() == out.numel() * g.size(), "reduce_scatter: input of ", in.numel(), " elements must be ", g.size(),
         " x output (", out.numel(), ")");
-  g.reduce_scatter_bf16_async(in.f32(), out.f32(), out.numel(), ReduceOp::Sum).wait();
+  reduce_scatter_activations_async(g, in.f32(), out.f32(), out.numel()).wait();
 }
 
 void all_to_all_v_activations(ProcessGroup& g, const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,

@@ -26,10 +26,13 @@ int64_t activation_wire_bytes(const ProcessGroup& g, int64_t n);
 // data (n) becomes the sum over g's ranks; the returned handle completes it.
 Work sum_activations_async(ProcessGroup& g, float* data, int64_t n);
 void sum_activations(ProcessGroup& g, Tensor& t);
-// in (n) on every rank -> out (size x n): every rank's in, in rank order.
+// in (n) on every rank -> out (size x n): every rank's in, in rank order. The async form
+// reads in when called and has written out when the handle's wait() returns.
 void gather_activations(ProcessGroup& g, const Tensor& in, Tensor& out);
+Work gather_activations_async(ProcessGroup& g, const float* in, float* out, int64_t n);
 // in (size x n) on every rank -> out (n): the sum of everyone's chunk `rank`.
 void reduce_scatter_activations(ProcessGroup& g, const Tensor& in, Tensor& out);
+Work reduce_scatter_activations_async(ProcessGroup& g, const float* in, float* out, int64_t n);
 // Uneven all-to-all of rows (counts in values, as ProcessGroup::all_to_all_v).
 void all_to_all_v_activations(ProcessGroup& g, const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
                               const std::vector<int64_t>& recv_counts);

@@ -90,7 +90,7 @@ void ProcessGroup::set_activation_dtype(DType d) {
 
 CommStats ProcessGroup::stats() const {
   return CommStats{counters_->calls.load(), counters_->bytes.load(), 1e-9 * static_cast<double>(counters_->nanoseconds.load()),
-                   counters_->sent_bytes.load()};
+                   counters_->sent_bytes.load(), 1e-9 * static_cast<double>(waited_ns_->load())};
 }
 
 void ProcessGroup::reset_stats() {
@@ -98,6 +98,7 @@ void ProcessGroup::reset_stats() {
   counters_->bytes = 0;
   counters_->nanoseconds = 0;
   counters_->sent_bytes = 0;
+  *waited_ns_ = 0;
 }
 
 Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()> body, int64_t payload,
@@ -134,6 +135,7 @@ Work ProcessGroup::submit(const std::string& op, int64_t n, std::function<void()
     ++counters->calls;
   });
   if (watchdog != nullptr && slot >= 0) work.watch(WaitSite{watch_key_, world_ranks_, sequence, -1}, timeout_s_);
+  work.count_waits_into(waited_ns_);
   return work;
 }
 

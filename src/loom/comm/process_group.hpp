@@ -30,12 +30,15 @@
 namespace loom::comm {
 
 // What a group's collectives did since the last reset: how many, the bytes of the whole
-// tensors they reduced or gathered, and the seconds the communication thread spent on them.
+// tensors they reduced or gathered, the seconds the communication thread spent on them, and
+// the seconds callers spent waiting for them (a blocking call's whole time, a started one's
+// wait): the part of that communication compute did not hide.
 struct CommStats {
   int64_t calls = 0;
   int64_t bytes = 0;
   double seconds = 0.0;
   int64_t sent_bytes = 0;  // what this rank's point-to-point sends put on the wire
+  double waited_seconds = 0.0;
 };
 
 // LOOM_COMM_TIMEOUT as seconds (nullopt when unset); loom::Error when it is not seconds >= 0.
@@ -193,6 +196,7 @@ class ProcessGroup {
   struct Counters {
     std::atomic<int64_t> calls{0}, bytes{0}, nanoseconds{0}, sent_bytes{0};
   };
+  std::shared_ptr<std::atomic<int64_t>> waited_ns_ = std::make_shared<std::atomic<int64_t>>(0);
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
 };
 

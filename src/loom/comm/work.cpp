@@ -31,6 +31,11 @@ Work Work::from_request(MPI_Request request, std::string description) {
   return Work(s);
 }
 
+void Work::count_waits_into(std::shared_ptr<std::atomic<int64_t>> nanoseconds) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->waited_ns = std::move(nanoseconds);
+}
+
 void Work::watch(WaitSite site, double timeout_s) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->site = std::move(site);
@@ -110,6 +115,9 @@ void Work::wait_done() const {
     lock.lock();
   }
   state_->done_cv.wait(lock, [&] { return state_->done; });
+  if (state_->waited_ns)
+    *state_->waited_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
   if (state_->error) std::rethrow_exception(state_->error);
 }
 

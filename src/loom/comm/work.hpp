@@ -4,7 +4,9 @@
 // watchdog once it lasts, and ends the job with the watchdog's report past its timeout.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -37,6 +39,8 @@ class Work {
     // Runs once, on the thread whose wait() first sees the operation done (a bf16 receive
     // widens its values into the caller's fp32 buffer); holds what must outlive the operation.
     std::function<void()> then;
+    // Where wait() adds the nanoseconds callers spent in it (their group's exposed time), or null.
+    std::shared_ptr<std::atomic<int64_t>> waited_ns;
     void finish(std::exception_ptr e);
   };
 
@@ -52,6 +56,8 @@ class Work {
   // fn runs once after the operation, when wait() returns (State::then); it also keeps alive
   // whatever it captures (a packed send buffer) until then.
   Work& then(std::function<void()> fn);
+  // Adds the time every later wait() spends blocked to *nanoseconds (the group's stats).
+  void count_waits_into(std::shared_ptr<std::atomic<int64_t>> nanoseconds);
   void wait() const;
   bool is_done() const;
   const std::string& description() const;

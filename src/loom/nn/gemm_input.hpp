@@ -8,6 +8,8 @@ namespace loom::nn {
 
 // A GEMM operand over a tensor of either floating type.
 kernels::Operand gemm_input(const Tensor& t);
+// The same from element `offset` on (the rows of a piece of t).
+kernels::Operand gemm_input(const Tensor& t, int64_t offset);
 
 // x itself in fp32 (or when already bf16); in bf16 mixed precision a bf16 copy, made once
 // where several GEMMs read x or backward keeps it (half the memory of the fp32 one).

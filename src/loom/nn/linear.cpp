@@ -56,15 +56,27 @@ Tensor Linear::backward_from(const Tensor& dy, const Tensor& x, bool bias_grad) 
   const int64_t N = x.numel() / in_;
   Tensor dx = Tensor::empty(x.shape(), DType::F32);  // (N, C)
   const Tensor dy_in = in_compute_precision(dy);        // converted once for both GEMMs
-  kernels::matmul(gemm_input(dy_in), Trans::N, weight_->gemm_operand(), Trans::N, dx.f32(), N, in_, out_);
-  kernels::matmul(gemm_input(dy_in), Trans::T, gemm_input(x), Trans::N, weight_->grad().f32(), out_, in_, N, nullptr,
-                  /*accumulate=*/true);
-  weight_->grad_contributed();
+  input_gradient_rows(gemm_input(dy_in), N, dx.f32());
+  add_weight_gradient(gemm_input(dy_in), gemm_input(x), N);
   if (bias_ && bias_grad) {
     kernels::bias_backward(bias_->grad().f32(), dy.f32(), N, out_);
     bias_->grad_contributed();
   }
   return dx;
+}
+
+void Linear::project_rows(kernels::Operand x, int64_t rows, float* y, bool add_bias) {
+  kernels::matmul(x, Trans::N, weight_->gemm_operand(), Trans::T, y, rows, out_, in_,
+                  bias_ && add_bias ? bias_->value().f32() : nullptr);
+}
+
+void Linear::input_gradient_rows(kernels::Operand dy, int64_t rows, float* dx) {
+  kernels::matmul(dy, Trans::N, weight_->gemm_operand(), Trans::N, dx, rows, in_, out_);
+}
+
+void Linear::add_weight_gradient(kernels::Operand dy, kernels::Operand x, int64_t rows) {
+  kernels::matmul(dy, Trans::T, x, Trans::N, weight_->grad().f32(), out_, in_, rows, nullptr, /*accumulate=*/true);
+  weight_->grad_contributed();
 }
 
 }  // namespace loom::nn

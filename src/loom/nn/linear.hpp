@@ -26,6 +26,12 @@ class Linear : public Module {
   // Given the forward's input x: returns dx = dy W, adds dy^T x to W's gradient and (when
   // bias_grad) dy's column sums to the bias gradient.
   Tensor backward_from(const Tensor& dy, const Tensor& x, bool bias_grad);
+  // The GEMMs of project and backward_from on `rows` rows, for layers that run them piece by
+  // piece around their communication: y = x W^T (+ b), dx = dy W, W's gradient += dy^T x
+  // (then marked contributed). dy in compute precision (in_compute_precision).
+  void project_rows(kernels::Operand x, int64_t rows, float* y, bool add_bias);
+  void input_gradient_rows(kernels::Operand dy, int64_t rows, float* dx);
+  void add_weight_gradient(kernels::Operand dy, kernels::Operand x, int64_t rows);
 
   int64_t in_, out_;
   Parameter* weight_;  // (OC, C)

@@ -13,6 +13,7 @@ void GradientFinalizer::before_backward(bool last) {
 }
 
 void GradientFinalizer::finish() {
+  if (parts_.replicated_sum != nullptr) parts_.replicated_sum->finish();
   // Reductions launched during the last backward; the table's copies are then summed
   // (each already a data-parallel mean); deferred reductions run on the summed table.
   if (parts_.reduce_during_backward) parts_.sync->finish_gradient_sync();

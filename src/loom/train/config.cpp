@@ -75,6 +75,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "schedule_file", "train a custom pipeline schedule from this file instead of `schedule`: one line of actions per rank, as `loom schedule --file` reads and checks it (its pp, micro_batches and chunks must be the run's); empty = `schedule`", &c.schedule_file},
       {"parallel", "pp_layers", "transformer blocks per pipeline stage, e.g. \"3,3,2,2\"; empty = balanced by cost", &c.pp_layers},
       {"parallel", "sequence_parallel", "with tp > 1, also split the activations outside the tensor-parallel layers (LayerNorm, residual) along the sequence", &c.sequence_parallel},
+      {"parallel", "tp_overlap", "with tp > 1: 'on' runs the linear layers' tensor-parallel collectives under their GEMMs (sequence parallelism: the all-gather before a column-parallel GEMM under the GEMM of this rank's own rows, the reduce-scatter after a row-parallel GEMM a piece of rows at a time under the next piece; in backward the input gather under the dX GEMM and dX's reduce-scatter or all-reduce under the dW GEMM; without data parallelism the sums of replicated gradients under the rest of backward); 'off' blocks on each (bit-identical results either way)", &c.tp_overlap},
       {"parallel", "zero", "ZeRO stage: 0 = DDP (replicated), 1 = optimizer state sharded, 2 = + gradients, 3 = + parameters (FSDP)", &c.zero},
       {"parallel", "hsdp_shard", "hybrid sharding: shard over groups of this many dp ranks, replicate across groups; 0 = shard over all dp ranks", &c.hsdp_shard},
       {"parallel", "allreduce", "data-parallel gradient all-reduce: mpi, ring, tree, rhd or param-server (ZeRO: mpi or ring)", &c.allreduce},
@@ -201,6 +202,7 @@ void TrainConfig::validate() const {
         " (stages 2-3 reduce every micro-batch while a pipeline reduces once, after its last backward)");
   check_context_parallel();
   check(!sequence_parallel || tp > 1, "sequence_parallel needs tensor parallelism: set tp > 1");
+  check(tp_overlap == "on" || tp_overlap == "off", "tp_overlap must be 'on' or 'off', got '", tp_overlap, "'");
   check(cp == 1 || !model.moe.enabled() || model.moe.capacity_factor == 0.0,
         "context parallelism splits a sequence over cp ranks while a mixture of experts' capacity drops per whole "
         "sequence (first choices and earlier tokens first): use moe_capacity_factor = 0 (dropless) with cp > 1, not ",

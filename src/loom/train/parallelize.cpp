@@ -171,7 +171,9 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
 
   // 2. Tensor parallelism by layer substitution: the model asks this builder for its layers,
   // and the loss works on the tp-split outputs.
-  if (config.tp > 1) p.tp_layers = std::make_unique<parallel::tp::TensorParallelLayers>(tp, config.sequence_parallel);
+  if (config.tp > 1)
+    p.tp_layers =
+        std::make_unique<parallel::tp::TensorParallelLayers>(tp, config.sequence_parallel, config.tp_overlap == "on");
   // 3D tensor parallelism, the same way: the builder swaps each linear layer for a 3D one.
   if (config.tp_3d_on()) {
     p.grid = std::make_unique<parallel::tp3d::Grid3D>(p.group("row"), p.group("col"), p.group("depth"));
@@ -212,10 +214,15 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
 
   // 4. Sequence parallelism's partial gradients of replicated parameters, summed over tp from
   // grad-ready hooks installed before data parallelism's, so the sum comes first.
-  if (config.tp > 1 && config.sequence_parallel)
-    p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(*p.model, tp, config.zero >= 2);
-  // Without data parallelism nothing reads a replicated gradient before the step ends, so
-  // its mean over depth can run under the rest of backward (GCN's layers keep the blocking one).
+  // Without data parallelism nothing reads them before the finalizer: under tp_overlap the
+  // sums then run under the rest of backward.
+  if (config.tp > 1 && config.sequence_parallel) {
+    const bool local_gradients = config.zero == 0 && config.dp * config.cp == 1;
+    p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(
+        *p.model, tp, config.zero >= 2, comm::ReduceOp::Sum, nullptr, local_gradients && config.tp_overlap == "on");
+  }
+  // Likewise a replicated gradient's mean over depth under --tp-3d runs under the rest of
+  // backward (GCN's layers keep the blocking one).
   const bool overlapped_depth_mean = p.tp3d_layers && config.tp_3d_overlap == "on" && config.family != "gcn" &&
                                      config.dp == 1 && p.group("depth").size() > 1;
   if (p.tp3d_layers) prepare_3d(*p.tp3d_layers, overlapped_depth_mean, p);

@@ -31,8 +31,8 @@ struct StepResult {
   // (1D: all blocking, so not hidden behind compute) and the bytes of the tensors they reduced.
   double tp_comm_seconds = 0.0;
   int64_t tp_comm_bytes = 0;
-  // 3D tensor parallel: how long compute waited for those collectives (the rest was hidden
-  // under compute by tp_3d_overlap); < 0 without a 3D grid.
+  // How long compute waited for those collectives (the rest was hidden under compute by
+  // tp_overlap or tp_3d_overlap); < 0 without tensor parallelism.
   double tp_comm_exposed_seconds = -1.0;
   // Context parallel: this rank's ring attention in the step: the block compute, the waits
   // for K/V or dK/dV hops that compute did not hide (exposed), and the bytes it sent.

@@ -199,12 +199,17 @@ void Trainer::apply_update(StepResult& r) {
   r.step = ++step_;
   r.tp_comm_seconds = 0;
   r.tp_comm_bytes = 0;
+  double waited_s = 0;  // 1D tp: what the layers waited for their group's collectives
   for (comm::ProcessGroup* g : p_.tensor_comm_groups) {
     const comm::CommStats s = g->stats();
     r.tp_comm_seconds += s.seconds;
     r.tp_comm_bytes += s.bytes;
+    waited_s += s.waited_seconds;
   }
-  if (p_.grid) r.tp_comm_exposed_seconds = p_.grid->take_waited_seconds();
+  if (p_.grid)
+    r.tp_comm_exposed_seconds = p_.grid->take_waited_seconds();
+  else if (config_.tp > 1)
+    r.tp_comm_exposed_seconds = waited_s;
 }
 
 float Trainer::evaluate() { return evaluate_on([&](int64_t i) { return spec_->eval_batch(i, batch_.rank()); }, config_.eval_batches); }

@@ -17,6 +17,11 @@ void sum_over(Tensor& t, comm::ProcessGroup& group) {
 
 void f_backward(Tensor& dx, comm::ProcessGroup& group) { sum_over(dx, group); }
 
+comm::Work start_f_backward(Tensor& dx, comm::ProcessGroup& group) {
+  if (group.size() == 1) return comm::Work::completed();
+  return comm::sum_activations_async(group, dx.f32(), dx.numel());
+}
+
 void g_forward(Tensor& y, comm::ProcessGroup& group) { sum_over(y, group); }
 
 namespace {
@@ -37,16 +42,68 @@ void copy_chunks(float* dst, const float* src, int64_t B, int64_t Tl, int64_t C,
 }
 }  // namespace
 
-Tensor gather_sequence(const Tensor& local, comm::ProcessGroup& group) {
-  const int t = group.size();
-  if (t == 1) return local;
-  check(local.ndim() == 3, "gather_sequence expects (B, T/t, C), got ", shape_str(local.shape()));
-  const int64_t B = local.size(0), Tl = local.size(1), C = local.size(2);
-  Tensor blocks = Tensor::empty({t * local.numel()}, DType::F32, MemoryCategory::CommBuffers);
-  comm::gather_activations(group, local.view({local.numel()}), blocks);
+Tensor sequence_from_blocks(const Tensor& blocks, int64_t B, int64_t Tl, int64_t C, int t) {
   Tensor full = Tensor::empty({B, t * Tl, C});
   copy_chunks(full.f32(), blocks.f32(), B, Tl, C, t, /*to_blocks=*/false);
   return full;
+}
+
+Tensor blocks_from_sequence(const Tensor& full, int t) {
+  check(full.ndim() == 3 && full.size(1) % t == 0, "sequence parallelism: the sequence length (",
+        full.ndim() == 3 ? full.size(1) : -1, ") must be divisible by tp (", t, ")");
+  Tensor blocks = Tensor::empty({full.numel()}, DType::F32, MemoryCategory::CommBuffers);
+  copy_chunks(blocks.f32(), full.f32(), full.size(0), full.size(1) / t, full.size(2), t, /*to_blocks=*/true);
+  return blocks;
+}
+
+SequenceGather::SequenceGather(const Tensor& local, comm::ProcessGroup& group) : local_(local), t_(group.size()) {
+  if (t_ == 1) {
+    blocks_ = local;
+    work_ = comm::Work::completed();
+    return;
+  }
+  check(local.ndim() == 3, "gather_sequence expects (B, T/t, C), got ", shape_str(local.shape()));
+  blocks_ = Tensor::empty({t_ * local.numel()}, DType::F32, MemoryCategory::CommBuffers);
+  work_ = comm::gather_activations_async(group, local.f32(), blocks_.f32(), local.numel());
+}
+
+const Tensor& SequenceGather::blocks() const {
+  work_.wait();
+  return blocks_;
+}
+
+Tensor SequenceGather::whole() const {
+  if (t_ == 1) return local_;
+  return sequence_from_blocks(blocks(), local_.size(0), local_.size(1), local_.size(2), t_);
+}
+
+Tensor gather_sequence(const Tensor& local, comm::ProcessGroup& group) { return SequenceGather(local, group).whole(); }
+
+comm::Work start_reduce_scatter_blocks(const Tensor& blocks, Tensor& out, comm::ProcessGroup& group) {
+  check(blocks.numel() == out.numel() * group.size(), "reduce-scatter: ", blocks.numel(), " elements are not ",
+        group.size(), " x ", out.numel());
+  return comm::reduce_scatter_activations_async(group, blocks.f32(), out.f32(), out.numel());
+}
+
+SequenceReduceScatter::SequenceReduceScatter(const Tensor& full, comm::ProcessGroup& group) {
+  const int t = group.size();
+  if (t == 1) {
+    local_ = full;
+    work_ = comm::Work::completed();
+    return;
+  }
+  blocks_ = blocks_from_sequence(full, t);
+  local_ = Tensor::empty({full.size(0), full.size(1) / t, full.size(2)});
+  work_ = start_reduce_scatter_blocks(blocks_, local_, group);
+}
+
+Tensor SequenceReduceScatter::result() const {
+  work_.wait();
+  return local_;
+}
+
+Tensor reduce_scatter_sequence(const Tensor& full, comm::ProcessGroup& group) {
+  return SequenceReduceScatter(full, group).result();
 }
 
 namespace {
@@ -75,19 +132,6 @@ Tensor slice_features(const Tensor& full, int64_t blocks, comm::ProcessGroup& gr
   shape.back() /= group.size();
   Tensor local = Tensor::empty(shape);
   nn::copy_shard(full, local, feature_spec(local, blocks, group, group.rank()));
-  return local;
-}
-
-Tensor reduce_scatter_sequence(const Tensor& full, comm::ProcessGroup& group) {
-  const int t = group.size();
-  if (t == 1) return full;
-  check(full.ndim() == 3 && full.size(1) % t == 0, "sequence parallelism: the sequence length (",
-        full.ndim() == 3 ? full.size(1) : -1, ") must be divisible by tp (", t, ")");
-  const int64_t B = full.size(0), Tl = full.size(1) / t, C = full.size(2);
-  Tensor blocks = Tensor::empty({full.numel()}, DType::F32, MemoryCategory::CommBuffers);
-  copy_chunks(blocks.f32(), full.f32(), B, Tl, C, t, /*to_blocks=*/true);
-  Tensor local = Tensor::empty({B, Tl, C});
-  comm::reduce_scatter_activations(group, blocks, local);
   return local;
 }
 

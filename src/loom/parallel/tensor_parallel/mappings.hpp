@@ -19,6 +19,9 @@ namespace loom::parallel::tp {
 
 // f's backward: dx becomes the sum of the group's partial input gradients.
 void f_backward(Tensor& dx, comm::ProcessGroup& group);
+// The same started now (the group's communication thread runs it while the caller computes):
+// dx is the sum once the returned work is waited for.
+comm::Work start_f_backward(Tensor& dx, comm::ProcessGroup& group);
 // g's forward: y becomes the sum of the group's partial outputs.
 void g_forward(Tensor& y, comm::ProcessGroup& group);
 
@@ -26,6 +29,40 @@ void g_forward(Tensor& y, comm::ProcessGroup& group);
 Tensor gather_sequence(const Tensor& local, comm::ProcessGroup& group);
 // full (B, T, C), partial on every rank -> (B, T/t, C): this rank's chunk of the sum.
 Tensor reduce_scatter_sequence(const Tensor& full, comm::ProcessGroup& group);
+
+// gather_sequence started now: the group's communication thread gathers while the caller
+// computes (the overlap of tp_overlap); blocks() and whole() wait for it.
+class SequenceGather {
+ public:
+  SequenceGather(const Tensor& local, comm::ProcessGroup& group);
+  void wait() const { work_.wait(); }
+  // The ranks' chunks rank-major, (t, B, T/t, C): chunk r starts at element r x local.numel().
+  const Tensor& blocks() const;
+  Tensor whole() const;  // (B, T, C), gather_sequence's result
+
+ private:
+  Tensor local_, blocks_;
+  int t_;
+  comm::Work work_;
+};
+
+// reduce_scatter_sequence started now; result() waits for it.
+class SequenceReduceScatter {
+ public:
+  SequenceReduceScatter(const Tensor& full, comm::ProcessGroup& group);
+  Tensor result() const;
+
+ private:
+  Tensor blocks_, local_;
+  comm::Work work_;
+};
+
+// The reduce-scatter both of the above reduce with: blocks (t x out.numel(), rank-major
+// partial results, block r destined to rank r) -> out, this rank's block summed over the group.
+comm::Work start_reduce_scatter_blocks(const Tensor& blocks, Tensor& out, comm::ProcessGroup& group);
+// Rank-major blocks (t, B, T/t, C) -> (B, T, C), the sequence order, and back.
+Tensor sequence_from_blocks(const Tensor& blocks, int64_t B, int64_t Tl, int64_t C, int t);
+Tensor blocks_from_sequence(const Tensor& full, int t);
 
 // Features (last dim, in `blocks` blocks each split t ways): (..., F/t) on every rank ->
 // (..., F) in the serial order, and back to this rank's slice. in_fp32: gathered in fp32

@@ -1,7 +1,12 @@
 #include "loom/parallel/tensor_parallel/row_parallel_linear.hpp"
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 #include "loom/error.hpp"
 #include "loom/kernels/residual.hpp"
+#include "loom/nn/gemm_input.hpp"
 #include "loom/parallel/tensor_parallel/mappings.hpp"
 
 namespace loom::parallel::tp {
@@ -11,22 +16,43 @@ int64_t local_inputs(int64_t in, int t) {
   check(in % t == 0, "row-parallel layer: ", in, " input features cannot be split over tp = ", t, " ranks");
   return in / t;
 }
+
+// Rows [q0, q1) of every rank's chunk of x (B, T, K), rank-major: (t, q1 - q0, K), where row
+// q of a chunk is token q mod T/t of sequence q div T/t.
+Tensor chunk_rows(const Tensor& x, int64_t q0, int64_t q1, int t) {
+  const int64_t T = x.size(1), Tl = T / t, K = x.size(2), n = q1 - q0;
+  const size_t row_bytes = static_cast<size_t>(K) * dtype_size(x.dtype());
+  Tensor rows = Tensor::empty({t, n, K}, x.dtype(), MemoryCategory::CommBuffers);
+  const auto* src = static_cast<const char*>(x.raw());
+  auto* dst = static_cast<char*>(rows.raw());
+  for (int r = 0; r < t; ++r)
+    for (int64_t q = q0; q < q1;) {
+      const int64_t b = q / Tl, i = q % Tl, run = std::min(q1 - q, Tl - i);  // to the end of sequence b's chunk
+      std::memcpy(dst + static_cast<size_t>(r * n + q - q0) * row_bytes,
+                  src + static_cast<size_t>(b * T + r * Tl + i) * row_bytes, static_cast<size_t>(run) * row_bytes);
+      q += run;
+    }
+  return rows;
+}
 }  // namespace
 
 RowParallelLinear::RowParallelLinear(int64_t in_features, int64_t out_features, comm::ProcessGroup& group,
-                                     bool sequence_parallel)
+                                     bool sequence_parallel, bool overlap)
     : nn::Linear(local_inputs(in_features, group.size()), out_features),
       group_(group),
-      sequence_parallel_(sequence_parallel) {
+      sequence_parallel_(sequence_parallel),
+      overlap_(overlap) {
   weight().set_shard_spec(nn::ShardSpec{1, group.size(), group.rank(), 1});
 }
 
 Tensor RowParallelLinear::forward_impl(const Tensor& x, nn::Context& ctx) {
-  Tensor y = project(x, /*add_bias=*/false, ctx.inference(), ctx.packed_weights());  // (B, T, OC) partial
-  if (sequence_parallel_)
-    y = reduce_scatter_sequence(y, group_);  // (B, T/t, OC)
-  else
+  Tensor y;
+  if (sequence_parallel_ && group_.size() > 1) {
+    y = project_and_reduce_scatter(x);  // (B, T/t, OC)
+  } else {
+    y = project(x, /*add_bias=*/false, ctx.inference(), ctx.packed_weights());  // (B, T, OC) partial
     g_forward(y, group_);
+  }
   ctx.save(this, {x});
   if (bias() != nullptr) {
     const float* b = bias()->value().f32();
@@ -39,17 +65,51 @@ Tensor RowParallelLinear::forward_impl(const Tensor& x, nn::Context& ctx) {
   return y;
 }
 
+Tensor RowParallelLinear::project_and_reduce_scatter(const Tensor& x) {
+  const int t = group_.size();
+  check(x.ndim() == 3 && x.size(1) % t == 0 && x.size(2) == in_, "sequence parallelism: the sequence length (",
+        x.ndim() == 3 ? x.size(1) : -1, ") must be divisible by tp (", t, ")");
+  const int64_t rows = x.numel() / in_ / t;  // B T/t: this rank's chunk of the output
+  Tensor y = Tensor::empty({x.size(0), x.size(1) / t, out_});
+  const int64_t pieces = std::min(kPieces, rows);
+  std::vector<std::pair<comm::Work, Tensor>> in_flight;  // each piece's reduce-scatter and its buffer
+  for (int64_t j = 0; j < pieces; ++j) {
+    const int64_t q0 = rows * j / pieces, q1 = rows * (j + 1) / pieces, n = q1 - q0;
+    const Tensor input = chunk_rows(x, q0, q1, t);  // (t, n, C/t)
+    Tensor partial = Tensor::empty({t * n * out_}, DType::F32, MemoryCategory::CommBuffers);  // (t, n, OC)
+    project_rows(nn::gemm_input(input), t * n, partial.f32(), /*add_bias=*/false);
+    Tensor out = y.view({rows * out_}).narrow(q0 * out_, n * out_);
+    const comm::Work sum = start_reduce_scatter_blocks(partial, out, group_);  // under the next piece's GEMM
+    if (!overlap_) sum.wait();
+    in_flight.emplace_back(sum, partial);
+  }
+  for (const auto& piece : in_flight) piece.first.wait();
+  return y;
+}
+
 Tensor RowParallelLinear::backward_impl(const Tensor& dy, nn::Context& ctx) {
   const Tensor& x = ctx.saved(this, 0);
+  const int t = group_.size();
   Tensor dx;
-  if (sequence_parallel_) {
-    dx = backward_from(gather_sequence(dy, group_), x, /*bias_grad=*/false);
+  if (sequence_parallel_ && t > 1) {
+    // dX chunk by chunk (the dy rows of one rank each), this rank's own under the gather.
+    const SequenceGather dy_full(dy, group_);
+    if (!overlap_) dy_full.wait();
+    const int64_t rows = dy.numel() / out_, me = group_.rank();
+    Tensor dx_blocks = Tensor::empty({t * rows * in_}, DType::F32, MemoryCategory::CommBuffers);  // (t, B, T/t, C/t)
+    input_gradient_rows(nn::gemm_input(nn::in_compute_precision(dy)), rows, dx_blocks.f32() + me * rows * in_);
+    const Tensor dy_blocks = nn::in_compute_precision(dy_full.blocks());
+    for (int r = 0; r < t; ++r)
+      if (r != me)
+        input_gradient_rows(nn::gemm_input(dy_blocks, r * rows * out_), rows, dx_blocks.f32() + r * rows * in_);
+    dx = sequence_from_blocks(dx_blocks, dy.size(0), dy.size(1), in_, t);
+    add_weight_gradient(nn::gemm_input(nn::in_compute_precision(dy_full.whole())), nn::gemm_input(x), x.numel() / in_);
     if (bias() != nullptr) {  // from this rank's rows only: summed across tp afterwards
-      kernels::bias_backward(bias()->grad().f32(), dy.f32(), dy.numel() / out_, out_);
+      kernels::bias_backward(bias()->grad().f32(), dy.f32(), rows, out_);
       bias()->grad_contributed();
     }
   } else {
-    dx = backward_from(dy, x, true);  // g backward is the identity; dx stays split
+    dx = backward_from(dy, x, /*bias_grad=*/true);  // g backward is the identity; dx stays split
   }
   ctx.release(this);
   return dx;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "loom/comm/process_group.hpp"
 #include "loom/nn/module.hpp"
@@ -22,16 +23,24 @@ class ReplicatedGradientSum {
   // total every time would count earlier micro-batches again).
   // replicated: which parameters are reduced (default: those not split over tp); op: Sum,
   // or Avg for gradients that are each a mean over their rank's batch rows.
+  // deferred: no other hook reads the gradients before finish() (no data parallelism: the
+  // gradients stay local), so each sum is started and runs under the rest of backward
+  // (tp_overlap); finish() waits for them. The same collectives either way: the same bits.
   using Predicate = std::function<bool(const nn::Parameter&)>;
   ReplicatedGradientSum(nn::Module& model, comm::ProcessGroup& group, bool every_backward,
-                        comm::ReduceOp op = comm::ReduceOp::Sum, const Predicate& replicated = nullptr);
+                        comm::ReduceOp op = comm::ReduceOp::Sum, const Predicate& replicated = nullptr,
+                        bool deferred = false);
   void set_sync(bool on) { sync_ = on; }
+  // After the step's last backward, before anything reads the gradients: the deferred sums done.
+  void finish();
 
  private:
   comm::ProcessGroup& group_;
   bool every_backward_;
   comm::ReduceOp op_;
+  bool deferred_;
   bool sync_ = true;
+  std::vector<comm::Work> in_flight_;
 };
 
 }  // namespace loom::parallel::tp

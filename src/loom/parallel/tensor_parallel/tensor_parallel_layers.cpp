@@ -8,11 +8,11 @@
 namespace loom::parallel::tp {
 
 std::unique_ptr<nn::Linear> TensorParallelLayers::column_parallel_linear(int64_t in, int64_t out, int64_t blocks) const {
-  return std::make_unique<ColumnParallelLinear>(in, out, blocks, group_, sequence_parallel_);
+  return std::make_unique<ColumnParallelLinear>(in, out, blocks, group_, sequence_parallel_, /*gather_output=*/false, overlap_);
 }
 
 std::unique_ptr<nn::Linear> TensorParallelLayers::row_parallel_linear(int64_t in, int64_t out) const {
-  return std::make_unique<RowParallelLinear>(in, out, group_, sequence_parallel_);
+  return std::make_unique<RowParallelLinear>(in, out, group_, sequence_parallel_, overlap_);
 }
 
 std::unique_ptr<nn::Embedding> TensorParallelLayers::embedding(int64_t V, int64_t Vp, int64_t block_size,

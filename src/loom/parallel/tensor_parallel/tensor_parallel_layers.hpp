@@ -12,8 +12,10 @@ class TensorParallelLayers : public nn::LayerBuilder {
  public:
   // sequence_parallel: activations outside the tensor-parallel regions are split along the
   // sequence (Korthikanti et al. 2022); the model's input and output stay whole.
-  TensorParallelLayers(comm::ProcessGroup& group, bool sequence_parallel)
-      : group_(group), sequence_parallel_(sequence_parallel) {}
+  // overlap: the linear layers' collectives run under their GEMMs (tp_overlap; see
+  // column_parallel_linear.hpp and row_parallel_linear.hpp).
+  TensorParallelLayers(comm::ProcessGroup& group, bool sequence_parallel, bool overlap = false)
+      : group_(group), sequence_parallel_(sequence_parallel), overlap_(overlap) {}
 
   int64_t tensor_parallel_size() const override { return group_.size(); }
   std::unique_ptr<nn::Linear> column_parallel_linear(int64_t in, int64_t out, int64_t blocks) const override;
@@ -29,6 +31,7 @@ class TensorParallelLayers : public nn::LayerBuilder {
  private:
   comm::ProcessGroup& group_;
   bool sequence_parallel_;
+  bool overlap_;
 };
 
 }  // namespace loom::parallel::tp
