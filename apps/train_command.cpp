@@ -30,19 +30,7 @@ void print_dry_run(train::TrainConfig& config) {
               "time: %s)\n",
               static_cast<long long>(config.model.num_parameters()), static_cast<long long>(params),
               config.tokenizer.c_str());
-  plan::StateBytes state =
-      plan::model_state_bytes(params, static_cast<int>(config.shard_size()), static_cast<int>(config.zero),
-                              config.optimizer == "adamw" ? 8 : 4);
-  if (config.precision == "bf16") {
-    // The blocks' Linear weights are read by GEMMs only (held in bf16 alone under ZeRO-1/2);
-    // every other parameter keeps an fp32 value (plan/mixed_precision_cost.hpp). 3D tensor
-    // parallelism gathers its weights in fp32, experts are not Linear layers.
-    const nn::GPTConfig& m = config.model;
-    const int64_t gemm_only =
-        config.tp_3d.empty() ? m.n_layer * (4 + (m.moe.enabled() ? 0 : 8)) * m.n_embd * m.n_embd / config.tp : 0;
-    state = plan::mixed_precision_state_bytes(params, params - gemm_only, static_cast<int>(config.shard_size()),
-                                              static_cast<int>(config.zero), config.optimizer == "adamw" ? 8 : 4);
-  }
+  const plan::StateBytes state = train::training_state(config, params, config.model.n_layer);
   const char* mode[] = {"DDP, replicated", "ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP"};
   std::printf("# predicted state memory per rank (%s, %s, %s, sharded over %lld ranks): params %s + grads %s + "
               "optimizer %s = %s%s\n",
@@ -61,12 +49,10 @@ void print_dry_run(train::TrainConfig& config) {
               available.source.c_str());
   if (config.tp > 1) {
     const int64_t C = config.model.n_embd, T = config.model.block_size;
-    std::printf("# predicted activations per layer per rank (fp32, micro-batch %lld x %lld): %s; tensor-parallel "
+    std::printf("# predicted activations per layer per rank (%s, micro-batch %lld x %lld): %s; tensor-parallel "
                 "traffic per step per rank: %s\n",
-                static_cast<long long>(config.batch_size), static_cast<long long>(T),
-                format_bytes(plan::activation_bytes_per_layer(config.batch_size, T, C, config.model.n_head, config.tp,
-                                                              config.sequence_parallel))
-                    .c_str(),
+                config.precision.c_str(), static_cast<long long>(config.batch_size), static_cast<long long>(T),
+                format_bytes(train::layer_activation_bytes(config)).c_str(),
                 format_bytes(plan::tensor_parallel_bytes_per_step(config.batch_size, T, C, config.model.n_layer, T,
                                                                   config.micro_batches, config.sequence_parallel,
                                                                   static_cast<int>(config.zero),
@@ -88,15 +74,13 @@ void print_dry_run(train::TrainConfig& config) {
     }
     // Forward: cp - 1 K/V hops; backward: cp - 1 K/V hops and cp dK/dV hops; (B, T/cp, 2C/tp) each.
     const int64_t hop = 4 * config.batch_size * Tl * 2 * C / config.tp;
-    std::printf("\n# predicted activations per layer per rank (fp32, micro-batch %lld x %lld of %lld tokens): %s "
+    train::TrainConfig without_cp = config;
+    without_cp.cp = 1;
+    std::printf("\n# predicted activations per layer per rank (%s, micro-batch %lld x %lld of %lld tokens): %s "
                 "(cp 1: %s); ring traffic per step per rank: %s\n",
-                static_cast<long long>(config.batch_size), static_cast<long long>(Tl), static_cast<long long>(T),
-                format_bytes(plan::activation_bytes_per_layer(config.batch_size, T, C, config.model.n_head, config.tp,
-                                                              config.sequence_parallel, cp))
-                    .c_str(),
-                format_bytes(plan::activation_bytes_per_layer(config.batch_size, T, C, config.model.n_head, config.tp,
-                                                              config.sequence_parallel))
-                    .c_str(),
+                config.precision.c_str(), static_cast<long long>(config.batch_size), static_cast<long long>(Tl),
+                static_cast<long long>(T), format_bytes(train::layer_activation_bytes(config)).c_str(),
+                format_bytes(train::layer_activation_bytes(without_cp)).c_str(),
                 format_bytes(hop * (3 * cp - 2) * config.model.n_layer * config.micro_batches).c_str());
   }
   if (config.pp > 1) {

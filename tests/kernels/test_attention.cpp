@@ -2,13 +2,14 @@
 // finite differences through the fp32 forward, and bit-identical 2-thread runs. Sizes cover
 // one causal block (T = 5), several (T = 128: 2 x 64 rows), a ragged last block (T = 200:
 // 67 + 67 + 66 rows, and rows that end inside a 16-lane chunk) and both kinds of head groups
-// (T >= 1024).
+// (T >= 1024); the path that keeps no probabilities recomputes them bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "loom/kernels/attention.hpp"
+#include "loom/kernels/precision.hpp"
 #include "test_util.hpp"
 
 namespace loom::kernels {
@@ -110,6 +111,32 @@ TEST(Attention, MatchesNaiveTwinSingleToken) { check_against_reference(3, 1, 8, 
 // heads (3 + 1). Tiny HS keeps the double twin cheap.
 TEST(Attention, MatchesNaiveTwinGroupsOfSequences) { check_against_reference(3, 1024, 8, 2); }
 TEST(Attention, MatchesNaiveTwinGroupsOfHeads) { check_against_reference(2, 1100, 16, 4); }
+
+// Without att (the bf16 training path and inference keep no probabilities), forward writes
+// the same output and backward recomputes the probabilities group by group: both bit for bit
+// what the path that keeps att computes, in fp32 and with bf16 products, across head groups.
+void expect_recompute_bit_identical(int64_t B, int64_t T, int64_t C, int64_t NH) {
+  const auto qkv = random_vector(B * T * 3 * C, 300 + T, -2.0f, 2.0f);
+  const auto dout = random_vector(B * T * C, 400 + T);
+  for (Precision p : {Precision::F32, Precision::BF16}) {
+    PrecisionScope scope(p);
+    std::vector<float> out(B * T * C), att(B * NH * T * T), datt(B * NH * T * T), dqkv(B * T * 3 * C);
+    std::vector<float> out2(B * T * C, NAN), dqkv2(B * T * 3 * C, NAN);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    attention_forward(out2.data(), nullptr, qkv.data(), B, T, C, NH);
+    attention_backward(dqkv2.data(), nullptr, dout.data(), qkv.data(), nullptr, B, T, C, NH);
+    EXPECT_EQ(out, out2) << precision_name(p) << " T " << T;
+    EXPECT_EQ(dqkv, dqkv2) << precision_name(p) << " T " << T;
+  }
+}
+
+TEST(Attention, RecomputedProbabilitiesAreBitIdentical) {
+  expect_recompute_bit_identical(2, 5, 12, 3);
+  expect_recompute_bit_identical(1, 200, 24, 3);
+  expect_recompute_bit_identical(3, 1024, 8, 2);  // groups of sequences
+  expect_recompute_bit_identical(2, 1100, 16, 4);  // groups of heads
+}
 
 TEST(Attention, FiniteDifferenceGradients) {
   // loss = sum(out * g) in double; central differences on qkv with h = 1e-2.

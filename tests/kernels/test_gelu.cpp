@@ -76,6 +76,37 @@ TEST(Gelu, InPlaceMatchesOutOfPlace) {
   EXPECT_TRUE(all_close(serial, out, 0.0, 0.0, "1 vs 2 threads"));
 }
 
+// Mixed precision keeps GELU's input in bf16: the forward that writes that copy in its pass
+// gives the fp32 output unchanged and to_bf16 of every input (ties to even, NaN a NaN), and
+// the backward from the copy equals the fp32 backward on the widened copy, bit for bit, on
+// a ragged length (masked last vector) with 2 threads.
+TEST(Gelu, KeepsItsInputInBf16) {
+  set_num_threads(2);
+  const int64_t n = 100003;
+  auto x = random_vector(n, 7, -6.0f, 6.0f);
+  x[5] = NAN;
+  x[6] = 1.00390625f;  // exactly between two bf16 values: rounds to even (1.0)
+  const auto dout = random_vector(n, 8);
+  std::vector<float> out(n), want(n), dinp(n), widened(n), dwant(n);
+  std::vector<bfloat16> kept(n);
+  gelu_forward(out.data(), kept.data(), x.data(), n);
+  gelu_forward(want.data(), x.data(), n);
+  gelu_backward(dinp.data(), kept.data(), dout.data(), n);
+  for (int64_t i = 0; i < n; ++i) widened[i] = to_f32(kept[i]);
+  gelu_backward(dwant.data(), widened.data(), dout.data(), n);
+  set_num_threads(1);
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE(std::isnan(widened[i]) && std::isnan(out[i]) && std::isnan(dinp[i]));
+      continue;
+    }
+    ASSERT_EQ(kept[i].bits, to_bf16(x[i]).bits) << i;
+    ASSERT_EQ(out[i], want[i]) << i;
+    ASSERT_EQ(dinp[i], dwant[i]) << i;
+  }
+  EXPECT_EQ(widened[6], 1.0f);
+}
+
 TEST(Gelu, NaNPropagates) {
   const float x[2] = {NAN, 1.0f}, d[2] = {1.0f, NAN};
   float out[2], dinp[2];

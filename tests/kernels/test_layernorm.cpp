@@ -154,5 +154,33 @@ TEST(LayerNorm, BitIdenticalForFixedThreadCount) {
       1e-5, 1e-4);
 }
 
+// Mixed precision keeps LayerNorm's input in bf16: the forward that writes that copy gives
+// the same output and statistics bit for bit and to_bf16 of every input; the backward from
+// the copy is the fp32 backward on the widened copy (the same fp32 arithmetic; 1e-6 allows
+// for a different vectorisation of the bf16 loads).
+TEST(LayerNorm, KeepsItsInputInBf16) {
+  const int64_t N = 300, C = 97;
+  const auto x = random_vector(N * C, 31, -3.0f, 3.0f), w = random_vector(C, 32, 0.5f, 1.5f), b = random_vector(C, 33);
+  const auto dout = random_vector(N * C, 34);
+  std::vector<float> out(N * C), out2(N * C), mean(N), rstd(N), mean2(N), rstd2(N), widened(N * C);
+  std::vector<bfloat16> kept(N * C);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  layernorm_forward(out2.data(), mean2.data(), rstd2.data(), x.data(), w.data(), b.data(), N, C, kept.data());
+  EXPECT_EQ(out, out2);
+  EXPECT_EQ(mean, mean2);
+  EXPECT_EQ(rstd, rstd2);
+  for (int64_t i = 0; i < N * C; ++i) {
+    ASSERT_EQ(kept[i].bits, to_bf16(x[i]).bits) << i;
+    widened[i] = to_f32(kept[i]);
+  }
+  std::vector<float> dx(N * C), dw(C, 0.0f), db(C, 0.0f), dx2(N * C), dw2(C, 0.0f), db2(C, 0.0f);
+  layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), kept.data(), w.data(), mean.data(), rstd.data(), N, C);
+  layernorm_backward(dx2.data(), dw2.data(), db2.data(), dout.data(), widened.data(), w.data(), mean.data(), rstd.data(),
+                     N, C);
+  EXPECT_TRUE(all_close(dx, dx2, 1e-6, 1e-7, "dx"));
+  EXPECT_TRUE(all_close(dw, dw2, 1e-6, 1e-7, "dweight"));
+  EXPECT_TRUE(all_close(db, db2, 1e-6, 1e-7, "dbias"));
+}
+
 }  // namespace
 }  // namespace loom::kernels

@@ -4,7 +4,7 @@
 // (relative 1e-5, against the largest magnitude); the whole GPT trained 20 steps under tp
 // (and dp x tp, with ZeRO, with sequence parallelism) must give the serial run's losses
 // (relative 1e-5) and parameters (relative 1e-4); one layer's saved activations must match
-// plan::activation_bytes_per_layer within 10%.
+// plan::activation_bytes_per_layer within 10% (plan::bf16_activation_bytes_per_layer in bf16).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,7 +18,9 @@
 #include "loom/nn/gpt.hpp"
 #include "loom/parallel/tensor_parallel/tensor_parallel_layers.hpp"
 #include "loom/plan/comm_cost.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/plan/memory_model.hpp"
+#include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/parallel/tensor_parallel/column_parallel_linear.hpp"
 #include "loom/parallel/tensor_parallel/row_parallel_linear.hpp"
 #include "loom/parallel/tensor_parallel/vocab_parallel_cross_entropy.hpp"
@@ -401,6 +403,16 @@ TEST_P(ActivationMemory, PerLayerMatchesTheFormula) {
   EXPECT_NEAR(static_cast<double>(measured), static_cast<double>(formula), 0.10 * static_cast<double>(formula))
       << "tp " << t << (sp ? " with" : " without") << " sequence parallelism";
   RecordProperty("activation_bytes_per_layer", std::to_string(measured));
+  // Mixed precision: the layers of nn/ keep bf16 copies and no probabilities, the
+  // tensor-parallel Linears their fp32 inputs (plan::bf16_activation_bytes_per_layer). At
+  // t = 1 training builds serial Linears, which keep bf16 (PlanBf16.LayerActivationsMatchTheTracker).
+  if (t == 1) return;
+  const kernels::PrecisionScope bf16(kernels::Precision::BF16);
+  const int64_t measured_bf16 = saved_after_forward(3) - saved_after_forward(2);
+  const int64_t formula_bf16 = plan::bf16_activation_bytes_per_layer(B, T, C, NH, t, sp);
+  EXPECT_NEAR(static_cast<double>(measured_bf16), static_cast<double>(formula_bf16),
+              0.10 * static_cast<double>(formula_bf16))
+      << "bf16, tp " << t << (sp ? " with" : " without") << " sequence parallelism";
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, ActivationMemory, ::testing::Values(false, true),

@@ -4,9 +4,14 @@
 // activation traffic priced at 2 bytes a value, and the dgx-a100 preset's precision.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include "loom/plan/layout_cost.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/plan/tensor_parallel_3d_cost.hpp"
+#include "loom/kernels/attention.hpp"
+#include "loom/kernels/precision.hpp"
+#include "loom/train/memory_budget.hpp"
 #include "loom/train/trainer.hpp"
 #include "tiny_config.hpp"
 
@@ -49,15 +54,61 @@ TEST(PlanBf16, MemoryOfASerialLayoutByHand) {
   ASSERT_TRUE(c.valid) << c.why_not;
   const int64_t P = 12 * 4 * 128 * 128 + 13 * 4 * 128 + 128 * 128 + 128 * 128 + 2 * 128;
   EXPECT_EQ(c.state_bytes, 18 * P);
-  // Each layer keeps its four Linear inputs in bf16: 2 bytes less on (B T C) x (1 + 1 + 1 + 4).
-  const int64_t B = 8, T = 128, C = 128;
-  EXPECT_EQ(f.activation_bytes - c.activation_bytes, 4 * 2 * 7 * B * T * C);
+  // Each layer keeps bf16 copies of its 16 B T C values (2 bytes less each) and no
+  // probabilities (NH B T^2 values of 4 bytes); outside the layers the embedding's output is
+  // not kept and the final LayerNorm's input and output are bf16 (8 B T C bytes less), and
+  // the head's backward adds a bf16 block of 1024 rows of the logits' gradient; one layer's
+  // attention backward recomputes the probabilities of a group of heads (all 8 x 4 here:
+  // 2 MiB of scores) and their gradient in fp32, and widens q, k, v to fp32.
+  const int64_t B = 8, T = 128, C = 128, NH = 4, V = 128;
+  EXPECT_EQ(f.activation_bytes - c.activation_bytes, 4 * (2 * 16 * B * T * C + 4 * NH * B * T * T) + 8 * B * T * C -
+                                                         2 * 1024 * V - 4 * (2 * B * NH * T * T + 3 * B * T * C));
   // ZeRO-1 over dp 2: bf16 weights, the Linear weights' fp32 values dropped, master and moments sharded.
   l.dp = 2;
   l.micro_batch = 4;
   l.zero = 1;
   const int64_t linear = 4 * 12 * 128 * 128;
   EXPECT_EQ(predict(m, cpu_bf16(), l, 8).state_bytes, 2 * P + 4 * (P - linear) + 4 * P + 12 * P / 2);
+}
+
+// The activations one more layer keeps for backward, measured by the tracker as the
+// difference between a 3- and a 2-layer model's saved activations after forward, against
+// what `--dry-run`, memory.json and the planner count (train::layer_activation_bytes, the
+// same tolerance as the fp32 ActivationMemory test). In bf16 the layer keeps bf16 copies and
+// no probabilities: well under half its fp32 bytes at T = 64, where those are 2/3 of them.
+TEST(PlanBf16, LayerActivationsMatchTheTracker) {
+  train::TrainConfig t = testing::tiny_config();
+  t.model.n_embd = 32;
+  t.model.n_head = 2;
+  t.model.block_size = 64;
+  t.batch_size = 2;
+  auto saved_after_forward = [&](int64_t L, kernels::Precision p) {
+    kernels::PrecisionScope precision(p);
+    nn::GPTConfig config = t.model;
+    config.n_layer = L;
+    nn::GPT model(config, 1);
+    const Tensor idx = Tensor::zeros({t.batch_size, config.block_size}, DType::I32);
+    MemoryScope scope(MemoryCategory::Activations);
+    const int64_t before = MemoryTracker::instance().current(MemoryCategory::Activations);
+    nn::Context ctx;
+    const Tensor logits = model.forward(idx, ctx);
+    return MemoryTracker::instance().current(MemoryCategory::Activations) - before;
+  };
+  for (const char* precision : {"fp32", "bf16"}) {
+    const kernels::Precision p = kernels::parse_precision(precision);
+    t.precision = precision;
+    const int64_t measured = saved_after_forward(3, p) - saved_after_forward(2, p);
+    const int64_t predicted = train::layer_activation_bytes(t);
+    EXPECT_NEAR(static_cast<double>(measured), static_cast<double>(predicted), 0.10 * static_cast<double>(predicted))
+        << precision;
+  }
+  t.precision = "fp32";
+  const int64_t fp32 = train::layer_activation_bytes(t);
+  EXPECT_EQ(kBf16HeadGradientRows, nn::GPT::kHeadGradientRows);
+  for (const auto& [B, T, NH] : {std::array<int64_t, 3>{8, 128, 4}, {3, 1024, 2}, {2, 1100, 4}, {4, 1024, 12}})
+    EXPECT_EQ(attention_group_values(B, T, NH), kernels::attention_group_values(B, T, NH)) << B << " " << T << " " << NH;
+  t.precision = "bf16";
+  EXPECT_LT(2 * train::layer_activation_bytes(t), fp32);
 }
 
 TEST(PlanBf16, PredictsTheTrackedPeakOfASerialBf16Step) {

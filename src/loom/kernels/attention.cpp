@@ -14,6 +14,7 @@
 
 #include "loom/kernels/fast_math.hpp"
 #include "loom/kernels/matmul.hpp"
+#include "loom/tensor/tensor.hpp"
 
 namespace loom::kernels {
 
@@ -206,25 +207,42 @@ void causal_softmax_backward(float* datt, const float* att, int64_t H, int64_t T
   }
 }
 
+// Rows [i0, i1) of a group's probabilities, written into a (the group's (nb * nh, T, T)
+// block): S = scale Q K^T against keys [0, i1), then the causal softmax over it.
+void probabilities(const Views& v, const float* q, const float* k, float* a, int64_t i0, int64_t i1, float scale) {
+  batched_matmul(v.desc(i1 - i0, i1, v.HS, v.qkv_rows(), v.qkv_cols(), v.att_rows(), scale), q + i0 * 3 * v.C, k,
+                 a + i0 * v.T);
+  causal_softmax(a, v.nb * v.nh, v.T, i0, i1);
+}
+
+// A scratch for the largest group's (nb * nh, T, T) scores, where att is not kept.
+Tensor group_scratch(int64_t B, int64_t T, int64_t NH) { return Tensor::empty({attention_group_values(B, T, NH)}); }
+
 }  // namespace
+
+int64_t attention_group_values(int64_t B, int64_t T, int64_t NH) {
+  int64_t most = 0;
+  for (const Group& g : groups(B, T, NH)) most = std::max(most, g.nb * g.nh * T * T);
+  return most;
+}
 
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                        int64_t NH) {
   const int64_t HS = C / NH, blk = block_rows(T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const Tensor scratch = att == nullptr ? group_scratch(B, T, NH) : Tensor();
   for (const Group& g : groups(B, T, NH)) {
     const Views v{g.nb, g.nh, T, C, NH, HS};
     const float* q = qkv + g.b0 * T * 3 * C + g.h0 * HS;  // (nb, T, nh, HS) inside qkv
     const float* k = q + C;                               // (nb, T, nh, HS) inside qkv
     const float* val = q + 2 * C;                         // (nb, T, nh, HS) inside qkv
-    float* a = att + (g.b0 * NH + g.h0) * T * T;          // (nb * nh, T, T), contiguous
-    float* o = out + g.b0 * T * C + g.h0 * HS;            // (nb, T, nh, HS) inside out
+    // (nb * nh, T, T), contiguous: inside att, or the scratch reused by every group
+    float* a = att != nullptr ? att + (g.b0 * NH + g.h0) * T * T : scratch.f32();
+    float* o = out + g.b0 * T * C + g.h0 * HS;  // (nb, T, nh, HS) inside out
     for (int64_t i0 = 0; i0 < T; i0 += blk) {
       const int64_t i1 = std::min(T, i0 + blk);
       // S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T; softmax; out[i0:i1] = P[i0:i1, 0:i1] V[0:i1].
-      batched_matmul(v.desc(i1 - i0, i1, HS, v.qkv_rows(), v.qkv_cols(), v.att_rows(), scale),
-                     q + i0 * 3 * C, k, a + i0 * T);
-      causal_softmax(a, g.nb * g.nh, T, i0, i1);
+      probabilities(v, q, k, a, i0, i1, scale);
       batched_matmul(v.desc(i1 - i0, HS, i1, v.att_rows(), v.qkv_rows(), v.out_rows()), a + i0 * T, val,
                      o + i0 * C);
     }
@@ -235,6 +253,9 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
                         int64_t B, int64_t T, int64_t C, int64_t NH) {
   const int64_t HS = C / NH, blk = block_rows(T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const bool recompute = att == nullptr;
+  const Tensor p_scratch = recompute ? group_scratch(B, T, NH) : Tensor();
+  const Tensor dp_scratch = recompute ? group_scratch(B, T, NH) : Tensor();
   for (const Group& g : groups(B, T, NH)) {
     const Views v{g.nb, g.nh, T, C, NH, HS};
     const int64_t qkv_off = g.b0 * T * 3 * C + g.h0 * HS, att_off = (g.b0 * NH + g.h0) * T * T;
@@ -245,8 +266,11 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
     float* dk = dq + C;                                 // (nb, T, nh, HS) inside dqkv
     float* dv = dq + 2 * C;                             // (nb, T, nh, HS) inside dqkv
     const float* dO = dout + g.b0 * T * C + g.h0 * HS;  // (nb, T, nh, HS) inside dout
-    const float* a = att + att_off;                     // (nb * nh, T, T), contiguous
-    float* da = datt + att_off;                         // (nb * nh, T, T), contiguous
+    // (nb * nh, T, T), contiguous: inside att and datt, or the scratches reused by every group
+    const float* a = recompute ? p_scratch.f32() : att + att_off;
+    float* da = recompute ? dp_scratch.f32() : datt + att_off;
+    if (recompute)  // the forward's probabilities again: the same products on the same operands
+      for (int64_t i0 = 0; i0 < T; i0 += blk) probabilities(v, q, k, p_scratch.f32(), i0, std::min(T, i0 + blk), scale);
     for (int64_t i0 = 0; i0 < T; i0 += blk) {
       const int64_t i1 = std::min(T, i0 + blk);
       // dP[i0:i1, 0:i1] = dO[i0:i1] V[0:i1]^T; dS by the softmax backward;

@@ -8,12 +8,18 @@
 namespace loom::kernels {
 
 // out (B, T, C) heads interleaved as (B, T, NH, HS); att (B, NH, T, T) softmax
-// probabilities saved for backward (entries above the diagonal are 0);
-// qkv (B, T, 3C) laid out as [q | k | v], each (NH, HS).
+// probabilities saved for backward (entries above the diagonal are 0), or null: not kept
+// (a scratch of one group of heads at a time); qkv (B, T, 3C) laid out as [q | k | v], each (NH, HS).
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                        int64_t NH);
-// dqkv (B, T, 3C) overwritten; datt (B, NH, T, T) scratch; dout (B, T, C).
+// dqkv (B, T, 3C) overwritten; datt (B, NH, T, T) scratch; dout (B, T, C). With att and datt
+// null, the probabilities are recomputed from qkv one group of heads at a time, bit for bit
+// as forward computed them (the same products and softmax on the same operands), into
+// scratches of a group's size: the backward of a forward that did not keep them.
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
                         int64_t B, int64_t T, int64_t C, int64_t NH);
+// The values of the largest group of heads' (T, T) scores: the size of each scratch the
+// paths without att use.
+int64_t attention_group_values(int64_t B, int64_t T, int64_t NH);
 
 }  // namespace loom::kernels

@@ -19,6 +19,19 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
 constexpr int64_t kGeluParallelMin = 1 << 15;
 
+// The portable loops' element: gelu(x), and gelu'(x) * dout. With s = sigmoid(2u):
+// d/dx [x s] = s + x * 2 s (1 - s) * du  (1 - tanh^2 = 4 s (1 - s)).
+[[maybe_unused]] inline float gelu1(float x) {
+  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  return x / (1.0f + fast_exp(-2.0f * u));
+}
+[[maybe_unused]] inline float gelu_grad1(float x, float dout) {
+  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
+  const float s = 1.0f / (1.0f + fast_exp(-2.0f * u));
+  return (s + 2.0f * x * s * (1.0f - s) * du) * dout;
+}
+
 #if LOOM_FAST_MATH_AVX512
 // 16 elements (masked): out = x * sigmoid(2u).
 inline __m512 gelu16(__m512 x) {
@@ -54,8 +67,64 @@ void for_each_vector16(int64_t n, Body&& body) {
     body(i, i + 16 <= n ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1));
   }
 }
+
+// 16 bf16 values widened to fp32 (exact); lanes outside m read as 0. (Plain AVX-512F: a
+// masked 16-bit load would need AVX-512BW.)
+inline __m512 load_bf16x16(const bfloat16* p, __mmask16 m) {
+  alignas(32) bfloat16 tail[16] = {};
+  if (m != 0xFFFF)
+    for (int j = 0; j < 16 && ((m >> j) & 1); ++j) tail[j] = p[j];
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m == 0xFFFF ? p : tail));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+// 16 fp32 values rounded to bf16 as to_bf16 does (nearest even; NaN stays a quiet NaN), the
+// lanes of m stored. AVX-512F only (no AVX512-BF16 needed).
+inline void store_bf16x16(bfloat16* p, __m512 x, __mmask16 m) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
+  const __m256i b = _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+  if (m == 0xFFFF) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), b);
+    return;
+  }
+  alignas(32) bfloat16 tail[16];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(tail), b);
+  for (int j = 0; j < 16 && ((m >> j) & 1); ++j) p[j] = tail[j];
+}
 #endif
 }  // namespace
+
+void gelu_forward(float* out, bfloat16* kept, const float* inp, int64_t n) {
+#if LOOM_FAST_MATH_AVX512
+  for_each_vector16(n, [&](int64_t i, __mmask16 m) {
+    const __m512 x = _mm512_maskz_loadu_ps(m, inp + i);
+    store_bf16x16(kept + i, x, m);
+    _mm512_mask_storeu_ps(out + i, m, gelu16(x));
+  });
+#else
+#pragma omp parallel for simd schedule(static) if (n >= kGeluParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    kept[i] = to_bf16(x);
+    out[i] = gelu1(x);
+  }
+#endif
+}
+
+void gelu_backward(float* dinp, const bfloat16* inp, const float* dout, int64_t n) {
+#if LOOM_FAST_MATH_AVX512
+  for_each_vector16(n, [&](int64_t i, __mmask16 m) {
+    const __m512 r = gelu_grad16(load_bf16x16(inp + i, m), _mm512_maskz_loadu_ps(m, dout + i));
+    _mm512_mask_storeu_ps(dinp + i, m, r);
+  });
+#else
+#pragma omp parallel for simd schedule(static) if (n >= kGeluParallelMin)
+  for (int64_t i = 0; i < n; ++i) dinp[i] = gelu_grad1(to_f32(inp[i]), dout[i]);
+#endif
+}
 
 void gelu_forward(float* out, const float* inp, int64_t n) {
 #if LOOM_FAST_MATH_AVX512
@@ -64,11 +133,7 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
   });
 #else
 #pragma omp parallel for simd schedule(static) if (n >= kGeluParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-    out[i] = x / (1.0f + fast_exp(-2.0f * u));
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = gelu1(inp[i]);
 #endif
 }
 
@@ -80,14 +145,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
   });
 #else
 #pragma omp parallel for simd schedule(static) if (n >= kGeluParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-    // With s = sigmoid(2u): d/dx [x s] = s + x * 2 s (1 - s) * du  (1 - tanh^2 = 4 s (1 - s)).
-    const float s = 1.0f / (1.0f + fast_exp(-2.0f * u));
-    dinp[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
-  }
+  for (int64_t i = 0; i < n; ++i) dinp[i] = gelu_grad1(inp[i], dout[i]);
 #endif
 }
 

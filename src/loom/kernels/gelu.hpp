@@ -3,11 +3,19 @@
 
 #include <cstdint>
 
+#include "loom/tensor/dtype.hpp"
+
 namespace loom::kernels {
 
 // out, inp (n); out may alias inp.
 void gelu_forward(float* out, const float* inp, int64_t n);
 // dinp = gelu'(inp) * dout, overwritten; dinp may alias dout.
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+
+// Mixed precision, one pass: out = gelu(inp) and kept = bf16(inp), what backward reads
+// (rounded to nearest even as to_bf16); out may alias inp.
+void gelu_forward(float* out, bfloat16* kept, const float* inp, int64_t n);
+// gelu_backward on the input kept in bf16 (widened exactly, the derivative in fp32).
+void gelu_backward(float* dinp, const bfloat16* inp, const float* dout, int64_t n);
 
 }  // namespace loom::kernels

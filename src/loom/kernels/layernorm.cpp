@@ -15,10 +15,19 @@ namespace loom::kernels {
 namespace {
 // Below this many elements a parallel region costs more than it saves.
 constexpr int64_t kLayerNormParallelMin = 1 << 14;
+
+// An input element in fp32: itself, or a bf16 one widened (exact).
+inline float as_f32(float v) { return v; }
+inline float as_f32(bfloat16 v) { return to_f32(v); }
+
+// layernorm_backward over an fp32 input or its bf16 copy (the same arithmetic on its values).
+template <class In>
+void backward(float* dinp, float* dweight, float* dbias, const float* dout, const In* inp, const float* weight,
+              const float* mean, const float* rstd, int64_t N, int64_t C);
 }  // namespace
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t N, int64_t C) {
+                       const float* bias, int64_t N, int64_t C, bfloat16* kept) {
 #pragma omp parallel for schedule(static) if (N * C >= kLayerNormParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float* __restrict x = inp + n * C;  // (C)
@@ -39,6 +48,11 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
     const float s = 1.0f / std::sqrt(sq / static_cast<float>(C) + kLayerNormEps);
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+    if (kept != nullptr) {
+      bfloat16* __restrict k = kept + n * C;  // (C)
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) k[c] = to_bf16(x[c]);
+    }
     mean[n] = m;
     rstd[n] = s;
   }
@@ -46,6 +60,19 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const bfloat16* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+namespace {
+
+template <class In>
+void backward(float* dinp, float* dweight, float* dbias, const float* dout, const In* inp, const float* weight,
+              const float* mean, const float* rstd, int64_t N, int64_t C) {
   const int nt = N * C >= kLayerNormParallelMin ? omp_get_max_threads() : 1;
   std::vector<float> partial(static_cast<size_t>(nt) * 2 * C, 0.0f);  // (nt, 2, C): dweight, dbias
 #pragma omp parallel num_threads(nt)
@@ -56,7 +83,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     float* __restrict pw = partial.data() + static_cast<int64_t>(tid) * 2 * C;  // (C)
     float* __restrict pb = pw + C;                                              // (C)
     for (int64_t n = r0; n < r1; ++n) {
-      const float* __restrict x = inp + n * C;   // (C)
+      const In* __restrict x = inp + n * C;  // (C)
       // Not __restrict: dx and d are only ever used at the same index, so a caller passing
       // dinp == dout still gets the right answer.
       const float* d = dout + n * C;  // (C)
@@ -66,7 +93,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       float sum_d = 0.0f, sum_dn = 0.0f;
 #pragma omp simd reduction(+ : sum_d, sum_dn)
       for (int64_t c = 0; c < C; ++c) {
-        const float norm = (x[c] - m) * s;
+        const float norm = (as_f32(x[c]) - m) * s;
         const float dnorm = d[c] * weight[c];
         sum_d += dnorm;
         sum_dn += dnorm * norm;
@@ -74,7 +101,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       const float mean_d = sum_d / static_cast<float>(C), mean_dn = sum_dn / static_cast<float>(C);
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
-        const float norm = (x[c] - m) * s;
+        const float norm = (as_f32(x[c]) - m) * s;
         pw[c] += d[c] * norm;
         pb[c] += d[c];
         dx[c] = s * (d[c] * weight[c] - mean_d - norm * mean_dn);
@@ -90,5 +117,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     }
   }
 }
+
+}  // namespace
 
 }  // namespace loom::kernels

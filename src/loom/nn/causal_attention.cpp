@@ -1,26 +1,35 @@
 #include "loom/nn/causal_attention.hpp"
 
 #include "loom/kernels/attention.hpp"
+#include "loom/nn/saved_activation.hpp"
 
 namespace loom::nn {
 
 Tensor CausalAttention::forward_impl(const Tensor& qkv, Context& ctx) {
   const int64_t B = qkv.size(0), T = qkv.size(1);
-  Tensor att = Tensor::empty({B, NH_, T, T});  // (B, NH, T, T) softmax probabilities
-  Tensor heads = Tensor::empty({B, T, C_});    // (B, T, NH, HS)
-  kernels::attention_forward(heads.f32(), att.f32(), qkv.f32(), B, T, C_, NH_);
-  ctx.save(this, {qkv, att});
+  // What backward reads: q, k, v, kept in bf16 under mixed precision, and the softmax
+  // probabilities (B NH T^2 values, most of a layer's activations at T = 1024). Those are
+  // kept only in fp32 training; under bf16 (and in inference) backward recomputes them from
+  // q and k, bit for bit, a group of heads at a time, as Megatron-LM's selective
+  // recomputation and FlashAttention do (Korthikanti et al. 2022: the 5as/h term).
+  const bool keep_probabilities = !saved_in_bf16(ctx) && !ctx.inference();
+  Tensor att = keep_probabilities ? Tensor::empty({B, NH_, T, T}) : Tensor();  // (B, NH, T, T)
+  Tensor heads = Tensor::empty({B, T, C_});                                      // (B, T, NH, HS)
+  kernels::attention_forward(heads.f32(), keep_probabilities ? att.f32() : nullptr, qkv.f32(), B, T, C_, NH_);
+  ctx.save(this, {saved_activation(qkv, ctx), att});
   return heads;
 }
 
 Tensor CausalAttention::backward_impl(const Tensor& dheads, Context& ctx) {
-  const Tensor& qkv = ctx.saved(this, 0);
+  const Tensor qkv = widened(ctx.saved(this, 0));  // q, k, v as the forward's products read them
   const Tensor& att = ctx.saved(this, 1);
   const int64_t B = qkv.size(0), T = qkv.size(1);
   Tensor dqkv = Tensor::empty(qkv.shape());  // (B, T, 3C)
-  {
+  if (att.defined()) {
     Tensor datt = Tensor::empty(att.shape());  // (B, NH, T, T) scratch
     kernels::attention_backward(dqkv.f32(), datt.f32(), dheads.f32(), qkv.f32(), att.f32(), B, T, C_, NH_);
+  } else {
+    kernels::attention_backward(dqkv.f32(), nullptr, dheads.f32(), qkv.f32(), nullptr, B, T, C_, NH_);
   }
   ctx.release(this);
   return dqkv;

@@ -50,6 +50,11 @@ struct GPTStage {
 
 class GPT : public Module {
  public:
+  // Under bf16 the LM head's backward reads the logits' gradient as bf16 GEMM operands,
+  // converted this many rows at a time, so that no whole bf16 copy (2 bytes a logit) sits
+  // beside the fp32 logits at the step's peak.
+  static constexpr int64_t kHeadGradientRows = 1024;
+
   // layers: serial, or tensor-parallel (parallel/tensor_parallel) for a 1/t slice per rank.
   // forward maps token ids (stage with the embedding) or activations (B, T, C) to logits
   // (stage with the head) or activations; backward returns the input gradient (undefined

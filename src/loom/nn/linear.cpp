@@ -5,6 +5,7 @@
 #include "loom/kernels/matmul.hpp"
 #include "loom/kernels/residual.hpp"
 #include "loom/nn/gemm_input.hpp"
+#include "loom/nn/saved_activation.hpp"
 
 namespace loom::nn {
 
@@ -19,7 +20,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias) : in_(in_fe
 Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
   // Mixed precision: x in bf16 once, read by this GEMM and kept for backward's weight gradient
   // (inference keeps nothing: the decode GEMV rounds its few rows itself).
-  const Tensor input = ctx.inference() ? x : in_compute_precision(x);
+  const Tensor input = saved_activation(x, ctx);
   Tensor y = project(input, /*add_bias=*/true, ctx.inference(), ctx.packed_weights());
   ctx.save(this, {input});
   return y;

@@ -23,10 +23,10 @@ double layer_activation_bytes(const ModelSpec& m, const ClusterSpec& c, const La
   const bool sp = l.sequence_parallel && l.tp > 1;
   const double bpv = static_cast<double>(value_bytes(c.precision));
   if (recompute) return bpv * s * b * h / (sp ? t : 1.0);
-  if (c.precision != Precision::Mixed)  // Loom's layer; in bf16 its GEMM inputs are kept at 2 bytes
-    return static_cast<double>(
-        activation_bytes_per_layer(l.micro_batch, m.seq, m.hidden, m.heads, l.tp, sp, l.cp) -
-        (c.precision == Precision::Bf16 ? bf16_saved_activation_bytes(l.micro_batch, m.seq / l.cp, m.hidden, l.tp, sp) : 0));
+  if (c.precision == Precision::Fp32)  // Loom's layer, as its memory tracker measures it
+    return static_cast<double>(activation_bytes_per_layer(l.micro_batch, m.seq, m.hidden, m.heads, l.tp, sp, l.cp));
+  if (c.precision == Precision::Bf16)  // the same layer keeping bf16 copies (mixed_precision_cost.hpp)
+    return static_cast<double>(bf16_activation_bytes_per_layer(l.micro_batch, m.seq, m.hidden, m.heads, l.tp, sp, l.cp));
   if (l.cp > 1) return s * b * h * (sp ? 34.0 / t : 10.0 + 24.0 / t);
   if (sp) return s * b * h * (34.0 + 5.0 * a * s / h) / t;
   return s * b * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
@@ -102,14 +102,24 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
   }
   double activations = layer_activation_bytes(model, cluster, l, l.recompute) * layers * in_flight;
   if (l.recompute) activations += layer_activation_bytes(model, cluster, l, false);  // one layer re-run at a time
+  if (cluster.precision == Precision::Bf16 && l.cp == 1)  // one layer's recomputed probabilities at a time
+    activations += static_cast<double>(bf16_attention_backward_bytes(l.micro_batch, model.seq, model.hidden, model.heads, l.tp));
   if (cluster.precision != Precision::Mixed) {
     // Outside the layers Loom keeps the embedding's (B, T, C) output on the first stage, and
     // on the last the final LayerNorm's input and output and the logits and probabilities
-    // (B, T, V/t), for every micro-batch in flight.
+    // (B, T, V/t), for every micro-batch in flight. In bf16 the first layer keeps a bf16 copy
+    // of the embedding's output (counted in its layer), the final LayerNorm's input and output
+    // are bf16 copies, the logits stay fp32 and the head's backward converts their gradient
+    // nn::GPT::kHeadGradientRows rows at a time.
+    const bool bf16 = cluster.precision == Precision::Bf16;
     const double tokens = static_cast<double>(l.micro_batch * model.seq / l.cp), h = static_cast<double>(model.hidden);
-    double outside = tokens * h;
-    if (l.pp == 1) outside += 2.0 * tokens * h + 2.0 * tokens * static_cast<double>(model.vocab / l.tp);
-    activations += 4.0 * outside * in_flight;
+    const double V = static_cast<double>(model.vocab / l.tp);
+    double outside = bf16 ? 0.0 : 4.0 * tokens * h;
+    if (l.pp == 1) {
+      outside += (bf16 ? 2.0 : 4.0) * 2.0 * tokens * h + 4.0 * 2.0 * tokens * V;
+      if (bf16) outside += 2.0 * std::min(tokens, static_cast<double>(kBf16HeadGradientRows)) * V;
+    }
+    activations += outside * in_flight;
   }
   c.activation_bytes = static_cast<int64_t>(activations);
   if (zero == 3) {

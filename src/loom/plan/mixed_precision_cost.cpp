@@ -1,5 +1,7 @@
 #include "loom/plan/mixed_precision_cost.hpp"
 
+#include <algorithm>
+
 namespace loom::plan {
 
 StateBytes mixed_precision_state_bytes(int64_t params, int64_t fp32_read_params, int shards, int zero_stage,
@@ -23,9 +25,28 @@ int64_t bf16_state_bytes(int64_t params_here, int64_t gemm_only_params, int64_t 
       .total();
 }
 
-int64_t bf16_saved_activation_bytes(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel) {
-  const int64_t Tr = sequence_parallel ? T / t : T;
-  return 2 * (2 * B * Tr * C + 5 * B * T * C / t);
+int64_t bf16_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t t,
+                                        bool sequence_parallel, int64_t cp) {
+  if (cp > 1) T /= cp;                                // this rank's tokens
+  const int64_t Tr = sequence_parallel ? T / t : T;  // tokens of the replicated regions held here
+  const int64_t linear_bytes = t > 1 ? 4 : 2;        // the Linears' kept inputs
+  const int64_t linear_inputs = 2 * B * Tr * C + B * T * C / t + 4 * B * T * C / t;  // qkv, fc; proj; MLP proj
+  const int64_t ln_inputs = 2 * B * Tr * C, mlp_hidden = 4 * B * T * C / t, stats = 4 * B * Tr;
+  // Ring attention's output is the tensor a tensor-parallel projection keeps (counted above);
+  // a serial projection keeps a bf16 copy of it beside ring attention's fp32 one.
+  const int64_t ring_output = t > 1 ? 0 : B * T * C;
+  const int64_t core = cp > 1 ? 4 * (3 * B * T * C / t + ring_output + NH * B * T / t)  // ring attention
+                              : 2 * 3 * B * T * C / t;  // q, k, v; the probabilities are recomputed
+  return 2 * (ln_inputs + mlp_hidden) + linear_bytes * linear_inputs + core + 4 * stats;
+}
+
+int64_t attention_group_values(int64_t B, int64_t T, int64_t NH) {
+  const int64_t heads = std::max<int64_t>(1, kAttentionGroupBytes / (T * T * 4));
+  return (heads >= NH ? std::min(B, heads / NH) * NH : heads) * T * T;
+}
+
+int64_t bf16_attention_backward_bytes(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t t) {
+  return 4 * (2 * attention_group_values(B, T, NH / t) + 3 * B * T * C / t);
 }
 
 }  // namespace loom::plan

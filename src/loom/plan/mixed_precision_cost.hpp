@@ -26,11 +26,29 @@ StateBytes mixed_precision_state_bytes(int64_t params, int64_t fp32_read_params,
 // which gemm_only_params are blocks' Linear weights (the rest read outside GEMMs), over dp.
 int64_t bf16_state_bytes(int64_t params_here, int64_t gemm_only_params, int64_t dp, int zero_stage);
 
-// Bytes one layer's activations shrink by in bf16 against Loom's fp32 layer
-// (memory_model.hpp's activation_bytes_per_layer): each Linear keeps its input for backward
-// in bf16, 2 bytes instead of 4: the qkv and fc inputs (the LayerNorms' outputs, B T C each,
-// split t ways along the sequence with sequence parallelism), the attention projection's
-// (B T C / t) and the MLP projection's (4 B T C / t).
-int64_t bf16_saved_activation_bytes(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel);
+// Rows of the logits' gradient the LM head's backward converts to bf16 at a time
+// (nn::GPT::kHeadGradientRows; a test keeps the two equal).
+constexpr int64_t kBf16HeadGradientRows = 1024;
+
+// Activation bytes one transformer layer keeps for backward under `--precision bf16`, per rank
+// (memory_model.hpp's activation_bytes_per_layer counts the same tensors in fp32). The layers
+// of nn/ keep bf16 copies (nn/saved_activation.hpp): the LayerNorms' inputs, q, k, v, the
+// MLP's pre-GELU values and every serial Linear's input; the LayerNorm statistics (4 B T
+// values) stay fp32; the softmax probabilities are not kept (backward recomputes them). Held by parallel/ at 4 bytes: the inputs the
+// tensor-parallel Linears keep (tp > 1: the qkv and fc inputs, the attention output and the
+// GELU output) and, under context parallelism (cp > 1), ring attention's q, k, v, output and
+// log-sum-exp (a serial projection keeps a bf16 copy of that output as well).
+int64_t bf16_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t t,
+                                        bool sequence_parallel, int64_t cp = 1);
+
+// Attention's heads are processed in groups whose (T, T) fp32 scores fit kAttentionGroupBytes
+// (kernels/attention.cpp, kGroupBytes; a test keeps the two equal): whole sequences, or some
+// heads of one. The values of the largest group's scores, of B sequences of NH heads.
+constexpr int64_t kAttentionGroupBytes = int64_t{16} << 20;
+int64_t attention_group_values(int64_t B, int64_t T, int64_t NH);
+// What one layer's attention backward holds for a while under bf16, beyond the kept
+// activations: the recomputed probabilities and their gradient for a group of heads (fp32)
+// and q, k, v widened to fp32 (3 B T C / t). Once per step's peak, not per layer.
+int64_t bf16_attention_backward_bytes(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t t);
 
 }  // namespace loom::plan

@@ -37,7 +37,7 @@ struct ModelSpec {
 // weights and Adam moments (Micikevicius et al. 2018; the seeds' 2 + 2 + 12 bytes). Fp32:
 // Loom on a CPU, 4 + 4 + 8 bytes and 4-byte activations. Bf16: Loom on a CPU in mixed
 // precision (mixed_precision_cost.hpp): bf16 GEMMs, 2-byte weights and fp32 master weights,
-// gradients and moments (18 bytes), Loom's layers with their GEMM inputs kept in bf16.
+// gradients and moments (18 bytes), Loom's layers keeping bf16 activations for backward.
 enum class Precision { Mixed, Fp32, Bf16 };
 
 // C (m, n) = A (m, k) . B (k, n), `batch` independent copies (attention's heads).

@@ -5,7 +5,7 @@
 #include "loom/error.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/parallel/pipeline/partition.hpp"
-#include "loom/plan/memory_model.hpp"
+#include "loom/train/memory_budget.hpp"
 #include "loom/trace/recorder.hpp"
 
 namespace loom::train {
@@ -126,9 +126,7 @@ StepWork GptSpec::step_work() const {
 }
 
 int64_t GptSpec::activation_bytes(nn::Module& chunk) {
-  return plan::activation_bytes_per_layer(config_.batch_size, config_.model.block_size, config_.model.n_embd,
-                                          config_.model.n_head, config_.tp, config_.sequence_parallel, config_.cp) *
-         static_cast<int64_t>(layers_of(chunk).size());
+  return layer_activation_bytes(config_) * static_cast<int64_t>(layers_of(chunk).size());
 }
 
 }  // namespace loom::train

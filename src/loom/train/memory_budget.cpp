@@ -10,6 +10,7 @@
 #include "loom/error.hpp"
 #include "loom/kernels/gemv.hpp"
 #include "loom/plan/memory_model.hpp"
+#include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/tensor/memory_tracker.hpp"
 
 namespace loom::train {
@@ -62,17 +63,45 @@ MemoryNeed training_memory(const TrainConfig& c) {
   // A pipeline rank holds about 1/pp of the blocks and of the parameters.
   const int64_t layers_here = (m.n_layer + c.pp - 1) / c.pp;
   const int64_t params_here = m.num_parameters(c.tp) / c.pp;
-  const plan::StateBytes state = plan::model_state_bytes(params_here, static_cast<int>(c.shard_size()),
-                                                         static_cast<int>(c.zero), c.optimizer == "adamw" ? 8 : 4);
+  const plan::StateBytes state = training_state(c, params_here, layers_here);
   const int64_t T = m.block_size / c.cp, C = m.n_embd;  // this rank's tokens of each sequence
-  const int64_t layer =
-      plan::activation_bytes_per_layer(c.batch_size, m.block_size, C, m.n_head, c.tp, c.sequence_parallel, c.cp);
+  const int64_t layer = layer_activation_bytes(c);
   // With recompute a block keeps only its input; one block's activations exist at a time.
   const int64_t kept = m.recompute ? 4 * c.batch_size * T * C * layers_here + layer : layer * layers_here;
-  const int64_t logits = 4 * c.batch_size * T * (m.resolved_padded_vocab() / c.tp);
+  // The logits stay fp32 (the loss reads them); in bf16 the head's backward adds a bf16 copy
+  // of their gradient's rows, nn::GPT::kHeadGradientRows at a time.
+  const int64_t Vt = m.resolved_padded_vocab() / c.tp;
+  const int64_t logits = 4 * c.batch_size * T * Vt +
+                         (c.precision == "bf16" ? 2 * std::min(c.batch_size * m.block_size, nn::GPT::kHeadGradientRows) * Vt : 0);
   // Ring attention's scratch while one layer runs: a block's scores and their gradient, (B, NH, T/(2cp), T/(2cp)) each.
   const int64_t Tc = m.block_size / (2 * c.cp), ring = c.cp > 1 ? 2 * 4 * c.batch_size * (m.n_head / c.tp) * Tc * Tc : 0;
-  return {static_cast<double>(state.total()), static_cast<double>(kept + logits + ring)};
+  // Under bf16 one layer's attention backward recomputes a group of heads' probabilities.
+  const int64_t recomputed = c.precision == "bf16" && c.cp == 1
+                                 ? plan::bf16_attention_backward_bytes(c.batch_size, m.block_size, C, m.n_head, c.tp)
+                                 : 0;
+  return {static_cast<double>(state.total()), static_cast<double>(kept + logits + ring + recomputed)};
+}
+
+plan::StateBytes training_state(const TrainConfig& c, int64_t params, int64_t layers) {
+  const int64_t optimizer = c.optimizer == "adamw" ? 8 : 4;
+  if (c.precision != "bf16")
+    return plan::model_state_bytes(params, static_cast<int>(c.shard_size()), static_cast<int>(c.zero), optimizer);
+  // The blocks' Linear weights are read by GEMMs only (held in bf16 alone under ZeRO-1/2);
+  // every other parameter keeps an fp32 value. 3D tensor parallelism gathers its weights in
+  // fp32, experts are not Linear layers.
+  const nn::GPTConfig& m = c.model;
+  const int64_t gemm_only =
+      c.tp_3d.empty() ? layers * (4 + (m.moe.enabled() ? 0 : 8)) * m.n_embd * m.n_embd / c.tp : 0;
+  return plan::mixed_precision_state_bytes(params, params - std::min(params, gemm_only), static_cast<int>(c.shard_size()),
+                                           static_cast<int>(c.zero), optimizer);
+}
+
+int64_t layer_activation_bytes(const TrainConfig& c) {
+  const nn::GPTConfig& m = c.model;
+  return c.precision == "bf16" ? plan::bf16_activation_bytes_per_layer(c.batch_size, m.block_size, m.n_embd, m.n_head,
+                                                                       c.tp, c.sequence_parallel, c.cp)
+                               : plan::activation_bytes_per_layer(c.batch_size, m.block_size, m.n_embd, m.n_head, c.tp,
+                                                                  c.sequence_parallel, c.cp);
 }
 
 double kv_cache_bytes(const nn::GPTConfig& m, int64_t batch) {

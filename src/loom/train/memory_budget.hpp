@@ -9,6 +9,7 @@
 #include <string>
 
 #include "loom/nn/gpt.hpp"
+#include "loom/plan/memory_model.hpp"
 #include "loom/train/config.hpp"
 
 namespace loom::train {
@@ -22,6 +23,13 @@ struct MemoryNeed {
 
 // Per rank, to train config under its layout, ZeRO stage and optimizer.
 MemoryNeed training_memory(const TrainConfig& config);
+// The model state (parameters, gradients, optimizer) of a rank holding `params` parameters
+// of `layers` transformer blocks, in the run's precision: plan::model_state_bytes in fp32, the mixed-precision formulas
+// (plan/mixed_precision_cost.hpp) in bf16.
+plan::StateBytes training_state(const TrainConfig& config, int64_t params, int64_t layers);
+// The activations one transformer layer keeps for backward per micro-batch on this rank, in
+// the run's precision (plan::activation_bytes_per_layer, plan::bf16_activation_bytes_per_layer).
+int64_t layer_activation_bytes(const TrainConfig& config);
 // To generate `batch` sequences together from model: the parameters (and their bf16 copies
 // when bf16, and the decode step's packed copies past kernels::kGemvMaxRows sequences), one
 // sequence's activations and logits, and the KV cache.
