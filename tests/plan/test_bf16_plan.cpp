@@ -13,6 +13,7 @@
 #include "loom/kernels/precision.hpp"
 #include "loom/train/memory_budget.hpp"
 #include "loom/train/trainer.hpp"
+#include "serial_layout.hpp"
 #include "tiny_config.hpp"
 
 namespace loom::plan {
@@ -38,17 +39,9 @@ ClusterSpec cpu_bf16() {
   return c;
 }
 
-Layout serial(int64_t micro_batch) {
-  Layout l;
-  l.micro_batch = micro_batch;
-  l.recompute = false;
-  l.sequence_parallel = false;
-  return l;
-}
-
 TEST(PlanBf16, MemoryOfASerialLayoutByHand) {
   const ModelSpec m{"m", 4, 128, 4, 128, 128};
-  Layout l = serial(8);
+  Layout l = testing::serial_layout(8);
   ClusterSpec fp32 = cluster_preset("local-default");
   const LayoutCost c = predict(m, cpu_bf16(), l, 8), f = predict(m, fp32, l, 8);
   ASSERT_TRUE(c.valid) << c.why_not;
@@ -126,7 +119,7 @@ TEST(PlanBf16, PredictsTheTrackedPeakOfASerialBf16Step) {
   trainer.train_step();
   const int64_t measured = tracker.total_peak() - before;
   const ModelSpec m{"m", 2, 64, 4, 64, 128};  // the character vocabulary (65) padded to 128 rows
-  const LayoutCost c = predict(m, cpu_bf16(), serial(4), 4);
+  const LayoutCost c = predict(m, cpu_bf16(), testing::serial_layout(4), 4);
   EXPECT_NEAR(static_cast<double>(c.memory_bytes()), static_cast<double>(measured), 0.10 * measured)
       << "predicted " << c.memory_bytes() << " measured " << measured;
 }
@@ -144,7 +137,7 @@ TEST(PlanBf16, PricesActivationTrafficAtTwoBytes) {
   EXPECT_EQ(wire_bytes(Precision::Mixed), 2);
   EXPECT_EQ(wire_bytes(Precision::Fp32), 4);
   ModelSpec m{"m", 4, 128, 4, 256, 128};
-  Layout l = serial(2);
+  Layout l = testing::serial_layout(2);
   l.pp = 2;
   l.tp = 2;
   l.cp = 2;
@@ -163,7 +156,7 @@ TEST(PlanBf16, PricesActivationTrafficAtTwoBytes) {
   EXPECT_EQ(pipeline_bytes_per_step(100, 4, 3, 2), pipeline_bytes_per_step(100, 4, 3, 4) / 2);
   // A mixture of experts: its all-to-alls at half the time.
   m.moe = {.experts = 4, .top_k = 2, .every = 1};
-  Layout e = serial(2);
+  Layout e = testing::serial_layout(2);
   e.dp = 2;
   e.ep = 2;
   e.zero = 0;
@@ -192,7 +185,7 @@ TEST(PlanBf16, TheDgxA100PresetTrainsInMixedPrecision) {
   EXPECT_EQ(wire_bytes(a100.precision), 2);
   EXPECT_EQ(a100.peak_flops, 312e12);  // the A100's dense bf16 peak, not its 19.5 TFLOP/s fp32 one
   const ModelSpec m = model_preset("gpt2-small");
-  Layout l = serial(4);
+  Layout l = testing::serial_layout(4);
   l.dp = 2;
   l.zero = 0;
   const int64_t P = m.parameters();

@@ -6,6 +6,7 @@
 #include "loom/plan/layout_cost.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/train/trainer.hpp"
+#include "serial_layout.hpp"
 #include "tiny_config.hpp"
 
 namespace loom::plan {
@@ -17,18 +18,9 @@ ClusterSpec cpu() {
   return c;
 }
 
-// One replica, the whole batch in one micro-batch, nothing recomputed, as `loom train` runs.
-Layout serial(int64_t micro_batch) {
-  Layout l;
-  l.micro_batch = micro_batch;
-  l.recompute = false;
-  l.sequence_parallel = false;
-  return l;
-}
-
 TEST(PlanFp32, MemoryOfASerialLayoutByHand) {
   const ModelSpec m{"m", 4, 128, 4, 128, 128};
-  Layout l = serial(8);
+  Layout l = testing::serial_layout(8);
   const LayoutCost c = predict(m, cpu(), l, 8);
   ASSERT_TRUE(c.valid) << c.why_not;
   const int64_t P = 12 * 4 * 128 * 128 + 13 * 4 * 128 + 128 * 128 + 128 * 128 + 2 * 128;
@@ -60,7 +52,7 @@ TEST(PlanFp32, PredictsTheTrackedPeakOfASerialStep) {
   const int64_t measured = tracker.total_peak() - before;
   // The character vocabulary (65) is padded to 128 rows.
   const ModelSpec m{"m", 2, 64, 4, 64, 128};
-  const LayoutCost c = predict(m, cpu(), serial(4), 4);
+  const LayoutCost c = predict(m, cpu(), testing::serial_layout(4), 4);
   EXPECT_NEAR(static_cast<double>(c.memory_bytes()), static_cast<double>(measured), 0.10 * measured)
       << "predicted " << c.memory_bytes() << " measured " << measured;
 }

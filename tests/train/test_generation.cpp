@@ -104,12 +104,14 @@ LogitErrors cached_logit_errors(nn::GPT& model, const std::vector<int32_t>& ids,
 // bf16 weights (the decode GEMV and prefill read the bf16 copies): cached equals uncached in
 // bf16 for 200 greedy tokens, and the logits stay near fp32's. Both paths round the same
 // operands to bf16 (the projections' inputs and weights, q, k, v and the attention weights)
-// and multiply them exactly, so they differ only in the order of fp32 sums: measured 7.5e-8
-// of the largest logit over the first 64 steps; bounded at 1e-3, room for a last-bit
-// difference (another ISA's summation order) moving one operand across a bf16 rounding
-// boundary (2^-8 of that value). Against fp32 (2 layers, weights x4) measured 2.2e-2,
-// bounded at 4e-2; the x4 weights keep the top two logits further apart than that, so the
-// greedy tokens equal fp32's too.
+// and multiply them exactly, so they differ only in the order of fp32 sums. A last-bit
+// difference in a sum can move an operand of a later GEMM across a bf16 rounding boundary, a
+// change of 2^-8 (3.9e-3) of that value, and a few such flips add up: measured 7.5e-8 of the
+// largest logit over the first 64 steps with AMX kernels, 4.1e-3 with oneDNN's AVX512-BF16
+// ones (another summation order, one flip's worth); bounded at 1.2e-2 (three flips). A
+// wrong cached key or position gives the logits of another context instead. Against fp32
+// (2 layers, weights x4) measured 2.2e-2, bounded at 4e-2; the x4 weights keep the top two
+// logits further apart than that, so the greedy tokens equal fp32's too.
 TEST(Generation, Bf16CachedEqualsUncachedFor200TokensNearFp32) {
   Model m(/*block_size=*/256);
   const SampleOptions o{"the cat", 200, 0.0, 0, 1};
@@ -122,7 +124,7 @@ TEST(Generation, Bf16CachedEqualsUncachedFor200TokensNearFp32) {
   EXPECT_EQ(reference, fp32);
   const std::vector<int32_t> ids = m.tokenizer.encode(reference);
   const LogitErrors e = cached_logit_errors(m.model, {ids.begin(), ids.begin() + 7 + 64}, 7);
-  EXPECT_LT(e.vs_full, 1e-3);
+  EXPECT_LT(e.vs_full, 1.2e-2);
   EXPECT_LT(e.vs_fp32, 4e-2);
   RecordProperty("worst_relative_logit_error_vs_uncached", std::to_string(e.vs_full));
   RecordProperty("worst_relative_logit_error_vs_fp32", std::to_string(e.vs_fp32));
