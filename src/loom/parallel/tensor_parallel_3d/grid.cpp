@@ -64,16 +64,10 @@ double Grid3D::take_waited_seconds() const {
   return s;
 }
 
-Grid3D::Pending Grid3D::start_all_reduce(float* data, int64_t n, Axis a) const {
+Grid3D::Pending Grid3D::start_all_reduce(Tensor& t, Axis a) const {
   Pending p;
   p.grid_ = this;
-  p.work_ = size(a) > 1 ? group(a).all_reduce_async(data, n, comm::ReduceOp::Sum) : comm::Work::completed();
-  p.finish_ = [] { return Tensor(); };
-  return p;
-}
-
-Grid3D::Pending Grid3D::start_all_reduce(Tensor& t, Axis a) const {
-  Pending p = start_all_reduce(t.f32(), t.numel(), a);
+  p.work_ = size(a) > 1 ? group(a).all_reduce_async(t.f32(), t.numel(), comm::ReduceOp::Sum) : comm::Work::completed();
   p.finish_ = [t] { return t; };
   return p;
 }

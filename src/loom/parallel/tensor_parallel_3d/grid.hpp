@@ -68,9 +68,8 @@ class Grid3D {
   Pending start_all_gather_depth(const Tensor& shard, int64_t blocks = 1) const;
   Pending start_reduce_scatter_depth(const Tensor& block, int64_t blocks = 1) const;
   Pending start_all_reduce(Tensor& t, Axis a) const;  // wait() returns t, summed
-  Pending start_all_reduce(float* data, int64_t n, Axis a) const;  // n floats summed in place; wait() returns nothing
   Pending start_sum_activations(Tensor& t, Axis a) const;  // likewise, as sum_activations
-  Pending start_sum_activations(float* data, int64_t n, Axis a) const;
+  Pending start_sum_activations(float* data, int64_t n, Axis a) const;  // n floats summed in place; wait() returns nothing
 
   // Seconds this rank waited for the grid's collectives since the last call (a blocking
   // collective's whole time, a started one's wait): the communication compute did not hide.
