@@ -5,7 +5,6 @@
 #include "loom/comm/core_placement.hpp"
 #include "loom/parallel/ddp.hpp"
 #include "loom/parallel/graph_3d/graph_layers_3d.hpp"
-#include "loom/parallel/tensor_parallel_3d/depth_gradient_mean.hpp"
 #include "loom/parallel/expert_parallel/expert_data_parallel.hpp"
 #include "loom/parallel/pipeline/model_chunks.hpp"
 #include "loom/parallel/pipeline/schedule_builders.hpp"
@@ -45,9 +44,9 @@ void build_model(const TrainConfig& config, ModelSpec& spec, const nn::LayerBuil
 // 3D tensor parallelism after the model is built: the layers kept serial named for the log;
 // the parameters whole on every grid rank numbered as replicas (grid rank 0 counts them in
 // the norm); the gradients not split over depth averaged over it (each depth rank's are the
-// mean over its own batch rows), from hooks installed before data parallelism's, or, when
-// overlapped (no data parallelism reads them at grad-ready), by the DepthGradientMean that
-// wraps the gradient sync later.
+// mean over its own batch rows), from hooks installed before data parallelism's: blocking,
+// or, when overlapped (no data parallelism reads them at grad-ready), started there and
+// waited for by the finalizer.
 void prepare_3d(const parallel::tp3d::Layers3D& layers, bool overlapped_mean, Parallelized& p) {
   for (const parallel::tp3d::Layers3D::Fallback& f : layers.fallbacks())
     p.notes.push_back("tp_3d: " + f.layer->name() + " stays serial (replicated): " + f.why);
@@ -61,22 +60,28 @@ void prepare_3d(const parallel::tp3d::Layers3D& layers, bool overlapped_mean, Pa
       param->set_shard_spec(spec);
     }
   comm::ProcessGroup& depth = p.group("depth");
-  if (depth.size() > 1 && !overlapped_mean) {
-    auto averaged = [&layers](const nn::Parameter& param) { return !layers.depth_sharded(param); };
-    // Its blocking all-reduces are 3D communication the compute thread waits for: a hook
-    // before and one after the mean's own time them into the grid's exposed seconds.
-    auto started = std::make_shared<std::chrono::steady_clock::time_point>();
-    const parallel::tp3d::Grid3D* grid = &layers.grid();
-    for (nn::Parameter* param : p.model->parameters())
-      if (averaged(*param)) param->add_grad_ready_hook([started](nn::Parameter&) { *started = std::chrono::steady_clock::now(); });
-    p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(*p.model, depth, /*every_backward=*/false,
-                                                                            comm::ReduceOp::Avg, averaged);
-    for (nn::Parameter* param : p.model->parameters())
-      if (averaged(*param))
-        param->add_grad_ready_hook([started, grid](nn::Parameter&) {
-          grid->add_waited_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - *started).count());
-        });
+  if (depth.size() == 1) return;
+  auto averaged = [&layers](const nn::Parameter& param) { return !layers.depth_sharded(param); };
+  const parallel::tp3d::Grid3D* grid = &layers.grid();
+  if (overlapped_mean) {
+    p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(
+        *p.model, depth, /*every_backward=*/false, comm::ReduceOp::Avg, averaged, /*deferred=*/true);
+    // What finish() waits for is 3D communication compute did not hide.
+    p.replicated_sum->count_waits_into([grid](double seconds) { grid->add_waited_seconds(seconds); });
+    return;
   }
+  // Its blocking all-reduces are 3D communication the compute thread waits for: a hook
+  // before and one after the mean's own time them into the grid's exposed seconds.
+  auto started = std::make_shared<std::chrono::steady_clock::time_point>();
+  for (nn::Parameter* param : p.model->parameters())
+    if (averaged(*param)) param->add_grad_ready_hook([started](nn::Parameter&) { *started = std::chrono::steady_clock::now(); });
+  p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(*p.model, depth, /*every_backward=*/false,
+                                                                          comm::ReduceOp::Avg, averaged);
+  for (nn::Parameter* param : p.model->parameters())
+    if (averaged(*param))
+      param->add_grad_ready_hook([started, grid](nn::Parameter&) {
+        grid->add_waited_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - *started).count());
+      });
 }
 
 std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& config, ModelSpec& spec, Parallelized& p) {
@@ -240,11 +245,6 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
 
   // 5. Data parallelism: one face for DDP, ZeRO 1-3 and HSDP.
   p.gradient_sync = build_data_parallel(config, spec, p);
-  if (overlapped_depth_mean) {
-    const parallel::tp3d::Layers3D& layers = *p.tp3d_layers;
-    p.gradient_sync = std::make_unique<parallel::tp3d::DepthGradientMean>(
-        *p.model, std::move(p.gradient_sync), *p.grid, [&layers](const nn::Parameter& q) { return !layers.depth_sharded(q); });
-  }
 
   // 6. What happens between the last backward and the optimizer step.
   parallel::FinalizeParts parts;

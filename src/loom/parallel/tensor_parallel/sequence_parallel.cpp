@@ -1,5 +1,7 @@
 #include "loom/parallel/tensor_parallel/sequence_parallel.hpp"
 
+#include <chrono>
+
 namespace loom::parallel::tp {
 
 ReplicatedGradientSum::ReplicatedGradientSum(nn::Module& model, comm::ProcessGroup& group, bool every_backward,
@@ -18,8 +20,10 @@ ReplicatedGradientSum::ReplicatedGradientSum(nn::Module& model, comm::ProcessGro
 }
 
 void ReplicatedGradientSum::finish() {
+  const auto start = std::chrono::steady_clock::now();
   for (const comm::Work& sum : in_flight_) sum.wait();
   in_flight_.clear();
+  if (deferred_ && waited_) waited_(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 }  // namespace loom::parallel::tp

@@ -33,6 +33,8 @@ class ReplicatedGradientSum {
   void set_sync(bool on) { sync_ = on; }
   // After the step's last backward, before anything reads the gradients: the deferred sums done.
   void finish();
+  // Deferred sums: finish() reports the seconds it waited to sink (a grid's exposed time).
+  void count_waits_into(std::function<void(double)> sink) { waited_ = std::move(sink); }
 
  private:
   comm::ProcessGroup& group_;
@@ -41,6 +43,7 @@ class ReplicatedGradientSum {
   bool deferred_;
   bool sync_ = true;
   std::vector<comm::Work> in_flight_;
+  std::function<void(double)> waited_;
 };
 
 }  // namespace loom::parallel::tp
