@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "loom/kernels/matmul.hpp"
+#include "loom/kernels/precision.hpp"
 #include "test_util.hpp"
 
 namespace loom::kernels {
@@ -98,6 +99,56 @@ TEST(Matmul, BatchedStridedViewsWithAlpha) {
   batched_matmul(d, q, k, C.data());
   for (auto& x : want) x *= 2.0f;
   EXPECT_TRUE(all_close(C, want, 1e-5, 1e-5, "batched accumulate"));
+}
+
+// A bf16 product is the exact product of the bf16-rounded operands summed in fp32, whether
+// oneDNN multiplies bf16 itself or Loom widens the operands (native_bf16_matmul() false: an
+// AVX2-only CPU, or ONEDNN_MAX_CPU_ISA=AVX2 as ctest's kernels.bf16_without_avx512 sets).
+// Each product of two 8-bit mantissas is exact in fp32, so only the summation order differs
+// from the double reference: rtol/atol 1e-5. Operands: fp32 rounded by the call, bf16 given,
+// and a strided bf16 view (attention's q, k read in place from a saved bf16 qkv buffer).
+TEST(Matmul, Bf16IsTheProductOfRoundedOperands) {
+  const int64_t M = 7, N = 5, K = 33;
+  std::vector<float> A = random_vector(M * K, 11), B = random_vector(K * N, 12);
+  std::vector<bfloat16> A16(A.size()), B16(B.size());
+  convert_to_bf16(A.data(), A16.data(), M * K);
+  convert_to_bf16(B.data(), B16.data(), K * N);
+  std::vector<float> Ar(A.size()), Br(B.size());
+  convert_to_f32(A16.data(), Ar.data(), M * K);
+  convert_to_f32(B16.data(), Br.data(), K * N);
+  const std::vector<float> want = naive(Ar, Trans::N, Br, Trans::N, M, N, K, nullptr, nullptr);
+  std::vector<float> C(M * N);
+  {
+    const PrecisionScope bf16(Precision::BF16);
+    matmul(A.data(), Trans::N, B.data(), Trans::N, C.data(), M, N, K);
+  }
+  EXPECT_TRUE(all_close(C, want, 1e-5, 1e-5, "fp32 operands rounded"));
+  matmul(A16.data(), Trans::N, B16.data(), Trans::N, C.data(), M, N, K);
+  EXPECT_TRUE(all_close(C, want, 1e-5, 1e-5, "bf16 operands"));
+  EXPECT_FALSE(all_close(C, naive(A, Trans::N, B, Trans::N, M, N, K, nullptr, nullptr), 1e-5, 1e-5, "unrounded"));
+
+  // q k^T per head from a bf16 (T, 2 heads x D) buffer read in place.
+  const int64_t T = 6, H = 2, D = 8, W = H * D;
+  BatchedMatmul d;
+  d.batch1 = H;
+  d.M = d.N = T;
+  d.K = D;
+  d.a_strides = {T * W, D, W, 1};
+  d.b_strides = {T * W, D, 1, W};
+  d.c_strides = {H * T * T, T * T, T, 1};
+  std::vector<float> qkv = random_vector(T * W, 13), wide(qkv.size()), scores(H * T * T), expected(H * T * T);
+  std::vector<bfloat16> qkv16(qkv.size());
+  convert_to_bf16(qkv.data(), qkv16.data(), T * W);
+  convert_to_f32(qkv16.data(), wide.data(), T * W);
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < T; ++j) {
+        double s = 0.0;
+        for (int64_t x = 0; x < D; ++x) s += static_cast<double>(wide[i * W + h * D + x]) * wide[j * W + h * D + x];
+        expected[(h * T + i) * T + j] = static_cast<float>(s);
+      }
+  batched_matmul(d, qkv16.data(), qkv16.data(), scores.data());
+  EXPECT_TRUE(all_close(scores, expected, 1e-5, 1e-5, "strided bf16 views"));
 }
 
 TEST(Matmul, PrimitiveCacheReusesSameShape) {

@@ -35,6 +35,42 @@ except ImportError as e:  # the C++ test turns this into a failure with this mes
           f"torch and numpy for {sys.executable}", file=sys.stderr)
     sys.exit(3)
 
+def bf16_gemm_accumulates_in_fp32():
+    """Whether this CPU's bf16 GEMM in torch sums in fp32, as autocast's oneDNN kernels do on
+    CPUs with AVX-512: its error is then the output's one rounding to bf16. Some builds on
+    AVX2-only CPUs sum in lower precision (measured with torch 1.13 on an AMD EPYC with AVX2:
+    a (64, 512) x (512, 64) product off by 5.3e-2 of its scale, 18x its rounding's 2.9e-3)."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 512, generator=g).bfloat16()
+    b = torch.randn(512, 64, generator=g).bfloat16()
+    exact = a.float() @ b.float()
+    error = ((a @ b).float() - exact).abs().max()
+    rounding = (exact.bfloat16().float() - exact).abs().max()
+    return bool(error <= 2 * rounding)
+
+
+def emulate_bf16_gemms_with_fp32_accumulation():
+    """Autocast's bf16 GEMMs (linear, matmul) as they run on CPUs that have bf16 kernels:
+    operands rounded to bf16, products summed in fp32, the result rounded to bf16. The casts
+    are autograd's, so backward rounds the gradients where autocast does. Other ops are
+    autocast's own."""
+    print("gpt_reference.py: torch's bf16 GEMM does not sum in fp32 on this CPU; emulating it",
+          file=sys.stderr)
+
+    def bf16_gemm(fp32_gemm):
+        def run(*args):
+            if not torch.is_autocast_cpu_enabled():
+                return fp32_gemm(*args)
+            rounded = [a.to(torch.bfloat16).float() if torch.is_tensor(a) and a.is_floating_point() else a
+                       for a in args]
+            with torch.autocast("cpu", enabled=False):
+                return fp32_gemm(*rounded).to(torch.bfloat16)
+        return run
+
+    torch.nn.functional.linear = bf16_gemm(torch.nn.functional.linear)
+    torch.Tensor.__matmul__ = bf16_gemm(torch.Tensor.__matmul__)
+
+
 DTYPES = {"F32": np.float32, "I32": np.int32}
 TAGS = {np.dtype(np.float32): "F32", np.dtype(np.int32): "I32"}
 
@@ -102,6 +138,8 @@ def main():
     model.load_state_dict({k: torch.from_numpy(a) for k, a in params.items()}, strict=True)
 
     bf16 = meta.get("precision", "fp32") == "bf16"
+    if bf16 and not bf16_gemm_accumulates_in_fp32():
+        emulate_bf16_gemms_with_fp32_accumulation()
 
     def forward(i, t):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):

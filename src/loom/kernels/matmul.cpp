@@ -83,6 +83,14 @@ const void* dense_bf16(const Operand& op, const memory::dims& dims, memory::dims
   return scratch.raw();
 }
 
+// n bf16 values (contiguous) widened to fp32 in `scratch`: the operand of an fp32 product
+// standing in for a bf16 one where oneDNN has no bf16 matmul (native_bf16_matmul()).
+const float* widened(const void* bf16_data, int64_t n, Tensor& scratch) {
+  scratch = Tensor::empty({n}, DType::F32, MemoryCategory::Other);
+  convert_to_f32(static_cast<const bfloat16*>(bf16_data), scratch.f32(), n);
+  return scratch.f32();
+}
+
 // Creates (or finds) the primitive for this exact geometry.
 const Cached& primitive_for(const Key& key, const memory::desc& a, const memory::desc& b,
                             const memory::desc& c, const memory::desc& bias, float alpha,
@@ -141,21 +149,24 @@ void transpose(const float* __restrict src, float* __restrict dst, int64_t K, in
     }
 }
 
-}  // namespace
-
-void matmul(Operand A, Trans ta, Operand B, Trans tb, float* C, int64_t M, int64_t N, int64_t K,
-            const float* bias, bool accumulate) {
-  if (M == 0 || N == 0) return;
-  const bool bf16 = bf16_product(A, B);
+// matmul() in the precision given: bf16 (operands rounded to bf16) or fp32 (as they are).
+void matmul_in(bool bf16, Operand A, Trans ta, Operand B, Trans tb, float* C, int64_t M, int64_t N, int64_t K,
+               const float* bias, bool accumulate) {
   if (!bf16 && pack_b(ta, tb, M, N) && K > 0) {
     // A tracked temporary: the caching allocator hands the same block back next time.
     const Tensor packed = Tensor::empty({N, K}, DType::F32, MemoryCategory::Other);  // (N, K)
     transpose(static_cast<const float*>(B.data), packed.f32(), K, N);
-    return matmul(A, ta, packed.f32(), Trans::T, C, M, N, K, bias, accumulate);
+    return matmul_in(false, A, ta, packed.f32(), Trans::T, C, M, N, K, bias, accumulate);
   }
   Tensor a_scratch, b_scratch;
   const void* a = in_precision(A, bf16, M * K, a_scratch);
   const void* b = in_precision(B, bf16, K * N, b_scratch);
+  if (bf16 && !native_bf16_matmul()) {  // the same bf16 values, multiplied in fp32
+    Tensor a_wide, b_wide;
+    const float* aw = widened(a, M * K, a_wide);
+    const float* bw = widened(b, K * N, b_wide);
+    return matmul_in(false, aw, ta, bw, tb, C, M, N, K, bias, accumulate);
+  }
   const memory::dims a_strides = ta == Trans::N ? memory::dims{K, 1} : memory::dims{1, M};
   const memory::dims b_strides = tb == Trans::N ? memory::dims{N, 1} : memory::dims{1, K};
   const Key key{0, M, N, K, ta == Trans::T, tb == Trans::T, bias != nullptr, accumulate, bf16, omp_get_max_threads()};
@@ -165,9 +176,8 @@ void matmul(Operand A, Trans ta, Operand B, Trans tb, float* C, int64_t M, int64
   execute(p, a, b, bias, C);
 }
 
-void batched_matmul(const BatchedMatmul& d, Operand A, Operand B, float* C) {
-  if (d.M == 0 || d.N == 0 || d.batch0 == 0 || d.batch1 == 0) return;
-  const bool bf16 = bf16_product(A, B);
+// batched_matmul() in the precision given.
+void batched_matmul_in(bool bf16, const BatchedMatmul& d, Operand A, Operand B, float* C) {
   const memory::dims a_dims{d.batch0, d.batch1, d.M, d.K};
   const memory::dims b_dims{d.batch0, d.batch1, d.K, d.N};
   const memory::dims c_dims{d.batch0, d.batch1, d.M, d.N};
@@ -181,7 +191,7 @@ void batched_matmul(const BatchedMatmul& d, Operand A, Operand B, float* C) {
     dense.c_strides = dense_c;
     dense.accumulate = false;
     const Tensor out = Tensor::empty({d.batch0 * d.batch1 * d.M * d.N}, DType::F32, MemoryCategory::Other);
-    batched_matmul(dense, A, B, out.f32());
+    batched_matmul_in(true, dense, A, B, out.f32());
     const float* src = out.f32();
     const auto& cs = d.c_strides;
 #pragma omp parallel for collapse(3) schedule(static) if (d.batch0 * d.batch1 * d.M * d.N >= (1 << 15))
@@ -201,6 +211,20 @@ void batched_matmul(const BatchedMatmul& d, Operand A, Operand B, float* C) {
   Tensor a_scratch, b_scratch;
   const void* a = bf16 ? dense_bf16(A, a_dims, a_strides, a_scratch) : A.data;
   const void* b = bf16 ? dense_bf16(B, b_dims, b_strides, b_scratch) : B.data;
+  if (bf16 && !native_bf16_matmul()) {  // the dense bf16 copies, widened and multiplied in fp32
+    auto extent = [](const memory::dims& sizes, const memory::dims& strides) {  // elements a strided view spans
+      int64_t last = 0;
+      for (size_t i = 0; i < sizes.size(); ++i) last += (sizes[i] - 1) * strides[i];
+      return last + 1;
+    };
+    Tensor a_wide, b_wide;  // widened with their strides (a bf16 operand may be a view)
+    const float* aw = widened(a, extent(a_dims, a_strides), a_wide);
+    const float* bw = widened(b, extent(b_dims, b_strides), b_wide);
+    BatchedMatmul wide = d;
+    std::copy(a_strides.begin(), a_strides.end(), wide.a_strides.begin());
+    std::copy(b_strides.begin(), b_strides.end(), wide.b_strides.begin());
+    return batched_matmul_in(false, wide, aw, bw, C);
+  }
   Key key{1, d.batch0, d.batch1, d.M, d.N, d.K, bf16};
   for (const auto* s : {&a_strides, &b_strides}) key.insert(key.end(), s->begin(), s->end());
   key.insert(key.end(), d.c_strides.begin(), d.c_strides.end());
@@ -210,6 +234,19 @@ void batched_matmul(const BatchedMatmul& d, Operand A, Operand B, float* C) {
   const Cached& p = primitive_for(key, operand_desc(a_dims, a_strides, bf16), operand_desc(b_dims, b_strides, bf16),
                                   f32_desc(c_dims, dims(d.c_strides)), memory::desc(), d.alpha, d.accumulate);
   execute(p, a, b, nullptr, C);
+}
+
+}  // namespace
+
+void matmul(Operand A, Trans ta, Operand B, Trans tb, float* C, int64_t M, int64_t N, int64_t K,
+            const float* bias, bool accumulate) {
+  if (M == 0 || N == 0) return;
+  matmul_in(bf16_product(A, B), A, ta, B, tb, C, M, N, K, bias, accumulate);
+}
+
+void batched_matmul(const BatchedMatmul& d, Operand A, Operand B, float* C) {
+  if (d.M == 0 || d.N == 0 || d.batch0 == 0 || d.batch1 == 0) return;
+  batched_matmul_in(bf16_product(A, B), d, A, B, C);
 }
 
 int64_t matmul_primitive_count() {
@@ -232,7 +269,22 @@ std::string cpu_isa_name() {
   }
 }
 
+bool native_bf16_matmul() {
+  static const bool native = [] {
+    try {
+      const dnnl::matmul::desc desc(operand_desc({16, 16}, {16, 1}, true), operand_desc({16, 16}, {16, 1}, true),
+                                    f32_desc({16, 16}, {16, 1}));
+      (void)dnnl::matmul::primitive_desc(desc, engine().engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;  // "could not create a primitive descriptor iterator": no kernel takes bf16 here
+    }
+  }();
+  return native;
+}
+
 std::string matmul_implementation(int64_t M, int64_t N, int64_t K, bool bf16) {
+  if (bf16 && !native_bf16_matmul()) return "widened to fp32, " + matmul_implementation(M, N, K, false);
   Engine& e = engine();
   const dnnl::matmul::desc desc(operand_desc({M, K}, {K, 1}, bf16), operand_desc({K, N}, {1, K}, bf16),
                                 f32_desc({M, N}, {N, 1}));

@@ -47,10 +47,17 @@ void batched_matmul(const BatchedMatmul& desc, Operand A, Operand B, float* C);
 // to every performance figure.
 std::string cpu_isa_name();
 
+// Whether this CPU's oneDNN multiplies bf16 operands itself: it needs AVX-512 (natively with
+// AVX512-BF16 or AMX, emulated on plain AVX-512 cores). Without it (an AVX2-only CPU) a bf16
+// product widens its bf16 operands to fp32, exactly, and multiplies them in fp32: each product
+// of two bf16 values is exact in fp32, so the result is the bf16 GEMM's up to summation order.
+bool native_bf16_matmul();
+
 // Number of distinct primitives created so far (tests check that the cache works).
 int64_t matmul_primitive_count();
 // The implementation oneDNN chose for an (M, K) x (K, N) product in this precision, e.g.
-// "brg:avx512_core_amx" (the ISA it dispatched).
+// "brg:avx512_core_amx" (the ISA it dispatched); for bf16 without native_bf16_matmul(), the
+// fp32 implementation that multiplies the widened operands, named as such.
 std::string matmul_implementation(int64_t M, int64_t N, int64_t K, bool bf16);
 
 }  // namespace loom::kernels

@@ -33,8 +33,12 @@ PackedWeights::~PackedWeights() = default;
 void PackedWeights::matmul(const float* x, Operand W, const float* bias, float* y, int64_t M, int64_t N, int64_t K) {
   if (M == 0 || N == 0) return;
   const bool bf16 = W.dtype == DType::BF16;
-  const memory::data_type dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-  const std::vector<int64_t> key{M, N, K, bf16, bias != nullptr, omp_get_max_threads()};
+  // Without oneDNN's bf16 matmul (native_bf16_matmul()) the packed copy holds W's bf16 values
+  // widened to fp32 and x is rounded to bf16 and widened: the same products, in fp32.
+  const bool widen = bf16 && !native_bf16_matmul();
+  const bool bf16_kernel = bf16 && !widen;
+  const memory::data_type dt = bf16_kernel ? memory::data_type::bf16 : memory::data_type::f32;
+  const std::vector<int64_t> key{M, N, K, bf16_kernel, bias != nullptr, omp_get_max_threads()};
   std::unique_ptr<Primitive>& p = primitives_[key];
   if (!p) {
     p = std::make_unique<Primitive>();
@@ -54,21 +58,33 @@ void PackedWeights::matmul(const float* x, Operand W, const float* bias, float* 
     // (N, K) row-major is W^T's (K, N) with strides {1, K}: reordered into the primitive's layout.
     if (!w || w->desc.get_size() < p->w.get_size()) {
       w = std::make_unique<Packed>();
-      const int64_t elements = static_cast<int64_t>(p->w.get_size()) / (bf16 ? 2 : 4);
-      w->data = Tensor::empty({elements}, bf16 ? DType::BF16 : DType::F32, MemoryCategory::Parameters);
+      const int64_t elements = static_cast<int64_t>(p->w.get_size()) / (bf16_kernel ? 2 : 4);
+      w->data = Tensor::empty({elements}, bf16_kernel ? DType::BF16 : DType::F32, MemoryCategory::Parameters);
     }
     w->desc = p->w;
     w->generation = weights_generation();
-    memory plain(memory::desc({K, N}, dt, memory::dims{1, K}), e.engine, const_cast<void*>(W.data));
+    Tensor wide;
+    const void* source = W.data;
+    if (widen) {
+      wide = Tensor::empty({N * K}, DType::F32, MemoryCategory::Other);
+      convert_to_f32(static_cast<const bfloat16*>(W.data), wide.f32(), N * K);
+      source = wide.raw();
+    }
+    memory plain(memory::desc({K, N}, dt, memory::dims{1, K}), e.engine, const_cast<void*>(source));
     memory packed(w->desc, e.engine, w->data.raw());
     dnnl::reorder(plain, packed).execute(e.stream, plain, packed);
   }
-  Tensor x_bf16;
+  Tensor x_bf16, x_wide;
   const void* src = x;
   if (bf16) {
     x_bf16 = Tensor::empty({M * K}, DType::BF16, MemoryCategory::Other);
     convert_to_bf16(x, x_bf16.bf16(), M * K);
     src = x_bf16.raw();
+  }
+  if (widen) {
+    x_wide = Tensor::empty({M * K}, DType::F32, MemoryCategory::Other);
+    convert_to_f32(x_bf16.bf16(), x_wide.f32(), M * K);
+    src = x_wide.raw();
   }
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p->x, e.engine, const_cast<void*>(src))},
                                        {DNNL_ARG_WEIGHTS, memory(w->desc, e.engine, w->data.raw())},

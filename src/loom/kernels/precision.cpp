@@ -4,6 +4,7 @@
 
 #include "dnnl.hpp"
 #include "loom/error.hpp"
+#include "loom/kernels/matmul.hpp"
 
 namespace loom::kernels {
 
@@ -46,8 +47,9 @@ std::string bf16_speed_warning() {
   auto includes = [isa](dnnl::cpu_isa base) { return (isa & static_cast<unsigned>(base)) == static_cast<unsigned>(base); };
   if (!bf16_slower_than_fp32(includes(dnnl::cpu_isa::avx512_core_bf16), includes(dnnl::cpu_isa::avx512_core_amx)))
     return "";
-  return "note: this CPU has no bf16 instructions (AVX512-BF16 or AMX); bf16 runs correctly through oneDNN's "
-         "emulation but slower than fp32";
+  const char* how = native_bf16_matmul() ? "through oneDNN's emulation" : "with its GEMM operands widened to fp32";
+  return std::string("note: this CPU has no bf16 instructions (AVX512-BF16 or AMX); bf16 runs correctly ") + how +
+         " but slower than fp32";
 }
 
 }  // namespace loom::kernels
