@@ -11,7 +11,10 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
+
 #include "comm/mpi_test_env.hpp"
+#include "loom/comm/mpi_collectives.hpp"
 
 namespace loom::comm {
 namespace {
@@ -86,6 +89,68 @@ TEST(EmulatedLink, AllReduceTakesAtLeastTheModelledTime) {
   const double modelled = 2 * (p - 1) * 50e-6 + 2 * (p - 1) / p * (1 << 20) * 8 / 1e9;
   EXPECT_GE(w.busy_seconds(), modelled);
   EXPECT_EQ(x[7], static_cast<float>(g.size()));
+}
+
+// bf16 collectives cross the emulated link at 2 bytes an element (each is held to its own
+// price: a bf16 run under --net-gbps shows the bytes it saves, and no more).
+TEST(EmulatedLink, Bf16CollectivesTakeAtLeastTheirModelledTime) {
+  ProcessGroup& g = world();
+  if (g.size() < 2) GTEST_SKIP() << "no link on one rank";
+  const int p = g.size();
+  const int64_t n = int64_t{1} << 16;  // elements per rank
+  std::vector<float> x(static_cast<size_t>(n * p), 1.0f), shard(static_cast<size_t>(n));
+  std::vector<bfloat16> gathered(static_cast<size_t>(n * p));
+  g.set_emulated_link(1.0, 50.0);  // 1 Gbit/s, 50 us
+  const EmulatedLink link = emulated_link(1.0, 50.0);
+  Work reduce = g.all_reduce_bf16_async(x.data(), n * p, ReduceOp::Sum);
+  reduce.wait();
+  Work scatter = g.reduce_scatter_bf16_async(x.data(), shard.data(), n, ReduceOp::Sum);
+  scatter.wait();
+  Work gather = g.all_gather_bf16_async(gathered.data() + g.rank() * n, gathered.data(), n);
+  gather.wait();
+  g.set_emulated_link(0.0, 0.0);
+  const double half = (p - 1) * (50e-6 + static_cast<double>(n) * 2 * 8 / 1e9);  // p - 1 chunks of n bf16
+  EXPECT_DOUBLE_EQ(emulated_ring_half_seconds(link, n * p, p, 2), half);
+  EXPECT_GE(reduce.busy_seconds(), 2 * half);
+  EXPECT_GE(scatter.busy_seconds(), half);
+  EXPECT_GE(gather.busy_seconds(), half);
+  EXPECT_EQ(x[7], static_cast<float>(p));
+}
+
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// A communication thread waiting for a late peer leaves the core to compute
+// (mpi_collectives.hpp): rank 0's all-reduce waits 300 ms for rank 1 while rank 0 itself
+// sleeps, so whatever CPU time rank 0 uses meanwhile is the wait's. MPI's blocking calls
+// poll all along (about the whole 300 ms, measured with LOOM_COMM_WAIT=spin); sleeping
+// between polls takes a few ms.
+TEST(CommWait, WaitingForALatePeerLeavesTheCoreIdle) {
+  ProcessGroup& g = world();
+  if (g.size() < 2) GTEST_SKIP() << "no peer to wait for on one rank";
+  if (comm_wait() == CommWait::Spin) GTEST_SKIP() << "LOOM_COMM_WAIT=spin polls by choice";
+  std::vector<float> data(1024, 1.0f);
+  const auto late = std::chrono::milliseconds(300);
+  g.barrier();
+  if (g.rank() != 0) {
+    std::this_thread::sleep_for(late);
+    g.all_reduce(data.data(), static_cast<int64_t>(data.size()), ReduceOp::Sum);
+    EXPECT_EQ(data[5], static_cast<float>(g.size()));
+    return;
+  }
+  const double cpu0 = process_cpu_seconds();
+  const auto t0 = Clock::now();
+  Work w = g.all_reduce_async(data.data(), static_cast<int64_t>(data.size()), ReduceOp::Sum);
+  std::this_thread::sleep_for(late / 2);  // the caller has nothing to do: only the wait may run
+  w.wait();
+  const double wall = seconds_since(t0), cpu = process_cpu_seconds() - cpu0;
+  std::printf("[rank 0] waited %.3f s for a late peer, using %.3f s of CPU\n", wall, cpu);
+  EXPECT_EQ(data[5], static_cast<float>(g.size()));
+  EXPECT_GT(wall, 0.25);
+  EXPECT_LT(cpu, 0.25 * wall);
 }
 
 }  // namespace

@@ -38,6 +38,14 @@ TEST(EmulatedLinkCost, UnevenChunksWaitForTheLargest) {
   EXPECT_GT(emulated_all_reduce_seconds(kLink, AllReduceAlgorithm::Ring, 10, 4), ring_closed_form(40, 4));
 }
 
+TEST(EmulatedLinkCost, Bf16ElementsCostTheirTwoBytes) {
+  const int64_t n = 1 << 12;
+  for (int p : {2, 4, 8}) {
+    EXPECT_DOUBLE_EQ(emulated_all_reduce_seconds(kLink, AllReduceAlgorithm::Mpi, n, p, 1, 2), ring_closed_form(2.0 * n, p));
+    EXPECT_DOUBLE_EQ(emulated_ring_half_seconds(kLink, n, p, 2), 0.5 * ring_closed_form(2.0 * n, p));
+  }
+}
+
 TEST(EmulatedLinkCost, OffOrOneRankCostsNothing) {
   EXPECT_FALSE(emulated_link(0.0, 50.0).on());
   EXPECT_DOUBLE_EQ(emulated_all_reduce_seconds(emulated_link(0.0, 50.0), AllReduceAlgorithm::Tree, 1000, 4), 0.0);

@@ -22,13 +22,14 @@ struct EmulatedLink {
 // gbps <= 0: off.
 EmulatedLink emulated_link(double gbps, double latency_us);
 
-// An all-reduce of n floats on p ranks (servers: the parameter server's shards). MPI's own
-// algorithm is priced as a ring, the bandwidth-optimal choice it makes for large messages.
+// An all-reduce of n elements on p ranks (servers: the parameter server's shards), each
+// element_bytes on the wire (4: fp32, 2: bf16). MPI's own algorithm is priced as a ring, the
+// bandwidth-optimal choice it makes for large messages.
 double emulated_all_reduce_seconds(const EmulatedLink& link, AllReduceAlgorithm algorithm, int64_t n, int p,
-                                   int servers = 1);
+                                   int servers = 1, int element_bytes = 4);
 // One point-to-point message of `bytes` bytes: alpha + bytes x beta (0 when off).
 double emulated_message_seconds(const EmulatedLink& link, int64_t bytes);
-// A ring reduce-scatter or all-gather of a whole vector of n floats: half a ring all-reduce.
-double emulated_ring_half_seconds(const EmulatedLink& link, int64_t n, int p);
+// A ring reduce-scatter or all-gather of a whole vector of n elements: half a ring all-reduce.
+double emulated_ring_half_seconds(const EmulatedLink& link, int64_t n, int p, int element_bytes = 4);
 
 }  // namespace loom::comm

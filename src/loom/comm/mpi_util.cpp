@@ -2,6 +2,7 @@
 
 #include <climits>
 
+#include "loom/comm/mpi_collectives.hpp"
 #include "loom/error.hpp"
 
 namespace loom::comm {
@@ -21,9 +22,7 @@ int mpi_count(int64_t n) {
 
 void sendrecv(MPI_Comm comm, const float* send, int64_t send_n, int dst, float* recv, int64_t recv_n, int src,
               int tag) {
-  check_mpi(MPI_Sendrecv(send, mpi_count(send_n), MPI_FLOAT, dst, tag, recv, mpi_count(recv_n), MPI_FLOAT, src, tag,
-                         comm, MPI_STATUS_IGNORE),
-            "MPI_Sendrecv");
+  exchange(send, mpi_count(send_n), dst, recv, mpi_count(recv_n), src, tag, comm);
 }
 
 int comm_rank(MPI_Comm comm) {

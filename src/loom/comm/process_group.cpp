@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 
+#include "loom/comm/mpi_collectives.hpp"
 #include "loom/comm/mpi_util.hpp"
 #include "loom/comm/startup_watch.hpp"
 #include "loom/error.hpp"
@@ -15,6 +16,15 @@
 #include "loom/comm/bf16_wire.hpp"
 
 namespace loom::comm {
+
+namespace {
+
+// Under an emulated link (set_emulated_link) a collective lasts at least its time on that link.
+void last_at_least(std::chrono::steady_clock::time_point start, double seconds) {
+  if (seconds > 0) std::this_thread::sleep_until(start + std::chrono::duration<double>(seconds));
+}
+
+}  // namespace
 
 std::optional<double> timeout_from_environment() {
   const char* t = std::getenv("LOOM_COMM_TIMEOUT");
@@ -159,7 +169,7 @@ Work ProcessGroup::all_reduce_async(float* data, int64_t n, ReduceOp op, std::op
     const auto start = std::chrono::steady_clock::now();
     switch (a) {
       case AllReduceAlgorithm::Mpi:
-        check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(n), MPI_FLOAT, mpi_op(op), comm), "MPI_Allreduce");
+        all_reduce_in_place(data, n, MPI_FLOAT, mpi_op(op), comm);
         break;
       case AllReduceAlgorithm::Ring: ring_all_reduce(comm, data, n, op); break;
       case AllReduceAlgorithm::Tree: tree_all_reduce(comm, data, n, op); break;
@@ -167,7 +177,7 @@ Work ProcessGroup::all_reduce_async(float* data, int64_t n, ReduceOp op, std::op
       case AllReduceAlgorithm::ParamServer: param_server_all_reduce(comm, data, n, op, servers); break;
     }
     finish_reduction(data, n, op, size);
-    if (emulated_s > 0) std::this_thread::sleep_until(start + std::chrono::duration<double>(emulated_s));
+    last_at_least(start, emulated_s);
   });
 }
 
@@ -194,22 +204,21 @@ Work ProcessGroup::reduce_scatter_async(const float* in, float* out, int64_t n, 
       float* data = out - rank * n;
       if (algorithm == AllReduceAlgorithm::Mpi) {
         // MPI puts an in-place result at the front of the buffer; move it to this rank's chunk.
-        check_mpi(MPI_Reduce_scatter_block(MPI_IN_PLACE, data, mpi_count(n), MPI_FLOAT, mpi_op(op), comm),
-                  "MPI_Reduce_scatter_block");
+        reduce_scatter_block(MPI_IN_PLACE, data, n, MPI_FLOAT, mpi_op(op), comm);
         // (n == 0: both pointers may be null, which memmove does not allow even for 0 bytes.)
         if (rank != 0 && n > 0) std::memmove(out, data, sizeof(float) * static_cast<size_t>(n));
       } else {
         ring_reduce_scatter(comm, data, n * size, op);
       }
     } else if (algorithm == AllReduceAlgorithm::Mpi) {
-      check_mpi(MPI_Reduce_scatter_block(in, out, mpi_count(n), MPI_FLOAT, mpi_op(op), comm), "MPI_Reduce_scatter_block");
+      reduce_scatter_block(in, out, n, MPI_FLOAT, mpi_op(op), comm);
     } else {
       std::vector<float> work(in, in + n * size);  // (size * n) the ring reduces in place
       ring_reduce_scatter(comm, work.data(), n * size, op);
       if (n > 0) std::memcpy(out, work.data() + rank * n, sizeof(float) * static_cast<size_t>(n));
     }
     finish_reduction(out, n, op, size);
-    if (emulated_s > 0) std::this_thread::sleep_until(start + std::chrono::duration<double>(emulated_s));
+    last_at_least(start, emulated_s);
   }, n * size);
 }
 
@@ -230,13 +239,12 @@ Work ProcessGroup::all_gather_async(const float* in, float* out, int64_t n, AllR
   return submit("all_gather[" + algorithm_name(algorithm) + "]", n, [=]() {
     const auto start = std::chrono::steady_clock::now();
     if (algorithm == AllReduceAlgorithm::Mpi) {
-      check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : in, mpi_count(n), MPI_FLOAT, out, mpi_count(n), MPI_FLOAT, comm),
-                "MPI_Allgather");
+      all_gather_block(in_place ? MPI_IN_PLACE : in, out, n, MPI_FLOAT, comm);
     } else {
       if (!in_place) std::memmove(out + rank * n, in, sizeof(float) * static_cast<size_t>(n));
       ring_all_gather(comm, out, n * size);
     }
-    if (emulated_s > 0) std::this_thread::sleep_until(start + std::chrono::duration<double>(emulated_s));
+    last_at_least(start, emulated_s);
   }, n * size);
 }
 
@@ -250,13 +258,15 @@ Work ProcessGroup::all_reduce_bf16_async(float* data, int64_t n, ReduceOp op) {
   MPI_Comm comm = collective_comm_;
   const int size = size_;
   const bool single = single_process_;
+  const double emulated_s = emulated_all_reduce_seconds(link_, AllReduceAlgorithm::Mpi, n, size, 1, 2);
   auto body = [=]() {
+    const auto start = std::chrono::steady_clock::now();
     std::vector<bfloat16> wire = to_bf16_vector(data, n);
     if (!single)
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, wire.data(), mpi_count(n), bf16_mpi_type(), bf16_mpi_op(op), comm),
-                "MPI_Allreduce");
+      all_reduce_in_place(wire.data(), n, bf16_mpi_type(), bf16_mpi_op(op), comm);
     widen_bf16(wire.data(), data, n);
     finish_reduction(data, n, op, size);
+    last_at_least(start, emulated_s);
   };
   if (single) {  // one rank: its data, rounded as it would be sent
     body();
@@ -269,13 +279,15 @@ Work ProcessGroup::reduce_scatter_bf16_async(const float* in, float* out, int64_
   MPI_Comm comm = collective_comm_;
   const int size = size_;
   const bool single = single_process_;
+  const double emulated_s = emulated_ring_half_seconds(link_, n * size, size, 2);
   auto body = [=]() {
+    const auto start = std::chrono::steady_clock::now();
     std::vector<bfloat16> wire = to_bf16_vector(in, n * size);
     if (!single)
-      check_mpi(MPI_Reduce_scatter_block(MPI_IN_PLACE, wire.data(), mpi_count(n), bf16_mpi_type(), bf16_mpi_op(op), comm),
-                "MPI_Reduce_scatter_block");
+      reduce_scatter_block(MPI_IN_PLACE, wire.data(), n, bf16_mpi_type(), bf16_mpi_op(op), comm);
     widen_bf16(wire.data(), out, n);  // in place, MPI leaves this rank's result at the front
     finish_reduction(out, n, op, size);
+    last_at_least(start, emulated_s);
   };
   if (single) {
     body();
@@ -288,10 +300,11 @@ Work ProcessGroup::all_gather_bf16_async(const bfloat16* in, bfloat16* out, int6
   if (single_process_) return copy_locally(in, out, 2 * n);
   MPI_Comm comm = collective_comm_;
   const bool in_place = in == out + rank_ * n;
+  const double emulated_s = emulated_ring_half_seconds(link_, n * size_, size_, 2);
   return submit("all_gather_bf16[mpi]", n, [=]() {
-    check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : in, mpi_count(n), bf16_mpi_type(), out, mpi_count(n),
-                            bf16_mpi_type(), comm),
-              "MPI_Allgather");
+    const auto start = std::chrono::steady_clock::now();
+    all_gather_block(in_place ? MPI_IN_PLACE : in, out, n, bf16_mpi_type(), comm);
+    last_at_least(start, emulated_s);
   }, n * size_, 2);
 }
 
@@ -301,7 +314,7 @@ Work ProcessGroup::broadcast_typed(void* data, int64_t n, int root, MPI_Datatype
   if (single_process_) return Work::completed();
   MPI_Comm comm = collective_comm_;
   return submit(op, n, [=]() {
-    check_mpi(MPI_Bcast(data, mpi_count(n), type, root, comm), "MPI_Bcast");
+    comm::broadcast(data, n, type, root, comm);
   }, -1, element_bytes);
 }
 
@@ -329,7 +342,7 @@ Work ProcessGroup::all_to_all_async(const float* in, float* out, int64_t n) {
   if (single_process_) return copy_locally(in, out, 4 * n);
   MPI_Comm comm = collective_comm_;
   return submit("all_to_all", n, [=]() {
-    check_mpi(MPI_Alltoall(in, mpi_count(n), MPI_FLOAT, out, mpi_count(n), MPI_FLOAT, comm), "MPI_Alltoall");
+    all_to_all_block(in, out, n, MPI_FLOAT, comm);
   });
 }
 
@@ -379,14 +392,14 @@ Work ProcessGroup::all_to_all_v_typed(const void* in, std::vector<int64_t> send_
       so += send_counts[q];
       ro += recv_counts[q];
     }
-    check_mpi(MPI_Alltoallv(in, sc.data(), sd.data(), type, out, rc.data(), rd.data(), type, comm), "MPI_Alltoallv");
+    comm::all_to_all_v(in, sc.data(), sd.data(), out, rc.data(), rd.data(), type, comm);
   }, total, element_bytes);
 }
 
 Work ProcessGroup::barrier_async() {
   if (single_process_) return Work::completed();
   MPI_Comm comm = collective_comm_;
-  return submit("barrier", 0, [=]() { check_mpi(MPI_Barrier(comm), "MPI_Barrier"); });
+  return submit("barrier", 0, [=]() { comm::barrier(comm); });
 }
 
 void ProcessGroup::barrier() { barrier_async().wait(); }

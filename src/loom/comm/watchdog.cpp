@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "loom/comm/mpi_collectives.hpp"
 #include "loom/comm/mpi_util.hpp"
 #include "loom/error.hpp"
 
@@ -324,8 +325,8 @@ void Watchdog::check_same_call(MPI_Comm check_comm, const std::string& group_nam
   const int size = comm_size(check_comm);
   std::vector<char> mine(kNameBytes, 0), all(static_cast<size_t>(size) * kNameBytes);
   copy_text(mine.data(), operation, kNameBytes);
-  check_mpi(MPI_Allgather(mine.data(), kNameBytes, MPI_CHAR, all.data(), kNameBytes, MPI_CHAR, check_comm),
-            "MPI_Allgather");
+  // The check waits for the slowest rank as the collective would: without spinning.
+  all_gather_block(mine.data(), all.data(), kNameBytes, MPI_CHAR, check_comm);
   bool same = true;
   for (int q = 1; q < size; ++q) same = same && std::strcmp(all.data(), all.data() + q * kNameBytes) == 0;
   if (same) return;

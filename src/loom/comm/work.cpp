@@ -4,6 +4,7 @@
 #include <chrono>
 #include <optional>
 
+#include "loom/comm/mpi_collectives.hpp"
 #include "loom/trace/recorder.hpp"
 
 namespace loom::comm {
@@ -97,9 +98,13 @@ void Work::wait_done() const {
     // Polled rather than MPI_Wait, so a transfer whose peer never comes is watched too
     // (Open MPI's MPI_Wait polls the same way underneath).
     int flag = state_->done ? 1 : 0;
+    PollBackoff backoff;  // the core goes to compute while the peer is late
     while (flag == 0) {
       MPI_Test(&state_->request, &flag, MPI_STATUS_IGNORE);
-      if (flag == 0) published.waited(watchdog, *state_, seconds());
+      if (flag == 0) {
+        published.waited(watchdog, *state_, seconds());
+        backoff.pause();
+      }
     }
     state_->done = true;
     return;
