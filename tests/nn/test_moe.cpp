@@ -1,13 +1,18 @@
 // The mixture of experts serially: the load-balancing loss's closed form under uniform
 // routing, capacity dropping (which tokens, in which order, decided per sequence so any
 // split of the batch drops the same ones), deterministic tie-breaking, and the GPT's MoE
-// blocks (parameter count, the dense MLP accessor refusing). Exact comparisons: routing is
-// integer bookkeeping; the aux loss of a uniform router is exactly representable.
+// blocks (parameter count, the dense MLP accessor refusing), and one expert against the dense
+// MLP in fp32 and bf16 (what it keeps, and its numbers bit for bit). Exact comparisons: routing
+// is integer bookkeeping; the aux loss of a uniform router is exactly representable.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
+#include "loom/kernels/precision.hpp"
+#include "loom/nn/experts.hpp"
 #include "loom/nn/gpt.hpp"
+#include "loom/nn/mlp.hpp"
 #include "loom/nn/moe.hpp"
 #include "loom/nn/routing.hpp"
 #include "test_util.hpp"
@@ -92,6 +97,46 @@ TEST(MoeGpt, EveryNthBlockIsMoeAndTheParameterCountIncludesTheExperts) {
   EXPECT_EQ(model.blocks()[3]->moe()->experts().fc_weight().shape(), (Shape{4, 64, 16}));
   EXPECT_EQ(model.num_parameters(), c.num_parameters());
   EXPECT_NE(loom::testing::error_of([&] { model.blocks()[1]->mlp(); }).find("mixture of experts"), std::string::npos);
+}
+
+// One expert computes what the dense MLP (fc, GELU, proj) computes, the same way, in fp32 and
+// in bf16, where both keep bf16 copies of what backward reads (the rows, the pre-activations
+// and the GELU outputs: half their fp32 bytes) and their GEMMs read the same bf16 operands:
+// the output and every gradient equal bit for bit.
+TEST(MoeExperts, OneExpertIsTheDenseMlpInEitherPrecision) {
+  const int64_t R = 6, C = 8;
+  for (const kernels::Precision p : {kernels::Precision::F32, kernels::Precision::BF16}) {
+    const kernels::PrecisionScope precision(p);
+    const std::string what(kernels::precision_name(p));
+    MLP mlp(C);
+    Experts experts(1, C, 0, 1);
+    const std::vector<Parameter*> dense = mlp.parameters(), expert = experts.parameters();  // fc w, b; proj w, b
+    ASSERT_EQ(dense.size(), expert.size());
+    for (size_t i = 0; i < dense.size(); ++i) {
+      ASSERT_EQ(dense[i]->numel(), expert[i]->numel()) << dense[i]->name();
+      const std::vector<float> v = loom::testing::random_vector(dense[i]->numel(), 30 + i);
+      std::copy(v.begin(), v.end(), dense[i]->value().f32());
+      std::copy(v.begin(), v.end(), expert[i]->value().f32());
+    }
+    auto random = [](int64_t rows, int64_t cols, uint64_t seed) {
+      Tensor t = Tensor::empty({rows, cols});
+      const std::vector<float> v = loom::testing::random_vector(t.numel(), seed);
+      std::copy(v.begin(), v.end(), t.f32());
+      return t;
+    };
+    const Tensor x = random(R, C, 1), dy = random(R, C, 2);
+    Context dense_ctx, expert_ctx;
+    const Tensor y_dense = mlp.forward(x, dense_ctx), y_expert = experts.forward(x, expert_ctx);
+    const int64_t value_bytes = p == kernels::Precision::BF16 ? 2 : 4;
+    EXPECT_EQ(expert_ctx.bytes(), value_bytes * (R * C + 2 * R * 4 * C)) << what;
+    EXPECT_EQ(expert_ctx.bytes(), dense_ctx.bytes()) << what;
+    const Tensor dx_dense = mlp.backward(dy, dense_ctx), dx_expert = experts.backward(dy, expert_ctx);
+    EXPECT_TRUE(loom::testing::all_close(y_expert.f32(), y_dense.f32(), R * C, 0, 0, what + " output"));
+    EXPECT_TRUE(loom::testing::all_close(dx_expert.f32(), dx_dense.f32(), R * C, 0, 0, what + " dx"));
+    for (size_t i = 0; i < dense.size(); ++i)
+      EXPECT_TRUE(loom::testing::all_close(expert[i]->grad().f32(), dense[i]->grad().f32(), dense[i]->numel(), 0, 0,
+                                           what + " " + expert[i]->name()));
+  }
 }
 
 TEST(MoeConfig, ImpossibleValuesAreNamed) {

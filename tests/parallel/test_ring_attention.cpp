@@ -7,7 +7,8 @@
 // averages) whose order (and softmax rescaling) differs from the serial
 // kernel's, so rounding stays within a few fp32 ulps of O(1) values (~1e-6); a wrong block,
 // a missed rescale or a dK/dV returned to the wrong owner is off by O(0.1).
-// Then the split itself: zig-zag gives every rank the same causal attention work.
+// Then the activations a layer keeps under cp, against the planner's count; and the split
+// itself: zig-zag gives every rank the same causal attention work.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -15,9 +16,14 @@
 #include "comm/mpi_test_env.hpp"
 #include "loom/error.hpp"
 #include "loom/kernels/attention.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/nn/context.hpp"
+#include "loom/nn/gpt.hpp"
+#include "loom/parallel/context_parallel/context_parallel_layers.hpp"
 #include "loom/parallel/context_parallel/load_balance.hpp"
 #include "loom/parallel/context_parallel/ring_attention.hpp"
+#include "loom/plan/memory_model.hpp"
+#include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/train/parallelize.hpp"
 #include "loom/train/trainer.hpp"
 #include "test_util.hpp"
@@ -92,6 +98,42 @@ TEST(RingAttention, ScoreScratchStaysWithinTheRanksQkv) {
 
 TEST(RingAttention, MatchesTheSerialKernelContiguous) {
   expect_ring_matches_serial({2, 3, 3, 5}, Split::Contiguous, "contiguous, HS 5");
+}
+
+// The activations one more layer keeps under context parallelism (the world one ring), as
+// ActivationMemory measures them under tp: the 3- less the 2-layer model's saved activations
+// after forward, against plan::activation_bytes_per_layer and, in bf16, against
+// plan::bf16_activation_bytes_per_layer (ring attention keeps bf16 q, k, v and output, an fp32
+// log-sum-exp), within 10%; a recomputed block keeps exactly its input, bf16 in bf16.
+TEST(ContextParallelMemory, PerLayerMatchesTheFormula) {
+  const int64_t P = world().size();
+  if (P == 1) GTEST_SKIP() << "needs cp >= 2";
+  const int64_t B = 2, T = 16 * P, C = 32, NH = 4;
+  const nn::LayerBuilder serial;
+  const ContextParallelLayers layers(serial, world(), Split::ZigZag);
+  auto per_layer = [&](bool recompute) {
+    auto saved_after_forward = [&](int64_t L) {
+      nn::GPTConfig config{.block_size = T, .n_layer = L, .n_head = NH, .n_embd = C, .recompute = recompute};
+      nn::GPT model(config, 1, layers);
+      const Tensor idx = Tensor::zeros({B, T / P}, DType::I32);  // this rank's chunks
+      MemoryScope scope(MemoryCategory::Activations);
+      const int64_t before = MemoryTracker::instance().current(MemoryCategory::Activations);
+      nn::Context ctx;
+      const Tensor logits = model.forward(idx, ctx);
+      return MemoryTracker::instance().current(MemoryCategory::Activations) - before;
+    };
+    return saved_after_forward(3) - saved_after_forward(2);
+  };
+  const std::string what = "cp " + std::to_string(P);
+  const int64_t fp32 = plan::activation_bytes_per_layer(B, T, C, NH, 1, false, P);
+  EXPECT_NEAR(static_cast<double>(per_layer(false)), static_cast<double>(fp32), 0.10 * static_cast<double>(fp32))
+      << what;
+  EXPECT_EQ(per_layer(true), 4 * B * (T / P) * C) << "recompute, " << what;
+  const kernels::PrecisionScope precision(kernels::Precision::BF16);
+  const int64_t bf16 = plan::bf16_activation_bytes_per_layer(B, T, C, NH, 1, false, P);
+  EXPECT_NEAR(static_cast<double>(per_layer(false)), static_cast<double>(bf16), 0.10 * static_cast<double>(bf16))
+      << "bf16, " << what;
+  EXPECT_EQ(per_layer(true), 2 * B * (T / P) * C) << "bf16 recompute, " << what;
 }
 
 TEST(ContextSplit, ZigZagBalancesCausalWorkContiguousDoesNot) {

@@ -4,7 +4,8 @@
 // (relative 1e-5, against the largest magnitude); the whole GPT trained 20 steps under tp
 // (and dp x tp, with ZeRO, with sequence parallelism) must give the serial run's losses
 // (relative 1e-5) and parameters (relative 1e-4); one layer's saved activations must match
-// plan::activation_bytes_per_layer within 10% (plan::bf16_activation_bytes_per_layer in bf16).
+// plan::activation_bytes_per_layer within 10% (plan::bf16_activation_bytes_per_layer in bf16,
+// about half the fp32 bytes), and a recomputed block exactly its input.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -386,10 +387,11 @@ TEST_P(ActivationMemory, PerLayerMatchesTheFormula) {
   const int64_t t = world().size();
   if (sp && t == 1) GTEST_SKIP() << "sequence parallelism needs tp > 1";
   const int64_t B = 2, T = 8 * t, C = 16 * t, NH = 2 * t;
+  const int64_t Tr = sp ? T / t : T;  // tokens of the replicated regions held here
   TensorParallelLayers layers(world(), sp);
-  auto saved_after_forward = [&](int64_t L) {
+  auto saved_after_forward = [&](int64_t L, bool recompute) {
     nn::GPTConfig config{.vocab_size = 65, .padded_vocab_size = 64 * t * ((65 + 64 * t - 1) / (64 * t)),
-                         .block_size = T, .n_layer = L, .n_head = NH, .n_embd = C};
+                         .block_size = T, .n_layer = L, .n_head = NH, .n_embd = C, .recompute = recompute};
     nn::GPT model(config, 1, layers);
     Tensor idx = Tensor::zeros({B, T}, DType::I32);
     MemoryScope scope(MemoryCategory::Activations);
@@ -398,21 +400,32 @@ TEST_P(ActivationMemory, PerLayerMatchesTheFormula) {
     Tensor logits = model.forward(idx, ctx);
     return MemoryTracker::instance().current(MemoryCategory::Activations) - before;
   };
-  const int64_t measured = saved_after_forward(3) - saved_after_forward(2);
+  auto per_layer = [&](bool recompute) {
+    return saved_after_forward(3, recompute) - saved_after_forward(2, recompute);
+  };
+  const std::string what = "tp " + std::to_string(t) + (sp ? " with" : " without") + " sequence parallelism";
+  const int64_t measured = per_layer(false);
   const int64_t formula = plan::activation_bytes_per_layer(B, T, C, NH, t, sp);
-  EXPECT_NEAR(static_cast<double>(measured), static_cast<double>(formula), 0.10 * static_cast<double>(formula))
-      << "tp " << t << (sp ? " with" : " without") << " sequence parallelism";
+  EXPECT_NEAR(static_cast<double>(measured), static_cast<double>(formula), 0.10 * static_cast<double>(formula)) << what;
   RecordProperty("activation_bytes_per_layer", std::to_string(measured));
-  // Mixed precision: the layers of nn/ keep bf16 copies and no probabilities, the
-  // tensor-parallel Linears their fp32 inputs (plan::bf16_activation_bytes_per_layer). At
-  // t = 1 training builds serial Linears, which keep bf16 (PlanBf16.LayerActivationsMatchTheTracker).
-  if (t == 1) return;
+  // A recomputed block keeps only its input, this rank's chunk under sequence parallelism.
+  EXPECT_EQ(per_layer(true), 4 * B * Tr * C) << "recompute, " << what;
+
+  // Mixed precision: every layer keeps bf16 copies, the tensor-parallel Linears (their inputs,
+  // under sequence parallelism this rank's chunk) among them, and no probabilities
+  // (plan::bf16_activation_bytes_per_layer): half the fp32 bytes but for the probabilities
+  // (NH B T^2 / t values) and the LayerNorm statistics (4 B Tr values), which stay fp32.
   const kernels::PrecisionScope bf16(kernels::Precision::BF16);
-  const int64_t measured_bf16 = saved_after_forward(3) - saved_after_forward(2);
+  const int64_t measured_bf16 = per_layer(false);
   const int64_t formula_bf16 = plan::bf16_activation_bytes_per_layer(B, T, C, NH, t, sp);
   EXPECT_NEAR(static_cast<double>(measured_bf16), static_cast<double>(formula_bf16),
               0.10 * static_cast<double>(formula_bf16))
-      << "bf16, tp " << t << (sp ? " with" : " without") << " sequence parallelism";
+      << "bf16, " << what;
+  const int64_t fp32_stats = 4 * 4 * B * Tr, probabilities = 4 * NH * B * T * T / t;
+  const double half = 0.5 * static_cast<double>(measured - probabilities - fp32_stats);
+  EXPECT_NEAR(static_cast<double>(measured_bf16 - fp32_stats), half, 0.10 * half) << "bf16 against fp32, " << what;
+  RecordProperty("bf16_activation_bytes_per_layer", std::to_string(measured_bf16));
+  EXPECT_EQ(per_layer(true), 2 * B * Tr * C) << "bf16 recompute, " << what;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, ActivationMemory, ::testing::Values(false, true),

@@ -37,6 +37,10 @@ Work gather_activations_async(ProcessGroup& g, const float* in, float* out, int6
   return work;
 }
 
+Work gather_activations_async(ProcessGroup& g, const bfloat16* in, bfloat16* out, int64_t n) {
+  return g.all_gather_bf16_async(in, out, n);
+}
+
 void gather_activations(ProcessGroup& g, const Tensor& in, Tensor& out) {
   const int64_t n = in.numel();
   check(out.numel() == n * g.size(), "all_gather: output of ", out.numel(), " elements must be ", g.size(), " x input (",

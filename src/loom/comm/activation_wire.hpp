@@ -30,6 +30,9 @@ void sum_activations(ProcessGroup& g, Tensor& t);
 // reads in when called and has written out when the handle's wait() returns.
 void gather_activations(ProcessGroup& g, const Tensor& in, Tensor& out);
 Work gather_activations_async(ProcessGroup& g, const float* in, float* out, int64_t n);
+// The same for values already in bf16 (a bf16 run's kept activations): gathered as they are,
+// 2 bytes a value, exact whatever g's activation dtype. in and out must live until the wait.
+Work gather_activations_async(ProcessGroup& g, const bfloat16* in, bfloat16* out, int64_t n);
 // in (size x n) on every rank -> out (n): the sum of everyone's chunk `rank`.
 void reduce_scatter_activations(ProcessGroup& g, const Tensor& in, Tensor& out);
 Work reduce_scatter_activations_async(ProcessGroup& g, const float* in, float* out, int64_t n);

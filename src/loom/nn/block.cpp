@@ -2,6 +2,7 @@
 
 #include "loom/error.hpp"
 #include "loom/kernels/residual.hpp"
+#include "loom/nn/saved_activation.hpp"
 
 namespace loom::nn {
 
@@ -39,14 +40,17 @@ Tensor Block::forward_impl(const Tensor& x, Context& ctx) {
   if (!recompute_) return forward_body(x, ctx);
   Context scratch;  // dropped on return: only x is kept
   Tensor y = forward_body(x, scratch);
-  ctx.save(this, {x});
+  // Mixed precision keeps x as a bf16 copy (saved_activation.hpp), as Megatron-LM checkpoints
+  // its bf16 hidden states: the replay then runs on x rounded to bf16, whose first consumer,
+  // ln1, keeps that rounding for backward anyway.
+  ctx.save(this, {saved_activation(x, ctx)});
   return y;
 }
 
 Tensor Block::backward_impl(const Tensor& dy, Context& ctx) {
   if (!recompute_) return backward_body(dy, ctx);
   Context replay;
-  forward_body(ctx.saved(this, 0), replay);
+  forward_body(widened(ctx.saved(this, 0)), replay);
   ctx.release(this);
   return backward_body(dy, replay);
 }

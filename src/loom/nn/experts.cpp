@@ -3,7 +3,10 @@
 #include "loom/error.hpp"
 #include "loom/kernels/gelu.hpp"
 #include "loom/kernels/matmul.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/kernels/residual.hpp"
+#include "loom/nn/gemm_input.hpp"
+#include "loom/nn/saved_activation.hpp"
 
 namespace loom::nn {
 
@@ -24,26 +27,40 @@ Experts::Experts(int64_t El, int64_t C, int64_t first, int64_t E) : El_(El), C_(
 Tensor Experts::forward_grouped(const Tensor& x, const std::vector<int64_t>& counts, Context& ctx) {
   const int64_t R = x.size(0), C = C_, H = 4 * C_;
   check(static_cast<int64_t>(counts.size()) == El_, "experts: ", counts.size(), " row counts for ", El_, " experts");
-  Tensor h = Tensor::empty({R, H});  // (R, 4C) pre-activation
-  Tensor a = Tensor::empty({R, H});  // (R, 4C) GELU output
-  Tensor y = Tensor::empty({R, C});  // (R, C)
+  // Mixed precision keeps bf16 copies, as a dense MLP's layers do (saved_activation.hpp): the
+  // rows and the GELU output, which the GEMMs read as their operands in forward and backward,
+  // and the pre-activation, which GELU's backward widens. Then h is fp32 scratch that becomes
+  // the GELU output in place.
+  const bool bf16 = saved_in_bf16(ctx);
+  const Tensor input = saved_activation(x, ctx);
+  Tensor h = Tensor::empty({R, H});                                // (R, 4C) pre-activation
+  Tensor a = bf16 ? h : Tensor::empty({R, H});                     // (R, 4C) GELU output
+  Tensor h_kept = bf16 ? Tensor::empty({R, H}, DType::BF16) : h;  // what backward reads of h
+  Tensor a_kept = bf16 ? Tensor::empty({R, H}, DType::BF16) : a;  // and of a
+  Tensor y = Tensor::empty({R, C});                                // (R, C)
   int64_t r0 = 0;
   for (int64_t e = 0; e < El_; ++e) {
     const int64_t n = counts[static_cast<size_t>(e)];
     if (n == 0) continue;
-    kernels::matmul(x.f32() + r0 * C, Trans::N, fc_w_->value().f32() + e * H * C, Trans::T, h.f32() + r0 * H, n, H, C,
-                    fc_b_->value().f32() + e * H);
-    kernels::gelu_forward(a.f32() + r0 * H, h.f32() + r0 * H, n * H);
-    kernels::matmul(a.f32() + r0 * H, Trans::N, proj_w_->value().f32() + e * C * H, Trans::T, y.f32() + r0 * C, n, C,
-                    H, proj_b_->value().f32() + e * C);
+    kernels::matmul(gemm_input(input, r0 * C), Trans::N, fc_w_->value().f32() + e * H * C, Trans::T, h.f32() + r0 * H,
+                    n, H, C, fc_b_->value().f32() + e * H);
+    if (bf16) {
+      kernels::gelu_forward(a.f32() + r0 * H, h_kept.bf16() + r0 * H, h.f32() + r0 * H, n * H);
+      kernels::convert_to_bf16(a.f32() + r0 * H, a_kept.bf16() + r0 * H, n * H);
+    } else {
+      kernels::gelu_forward(a.f32() + r0 * H, h.f32() + r0 * H, n * H);
+    }
+    kernels::matmul(gemm_input(a_kept, r0 * H), Trans::N, proj_w_->value().f32() + e * C * H, Trans::T,
+                    y.f32() + r0 * C, n, C, H, proj_b_->value().f32() + e * C);
     r0 += n;
   }
   check(r0 == R, "experts: row counts sum to ", r0, ", got ", R, " rows");
-  ctx.save(this, {x, h, a});
+  ctx.save(this, {input, h_kept, a_kept});
   return y;
 }
 
 Tensor Experts::backward_grouped(const Tensor& dy, const std::vector<int64_t>& counts, Context& ctx) {
+  // fp32, or the bf16 copies of a mixed-precision forward.
   const Tensor &x = ctx.saved(this, 0), &h = ctx.saved(this, 1), &a = ctx.saved(this, 2);
   const int64_t R = x.size(0), C = C_, H = 4 * C_;
   Tensor dx = Tensor::empty({R, C});  // (R, C)
@@ -55,12 +72,15 @@ Tensor Experts::backward_grouped(const Tensor& dy, const std::vector<int64_t>& c
     const float* dye = dy.f32() + r0 * C;
     float* dhe = dh.f32() + r0 * H;
     kernels::matmul(dye, Trans::N, proj_w_->value().f32() + e * C * H, Trans::N, dhe, n, H, C);
-    kernels::matmul(dye, Trans::T, a.f32() + r0 * H, Trans::N, proj_w_->grad().f32() + e * C * H, C, H, n, nullptr,
+    kernels::matmul(dye, Trans::T, gemm_input(a, r0 * H), Trans::N, proj_w_->grad().f32() + e * C * H, C, H, n, nullptr,
                     /*accumulate=*/true);
     kernels::bias_backward(proj_b_->grad().f32() + e * C, dye, n, C);
-    kernels::gelu_backward(dhe, h.f32() + r0 * H, dhe, n * H);
+    if (h.dtype() == DType::BF16)
+      kernels::gelu_backward(dhe, h.bf16() + r0 * H, dhe, n * H);
+    else
+      kernels::gelu_backward(dhe, h.f32() + r0 * H, dhe, n * H);
     kernels::matmul(dhe, Trans::N, fc_w_->value().f32() + e * H * C, Trans::N, dx.f32() + r0 * C, n, C, H);
-    kernels::matmul(dhe, Trans::T, x.f32() + r0 * C, Trans::N, fc_w_->grad().f32() + e * H * C, H, C, n, nullptr,
+    kernels::matmul(dhe, Trans::T, gemm_input(x, r0 * C), Trans::N, fc_w_->grad().f32() + e * H * C, H, C, n, nullptr,
                     /*accumulate=*/true);
     kernels::bias_backward(fc_b_->grad().f32() + e * H, dhe, n, H);
     r0 += n;

@@ -29,15 +29,12 @@ int64_t bf16_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t
                                         bool sequence_parallel, int64_t cp) {
   if (cp > 1) T /= cp;                                // this rank's tokens
   const int64_t Tr = sequence_parallel ? T / t : T;  // tokens of the replicated regions held here
-  const int64_t linear_bytes = t > 1 ? 4 : 2;        // the Linears' kept inputs
   const int64_t linear_inputs = 2 * B * Tr * C + B * T * C / t + 4 * B * T * C / t;  // qkv, fc; proj; MLP proj
   const int64_t ln_inputs = 2 * B * Tr * C, mlp_hidden = 4 * B * T * C / t, stats = 4 * B * Tr;
-  // Ring attention's output is the tensor a tensor-parallel projection keeps (counted above);
-  // a serial projection keeps a bf16 copy of it beside ring attention's fp32 one.
-  const int64_t ring_output = t > 1 ? 0 : B * T * C;
-  const int64_t core = cp > 1 ? 4 * (3 * B * T * C / t + ring_output + NH * B * T / t)  // ring attention
-                              : 2 * 3 * B * T * C / t;  // q, k, v; the probabilities are recomputed
-  return 2 * (ln_inputs + mlp_hidden) + linear_bytes * linear_inputs + core + 4 * stats;
+  // q, k, v; ring attention also keeps its output (the projection keeps its own copy, counted
+  // above) and the log-sum-exp in fp32; serial attention recomputes the probabilities.
+  const int64_t core = cp > 1 ? 2 * (3 * B * T * C / t + B * T * C / t) + 4 * NH * B * T / t : 2 * 3 * B * T * C / t;
+  return 2 * (ln_inputs + mlp_hidden + linear_inputs) + core + 4 * stats;
 }
 
 int64_t attention_group_values(int64_t B, int64_t T, int64_t NH) {

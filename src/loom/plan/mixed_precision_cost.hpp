@@ -31,13 +31,13 @@ int64_t bf16_state_bytes(int64_t params_here, int64_t gemm_only_params, int64_t 
 constexpr int64_t kBf16HeadGradientRows = 1024;
 
 // Activation bytes one transformer layer keeps for backward under `--precision bf16`, per rank
-// (memory_model.hpp's activation_bytes_per_layer counts the same tensors in fp32). The layers
-// of nn/ keep bf16 copies (nn/saved_activation.hpp): the LayerNorms' inputs, q, k, v, the
-// MLP's pre-GELU values and every serial Linear's input; the LayerNorm statistics (4 B T
-// values) stay fp32; the softmax probabilities are not kept (backward recomputes them). Held by parallel/ at 4 bytes: the inputs the
-// tensor-parallel Linears keep (tp > 1: the qkv and fc inputs, the attention output and the
-// GELU output) and, under context parallelism (cp > 1), ring attention's q, k, v, output and
-// log-sum-exp (a serial projection keeps a bf16 copy of that output as well).
+// (memory_model.hpp's activation_bytes_per_layer counts the same tensors in fp32). Every layer
+// keeps bf16 copies (nn/saved_activation.hpp), the tensor-parallel ones too: the LayerNorms'
+// inputs, q, k, v, the MLP's pre-GELU values and every Linear's input (serial or split over
+// tp, a sequence-parallel one its own chunk); the LayerNorm statistics (4 B T values) stay
+// fp32; the softmax probabilities are not kept (backward recomputes them). Under context
+// parallelism (cp > 1) ring attention keeps bf16 q, k, v and output (the projection keeps
+// a copy of that output of its own) and an fp32 log-sum-exp.
 int64_t bf16_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t t,
                                         bool sequence_parallel, int64_t cp = 1);
 

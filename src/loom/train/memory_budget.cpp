@@ -66,8 +66,10 @@ MemoryNeed training_memory(const TrainConfig& c) {
   const plan::StateBytes state = training_state(c, params_here, layers_here);
   const int64_t T = m.block_size / c.cp, C = m.n_embd;  // this rank's tokens of each sequence
   const int64_t layer = layer_activation_bytes(c);
-  // With recompute a block keeps only its input; one block's activations exist at a time.
-  const int64_t kept = m.recompute ? 4 * c.batch_size * T * C * layers_here + layer : layer * layers_here;
+  // With recompute a block keeps only its input (in bf16 under mixed precision, this rank's
+  // chunk of the sequence under sequence parallelism); one block's activations exist at a time.
+  const int64_t input_bytes = (c.precision == "bf16" ? 2 : 4) * c.batch_size * (c.sequence_parallel ? T / c.tp : T) * C;
+  const int64_t kept = m.recompute ? input_bytes * layers_here + layer : layer * layers_here;
   // The logits stay fp32 (the loss reads them); in bf16 the head's backward adds a bf16 copy
   // of their gradient's rows, nn::GPT::kHeadGradientRows at a time.
   const int64_t Vt = m.resolved_padded_vocab() / c.tp;

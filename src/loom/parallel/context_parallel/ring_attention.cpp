@@ -10,6 +10,7 @@
 #include "loom/comm/startup_watch.hpp"
 #include "loom/error.hpp"
 #include "loom/kernels/attention_block.hpp"
+#include "loom/nn/saved_activation.hpp"
 #include "loom/trace/recorder.hpp"
 
 namespace loom::parallel::cp {
@@ -163,14 +164,17 @@ Tensor RingAttention::forward_impl(const Tensor& qkv, nn::Context& ctx) {
   }
   k::attention_block_finish({g.B, NH_, g.HS(), g.Tl(), g.Tl(), false}, {heads.f32(), g.Tl() * C_, C_},
                             {lse.f32(), NH_ * g.Tl(), g.Tl()}, {sums.f32(), NH_ * g.Tl(), g.Tl()});
-  ctx.save(this, {qkv, heads, lse});
+  // Mixed precision keeps q, k, v and the output as bf16 copies (the products read q, k, v in
+  // bf16 anyway; the output is widened for the softmax backward's row term, as FlashAttention
+  // keeps its bf16 output); the log-sum-exp stays fp32.
+  ctx.save(this, {nn::saved_activation(qkv, ctx), nn::saved_activation(heads, ctx), lse});
   return heads;
 }
 
 Tensor RingAttention::backward_impl(const Tensor& dheads, nn::Context& ctx) {
   trace::Span span("cp", "ring attention backward");
-  const Tensor& qkv = ctx.saved(this, 0);
-  const Tensor& heads = ctx.saved(this, 1);
+  const Tensor qkv = nn::widened(ctx.saved(this, 0));  // fp32 for the packed K/V and the views below
+  const Tensor heads = nn::widened(ctx.saved(this, 1));
   const Tensor& lse = ctx.saved(this, 2);
   const int P = cp_.size(), r = cp_.rank();
   const Geometry g{qkv.size(0), qkv.size(1) / 2, C_, NH_};

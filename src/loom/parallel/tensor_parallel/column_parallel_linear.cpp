@@ -3,6 +3,7 @@
 #include "loom/error.hpp"
 #include "loom/kernels/residual.hpp"
 #include "loom/nn/gemm_input.hpp"
+#include "loom/nn/saved_activation.hpp"
 #include "loom/parallel/tensor_parallel/mappings.hpp"
 
 namespace loom::parallel::tp {
@@ -30,10 +31,13 @@ ColumnParallelLinear::ColumnParallelLinear(int64_t in_features, int64_t out_feat
 }
 
 Tensor ColumnParallelLinear::forward_impl(const Tensor& x, nn::Context& ctx) {
+  // Mixed precision: x in bf16 once (as nn::Linear), this rank's rows of the GEMM input and
+  // what backward keeps; under sequence parallelism the gather moves that copy.
+  const Tensor input = nn::saved_activation(x, ctx);
   // f forward: the identity, or the gather of the sequence chunks.
-  Tensor y = sequence_parallel_ ? gather_and_project(x)
-                                : project(x, /*add_bias=*/true, ctx.inference(), ctx.packed_weights());
-  ctx.save(this, {x});
+  Tensor y = sequence_parallel_ ? gather_and_project(input)
+                                : project(input, /*add_bias=*/true, ctx.inference(), ctx.packed_weights());
+  ctx.save(this, {input});
   return gather_output_ ? gather_features(y, blocks_, group_) : y;
 }
 
@@ -45,14 +49,15 @@ Tensor ColumnParallelLinear::gather_and_project(const Tensor& x) {
   const int64_t rows = x.numel() / in_;  // B T/t: one rank's chunk
   Tensor y_blocks = Tensor::empty({t * rows * out_}, DType::F32, MemoryCategory::CommBuffers);  // (t, B, T/t, OC/t)
   const int me = group_.rank();
-  project_rows(x.f32(), rows, y_blocks.f32() + me * rows * out_, /*add_bias=*/true);  // under the gather
+  project_rows(nn::gemm_input(x), rows, y_blocks.f32() + me * rows * out_, /*add_bias=*/true);  // under the gather
   for (int r = 0; r < t; ++r)
-    if (r != me) project_rows(gathered.blocks().f32() + r * rows * in_, rows, y_blocks.f32() + r * rows * out_, true);
+    if (r != me)
+      project_rows(nn::gemm_input(gathered.blocks(), r * rows * in_), rows, y_blocks.f32() + r * rows * out_, true);
   return sequence_from_blocks(y_blocks, x.size(0), x.size(1), out_, t);
 }
 
 Tensor ColumnParallelLinear::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
-  const Tensor& x = ctx.saved(this, 0);
+  const Tensor& x = ctx.saved(this, 0);  // fp32, or its bf16 copy under mixed precision
   // A gathered output's gradient is whole on every rank: this rank's features are its part.
   const Tensor dy = gather_output_ ? slice_features(dy_in, blocks_, group_) : dy_in;
   const Tensor dy_c = nn::in_compute_precision(dy);  // converted once for both GEMMs

@@ -28,31 +28,35 @@ namespace {
 // Activations are (B, T, C) with T outermost within a sequence, so a rank's chunk
 // (rows [r T/t, (r+1) T/t) of every sequence) is B separate runs: the collectives work on
 // rank-major blocks (t, B, T/t, C), and these move rows between the two layouts.
-void copy_chunks(float* dst, const float* src, int64_t B, int64_t Tl, int64_t C, int t, bool to_blocks) {
-  const size_t run = sizeof(float) * static_cast<size_t>(Tl * C);
+void copy_chunks(void* dst, const void* src, int64_t B, int64_t Tl, int64_t C, int t, bool to_blocks, DType dtype) {
+  const int64_t value = static_cast<int64_t>(dtype_size(dtype));
+  const size_t run = static_cast<size_t>(Tl * C * value);
+  auto* to = static_cast<char*>(dst);
+  const auto* from = static_cast<const char*>(src);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int r = 0; r < t; ++r)
     for (int64_t b = 0; b < B; ++b) {
-      const int64_t block = (r * B + b) * Tl * C, seq = (b * t + r) * Tl * C;
+      const int64_t block = (r * B + b) * Tl * C * value, seq = (b * t + r) * Tl * C * value;
       if (to_blocks)
-        std::memcpy(dst + block, src + seq, run);
+        std::memcpy(to + block, from + seq, run);
       else
-        std::memcpy(dst + seq, src + block, run);
+        std::memcpy(to + seq, from + block, run);
     }
 }
 }  // namespace
 
 Tensor sequence_from_blocks(const Tensor& blocks, int64_t B, int64_t Tl, int64_t C, int t) {
-  Tensor full = Tensor::empty({B, t * Tl, C});
-  copy_chunks(full.f32(), blocks.f32(), B, Tl, C, t, /*to_blocks=*/false);
+  Tensor full = Tensor::empty({B, t * Tl, C}, blocks.dtype());
+  copy_chunks(full.raw(), blocks.raw(), B, Tl, C, t, /*to_blocks=*/false, blocks.dtype());
   return full;
 }
 
 Tensor blocks_from_sequence(const Tensor& full, int t) {
   check(full.ndim() == 3 && full.size(1) % t == 0, "sequence parallelism: the sequence length (",
         full.ndim() == 3 ? full.size(1) : -1, ") must be divisible by tp (", t, ")");
-  Tensor blocks = Tensor::empty({full.numel()}, DType::F32, MemoryCategory::CommBuffers);
-  copy_chunks(blocks.f32(), full.f32(), full.size(0), full.size(1) / t, full.size(2), t, /*to_blocks=*/true);
+  Tensor blocks = Tensor::empty({full.numel()}, full.dtype(), MemoryCategory::CommBuffers);
+  copy_chunks(blocks.raw(), full.raw(), full.size(0), full.size(1) / t, full.size(2), t, /*to_blocks=*/true,
+              full.dtype());
   return blocks;
 }
 
@@ -63,8 +67,13 @@ SequenceGather::SequenceGather(const Tensor& local, comm::ProcessGroup& group) :
     return;
   }
   check(local.ndim() == 3, "gather_sequence expects (B, T/t, C), got ", shape_str(local.shape()));
-  blocks_ = Tensor::empty({t_ * local.numel()}, DType::F32, MemoryCategory::CommBuffers);
-  work_ = comm::gather_activations_async(group, local.f32(), blocks_.f32(), local.numel());
+  blocks_ = Tensor::empty({t_ * local.numel()}, local.dtype(), MemoryCategory::CommBuffers);
+  if (local.dtype() == DType::BF16) {  // a kept bf16 copy: gathered as it is
+    work_ = comm::gather_activations_async(group, local.bf16(), blocks_.bf16(), local.numel());
+    work_.then([local, blocks = blocks_] {});  // both live until the gather is waited for
+  } else {
+    work_ = comm::gather_activations_async(group, local.f32(), blocks_.f32(), local.numel());
+  }
 }
 
 const Tensor& SequenceGather::blocks() const {

@@ -31,7 +31,8 @@ Tensor gather_sequence(const Tensor& local, comm::ProcessGroup& group);
 Tensor reduce_scatter_sequence(const Tensor& full, comm::ProcessGroup& group);
 
 // gather_sequence started now: the group's communication thread gathers while the caller
-// computes (the overlap of tp_overlap); blocks() and whole() wait for it.
+// computes (the overlap of tp_overlap); blocks() and whole() wait for it. A bf16 local (a
+// Linear's kept input in a bf16 run) is gathered as it is, and the result is bf16 too.
 class SequenceGather {
  public:
   SequenceGather(const Tensor& local, comm::ProcessGroup& group);
@@ -60,7 +61,7 @@ class SequenceReduceScatter {
 // The reduce-scatter both of the above reduce with: blocks (t x out.numel(), rank-major
 // partial results, block r destined to rank r) -> out, this rank's block summed over the group.
 comm::Work start_reduce_scatter_blocks(const Tensor& blocks, Tensor& out, comm::ProcessGroup& group);
-// Rank-major blocks (t, B, T/t, C) -> (B, T, C), the sequence order, and back.
+// Rank-major blocks (t, B, T/t, C) -> (B, T, C), the sequence order, and back (either dtype).
 Tensor sequence_from_blocks(const Tensor& blocks, int64_t B, int64_t Tl, int64_t C, int t);
 Tensor blocks_from_sequence(const Tensor& full, int t);
 

@@ -7,6 +7,7 @@
 #include "loom/error.hpp"
 #include "loom/kernels/residual.hpp"
 #include "loom/nn/gemm_input.hpp"
+#include "loom/nn/saved_activation.hpp"
 #include "loom/parallel/tensor_parallel/mappings.hpp"
 
 namespace loom::parallel::tp {
@@ -46,14 +47,16 @@ RowParallelLinear::RowParallelLinear(int64_t in_features, int64_t out_features, 
 }
 
 Tensor RowParallelLinear::forward_impl(const Tensor& x, nn::Context& ctx) {
+  // Mixed precision: x in bf16 once (as nn::Linear), the GEMM's input and what backward keeps.
+  const Tensor input = nn::saved_activation(x, ctx);
   Tensor y;
   if (sequence_parallel_ && group_.size() > 1) {
-    y = project_and_reduce_scatter(x);  // (B, T/t, OC)
+    y = project_and_reduce_scatter(input);  // (B, T/t, OC)
   } else {
-    y = project(x, /*add_bias=*/false, ctx.inference(), ctx.packed_weights());  // (B, T, OC) partial
+    y = project(input, /*add_bias=*/false, ctx.inference(), ctx.packed_weights());  // (B, T, OC) partial
     g_forward(y, group_);
   }
-  ctx.save(this, {x});
+  ctx.save(this, {input});
   if (bias() != nullptr) {
     const float* b = bias()->value().f32();
     float* out = y.f32();
@@ -88,7 +91,7 @@ Tensor RowParallelLinear::project_and_reduce_scatter(const Tensor& x) {
 }
 
 Tensor RowParallelLinear::backward_impl(const Tensor& dy, nn::Context& ctx) {
-  const Tensor& x = ctx.saved(this, 0);
+  const Tensor& x = ctx.saved(this, 0);  // fp32, or its bf16 copy under mixed precision
   const int t = group_.size();
   Tensor dx;
   if (sequence_parallel_ && t > 1) {

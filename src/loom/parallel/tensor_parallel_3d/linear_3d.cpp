@@ -7,6 +7,8 @@
 #include "loom/error.hpp"
 #include "loom/kernels/matmul.hpp"
 #include "loom/kernels/residual.hpp"
+#include "loom/nn/gemm_input.hpp"
+#include "loom/nn/saved_activation.hpp"
 
 namespace loom::parallel::tp3d {
 
@@ -71,6 +73,8 @@ Tensor Linear3D::forward_impl(const Tensor& x_in, nn::Context& ctx) {
   check(x.ndim() >= 1 && x.size(-1) == in_local_, "Linear3D '", name(), "' expects last dimension ", in_local_,
         ", got shape ", shape_str(x.shape()));
   const int64_t N = x.numel() / in_local_;
+  // Mixed precision: x in bf16 once (as nn::Linear), the GEMM's input and what backward keeps.
+  const Tensor input = nn::saved_activation(x, ctx);
   const Tensor w = overlap_ ? overlap_->gathered_weight(index_) : grid_.all_gather_depth(weight().value(), blocks_);
   if (overlap_) overlap_->prefetch_after(index_);  // the next layers' gathers run under this GEMM
   Shape out_shape = x.shape();
@@ -83,8 +87,8 @@ Tensor Linear3D::forward_impl(const Tensor& x_in, nn::Context& ctx) {
   std::vector<Grid3D::Pending> sums;
   for (int p = 0; p < pieces; ++p) {
     const int64_t r0 = comm::chunk_begin(N, pieces, p), rows = comm::chunk_begin(N, pieces, p + 1) - r0;
-    kernels::matmul(x.f32() + r0 * in_local_, Trans::N, operand(w), Trans::T, y.f32() + r0 * out_local_, rows, out_local_,
-                    in_local_);
+    kernels::matmul(nn::gemm_input(input, r0 * in_local_), Trans::N, operand(w), Trans::T, y.f32() + r0 * out_local_,
+                    rows, out_local_, in_local_);
     sums.push_back(grid_.start_sum_activations(y.f32() + r0 * out_local_, rows * out_local_, roles_.in_axis));
     if (!overlap_) sums.back().wait();
   }
@@ -96,12 +100,12 @@ Tensor Linear3D::forward_impl(const Tensor& x_in, nn::Context& ctx) {
     for (int64_t i = 0; i < N; ++i)
       for (int64_t j = 0; j < out_local_; ++j) out[i * out_local_ + j] += b[j];
   }
-  ctx.save(this, {x});
+  ctx.save(this, {input});
   return roles_.gather_output ? grid_.gather_features(y, roles_.out_axis, blocks_) : y;
 }
 
 Tensor Linear3D::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
-  const Tensor& x = ctx.saved(this, 0);  // (N, C/in)
+  const Tensor& x = ctx.saved(this, 0);  // (N, C/in), fp32 or its bf16 copy
   const Tensor dy = roles_.gather_output ? grid_.slice_features(dy_in, roles_.out_axis, blocks_) : dy_in;  // (N, OC/out)
   const int64_t N = x.numel() / in_local_;
   // (OC/out, C/in): gathered again, not kept
@@ -110,12 +114,13 @@ Tensor Linear3D::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
     overlap_->prefetch_before(index_);  // the previous layers', for their backward
     overlap_->drop_after(index_);       // a recomputed forward's prefetch of a layer already done
   }
-  Tensor dx = Tensor::empty(x.shape());  // (N, C/in), partial over out_axis
+  Tensor dx = Tensor::empty(x.shape(), DType::F32);  // (N, C/in), partial over out_axis
   kernels::matmul(dy.f32(), Trans::N, operand(w), Trans::N, dx.f32(), N, in_local_, out_local_);
   Grid3D::Pending dx_sum = grid_.start_sum_activations(dx, roles_.out_axis);
   if (!overlap_) dx_sum.wait();
   Tensor dw = Tensor::empty({out_local_, in_local_}, DType::F32, MemoryCategory::CommBuffers);  // this batch's block gradient
-  kernels::matmul(dy.f32(), Trans::T, x.f32(), Trans::N, dw.f32(), out_local_, in_local_, N);  // under dx's all-reduce
+  // Under dx's all-reduce.
+  kernels::matmul(dy.f32(), Trans::T, nn::gemm_input(x), Trans::N, dw.f32(), out_local_, in_local_, N);
   dx_sum.wait();
   if (overlap_) {
     overlap_->defer_gradient(grid_.start_reduce_scatter_depth(dw, blocks_), weight());

@@ -1,5 +1,7 @@
 #include "loom/parallel/tensor_parallel_3d/serial_linear_3d.hpp"
 
+#include "loom/nn/saved_activation.hpp"
+
 namespace loom::parallel::tp3d {
 
 SerialLinear3D::SerialLinear3D(int64_t in, int64_t out, int64_t blocks, const Grid3D& grid, Axis axis,
@@ -8,8 +10,9 @@ SerialLinear3D::SerialLinear3D(int64_t in, int64_t out, int64_t blocks, const Gr
 
 Tensor SerialLinear3D::forward_impl(const Tensor& x_in, nn::Context& ctx) {
   const Tensor x = gather_input_ ? grid_.gather_features(x_in, axis_) : x_in;  // (N, C)
-  Tensor y = project(x, /*add_bias=*/true);                                       // (N, OC)
-  ctx.save(this, {x});
+  const Tensor input = nn::saved_activation(x, ctx);  // in bf16 once under mixed precision, as nn::Linear
+  Tensor y = project(input, /*add_bias=*/true);       // (N, OC)
+  ctx.save(this, {input});
   return slice_output_ ? grid_.slice_features(y, axis_, blocks_) : y;
 }
 
