@@ -191,7 +191,13 @@ INSTANTIATE_TEST_SUITE_P(
 // expert bias 6.5e-2), as ZeRO's bf16 gathers would. Those train, but only the first step is
 // held to bf16's bounds.
 INSTANTIATE_TEST_SUITE_P(MixedPrecision, ExpertParallelTable,
-                         ::testing::Values(Case{.name = "ep2_dropless_bf16", .precision = "bf16", .steps = 1}),
+                         ::testing::Values(Case{.name = "ep2_dropless_bf16", .precision = "bf16", .steps = 1},
+                                           Case{.name = "ep1_zero1_bf16", .ep = 1, .zero = 1, .precision = "bf16"},
+                                           Case{.name = "ep1_zero2_bf16", .ep = 1, .zero = 2, .precision = "bf16"},
+                                           Case{.name = "ep1_zero3_bf16", .ep = 1, .zero = 3, .precision = "bf16"},
+                                           Case{.name = "ep2_zero2_bf16", .zero = 2, .precision = "bf16"},
+                                           Case{.name = "ep2_zero3_bf16", .zero = 3, .precision = "bf16"},
+                                           Case{.name = "ep3_zero1_three_experts_bf16", .ep = 3, .experts = 3, .zero = 1, .precision = "bf16"}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace
