@@ -181,17 +181,36 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return info.param.name; });
 
 // Mixed precision: the tokens' all-to-alls carry bf16, against the serial bf16 run with the
-// equivalence table's bf16 bounds (ZeRO is refused with bf16 experts), dropless, over one
-// step, where both runs start from the same parameters and route every token alike. Routing
-// and capacity drops are discrete: from step 2, AdamW's sign noise (a near-zero gradient
-// element moved by +-lr either way) or the ring's bf16 K/V (cp) can move a router input
-// across a near-tie, and a token then runs through another expert (or is dropped), changing
-// gradients by more than rounding (measured at step 2, dropless ep 2: a LayerNorm bias 0.11
-// of its scale; at step 3, ep 2 x cp 2: 0.12; capacity 1.0 with 2 micro-batches at dp 4, an
-// expert bias 6.5e-2), as ZeRO's bf16 gathers would. Those train, but only the first step is
-// held to bf16's bounds.
+// equivalence table's bf16 bounds, over one step, where both runs start from the same parameters
+// and route every token alike. Routing and capacity drops are discrete: from step 2, AdamW's
+// sign noise (a near-zero gradient element moved by +-lr either way) or the ring's bf16 K/V (cp)
+// can move a router input across a near-tie, and a token then runs through another expert (or
+// is dropped), changing gradients by more than rounding (measured at step 2, dropless ep 2: a
+// LayerNorm bias 0.11 of its scale; at step 3, ep 2 x cp 2: 0.12; capacity 1.0 with 2
+// micro-batches at dp 4, an expert bias 6.5e-2). Those train, but only the first step is held to
+// bf16's bounds.
+// ZeRO with bf16 gathers: the router's weight is gathered in fp32 (bit-equal to its master, as
+// its fp32 GEMM reads it serially); the other parameters in bf16, which the GEMMs read serially
+// too. What differs is the parameters read outside GEMMs (embeddings, LayerNorms, biases): ZeRO
+// widens them from bf16 where the serial run reads the fp32 master. Stages 1-2 first gather
+// after the step, so step 1 reads exactly the serial values; ZeRO-3 gathers before step 1, and
+// that rounding of the embeddings moves router inputs by up to 2^-9 relative: with top-2 of 4
+// experts one token of the first step already lands on another expert (measured in fp32 with
+// those parameters rounded to bf16, at dp 2, 3 and 4; in bf16 at dp 2 a LayerNorm bias gradient
+// then differs by 7.8e-2 of its scale, past the bound), with top-1 of 3 experts none does even at
+// 16 times that rounding. The ZeRO-3 rows route top-1 of 3 experts. Measured on the first step
+// of these rows: gradients within 3.9e-3 of their tensor's scale, gradient norms 4.8e-4 relative
+// (ep 3 x ZeRO-3), losses 6.5e-6, well inside kBf16Tolerances. From step 2 ZeRO-1/2 read the
+// widened values too (with top-2 of 4, a LayerNorm gain's gradient at step 2: 7.5e-2).
 INSTANTIATE_TEST_SUITE_P(MixedPrecision, ExpertParallelTable,
-                         ::testing::Values(Case{.name = "ep2_dropless_bf16", .precision = "bf16", .steps = 1}),
+                         ::testing::Values(Case{.name = "ep2_dropless_bf16", .precision = "bf16", .steps = 1},
+                                           Case{.name = "ep1_zero1_bf16", .ep = 1, .zero = 1, .precision = "bf16", .steps = 1},
+                                           Case{.name = "ep1_zero2_bf16", .ep = 1, .zero = 2, .precision = "bf16", .steps = 1},
+                                           Case{.name = "ep1_zero3_top1_bf16", .ep = 1, .experts = 3, .top_k = 1, .zero = 3,
+                                                .precision = "bf16", .steps = 1},
+                                           Case{.name = "ep2_zero2_bf16", .zero = 2, .precision = "bf16", .steps = 1},
+                                           Case{.name = "ep3_zero3_top1_bf16", .ep = 3, .experts = 3, .top_k = 1, .zero = 3,
+                                                .precision = "bf16", .steps = 1}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -8,6 +8,10 @@
 #include <string>
 
 #include "comm/mpi_test_env.hpp"
+#include "loom/kernels/precision.hpp"
+#include "loom/nn/layer_norm.hpp"
+#include "loom/nn/linear.hpp"
+#include "loom/nn/moe.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/train/trainer.hpp"
 #include "parallel/equivalence.hpp"
@@ -180,13 +184,18 @@ TEST(ZeroCheckpoint, Bf16GathersResumeBitExactly) {
 // 1-2 gather once after the step: (4 + 2) Psi, the 6 Psi (N - 1) / N a ring sends per rank in
 // place of fp32's 8 Psi (N - 1) / N; with a bf16 reduce, 4 Psi. Stage 3 gathers each block
 // before its forward and again before its backward, the root unit once. The gradient norm
-// adds one fp32 all-reduce of 1 float.
+// adds one fp32 all-reduce of 1 float. A mixture of experts' routers are kept in fp32: their
+// weights form units of their own, gathered at 4 bytes an element (Psi_k of them: stages 1-2
+// move (4 + 2) (Psi - Psi_k) + 8 Psi_k), each padded to a multiple of N.
 struct WireCase {
   int stage;
   std::string reduce;
+  bool moe = false;
 };
 
-void PrintTo(const WireCase& w, std::ostream* os) { *os << "zero " << w.stage << " reduce " << w.reduce; }
+void PrintTo(const WireCase& w, std::ostream* os) {
+  *os << "zero " << w.stage << " reduce " << w.reduce << (w.moe ? " moe" : "");
+}
 
 class ZeroWireBytes : public ::testing::TestWithParam<WireCase> {};
 
@@ -197,30 +206,191 @@ TEST_P(ZeroWireBytes, CountersEqualTheMixedPrecisionFormula) {
   c.zero = w.stage;
   c.precision = "bf16";
   c.grad_reduce_dtype = w.reduce;
+  if (w.moe) {
+    c.model.moe.experts = 4;  // top-2 in both blocks
+    c.model.moe.top_k = 2;
+  }
   train::Trainer t(c, true, &world());
   ShardedDataParallel& z = *t.sharded();
   t.train_step();
   z.reset_comm_stats();
   t.train_step();
-  const std::vector<int64_t> units = z.unit_numels();
-  int64_t psi = 0, gathered = 0;
-  for (size_t i = 0; i < units.size(); ++i) {
-    const int64_t padded = (units[i] + p - 1) / p * p;
+  int64_t psi = 0, gathered_bf16 = 0, gathered_fp32 = 0, kept = 0;
+  for (const ShardedDataParallel::UnitLayout& u : z.unit_layouts()) {
+    const int64_t padded = (u.numel + p - 1) / p * p;
+    EXPECT_EQ(u.padded_numel, padded);
     psi += padded;
-    gathered += (w.stage == 3 && i + 1 < units.size() ? 2 : 1) * padded;  // the root unit is last
+    const int64_t gathers = w.stage == 3 && !u.root ? 2 : 1;
+    (u.gathered_in_bf16 ? gathered_bf16 : gathered_fp32) += gathers * padded;
+    if (!u.gathered_in_bf16) kept += u.numel;
   }
+  // Exactly the routers' weights (E x C in each MoE block) are gathered in fp32.
+  EXPECT_EQ(kept, w.moe ? c.model.n_layer * 4 * c.model.n_embd : 0);
   const int64_t reduce_bytes = w.reduce == "bf16" ? 2 : 4;
-  const int64_t want = reduce_bytes * psi + 2 * gathered + 4;
-  EXPECT_EQ(z.comm_stats().bytes, want) << "zero " << w.stage << ", reduce " << w.reduce << " on " << p
-                                        << " ranks: Psi (padded) " << psi;
+  const int64_t want = reduce_bytes * psi + 2 * gathered_bf16 + 4 * gathered_fp32 + 4;
+  EXPECT_EQ(z.comm_stats().bytes, want) << "zero " << w.stage << ", reduce " << w.reduce << (w.moe ? ", moe" : "")
+                                        << " on " << p << " ranks: Psi (padded) " << psi;
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroWireBytes,
                          ::testing::Values(WireCase{1, "fp32"}, WireCase{1, "bf16"}, WireCase{2, "fp32"},
-                                           WireCase{3, "fp32"}, WireCase{3, "bf16"}),
+                                           WireCase{3, "fp32"}, WireCase{3, "bf16"}, WireCase{1, "fp32", true},
+                                           WireCase{2, "bf16", true}, WireCase{3, "fp32", true}),
                          [](const auto& info) {
-                           return "zero" + std::to_string(info.param.stage) + "_reduce_" + info.param.reduce;
+                           return "zero" + std::to_string(info.param.stage) + "_reduce_" + info.param.reduce +
+                                  (info.param.moe ? "_moe" : "");
                          });
+
+// A block as a mixture of experts' starts: a LayerNorm (gathered in bf16, widened) then a router
+// whose weight is kept in fp32; the root's own LayerNorm after it. Its forward runs no bf16 GEMM.
+class RouterBlock : public nn::Module {
+ public:
+  explicit RouterBlock(int64_t C) {
+    ln = &register_module("ln", std::make_unique<nn::LayerNorm>(C));
+    router = &register_module("router", std::make_unique<nn::Linear>(C, C, /*bias=*/false));
+    router->weight().set_kept_in_fp32(true);
+  }
+  nn::LayerNorm* ln;
+  nn::Linear* router;
+
+ protected:
+  Tensor forward_impl(const Tensor& x, nn::Context& ctx) override { return router->forward(ln->forward(x, ctx), ctx); }
+  Tensor backward_impl(const Tensor& dy, nn::Context& ctx) override { return ln->backward(router->backward(dy, ctx), ctx); }
+};
+
+class RouterModel : public nn::Module {
+ public:
+  explicit RouterModel(int64_t C) {
+    block = &register_module("block", std::make_unique<RouterBlock>(C));
+    ln_f = &register_module("ln_f", std::make_unique<nn::LayerNorm>(C));
+  }
+  RouterBlock* block;
+  nn::LayerNorm* ln_f;
+
+ protected:
+  Tensor forward_impl(const Tensor& x, nn::Context& ctx) override { return ln_f->forward(block->forward(x, ctx), ctx); }
+  Tensor backward_impl(const Tensor& dy, nn::Context& ctx) override { return block->backward(ln_f->backward(dy, ctx), ctx); }
+};
+
+// Element k of a master that no bf16 value equals: 1 + (k + 1) 1.00001e-3.
+float master_value(int64_t k) { return 1.0f + static_cast<float>(k + 1) * 1.00001e-3f; }
+
+// The unit split itself, on any CPU (no bf16 GEMM runs): under bf16 gathers the router's weight
+// forms a unit of its own, gathered in fp32 and read bit-equal to its master in every stage,
+// while the LayerNorm beside it reads its master rounded to bf16; the gathers' bytes count the
+// kept unit at 4 bytes an element and the others at 2. In fp32 a block stays one unit.
+class ZeroKeptUnits : public ::testing::TestWithParam<int> {};
+
+TEST_P(ZeroKeptUnits, KeptParameterGatheredInFp32OthersInBf16) {
+  const int stage = GetParam();
+  const int64_t p = world().size(), C = 6;  // units of 12 and 36 elements, padded apart
+  const kernels::PrecisionScope bf16(kernels::Precision::BF16);
+  {
+    RouterModel fp32_model(C);
+    ShardedDataParallel fp32(fp32_model, world(), nullptr, ZeroOptions{.stage = stage, .units = {fp32_model.block}});
+    EXPECT_EQ(fp32.unit_count(), 2) << "without bf16 gathers a block is one unit";
+  }
+  RouterModel model(C);
+  ShardedDataParallel z(model, world(), nullptr,
+                        ZeroOptions{.stage = stage, .units = {model.block}, .gather_in_bf16 = true});
+  ASSERT_EQ(z.unit_count(), 3);  // the block's bf16 and fp32 units, the root's
+  const std::vector<ShardedDataParallel::UnitLayout> units = z.unit_layouts();
+  EXPECT_EQ(units[0].numel, 2 * C);
+  EXPECT_TRUE(units[0].gathered_in_bf16);
+  EXPECT_EQ(units[1].numel, C * C);
+  EXPECT_FALSE(units[1].gathered_in_bf16);
+  EXPECT_TRUE(units[2].root && units[2].gathered_in_bf16 && !units[1].root);
+  // A step's worth of new masters, written where the optimizer would: this rank's pieces.
+  for (const ShardedDataParallel::ShardPiece& piece : z.shard_pieces())
+    for (int64_t j = 0; j < piece.shard->numel(); ++j) piece.shard->value().f32()[j] = master_value(piece.param_offset + j);
+
+  nn::Parameter& router = model.block->router->weight();
+  nn::Parameter& gain = model.block->ln->weight();
+  std::vector<float> router_read, gain_read;
+  z.reset_comm_stats();
+  if (stage < 3) {
+    z.after_optimizer_step();  // the gathers after a step
+    router_read.assign(router.value().f32(), router.value().f32() + router.numel());
+    gain_read.assign(gain.value().f32(), gain.value().f32() + gain.numel());
+  } else {
+    model.block->router->add_pre_forward_hook([&](nn::Module&, nn::Context&) {  // the block's units gathered
+      router_read.assign(router.value().f32(), router.value().f32() + router.numel());
+      gain_read.assign(gain.value().f32(), gain.value().f32() + gain.numel());
+    });
+    nn::Context ctx;
+    Tensor x = Tensor::empty({1, 2, C});
+    for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = static_cast<float>(i % 5) - 2.0f;
+    model.forward(x, ctx);
+  }
+  ASSERT_EQ(router_read.size(), static_cast<size_t>(C * C));
+  ASSERT_EQ(gain_read.size(), static_cast<size_t>(C));
+  for (int64_t k = 0; k < C * C; ++k) ASSERT_EQ(router_read[k], master_value(k)) << "router element " << k;
+  for (int64_t k = 0; k < C; ++k) {
+    ASSERT_EQ(gain_read[k], to_f32(to_bf16(master_value(k)))) << "LayerNorm gain element " << k;
+    ASSERT_NE(gain_read[k], master_value(k)) << "LayerNorm gain element " << k << " is a bf16 value: the check above shows nothing";
+  }
+  // One gather of each unit: 2 bytes an element for the bf16 ones, 4 for the router's.
+  const auto padded = [p](int64_t n) { return (n + p - 1) / p * p; };
+  EXPECT_EQ(z.comm_stats().bytes, 2 * padded(2 * C) + 4 * padded(C * C) + 2 * padded(2 * C));
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroKeptUnits, ::testing::Values(1, 2, 3),
+                         [](const auto& info) { return "zero" + std::to_string(info.param); });
+
+// Under bf16 gathers a router's weight (nn::Parameter::kept_in_fp32) is gathered in fp32: what
+// the next forward reads is bit-equal to the fp32 master the optimizer updated, in every stage,
+// while a LayerNorm gain of the same block reads its master rounded to bf16 (after one step of
+// lr 5e-4 from 1.0 its master is no bf16 value, so the check on the router can tell the two apart).
+class ZeroKeptInFp32 : public ::testing::TestWithParam<int> {};
+
+TEST_P(ZeroKeptInFp32, RouterWeightGatheredBitEqualToItsMaster) {
+  const int p = world().size();
+  train::TrainConfig c = tiny(p, 2, 1);
+  c.zero = GetParam();
+  c.precision = "bf16";
+  c.model.moe.experts = 4;
+  c.model.moe.top_k = 2;
+  train::Trainer t(c, true, &world());
+  const std::string router_name = "blocks.1.moe.router.weight", gain_name = "blocks.1.ln2.weight";
+  nn::MoE* moe = nullptr;
+  for (nn::Module* child : t.model().children())
+    for (nn::Module* m : child->children())
+      if (auto* found = dynamic_cast<nn::MoE*>(m); found != nullptr && found->router().weight().name() == router_name)
+        moe = found;
+  ASSERT_NE(moe, nullptr);
+  EXPECT_TRUE(moe->router().weight().kept_in_fp32());
+  nn::Parameter* gain = nullptr;
+  for (nn::Parameter* q : t.model().parameters())
+    if (q->name() == gain_name) gain = q;
+  ASSERT_NE(gain, nullptr);
+  // What the forward reads, inside the block (under ZeRO-3 while its units are gathered).
+  std::vector<float> router_read, gain_read;
+  moe->add_pre_forward_hook([&](nn::Module&, nn::Context&) {
+    const Tensor& r = moe->router().weight().value();
+    router_read.assign(r.f32(), r.f32() + r.numel());
+    gain_read.assign(gain->value().f32(), gain->value().f32() + gain->numel());
+  });
+  t.train_step();
+  std::map<std::string, Tensor> masters = t.state_dict();  // the fp32 masters, gathered from the shards
+  const Tensor& router_master = masters.at("model." + router_name);
+  const Tensor& gain_master = masters.at("model." + gain_name);
+  t.train_step();
+  ASSERT_EQ(router_read.size(), static_cast<size_t>(router_master.numel()));
+  ASSERT_EQ(gain_read.size(), static_cast<size_t>(gain_master.numel()));
+  int64_t router_differs = 0, gain_not_rounded = 0, gain_moved = 0;
+  for (int64_t i = 0; i < router_master.numel(); ++i) router_differs += router_read[i] != router_master.f32()[i];
+  for (int64_t i = 0; i < gain_master.numel(); ++i) {
+    const float master = gain_master.f32()[i];
+    gain_not_rounded += gain_read[i] != to_f32(to_bf16(master));
+    gain_moved += gain_read[i] != master;
+  }
+  EXPECT_EQ(router_differs, 0) << "router weight elements the forward read other than the fp32 master";
+  EXPECT_EQ(gain_not_rounded, 0) << "LayerNorm gain elements not read as the bf16-rounded master";
+  EXPECT_GT(gain_moved, 0) << "the LayerNorm gain's master should not be a bf16 value after a step";
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroKeptInFp32, ::testing::Values(1, 2, 3),
+                         [](const auto& info) { return "zero" + std::to_string(info.param); });
 
 TEST(ZeroCheckpoint, ResumesUnderAnotherLayoutAndSerially) {
   // ZeRO-3 saves in the serial layout; a ZeRO-1 run and a serial run resumed from that file

@@ -31,6 +31,12 @@ TEST(MixedPrecisionState, PublishedFormulasWhenEveryParameterIsBf16) {
   EXPECT_EQ(mixed_precision_state_bytes(P, 1000, N, 1, 8).total(), 6 * P + 12 * P / N + 4000);
   EXPECT_EQ(mixed_precision_state_bytes(P, 1000, N, 0, 8).total(), 18 * P);
   EXPECT_EQ(mixed_precision_state_bytes(P, 1000, N, 3, 8).total(), 18 * P / N);
+  // Parameters kept in fp32 (routers): no bf16 copy, whole in fp32 under DDP and ZeRO-1/2, 4 bytes
+  // sharded under ZeRO-3, instead of 2 + 4 / N (and 6 / N).
+  const int64_t K = 4096;
+  EXPECT_EQ(mixed_precision_state_bytes(P, 0, N, 0, 8, K).total(), 18 * P - 2 * K);
+  EXPECT_EQ(mixed_precision_state_bytes(P, 0, N, 1, 8, K).total(), 6 * P + 12 * P / N - 2 * K - 4 * K / N + 4 * K);
+  EXPECT_EQ(mixed_precision_state_bytes(P, 0, N, 3, 8, K).total(), 18 * P / N - 2 * K / N);
 }
 
 ClusterSpec cpu_bf16() {

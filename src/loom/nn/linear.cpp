@@ -1,8 +1,11 @@
 #include "loom/nn/linear.hpp"
 
+#include <optional>
+
 #include "loom/error.hpp"
 #include "loom/kernels/gemv.hpp"
 #include "loom/kernels/matmul.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/kernels/residual.hpp"
 #include "loom/nn/gemm_input.hpp"
 #include "loom/nn/saved_activation.hpp"
@@ -18,6 +21,10 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias) : in_(in_fe
 }
 
 Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
+  // A weight kept in fp32 (Parameter::kept_in_fp32) makes the layer compute in fp32 under mixed
+  // precision too: its input is neither rounded for the GEMM nor kept in bf16 for backward.
+  std::optional<kernels::PrecisionScope> fp32;
+  if (weight_->kept_in_fp32()) fp32.emplace(kernels::Precision::F32);
   // Mixed precision: x in bf16 once, read by this GEMM and kept for backward's weight gradient
   // (inference keeps nothing: the decode GEMV rounds its few rows itself).
   const Tensor input = saved_activation(x, ctx);
@@ -27,6 +34,8 @@ Tensor Linear::forward_impl(const Tensor& x, Context& ctx) {
 }
 
 Tensor Linear::backward_impl(const Tensor& dy, Context& ctx) {
+  std::optional<kernels::PrecisionScope> fp32;
+  if (weight_->kept_in_fp32()) fp32.emplace(kernels::Precision::F32);
   Tensor dx = backward_from(dy, ctx.saved(this, 0), /*bias_grad=*/true);
   ctx.release(this);
   return dx;

@@ -82,6 +82,11 @@ MoE::MoE(int64_t C, const MoeConfig& config, const ExpertDispatcher& dispatcher,
   const int64_t E = config_.experts, ep = dispatcher_.ranks();
   check(E % ep == 0, "moe_experts (", E, ") must be divisible by the expert-parallel degree ep (", ep, ")");
   router_ = &register_module("router", std::make_unique<Linear>(C, E, /*bias=*/false));
+  // Top-k turns any rounding of the router's logits into another expert for tokens near a tie:
+  // under mixed precision the router stays fp32, its weight and its GEMMs (as Megatron-LM's
+  // --moe-router-dtype fp32 and DeepSpeed's gate), and sharded data parallelism gathers that
+  // weight in fp32. It is C x E: its fp32 GEMMs cost E / (K x 8 C) of the experts' FLOPs.
+  router_->weight().set_kept_in_fp32(true);
   experts_ = &register_module("experts", std::make_unique<Experts>(E / ep, C, dispatcher_.rank() * (E / ep), E));
 }
 

@@ -51,7 +51,7 @@ kernels::Operand Parameter::gemm_operand() {
           "' is held in bf16 only (ZeRO with bf16 gathers): it cannot be read in fp32");
     return bf16_value_.bf16();
   }
-  if (kernels::compute_precision() == kernels::Precision::F32) return value_.f32();
+  if (kept_in_fp32_ || kernels::compute_precision() == kernels::Precision::F32) return value_.f32();
   const uint64_t generation = kernels::weights_generation();
   if (!bf16_value_.defined() || bf16_generation_ != generation || bf16_source_ != value_.raw()) {
     if (!bf16_value_.defined()) bf16_value_ = Tensor::empty(shape_, DType::BF16, MemoryCategory::Parameters);
@@ -64,6 +64,7 @@ kernels::Operand Parameter::gemm_operand() {
 
 void Parameter::rebind_bf16_value(Tensor view) {
   check_view(name_, "rebind_bf16_value", view, shape_);
+  check(!kept_in_fp32_, "parameter '", name_, "' is kept in fp32 under mixed precision: it has no bf16 copy");
   check(view.dtype() == DType::BF16, "rebind_bf16_value of '", name_, "': the view is not bf16");
   bf16_value_ = std::move(view);
   bf16_generation_ = kernels::weights_generation();
@@ -74,6 +75,7 @@ void Parameter::bind_bf16_only(Tensor view) {
   check_view(name_, "bind_bf16_only", view, shape_);
   check(view.dtype() == DType::BF16, "bind_bf16_only of '", name_, "': the view is not bf16");
   check(read_only_by_gemms_, "parameter '", name_, "' is read outside GEMMs: it needs an fp32 value");
+  check(!kept_in_fp32_, "parameter '", name_, "' is kept in fp32 under mixed precision: it cannot be held in bf16 only");
   value_ = Tensor();
   bf16_value_ = std::move(view);
   bf16_only_ = true;

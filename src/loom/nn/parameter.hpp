@@ -56,6 +56,11 @@ class Parameter {
   // Set by a layer whose weight nothing reads but gemm_operand() while training (a Linear's).
   void set_read_only_by_gemms(bool on) { read_only_by_gemms_ = on; }
   bool read_only_by_gemms() const { return read_only_by_gemms_; }
+  // Mixed precision leaves this parameter exact: the layer runs its GEMMs in fp32 (gemm_operand()
+  // is the fp32 value, no bf16 copy exists) and sharded data parallelism gathers it in fp32. Set
+  // by a layer whose output feeds a discrete decision (a mixture of experts' router: top-k).
+  void set_kept_in_fp32(bool on) { kept_in_fp32_ = on; }
+  bool kept_in_fp32() const { return kept_in_fp32_; }
   void rebind_grad_storage(Tensor view);
   void release_grad() { grad_ = Tensor(); }
   // Tensor parallelism: which piece of the full parameter this rank holds (default: all of it).
@@ -80,6 +85,7 @@ class Parameter {
   const void* bf16_source_ = nullptr;
   bool bf16_only_ = false;  // bf16_value_ is the only full copy (bind_bf16_only)
   bool read_only_by_gemms_ = false;
+  bool kept_in_fp32_ = false;
   bool weight_decay_;
   ShardSpec shard_spec_;
   int contributions_per_backward_ = 1;

@@ -41,21 +41,34 @@ ShardedDataParallel::ShardedDataParallel(nn::Module& root, comm::ProcessGroup& s
     if (replicate_ != nullptr) replicate_->broadcast(p->value(), 0);
   }
 
+  // Under bf16 gathers a module's parameters kept in fp32 (a router's weight) form a unit of
+  // their own, gathered in fp32 beside the module's bf16 unit; otherwise a module is one unit.
+  auto add_units = [this](nn::Module* module, const std::vector<nn::Parameter*>& params) {
+    Unit gathered_bf16, gathered_fp32;
+    gathered_bf16.module = gathered_fp32.module = module;
+    gathered_bf16.bf16_gather = options_.gather_in_bf16;
+    for (nn::Parameter* p : params)
+      (options_.gather_in_bf16 && p->kept_in_fp32() ? gathered_fp32 : gathered_bf16).params.push_back(p);
+    std::vector<int>& indices = module_units_.emplace_back();
+    indices.push_back(static_cast<int>(units_.size()));
+    units_.push_back(std::move(gathered_bf16));
+    if (gathered_fp32.params.empty()) return;
+    indices.push_back(static_cast<int>(units_.size()));
+    units_.push_back(std::move(gathered_fp32));
+  };
   std::set<nn::Parameter*> in_units;
   for (nn::Module* m : options_.units) {
-    Unit u;
-    u.module = m;
+    std::vector<nn::Parameter*> params;
     for (nn::Parameter* p : m->parameters())
-      if (mine(p)) u.params.push_back(p);
-    for (nn::Parameter* p : u.params)
+      if (mine(p)) params.push_back(p);
+    for (nn::Parameter* p : params)
       check(in_units.insert(p).second, "parameter '", p->name(), "' belongs to two sharding units");
-    units_.push_back(std::move(u));
+    add_units(m, params);
   }
-  Unit rest;
-  rest.module = &root;
+  std::vector<nn::Parameter*> rest;
   for (nn::Parameter* p : root.parameters())
-    if (!in_units.count(p) && mine(p)) rest.params.push_back(p);
-  units_.push_back(std::move(rest));
+    if (!in_units.count(p) && mine(p)) rest.push_back(p);
+  add_units(&root, rest);
   for (Unit& u : units_) build_unit(u);
   if (options_.stage == 3) gather_group_ = shard_.split(0, shard_.rank(), shard_.name() + ".gather");
   install_hooks(root);
@@ -85,7 +98,7 @@ void ShardedDataParallel::build_unit(Unit& u) {
   const int64_t S = u.shard_numel, begin = shard_.rank() * S;
 
   // Parameters: stages 1-2 keep them whole in one flat buffer; stage 3 keeps this rank's chunk.
-  if (options_.stage < 3 && options_.gather_in_bf16) {
+  if (options_.stage < 3 && u.bf16_gather) {
     // The full parameters in bf16 (the GEMMs' copy), the fp32 master as this rank's shard only.
     // A parameter read outside GEMMs keeps an fp32 value of its own, widened after each gather.
     Tensor flat = Tensor::zeros({N * S}, DType::F32, MemoryCategory::Other);
@@ -110,7 +123,7 @@ void ShardedDataParallel::build_unit(Unit& u) {
     u.shard_value = shard_of(u.flat_value);
   } else {
     u.shard_value = Tensor::zeros({S}, DType::F32, MemoryCategory::Parameters);
-    if (options_.gather_in_bf16) u.shard_bf16 = Tensor::zeros({S}, DType::BF16, MemoryCategory::Parameters);
+    if (u.bf16_gather) u.shard_bf16 = Tensor::zeros({S}, DType::BF16, MemoryCategory::Parameters);
   }
   // Gradients: stage 1 keeps the full gradient; stages 2-3 only this rank's chunk.
   if (options_.stage == 1) {
@@ -139,10 +152,11 @@ void ShardedDataParallel::build_unit(Unit& u) {
 }
 
 void ShardedDataParallel::install_hooks(nn::Module& root) {
-  const int blocks = static_cast<int>(units_.size()) - 1, root_unit = blocks;
+  // Hooks work on modules (blocks, then the root): each gathers, frees and reduces its units.
+  const int blocks = static_cast<int>(module_units_.size()) - 1, root_unit = blocks;
   const bool params_sharded = options_.stage == 3, grads_sharded = options_.stage >= 2;
   for (int i = 0; i < blocks; ++i) {
-    nn::Module& m = *units_[i].module;
+    nn::Module& m = *units_[module_units_[i].front()].module;
     if (params_sharded) {
       m.add_pre_forward_hook([this, i, blocks](nn::Module&, nn::Context&) {
         wait_gather(i);
@@ -179,58 +193,70 @@ void ShardedDataParallel::install_hooks(nn::Module& root) {
   });
 }
 
-void ShardedDataParallel::launch_gather(int i, bool prefetch) {
-  Unit& u = units_[i];
-  if (u.gather != Unit::Gather::Released) return;
-  if (options_.gather_in_bf16) {
-    // The master shard may have changed since the last gather (a step, a checkpoint load).
-    kernels::convert_to_bf16(u.shard_value.f32(), u.shard_bf16.bf16(), u.shard_numel);
-    u.flat_bf16 = Tensor::empty({shard_.size() * u.shard_numel}, DType::BF16, MemoryCategory::Parameters);
-    u.gather_work = gather_group_->all_gather_bf16_async(u.shard_bf16.bf16(), u.flat_bf16.bf16(), u.shard_numel);
-  } else {
-    u.flat_value = Tensor::empty({shard_.size() * u.shard_numel}, DType::F32, MemoryCategory::Parameters);
-    u.gather_work = gather_group_->all_gather_async(u.shard_value.f32(), u.flat_value.f32(), u.shard_numel, options_.algorithm);
+void ShardedDataParallel::launch_gather(int module, bool prefetch) {
+  for (int i : module_units_[module]) {
+    Unit& u = units_[i];
+    if (u.gather != Unit::Gather::Released) continue;
+    if (u.bf16_gather) {
+      // The master shard may have changed since the last gather (a step, a checkpoint load).
+      kernels::convert_to_bf16(u.shard_value.f32(), u.shard_bf16.bf16(), u.shard_numel);
+      u.flat_bf16 = Tensor::empty({shard_.size() * u.shard_numel}, DType::BF16, MemoryCategory::Parameters);
+      u.gather_work = gather_group_->all_gather_bf16_async(u.shard_bf16.bf16(), u.flat_bf16.bf16(), u.shard_numel);
+    } else {
+      u.flat_value = Tensor::empty({shard_.size() * u.shard_numel}, DType::F32, MemoryCategory::Parameters);
+      u.gather_work = gather_group_->all_gather_async(u.shard_value.f32(), u.flat_value.f32(), u.shard_numel, options_.algorithm);
+    }
+    u.gather = Unit::Gather::InFlight;
+    ++gathers_;
+    if (prefetch) ++prefetched_;
   }
-  u.gather = Unit::Gather::InFlight;
-  ++gathers_;
-  if (prefetch) ++prefetched_;
 }
 
-void ShardedDataParallel::wait_gather(int i) {
-  Unit& u = units_[i];
-  if (u.gather == Unit::Gather::Ready) return;
-  launch_gather(i, false);
-  u.gather_work.wait();
-  if (options_.gather_in_bf16) {
-    u.flat_value = Tensor::empty({u.flat_bf16.numel()}, DType::F32, MemoryCategory::Parameters);
-    kernels::convert_to_f32(u.flat_bf16.bf16(), u.flat_value.f32(), u.flat_bf16.numel());
+void ShardedDataParallel::wait_gather(int module) {
+  launch_gather(module, false);
+  for (int i : module_units_[module]) {
+    Unit& u = units_[i];
+    if (u.gather == Unit::Gather::Ready) continue;
+    u.gather_work.wait();
+    if (u.bf16_gather) {
+      u.flat_value = Tensor::empty({u.flat_bf16.numel()}, DType::F32, MemoryCategory::Parameters);
+      kernels::convert_to_f32(u.flat_bf16.bf16(), u.flat_value.f32(), u.flat_bf16.numel());
+    }
+    for (size_t k = 0; k < u.params.size(); ++k) {
+      nn::Parameter& p = *u.params[k];
+      p.rebind_value(u.flat_value.narrow(u.offsets[k], p.numel()).view(p.shape()));
+      // The GEMMs read the gathered bf16 values themselves: no second conversion.
+      if (u.bf16_gather) p.rebind_bf16_value(u.flat_bf16.narrow(u.offsets[k], p.numel()).view(p.shape()));
+    }
+    u.gather = Unit::Gather::Ready;
   }
-  for (size_t k = 0; k < u.params.size(); ++k) {
-    nn::Parameter& p = *u.params[k];
-    p.rebind_value(u.flat_value.narrow(u.offsets[k], p.numel()).view(p.shape()));
-    // The GEMMs read the gathered bf16 values themselves: no second conversion.
-    if (options_.gather_in_bf16) p.rebind_bf16_value(u.flat_bf16.narrow(u.offsets[k], p.numel()).view(p.shape()));
+}
+
+void ShardedDataParallel::release(int module) {
+  for (int i : module_units_[module]) {
+    Unit& u = units_[i];
+    if (u.gather == Unit::Gather::InFlight) u.gather_work.wait();
+    for (nn::Parameter* p : u.params) p->release_value();
+    u.flat_value = Tensor();
+    u.flat_bf16 = Tensor();
+    u.gather = Unit::Gather::Released;
   }
-  u.gather = Unit::Gather::Ready;
 }
 
-void ShardedDataParallel::release(int i) {
-  Unit& u = units_[i];
-  if (u.gather == Unit::Gather::InFlight) u.gather_work.wait();
-  for (nn::Parameter* p : u.params) p->release_value();
-  u.flat_value = Tensor();
-  u.flat_bf16 = Tensor();
-  u.gather = Unit::Gather::Released;
+void ShardedDataParallel::bind_fresh_grad(int module) {
+  for (int i : module_units_[module]) {
+    Unit& u = units_[i];
+    u.flat_grad = Tensor::zeros({shard_.size() * u.shard_numel}, DType::F32, MemoryCategory::Gradients);
+    for (size_t k = 0; k < u.params.size(); ++k)
+      u.params[k]->rebind_grad_storage(u.flat_grad.narrow(u.offsets[k], u.params[k]->numel()).view(u.params[k]->shape()));
+  }
 }
 
-void ShardedDataParallel::bind_fresh_grad(int i) {
-  Unit& u = units_[i];
-  u.flat_grad = Tensor::zeros({shard_.size() * u.shard_numel}, DType::F32, MemoryCategory::Gradients);
-  for (size_t k = 0; k < u.params.size(); ++k)
-    u.params[k]->rebind_grad_storage(u.flat_grad.narrow(u.offsets[k], u.params[k]->numel()).view(u.params[k]->shape()));
+void ShardedDataParallel::launch_reduce_scatter(int module) {
+  for (int i : module_units_[module]) launch_unit_reduce_scatter(i);
 }
 
-void ShardedDataParallel::launch_reduce_scatter(int i) {
+void ShardedDataParallel::launch_unit_reduce_scatter(int i) {
   Unit& u = units_[i];
   if (options_.stage == 1 && !sync_) return;  // gradients accumulate in the full buffer
   // In place: this rank's chunk of the full gradient becomes the group's average.
@@ -265,7 +291,7 @@ void ShardedDataParallel::complete_reduction(const Reduction& r) {
 void ShardedDataParallel::sync_now() {
   check(options_.stage == 1, "ZeRO-", options_.stage, " reduces in every backward; only stage 1 can defer to sync_now()");
   sync_ = true;
-  for (int i = 0; i < static_cast<int>(units_.size()); ++i) launch_reduce_scatter(i);
+  for (int m = 0; m < static_cast<int>(module_units_.size()); ++m) launch_reduce_scatter(m);
 }
 
 void ShardedDataParallel::zero_grad() {
@@ -317,12 +343,12 @@ double ShardedDataParallel::grad_sum_squares(const ParameterFilter& counted) {
 
 void ShardedDataParallel::after_optimizer_step() {
   if (options_.stage == 3) {
-    for (int i = 0; i < static_cast<int>(units_.size()); ++i) release(i);
+    for (int m = 0; m < static_cast<int>(module_units_.size()); ++m) release(m);
     return;
   }
   std::vector<comm::Work> works;
   for (Unit& u : units_) {
-    if (options_.gather_in_bf16) {
+    if (u.bf16_gather) {
       // Each rank sends its updated master shard as bf16; every rank widens the same bf16 values.
       bfloat16* own = u.flat_bf16.bf16() + shard_.rank() * u.shard_numel;
       kernels::convert_to_bf16(u.shard_value.f32(), own, u.shard_numel);
@@ -333,19 +359,24 @@ void ShardedDataParallel::after_optimizer_step() {
     works.push_back(shard_.all_gather_async(flat + shard_.rank() * u.shard_numel, flat, u.shard_numel, options_.algorithm));
   }
   for (comm::Work& w : works) w.wait();
-  if (!options_.gather_in_bf16) return;
-  for (Unit& u : units_)
+  for (Unit& u : units_) {
+    if (!u.bf16_gather) continue;
     for (size_t k = 0; k < u.params.size(); ++k) {
       nn::Parameter& p = *u.params[k];
       if (p.read_only_by_gemms()) continue;
       kernels::convert_to_f32(u.flat_bf16.bf16() + u.offsets[k], p.value().f32(), p.numel());
       p.rebind_bf16_value(u.flat_bf16.narrow(u.offsets[k], p.numel()).view(p.shape()));
     }
+  }
 }
 
-std::vector<int64_t> ShardedDataParallel::unit_numels() const {
-  std::vector<int64_t> out;
-  for (const Unit& u : units_) out.push_back(u.offsets.empty() ? 0 : u.offsets.back() + u.params.back()->numel());
+std::vector<ShardedDataParallel::UnitLayout> ShardedDataParallel::unit_layouts() const {
+  std::vector<UnitLayout> out;
+  for (const Unit& u : units_)
+    out.push_back({.numel = u.offsets.empty() ? 0 : u.offsets.back() + u.params.back()->numel(),
+                   .padded_numel = shard_.size() * u.shard_numel,
+                   .root = u.module == units_.back().module,
+                   .gathered_in_bf16 = u.bf16_gather});
   return out;
 }
 
@@ -371,10 +402,24 @@ bool ShardedDataParallel::holds(const nn::Parameter& p) const {
   return false;
 }
 
-int64_t ShardedDataParallel::largest_unit_bytes() const {
+int64_t ShardedDataParallel::largest_module_bytes(bool as_gathered) const {
   int64_t most = 0;
-  for (const Unit& u : units_) most = std::max(most, shard_.size() * u.shard_numel * static_cast<int64_t>(sizeof(float)));
+  for (const std::vector<int>& indices : module_units_) {
+    int64_t bytes = 0;
+    for (int i : indices) {
+      const Unit& u = units_[i];
+      // bf16 gathers hold the bf16 buffer beside the fp32 values widened from it: 6 bytes an element.
+      bytes += shard_.size() * u.shard_numel * (as_gathered && u.bf16_gather ? 6 : 4);
+    }
+    most = std::max(most, bytes);
+  }
   return most;
+}
+
+int64_t ShardedDataParallel::largest_unit_bytes() const { return largest_module_bytes(/*as_gathered=*/false); }
+
+int64_t ShardedDataParallel::gathered_buffer_bytes() const {
+  return options_.stage == 3 ? 3 * largest_module_bytes(/*as_gathered=*/true) : 0;
 }
 
 std::map<std::string, Tensor> ShardedDataParallel::full_state_dict(const std::map<std::string, Tensor>& optimizer_state,

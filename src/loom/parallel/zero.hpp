@@ -47,7 +47,9 @@ struct ZeroOptions {
   // bytes; the fp32 master then lives only as this rank's shard, in every stage. Stages 1-2
   // gather after each step, stage 3 before each unit. Each rank widens the gathered bf16
   // values to fp32 for what reads parameters outside GEMMs (LayerNorm, biases, embeddings), as
-  // FSDP's MixedPrecision(param_dtype=bf16) computes with them.
+  // FSDP's MixedPrecision(param_dtype=bf16) computes with them. A parameter kept in fp32
+  // (nn::Parameter::kept_in_fp32: a router's weight) is gathered in fp32 instead, in a unit of
+  // its own beside its module's bf16 one, so it stays bit-equal to its fp32 master.
   bool gather_in_bf16 = false;
 };
 
@@ -102,24 +104,31 @@ class ShardedDataParallel : public GradientSync {
   std::map<std::string, Tensor> full_state_dict(const std::map<std::string, Tensor>& optimizer_state,
                                                 const std::vector<std::string>& kinds);
 
+  // Sharding units: one per module (the root's last), two for a module whose parameters kept
+  // in fp32 are gathered apart from its bf16 ones.
   int64_t unit_count() const { return static_cast<int64_t>(units_.size()); }
   // Whether p is sharded here (false for a parameter options.only left out).
   bool holds(const nn::Parameter& p) const;
-  // Elements of each unit's parameters (the root unit last), before padding to a multiple of N.
-  std::vector<int64_t> unit_numels() const;
+  // Each unit (the root's last), for what its collectives move: its elements before and after
+  // padding to a multiple of N, whether it is the root's (stage 3 gathers it once a step, a
+  // block's twice) and whether it is all-gathered in bf16 (2 bytes an element) or fp32 (4).
+  struct UnitLayout {
+    int64_t numel;
+    int64_t padded_numel;
+    bool root;
+    bool gathered_in_bf16;
+  };
+  std::vector<UnitLayout> unit_layouts() const;
   // What the shard group and stage 3's gather group moved since the last reset (stats()).
   comm::CommStats comm_stats() const;
   void reset_comm_stats();
-  // Bytes of one unit's padded flat buffer (the largest), which stage 3 gathers and stages
-  // 2-3 hold as a full gradient while the unit's backward runs.
+  // Bytes of one module's padded flat fp32 buffers (the largest module's), which stage 3 gathers
+  // and stages 2-3 hold as a full gradient while the module's backward runs.
   int64_t largest_unit_bytes() const;
   // The declared transient buffers on top of the sharded state, at most: stage 3 holds the
   // root unit, the computing unit and the prefetched one gathered; stages 2-3 hold the root's
   // and the computing unit's full gradients plus those still being reduce-scattered.
-  int64_t gathered_buffer_bytes() const {
-    // bf16 gathers hold the bf16 buffer beside the fp32 values widened from it: 6 bytes an element.
-    return options_.stage == 3 ? 3 * largest_unit_bytes() * (options_.gather_in_bf16 ? 6 : 4) / 4 : 0;
-  }
+  int64_t gathered_buffer_bytes() const;
   int64_t gradient_buffer_bytes() const {
     return options_.stage >= 2 ? static_cast<int64_t>(2 + kMaxReductionsInFlight) * largest_unit_bytes() : 0;
   }
@@ -138,6 +147,7 @@ class ShardedDataParallel : public GradientSync {
  private:
   struct Unit {
     nn::Module* module = nullptr;  // the root for the root unit
+    bool bf16_gather = false;      // all-gathered in bf16 (gather_in_bf16, no parameter kept in fp32)
     std::vector<nn::Parameter*> params;
     std::vector<int64_t> offsets;  // of each parameter in the flat buffer
     int64_t shard_numel = 0;       // S; the flat buffer is N * S (padded)
@@ -166,14 +176,19 @@ class ShardedDataParallel : public GradientSync {
 
   void build_unit(Unit& u);
   void install_hooks(nn::Module& root);
-  // Stage 3: starts the all-gather of unit i (if not under way) / waits for it and binds
-  // the parameters to the gathered buffer / frees it.
-  void launch_gather(int i, bool prefetch);
-  void wait_gather(int i);
-  void release(int i);
-  // Stages 2-3: a fresh zeroed full gradient for the unit's backward.
-  void bind_fresh_grad(int i);
-  void launch_reduce_scatter(int i);
+  // Per module (its index in module_units_), for each of its units. Stage 3: starts the
+  // all-gather (if not under way) / waits for it and binds the parameters to the gathered
+  // buffer / frees it.
+  void launch_gather(int module, bool prefetch);
+  void wait_gather(int module);
+  void release(int module);
+  // Stages 2-3: a fresh zeroed full gradient for the module's backward.
+  void bind_fresh_grad(int module);
+  void launch_reduce_scatter(int module);
+  void launch_unit_reduce_scatter(int unit);
+  // The largest module's padded flat buffers in bytes: as fp32 values, or as gathered (a bf16
+  // unit's bf16 buffer beside the fp32 values widened from it, 6 bytes an element).
+  int64_t largest_module_bytes(bool as_gathered) const;
   void complete_reduction(const Reduction& r);
   Tensor shard_of(const Tensor& flat) const;
 
@@ -182,6 +197,7 @@ class ShardedDataParallel : public GradientSync {
   std::unique_ptr<comm::ProcessGroup> gather_group_;  // all-gathers on their own thread
   ZeroOptions options_;
   std::vector<Unit> units_;  // the root unit last
+  std::vector<std::vector<int>> module_units_;  // each module's units (the blocks', then the root's)
   std::vector<Piece> pieces_;
   std::deque<Reduction> reductions_;  // in flight, oldest first
   bool sync_ = true;

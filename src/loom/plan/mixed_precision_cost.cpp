@@ -5,15 +5,15 @@
 namespace loom::plan {
 
 StateBytes mixed_precision_state_bytes(int64_t params, int64_t fp32_read_params, int shards, int zero_stage,
-                                       int64_t optimizer_bytes_per_param) {
-  const int64_t n = shards > 0 ? shards : 1;
+                                       int64_t optimizer_bytes_per_param, int64_t kept_params) {
+  const int64_t n = shards > 0 ? shards : 1, rounded = params - kept_params;  // those with a bf16 copy
   StateBytes s;
   if (zero_stage == 0) {
-    s.params = 4 * params + 2 * params;
+    s.params = 4 * params + 2 * rounded;
   } else if (zero_stage < 3) {
-    s.params = 2 * params + 4 * fp32_read_params + 4 * params / n;
+    s.params = 2 * rounded + 4 * fp32_read_params + 4 * rounded / n + 4 * kept_params;
   } else {
-    s.params = (4 + 2) * params / n;
+    s.params = (4 + 2) * rounded / n + 4 * kept_params / n;
   }
   s.grads = zero_stage >= 2 ? 4 * params / n : 4 * params;
   s.optimizer = zero_stage >= 1 ? optimizer_bytes_per_param * params / n : optimizer_bytes_per_param * params;

@@ -9,7 +9,10 @@
 //   ZeRO-3: master 4 Psi/N + its bf16 copy 2 Psi/N, gradients 4 Psi/N, moments 8 Psi/N
 //                                                             = 18 Psi/N (+ the gathered units)
 // The published formulas (ZeRO, Megatron's distributed optimizer) are these with Psi_32 = 0:
-// their embeddings and LayerNorms compute in bf16 too.
+// their embeddings and LayerNorms compute in bf16 too. Psi_k parameters kept in fp32 (a mixture
+// of experts' routers: nn::Parameter::kept_in_fp32) have no bf16 copy and are gathered in fp32:
+// 4 Psi_k whole in DDP and ZeRO-1/2 (the master a view of it), 4 Psi_k/N under ZeRO-3, in
+// place of their share of the bf16 terms above (Psi and Psi_32 then count the others).
 #pragma once
 
 #include <cstdint>
@@ -19,8 +22,9 @@
 namespace loom::plan {
 
 // optimizer_bytes_per_param: 8 for AdamW, 4 for SGD with momentum (fp32 either way).
+// params counts every parameter, kept_params those kept in fp32 (not counted in fp32_read_params).
 StateBytes mixed_precision_state_bytes(int64_t params, int64_t fp32_read_params, int shards, int zero_stage,
-                                       int64_t optimizer_bytes_per_param);
+                                       int64_t optimizer_bytes_per_param, int64_t kept_params = 0);
 
 // `loom plan --precision bf16`: the model state of a device holding params_here parameters, of
 // which gemm_only_params are blocks' Linear weights (the rest read outside GEMMs), over dp.

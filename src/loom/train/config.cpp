@@ -50,7 +50,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"train", "batch_size", "sequences per micro-batch (B)", &c.batch_size},
       {"train", "micro_batches", "micro-batches accumulated per optimizer step", &c.micro_batches},
       {"train", "seed", "seed for weights and batches", &c.seed},
-      {"train", "precision", "'fp32', or 'bf16': mixed precision, every GEMM (linear layers, attention, LM head) on bf16 operands with fp32 accumulation; the parameters stay fp32 (the master copy the optimizer updates, what checkpoints hold) and their bf16 copies are converted once per step; LayerNorm, softmax, GELU, the loss and gradient accumulation stay fp32; activations cross the model-parallel groups (tp, sequence parallel, pp, cp, ep, 3D) in bf16", &c.precision},
+      {"train", "precision", "'fp32', or 'bf16': mixed precision, every GEMM (linear layers, attention, LM head) on bf16 operands with fp32 accumulation, except a mixture of experts' router (fp32, its weight gathered in fp32 by ZeRO); the parameters stay fp32 (the master copy the optimizer updates, what checkpoints hold) and their bf16 copies are converted once per step; LayerNorm, softmax, GELU, the loss and gradient accumulation stay fp32; activations cross the model-parallel groups (tp, sequence parallel, pp, cp, ep, 3D) in bf16", &c.precision},
       {"train", "on_nan", "on a NaN/inf loss or gradient: 'stop' (error) or 'skip' the step", &c.on_nan},
       {"optim", "optimizer", "'adamw' or 'sgd'", &c.optimizer},
       {"optim", "lr", "peak learning rate", &c.lr},
@@ -182,11 +182,6 @@ void TrainConfig::validate() const {
         grad_reduce_dtype, "'");
   check(grad_reduce_dtype == "fp32" || allreduce == "mpi", "grad_reduce_dtype = 'bf16' reduces with allreduce = 'mpi' (bf16 "
         "sums need MPI's user operators), not '", allreduce, "'");
-  // ZeRO's bf16 gathers hand the router bf16-rounded weights where the serial run reads fp32
-  // ones, and top-k routing turns that difference into other experts for some tokens.
-  check(!(model.moe.enabled() && precision == "bf16" && zero > 0),
-        "a mixture of experts with precision = 'bf16' does not compose with ZeRO yet (its bf16 parameter gathers "
-        "would round the router's weights): set zero = 0 or precision = 'fp32' (got zero = ", zero, ")");
   pipeline_layers();  // names a malformed list now rather than at start-up
   // Malformed steps are named now, not when tracing starts; the run's length only matters
   // when the trace is on.

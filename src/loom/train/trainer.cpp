@@ -266,9 +266,13 @@ plan::StateBytes Trainer::state_formula() const {
   const int64_t params = p_.model->num_parameters(), optimizer_bytes = config_.optimizer == "adamw" ? 8 : 4;
   if (config_.precision == "bf16") {
     int64_t fp32_read = 0;  // the parameters that keep an fp32 value beside the bf16 copy under ZeRO-1/2
-    for (const nn::Parameter* q : p_.model->parameters()) fp32_read += q->read_only_by_gemms() ? 0 : q->numel();
+    int64_t kept = 0;       // those with no bf16 copy at all (a router's weight)
+    for (const nn::Parameter* q : p_.model->parameters()) {
+      if (q->kept_in_fp32()) kept += q->numel();
+      else if (!q->read_only_by_gemms()) fp32_read += q->numel();
+    }
     return plan::mixed_precision_state_bytes(params, fp32_read, static_cast<int>(config_.shard_size()),
-                                             static_cast<int>(config_.zero), optimizer_bytes);
+                                             static_cast<int>(config_.zero), optimizer_bytes, kept);
   }
   return plan::model_state_bytes(params, static_cast<int>(config_.shard_size()), static_cast<int>(config_.zero),
                                  optimizer_bytes);
