@@ -283,6 +283,18 @@ bool native_bf16_matmul() {
   return native;
 }
 
+std::string bf16_speed_warning() {
+  // oneDNN's view of the CPU (it honours ONEDNN_MAX_CPU_ISA); an ISA's value is a bit mask
+  // that contains the masks of the ISAs it extends.
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  auto includes = [isa](dnnl::cpu_isa base) { return (isa & static_cast<unsigned>(base)) == static_cast<unsigned>(base); };
+  if (!bf16_slower_than_fp32(includes(dnnl::cpu_isa::avx512_core_bf16), includes(dnnl::cpu_isa::avx512_core_amx)))
+    return "";
+  const char* how = native_bf16_matmul() ? "through oneDNN's emulation" : "with its GEMM operands widened to fp32";
+  return std::string("note: this CPU has no bf16 instructions (AVX512-BF16 or AMX); bf16 runs correctly ") + how +
+         " but slower than fp32";
+}
+
 std::string matmul_implementation(int64_t M, int64_t N, int64_t K, bool bf16) {
   if (bf16 && !native_bf16_matmul()) return "widened to fp32, " + matmul_implementation(M, N, K, false);
   Engine& e = engine();

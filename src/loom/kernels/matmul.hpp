@@ -53,6 +53,10 @@ std::string cpu_isa_name();
 // of two bf16 values is exact in fp32, so the result is the bf16 GEMM's up to summation order.
 bool native_bf16_matmul();
 
+// The line to print when bf16 GEMMs are slower than fp32 on this CPU (bf16_slower_than_fp32 in
+// precision.hpp), saying how bf16 runs here; "" otherwise.
+std::string bf16_speed_warning();
+
 // Number of distinct primitives created so far (tests check that the cache works).
 int64_t matmul_primitive_count();
 // The implementation oneDNN chose for an (M, K) x (K, N) product in this precision, e.g.

@@ -2,9 +2,7 @@
 
 #include <atomic>
 
-#include "dnnl.hpp"
 #include "loom/error.hpp"
-#include "loom/kernels/matmul.hpp"
 
 namespace loom::kernels {
 
@@ -40,16 +38,5 @@ void convert_to_f32(const bfloat16* src, float* dst, int64_t n) {
 
 bool bf16_slower_than_fp32(bool has_avx512_bf16, bool has_amx_bf16) { return !has_avx512_bf16 && !has_amx_bf16; }
 
-std::string bf16_speed_warning() {
-  // oneDNN's view of the CPU (it honours ONEDNN_MAX_CPU_ISA); an ISA's value is a bit mask
-  // that contains the masks of the ISAs it extends.
-  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  auto includes = [isa](dnnl::cpu_isa base) { return (isa & static_cast<unsigned>(base)) == static_cast<unsigned>(base); };
-  if (!bf16_slower_than_fp32(includes(dnnl::cpu_isa::avx512_core_bf16), includes(dnnl::cpu_isa::avx512_core_amx)))
-    return "";
-  const char* how = native_bf16_matmul() ? "through oneDNN's emulation" : "with its GEMM operands widened to fp32";
-  return std::string("note: this CPU has no bf16 instructions (AVX512-BF16 or AMX); bf16 runs correctly ") + how +
-         " but slower than fp32";
-}
 
 }  // namespace loom::kernels

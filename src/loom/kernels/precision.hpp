@@ -48,7 +48,5 @@ void convert_to_f32(const bfloat16* src, float* dst, int64_t n);
 // Whether bf16 GEMMs will be slower than fp32 on a CPU with these capabilities: without
 // native bf16 instructions (AVX512-BF16 or AMX) oneDNN emulates bf16 through fp32.
 bool bf16_slower_than_fp32(bool has_avx512_bf16, bool has_amx_bf16);
-// One line to print when that is so on this CPU ("" otherwise).
-std::string bf16_speed_warning();
 
 }  // namespace loom::kernels

@@ -8,6 +8,7 @@
 
 #include "loom/comm/core_placement.hpp"
 #include "loom/error.hpp"
+#include "loom/kernels/matmul.hpp"
 #include "loom/kernels/precision.hpp"
 #include "loom/kernels/threads.hpp"
 #include "loom/optim/adamw.hpp"
