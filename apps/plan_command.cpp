@@ -314,7 +314,8 @@ Runner add_plan_command(CLI::App& sub) {
                                    {"bubble", c.time.bubble_s}, {"pp_comm", c.time.pp_comm_s},
                                    {"dp_comm", c.time.dp_comm_s}, {"optimizer", c.time.optimizer_s},
                                    {"sharing", c.time.sharing_s}, {"cp_ring_exposed", c.time.cp_comm_s},
-                                   {"cp_ring_link", c.time.cp_link_s}, {"ep_comm", c.time.ep_comm_s}}}});
+                                   {"cp_ring_link", c.time.cp_link_s}, {"ep_comm", c.time.ep_comm_s},
+                                   {"overlapped_comm", c.time.overlapped_comm_s}}}});
       }
       std::printf("%s\n", out.dump(1).c_str());
       return 0;

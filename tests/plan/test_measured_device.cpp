@@ -94,6 +94,15 @@ TEST(PlanMeasuredDevice, RanksTakeTurnsOnFewerCores) {
   // Other jobs leave one rank alone 80% of its core: 2 s / 0.8 = 2.5 s.
   c.alone_core_speed = 0.8;
   EXPECT_DOUBLE_EQ(core_sharing_seconds(dedicated, 1, c), 0.5);
+  // Communication hidden under compute is no term of the step, but its shared-memory copies
+  // are the cores' work: 4 ranks on 2 cores busy 1.5 + 0.5 s each, 2 turns at full speed:
+  // 4 s, of which the 2 s step already has 2.
+  c.alone_core_speed = c.shared_core_speed = 1.0;
+  dedicated.overlapped_comm_s = 0.5;
+  EXPECT_DOUBLE_EQ(dedicated.total(), 2.0);
+  EXPECT_DOUBLE_EQ(core_sharing_seconds(dedicated, 4, c), 2.0);
+  // A core each: the copies run beside the compute, nothing waits.
+  EXPECT_DOUBLE_EQ(core_sharing_seconds(dedicated, 2, c), 0.0);
 }
 
 }  // namespace

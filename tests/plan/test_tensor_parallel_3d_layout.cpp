@@ -104,7 +104,7 @@ TEST(Plan3D, PricesEachBlockAtItsOwnMeasuredRate) {
 }
 
 // The weight blocks gathered over depth are memory too: with depth > 1 a rank holds its
-// layer's block and the two prefetched ones besides the two weight-gradient blocks, so a grid
+// layer's block and the two prefetched ones besides the weight-gradient blocks, so a grid
 // with depth 2 holds three MLP blocks more than the same grid without depth (whose
 // activations are the same: the micro-batch and the row split set them).
 TEST(Plan3D, CountsTheGatheredBlocksInMemory) {
@@ -140,6 +140,29 @@ TEST(Plan3D, DepthTrafficHidesUnderTheComputeAsItRunsOnSharedCores) {
   const LayoutCost shared = predict(m, c, l, 4);
   EXPECT_EQ(shared.time.tp_comm_s, 0.0);  // under 2 turns x 10 = 20x the compute
   EXPECT_EQ(shared.time.compute_s, exposed.time.compute_s);
+  // Hidden, the traffic is still the cores' copies: the turns count it (the whole depth link
+  // time), so the step is longer than with no traffic at all by 2 turns / 0.1 of it.
+  EXPECT_NEAR(shared.time.overlapped_comm_s, 5.0 * alone.time.compute_s, 1e-9 * alone.time.compute_s);
+  ClusterSpec no_link = c;
+  no_link.intra_node = no_link.inter_node = LinkCost{.alpha_s = 0, .beta_s_per_byte = 0};
+  const LayoutCost no_traffic = predict(m, no_link, l, 4);
+  EXPECT_NEAR(shared.step_s() - no_traffic.step_s(), 20.0 * shared.time.overlapped_comm_s, 1e-6 * shared.step_s());
+}
+
+// On GPUs (no cores shared) hidden depth traffic costs the step nothing.
+TEST(Plan3D, HiddenDepthTrafficIsFreeOnGpus) {
+  const ModelSpec m{"m", 2, 256, 4, 64, 128};
+  ClusterSpec c = cluster_preset("dgx-a100");
+  c.precision = Precision::Fp32;
+  const Layout l = grid(1, 1, 1, 4, 1);
+  c.intra_node = c.inter_node = LinkCost{.alpha_s = 0, .beta_s_per_byte = 0};
+  const LayoutCost no_traffic = predict(m, c, l, 4);
+  c.intra_node = c.inter_node = LinkCost{.alpha_s = 0, .beta_s_per_byte = 1e-13};
+  const LayoutCost fast = predict(m, c, l, 4);
+  ASSERT_TRUE(no_traffic.valid && fast.valid) << no_traffic.why_not << fast.why_not;
+  EXPECT_GT(fast.time.overlapped_comm_s, 0.0);
+  EXPECT_EQ(fast.time.tp_comm_s, 0.0);
+  EXPECT_DOUBLE_EQ(fast.step_s(), no_traffic.step_s());
 }
 
 TEST(Plan3D, OneDWinsWhileItScalesAndThreeDScalesFurther) {

@@ -51,6 +51,9 @@ struct StepTime {
   double cp_comm_s = 0;    // the exposed part of the context-parallel K/V ring
   double cp_link_s = 0;    // the ring's whole time on the link (not a term: cp_comm_s is its exposed part)
   double ep_comm_s = 0;    // expert parallelism's all-to-alls (moe_cost.hpp)
+  // Communication compute hides (not a term): on a CPU node its shared-memory copies are
+  // still the cores' work, so the ranks' turns on them count it (core_sharing_seconds).
+  double overlapped_comm_s = 0;
   double total() const {
     return compute_s + tp_comm_s + bubble_s + pp_comm_s + dp_comm_s + optimizer_s + sharing_s + cp_comm_s + ep_comm_s;
   }

@@ -10,9 +10,11 @@ namespace loom::plan {
 
 namespace {
 
-// Weight blocks Loom's overlap gathers ahead of the layer that uses them (Overlap3D::kAhead;
-// plan/ prices the run time's choice without depending on it).
+// Weight blocks Loom's overlap gathers ahead of the layer that uses them (Overlap3D::kAhead),
+// and weight-gradient blocks it keeps in flight being reduce-scattered
+// (Overlap3D::kGradientsInFlight); plan/ prices the run time's choice without depending on it.
 constexpr double kGatheredAhead = 2.0;
+constexpr double kGradientsInFlight = 2.0;
 
 // A ring collective over p ranks: `buffer_passes` times (p - 1)/p of the bytes on the link
 // (2 for an all-reduce of its buffer, 1 for an all-gather or reduce-scatter of the whole),
@@ -70,10 +72,10 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   activations += static_cast<double>(bpv) * (3.0 * tokens * hd + 2.0 * tokens * static_cast<double>(m.vocab));
   // The fp32 weight blocks gathered over depth, counted with the activations (transient too):
   // the layer's own, the next kAhead prefetched (parallel/tensor_parallel_3d/overlap_3d.hpp)
-  // and in backward two weight-gradient blocks (this layer's, and the previous one's still
+  // and in backward the weight-gradient blocks (this layer's, and the previous ones' still
   // being reduce-scattered), at the MLP's size, the largest block. Without a depth split
   // nothing is gathered (a rank's shard is its block).
-  const double gathered_blocks = (D > 1 ? 1.0 + kGatheredAhead : 0.0) + 2.0;
+  const double gathered_blocks = (D > 1 ? 1.0 + kGatheredAhead : 0.0) + 1.0 + kGradientsInFlight;
   activations += 4.0 * gathered_blocks * 4.0 * hd * hd / static_cast<double>(R * C);
   cost.activation_bytes = static_cast<int64_t>(activations);
   const int64_t usable = c.memory_bytes - c.reserved_bytes;
@@ -138,9 +140,13 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   const double stretch = compute_only.compute_s > 0
                              ? 1.0 + core_sharing_seconds(compute_only, l.dp * R * C * D, c) / compute_only.compute_s
                              : 1.0;
+  const double depth_exposed_s = std::max(0.0, depth_s - layers_s * stretch);
   cost.time.tp_comm_s = ring_seconds(scale * static_cast<double>(bytes.row), 2.0, 4.0 * collectives, R, link(R * C)) +
                         ring_seconds(scale * static_cast<double>(bytes.col), 2.0, 6.0 * collectives, C, link(C)) +
-                        std::max(0.0, depth_s - layers_s * stretch);
+                        depth_exposed_s;
+  // What the compute hides still moves: on a CPU the ranks' cores copy it (their turns on
+  // the cores count it; a GPU's copy engines and NICs leave it out).
+  cost.time.overlapped_comm_s = depth_s - depth_exposed_s;
 
   // Data parallelism: this rank's gradients all-reduced over dp during the last backward.
   const int64_t G = R * C * D;

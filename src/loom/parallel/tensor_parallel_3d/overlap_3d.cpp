@@ -35,17 +35,20 @@ void Overlap3D::drop_after(int i) {
 }
 
 void Overlap3D::defer_gradient(Grid3D::Pending reduce_scatter, nn::Parameter& weight) {
-  finish_gradients();
-  gradient_ = std::move(reduce_scatter);
-  gradient_of_ = &weight;
+  gradients_.push_back({std::move(reduce_scatter), &weight});
+  while (gradients_.size() > kGradientsInFlight) finish_oldest_gradient();
+}
+
+void Overlap3D::finish_oldest_gradient() {
+  Deferred d = std::move(gradients_.front());
+  gradients_.pop_front();
+  const Tensor shard = d.reduce_scatter.wait();
+  kernels::add_inplace(d.weight->grad().f32(), shard.f32(), shard.numel());
+  d.weight->grad_contributed();
 }
 
 void Overlap3D::finish_gradients() {
-  if (!gradient_.active()) return;
-  const Tensor shard = gradient_.wait();
-  kernels::add_inplace(gradient_of_->grad().f32(), shard.f32(), shard.numel());
-  gradient_of_->grad_contributed();
-  gradient_of_ = nullptr;
+  while (!gradients_.empty()) finish_oldest_gradient();
 }
 
 }  // namespace loom::parallel::tp3d

@@ -13,6 +13,7 @@
 // outlives the step (the weights change at the optimizer step).
 #pragma once
 
+#include <deque>
 #include <vector>
 
 #include "loom/nn/parameter.hpp"
@@ -38,10 +39,12 @@ class Overlap3D {
   static constexpr int kAhead = 2;
   // Waits for and discards the prefetches of the layers after i.
   void drop_after(int i);
-  // Keeps a started reduce-scatter of a weight's gradient in flight; completes the one kept
-  // before into its parameter's gradient first.
+  // Keeps a started reduce-scatter of a weight's gradient in flight; once more than
+  // kGradientsInFlight are, completes the oldest into its parameter's gradient. Several in
+  // flight let a rank run ahead of peers that share its core instead of waiting for them.
   void defer_gradient(Grid3D::Pending reduce_scatter, nn::Parameter& weight);
-  // Completes the kept reduce-scatter (the last layer of backward: before its gradients are read).
+  static constexpr size_t kGradientsInFlight = 2;
+  // Completes the kept reduce-scatters (the last layer of backward: before its gradients are read).
   void finish_gradients();
 
  private:
@@ -52,8 +55,12 @@ class Overlap3D {
   };
   const Grid3D& grid_;
   std::vector<Layer> layers_;
-  Grid3D::Pending gradient_;
-  nn::Parameter* gradient_of_ = nullptr;
+  struct Deferred {
+    Grid3D::Pending reduce_scatter;
+    nn::Parameter* weight;
+  };
+  std::deque<Deferred> gradients_;  // oldest first
+  void finish_oldest_gradient();
 };
 
 }  // namespace loom::parallel::tp3d
