@@ -1,8 +1,9 @@
 // `loom convert`: re-shards a checkpoint offline. To one file (a path ending in
 // .safetensors; one process): every tensor assembled from the checkpoint's pieces. To a run
-// directory for a layout (under mpirun, dp x pp x tp processes): the layout's trainer loads
-// the checkpoint through the same re-sharding path a resume takes and writes its own pieces
-// as a sharded checkpoint, so a converted checkpoint is exactly what that layout would save.
+// directory for a layout (under mpirun, dp x pp x tp processes, or dp x R x C x D for a 3D
+// grid): the layout's trainer loads the checkpoint through the same re-sharding path a
+// resume takes and writes its own pieces as a sharded checkpoint, so a converted checkpoint
+// is exactly what that layout would save.
 // --from-gpt2 DIR: GPT-2's released weights and tokenizer into a Loom checkpoint (gpt2_import.hpp).
 #include <algorithm>
 #include <cstdio>
@@ -19,7 +20,7 @@ namespace loom::apps {
 
 namespace {
 struct ConvertArgs {
-  std::string from, from_gpt2, to, data;
+  std::string from, from_gpt2, to, data, tp_3d;
   int64_t dp = 1, pp = 1, tp = 1, zero = 0, chunks = 1, hsdp_shard = 0;
   bool sequence_parallel = false;
 };
@@ -39,6 +40,7 @@ train::TrainConfig target_config(const ConvertArgs& a, const std::string& from) 
   c.dp = a.dp;
   c.pp = a.pp;
   c.tp = a.tp;
+  c.tp_3d = a.tp_3d;  // the stored grid belongs to the old layout, like its tp
   c.zero = a.zero;
   c.hsdp_shard = a.hsdp_shard;
   c.sequence_parallel = a.sequence_parallel;
@@ -76,21 +78,24 @@ Runner add_convert_command(CLI::App& sub) {
   sub.add_option("--zero", args->zero, "target ZeRO stage (0-3)");
   sub.add_option("--chunks", args->chunks, "target model chunks per pipeline rank (interleaved)");
   sub.add_option("--hsdp-shard", args->hsdp_shard, "target hybrid-sharding group size");
+  sub.add_option("--tp-3d", args->tp_3d, "target 3D tensor-parallel grid \"R,C,D\" (run under mpirun -np dp*R*C*D)");
   sub.add_flag("--sequence-parallel", args->sequence_parallel, "target uses sequence parallelism");
   sub.add_option("--data", args->data, "the training text, when not at the path the checkpoint's configuration names");
   return [args]() {
     check(!args->to.empty(), "--to is empty: give a FILE.safetensors or a run directory");
     check(args->from.empty() != args->from_gpt2.empty(), "give one of --from (a Loom checkpoint) or --from-gpt2 DIR");
     if (!args->from_gpt2.empty()) {
-      check(args->dp * args->pp * args->tp == 1, "--from-gpt2 writes the serial layout; re-shard the result with --from");
+      check(args->dp * args->pp * args->tp == 1 && args->tp_3d.empty(),
+            "--from-gpt2 writes the serial layout; re-shard the result with --from");
       const std::string path = train::convert_gpt2_checkpoint(args->from_gpt2, args->to);
       std::printf("wrote %s from the GPT-2 checkpoint %s\n", path.c_str(), args->from_gpt2.c_str());
       return 0;
     }
     const std::string from = train::resolve_checkpoint_path(args->from);
     if (args->to.ends_with(".safetensors")) {
-      check(args->dp * args->pp * args->tp == 1, "converting to one file takes no layout; write a directory for dp(",
-            args->dp, ") x pp(", args->pp, ") x tp(", args->tp, ")");
+      check(args->dp * args->pp * args->tp == 1 && args->tp_3d.empty(),
+            "converting to one file takes no layout; write a directory for dp(", args->dp, ") x pp(", args->pp, ") x tp(",
+            args->tp, ")", args->tp_3d.empty() ? "" : " x tp_3d(" + args->tp_3d + ")");
       to_single_file(from, args->to);
       return 0;
     }
@@ -99,14 +104,15 @@ Runner add_convert_command(CLI::App& sub) {
       train::Trainer trainer(config, true, world);
       const std::string path = trainer.save_checkpoint_now();
       if (world == nullptr || world->rank() == 0)
-        std::printf("wrote %s for dp %lld x pp %lld x tp %lld, zero %lld, step %lld\n", path.c_str(),
+        std::printf("wrote %s for dp %lld x pp %lld x tp %lld%s, zero %lld, step %lld\n", path.c_str(),
                     static_cast<long long>(config.dp), static_cast<long long>(config.pp), static_cast<long long>(config.tp),
-                    static_cast<long long>(config.zero), static_cast<long long>(trainer.step()));
+                    config.tp_3d_on() ? (" x tp_3d " + config.tp_3d).c_str() : "", static_cast<long long>(config.zero),
+                    static_cast<long long>(trainer.step()));
     };
     if (!launched_by_mpi()) {
-      check(config.dp * config.pp * config.tp == 1, "layout dp(", config.dp, ") x pp(", config.pp, ") x tp(", config.tp,
-            ") needs ", config.dp * config.pp * config.tp, " processes: start it with mpirun -np ",
-            config.dp * config.pp * config.tp, " loom convert ...");
+      check(config.world_ranks() == 1, "layout dp(", config.dp, ") x pp(", config.pp, ") x tp(", config.tp, ")",
+            config.tp_3d_on() ? " x tp_3d(" + config.tp_3d + ")" : "", " needs ", config.world_ranks(),
+            " processes: start it with mpirun -np ", config.world_ranks(), " loom convert ...");
       convert(nullptr);
       return 0;
     }

@@ -3,8 +3,9 @@
 // (losses relative 1e-5, parameters relative 1e-4). Layouts cover dp, tp, pp, ZeRO 0-3,
 // interleaving, sequence parallelism, expert parallelism (a mixture of experts' experts
 // gathered from and split over any ep), 3D tensor-parallel grids (a weight split twice and
-// sharded over depth; with dp: 4D) and the serial process, at 1..8 ranks; a pair runs at
-// the rank counts its layouts fit (serial fits every count: each rank alone, rank 0 saves).
+// sharded over depth; with dp: 4D; saved as one file or as each grid rank's own pieces) and
+// the serial process, at 1..8 ranks; a pair runs at the rank counts its layouts fit (serial
+// fits every count: each rank alone, rank 0 saves).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 
 #include "comm/mpi_test_env.hpp"
 #include "loom/train/checkpoint.hpp"
+#include "loom/train/checkpoint_manifest.hpp"
 #include "loom/train/trainer.hpp"
 #include "parallel/equivalence.hpp"
 
@@ -32,7 +34,7 @@ struct Layout {
   std::string format = "sharded";
   int64_t hsdp_shard = 0;
   int64_t ep = 1, experts = 0;  // a mixture of experts in every block when experts > 0
-  std::string tp_3d{};          // a 3D tensor-parallel grid "R,C,D" (single-file format only)
+  std::string tp_3d{};          // a 3D tensor-parallel grid "R,C,D"
   std::array<int64_t, 3> grid() const {
     TrainConfig c;
     c.tp_3d = tp_3d;
@@ -160,9 +162,15 @@ Layout moe(Layout l, int64_t ep, int64_t experts = 4) {
   return l;
 }
 
+// A 3D grid (4D with dp > 1) that saves single files; sharded(grid3d(...)) saves its pieces.
 Layout grid3d(const std::string& grid, int64_t dp = 1) {
   Layout l = L(dp, 1, 1, 0, 1, false, "single");
   l.tp_3d = grid;
+  return l;
+}
+
+Layout sharded(Layout l) {
+  l.format = "sharded";
   return l;
 }
 
@@ -193,30 +201,53 @@ INSTANTIATE_TEST_SUITE_P(
         // (grid to grid: here at 2 ranks, and mpi.train_tp3d_resume_other_grid)
         Pair{grid3d("2,2,2"), kSerial}, Pair{kSerialFile, grid3d("2,2,2")},
         Pair{grid3d("2,1,2", 2), L(2, 2, 2, 1)}, Pair{L(2, 1, 2, 3), grid3d("1,2,1", 2)}, Pair{grid3d("2,1,1"), grid3d("1,1,2")},
+        // ... sharded: every grid rank writes the pieces it alone holds (a weight's second split
+        // in the manifest, a bias by its replica 0), loaded into any layout and back
+        Pair{sharded(grid3d("2,1,2")), kSerial}, Pair{kSerial, sharded(grid3d("2,2,1"))},
+        Pair{sharded(grid3d("1,2,2")), sharded(grid3d("2,1,2"))}, Pair{sharded(grid3d("1,1,2", 2)), L(2, 1, 2, 0)},
+        Pair{sharded(grid3d("1,1,2")), sharded(grid3d("2,1,1"))}, Pair{sharded(grid3d("2,2,2")), L(2, 2, 2, 1)},
         // ... composed: ZeRO (the experts whole beside the dense shards), pp and tp
         Pair{moe(L(2, 1, 1, 3), 2), moe(kSerial, 1)}, Pair{moe(L(3, 1, 1, 1), 3, 6), moe(L(3, 1, 1, 3), 3, 6)},
         Pair{moe(L(2, 2, 1, 0), 2), moe(L(2, 1, 2, 2), 2)}),
     [](const auto& info) { return "pair" + std::to_string(info.index); });
 
-// Under the same 3D grid a resume continues bit for bit: the checkpoint holds the serial
-// layout, and splitting it again gives every rank the very values it had.
+// Under the same 3D grid a resume continues bit for bit from either format: a single file
+// holds the serial layout, which splitting again gives every rank the very values it had; a
+// sharded checkpoint holds every grid rank's own pieces (each written once: the manifest's
+// tiling check passed on saving), weights and AdamW moments alike.
 TEST(Reshard3D, ResumingUnderTheSameGridContinuesBitForBit) {
   if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
-  const Layout grid = grid3d("2,1,2");
-  TrainConfig c = config_of(grid, 4, 2);
-  Trainer straight(c, true, &world());
+  TrainConfig straight_config = config_of(grid3d("2,1,2"), 4, 2);
+  Trainer straight(straight_config, true, &world());
   const TrainingRun want = run(straight);
 
-  const std::string dir = fresh_shared_dir("loom_reshard_3d_exact", world());
-  train_and_checkpoint(c, 5, dir, world());
-  c.resume = dir;
-  Trainer resumed(c, true, &world());
-  ASSERT_EQ(resumed.step(), 5);
-  const TrainingRun got = run(resumed);
-  EXPECT_EQ(got.losses, std::vector<float>(want.losses.end() - 5, want.losses.end()));
-  EXPECT_EQ(got.names, want.names);
-  EXPECT_EQ(got.params, want.params);
-  remove_shared_dir(dir, world());
+  for (const Layout& grid : {grid3d("2,1,2"), sharded(grid3d("2,1,2"))}) {
+    SCOPED_TRACE(grid.format);
+    TrainConfig c = config_of(grid, 4, 2);
+    const std::string dir = fresh_shared_dir("loom_reshard_3d_exact", world());
+    train_and_checkpoint(c, 5, dir, world());
+    if (grid.format == "sharded") {
+      const Manifest m = read_manifest(resolve_checkpoint_path(dir));
+      EXPECT_EQ(m.layout.tp_3d, "2,1,2");
+      EXPECT_EQ(m.files.size(), 4u) << "every grid rank holds weight pieces of its own";
+      int64_t model = 0, moments = 0, second_splits = 0;
+      for (const auto& [name, t] : m.tensors) {
+        model += name.rfind("model.", 0) == 0;
+        moments += name.rfind("optim.exp_avg", 0) == 0;
+        for (const ManifestPiece& p : t.pieces) second_splits += p.layout.spec.dim2 == 1 && p.layout.spec.parts2 == 2;
+      }
+      EXPECT_EQ(moments, 2 * model);
+      EXPECT_GT(second_splits, 0) << "the layers whose input features are split over row (2) record it";
+    }
+    c.resume = dir;
+    Trainer resumed(c, true, &world());
+    ASSERT_EQ(resumed.step(), 5);
+    const TrainingRun got = run(resumed);
+    EXPECT_EQ(got.losses, std::vector<float>(want.losses.end() - 5, want.losses.end()));
+    EXPECT_EQ(got.names, want.names);
+    EXPECT_EQ(got.params, want.params);
+    remove_shared_dir(dir, world());
+  }
 }
 
 TEST(ReshardErrors, AMissingRankFileFailsTheResumeOnEveryRank) {

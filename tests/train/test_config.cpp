@@ -104,7 +104,8 @@ TEST(Config, Tp3dGridsAreCheckedBeforeAnyRankTalks) {
   c.tp_3d_overlap = "yes";
   EXPECT_EQ(error_of([&] { c.validate(); }), "tp_3d_overlap must be 'on' or 'off', got 'yes'");
   c.tp_3d_overlap = "off";
-  c.resume = "latest";  // a 3D run resumes (single-file checkpoints of any layout)
+  c.resume = "latest";  // a 3D run resumes (checkpoints of any layout, either format)
+  c.checkpoint_format = "sharded";  // and writes sharded ones (each grid rank its own pieces)
   c.precision = "bf16";  // bf16 GEMMs, bf16 weight gathers over depth, bf16 activations on the grid's wire
   EXPECT_NO_THROW(c.validate());
   c.precision = "fp32";

@@ -2,7 +2,8 @@
 // twin (cut the full tensor with copy_shard), a sharded checkpoint's layout on disk and
 // bit-exact resume, retention, a writer that died before its manifest, and every damaged
 // or hostile checkpoint (no manifest, a file outside the directory, a missing rank file,
-// a bad checksum, pieces that do not cover a tensor) as a clear error naming the problem.
+// a bad checksum, pieces that do not cover a tensor, a 3D weight's second split that does
+// not fit) as a clear error naming the problem.
 // Multi-rank layouts are tested in tests/parallel/test_reshard.cpp.
 #include <gtest/gtest.h>
 
@@ -32,20 +33,22 @@ std::vector<float> cut(const Tensor& full, const PieceLayout& p) {
   return std::vector<float>(slice.f32() + p.begin, slice.f32() + p.end);
 }
 
-// The pieces of a layout: tp slices (spec with parts), each cut into `ranges` flat ranges
-// of uneven sizes (ZeRO shards of different units).
+// The pieces of a layout: tp slices (spec with parts, and parts2 for a second split), each
+// cut into `ranges` flat ranges of uneven sizes (ZeRO shards of different units).
 std::vector<PieceLayout> layout_pieces(const Shape& full, nn::ShardSpec spec, int64_t ranges) {
   std::vector<PieceLayout> out;
-  for (int64_t i = 0; i < spec.parts; ++i) {
-    spec.index = i;
-    const int64_t n = shape_numel(slice_shape(full, spec, "test"));
-    int64_t begin = 0;
-    for (int64_t r = 0; r < ranges; ++r) {
-      const int64_t end = r + 1 == ranges ? n : begin + (n / ranges) + (r % 2);  // uneven
-      out.push_back({spec, begin, end});
-      begin = end;
+  for (int64_t i = 0; i < spec.parts; ++i)
+    for (int64_t j = 0; j < spec.parts2; ++j) {
+      spec.index = i;
+      spec.index2 = j;
+      const int64_t n = shape_numel(slice_shape(full, spec, "test"));
+      int64_t begin = 0;
+      for (int64_t r = 0; r < ranges; ++r) {
+        const int64_t end = r + 1 == ranges ? n : begin + (n / ranges) + (r % 2);  // uneven
+        out.push_back({spec, begin, end});
+        begin = end;
+      }
     }
-  }
   return out;
 }
 
@@ -61,6 +64,9 @@ TEST(Reshard, EveryPieceAssemblesFromAnyOtherLayoutsPieces) {
       layout_pieces(full_shape, {0, 2, 0, 3}, 2),        // fused QKV (3 blocks), + ZeRO 2
       layout_pieces(full_shape, {1, 2, 0, 1}, 3),        // row parallel, + ZeRO 3
       layout_pieces(full_shape, {1, 3, 0, 2}, 1),        // 3 parts of 2 blocks along dim 1
+      layout_pieces(full_shape, {0, 2, 0, 1, 1, 3}, 1),  // 3D: rows over out x depth, columns over in
+      layout_pieces(full_shape, {0, 2, 0, 3, 1, 2}, 2),  // 3D fused QKV, + ZeRO 2
+      layout_pieces(full_shape, {0, 3, 0, 1, 1, 4}, 1),  // 3D, another grid
   };
   for (size_t a = 0; a < layouts.size(); ++a) {
     check_tiling("layout " + std::to_string(a), full_shape, layouts[a]);
@@ -228,6 +234,47 @@ TEST(ShardedCheckpoint, DamagedOrHostileCheckpointsAreClearErrors) {
   expect_load_error(
       "missing_field", [](const fs::path& d) { edit_manifest(d, [](nlohmann::json& j) { j.erase("layout"); }); },
       "missing or invalid field 'layout'");
+  // A 3D weight's second split, hostile: given in part, along a dimension it cannot split, out
+  // of range, or two pieces on the same columns (or none on some).
+  const auto second_split = [](const nlohmann::json& slice, int64_t end, int copies) {
+    return [=](const fs::path& d) {
+      edit_manifest(d, [&](nlohmann::json& j) {
+        nlohmann::json& pieces = j["tensors"]["model.embedding.wte"]["pieces"];  // (128, 16), one whole piece
+        pieces[0]["slice"] = slice;
+        pieces[0]["end"] = end;
+        for (int k = 1; k < copies; ++k) pieces.push_back(pieces[0]);
+      });
+    };
+  };
+  const nlohmann::json rows = {{"dim", 0}, {"parts", 1}, {"index", 0}, {"blocks", 1}};
+  const auto with = [&](int dim2, int64_t parts2, int64_t index2) {
+    nlohmann::json s = rows;
+    s["dim2"] = dim2;
+    s["parts2"] = parts2;
+    s["index2"] = index2;
+    return s;
+  };
+  nlohmann::json half = rows;
+  half["dim2"] = 1;
+  struct Hostile {
+    const char* name;
+    nlohmann::json slice;
+    int64_t end;  // of the first piece
+    int copies;   // of that piece
+    const char* want;
+  };
+  const Hostile hostile[] = {
+      {"in_part", half, 2048, 1, "tensor 'model.embedding.wte': a second split needs dim2, parts2 and index2 together"},
+      {"negative", with(-1, 2, 0), 1024, 1, "tensor 'model.embedding.wte': a second split along dim -1 (dimensions count from 0)"},
+      {"not_last", with(0, 2, 0), 1024, 1, "second slice (dim 0, part 0 of 2) does not fit shape (128, 16)"},
+      {"out_of_range", with(1, 2, 2), 1024, 1, "second slice (dim 1, part 2 of 2) does not fit shape (128, 16)"},
+      {"indivisible", with(1, 3, 0), 640, 1, "second slice (dim 1, part 0 of 3) does not fit shape (128, 16)"},
+      {"too_long", with(1, 2, 1), 2048, 1, "element range [0, 2048) lies outside its slice of 1024 elements"},
+      {"twice", with(1, 2, 0), 1024, 2, "tensor 'model.embedding.wte' (128, 16): elements [0, 8) are in two pieces"},
+      {"gap", with(1, 2, 0), 1024, 1, "tensor 'model.embedding.wte' (128, 16): elements [8, 16) are in no piece"},
+  };
+  for (const Hostile& h : hostile)
+    expect_load_error(std::string("second_split_") + h.name, second_split(h.slice, h.end, h.copies), h.want);
   expect_load_error(
       "truncated", [](const fs::path& d) { fs::resize_file(d / "rank-00000.safetensors", 100); },
       "rank file 'rank-00000.safetensors' is 100 bytes, the manifest says");

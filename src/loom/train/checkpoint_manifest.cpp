@@ -7,6 +7,7 @@
 
 #include "loom/data/input_file.hpp"
 #include "loom/error.hpp"
+#include "loom/train/config.hpp"
 
 namespace loom::train {
 
@@ -20,7 +21,7 @@ using nlohmann::json;
 json layout_json(const CheckpointLayout& l) {
   return {{"dp", l.dp},         {"pp", l.pp},         {"tp", l.tp},
           {"zero", l.zero},     {"chunks", l.chunks}, {"hsdp_shard", l.hsdp_shard},
-          {"sequence_parallel", l.sequence_parallel}};
+          {"sequence_parallel", l.sequence_parallel}, {"tp_3d", l.tp_3d}};
 }
 
 // A CRC-32 as the writer stores it: an unsigned 32-bit integer. A JSON reader would wrap -1 or
@@ -32,6 +33,31 @@ uint32_t crc32_field(const json& value, const std::string& origin, const std::st
 }
 
 }  // namespace
+
+json slice_to_json(const nn::ShardSpec& spec) {
+  json slice = {{"dim", spec.dim}, {"parts", spec.parts}, {"index", spec.index}, {"blocks", spec.blocks}};
+  if (spec.dim2 >= 0 && spec.parts2 > 1) {
+    slice["dim2"] = spec.dim2;
+    slice["parts2"] = spec.parts2;
+    slice["index2"] = spec.index2;
+  }
+  return slice;
+}
+
+nn::ShardSpec slice_from_json(const json& slice, const std::string& what) {
+  nn::ShardSpec spec{slice.at("dim").get<int>(), slice.at("parts").get<int64_t>(), slice.at("index").get<int64_t>(),
+                     slice.at("blocks").get<int64_t>()};
+  const int given = static_cast<int>(slice.contains("dim2")) + static_cast<int>(slice.contains("parts2")) +
+                    static_cast<int>(slice.contains("index2"));
+  if (given == 0) return spec;
+  // Half a second split read as none would load every piece's columns into the same place.
+  check(given == 3, what, ": a second split needs dim2, parts2 and index2 together, got ", slice.dump());
+  spec.dim2 = slice.at("dim2").get<int>();
+  spec.parts2 = slice.at("parts2").get<int64_t>();
+  spec.index2 = slice.at("index2").get<int64_t>();
+  check(spec.dim2 >= 0, what, ": a second split along dim ", spec.dim2, " (dimensions count from 0)");
+  return spec;
+}
 
 void check_file_name(const std::string& name, const std::string& origin) {
   const std::filesystem::path p(name);
@@ -48,11 +74,7 @@ std::string manifest_to_json(const Manifest& m) {
     json pieces = json::array();
     for (const ManifestPiece& p : t.pieces) {
       json piece = {{"file", p.file}, {"key", p.key}, {"begin", p.layout.begin}, {"end", p.layout.end}, {"crc32", p.crc32}};
-      if (p.layout.spec.sharded())
-        piece["slice"] = {{"dim", p.layout.spec.dim},
-                          {"parts", p.layout.spec.parts},
-                          {"index", p.layout.spec.index},
-                          {"blocks", p.layout.spec.blocks}};
+      if (p.layout.spec.sharded()) piece["slice"] = slice_to_json(p.layout.spec);
       pieces.push_back(piece);
     }
     tensors[name] = {{"shape", t.shape}, {"pieces", pieces}};
@@ -91,6 +113,16 @@ Manifest parse_manifest(const std::string& text, const std::string& origin) {
     m.layout = {l.at("dp").get<int64_t>(),     l.at("pp").get<int64_t>(),     l.at("tp").get<int64_t>(),
                 l.at("zero").get<int64_t>(),   l.at("chunks").get<int64_t>(), l.at("hsdp_shard").get<int64_t>(),
                 l.at("sequence_parallel").get<bool>()};
+    if (l.contains("tp_3d")) {  // manifests written before 3D have none
+      m.layout.tp_3d = l.at("tp_3d").get<std::string>();
+      if (!m.layout.tp_3d.empty()) {
+        try {
+          parse_tp_3d_grid(m.layout.tp_3d);
+        } catch (const Error& e) {
+          fail(origin, ": invalid layout: ", e.what());
+        }
+      }
+    }
     const CheckpointLayout& ml = m.layout;
     check(ml.dp >= 1 && ml.pp >= 1 && ml.tp >= 1 && ml.chunks >= 1 && ml.zero >= 0 && ml.zero <= 3 && ml.hsdp_shard >= 0,
           origin, ": invalid layout dp ", ml.dp, ", pp ", ml.pp, ", tp ", ml.tp, ", zero ", ml.zero, ", chunks ", ml.chunks,
@@ -125,11 +157,7 @@ Manifest parse_manifest(const std::string& text, const std::string& origin) {
         piece.layout.begin = p.at("begin").get<int64_t>();
         piece.layout.end = p.at("end").get<int64_t>();
         piece.crc32 = crc32_field(p.at("crc32"), origin, field + ".crc32");
-        if (p.contains("slice")) {
-          const json& s = p.at("slice");
-          piece.layout.spec = {s.at("dim").get<int>(), s.at("parts").get<int64_t>(), s.at("index").get<int64_t>(),
-                               s.at("blocks").get<int64_t>()};
-        }
+        if (p.contains("slice")) piece.layout.spec = slice_from_json(p.at("slice"), origin + ": tensor '" + name + "'");
         check_piece(tensor.shape, piece.layout, origin + ": tensor '" + name + "'");
         check(piece.layout.numel() * static_cast<int64_t>(sizeof(float)) <= m.files[piece.file].bytes, origin,
               ": tensor '", name, "' has a piece larger than its file '", piece.file, "'");

@@ -1,13 +1,15 @@
 // The manifest of a sharded checkpoint (manifest.json, written last): format version, the
 // layout that wrote it, step, optimizer, configuration and tokenizer, every rank file with
 // its size and CRC-32, and for every logical tensor its full shape and the pieces that
-// tile it (file, key, slice, element range, CRC-32). A manifest is hostile input: parsing
-// checks every field, keeps files inside the checkpoint directory and checks that each
-// tensor's pieces tile it exactly, so a manifest that loads is one the loader can trust.
+// tile it (file, key, slice, element range, CRC-32; a 3D-parallel weight's slice splits it
+// twice, rows then columns, both recorded). A manifest is hostile input: parsing checks
+// every field, keeps files inside the checkpoint directory and checks that each tensor's
+// pieces tile it exactly, so a manifest that loads is one the loader can trust.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,7 @@ inline constexpr const char* kManifestName = "manifest.json";
 struct CheckpointLayout {
   int64_t dp = 1, pp = 1, tp = 1, zero = 0, chunks = 1, hsdp_shard = 0;
   bool sequence_parallel = false;
+  std::string tp_3d;  // the 3D grid "R,C,D"; "" = none (and in manifests written before 3D)
 };
 
 struct ManifestPiece {
@@ -55,6 +58,12 @@ std::string manifest_to_json(const Manifest& manifest);
 Manifest parse_manifest(const std::string& text, const std::string& origin);
 // <dir>/manifest.json; a directory without one is an incomplete checkpoint (an error).
 Manifest read_manifest(const std::string& dir);
+// A piece's tensor-parallel slice as a manifest records it: dim, parts, index, blocks, and
+// for a second split dim2, parts2, index2. Reading checks the fields' types and that a
+// second split is given whole (dim2 >= 0 with parts2 and index2); whether the slice fits
+// its tensor is check_piece's.
+nlohmann::json slice_to_json(const nn::ShardSpec& spec);
+nn::ShardSpec slice_from_json(const nlohmann::json& slice, const std::string& what);
 // Rejects absolute paths, "..", separators: a rank file is a plain name in the directory.
 void check_file_name(const std::string& name, const std::string& origin);
 

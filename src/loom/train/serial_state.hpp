@@ -5,7 +5,8 @@
 //  - pieces(): this rank's pieces of the logical tensors, as views of its storage, for
 //    sharded checkpoints and re-sharding on load. Each element is marked owner on exactly one
 //    rank: data-parallel replicas defer to dp rank 0 (ZeRO: to the first replica group, whose
-//    ranks hold disjoint shards), ranks holding a tensor whole across tp defer to tp rank 0,
+//    ranks hold disjoint shards), ranks holding a tensor whole across tp defer to tp rank 0
+//    (under 3D, grid rank 0; a slice several grid ranks hold, a bias, to its replica 0),
 //    and the last pipeline stage's copy of the tied token table defers to the first. A
 //    mixture of experts' expert weights are split over the `ep` ranks (gathered there) and
 //    replicated on the dp / ep ranks holding the same experts (the first of them owns them).

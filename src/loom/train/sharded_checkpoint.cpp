@@ -86,9 +86,7 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const std::vecto
       check(file.tensors.emplace(p.name, p.data).second, "two pieces of '", p.name, "' on one rank");
       json piece = {{"name", p.name}, {"shape", p.full_shape}, {"begin", p.layout.begin}, {"end", p.layout.end},
                     {"crc32", crc_of(p.data)}};
-      if (p.layout.spec.sharded())
-        piece["slice"] = {{"dim", p.layout.spec.dim}, {"parts", p.layout.spec.parts}, {"index", p.layout.spec.index},
-                          {"blocks", p.layout.spec.blocks}};
+      if (p.layout.spec.sharded()) piece["slice"] = slice_to_json(p.layout.spec);
       listed.push_back(piece);
     }
     if (file.tensors.empty()) return;  // a pure replica: nothing of its own
@@ -120,9 +118,7 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const std::vecto
         ManifestPiece piece{file, p["name"].get<std::string>(), {}, p["crc32"].get<uint32_t>()};
         piece.layout.begin = p["begin"].get<int64_t>();
         piece.layout.end = p["end"].get<int64_t>();
-        if (p.contains("slice"))
-          piece.layout.spec = {p["slice"]["dim"].get<int>(), p["slice"]["parts"].get<int64_t>(),
-                               p["slice"]["index"].get<int64_t>(), p["slice"]["blocks"].get<int64_t>()};
+        if (p.contains("slice")) piece.layout.spec = slice_from_json(p["slice"], "rank file " + file);
         t.pieces.push_back(piece);
       }
     }

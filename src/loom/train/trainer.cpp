@@ -82,7 +82,8 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
 }
 
 CheckpointLayout Trainer::layout() const {
-  return {config_.dp, config_.pp, config_.tp, config_.zero, config_.chunks, config_.hsdp_shard, config_.sequence_parallel};
+  return {config_.dp, config_.pp, config_.tp, config_.zero, config_.chunks, config_.hsdp_shard, config_.sequence_parallel,
+          config_.tp_3d};
 }
 
 void Trainer::resume_from(const std::string& path) {
@@ -249,7 +250,7 @@ std::string Trainer::save_checkpoint_now() {
   const CheckpointInfo info{step_, to_toml(config_), spec_->data_identity(), config_.optimizer,
                             optimizer_->steps_taken()};
   const bool sharded_format =
-      config_.checkpoint_format == "sharded" || (config_.checkpoint_format == "auto" && world_.size() > 1 && !config_.tp_3d_on());
+      config_.checkpoint_format == "sharded" || (config_.checkpoint_format == "auto" && world_.size() > 1);
   if (sharded_format)
     return save_sharded_checkpoint(config_.out_dir, local_state(), info, layout(), config_.keep_checkpoints, world_);
   // Single file: the serial layout gathered (collective), rank 0 writes; the others wait so

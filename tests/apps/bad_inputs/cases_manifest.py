@@ -68,6 +68,13 @@ def cases(fx):
     edit("a piece's file '../../etc/passwd'", set_in([piece, "file"], "../../etc/passwd"), r"passwd")
     edit("a piece's key unknown", set_in([piece, "key"], "model.nothing"), r"model\.nothing")
     edit("a piece's CRC wrong", set_in([piece, "crc32"], 1), r"crc|CRC|checksum|corrupt")
+    edit("a piece's second split given in part",
+         set_in([piece, "slice"], {"dim": 0, "parts": 1, "index": 0, "blocks": 1, "dim2": 0}),
+         r"a second split needs dim2, parts2 and index2 together")
+    edit("a piece's second split out of range",
+         set_in([piece, "slice"], {"dim": 0, "parts": 1, "index": 0, "blocks": 1, "dim2": 0, "parts2": 1, "index2": 1}),
+         r"second slice \(dim 0, part 1 of 1\) does not fit shape")
+    edit("layout tp_3d not a grid", set_in(["layout", "tp_3d"], "2,2"), r"invalid layout: tp_3d must be")
     edit("pieces that do not cover the tensor", lambda m: (first(m)["pieces"].clear(), m)[1], where)
     edit("a rank file's CRC wrong", set_in([rank_file, "crc32"], 1), r"rank file 'rank-00000.safetensors' is corrupted")
     edit("a rank file's CRC -1", set_in([rank_file, "crc32"], -1), r"rank-00000.safetensors")
