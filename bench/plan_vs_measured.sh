@@ -115,6 +115,7 @@ predict() {  # ranks plan-flags...: "step_s memory_bytes" from `loom plan --clus
 train() {  # name ranks steps flags...: runs loom train, each rank's CPU seconds in $WORK/name.cpu.<rank>
   local name=$1 ranks=$2 steps=$3
   shift 3
+  rm -rf "${WORK:?}/$name"  # a run directory of its own each round (loom train refuses to start over in one)
   mpi -np "$ranks" sh -c '/usr/bin/time -f "%U %S" -o "$0.$OMPI_COMM_WORLD_RANK" "$@"' "$WORK/$name.cpu" \
     "$LOOM" train --data "$DATA" "${MODEL[@]}" "${LINK[@]}" --threads 1 --steps "$steps" --log-every 1 --eval-every 0 \
     --eval-batches 1 --out-dir "$WORK/$name" "$@" </dev/null >"$WORK/$name.log" 2>&1
