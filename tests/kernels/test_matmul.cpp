@@ -116,6 +116,9 @@ TEST(Matmul, Bf16IsTheProductOfRoundedOperands) {
   std::vector<float> Ar(A.size()), Br(B.size());
   convert_to_f32(A16.data(), Ar.data(), M * K);
   convert_to_f32(B16.data(), Br.data(), K * N);
+  std::vector<float> rounded = A;  // in one pass, in place: the same values
+  round_to_bf16_values(rounded.data(), rounded.data(), M * K);
+  EXPECT_EQ(rounded, Ar);
   const std::vector<float> want = naive(Ar, Trans::N, Br, Trans::N, M, N, K, nullptr, nullptr);
   std::vector<float> C(M * N);
   {

@@ -7,6 +7,7 @@
 #include <set>
 #include <tuple>
 
+#include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/plan/tensor_parallel_3d_cost.hpp"
 #include "loom/plan/tensor_parallel_3d_layout.hpp"
 
@@ -113,6 +114,24 @@ TEST(Plan3D, CountsTheGatheredBlocksInMemory) {
   const LayoutCost flat = predict(m, c, grid(2, 2, 1, 1, 1), 4), deep = predict(m, c, grid(1, 2, 1, 2, 1), 2);
   ASSERT_TRUE(flat.valid && deep.valid) << flat.why_not << deep.why_not;
   EXPECT_EQ(deep.activation_bytes - flat.activation_bytes, int64_t{4} * 3 * 4 * 256 * 256 / 2);
+}
+
+// Under Loom's bf16 a grid's layers keep bf16 copies as a 1D tensor-parallel layer over row
+// does (mixed_precision_cost.hpp), not the published mixed-precision layer: against fp32 only
+// the layers differ (the residual stream and the logits stay fp32, as do the gathered weight
+// blocks).
+TEST(Plan3D, PricesBf16ActivationsAsLoomKeepsThem) {
+  const ModelSpec m{"m", 2, 256, 4, 64, 128};
+  ClusterSpec c = cluster_preset("local-default");
+  const Layout l = grid(1, 2, 1, 2, 2);
+  c.precision = Precision::Fp32;
+  const LayoutCost fp32 = predict(m, c, l, 4);
+  c.precision = Precision::Bf16;
+  const LayoutCost bf16 = predict(m, c, l, 4);
+  ASSERT_TRUE(fp32.valid && bf16.valid) << fp32.why_not << bf16.why_not;
+  const int64_t layers = 2 * (bf16_activation_bytes_per_layer(2, 64, 256, 4, 2, false) -
+                              activation_bytes_per_layer(2, 64, 256, 4, 2, false));
+  EXPECT_EQ(bf16.activation_bytes - fp32.activation_bytes, layers);
 }
 
 // On a CPU whose ranks take turns on its cores (4 ranks on 2, each core at a tenth of its

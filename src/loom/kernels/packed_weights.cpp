@@ -74,17 +74,16 @@ void PackedWeights::matmul(const float* x, Operand W, const float* bias, float* 
     memory packed(w->desc, e.engine, w->data.raw());
     dnnl::reorder(plain, packed).execute(e.stream, plain, packed);
   }
-  Tensor x_bf16, x_wide;
+  Tensor x_rounded;  // x in bf16, or (widened) its bf16 values in fp32
   const void* src = x;
-  if (bf16) {
-    x_bf16 = Tensor::empty({M * K}, DType::BF16, MemoryCategory::Other);
-    convert_to_bf16(x, x_bf16.bf16(), M * K);
-    src = x_bf16.raw();
-  }
-  if (widen) {
-    x_wide = Tensor::empty({M * K}, DType::F32, MemoryCategory::Other);
-    convert_to_f32(x_bf16.bf16(), x_wide.f32(), M * K);
-    src = x_wide.raw();
+  if (bf16_kernel) {
+    x_rounded = Tensor::empty({M * K}, DType::BF16, MemoryCategory::Other);
+    convert_to_bf16(x, x_rounded.bf16(), M * K);
+    src = x_rounded.raw();
+  } else if (widen) {
+    x_rounded = Tensor::empty({M * K}, DType::F32, MemoryCategory::Other);
+    round_to_bf16_values(x, x_rounded.f32(), M * K);
+    src = x_rounded.raw();
   }
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p->x, e.engine, const_cast<void*>(src))},
                                        {DNNL_ARG_WEIGHTS, memory(w->desc, e.engine, w->data.raw())},

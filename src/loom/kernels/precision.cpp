@@ -36,7 +36,11 @@ void convert_to_f32(const bfloat16* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(src[i]);
 }
 
-bool bf16_slower_than_fp32(bool has_avx512_bf16, bool has_amx_bf16) { return !has_avx512_bf16 && !has_amx_bf16; }
+void round_to_bf16_values(const float* src, float* dst, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(to_bf16(src[i]));
+}
 
+bool bf16_slower_than_fp32(bool has_avx512_bf16, bool has_amx_bf16) { return !has_avx512_bf16 && !has_amx_bf16; }
 
 }  // namespace loom::kernels

@@ -44,6 +44,9 @@ void new_weights_generation();
 // dst[i] = bf16(src[i]) (round to nearest even), in parallel for large n.
 void convert_to_bf16(const float* src, bfloat16* dst, int64_t n);
 void convert_to_f32(const bfloat16* src, float* dst, int64_t n);
+// dst[i] = src[i] rounded to the nearest bf16 value, kept in fp32 (one pass; dst may be src):
+// an fp32 product of such values equals the bf16 product's up to summation order.
+void round_to_bf16_values(const float* src, float* dst, int64_t n);
 
 // Whether bf16 GEMMs will be slower than fp32 on a CPU with these capabilities: without
 // native bf16 instructions (AVX512-BF16 or AMX) oneDNN emulates bf16 through fp32.

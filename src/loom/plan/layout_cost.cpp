@@ -11,12 +11,18 @@ namespace loom::plan {
 
 namespace {
 
-// Bytes of the activations one layer keeps per micro-batch. Mixed precision: Korthikanti et
-// al. 2022 in 2-byte values, sbh(34 + 5as/h) serially; with tensor parallelism
-// sbh(10 + 24/t + 5as/(ht)); with sequence parallelism as well, sbh(34 + 5as/h)/t. Fp32:
-// Loom's own layer (memory_model.hpp, matched by its memory tracker). With full recompute
-// only the layer's input, s b h values (split t ways with sequence parallelism). Context
-// parallelism keeps s / cp tokens and ring attention no probabilities (the 5as/h term).
+// Model-state bytes per device: fp32 as memory_model.hpp counts them (4 + 4 + 8); mixed
+// precision 2-byte weights and gradients and 12 bytes of fp32 master weights and moments,
+// ZeRO sharding the 12, then the gradients, then the weights over dp.
+int64_t state_bytes(const ClusterSpec& c, int64_t params, int64_t dp, int zero) {
+  if (c.precision == Precision::Fp32) return model_state_bytes(params, static_cast<int>(dp), zero, 8).total();
+  const int64_t n = dp;
+  const int64_t state[] = {16 * params, 4 * params + 12 * params / n, 2 * params + 14 * params / n, 16 * params / n};
+  return state[std::clamp(zero, 0, 3)];
+}
+
+}  // namespace
+
 double layer_activation_bytes(const ModelSpec& m, const ClusterSpec& c, const Layout& l, bool recompute) {
   const double s = static_cast<double>(m.seq / l.cp), b = static_cast<double>(l.micro_batch),
                h = static_cast<double>(m.hidden), a = static_cast<double>(m.heads), t = static_cast<double>(l.tp);
@@ -31,18 +37,6 @@ double layer_activation_bytes(const ModelSpec& m, const ClusterSpec& c, const La
   if (sp) return s * b * h * (34.0 + 5.0 * a * s / h) / t;
   return s * b * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
 }
-
-// Model-state bytes per device: fp32 as memory_model.hpp counts them (4 + 4 + 8); mixed
-// precision 2-byte weights and gradients and 12 bytes of fp32 master weights and moments,
-// ZeRO sharding the 12, then the gradients, then the weights over dp.
-int64_t state_bytes(const ClusterSpec& c, int64_t params, int64_t dp, int zero) {
-  if (c.precision == Precision::Fp32) return model_state_bytes(params, static_cast<int>(dp), zero, 8).total();
-  const int64_t n = dp;
-  const int64_t state[] = {16 * params, 4 * params + 12 * params / n, 2 * params + 14 * params / n, 16 * params / n};
-  return state[std::clamp(zero, 0, 3)];
-}
-
-}  // namespace
 
 std::vector<int64_t> context_parallel_degrees(const ModelSpec& model, int64_t devices, const SearchSpace& space) {
   std::vector<int64_t> degrees = {1};

@@ -29,6 +29,14 @@ struct LayoutCost {
   double flops_per_device = 0;  // per second, counting recompute as the papers do
 };
 
+// Bytes of the activations one layer keeps per micro-batch. Mixed precision: Korthikanti et
+// al. 2022 in 2-byte values, sbh(34 + 5as/h) serially; with tensor parallelism
+// sbh(10 + 24/t + 5as/(ht)); with sequence parallelism as well, sbh(34 + 5as/h)/t. Fp32:
+// Loom's own layer (memory_model.hpp, matched by its memory tracker). With full recompute
+// only the layer's input, s b h values (split t ways with sequence parallelism). Context
+// parallelism keeps s / cp tokens and ring attention no probabilities (the 5as/h term).
+double layer_activation_bytes(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, bool recompute);
+
 // Memory and time of one layout for a global batch of sequences.
 LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, int64_t global_batch);
 

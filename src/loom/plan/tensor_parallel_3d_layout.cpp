@@ -60,12 +60,11 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   cost.state_bytes = c.precision == Precision::Fp32 ? model_state_bytes(params, 1, 0, 8).total() : 16 * params;
   const double s = static_cast<double>(m.seq), b = static_cast<double>(l.micro_batch), hd = static_cast<double>(h),
                a = static_cast<double>(m.heads), r = static_cast<double>(R);
-  auto layer_bytes = [&](bool recompute) {
-    if (recompute) return static_cast<double>(bpv) * s * b * hd;
-    if (c.precision == Precision::Fp32)
-      return static_cast<double>(activation_bytes_per_layer(l.micro_batch, m.seq, h, m.heads, R, false));
-    return s * b * hd * (10.0 + 24.0 / r + 5.0 * a * s / (hd * r));
-  };
+  Layout over_row;  // the 1D tensor-parallel layer the activations are priced as
+  over_row.tp = R;
+  over_row.micro_batch = l.micro_batch;
+  over_row.sequence_parallel = false;
+  auto layer_bytes = [&](bool recompute) { return layer_activation_bytes(m, c, over_row, recompute); };
   double activations = layer_bytes(l.recompute) * static_cast<double>(m.layers);
   if (l.recompute) activations += layer_bytes(false);
   const double tokens = b * s;
