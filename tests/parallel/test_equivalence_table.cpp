@@ -201,8 +201,8 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return info.param.name; });
 
 // 1D tensor parallelism's overlap (tp_overlap, on by default: the rows above run it too):
-// sequence parallel at tp 2 and tp 3 (odd: block_size 24 splits over 3), with recompute,
-// micro-batches, and the blocking path.
+// sequence parallel at tp 2, tp 3 (odd: block_size 24 splits over 3) and tp 4 (the LM head's
+// gather over 4 chunks; fp32 and bf16), with recompute, micro-batches, and the blocking path.
 INSTANTIATE_TEST_SUITE_P(
     TensorParallelOverlap, EquivalenceTable,
     ::testing::Values(Case{.name = "tp2_sp_overlap", .tp = 2, .sequence_parallel = true},
@@ -211,7 +211,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "tp2_sp_overlap_recompute_mb2", .tp = 2, .recompute = true, .micro_batches = 2,
                            .sequence_parallel = true},
                       Case{.name = "tp3_sp_blocking", .tp = 3, .block_size = 24, .sequence_parallel = true, .n_head = 3,
-                           .n_embd = 24, .tp_overlap = "off"}),
+                           .n_embd = 24, .tp_overlap = "off"},
+                      Case{.name = "tp4_sp_overlap", .tp = 4, .sequence_parallel = true, .world = 4},
+                      bf16(Case{.name = "tp4_sp_overlap", .tp = 4, .sequence_parallel = true, .world = 4})),
     [](const auto& info) { return info.param.name; });
 
 // 3D tensor parallelism: the rest of the world is dp (the 4D hybrid).

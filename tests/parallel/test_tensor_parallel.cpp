@@ -16,6 +16,7 @@
 #include "comm/mpi_test_env.hpp"
 #include "loom/error.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
+#include "loom/nn/gemm_input.hpp"
 #include "loom/nn/gpt.hpp"
 #include "loom/parallel/tensor_parallel/tensor_parallel_layers.hpp"
 #include "loom/plan/comm_cost.hpp"
@@ -26,6 +27,7 @@
 #include "loom/parallel/tensor_parallel/row_parallel_linear.hpp"
 #include "loom/parallel/tensor_parallel/vocab_parallel_cross_entropy.hpp"
 #include "loom/parallel/tensor_parallel/vocab_parallel_embedding.hpp"
+#include "loom/parallel/tensor_parallel/vocab_parallel_head.hpp"
 #include "parallel/equivalence.hpp"
 #include "test_util.hpp"
 
@@ -203,6 +205,80 @@ TEST(TensorParallelOverlap, LayersGiveTheBlockingPathsBits) {
   }
 }
 
+// The tied LM head over this rank's vocabulary rows (the token table split by rows) against
+// the serial head: logits, input gradient (summed over the ranks' vocabularies) and dW.
+struct HeadCase {
+  bool sequence_parallel;
+  bool overlap;
+};
+
+// The token table (V, C) of a serial head, and this rank's rows of it.
+struct HeadWeights {
+  nn::Parameter serial, local;
+  HeadWeights(int64_t V, int64_t C, uint64_t seed)
+      : serial("wte", {V, C}, true), local("wte", {V / world().size(), C}, true) {
+    local.set_shard_spec(nn::ShardSpec{0, world().size(), world().rank(), 1});
+    serial.value().copy_from(tensor_of(random_vector(V * C, seed), {V, C}));
+    local.value().copy_from(slice_of(serial.value(), local));
+  }
+};
+
+class VocabParallelHeadLayer : public ::testing::TestWithParam<HeadCase> {};
+
+TEST_P(VocabParallelHeadLayer, MatchesTheSerialHead) {
+  const auto [sp, overlap] = GetParam();
+  const int64_t t = world().size(), V = 16 * t, C = 8, B = 2, T = 3 * t;
+  HeadWeights w(V, C, 61);
+  const VocabParallelHead head{world(), sp, overlap};
+  const Tensor x = tensor_of(random_vector(B * T * C, 67), {B, T, C});
+  const Tensor x_local = sp ? sequence_chunk(x) : x;
+  const Tensor logits = nn::serial_layers().head_logits(x, w.serial);
+  EXPECT_TRUE(close(head.logits(x_local, w.local), feature_slice(logits), "logits (this rank's vocabulary)"));
+  const Tensor dlogits = tensor_of(random_vector(B * T * V, 71), {B, T, V});
+  const Tensor dx = nn::serial_layers().head_backward(dlogits, x, w.serial);
+  EXPECT_TRUE(close(head.backward(feature_slice(dlogits), x_local, w.local), sp ? sequence_chunk(dx) : dx,
+                    "dx (f's backward: sum, or reduce-scatter)"));
+  EXPECT_TRUE(close(w.local.grad(), slice_of(w.serial.grad(), w.local), "dW"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, VocabParallelHeadLayer,
+                         ::testing::Values(HeadCase{false, false}, HeadCase{false, true}, HeadCase{true, false},
+                                           HeadCase{true, true}),
+                         [](const auto& info) {
+                           return std::string(info.param.sequence_parallel ? "sp" : "plain") +
+                                  (info.param.overlap ? "_overlap" : "");
+                         });
+
+// The head under tp_overlap gives the blocking head's bits: logits, dx and dW, with and without
+// sequence parallelism, in fp32 and in bf16 (activations bf16 on the wire, the kept input a bf16
+// copy, and more rows than one of the backward's bf16 pieces, nn::kHeadGradientRows).
+TEST(TensorParallelOverlap, HeadGivesTheBlockingPathsBits) {
+  const int64_t t = world().size(), V = 16 * t, C = 8, B = 2, T = 520 * t;
+  static_assert(2 * 520 > nn::kHeadGradientRows);
+  for (const kernels::Precision precision : {kernels::Precision::F32, kernels::Precision::BF16}) {
+    const kernels::PrecisionScope scope(precision);
+    const bool bf16 = precision == kernels::Precision::BF16;
+    world().set_activation_dtype(bf16 ? DType::BF16 : DType::F32);
+    for (const bool sp : {false, true}) {
+      std::vector<std::vector<float>> results[2];
+      const int64_t Tl = sp ? T / t : T;
+      for (const bool overlap : {false, true}) {
+        HeadWeights w(V, C, 73);
+        const VocabParallelHead head{world(), sp, overlap};
+        const Tensor x = tensor_of(random_vector(B * Tl * C, 79), {B, Tl, C});
+        const Tensor logits = head.logits(x, w.local);
+        const Tensor dlogits = tensor_of(random_vector(logits.numel(), 83), logits.shape());
+        const Tensor dx = head.backward(dlogits, nn::in_compute_precision(x), w.local);
+        for (const Tensor* r : std::initializer_list<const Tensor*>{&logits, &dx, &w.local.grad()})
+          results[overlap].emplace_back(r->f32(), r->f32() + r->numel());
+      }
+      EXPECT_EQ(results[0], results[1]) << (sp ? "with" : "without") << " sequence parallelism, "
+                                        << (bf16 ? "bf16" : "fp32");
+    }
+  }
+  world().set_activation_dtype(DType::F32);
+}
+
 class VocabParallel : public ::testing::TestWithParam<bool> {};
 
 TEST_P(VocabParallel, EmbeddingAndCrossEntropyMatchSerial) {
@@ -342,12 +418,13 @@ INSTANTIATE_TEST_SUITE_P(Cases, TensorParallelTraffic,
                          });
 
 // The whole run under tp_overlap is the blocking run bit for bit: losses, gradients and
-// parameters, with and without sequence parallelism, with recompute (a block's forward replayed
-// in backward) and micro-batches (gradients accumulated across them), and in bf16 (activations
-// rounded on the wire, widened when each started collective is waited for).
+// parameters, with and without sequence parallelism (the LM head's gather and reduce-scatter
+// included), with recompute (a block's forward replayed in backward) and micro-batches
+// (gradients accumulated across them), and in bf16 (activations rounded on the wire, widened
+// when each started collective is waited for).
 TEST(TensorParallelOverlap, TrainsBitForBitLikeTheBlockingPath) {
   const int p = world().size();
-  if (p != 2 && p != 3) GTEST_SKIP() << "tp 2 and tp 3 (odd)";
+  if (p != 2 && p != 3 && p != 4) GTEST_SKIP() << "tp 2, tp 3 (odd) and tp 4";
   struct Variant {
     bool sp, recompute;
     const char* precision = "fp32";

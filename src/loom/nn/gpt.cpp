@@ -1,17 +1,11 @@
 #include "loom/nn/gpt.hpp"
 
-#include <algorithm>
 #include <cmath>
 
 #include "loom/error.hpp"
-#include "loom/kernels/matmul.hpp"
-#include "loom/kernels/precision.hpp"
-#include "loom/nn/gemm_input.hpp"
 #include "loom/nn/saved_activation.hpp"
 
 namespace loom::nn {
-
-using kernels::Trans;
 
 GPT::GPT(const GPTConfig& config, uint64_t seed, const LayerBuilder& layers, GPTStage stage)
     : config_(config), layers_(layers), stage_(stage) {
@@ -91,11 +85,7 @@ Tensor GPT::forward_impl(const Tensor& input, Context& ctx) {
   for (Block* b : blocks_) x = b->forward(x, ctx);
   if (!has_head()) return x;
   x = ln_f_->forward(x, ctx);
-  const Tensor h = layers_.head_input(x);  // (B, T, C): the whole sequence
-  Parameter& wte = head_weight();
-  const int64_t B = h.size(0), T = h.size(1), C = h.size(2), Vp = wte.value().size(0);
-  Tensor logits = Tensor::empty({B, T, Vp});  // (B, T, Vp)
-  kernels::matmul(h.f32(), Trans::N, wte.gemm_operand(), Trans::T, logits.f32(), B * T, Vp, C);
+  Tensor logits = layers_.head_logits(x, head_weight());  // (B, T, Vp): the whole sequence
   ctx.save(this, {saved_activation(x, ctx)});
   return logits;
 }
@@ -103,23 +93,9 @@ Tensor GPT::forward_impl(const Tensor& input, Context& ctx) {
 Tensor GPT::backward_impl(const Tensor& dout, Context& ctx) {
   Tensor dx = dout;  // (B, T, C), or dlogits on the head's stage
   if (has_head()) {
-    const Tensor h = layers_.head_input(widened(ctx.saved(this, 0)));  // (B, T, C) final LayerNorm output
     Parameter& wte = head_weight();
-    const int64_t N = h.size(0) * h.size(1), C = h.size(2), Vp = wte.value().size(0);
-    Tensor dh = Tensor::empty(h.shape());  // (B, T, C)
-    // dh = dlogits W and W's gradient += dlogits^T h, over all rows at once in fp32.
-    const bool bf16 = kernels::compute_precision() == kernels::Precision::BF16;
-    const int64_t rows = bf16 ? kHeadGradientRows : N;
-    const Tensor all = dout.view({N, Vp});
-    for (int64_t r0 = 0; r0 < N; r0 += rows) {
-      const int64_t n = std::min(rows, N - r0);
-      const Tensor dlogits = in_compute_precision(all.narrow(r0, n));  // (n, Vp): converted once for both GEMMs
-      kernels::matmul(gemm_input(dlogits), Trans::N, wte.gemm_operand(), Trans::N, dh.f32() + r0 * C, n, C, Vp);
-      kernels::matmul(gemm_input(dlogits), Trans::T, h.f32() + r0 * C, Trans::N, wte.grad().f32(), Vp, C, n, nullptr,
-                      /*accumulate=*/true);
-    }
+    dx = layers_.head_backward(dout, ctx.saved(this, 0), wte);  // kept: the final LayerNorm's output
     wte.grad_contributed();
-    dx = layers_.head_input_gradient(dh);
     ctx.release(this);
     dx = ln_f_->backward(dx, ctx);
   }

@@ -12,6 +12,7 @@
 #include "loom/nn/embedding.hpp"
 #include "loom/nn/init.hpp"
 #include "loom/nn/layer_builder.hpp"
+#include "loom/nn/lm_head.hpp"
 
 namespace loom::nn {
 
@@ -50,10 +51,8 @@ struct GPTStage {
 
 class GPT : public Module {
  public:
-  // Under bf16 the LM head's backward reads the logits' gradient as bf16 GEMM operands,
-  // converted this many rows at a time, so that no whole bf16 copy (2 bytes a logit) sits
-  // beside the fp32 logits at the step's peak.
-  static constexpr int64_t kHeadGradientRows = 1024;
+  // The LM head's backward converts the logits' gradient to bf16 this many rows at a time (lm_head.hpp).
+  static constexpr int64_t kHeadGradientRows = nn::kHeadGradientRows;
 
   // layers: serial, or tensor-parallel (parallel/tensor_parallel) for a 1/t slice per rank.
   // forward maps token ids (stage with the embedding) or activations (B, T, C) to logits

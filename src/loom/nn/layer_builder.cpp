@@ -1,6 +1,7 @@
 #include "loom/nn/layer_builder.hpp"
 
 #include "loom/nn/causal_attention.hpp"
+#include "loom/nn/lm_head.hpp"
 
 namespace loom::nn {
 
@@ -18,6 +19,15 @@ std::unique_ptr<Module> LayerBuilder::attention(int64_t C, int64_t NH) const {
 
 std::unique_ptr<Embedding> LayerBuilder::embedding(int64_t V, int64_t Vp, int64_t block_size, int64_t C) const {
   return std::make_unique<Embedding>(V, Vp, block_size, C);
+}
+
+Tensor LayerBuilder::head_logits(const Tensor& x, Parameter& w) const { return nn::head_logits(x, w); }
+
+Tensor LayerBuilder::head_backward(const Tensor& dlogits, const Tensor& kept, Parameter& w) const {
+  Tensor dx = Tensor::empty(kept.shape());
+  head_input_gradient(dlogits, w, dx.f32());
+  head_weight_gradient(dlogits, kept, w);
+  return dx;
 }
 
 std::unique_ptr<GraphConv> LayerBuilder::graph_conv(int64_t in, int64_t out, int64_t,

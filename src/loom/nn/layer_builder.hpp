@@ -34,14 +34,17 @@ class LayerBuilder {
   virtual std::unique_ptr<Module> attention(int64_t C, int64_t NH) const;
   // Token + position embedding; tensor parallel: the vocabulary rows split.
   virtual std::unique_ptr<Embedding> embedding(int64_t V, int64_t Vp, int64_t block_size, int64_t C) const;
-  // The tied LM head multiplies the whole sequence's activations by a vocabulary-split
-  // weight (the f operator around it): head_input gathers a sequence-parallel x, and
-  // head_input_gradient sums the ranks' partial input gradients (reduce-scattered back to
-  // sequence chunks under sequence parallelism).
-  virtual Tensor head_input(const Tensor& x) const { return x; }
+  // The tied LM head multiplies the whole sequence's activations by the token table w, a
+  // vocabulary-split weight under tensor parallelism (the f operator around it): head_logits
+  // gathers a sequence-parallel x (the final LayerNorm's output, fp32) and returns the logits
+  // (B, T, V) of w's rows; head_backward adds dlogits^T x to w's gradient and returns x's
+  // gradient, the ranks' partial ones summed (reduce-scattered back to sequence chunks under
+  // sequence parallelism). kept: what the head kept of x (saved_activation: bf16 under mixed
+  // precision). See lm_head.hpp.
+  virtual Tensor head_logits(const Tensor& x, Parameter& w) const;
+  virtual Tensor head_backward(const Tensor& dlogits, const Tensor& kept, Parameter& w) const;
   // How the token table is split (by vocabulary rows under tensor parallelism).
   virtual ShardSpec vocabulary_shard() const { return {}; }
-  virtual Tensor head_input_gradient(const Tensor& dx) const { return dx; }
   // Generation: the head's logits (R, Vp/t) on every rank -> the whole vocabulary (R, Vp).
   virtual Tensor gather_vocabulary(const Tensor& logits) const { return logits; }
   // Graph convolution `layer` of a GCN over the whole graph; a parallel builder returns one

@@ -60,7 +60,7 @@ struct TrainConfig {
   std::string schedule_file;      // a custom pipeline schedule to train instead of `schedule`
   std::string pp_layers;          // blocks per pipeline stage, "3,3,2,2"; "" = balanced
   bool sequence_parallel = false;  // split LayerNorm/residual activations along the sequence (tp > 1)
-  std::string tp_overlap = "on";   // with tp > 1: "on": collectives under the linear layers' GEMMs; "off": blocking
+  std::string tp_overlap = "on";   // with tp > 1: "on": collectives under the linear layers' and LM head's GEMMs; "off": blocking
   int64_t zero = 0;               // ZeRO stage: 0 = DDP, 1-3 sharded (3 = FSDP)
   int64_t hsdp_shard = 0;         // HSDP: shard over groups of this many dp ranks (0 = all of dp)
   std::string allreduce = "mpi";  // DDP's all-reduce algorithm

@@ -42,9 +42,11 @@ class ContextParallelLayers : public nn::LayerBuilder {
   std::unique_ptr<nn::Linear> row_parallel_linear(int64_t in, int64_t out) const override {
     return inner_.row_parallel_linear(in, out);
   }
-  Tensor head_input(const Tensor& x) const override { return inner_.head_input(x); }
+  Tensor head_logits(const Tensor& x, nn::Parameter& w) const override { return inner_.head_logits(x, w); }
+  Tensor head_backward(const Tensor& dlogits, const Tensor& kept, nn::Parameter& w) const override {
+    return inner_.head_backward(dlogits, kept, w);
+  }
   nn::ShardSpec vocabulary_shard() const override { return inner_.vocabulary_shard(); }
-  Tensor head_input_gradient(const Tensor& dx) const override { return inner_.head_input_gradient(dx); }
   // A mixture of experts sums its per-sequence statistics over the cp ranks.
   const nn::SequenceParts& sequence_parts() const override { return parts_; }
 

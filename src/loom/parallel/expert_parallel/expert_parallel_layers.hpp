@@ -27,9 +27,11 @@ class ExpertParallelLayers : public nn::LayerBuilder {
   std::unique_ptr<nn::Embedding> embedding(int64_t V, int64_t Vp, int64_t block_size, int64_t C) const override {
     return base_.embedding(V, Vp, block_size, C);
   }
-  Tensor head_input(const Tensor& x) const override { return base_.head_input(x); }
+  Tensor head_logits(const Tensor& x, nn::Parameter& w) const override { return base_.head_logits(x, w); }
+  Tensor head_backward(const Tensor& dlogits, const Tensor& kept, nn::Parameter& w) const override {
+    return base_.head_backward(dlogits, kept, w);
+  }
   nn::ShardSpec vocabulary_shard() const override { return base_.vocabulary_shard(); }
-  Tensor head_input_gradient(const Tensor& dx) const override { return base_.head_input_gradient(dx); }
   std::unique_ptr<nn::MoE> mixture_of_experts(int64_t C, const nn::MoeConfig& config) const override {
     return std::make_unique<nn::MoE>(C, config, dispatcher_, base_.sequence_parts());
   }

@@ -4,6 +4,7 @@
 #include "loom/parallel/tensor_parallel/mappings.hpp"
 #include "loom/parallel/tensor_parallel/row_parallel_linear.hpp"
 #include "loom/parallel/tensor_parallel/vocab_parallel_embedding.hpp"
+#include "loom/parallel/tensor_parallel/vocab_parallel_head.hpp"
 
 namespace loom::parallel::tp {
 
@@ -20,15 +21,12 @@ std::unique_ptr<nn::Embedding> TensorParallelLayers::embedding(int64_t V, int64_
   return std::make_unique<VocabParallelEmbedding>(V, Vp, block_size, C, group_, sequence_parallel_);
 }
 
-Tensor TensorParallelLayers::head_input(const Tensor& x) const {
-  return sequence_parallel_ ? gather_sequence(x, group_) : x;  // f forward
+Tensor TensorParallelLayers::head_logits(const Tensor& x, nn::Parameter& w) const {
+  return VocabParallelHead{group_, sequence_parallel_, overlap_}.logits(x, w);
 }
 
-Tensor TensorParallelLayers::head_input_gradient(const Tensor& dx) const {
-  if (sequence_parallel_) return reduce_scatter_sequence(dx, group_);  // f backward
-  Tensor sum = dx;
-  f_backward(sum, group_);
-  return sum;
+Tensor TensorParallelLayers::head_backward(const Tensor& dlogits, const Tensor& kept, nn::Parameter& w) const {
+  return VocabParallelHead{group_, sequence_parallel_, overlap_}.backward(dlogits, kept, w);
 }
 
 Tensor TensorParallelLayers::gather_vocabulary(const Tensor& logits) const {

@@ -12,8 +12,9 @@ class TensorParallelLayers : public nn::LayerBuilder {
  public:
   // sequence_parallel: activations outside the tensor-parallel regions are split along the
   // sequence (Korthikanti et al. 2022); the model's input and output stay whole.
-  // overlap: the linear layers' collectives run under their GEMMs (tp_overlap; see
-  // column_parallel_linear.hpp and row_parallel_linear.hpp).
+  // overlap: the linear layers' and the LM head's collectives run under their GEMMs
+  // (tp_overlap; see column_parallel_linear.hpp, row_parallel_linear.hpp and
+  // vocab_parallel_head.hpp).
   TensorParallelLayers(comm::ProcessGroup& group, bool sequence_parallel, bool overlap = false)
       : group_(group), sequence_parallel_(sequence_parallel), overlap_(overlap) {}
 
@@ -21,9 +22,10 @@ class TensorParallelLayers : public nn::LayerBuilder {
   std::unique_ptr<nn::Linear> column_parallel_linear(int64_t in, int64_t out, int64_t blocks) const override;
   std::unique_ptr<nn::Linear> row_parallel_linear(int64_t in, int64_t out) const override;
   std::unique_ptr<nn::Embedding> embedding(int64_t V, int64_t Vp, int64_t block_size, int64_t C) const override;
-  Tensor head_input(const Tensor& x) const override;
+  // The tied head over this rank's vocabulary rows (vocab_parallel_head.hpp).
+  Tensor head_logits(const Tensor& x, nn::Parameter& w) const override;
+  Tensor head_backward(const Tensor& dlogits, const Tensor& kept, nn::Parameter& w) const override;
   nn::ShardSpec vocabulary_shard() const override { return nn::ShardSpec{0, group_.size(), group_.rank(), 1}; }
-  Tensor head_input_gradient(const Tensor& dx) const override;
   Tensor gather_vocabulary(const Tensor& logits) const override;
   comm::ProcessGroup& group() const { return group_; }
   bool sequence_parallel() const { return sequence_parallel_; }

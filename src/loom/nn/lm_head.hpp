@@ -1,0 +1,29 @@
+// The tied LM head's GEMMs, W (V, C) the token table (this rank's vocabulary rows under tensor
+// parallelism) and h (N, C) the final LayerNorm's output: logits = h W^T; in backward
+// dh = dlogits W and W's gradient += dlogits^T h. The serial head (LayerBuilder's) runs them
+// back to back; the tensor-parallel head runs its collectives between and under them.
+#pragma once
+
+#include <cstdint>
+
+#include "loom/kernels/matmul.hpp"
+#include "loom/nn/parameter.hpp"
+#include "loom/tensor/tensor.hpp"
+
+namespace loom::nn {
+
+// Under bf16 the backward reads the logits' gradient as bf16 GEMM operands, converted this
+// many rows at a time, so that no whole bf16 copy (2 bytes a logit) sits beside the fp32
+// logits at the step's peak.
+inline constexpr int64_t kHeadGradientRows = 1024;
+
+// logits (rows, V) = h W^T for `rows` rows of h.
+void head_logits_rows(kernels::Operand h, int64_t rows, Parameter& w, float* logits);
+// The same over all of h (..., C) -> (..., V).
+Tensor head_logits(const Tensor& h, Parameter& w);
+// dh (N, C) = dlogits W; dlogits holds N rows of V.
+void head_input_gradient(const Tensor& dlogits, Parameter& w, float* dh);
+// W's gradient += dlogits^T h (h: (N, C), fp32 or its bf16 copy), the rows in order.
+void head_weight_gradient(const Tensor& dlogits, const Tensor& h, Parameter& w);
+
+}  // namespace loom::nn
