@@ -25,8 +25,7 @@ Tensor LayerBuilder::head_logits(const Tensor& x, Parameter& w) const { return n
 
 Tensor LayerBuilder::head_backward(const Tensor& dlogits, const Tensor& kept, Parameter& w) const {
   Tensor dx = Tensor::empty(kept.shape());
-  head_input_gradient(dlogits, w, dx.f32());
-  head_weight_gradient(dlogits, kept, w);
+  head_gradients(dlogits, kept, w, dx.f32());
   return dx;
 }
 

@@ -11,8 +11,8 @@ namespace loom::nn {
 using kernels::Trans;
 
 namespace {
-// Both backward GEMMs walk the same pieces of rows, each converted once per GEMM (a piece's
-// bf16 copy lives only while its GEMM runs); fp32 runs take all rows at once.
+// The backward GEMMs walk the same pieces of rows, each converted when visited (a piece's
+// bf16 copy lives only while its GEMMs run); fp32 runs take all rows at once.
 template <typename Piece>
 void for_each_piece(const Tensor& dlogits, int64_t V, const Piece& piece) {
   check(V > 0 && dlogits.numel() % V == 0, "LM head: the logits' gradient ", shape_str(dlogits.shape()),
@@ -55,6 +55,17 @@ void head_weight_gradient(const Tensor& dlogits, const Tensor& h, Parameter& w) 
   check(h.numel() * V == dlogits.numel() * C, "LM head: input ", shape_str(h.shape()), " does not match the logits' gradient ",
         shape_str(dlogits.shape()));
   for_each_piece(dlogits, V, [&](const Tensor& piece, int64_t r0, int64_t n) {
+    kernels::matmul(gemm_input(piece), Trans::T, gemm_input(h, r0 * C), Trans::N, w.grad().f32(), V, C, n, nullptr,
+                    /*accumulate=*/true);
+  });
+}
+
+void head_gradients(const Tensor& dlogits, const Tensor& h, Parameter& w, float* dh) {
+  const int64_t V = w.shape()[0], C = w.shape()[1];
+  check(h.numel() * V == dlogits.numel() * C, "LM head: input ", shape_str(h.shape()), " does not match the logits' gradient ",
+        shape_str(dlogits.shape()));
+  for_each_piece(dlogits, V, [&](const Tensor& piece, int64_t r0, int64_t n) {
+    kernels::matmul(gemm_input(piece), Trans::N, w.gemm_operand(), Trans::N, dh + r0 * C, n, C, V);
     kernels::matmul(gemm_input(piece), Trans::T, gemm_input(h, r0 * C), Trans::N, w.grad().f32(), V, C, n, nullptr,
                     /*accumulate=*/true);
   });

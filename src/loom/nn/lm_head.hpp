@@ -25,5 +25,8 @@ Tensor head_logits(const Tensor& h, Parameter& w);
 void head_input_gradient(const Tensor& dlogits, Parameter& w, float* dh);
 // W's gradient += dlogits^T h (h: (N, C), fp32 or its bf16 copy), the rows in order.
 void head_weight_gradient(const Tensor& dlogits, const Tensor& h, Parameter& w);
+// Both, a piece of rows at a time: each piece of dlogits converted to bf16 once for its two
+// GEMMs (the same bits as the two calls above), where nothing has to run between them.
+void head_gradients(const Tensor& dlogits, const Tensor& h, Parameter& w, float* dh);
 
 }  // namespace loom::nn
