@@ -7,11 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <toml++/toml.h>
 #include <variant>
 #include <vector>
 
 #include "loom/data/input_file.hpp"
+#include "loom/data/toml_text.hpp"
 #include "loom/error.hpp"
 
 namespace loom::plan {
@@ -26,15 +26,6 @@ struct Key {
   bool required = true;
   double scale = 1.0;
 };
-
-toml::table parse(const std::string& text, const std::string& origin) {
-  try {
-    return toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    const auto& where = e.source().begin;
-    fail(origin, ":", where.line, ":", where.column, ": invalid TOML: ", e.description());
-  }
-}
 
 std::string key_list(const std::vector<Key>& keys) {
   std::string out;
@@ -144,7 +135,7 @@ ModelSpec model_from_toml(const std::string& text, const std::string& origin) {
   m.name = std::filesystem::path(origin).stem().string();
   const std::vector<Key> keys = {{"name", &m.name, false}, {"layers", &m.layers}, {"hidden", &m.hidden},
                                  {"heads", &m.heads},      {"seq", &m.seq},       {"vocab", &m.vocab}};
-  read_keys(parse(text, origin), keys, {}, origin);
+  read_keys(data::parse_toml(text, origin), keys, {}, origin);
   check(m.hidden % m.heads == 0, origin, ": hidden (", m.hidden, ") must be divisible by heads (", m.heads, ")");
   return m;
 }
@@ -172,7 +163,7 @@ ClusterSpec cluster_from_toml(const std::string& text, const std::string& origin
                                  {"shared_core_speed", &c.shared_core_speed, false},
                                  {"gelu_forward_ns", &c.gelu_forward_s, false, 1e-9},
                                  {"gelu_backward_ns", &c.gelu_backward_s, false, 1e-9}};
-  const toml::table root = parse(text, origin);
+  const toml::table root = data::parse_toml(text, origin);
   read_keys(root, keys, {"intra_node", "inter_node", "gemm_rates", "attention_rates"}, origin);
   for (auto [key, speed] : {std::pair{"alone_core_speed", c.alone_core_speed}, {"shared_core_speed", c.shared_core_speed}})
     check(speed <= 1.0, origin, ": ", key, " must be in (0, 1], got ", speed);

@@ -1,7 +1,5 @@
 #include "loom/train/config.hpp"
 
-#include <toml++/toml.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -13,9 +11,9 @@
 
 #include "loom/comm/algorithms.hpp"
 #include "loom/data/input_file.hpp"
+#include "loom/data/toml_text.hpp"
 #include "loom/data/tokenizer.hpp"
 #include "loom/error.hpp"
-#include "loom/train/toml_text.hpp"
 #include "loom/train/trace_steps.hpp"
 #include "loom/kernels/precision.hpp"
 #include "loom/kernels/threads.hpp"
@@ -439,14 +437,7 @@ void set_from_toml(const ConfigKey& key, const toml::node& node, const std::stri
 }  // namespace
 
 void apply_toml_string(TrainConfig& config, const std::string& text, const std::string& origin) {
-  check_toml_text(text, origin);
-  toml::table root;
-  try {
-    root = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    const auto& where = e.source().begin;
-    fail(origin, ":", where.line, ":", where.column, ": invalid TOML: ", e.description());
-  }
+  const toml::table root = data::parse_toml(text, origin);
   std::vector<ConfigKey> schema = config_schema(config);
   std::vector<std::string> sections;
   for (const auto& k : schema)
