@@ -2,8 +2,9 @@
 // routing, capacity dropping (which tokens, in which order, decided per sequence so any
 // split of the batch drops the same ones), deterministic tie-breaking, and the GPT's MoE
 // blocks (parameter count, the dense MLP accessor refusing), and one expert against the dense
-// MLP in fp32 and bf16 (what it keeps, and its numbers bit for bit). Exact comparisons: routing
-// is integer bookkeeping; the aux loss of a uniform router is exactly representable.
+// MLP in fp32 and bf16 (what it keeps, and its numbers bit for bit), and what the layer keeps
+// under mixed precision. Exact comparisons: routing is integer bookkeeping; the aux loss of a
+// uniform router is exactly representable.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -137,6 +138,38 @@ TEST(MoeExperts, OneExpertIsTheDenseMlpInEitherPrecision) {
       EXPECT_TRUE(loom::testing::all_close(expert[i]->grad().f32(), dense[i]->grad().f32(), dense[i]->numel(), 0, 0,
                                            what + " " + expert[i]->name()));
   }
+}
+
+// The layer keeps the experts' combined outputs for the gates' gradient in the run's
+// activation precision: a bf16 copy under mixed precision (half the bytes, as every other
+// activation a layer keeps), fp32 otherwise; the bf16 run's gradients stay close to fp32's.
+TEST(MoeLayer, KeepsTheExpertOutputsInTheActivationPrecision) {
+  const int64_t B = 2, T = 4, C = 8;
+  MoeConfig config;
+  config.experts = 4;
+  config.top_k = 2;
+  config.capacity_factor = 0;  // no limit
+  auto random = [](const Shape& shape, uint64_t seed) {
+    Tensor t = Tensor::empty(shape);
+    const std::vector<float> v = loom::testing::random_vector(t.numel(), seed);
+    std::copy(v.begin(), v.end(), t.f32());
+    return t;
+  };
+  std::vector<Tensor> dx;
+  for (const kernels::Precision p : {kernels::Precision::F32, kernels::Precision::BF16}) {
+    const kernels::PrecisionScope precision(p);
+    MoE moe(C, config);
+    uint64_t seed = 40;
+    for (Parameter* q : moe.parameters()) q->value().copy_from(random(q->shape(), ++seed));
+    Context ctx;
+    moe.forward(random({B, T, C}, 1), ctx);
+    const Tensor& outs = ctx.saved(&moe, 5);
+    EXPECT_EQ(outs.dtype(), p == kernels::Precision::BF16 ? DType::BF16 : DType::F32);
+    EXPECT_EQ(outs.shape(), (Shape{B * T * config.top_k, C}));  // no capacity limit: every assignment kept
+    dx.push_back(moe.backward(random({B, T, C}, 2), ctx));
+  }
+  // bf16 operands carry 8 significant bits (relative error up to 2^-8 each): a few of them in a row.
+  EXPECT_TRUE(loom::testing::all_close(dx[1].f32(), dx[0].f32(), dx[0].numel(), 5e-2, 5e-2, "bf16 dx against fp32"));
 }
 
 TEST(MoeConfig, ImpossibleValuesAreNamed) {

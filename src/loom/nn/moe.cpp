@@ -5,6 +5,7 @@
 
 #include "loom/error.hpp"
 #include "loom/nn/routing.hpp"
+#include "loom/nn/saved_activation.hpp"
 
 namespace loom::nn {
 
@@ -128,14 +129,16 @@ Tensor MoE::forward_impl(const Tensor& x, Context& ctx) {
   s.aux_loss_sum = load_balancing_loss(probs, routing.expert, B, T, parts_);
   s.forwards = 1;
   stats_.add(s);
-  ctx.save(this, {probs, routing.expert, routing.gate, routing.row, encode_plan(plan), outs});
+  // The experts' outputs are kept for the gates' gradient: as a bf16 copy under mixed
+  // precision, like every activation a layer keeps (autocast's experts return them in bf16).
+  ctx.save(this, {probs, routing.expert, routing.gate, routing.row, encode_plan(plan), saved_activation(outs, ctx)});
   return y;
 }
 
 Tensor MoE::backward_impl(const Tensor& dy, Context& ctx) {
   // Handles, not references: they outlive the release of this context's entry below.
   const Tensor probs = ctx.saved(this, 0), expert = ctx.saved(this, 1), gate = ctx.saved(this, 2),
-               row_t = ctx.saved(this, 3), outs = ctx.saved(this, 5);
+               row_t = ctx.saved(this, 3), outs = widened(ctx.saved(this, 5));
   const DispatchPlan plan = decode_plan(ctx.saved(this, 4), dispatcher_.ranks());
   const int64_t B = dy.size(0), T = dy.size(1), C = dy.size(2), N = B * T, K = config_.top_k, R = outs.size(0);
   const int32_t* row = row_t.i32();
