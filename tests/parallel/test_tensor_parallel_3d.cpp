@@ -163,15 +163,17 @@ TEST(Linear3D, NamesWhyAShapeDoesNotDivide) {
 // The overlap starts the same collectives earlier and waits for them later: the run must be
 // the blocking run bit for bit, with recompute (its replayed forwards prefetch a layer whose
 // backward is done) and micro-batches (gradients completed across them). 1,2,2 has a col
-// axis: the outputs and input gradients gathered over it piece by piece.
+// axis: the outputs summed over it piece by piece, and the input gradients gathered over it
+// behind their sum, in fp32 and in bf16 (packed for the wire once the sum is done).
 TEST(Overlap3D, TrainsBitForBitLikeTheBlockingPath) {
   if (world().size() != 4) GTEST_SKIP() << "a grid of 4 ranks";
-  for (const char* grid : {"2,1,2", "1,2,2"}) {
-    SCOPED_TRACE(grid);
+  for (auto [grid, precision] : {std::pair{"2,1,2", "fp32"}, {"1,2,2", "fp32"}, {"1,2,2", "bf16"}}) {
+    SCOPED_TRACE(std::string(grid) + " " + precision);
     std::vector<loom::testing::equivalence::TrainingRun> runs;
     for (const char* overlap : {"off", "on"}) {
       train::TrainConfig c = loom::testing::equivalence::tiny(1, 2, 2);
       c.tp_3d = grid;
+      c.precision = precision;
       c.model.recompute = true;
       c.tp_3d_overlap = overlap;
       c.steps = 3;

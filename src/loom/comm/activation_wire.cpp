@@ -37,6 +37,19 @@ Work gather_activations_async(ProcessGroup& g, const float* in, float* out, int6
   return work;
 }
 
+Work gather_activations_after(ProcessGroup& g, const Work& before, const float* in, float* out, int64_t n) {
+  if (!in_bf16(g)) {
+    g.queue_after(before);
+    return g.all_gather_async(in, out, n);  // reads in on the group's thread, after before
+  }
+  Tensor wire = Tensor::empty({n * g.size()}, DType::BF16, MemoryCategory::CommBuffers);
+  bfloat16* mine = wire.bf16() + g.rank() * n;
+  g.queue_after(before, [in, mine, n] { pack_bf16(in, mine, n); });
+  Work work = g.all_gather_bf16_async(mine, wire.bf16(), n);
+  work.then([wire, out, total = n * g.size()] { widen_bf16(wire.bf16(), out, total); });
+  return work;
+}
+
 Work gather_activations_async(ProcessGroup& g, const bfloat16* in, bfloat16* out, int64_t n) {
   return g.all_gather_bf16_async(in, out, n);
 }

@@ -30,6 +30,9 @@ void sum_activations(ProcessGroup& g, Tensor& t);
 // reads in when called and has written out when the handle's wait() returns.
 void gather_activations(ProcessGroup& g, const Tensor& in, Tensor& out);
 Work gather_activations_async(ProcessGroup& g, const float* in, float* out, int64_t n);
+// The same gather queued behind `before` (an operation of another group that writes in):
+// in is read once before has completed, and the caller does not wait for either.
+Work gather_activations_after(ProcessGroup& g, const Work& before, const float* in, float* out, int64_t n);
 // The same for values already in bf16 (a bf16 run's kept activations): gathered as they are,
 // 2 bytes a value, exact whatever g's activation dtype. in and out must live until the wait.
 Work gather_activations_async(ProcessGroup& g, const bfloat16* in, bfloat16* out, int64_t n);

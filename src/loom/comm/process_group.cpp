@@ -248,6 +248,20 @@ Work ProcessGroup::all_gather_async(const float* in, float* out, int64_t n, AllR
   }, n * size);
 }
 
+void ProcessGroup::queue_after(const Work& before, std::function<void()> prepare) {
+  if (single_process_) {  // no queue: the caller's next call runs at once
+    before.wait();
+    if (prepare) prepare();
+    return;
+  }
+  // Not a collective (no counters, no call check): every rank queues it at the same place
+  // anyway, and a stuck `before` is watched through its own handle.
+  thread_->submit("after " + before.description(), [before, prepare = std::move(prepare)] {
+    before.wait();
+    if (prepare) prepare();
+  });
+}
+
 void ProcessGroup::all_gather(const Tensor& in, Tensor& out, AllReduceAlgorithm algorithm) {
   check(out.numel() == in.numel() * size_, "all_gather: output of ", out.numel(), " elements must be ", size_,
         " x input (", in.numel(), ")");

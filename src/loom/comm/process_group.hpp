@@ -104,6 +104,11 @@ class ProcessGroup {
   // in == out + rank * n.
   Work all_gather_async(const float* in, float* out, int64_t n, AllReduceAlgorithm algorithm = AllReduceAlgorithm::Mpi);
   void all_gather(const Tensor& in, Tensor& out, AllReduceAlgorithm algorithm = AllReduceAlgorithm::Mpi);
+  // Holds this group's queue until `before` (an operation of another group, issued earlier)
+  // has completed, then runs `prepare` (if any) on this group's thread: what the caller queues
+  // here next starts from before's result without the caller waiting for it (a 3D layer's
+  // gather of its input gradient over one axis, behind the gradient's sum over another).
+  void queue_after(const Work& before, std::function<void()> prepare = {});
   // Mixed precision on the wire: fp32 data sent and reduced as bf16 (half the bytes), the
   // result widened back to fp32 (bf16_wire.hpp); MPI's algorithms only. Counted in stats() at
   // 2 bytes an element. Same shapes and in-place rules as all_reduce and reduce_scatter.

@@ -121,6 +121,14 @@ nn::ShardSpec feature_spec(const Tensor& t, int64_t blocks, const comm::ProcessG
 }
 }  // namespace
 
+Tensor features_from_gathered(const Tensor& all, const Tensor& local, int64_t blocks, const comm::ProcessGroup& group) {
+  const int64_t n = local.numel();
+  Tensor full = Tensor::empty(feature_spec(local, blocks, group, 0).full_shape(local.shape()));
+  for (int r = 0; r < group.size(); ++r)
+    nn::place_shard(all.narrow(r * n, n).view(local.shape()), full, feature_spec(local, blocks, group, r));
+  return full;
+}
+
 Tensor gather_features(const Tensor& local, int64_t blocks, comm::ProcessGroup& group, bool in_fp32) {
   const int t = group.size();
   if (t == 1) return local;
@@ -130,9 +138,7 @@ Tensor gather_features(const Tensor& local, int64_t blocks, comm::ProcessGroup& 
     group.all_gather(local.view({n}), all);
   else
     comm::gather_activations(group, local.view({n}), all);
-  Tensor full = Tensor::empty(feature_spec(local, blocks, group, 0).full_shape(local.shape()));
-  for (int r = 0; r < t; ++r) nn::place_shard(all.narrow(r * n, n).view(local.shape()), full, feature_spec(local, blocks, group, r));
-  return full;
+  return features_from_gathered(all, local, blocks, group);
 }
 
 Tensor slice_features(const Tensor& full, int64_t blocks, comm::ProcessGroup& group) {

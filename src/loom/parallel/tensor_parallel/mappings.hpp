@@ -70,5 +70,8 @@ Tensor blocks_from_sequence(const Tensor& full, int t);
 // whatever the activation dtype (the vocabulary's logits, handed to a sampler as computed).
 Tensor gather_features(const Tensor& local, int64_t blocks, comm::ProcessGroup& group, bool in_fp32 = false);
 Tensor slice_features(const Tensor& full, int64_t blocks, comm::ProcessGroup& group);
+// The whole features from `all` (t x local.numel(), every rank's slice in rank order, as an
+// all-gather leaves them): what gather_features returns, for a gather the caller ran itself.
+Tensor features_from_gathered(const Tensor& all, const Tensor& local, int64_t blocks, const comm::ProcessGroup& group);
 
 }  // namespace loom::parallel::tp

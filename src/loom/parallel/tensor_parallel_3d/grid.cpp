@@ -98,6 +98,23 @@ Tensor Grid3D::gather_features(const Tensor& local, Axis a, int64_t blocks) cons
   return whole;
 }
 
+Grid3D::Pending Grid3D::start_gather_features_after(const Pending& before, const Tensor& local, Axis a,
+                                                     int64_t blocks) const {
+  comm::ProcessGroup& g = group(a);
+  Pending p;
+  p.grid_ = this;
+  if (g.size() == 1) {
+    p.work_ = before.work_;  // the whole is local itself, once before has written it
+    p.finish_ = [local] { return local; };
+    return p;
+  }
+  const int64_t n = local.numel();
+  Tensor all = Tensor::empty({g.size() * n}, DType::F32, MemoryCategory::CommBuffers);
+  p.work_ = comm::gather_activations_after(g, before.work_, local.f32(), all.f32(), n);
+  p.finish_ = [all, local, blocks, &g] { return tp::features_from_gathered(all, local, blocks, g); };
+  return p;
+}
+
 Tensor Grid3D::slice_features(const Tensor& full, Axis a, int64_t blocks) const {
   return tp::slice_features(full, blocks, group(a));
 }

@@ -70,6 +70,9 @@ class Grid3D {
   Pending start_all_reduce(Tensor& t, Axis a) const;  // wait() returns t, summed
   Pending start_sum_activations(Tensor& t, Axis a) const;  // likewise, as sum_activations
   Pending start_sum_activations(float* data, int64_t n, Axis a) const;  // n floats summed in place; wait() returns nothing
+  // gather_features of `local` queued behind `before` (a started collective of another axis
+  // that writes local, such as its sum): neither is waited for here; wait() returns the whole.
+  Pending start_gather_features_after(const Pending& before, const Tensor& local, Axis a, int64_t blocks = 1) const;
 
   // Seconds this rank waited for the grid's collectives since the last call (a blocking
   // collective's whole time, a started one's wait): the communication compute did not hide.

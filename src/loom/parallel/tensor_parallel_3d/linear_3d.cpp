@@ -118,8 +118,12 @@ Tensor Linear3D::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
   kernels::matmul(dy.f32(), Trans::N, operand(w), Trans::N, dx.f32(), N, in_local_, out_local_);
   Grid3D::Pending dx_sum = grid_.start_sum_activations(dx, roles_.out_axis);
   if (!overlap_) dx_sum.wait();
+  // With overlap, a whole input's gradient is gathered over in_axis right behind the sum over
+  // out_axis, both under the dW GEMM: a peer's part is ready once its dx GEMM is, so the
+  // gather no longer waits for the peers' dW GEMMs as a blocking gather after them would.
+  Grid3D::Pending dx_whole;
+  if (overlap_ && roles_.slice_input) dx_whole = grid_.start_gather_features_after(dx_sum, dx, roles_.in_axis);
   Tensor dw = Tensor::empty({out_local_, in_local_}, DType::F32, MemoryCategory::CommBuffers);  // this batch's block gradient
-  // Under dx's all-reduce.
   kernels::matmul(dy.f32(), Trans::T, nn::gemm_input(x), Trans::N, dw.f32(), out_local_, in_local_, N);
   dx_sum.wait();
   if (overlap_) {
@@ -135,7 +139,8 @@ Tensor Linear3D::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
   }
   if (overlap_ && index_ == 0) overlap_->finish_gradients();  // the last 3D layer of backward
   ctx.release(this);
-  return roles_.slice_input ? grid_.gather_features(dx, roles_.in_axis) : dx;
+  if (!roles_.slice_input) return dx;
+  return dx_whole.active() ? dx_whole.wait() : grid_.gather_features(dx, roles_.in_axis);
 }
 
 }  // namespace loom::parallel::tp3d
