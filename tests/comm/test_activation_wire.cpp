@@ -3,6 +3,8 @@
 // all-to-all, a ring hop), sums add bf16 values, and the counters count 2 bytes a value.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "comm/mpi_test_env.hpp"
@@ -84,6 +86,27 @@ TEST_P(ActivationWire, RingTransfersArriveRoundedAndCountTheirBytes) {
   for (int64_t i = 0; i < n; ++i) EXPECT_EQ(in[static_cast<size_t>(i)], on_wire(value(from, i))) << i;
   EXPECT_EQ(g.stats().sent_bytes, activation_wire_bytes(g, n));
   EXPECT_EQ(activation_wire_bytes(g, n), (bf16() ? 2 : 4) * n);
+}
+
+// A gather queued behind another group's sum (gather_activations_after) reads the summed
+// values, never the ones before the sum, though neither caller waits for the sum: rank 0
+// issues both 100 ms late, so on the other ranks a gather that did not wait for its sum
+// would have sent their own unsummed values by the time rank 0 joins.
+TEST_P(ActivationWire, AGatherQueuedBehindASumGathersTheSum) {
+  if (world().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  ProcessGroup other(MPI_COMM_WORLD, "other");
+  other.set_activation_dtype(GetParam());
+  const int P = world().size(), r = world().rank();
+  const int64_t n = 7;
+  Tensor mine = Tensor::empty({n}), all = Tensor::empty({P * n});
+  for (int64_t i = 0; i < n; ++i) mine.f32()[i] = value(r, i);
+  if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  Work sum = sum_activations_async(world(), mine.f32(), n);
+  Work gather = gather_activations_after(other, sum, mine.f32(), all.f32(), n);
+  gather.wait();
+  sum.wait();
+  for (int q = 0; q < P; ++q)  // every rank's sum is the same bits: each block is this rank's sum
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(all.f32()[q * n + i], on_wire(mine.f32()[i])) << q << " " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, ActivationWire, ::testing::Values(DType::F32, DType::BF16),
