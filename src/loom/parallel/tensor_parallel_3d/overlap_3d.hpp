@@ -2,7 +2,8 @@
 // each layer's depth all-gather of its weight is started two layers ahead (the next layers' in
 // forward, the previous ones' in backward) and runs while the layers before it compute; the
 // sums of forward's output rows run under the GEMM of the following rows (linear_3d.cpp); the
-// all-reduce of dX runs under the dW GEMM; and the reduce-scatter of dW stays in flight until
+// all-reduce of dX runs under the dW GEMM, and a pair's first layer's gather of its whole dX
+// behind it (linear_3d.cpp); and the reduce-scatter of dW stays in flight until
 // the next layer's backward has started its own (attention, LayerNorm and GELU backward run
 // meanwhile). The collectives are the blocking path's, in an order every rank of a group
 // shares, so the results are bit-identical to it.
