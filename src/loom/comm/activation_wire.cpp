@@ -28,13 +28,21 @@ Work sum_activations_async(ProcessGroup& g, float* data, int64_t n) {
 
 void sum_activations(ProcessGroup& g, Tensor& t) { sum_activations_async(g, t.f32(), t.numel()).wait(); }
 
+namespace {
+// The bf16 gather of n values a rank: `wire` (size x n) holds this rank's packed slot by the
+// time g's thread reaches the gather; out gets everyone's values widened.
+Work gather_bf16_wire(ProcessGroup& g, const Tensor& wire, float* out, int64_t n) {
+  Work work = g.all_gather_bf16_async(wire.bf16() + g.rank() * n, wire.bf16(), n);
+  work.then([wire, out, total = n * g.size()] { widen_bf16(wire.bf16(), out, total); });
+  return work;
+}
+}  // namespace
+
 Work gather_activations_async(ProcessGroup& g, const float* in, float* out, int64_t n) {
   if (!in_bf16(g)) return g.all_gather_async(in, out, n);
   Tensor wire = Tensor::empty({n * g.size()}, DType::BF16, MemoryCategory::CommBuffers);
   pack_bf16(in, wire.bf16() + g.rank() * n, n);
-  Work work = g.all_gather_bf16_async(wire.bf16() + g.rank() * n, wire.bf16(), n);
-  work.then([wire, out, total = n * g.size()] { widen_bf16(wire.bf16(), out, total); });
-  return work;
+  return gather_bf16_wire(g, wire, out, n);
 }
 
 Work gather_activations_after(ProcessGroup& g, const Work& before, const float* in, float* out, int64_t n) {
@@ -43,11 +51,8 @@ Work gather_activations_after(ProcessGroup& g, const Work& before, const float* 
     return g.all_gather_async(in, out, n);  // reads in on the group's thread, after before
   }
   Tensor wire = Tensor::empty({n * g.size()}, DType::BF16, MemoryCategory::CommBuffers);
-  bfloat16* mine = wire.bf16() + g.rank() * n;
-  g.queue_after(before, [in, mine, n] { pack_bf16(in, mine, n); });
-  Work work = g.all_gather_bf16_async(mine, wire.bf16(), n);
-  work.then([wire, out, total = n * g.size()] { widen_bf16(wire.bf16(), out, total); });
-  return work;
+  g.queue_after(before, [in, mine = wire.bf16() + g.rank() * n, n] { pack_bf16(in, mine, n); });
+  return gather_bf16_wire(g, wire, out, n);
 }
 
 Work gather_activations_async(ProcessGroup& g, const bfloat16* in, bfloat16* out, int64_t n) {

@@ -43,31 +43,39 @@ Tensor head_logits(const Tensor& h, Parameter& w) {
   return logits;
 }
 
-void head_input_gradient(const Tensor& dlogits, Parameter& w, float* dh) {
+namespace {
+// One piece's share of each backward GEMM: dh's rows r0..r0+n, and W's gradient accumulated.
+void input_gradient_piece(const Tensor& piece, int64_t r0, int64_t n, Parameter& w, float* dh) {
   const int64_t V = w.shape()[0], C = w.shape()[1];
-  for_each_piece(dlogits, V, [&](const Tensor& piece, int64_t r0, int64_t n) {
-    kernels::matmul(gemm_input(piece), Trans::N, w.gemm_operand(), Trans::N, dh + r0 * C, n, C, V);
-  });
+  kernels::matmul(gemm_input(piece), Trans::N, w.gemm_operand(), Trans::N, dh + r0 * C, n, C, V);
+}
+void weight_gradient_piece(const Tensor& piece, const Tensor& h, int64_t r0, int64_t n, Parameter& w) {
+  const int64_t V = w.shape()[0], C = w.shape()[1];
+  kernels::matmul(gemm_input(piece), Trans::T, gemm_input(h, r0 * C), Trans::N, w.grad().f32(), V, C, n, nullptr,
+                  /*accumulate=*/true);
+}
+void check_input_matches(const Tensor& dlogits, const Tensor& h, const Parameter& w) {
+  check(h.numel() * w.shape()[0] == dlogits.numel() * w.shape()[1], "LM head: input ", shape_str(h.shape()),
+        " does not match the logits' gradient ", shape_str(dlogits.shape()));
+}
+}  // namespace
+
+void head_input_gradient(const Tensor& dlogits, Parameter& w, float* dh) {
+  for_each_piece(dlogits, w.shape()[0],
+                 [&](const Tensor& piece, int64_t r0, int64_t n) { input_gradient_piece(piece, r0, n, w, dh); });
 }
 
 void head_weight_gradient(const Tensor& dlogits, const Tensor& h, Parameter& w) {
-  const int64_t V = w.shape()[0], C = w.shape()[1];
-  check(h.numel() * V == dlogits.numel() * C, "LM head: input ", shape_str(h.shape()), " does not match the logits' gradient ",
-        shape_str(dlogits.shape()));
-  for_each_piece(dlogits, V, [&](const Tensor& piece, int64_t r0, int64_t n) {
-    kernels::matmul(gemm_input(piece), Trans::T, gemm_input(h, r0 * C), Trans::N, w.grad().f32(), V, C, n, nullptr,
-                    /*accumulate=*/true);
-  });
+  check_input_matches(dlogits, h, w);
+  for_each_piece(dlogits, w.shape()[0],
+                 [&](const Tensor& piece, int64_t r0, int64_t n) { weight_gradient_piece(piece, h, r0, n, w); });
 }
 
 void head_gradients(const Tensor& dlogits, const Tensor& h, Parameter& w, float* dh) {
-  const int64_t V = w.shape()[0], C = w.shape()[1];
-  check(h.numel() * V == dlogits.numel() * C, "LM head: input ", shape_str(h.shape()), " does not match the logits' gradient ",
-        shape_str(dlogits.shape()));
-  for_each_piece(dlogits, V, [&](const Tensor& piece, int64_t r0, int64_t n) {
-    kernels::matmul(gemm_input(piece), Trans::N, w.gemm_operand(), Trans::N, dh + r0 * C, n, C, V);
-    kernels::matmul(gemm_input(piece), Trans::T, gemm_input(h, r0 * C), Trans::N, w.grad().f32(), V, C, n, nullptr,
-                    /*accumulate=*/true);
+  check_input_matches(dlogits, h, w);
+  for_each_piece(dlogits, w.shape()[0], [&](const Tensor& piece, int64_t r0, int64_t n) {
+    input_gradient_piece(piece, r0, n, w, dh);
+    weight_gradient_piece(piece, h, r0, n, w);
   });
 }
 
