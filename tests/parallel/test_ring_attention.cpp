@@ -102,9 +102,10 @@ TEST(RingAttention, MatchesTheSerialKernelContiguous) {
 
 // The activations one more layer keeps under context parallelism (the world one ring), as
 // ActivationMemory measures them under tp: the 3- less the 2-layer model's saved activations
-// after forward, against plan::activation_bytes_per_layer and, in bf16, against
-// plan::bf16_activation_bytes_per_layer (ring attention keeps bf16 q, k, v and output, an fp32
-// log-sum-exp), within 10%; a recomputed block keeps exactly its input, bf16 in bf16.
+// after forward, against plan::activation_bytes_per_layer within 10% and, in bf16, against
+// plan::bf16_activation_bytes_per_layer exactly (ring attention keeps bf16 q, k, v and output,
+// the output the very tensor the projection keeps, and an fp32 log-sum-exp: a second copy of
+// the output would show); a recomputed block keeps exactly its input, bf16 in bf16.
 TEST(ContextParallelMemory, PerLayerMatchesTheFormula) {
   const int64_t P = world().size();
   if (P == 1) GTEST_SKIP() << "needs cp >= 2";
@@ -131,8 +132,7 @@ TEST(ContextParallelMemory, PerLayerMatchesTheFormula) {
   EXPECT_EQ(per_layer(true), 4 * B * (T / P) * C) << "recompute, " << what;
   const kernels::PrecisionScope precision(kernels::Precision::BF16);
   const int64_t bf16 = plan::bf16_activation_bytes_per_layer(B, T, C, NH, 1, false, P);
-  EXPECT_NEAR(static_cast<double>(per_layer(false)), static_cast<double>(bf16), 0.10 * static_cast<double>(bf16))
-      << "bf16, " << what;
+  EXPECT_EQ(per_layer(false), bf16) << "bf16, " << what;
   EXPECT_EQ(per_layer(true), 2 * B * (T / P) * C) << "bf16 recompute, " << what;
 }
 

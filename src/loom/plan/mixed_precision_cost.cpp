@@ -31,9 +31,10 @@ int64_t bf16_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t
   const int64_t Tr = sequence_parallel ? T / t : T;  // tokens of the replicated regions held here
   const int64_t linear_inputs = 2 * B * Tr * C + B * T * C / t + 4 * B * T * C / t;  // qkv, fc; proj; MLP proj
   const int64_t ln_inputs = 2 * B * Tr * C, mlp_hidden = 4 * B * T * C / t, stats = 4 * B * Tr;
-  // q, k, v; ring attention also keeps its output (the projection keeps its own copy, counted
-  // above) and the log-sum-exp in fp32; serial attention recomputes the probabilities.
-  const int64_t core = cp > 1 ? 2 * (3 * B * T * C / t + B * T * C / t) + 4 * NH * B * T / t : 2 * 3 * B * T * C / t;
+  // q, k, v; ring attention also keeps its output, the very copy the projection keeps as its
+  // input (counted above), and the log-sum-exp in fp32; serial attention recomputes the
+  // probabilities.
+  const int64_t core = 2 * 3 * B * T * C / t + (cp > 1 ? 4 * NH * B * T / t : 0);
   return 2 * (ln_inputs + mlp_hidden + linear_inputs) + core + 4 * stats;
 }
 

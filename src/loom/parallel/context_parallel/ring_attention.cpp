@@ -166,9 +166,12 @@ Tensor RingAttention::forward_impl(const Tensor& qkv, nn::Context& ctx) {
                             {lse.f32(), NH_ * g.Tl(), g.Tl()}, {sums.f32(), NH_ * g.Tl(), g.Tl()});
   // Mixed precision keeps q, k, v and the output as bf16 copies (the products read q, k, v in
   // bf16 anyway; the output is widened for the softmax backward's row term, as FlashAttention
-  // keeps its bf16 output); the log-sum-exp stays fp32.
-  ctx.save(this, {nn::saved_activation(qkv, ctx), nn::saved_activation(heads, ctx), lse});
-  return heads;
+  // keeps its bf16 output); the log-sum-exp stays fp32. The output goes on as that same bf16
+  // copy: the projection's GEMM reads it in bf16 anyway and keeps it for its weight gradient,
+  // so one copy serves both layers (the same bits as rounding the fp32 output there).
+  const Tensor kept = nn::saved_activation(heads, ctx);
+  ctx.save(this, {nn::saved_activation(qkv, ctx), kept, lse});
+  return kept;
 }
 
 Tensor RingAttention::backward_impl(const Tensor& dheads, nn::Context& ctx) {
