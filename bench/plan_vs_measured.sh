@@ -11,7 +11,9 @@
 # SET=tp3d: 3D tensor parallelism instead (`--tp-3d R,C,D`, issue 18's wide model: L=4, H=16,
 # C=1024, T=64, global batch 4) under the emulated 10 Gb/s link (`loom train --net-gbps 10`,
 # priced by `loom plan` as 1.25 GB/s or the real link's rate if slower), the grids 2,1,2,
-# 1,2,2 and 1,1,4 on 4 ranks and 2,2,2 on 8, each priced by `loom plan --tp-3d R,C,D`; one
+# 1,2,2 and 1,1,4 on 4 ranks and 2,2,2 on 8, each priced by `loom plan --tp-3d R,C,D`, and
+# 2,2,2 again at global batch 8 (tp3d-2x2x2-b8: each rank the rows and weight block a rank of
+# the 4-rank grids computes, where global batch 4 halves them); one
 # more line per grid gives the 3D communication and the share of it compute hid (the progress
 # line's `tp_3d comm`, summed over the steps after LOOM_SKIP, rank 0). LOOM_STEPS=5 there.
 #
@@ -105,10 +107,10 @@ if not c["valid"]: sys.exit("invalid layout: " + c["why_not"])
 print(c["step_s"], c["memory_bytes_per_device"], c["undisturbed_step_s"])'
 }
 
-predict() {  # ranks plan-flags...: "step_s memory_bytes" from `loom plan --cluster local`
-  local ranks=$1
-  shift
-  "$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus "$ranks" --global-batch "$GLOBAL_BATCH" --recompute off \
+predict() {  # ranks global-batch plan-flags...: "step_s memory_bytes" from `loom plan --cluster local`
+  local ranks=$1 global_batch=$2
+  shift 2
+  "$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus "$ranks" --global-batch "$global_batch" --recompute off \
     --sequence-parallel off --link-latency-us "$alpha_us" --link-gbs "$link_gbs" --json "$@" </dev/null | predicted
 }
 
@@ -128,13 +130,14 @@ busiest_cpu() {  # name: the largest user + sys over the ranks, or their sum ove
 
 printf '%-12s %10s %10s %6s %10s %6s %10s %10s %6s\n' layout "pred s" "wall s" ratio "cpu s" ratio "pred MiB" \
   "meas MiB" ratio
-# name | ranks | train flags | plan flags
-while IFS='|' read -r name ranks train_flags plan_flags; do
+# name | ranks | train flags | plan flags [| global batch, when not GLOBAL_BATCH]
+while IFS='|' read -r name ranks train_flags plan_flags global_batch; do
   dir="$WORK/$name"
+  global_batch=${global_batch:-$GLOBAL_BATCH}
   : >"$WORK/$name.rounds"
   for ((round = 0; round < REPEATS; round++)); do
     # shellcheck disable=SC2086
-    before=$(predict "$ranks" $plan_flags)
+    before=$(predict "$ranks" "$global_batch" $plan_flags)
     # shellcheck disable=SC2086
     train "$name" "$ranks" "$LOOM_STEPS" $train_flags ||
       { echo "$name: loom train failed (see below)" >&2; tail -5 "$WORK/$name.log" >&2; continue 2; }
@@ -143,7 +146,7 @@ while IFS='|' read -r name ranks train_flags plan_flags; do
     cpu_s=$(awk -v a="$(busiest_cpu "$name")" -v b="$(busiest_cpu "$name-short")" -v n=$((LOOM_STEPS - LOOM_SKIP)) \
       'BEGIN { print (a - b) / n }')
     # shellcheck disable=SC2086
-    after=$(predict "$ranks" $plan_flags)
+    after=$(predict "$ranks" "$global_batch" $plan_flags)
     # The machine is measured before and after the run: the mean of the two predictions.
     echo "$before $after $(measured "$dir/metrics.jsonl") $cpu_s" >>"$WORK/$name.rounds"
     hidden "$name" "$dir/metrics.jsonl" >>"$WORK/hidden"
@@ -166,6 +169,7 @@ tp3d-2x1x2|4|--tp-3d 2,1,2 --batch-size 2|--dp 1 --tp-3d 2,1,2 --micro-batch-siz
 tp3d-1x2x2|4|--tp-3d 1,2,2 --batch-size 2|--dp 1 --tp-3d 1,2,2 --micro-batch-size 2
 tp3d-1x1x4|4|--tp-3d 1,1,4 --batch-size 1|--dp 1 --tp-3d 1,1,4 --micro-batch-size 1
 tp3d-2x2x2|8|--tp-3d 2,2,2 --batch-size 2|--dp 1 --tp-3d 2,2,2 --micro-batch-size 2
+tp3d-2x2x2-b8|8|--tp-3d 2,2,2 --batch-size 4|--dp 1 --tp-3d 2,2,2 --micro-batch-size 4|8
 LAYOUTS3D
 else cat <<'LAYOUTS'
 serial|1|--batch-size 8|--dp 1 --micro-batch-size 8
