@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include "loom/error.hpp"
@@ -16,6 +17,7 @@
 #include "loom/kernels/precision.hpp"
 #include "loom/nn/cached_forward.hpp"
 #include "loom/train/generation_requests.hpp"
+#include "loom/train/memory_budget.hpp"
 #include "loom/train/sampler.hpp"
 #include "test_util.hpp"
 
@@ -128,6 +130,49 @@ TEST(Generation, Bf16CachedEqualsUncachedFor200TokensNearFp32) {
   EXPECT_LT(e.vs_fp32, 4e-2);
   RecordProperty("worst_relative_logit_error_vs_uncached", std::to_string(e.vs_full));
   RecordProperty("worst_relative_logit_error_vs_fp32", std::to_string(e.vs_fp32));
+}
+
+// bf16 decoding keeps its KV cache in bf16: the attention reads keys and values rounded to
+// bf16 either way, so a bf16 cache gives the very logits of an fp32 cache holding the rounded
+// values (bit for bit, prefill and batched decode across slots), in half the bytes. fp32
+// decoding gets an fp32 cache and refuses a bf16 one.
+TEST(Generation, Bf16KvCacheHalvesTheBytesWithTheSameLogits) {
+  Model m(/*block_size=*/32);
+  const int64_t slots = 3;
+  auto decode = [&](nn::KVCache& cache) {
+    std::vector<float> logits;
+    for (int64_t s = 0; s < slots; ++s) {  // prompts of different lengths, one per slot
+      const std::vector<int32_t> prompt(static_cast<size_t>(2 * s + 1), static_cast<int32_t>(7 * s + 1));
+      const Tensor out = nn::forward_cached(m.model, cache, prompt, std::vector<int64_t>(prompt.size(), s),
+                                            {static_cast<int64_t>(prompt.size()) - 1});
+      logits.insert(logits.end(), out.f32(), out.f32() + out.numel());
+    }
+    std::vector<int32_t> step = {1, 2, 3};
+    for (int n = 0; n < 10; ++n) {
+      const Tensor out = nn::forward_cached(m.model, cache, step, {0, 1, 2}, {0, 1, 2});
+      logits.insert(logits.end(), out.f32(), out.f32() + out.numel());
+      for (int32_t& t : step) t = (t * 5 + n) % 30;
+    }
+    return logits;
+  };
+  {
+    const kernels::PrecisionScope bf16(kernels::Precision::BF16);
+    nn::KVCache half(m.model, slots), widened(m.model, slots, DType::F32);
+    EXPECT_EQ(half.dtype(), DType::BF16);
+    EXPECT_EQ(half.keys(0).nbytes() * 2, widened.keys(0).nbytes());
+    EXPECT_EQ(half.bytes_read(10) * 2, widened.bytes_read(10));
+    EXPECT_EQ(static_cast<double>(half.bytes_read(32)) * slots, kv_cache_bytes(m.model.config(), slots, /*bf16=*/true));
+    const std::vector<float> from_half = decode(half), from_widened = decode(widened);
+    ASSERT_EQ(from_half.size(), from_widened.size());
+    EXPECT_EQ(0, std::memcmp(from_half.data(), from_widened.data(), from_half.size() * sizeof(float)));
+  }
+  nn::KVCache fp32(m.model, 1);
+  EXPECT_EQ(fp32.dtype(), DType::F32);
+  nn::KVCache stale(m.model, 1, DType::BF16);
+  EXPECT_NE(loom::testing::error_of([&] { nn::forward_cached(m.model, stale, {1}, {0}, {0}); })
+                .find("fp32 decoding needs an fp32 cache"),
+            std::string::npos);
+  EXPECT_EQ(stale.length(0), 0);  // refused before a position was taken
 }
 
 // A decode step of more sequences than the GEMV takes reads oneDNN-packed weight copies when

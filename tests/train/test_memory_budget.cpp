@@ -44,17 +44,19 @@ TEST(MemoryBudget, AbsurdSizesAreCountedWithoutOverflowAndRefused) {
 }
 
 // Generation holds its KV cache beside the model: layers x 2 x batch x context x width
-// fp32 values, as KVCache allocates them; bf16 adds the weights' bf16 copies (2 bytes each);
+// values, fp32 or in a bf16 run bf16, as KVCache allocates them; bf16 adds the weights' bf16 copies (2 bytes each);
 // a batch past the GEMV's rows adds the decode step's packed copies (4 bytes, 2 in bf16).
 TEST(MemoryBudget, GenerationCountsTheKvCacheOfItsBatch) {
   const loom::nn::GPTConfig m{.vocab_size = 30, .block_size = 16, .n_layer = 3, .n_head = 2, .n_embd = 8};
   EXPECT_EQ(kv_cache_bytes(m, 5), 3.0 * 2 * 5 * 16 * 8 * 4);
+  EXPECT_EQ(kv_cache_bytes(m, 5, /*bf16=*/true), 3.0 * 2 * 5 * 16 * 8 * 2);  // a bf16 run's cache
   loom::nn::GPT model(m, 1);
   EXPECT_EQ(kv_cache_bytes(m, 5), 5.0 * static_cast<double>(loom::nn::KVCache(model, 1).bytes_read(m.block_size)));
   const MemoryNeed one = inference_memory(m), many = inference_memory(m, 4);
   EXPECT_EQ(many.kv_cache, kv_cache_bytes(m, 4));
   EXPECT_EQ(many.total() - one.total(), 3 * kv_cache_bytes(m, 1));
   EXPECT_EQ(inference_memory(m, 1, /*bf16=*/true).state, 1.5 * one.state);
+  EXPECT_EQ(inference_memory(m, 4, /*bf16=*/true).kv_cache, kv_cache_bytes(m, 4, /*bf16=*/true));
   EXPECT_EQ(inference_memory(m, 5).state, 2.0 * one.state);
   EXPECT_EQ(inference_memory(m, 5, /*bf16=*/true).state, 2.0 * one.state);
   EXPECT_NE(describe(many).find(" + KV cache "), std::string::npos) << describe(many);

@@ -4,7 +4,6 @@
 #include "loom/kernels/cached_attention.hpp"
 
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "loom/kernels/fast_math.hpp"
@@ -15,29 +14,33 @@ namespace loom::kernels {
 
 namespace {
 float rounded_to_bf16(float x) { return to_f32(to_bf16(x)); }
-}  // namespace
 
-void cache_append(float* keys, float* values, const float* qkv, const int64_t* slots, const int64_t* positions,
-                  int64_t N, const CacheGeometry& g) {
+// A cached value as the attention reads it: fp32 as it is, bf16 widened (exact).
+inline float value_of(float x) { return x; }
+inline float value_of(bfloat16 x) { return to_f32(x); }
+// A k or v value as the cache stores it: in bf16 compute precision rounded to bf16 either way.
+inline void store(float& slot, float x, bool bf16) { slot = bf16 ? rounded_to_bf16(x) : x; }
+inline void store(bfloat16& slot, float x, bool) { slot = to_bf16(x); }
+
+template <typename T>
+void append(T* keys, T* values, const float* qkv, const int64_t* slots, const int64_t* positions, int64_t N,
+            const CacheGeometry& g) {
   const int64_t C = g.NH * g.HS;
-  const size_t bytes = sizeof(float) * static_cast<size_t>(g.HS);
   const bool bf16 = compute_precision() == Precision::BF16;
   for (int64_t n = 0; n < N; ++n)
     for (int64_t h = 0; h < g.NH; ++h) {
       const float* row = qkv + n * 3 * C + h * g.HS;  // this head's q
       const int64_t at = g.offset(slots[n], h, positions[n]);
-      std::memcpy(keys + at, row + C, bytes);
-      std::memcpy(values + at, row + 2 * C, bytes);
-      if (bf16)
-        for (int64_t d = 0; d < g.HS; ++d) {
-          keys[at + d] = rounded_to_bf16(keys[at + d]);
-          values[at + d] = rounded_to_bf16(values[at + d]);
-        }
+      for (int64_t d = 0; d < g.HS; ++d) {
+        store(keys[at + d], row[C + d], bf16);
+        store(values[at + d], row[2 * C + d], bf16);
+      }
     }
 }
 
-void cached_attention(float* out, const float* qkv, const float* keys, const float* values, const int64_t* slots,
-                      const int64_t* positions, int64_t N, const CacheGeometry& g) {
+template <typename T>
+void attend(float* out, const float* qkv, const T* keys, const T* values, const int64_t* slots,
+            const int64_t* positions, int64_t N, const CacheGeometry& g) {
   const int64_t C = g.NH * g.HS, HS = g.HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const bool bf16 = compute_precision() == Precision::BF16;
@@ -54,14 +57,14 @@ void cached_attention(float* out, const float* qkv, const float* keys, const flo
         for (int64_t d = 0; d < HS; ++d) query[d] = rounded_to_bf16(q[d]);
         q = query.data();
       }
-      const float* __restrict k = keys + g.offset(slots[n], h, 0);     // (len, HS)
-      const float* __restrict v = values + g.offset(slots[n], h, 0);   // (len, HS)
+      const T* __restrict k = keys + g.offset(slots[n], h, 0);     // (len, HS)
+      const T* __restrict v = values + g.offset(slots[n], h, 0);   // (len, HS)
       float* __restrict s = scores.data();
       float m = -INFINITY;
       for (int64_t j = 0; j < len; ++j) {
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-        for (int64_t d = 0; d < HS; ++d) dot += q[d] * k[j * HS + d];
+        for (int64_t d = 0; d < HS; ++d) dot += q[d] * value_of(k[j * HS + d]);
         s[j] = dot * scale;
         m = s[j] > m ? s[j] : m;
       }
@@ -77,10 +80,29 @@ void cached_attention(float* out, const float* qkv, const float* keys, const flo
       for (int64_t j = 0; j < len; ++j) {
         const float p = bf16 ? rounded_to_bf16(s[j] * inv) : s[j] * inv;
 #pragma omp simd
-        for (int64_t d = 0; d < HS; ++d) o[d] += p * v[j * HS + d];
+        for (int64_t d = 0; d < HS; ++d) o[d] += p * value_of(v[j * HS + d]);
       }
     }
   }
+}
+}  // namespace
+
+void cache_append(float* keys, float* values, const float* qkv, const int64_t* slots, const int64_t* positions,
+                  int64_t N, const CacheGeometry& g) {
+  append(keys, values, qkv, slots, positions, N, g);
+}
+void cache_append(bfloat16* keys, bfloat16* values, const float* qkv, const int64_t* slots, const int64_t* positions,
+                  int64_t N, const CacheGeometry& g) {
+  append(keys, values, qkv, slots, positions, N, g);
+}
+
+void cached_attention(float* out, const float* qkv, const float* keys, const float* values, const int64_t* slots,
+                      const int64_t* positions, int64_t N, const CacheGeometry& g) {
+  attend(out, qkv, keys, values, slots, positions, N, g);
+}
+void cached_attention(float* out, const float* qkv, const bfloat16* keys, const bfloat16* values, const int64_t* slots,
+                      const int64_t* positions, int64_t N, const CacheGeometry& g) {
+  attend(out, qkv, keys, values, slots, positions, N, g);
 }
 
 }  // namespace loom::kernels

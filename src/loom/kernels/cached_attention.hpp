@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "loom/tensor/dtype.hpp"
+
 namespace loom::kernels {
 
 struct CacheGeometry {
@@ -17,8 +19,11 @@ struct CacheGeometry {
 
 // Copies each row's k and v (from qkv (N, 3C) laid out [q | k | v], C = NH * HS) into the
 // cache at (slots[n], positions[n]). In bf16 compute precision (precision.hpp) the values
-// stored are rounded to bf16, as training's bf16 attention products read k and v.
+// stored are rounded to bf16, as training's bf16 attention products read k and v: a bf16
+// cache holds exactly those values in half the bytes (an fp32 one holds them widened).
 void cache_append(float* keys, float* values, const float* qkv, const int64_t* slots, const int64_t* positions,
+                  int64_t N, const CacheGeometry& g);
+void cache_append(bfloat16* keys, bfloat16* values, const float* qkv, const int64_t* slots, const int64_t* positions,
                   int64_t N, const CacheGeometry& g);
 
 // out (N, C) heads interleaved (NH, HS): row n attends with its query (in qkv) to cache
@@ -27,6 +32,8 @@ void cache_append(float* keys, float* values, const float* qkv, const int64_t* s
 // in bf16 also its operands: the query and the softmax weights rounded to bf16 (the cache
 // already is), products and sums in fp32, so cached and uncached bf16 decoding agree.
 void cached_attention(float* out, const float* qkv, const float* keys, const float* values, const int64_t* slots,
+                      const int64_t* positions, int64_t N, const CacheGeometry& g);
+void cached_attention(float* out, const float* qkv, const bfloat16* keys, const bfloat16* values, const int64_t* slots,
                       const int64_t* positions, int64_t N, const CacheGeometry& g);
 
 }  // namespace loom::kernels

@@ -7,6 +7,7 @@
 #include "loom/kernels/gemv.hpp"
 #include "loom/kernels/matmul.hpp"
 #include "loom/kernels/packed_weights.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/kernels/residual.hpp"
 
 namespace loom::nn {
@@ -61,6 +62,8 @@ Tensor forward_cached(GPT& model, KVCache& cache, const std::vector<int32_t>& to
   const int64_t N = static_cast<int64_t>(tokens.size());
   check(N > 0 && slots.size() == tokens.size(), "forward_cached needs one slot per token (", N, " tokens, ",
         slots.size(), " slots)");
+  check(cache.dtype() == DType::F32 || kernels::compute_precision() == kernels::Precision::BF16,
+        "a bf16 KV cache holds bf16 decoding's keys and values; fp32 decoding needs an fp32 cache");
   const std::vector<int64_t> positions = claim_positions(cache, slots);
   Context ctx;
   ctx.set_inference(true);
@@ -71,10 +74,17 @@ Tensor forward_cached(GPT& model, KVCache& cache, const std::vector<int32_t>& to
     Block& block = *model.blocks()[l];
     const Tensor qkv = block.attn().qkv().forward(block.ln1().forward(x, ctx), ctx);  // (N, 3C/t)
     const int64_t b = static_cast<int64_t>(l);
-    kernels::cache_append(cache.keys(b), cache.values(b), qkv.f32(), slots.data(), positions.data(), N, g);
     Tensor heads = Tensor::empty({N, g.NH * g.HS});  // (N, C/t) this rank's heads
-    kernels::cached_attention(heads.f32(), qkv.f32(), cache.keys(b), cache.values(b), slots.data(), positions.data(),
-                              N, g);
+    const Tensor &keys = cache.keys(b), &values = cache.values(b);
+    if (cache.dtype() == DType::BF16) {
+      kernels::cache_append(keys.bf16(), values.bf16(), qkv.f32(), slots.data(), positions.data(), N, g);
+      kernels::cached_attention(heads.f32(), qkv.f32(), keys.bf16(), values.bf16(), slots.data(), positions.data(), N,
+                                g);
+    } else {
+      kernels::cache_append(keys.f32(), values.f32(), qkv.f32(), slots.data(), positions.data(), N, g);
+      kernels::cached_attention(heads.f32(), qkv.f32(), keys.f32(), values.f32(), slots.data(), positions.data(), N,
+                                g);
+    }
     Tensor a = block.attn().proj().forward(heads, ctx);  // (N, C), summed over the tp group
     kernels::residual_forward(a.f32(), a.f32(), x.f32(), a.numel());
     Tensor m = block.mlp().forward(block.ln2().forward(a, ctx), ctx);

@@ -106,9 +106,9 @@ int64_t layer_activation_bytes(const TrainConfig& c) {
                                                                   c.sequence_parallel, c.cp);
 }
 
-double kv_cache_bytes(const nn::GPTConfig& m, int64_t batch) {
+double kv_cache_bytes(const nn::GPTConfig& m, int64_t batch, bool bf16) {
   return static_cast<double>(m.n_layer) * 2.0 * static_cast<double>(batch) * static_cast<double>(m.block_size) *
-         static_cast<double>(m.n_embd) * sizeof(float);
+         static_cast<double>(m.n_embd) * static_cast<double>(dtype_size(bf16 ? DType::BF16 : DType::F32));
 }
 
 MemoryNeed inference_memory(const nn::GPTConfig& m, int64_t batch, bool bf16) {
@@ -117,7 +117,7 @@ MemoryNeed inference_memory(const nn::GPTConfig& m, int64_t batch, bool bf16) {
   const double packed = batch > kernels::kGemvMaxRows ? (bf16 ? 2.0 : 4.0) : 0.0;
   const double copies = (bf16 ? 6.0 : 4.0) + packed;
   const double rough = copies * rough_parameters(m) + rough_activations(m, 1.0);
-  const double cache = kv_cache_bytes(m, batch);
+  const double cache = kv_cache_bytes(m, batch, bf16);
   if (!(rough < kExactLimit)) return {.state = rough, .activations = 0.0, .kv_cache = cache};
   const int64_t layer = plan::activation_bytes_per_layer(1, m.block_size, m.n_embd, m.n_head, 1, false);
   const double params = static_cast<double>(plan::model_state_bytes(m.num_parameters(), 1, 0, 0).params);

@@ -35,8 +35,8 @@ int64_t layer_activation_bytes(const TrainConfig& config);
 // sequence's activations and logits, and the KV cache.
 MemoryNeed inference_memory(const nn::GPTConfig& model, int64_t batch = 1, bool bf16 = false);
 // The KV cache of `batch` sequences of block_size tokens: n_layer x 2 (keys, values) x batch
-// x block_size x n_embd fp32 values (KVCache's allocation).
-double kv_cache_bytes(const nn::GPTConfig& model, int64_t batch);
+// x block_size x n_embd values (KVCache's allocation), fp32, or bf16 in a bf16 run.
+double kv_cache_bytes(const nn::GPTConfig& model, int64_t batch, bool bf16 = false);
 
 struct AvailableMemory {
   int64_t bytes = 0;
