@@ -96,17 +96,20 @@ Tensor RowParallelLinear::backward_impl(const Tensor& dy, nn::Context& ctx) {
   Tensor dx;
   if (sequence_parallel_ && t > 1) {
     // dX chunk by chunk (the dy rows of one rank each), this rank's own under the gather.
-    const SequenceGather dy_full(dy, group_);
+    // Mixed precision: dy in bf16 once, then gathered as it is (the values the bf16 wire
+    // would carry), so every GEMM reads the gathered chunks without converting them again.
+    const Tensor dy_c = nn::in_compute_precision(dy);
+    const SequenceGather dy_full(dy_c, group_);
     if (!overlap_) dy_full.wait();
     const int64_t rows = dy.numel() / out_, me = group_.rank();
     Tensor dx_blocks = Tensor::empty({t * rows * in_}, DType::F32, MemoryCategory::CommBuffers);  // (t, B, T/t, C/t)
-    input_gradient_rows(nn::gemm_input(nn::in_compute_precision(dy)), rows, dx_blocks.f32() + me * rows * in_);
-    const Tensor dy_blocks = nn::in_compute_precision(dy_full.blocks());
+    input_gradient_rows(nn::gemm_input(dy_c), rows, dx_blocks.f32() + me * rows * in_);
+    const Tensor& dy_blocks = dy_full.blocks();
     for (int r = 0; r < t; ++r)
       if (r != me)
         input_gradient_rows(nn::gemm_input(dy_blocks, r * rows * out_), rows, dx_blocks.f32() + r * rows * in_);
     dx = sequence_from_blocks(dx_blocks, dy.size(0), dy.size(1), in_, t);
-    add_weight_gradient(nn::gemm_input(nn::in_compute_precision(dy_full.whole())), nn::gemm_input(x), x.numel() / in_);
+    add_weight_gradient(nn::gemm_input(dy_full.whole()), nn::gemm_input(x), x.numel() / in_);
     if (bias() != nullptr) {  // from this rank's rows only: summed across tp afterwards
       kernels::bias_backward(bias()->grad().f32(), dy.f32(), rows, out_);
       bias()->grad_contributed();
