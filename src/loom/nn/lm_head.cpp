@@ -71,10 +71,12 @@ void head_weight_gradient(const Tensor& dlogits, const Tensor& h, Parameter& w) 
                  [&](const Tensor& piece, int64_t r0, int64_t n) { weight_gradient_piece(piece, h, r0, n, w); });
 }
 
-void head_gradients(const Tensor& dlogits, const Tensor& h, Parameter& w, float* dh) {
+void head_gradients(const Tensor& dlogits, const Tensor& h, Parameter& w, float* dh,
+                    const std::function<void(int64_t r0, int64_t n)>& rows_done) {
   check_input_matches(dlogits, h, w);
   for_each_piece(dlogits, w.shape()[0], [&](const Tensor& piece, int64_t r0, int64_t n) {
     input_gradient_piece(piece, r0, n, w, dh);
+    if (rows_done) rows_done(r0, n);
     weight_gradient_piece(piece, h, r0, n, w);
   });
 }

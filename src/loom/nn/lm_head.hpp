@@ -4,6 +4,8 @@
 // back to back; the tensor-parallel head runs its collectives between and under them.
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 
 #include "loom/kernels/matmul.hpp"
@@ -26,7 +28,10 @@ void head_input_gradient(const Tensor& dlogits, Parameter& w, float* dh);
 // W's gradient += dlogits^T h (h: (N, C), fp32 or its bf16 copy), the rows in order.
 void head_weight_gradient(const Tensor& dlogits, const Tensor& h, Parameter& w);
 // Both, a piece of rows at a time: each piece of dlogits converted to bf16 once for its two
-// GEMMs (the same bits as the two calls above), where nothing has to run between them.
-void head_gradients(const Tensor& dlogits, const Tensor& h, Parameter& w, float* dh);
+// GEMMs (the same bits as the two calls above). rows_done(r0, n), when given, runs between a
+// piece's two GEMMs, once dh's rows [r0, r0 + n) are final: a tensor-parallel head starts
+// their sum over its group there, under the piece's weight-gradient GEMM.
+void head_gradients(const Tensor& dlogits, const Tensor& h, Parameter& w, float* dh,
+                    const std::function<void(int64_t r0, int64_t n)>& rows_done = {});
 
 }  // namespace loom::nn

@@ -1,5 +1,7 @@
 #include "loom/parallel/tensor_parallel/vocab_parallel_head.hpp"
 
+#include <vector>
+
 #include "loom/error.hpp"
 #include "loom/nn/gemm_input.hpp"
 #include "loom/nn/lm_head.hpp"
@@ -43,11 +45,16 @@ Tensor VocabParallelHead::backward(const Tensor& dlogits, const Tensor& kept, nn
     nn::head_weight_gradient(dlogits, x_full.whole(), w);
     return dx_sum.result();
   }
-  nn::head_input_gradient(dlogits, w, dx_partial.f32());
-  const comm::Work dx_sum = start_f_backward(dx_partial, group);  // under the dW GEMMs
-  if (!overlap) dx_sum.wait();
-  nn::head_weight_gradient(dlogits, kept, w);
-  dx_sum.wait();
+  // dX's rows summed over the group piece by piece (one piece in fp32), each sum under the
+  // piece's dW GEMM and the later pieces: a bf16 piece of dlogits is converted once for both.
+  std::vector<comm::Work> sums;
+  const Tensor dx_rows = dx_partial.view({dx_partial.numel() / C, C});
+  nn::head_gradients(dlogits, kept, w, dx_partial.f32(), [&](int64_t r0, int64_t n) {
+    Tensor rows = dx_rows.narrow(r0, n);
+    sums.push_back(start_f_backward(rows, group));
+    if (!overlap) sums.back().wait();
+  });
+  for (const comm::Work& sum : sums) sum.wait();
   return dx_partial;
 }
 
