@@ -115,7 +115,8 @@ Tensor Linear3D::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
     overlap_->drop_after(index_);       // a recomputed forward's prefetch of a layer already done
   }
   Tensor dx = Tensor::empty(x.shape(), DType::F32);  // (N, C/in), partial over out_axis
-  kernels::matmul(dy.f32(), Trans::N, operand(w), Trans::N, dx.f32(), N, in_local_, out_local_);
+  const Tensor dy_c = nn::in_compute_precision(dy);  // converted once for both GEMMs
+  kernels::matmul(nn::gemm_input(dy_c), Trans::N, operand(w), Trans::N, dx.f32(), N, in_local_, out_local_);
   Grid3D::Pending dx_sum = grid_.start_sum_activations(dx, roles_.out_axis);
   if (!overlap_) dx_sum.wait();
   // With overlap, a whole input's gradient is gathered over in_axis right behind the sum over
@@ -124,7 +125,7 @@ Tensor Linear3D::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
   Grid3D::Pending dx_whole;
   if (overlap_ && roles_.slice_input) dx_whole = grid_.start_gather_features_after(dx_sum, dx, roles_.in_axis);
   Tensor dw = Tensor::empty({out_local_, in_local_}, DType::F32, MemoryCategory::CommBuffers);  // this batch's block gradient
-  kernels::matmul(dy.f32(), Trans::T, nn::gemm_input(x), Trans::N, dw.f32(), out_local_, in_local_, N);
+  kernels::matmul(nn::gemm_input(dy_c), Trans::T, nn::gemm_input(x), Trans::N, dw.f32(), out_local_, in_local_, N);
   dx_sum.wait();
   if (overlap_) {
     overlap_->defer_gradient(grid_.start_reduce_scatter_depth(dw, blocks_), weight());
