@@ -21,6 +21,11 @@ enum class Trans { N, T };
 struct Operand {
   Operand(const float* p) : data(p), dtype(DType::F32) {}        // NOLINT: implicit on purpose
   Operand(const bfloat16* p) : data(p), dtype(DType::BF16) {}    // NOLINT
+  // The same operand from element `offset` on (one matrix of a stacked tensor).
+  Operand at(int64_t offset) const {
+    return dtype == DType::BF16 ? Operand(static_cast<const bfloat16*>(data) + offset)
+                                : Operand(static_cast<const float*>(data) + offset);
+  }
   const void* data;
   DType dtype;
 };

@@ -38,20 +38,22 @@ Tensor Experts::forward_grouped(const Tensor& x, const std::vector<int64_t>& cou
   Tensor h_kept = bf16 ? Tensor::empty({R, H}, DType::BF16) : h;  // what backward reads of h
   Tensor a_kept = bf16 ? Tensor::empty({R, H}, DType::BF16) : a;  // and of a
   Tensor y = Tensor::empty({R, C});                                // (R, C)
+  // The weights as the GEMMs read them: in bf16 each stack converted once a step, not per GEMM.
+  const kernels::Operand fc_w = fc_w_->gemm_operand(), proj_w = proj_w_->gemm_operand();
   int64_t r0 = 0;
   for (int64_t e = 0; e < El_; ++e) {
     const int64_t n = counts[static_cast<size_t>(e)];
     if (n == 0) continue;
-    kernels::matmul(gemm_input(input, r0 * C), Trans::N, fc_w_->value().f32() + e * H * C, Trans::T, h.f32() + r0 * H,
-                    n, H, C, fc_b_->value().f32() + e * H);
+    kernels::matmul(gemm_input(input, r0 * C), Trans::N, fc_w.at(e * H * C), Trans::T, h.f32() + r0 * H, n, H, C,
+                    fc_b_->value().f32() + e * H);
     if (bf16) {
       kernels::gelu_forward(a.f32() + r0 * H, h_kept.bf16() + r0 * H, h.f32() + r0 * H, n * H);
       kernels::convert_to_bf16(a.f32() + r0 * H, a_kept.bf16() + r0 * H, n * H);
     } else {
       kernels::gelu_forward(a.f32() + r0 * H, h.f32() + r0 * H, n * H);
     }
-    kernels::matmul(gemm_input(a_kept, r0 * H), Trans::N, proj_w_->value().f32() + e * C * H, Trans::T,
-                    y.f32() + r0 * C, n, C, H, proj_b_->value().f32() + e * C);
+    kernels::matmul(gemm_input(a_kept, r0 * H), Trans::N, proj_w.at(e * C * H), Trans::T, y.f32() + r0 * C, n, C, H,
+                    proj_b_->value().f32() + e * C);
     r0 += n;
   }
   check(r0 == R, "experts: row counts sum to ", r0, ", got ", R, " rows");
@@ -65,23 +67,28 @@ Tensor Experts::backward_grouped(const Tensor& dy, const std::vector<int64_t>& c
   const int64_t R = x.size(0), C = C_, H = 4 * C_;
   Tensor dx = Tensor::empty({R, C});  // (R, C)
   Tensor dh = Tensor::empty({R, H});  // (R, 4C): da, then dh in place
+  // In bf16 every GEMM operand converted once: the weights a step (gemm_operand), dy and each
+  // expert's dh here, each read by two GEMMs.
+  const kernels::Operand fc_w = fc_w_->gemm_operand(), proj_w = proj_w_->gemm_operand();
+  const Tensor dy_c = in_compute_precision(dy);
   int64_t r0 = 0;
   for (int64_t e = 0; e < El_; ++e) {
     const int64_t n = counts[static_cast<size_t>(e)];
     if (n == 0) continue;
-    const float* dye = dy.f32() + r0 * C;
+    const kernels::Operand dye = gemm_input(dy_c, r0 * C);
     float* dhe = dh.f32() + r0 * H;
-    kernels::matmul(dye, Trans::N, proj_w_->value().f32() + e * C * H, Trans::N, dhe, n, H, C);
+    kernels::matmul(dye, Trans::N, proj_w.at(e * C * H), Trans::N, dhe, n, H, C);
     kernels::matmul(dye, Trans::T, gemm_input(a, r0 * H), Trans::N, proj_w_->grad().f32() + e * C * H, C, H, n, nullptr,
                     /*accumulate=*/true);
-    kernels::bias_backward(proj_b_->grad().f32() + e * C, dye, n, C);
+    kernels::bias_backward(proj_b_->grad().f32() + e * C, dy.f32() + r0 * C, n, C);
     if (h.dtype() == DType::BF16)
       kernels::gelu_backward(dhe, h.bf16() + r0 * H, dhe, n * H);
     else
       kernels::gelu_backward(dhe, h.f32() + r0 * H, dhe, n * H);
-    kernels::matmul(dhe, Trans::N, fc_w_->value().f32() + e * H * C, Trans::N, dx.f32() + r0 * C, n, C, H);
-    kernels::matmul(dhe, Trans::T, gemm_input(x, r0 * C), Trans::N, fc_w_->grad().f32() + e * H * C, H, C, n, nullptr,
-                    /*accumulate=*/true);
+    const Tensor dh_c = in_compute_precision(dh.narrow(r0, n));  // (n, 4C)
+    kernels::matmul(gemm_input(dh_c), Trans::N, fc_w.at(e * H * C), Trans::N, dx.f32() + r0 * C, n, C, H);
+    kernels::matmul(gemm_input(dh_c), Trans::T, gemm_input(x, r0 * C), Trans::N, fc_w_->grad().f32() + e * H * C, H, C,
+                    n, nullptr, /*accumulate=*/true);
     kernels::bias_backward(fc_b_->grad().f32() + e * H, dhe, n, H);
     r0 += n;
   }
