@@ -75,16 +75,14 @@ Tensor forward_cached(GPT& model, KVCache& cache, const std::vector<int32_t>& to
     const Tensor qkv = block.attn().qkv().forward(block.ln1().forward(x, ctx), ctx);  // (N, 3C/t)
     const int64_t b = static_cast<int64_t>(l);
     Tensor heads = Tensor::empty({N, g.NH * g.HS});  // (N, C/t) this rank's heads
-    const Tensor &keys = cache.keys(b), &values = cache.values(b);
-    if (cache.dtype() == DType::BF16) {
-      kernels::cache_append(keys.bf16(), values.bf16(), qkv.f32(), slots.data(), positions.data(), N, g);
-      kernels::cached_attention(heads.f32(), qkv.f32(), keys.bf16(), values.bf16(), slots.data(), positions.data(), N,
-                                g);
-    } else {
-      kernels::cache_append(keys.f32(), values.f32(), qkv.f32(), slots.data(), positions.data(), N, g);
-      kernels::cached_attention(heads.f32(), qkv.f32(), keys.f32(), values.f32(), slots.data(), positions.data(), N,
-                                g);
-    }
+    auto attend = [&](auto* keys, auto* values) {  // the cache's element type: float or bfloat16
+      kernels::cache_append(keys, values, qkv.f32(), slots.data(), positions.data(), N, g);
+      kernels::cached_attention(heads.f32(), qkv.f32(), keys, values, slots.data(), positions.data(), N, g);
+    };
+    if (cache.dtype() == DType::BF16)
+      attend(cache.keys(b).bf16(), cache.values(b).bf16());
+    else
+      attend(cache.keys(b).f32(), cache.values(b).f32());
     Tensor a = block.attn().proj().forward(heads, ctx);  // (N, C), summed over the tp group
     kernels::residual_forward(a.f32(), a.f32(), x.f32(), a.numel());
     Tensor m = block.mlp().forward(block.ln2().forward(a, ctx), ctx);

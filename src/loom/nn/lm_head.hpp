@@ -4,9 +4,8 @@
 // back to back; the tensor-parallel head runs its collectives between and under them.
 #pragma once
 
-#include <functional>
-
 #include <cstdint>
+#include <functional>
 
 #include "loom/kernels/matmul.hpp"
 #include "loom/nn/parameter.hpp"

@@ -108,7 +108,7 @@ int64_t layer_activation_bytes(const TrainConfig& c) {
 
 double kv_cache_bytes(const nn::GPTConfig& m, int64_t batch, bool bf16) {
   return static_cast<double>(m.n_layer) * 2.0 * static_cast<double>(batch) * static_cast<double>(m.block_size) *
-         static_cast<double>(m.n_embd) * static_cast<double>(dtype_size(bf16 ? DType::BF16 : DType::F32));
+         static_cast<double>(m.n_embd) * (bf16 ? 2.0 : 4.0);
 }
 
 MemoryNeed inference_memory(const nn::GPTConfig& m, int64_t batch, bool bf16) {
