@@ -46,12 +46,17 @@ void Parameter::rebind_grad_storage(Tensor view) {
 }
 
 kernels::Operand Parameter::gemm_operand() {
+  const Tensor& v = gemm_value();
+  return v.dtype() == DType::BF16 ? kernels::Operand(v.bf16()) : kernels::Operand(v.f32());
+}
+
+const Tensor& Parameter::gemm_value() {
   if (bf16_only_) {
     check(kernels::compute_precision() == kernels::Precision::BF16, "parameter '", name_,
           "' is held in bf16 only (ZeRO with bf16 gathers): it cannot be read in fp32");
-    return bf16_value_.bf16();
+    return bf16_value_;
   }
-  if (kept_in_fp32_ || kernels::compute_precision() == kernels::Precision::F32) return value_.f32();
+  if (kept_in_fp32_ || kernels::compute_precision() == kernels::Precision::F32) return value_;
   const uint64_t generation = kernels::weights_generation();
   if (!bf16_value_.defined() || bf16_generation_ != generation || bf16_source_ != value_.raw()) {
     if (!bf16_value_.defined()) bf16_value_ = Tensor::empty(shape_, DType::BF16, MemoryCategory::Parameters);
@@ -59,7 +64,7 @@ kernels::Operand Parameter::gemm_operand() {
     bf16_generation_ = generation;
     bf16_source_ = value_.raw();
   }
-  return bf16_value_.bf16();
+  return bf16_value_;
 }
 
 void Parameter::rebind_bf16_value(Tensor view) {

@@ -46,6 +46,9 @@ class Parameter {
   // a bf16 copy of it, converted at most once per weights generation (once per step, never per
   // GEMM) and dropped with the value. value() stays the fp32 master the optimizer updates.
   kernels::Operand gemm_operand();
+  // The same as a tensor (fp32 value() or its bf16 copy): what a layer that moves its weight
+  // before the GEMMs (3D tensor parallelism's depth gather) sends, converted no more often.
+  const Tensor& gemm_value();
   // Sharded data parallelism's bf16 gathers: view holds value() in bf16 already (gathered as
   // such), the GEMMs' copy for this weights generation. Call after rebind_value().
   void rebind_bf16_value(Tensor view);

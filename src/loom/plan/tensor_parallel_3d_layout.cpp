@@ -4,6 +4,7 @@
 
 #include "loom/plan/gemm_cost.hpp"
 #include "loom/plan/memory_model.hpp"
+#include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/plan/tensor_parallel_3d_cost.hpp"
 
 namespace loom::plan {
@@ -57,7 +58,11 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   // replicated), plus the whole LM head's logits.
   const int64_t params = params_per_rank(m, R, C, D);
   const int64_t bpv = value_bytes(c.precision);
-  cost.state_bytes = c.precision == Precision::Fp32 ? model_state_bytes(params, 1, 0, 8).total() : 16 * params;
+  // Loom's bf16: 18 bytes a parameter (each weight shard's bf16 copy, which the depth gather
+  // sends, beside the fp32 master, gradient and moments); mixed: the 16 of the literature.
+  cost.state_bytes = c.precision == Precision::Fp32   ? model_state_bytes(params, 1, 0, 8).total()
+                     : c.precision == Precision::Bf16 ? bf16_state_bytes(params, 0, 1, 0)
+                                                      : 16 * params;
   const double s = static_cast<double>(m.seq), b = static_cast<double>(l.micro_batch), hd = static_cast<double>(h),
                a = static_cast<double>(m.heads), r = static_cast<double>(R);
   Layout over_row;  // the 1D tensor-parallel layer the activations are priced as

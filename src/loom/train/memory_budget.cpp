@@ -89,8 +89,8 @@ plan::StateBytes training_state(const TrainConfig& c, int64_t params, int64_t la
   if (c.precision != "bf16")
     return plan::model_state_bytes(params, static_cast<int>(c.shard_size()), static_cast<int>(c.zero), optimizer);
   // The blocks' Linear weights are read by GEMMs only (held in bf16 alone under ZeRO-1/2);
-  // every other parameter keeps an fp32 value. 3D tensor parallelism gathers its weights in
-  // fp32, experts are not Linear layers.
+  // every other parameter keeps an fp32 value. 3D tensor parallelism's weights keep theirs (no
+  // ZeRO under 3D), experts are not Linear layers.
   const nn::GPTConfig& m = c.model;
   const int64_t gemm_only =
       c.tp_3d.empty() ? layers * (4 + (m.moe.enabled() ? 0 : 8)) * m.n_embd * m.n_embd / c.tp : 0;

@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "loom/comm/activation_wire.hpp"
-#include "loom/comm/bf16_wire.hpp"
 #include "loom/error.hpp"
 #include "loom/parallel/tensor_parallel/mappings.hpp"
 #include "loom/trace/recorder.hpp"
@@ -145,16 +144,14 @@ Grid3D::Pending Grid3D::start_all_gather_depth(const Tensor& shard, int64_t bloc
   check(shard.ndim() == 2 && shard.size(0) % blocks == 0, "all_gather_depth: shard ", shape_str(shard.shape()),
         " is not 2-D in ", blocks, " blocks");
   const int64_t n = shard.numel();
-  // bf16 on the wire (a bf16 run): the fp32 master shard rounded once, gathered and kept in
-  // bf16, the GEMMs' operand as it is (the serial run's bf16 weight copy, bit for bit).
-  const DType wire = depth.activation_dtype();
+  // In the shard's dtype: a bf16 run passes its weight's bf16 copy (converted once a step), the
+  // GEMMs' operand as it arrives, half the bytes.
+  const DType wire = shard.dtype();
   Tensor gathered = Tensor::empty({D * n}, wire, MemoryCategory::CommBuffers);  // (D, blocks, rows/(blocks D), cols)
-  if (wire == DType::BF16) {
-    comm::pack_bf16(shard.f32(), gathered.bf16() + depth.rank() * n, n);
-    p.work_ = depth.all_gather_bf16_async(gathered.bf16() + depth.rank() * n, gathered.bf16(), n);
-  } else {
+  if (wire == DType::BF16)
+    p.work_ = depth.all_gather_bf16_async(shard.bf16(), gathered.bf16(), n);
+  else
     p.work_ = depth.all_gather_async(shard.f32(), gathered.f32(), n);
-  }
   p.finish_ = [gathered, shard, blocks, D, n, wire] {
     if (blocks == 1) return gathered.view({D * shard.size(0), shard.size(1)});
     Tensor block = Tensor::empty({D * shard.size(0), shard.size(1)}, wire, MemoryCategory::CommBuffers);

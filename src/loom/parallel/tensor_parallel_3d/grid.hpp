@@ -42,8 +42,8 @@ class Grid3D {
 
   // FSDP over depth of a block (rows, cols) whose rows form `blocks` equal blocks: depth rank k
   // holds rows [k, k + 1) * rows / (blocks * D) of every block. all_gather_depth: shard
-  // (rows / D, cols) -> block (rows, cols), in the depth group's activation dtype (a bf16
-  // run gathers bf16 weights, as ZeRO-3 does; the fp32 master stays sharded), which the GEMMs
+  // (rows / D, cols) -> block (rows, cols), in the shard's dtype (a bf16 run gathers the bf16
+  // copy of its weight shard, as ZeRO-3 does; the fp32 master stays sharded), which the GEMMs
   // take as they are; reduce_scatter_depth: this rank's block gradient (partial over the depth
   // ranks' batches) -> the mean of the depth ranks' gradients of this rank's shard, in fp32
   // always (gradients, as ZeRO reduces them).

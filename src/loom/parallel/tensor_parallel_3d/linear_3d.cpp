@@ -49,7 +49,7 @@ Linear3D::Linear3D(int64_t in, int64_t out, int64_t blocks, const Grid3D& grid, 
       in_local_(in / grid.size(roles.in_axis)),
       out_local_(out / grid.size(roles.out_axis)),
       overlap_(overlap) {
-  weight().set_read_only_by_gemms(false);  // gathered over depth from value() before its GEMMs
+  weight().set_read_only_by_gemms(false);  // keeps its fp32 value (no ZeRO under 3D to hold it in bf16 only)
   const int po = grid.size(roles.out_axis), pi = grid.size(roles.in_axis), D = grid.size(Axis::Depth);
   const int ro = grid.rank(roles.out_axis), ri = grid.rank(roles.in_axis), rd = grid.rank(Axis::Depth);
   // Rows: out_axis then depth (depth rank k holds the k-th part of this rank's rows of each
@@ -75,7 +75,7 @@ Tensor Linear3D::forward_impl(const Tensor& x_in, nn::Context& ctx) {
   const int64_t N = x.numel() / in_local_;
   // Mixed precision: x in bf16 once (as nn::Linear), the GEMM's input and what backward keeps.
   const Tensor input = nn::saved_activation(x, ctx);
-  const Tensor w = overlap_ ? overlap_->gathered_weight(index_) : grid_.all_gather_depth(weight().value(), blocks_);
+  const Tensor w = overlap_ ? overlap_->gathered_weight(index_) : grid_.all_gather_depth(weight().gemm_value(), blocks_);
   if (overlap_) overlap_->prefetch_after(index_);  // the next layers' gathers run under this GEMM
   Shape out_shape = x.shape();
   out_shape.back() = out_local_;
@@ -109,7 +109,7 @@ Tensor Linear3D::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
   const Tensor dy = roles_.gather_output ? grid_.slice_features(dy_in, roles_.out_axis, blocks_) : dy_in;  // (N, OC/out)
   const int64_t N = x.numel() / in_local_;
   // (OC/out, C/in): gathered again, not kept
-  const Tensor w = overlap_ ? overlap_->gathered_weight(index_) : grid_.all_gather_depth(weight().value(), blocks_);
+  const Tensor w = overlap_ ? overlap_->gathered_weight(index_) : grid_.all_gather_depth(weight().gemm_value(), blocks_);
   if (overlap_) {
     overlap_->prefetch_before(index_);  // the previous layers', for their backward
     overlap_->drop_after(index_);       // a recomputed forward's prefetch of a layer already done

@@ -12,13 +12,13 @@ int Overlap3D::add(nn::Parameter& weight, int64_t blocks) {
 Tensor Overlap3D::gathered_weight(int i) {
   Layer& l = layers_.at(static_cast<size_t>(i));
   if (l.in_flight.active()) return l.in_flight.wait();
-  return grid_.all_gather_depth(l.weight->value(), l.blocks);
+  return grid_.all_gather_depth(l.weight->gemm_value(), l.blocks);
 }
 
 void Overlap3D::prefetch(int i) {
   if (i < 0 || i >= static_cast<int>(layers_.size())) return;
   Layer& l = layers_[static_cast<size_t>(i)];
-  if (!l.in_flight.active()) l.in_flight = grid_.start_all_gather_depth(l.weight->value(), l.blocks);
+  if (!l.in_flight.active()) l.in_flight = grid_.start_all_gather_depth(l.weight->gemm_value(), l.blocks);
 }
 
 void Overlap3D::prefetch_after(int i) {
