@@ -13,9 +13,11 @@
 #include "loom/parallel/context_parallel/load_balance.hpp"
 #include "loom/parallel/pipeline/partition.hpp"
 #include "loom/plan/comm_cost.hpp"
+#include "loom/plan/gcn_cost.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/train/config.hpp"
+#include "loom/train/gcn_spec.hpp"
 #include "loom/train/memory_budget.hpp"
 #include "loom/train/trainer.hpp"
 
@@ -23,8 +25,37 @@ namespace loom::apps {
 
 namespace {
 
+// A GCN's size comes from its graph (features, classes), so its dry run reads the graph.
+void print_gcn_dry_run(train::TrainConfig config) {
+  const train::GcnSpec spec(config);
+  std::printf("# model: %s\n", spec.describe().c_str());
+  const train::MemoryNeed need = spec.memory_need();
+  const train::AvailableMemory available = train::available_memory();
+  std::printf("# predicted memory on one rank (%s%s): %s; this machine has %s available (%s)\n", config.precision.c_str(),
+              config.precision == "bf16" ? ": 18 bytes a parameter at most, a weight only a sparse product reads has no "
+                                           "bf16 copy"
+                                         : "",
+              train::describe(need).c_str(), format_bytes(available.bytes).c_str(), available.source.c_str());
+  if (config.tp_3d.empty()) return;
+  const std::array<int64_t, 3> g = config.tp_3d_grid();
+  const data::Graph& graph = spec.graph();
+  const plan::GcnShape shape{.N = graph.num_nodes, .nnz = spec.graph_operator().adjacency.nnz(), .F = graph.num_features,
+                             .H = config.gcn.hidden, .K = graph.num_classes, .L = config.gcn.layers,
+                             .labelled = graph.count(data::NodeSplit::Train), .weight_decay = config.weight_decay > 0,
+                             .bf16 = config.precision == "bf16"};
+  const plan::Grid3DBytes bytes = plan::gcn_3d_bytes_per_epoch(shape, g[0], g[1], g[2]);
+  std::printf("# 3D grid %s (Plexus): rank 0 holds about %s and moves per epoch row %s, col %s, depth %s\n",
+              config.tp_3d.c_str(), format_bytes(plan::gcn_3d_memory_bytes(shape, g[0], g[1], g[2])).c_str(),
+              format_bytes(bytes.row).c_str(), format_bytes(bytes.col).c_str(), format_bytes(bytes.depth).c_str());
+}
+
 void print_dry_run(train::TrainConfig& config) {
   std::printf("# resolved configuration\n%s\n", train::to_toml(config).c_str());
+  if (config.family == "gcn") {
+    print_gcn_dry_run(config);
+    std::printf("\n# %s\n", config.mesh_layout().rank_map().c_str());
+    return;
+  }
   const int64_t params = config.model.num_parameters(config.tp);
   std::printf("# model: %lld parameters, %lld per tensor-parallel rank (vocabulary size taken from the data at run "
               "time: %s)\n",

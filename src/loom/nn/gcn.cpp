@@ -1,5 +1,6 @@
 #include "loom/nn/gcn.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -11,7 +12,10 @@ namespace loom::nn {
 
 namespace {
 
-// ReLU then inverted dropout, in place on a fresh output; backward from that output and the mask.
+// ReLU then inverted dropout, in place on a fresh output. Backward needs only where the
+// gradient passes and its scale: the dropout mask with ReLU's gate folded in (0 where the
+// output is not positive), so the output itself is not kept: the next layer keeps it (in bf16
+// under mixed precision, which would otherwise sit beside this fp32 copy).
 class ReluDropout : public Module {
  public:
   // conv: the layer before, whose output block (the whole, or a parallel rank's) this gets.
@@ -22,8 +26,8 @@ class ReluDropout : public Module {
   Tensor forward_impl(const Tensor& x, Context& ctx) override {
     Tensor out = x.clone();  // (N, H)
     kernels::relu_forward(out.f32(), out.numel());
+    Tensor mask = Tensor::empty(out.shape());  // (N, H): 1 / (1 - p), or 0 where dropped or ReLU's output is 0
     if (mode_->training && p_ > 0.0f) {
-      Tensor mask = Tensor::empty(out.shape());  // (N, H): 1 / (1 - p) or 0
       const uint64_t key = kernels::dropout_key(mode_->seed, mode_->step, layer_);
       const GraphConv::OutputBlock block = conv_.output_block();
       if (block.nodes == nullptr) {
@@ -32,17 +36,18 @@ class ReluDropout : public Module {
         kernels::dropout_forward_block(out.f32(), mask.f32(), out.f32(), out.size(0), out.size(1), block.nodes->data(),
                                        block.col0, conv_.out_features(), p_, key);
       }
-      ctx.save(this, {out, mask});
     } else {
-      ctx.save(this, {out, Tensor()});
+      std::fill(mask.f32(), mask.f32() + mask.numel(), 1.0f);
     }
+    kernels::relu_backward(mask.f32(), out.f32(), mask.numel());  // the gate: mask where out > 0, else 0
+    ctx.save(this, {mask});
     return out;
   }
   Tensor backward_impl(const Tensor& dy, Context& ctx) override {
-    Tensor dx = dy.clone();
-    if (ctx.saved(this, 1).defined())
-      kernels::dropout_backward(dx.f32(), dx.f32(), ctx.saved(this, 1).f32(), dx.numel());
-    kernels::relu_backward(dx.f32(), ctx.saved(this, 0).f32(), dx.numel());
+    const Tensor& mask = ctx.saved(this, 0);
+    Tensor dx = Tensor::empty(dy.shape());
+    kernels::dropout_backward(dx.f32(), dy.f32(), mask.f32(), dx.numel());
+    kernels::relu_backward(dx.f32(), mask.f32(), dx.numel());  // +0 where gated (dy * 0 may be -0)
     ctx.release(this);
     return dx;
   }

@@ -4,6 +4,8 @@
 #include "loom/kernels/matmul.hpp"
 #include "loom/kernels/residual.hpp"
 #include "loom/kernels/spmm.hpp"
+#include "loom/nn/gemm_input.hpp"
+#include "loom/nn/saved_activation.hpp"
 
 namespace loom::nn {
 
@@ -49,10 +51,15 @@ const kernels::CsrMatrix* GraphConv::sparse_input(const Tensor& x) {
     source_is_sparse_ = static_cast<double>(nonzeros) < kSparseInputDensity * static_cast<double>(x.numel());
     sparse_x_ = source_is_sparse_ ? kernels::dense_to_csr(x.f32(), x.size(0), x.size(1)) : kernels::CsrMatrix{};
     sparse_xt_ = source_is_sparse_ ? kernels::csr_transpose(sparse_x_) : kernels::CsrMatrix{};
+    // A sparse product is not a GEMM: it reads the fp32 weight under mixed precision too (as
+    // torch.autocast leaves sparse products in fp32), so the weight has no bf16 copy.
+    weight_->set_kept_in_fp32(source_is_sparse_);
   }
   return source_is_sparse_ ? &sparse_x_ : nullptr;
 }
 
+// Under bf16 mixed precision the GEMMs read the weight's bf16 copy (made once a step) and keep
+// their activation operands in bf16 (nn/saved_activation.hpp); sums, SpMMs and the bias stay fp32.
 Tensor GraphConv::forward_impl(const Tensor& x, Context& ctx) {
   const kernels::CsrMatrix& A = graph_->adjacency;
   const int64_t N = A.rows;
@@ -62,19 +69,23 @@ Tensor GraphConv::forward_impl(const Tensor& x, Context& ctx) {
   if (aggregates_first()) {
     Tensor agg = Tensor::empty({N, in_});  // (N, in): Â X
     kernels::spmm(A, x.f32(), agg.f32(), in_);
-    kernels::matmul(agg.f32(), Trans::N, weight_->value().f32(), Trans::N, y.f32(), N, out_, in_, bias_->value().f32());
-    ctx.save(this, {agg});
+    const Tensor input = saved_activation(agg, ctx);
+    kernels::matmul(gemm_input(input), Trans::N, weight_->gemm_operand(), Trans::N, y.f32(), N, out_, in_,
+                    bias_->value().f32());
+    ctx.save(this, {input});
   } else {
     Tensor support = Tensor::empty({N, out_});  // (N, out): X W
+    Tensor input = x;  // the data itself when sparse: its CSR forms are built from it
     if (const kernels::CsrMatrix* sx = sparse_input(x)) {
       kernels::spmm(*sx, weight_->value().f32(), support.f32(), out_);
     } else {
-      kernels::matmul(x.f32(), Trans::N, weight_->value().f32(), Trans::N, support.f32(), N, out_, in_);
+      input = saved_activation(x, ctx);
+      kernels::matmul(gemm_input(input), Trans::N, weight_->gemm_operand(), Trans::N, support.f32(), N, out_, in_);
     }
     const float* b = bias_->value().f32();
     for (int64_t i = 0; i < N; ++i) std::copy(b, b + out_, y.f32() + i * out_);
     kernels::spmm(A, support.f32(), y.f32(), out_, /*accumulate=*/true);
-    ctx.save(this, {x});
+    ctx.save(this, {input});
   }
   return y;
 }
@@ -82,28 +93,33 @@ Tensor GraphConv::forward_impl(const Tensor& x, Context& ctx) {
 Tensor GraphConv::backward_impl(const Tensor& dy, Context& ctx) {
   const kernels::CsrMatrix& At = graph_->transposed;
   const int64_t N = At.rows;
-  const Tensor saved = ctx.saved(this, 0);  // aggregate first: Â X; else X
+  const Tensor saved = ctx.saved(this, 0);  // aggregate first: Â X; else X (either maybe in bf16)
   kernels::bias_backward(bias_->grad().f32(), dy.f32(), N, out_);
   Tensor dx;  // (N, in) when input_gradient_
   if (aggregates_first()) {
-    kernels::matmul(saved.f32(), Trans::T, dy.f32(), Trans::N, weight_->grad().f32(), in_, out_, N, nullptr, true);
+    const Tensor dy_c = in_compute_precision(dy);  // converted once for both GEMMs
+    kernels::matmul(gemm_input(saved), Trans::T, gemm_input(dy_c), Trans::N, weight_->grad().f32(), in_, out_, N, nullptr,
+                    true);
     if (input_gradient_) {
       Tensor dagg = Tensor::empty({N, in_});  // (N, in)
-      kernels::matmul(dy.f32(), Trans::N, weight_->value().f32(), Trans::T, dagg.f32(), N, in_, out_);
+      kernels::matmul(gemm_input(dy_c), Trans::N, weight_->gemm_operand(), Trans::T, dagg.f32(), N, in_, out_);
       dx = Tensor::empty({N, in_});
       kernels::spmm(At, dagg.f32(), dx.f32(), in_);
     }
   } else {
     Tensor dsupport = Tensor::empty({N, out_});  // (N, out): Âᵀ dY
     kernels::spmm(At, dy.f32(), dsupport.f32(), out_);
-    if (sparse_input(saved) != nullptr) {
+    const bool sparse = source_is_sparse_ && saved.shares_storage(sparse_source_);  // forward's sparse product
+    if (sparse) {
       kernels::spmm(sparse_xt_, dsupport.f32(), weight_->grad().f32(), out_, /*accumulate=*/true);
     } else {
-      kernels::matmul(saved.f32(), Trans::T, dsupport.f32(), Trans::N, weight_->grad().f32(), in_, out_, N, nullptr, true);
-    }
-    if (input_gradient_) {
-      dx = Tensor::empty({N, in_});
-      kernels::matmul(dsupport.f32(), Trans::N, weight_->value().f32(), Trans::T, dx.f32(), N, in_, out_);
+      const Tensor dsupport_c = in_compute_precision(dsupport);  // once for both GEMMs
+      kernels::matmul(gemm_input(saved), Trans::T, gemm_input(dsupport_c), Trans::N, weight_->grad().f32(), in_, out_, N,
+                      nullptr, true);
+      if (input_gradient_) {
+        dx = Tensor::empty({N, in_});
+        kernels::matmul(gemm_input(dsupport_c), Trans::N, weight_->gemm_operand(), Trans::T, dx.f32(), N, in_, out_);
+      }
     }
   }
   weight_->grad_contributed();

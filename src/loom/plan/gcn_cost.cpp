@@ -46,27 +46,29 @@ Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& s, int64_t R, int64_t C, int6
                                    int64_t labelled_rows) {
   const std::array<int64_t, 3> size{R, C, D};
   std::array<int64_t, 3> bytes{0, 0, 0};
-  const auto add = [&](int axis, int64_t floats) {
-    if (size[static_cast<size_t>(axis)] > 1) bytes[static_cast<size_t>(axis)] += 4 * floats;
+  const auto add = [&](int axis, int64_t n) {  // n bytes
+    if (size[static_cast<size_t>(axis)] > 1) bytes[static_cast<size_t>(axis)] += n;
   };
+  const int64_t act = s.bf16 ? 2 : 4;  // an activation value's bytes on the wire, and a W value's in the gathers
   int64_t in = s.F;
   for (int64_t l = 0; l < s.L; ++l) {
     const int64_t out = l + 1 == s.L ? s.K : s.H;
     const LayerSplit p = split_of(size, l, in, out);
     const int64_t rows = part(s.N, p.Gd, at[static_cast<size_t>(p.d)]), cols = part(s.N, p.Go, at[static_cast<size_t>(p.o)]);
-    const int64_t parameters = p.Gd * p.parameter_piece();  // the W and b block, gathered or scattered
-    add(p.d, parameters);                                   // forward: W and b all-gathered
-    if (l == 0 && cols > 0) add(p.d, p.Gd * ceil_div(cols, p.Gd) * p.in_local);  // the features' shards
-    add(p.o, rows * p.in_local);
-    add(p.i, rows * p.out_local);
+    const int64_t gathered = p.Gd * (act * p.in_local + 4) * p.shard;  // the W and b block
+    const int64_t scattered = 4 * p.Gd * p.parameter_piece();          // its gradient, fp32
+    add(p.d, gathered);                                                 // forward: W and b all-gathered
+    if (l == 0 && cols > 0) add(p.d, 4 * p.Gd * ceil_div(cols, p.Gd) * p.in_local);  // the features' shards
+    add(p.o, act * rows * p.in_local);
+    add(p.i, act * rows * p.out_local);
     if (l + 1 == s.L) {  // the class-parallel loss
       const int64_t m = labelled_rows >= 0 ? labelled_rows : ceil_div(s.labelled * rows, s.N);
-      if (m > 0) add(p.o, 4 * m);
-      add(p.d, 2);
+      if (m > 0) add(p.o, 4 * 4 * m);
+      add(p.d, 4 * 2);
     }
-    add(p.d, parameters);  // backward: dW and db reduce-scattered
-    if (l > 0) add(p.d, parameters), add(p.o, rows * p.in_local), add(p.d, cols * p.in_local);
-    if (l == 0 && s.weight_decay) add(p.o, 1), add(p.i, 1), add(p.d, 1);
+    add(p.d, scattered);  // backward: dW and db reduce-scattered
+    if (l > 0) add(p.d, gathered), add(p.o, act * rows * p.in_local), add(p.d, act * cols * p.in_local);
+    if (l == 0 && s.weight_decay) add(p.o, 4), add(p.i, 4), add(p.d, 4);
     in = out;
   }
   return {.row = bytes[kRow], .col = bytes[kCol], .depth = bytes[kDepth]};

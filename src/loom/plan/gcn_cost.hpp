@@ -20,6 +20,7 @@ struct GcnShape {
   int64_t K = 2, L = 2;    // classes, graph convolutions
   int64_t labelled = 0;    // training nodes (the loss reads their logits)
   bool weight_decay = true;  // the L2 term's ||W0||² sums over the grid each step
+  bool bf16 = false;         // mixed precision: the activation sums and the W block move in bf16
 };
 
 // One training epoch (forward + backward + loss) of the rank at grid position `at` = {row,
@@ -35,7 +36,9 @@ struct GcnShape {
 //   backward: reduce-scatter of dW and db over depth (P); for l > 0 the all-gather of P again,
 //   dAGG over outer (n_d in') and dX over depth (n_o in'); the first layer's ||W||² over
 //   outer, inner and depth (1 float each). A collective counts its whole buffer (P for the
-//   gather and the scatter). An axis of one rank, or an empty buffer, moves nothing.
+//   gather and the scatter). An axis of one rank, or an empty buffer, moves nothing. 4 bytes
+//   a value; under bf16 (shape.bf16) 2 for the activation sums and W in the gathers of P (b,
+//   the features, the gradients and the loss stay fp32).
 // labelled_rows: m, the training nodes among the rank's last-layer rows (they depend on the
 // node orders); -1: its even share, labelled n_d / N rounded up.
 Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& shape, int64_t R, int64_t C, int64_t D,

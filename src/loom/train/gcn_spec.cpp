@@ -146,15 +146,21 @@ StepWork GcnSpec::step_work() const {
 MemoryNeed GcnSpec::memory_need() const {
   const double params = static_cast<double>(config_.gcn.num_parameters(graph_.num_features, classes()));
   const double csr = 2.0 * static_cast<double>(operator_->adjacency.nnz()) * 8.0 + 16.0 * static_cast<double>(graph_.num_nodes);
-  return {16.0 * params, static_cast<double>(activation_estimate()) + csr};
+  // fp32 value, gradient and Adam's two moments; bf16 mixed precision adds the GEMMs' bf16 copy.
+  const double state_bytes = config_.precision == "bf16" ? 18.0 : 16.0;
+  return {state_bytes * params, static_cast<double>(activation_estimate()) + csr};
 }
 
 int64_t GcnSpec::activation_estimate() const {
-  // Each layer keeps its saved input (N x min-side width) and output (N x out); hidden layers
-  // also the ReLU/dropout output and mask; plus the features.
+  // The features; each layer keeps its saved input (N x the narrower width; in bf16 under
+  // mixed precision) and its output (N x out); a hidden layer's ReLU/dropout also its mask.
+  const int64_t saved = config_.precision == "bf16" ? 2 : 4;
   int64_t bytes = 4 * graph_.num_nodes * graph_.num_features;
-  for (const auto& [in, out] : layer_widths(config_.gcn, graph_.num_features, classes()))
-    bytes += 4 * graph_.num_nodes * (std::min(in, out) + 3 * out);
+  const auto widths = layer_widths(config_.gcn, graph_.num_features, classes());
+  for (size_t l = 0; l < widths.size(); ++l) {
+    const auto [in, out] = widths[l];
+    bytes += graph_.num_nodes * (saved * std::min(in, out) + 4 * out + (l + 1 < widths.size() ? 4 * out : 0));
+  }
   return bytes;
 }
 

@@ -1,11 +1,14 @@
 #include "loom/parallel/graph_3d/graph_conv_3d.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "loom/error.hpp"
 #include "loom/kernels/matmul.hpp"
 #include "loom/kernels/residual.hpp"
 #include "loom/kernels/spmm.hpp"
+#include "loom/nn/gemm_input.hpp"
+#include "loom/nn/saved_activation.hpp"
 
 namespace loom::parallel::graph3d {
 
@@ -20,6 +23,7 @@ Roles Roles::of(int64_t layer) {
 }
 
 namespace {
+
 // A range of positions in an order -> the nodes there.
 std::vector<int64_t> nodes_at(const std::vector<int64_t>& order, std::pair<int64_t, int64_t> range) {
   return {order.begin() + range.first, order.begin() + range.second};
@@ -69,7 +73,8 @@ GraphConv3D::GraphConv3D(int64_t in, int64_t out, int64_t layer, std::shared_ptr
 
 void GraphConv3D::all_reduce(Tensor& t, Axis a) const {
   // Every member of an axis group holds the same shape, so an empty block skips on all of them.
-  if (t.numel() > 0) grid_.all_reduce(t, a);
+  // These are activations and their gradients: in the group's activation dtype (bf16 in a bf16 run).
+  if (t.numel() > 0) grid_.sum_activations(t, a);
 }
 
 nn::GraphConv::OutputBlock GraphConv3D::output_block() const {
@@ -96,20 +101,33 @@ double GraphConv3D::weight_sum_squares() {
 
 std::pair<Tensor, Tensor> GraphConv3D::gathered_parameters() const {
   const int D = grid_.size(roles_.depth);
-  if (D == 1) return {weight_->value(), bias_->value()};
-  // Each depth rank's shard: its W columns (in_local, shard) then its b columns (shard).
-  const int64_t piece = (in_local_ + 1) * shard_;
-  Tensor mine = Tensor::empty({piece}, DType::F32, MemoryCategory::CommBuffers);
-  std::copy_n(weight_->value().f32(), in_local_ * shard_, mine.f32());
-  std::copy_n(bias_->value().f32(), shard_, mine.f32() + in_local_ * shard_);
-  Tensor all = Tensor::empty({D * piece}, DType::F32, MemoryCategory::CommBuffers);
-  grid_.group(roles_.depth).all_gather(mine, all);
-  Tensor w = Tensor::empty({in_local_, out_local_}, DType::F32, MemoryCategory::CommBuffers);
+  const Tensor& w_shard = weight_->gemm_value();  // (in_local, shard): fp32, or its bf16 copy (made once a step)
+  if (D == 1) return {w_shard, bias_->value()};
+  // Each depth rank's piece: its W columns in the GEMMs' dtype, then its b columns in fp32 (the
+  // bias is added in fp32). A bf16 piece travels as 16-bit words, b's fp32 bits as pairs of
+  // them: exact, since a gather adds nothing.
+  const DType dt = w_shard.dtype();
+  const auto esize = static_cast<int64_t>(dtype_size(dt));
+  const int64_t w_bytes = in_local_ * shard_ * esize, piece = (w_bytes + 4 * shard_) / esize;  // in elements
+  Tensor mine = Tensor::empty({piece}, dt, MemoryCategory::CommBuffers);
+  auto* my_bytes = static_cast<char*>(mine.raw());
+  std::memcpy(my_bytes, w_shard.raw(), static_cast<size_t>(w_bytes));
+  std::memcpy(my_bytes + w_bytes, bias_->value().f32(), sizeof(float) * static_cast<size_t>(shard_));
+  Tensor all = Tensor::empty({D * piece}, dt, MemoryCategory::CommBuffers);
+  comm::ProcessGroup& depth = grid_.group(roles_.depth);
+  if (dt == DType::BF16)
+    depth.all_gather_bf16_async(mine.bf16(), all.bf16(), piece).wait();
+  else
+    depth.all_gather(mine, all);
+  Tensor w = Tensor::empty({in_local_, out_local_}, dt, MemoryCategory::CommBuffers);
   Tensor b = Tensor::empty({out_local_}, DType::F32, MemoryCategory::CommBuffers);
+  const int64_t row_bytes = shard_ * esize;
   for (int d = 0; d < D; ++d) {
-    const float* src = all.f32() + d * piece;
-    for (int64_t i = 0; i < in_local_; ++i) std::copy_n(src + i * shard_, shard_, w.f32() + i * out_local_ + d * shard_);
-    std::copy_n(src + in_local_ * shard_, shard_, b.f32() + d * shard_);
+    const char* src = static_cast<const char*>(all.raw()) + d * piece * esize;
+    char* w_bytes_out = static_cast<char*>(w.raw());
+    for (int64_t i = 0; i < in_local_; ++i)
+      std::memcpy(w_bytes_out + (i * out_local_ + d * shard_) * esize, src + i * row_bytes, static_cast<size_t>(row_bytes));
+    std::memcpy(b.f32() + d * shard_, src + w_bytes, sizeof(float) * static_cast<size_t>(shard_));
   }
   return {w, b};
 }
@@ -176,13 +194,15 @@ Tensor GraphConv3D::forward_impl(const Tensor& x_in, nn::Context& ctx) {
   kernels::spmm(block_, x.f32(), agg.f32(), in_local_);
   all_reduce(agg, roles_.outer);
   const auto [w, bias] = gathered_parameters();
+  const Tensor input = nn::saved_activation(agg, ctx);  // in bf16 once under mixed precision
   Tensor y = Tensor::zeros({rows, out_local_});  // (rows, out/outer)
-  if (rows > 0) kernels::matmul(agg.f32(), Trans::N, w.f32(), Trans::N, y.f32(), rows, out_local_, in_local_);
+  if (rows > 0)
+    kernels::matmul(nn::gemm_input(input), Trans::N, nn::gemm_input(w), Trans::N, y.f32(), rows, out_local_, in_local_);
   all_reduce(y, roles_.inner);
   const float* b = bias.f32();
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < out_local_; ++j) y.f32()[r * out_local_ + j] += b[j];
-  ctx.save(this, {agg});
+  ctx.save(this, {input});
   return y;
 }
 
@@ -193,8 +213,9 @@ Tensor GraphConv3D::backward_impl(const Tensor& dy, nn::Context& ctx) {
         ", ", out_local_, ") output gradient, got ", shape_str(dy.shape()));
   // dW and db: partial over the depth ranks' rows.
   Tensor dw = Tensor::zeros({in_local_, out_local_}), db = Tensor::zeros({out_local_});
+  const Tensor dy_c = nn::in_compute_precision(dy);  // converted once for both GEMMs
   if (rows > 0) {
-    kernels::matmul(agg.f32(), Trans::T, dy.f32(), Trans::N, dw.f32(), in_local_, out_local_, rows);
+    kernels::matmul(nn::gemm_input(agg), Trans::T, nn::gemm_input(dy_c), Trans::N, dw.f32(), in_local_, out_local_, rows);
     kernels::bias_backward(db.f32(), dy.f32(), rows, out_local_);
   }
   reduce_scatter_gradients(dw, db);
@@ -202,7 +223,8 @@ Tensor GraphConv3D::backward_impl(const Tensor& dy, nn::Context& ctx) {
   if (input_gradient_) {
     const Tensor w = gathered_parameters().first;  // gathered again, not kept since forward
     Tensor dagg = Tensor::zeros({rows, in_local_});  // (rows, in/inner): partial over outer
-    if (rows > 0) kernels::matmul(dy.f32(), Trans::N, w.f32(), Trans::T, dagg.f32(), rows, in_local_, out_local_);
+    if (rows > 0)
+      kernels::matmul(nn::gemm_input(dy_c), Trans::N, nn::gemm_input(w), Trans::T, dagg.f32(), rows, in_local_, out_local_);
     all_reduce(dagg, roles_.outer);
     dx = Tensor::empty({cols, in_local_});  // (cols, in/inner): partial over depth
     kernels::spmm(block_t_, dagg.f32(), dx.f32(), in_local_);

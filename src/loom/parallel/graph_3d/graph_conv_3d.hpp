@@ -15,7 +15,9 @@
 // computed on them (class_parallel_loss.hpp). Widths are padded with zero features
 // so every piece is equal: a layer's output to a multiple of outer x depth (W's columns split
 // over both), a hidden layer's input likewise (the previous layer's output; padded weights
-// get zero gradients and stay 0).
+// get zero gradients and stay 0). Under bf16 mixed precision the GEMMs read bf16 (the W block
+// gathered as its shards' bf16 copies, made once a step) and the activation sums cross in bf16;
+// the features' gather, the dW and db reduce-scatter, b and the loss stay fp32.
 #pragma once
 
 #include <memory>
@@ -75,8 +77,8 @@ class GraphConv3D : public nn::GraphConv {
  private:
   // The first layer's input block (cols, in_local) from the depth ranks' shards.
   Tensor gathered_input(const Tensor& shard) const;
-  // This rank's W block (in_local, out_local) and b block (out_local), its depth ranks'
-  // shards all-gathered (one buffer).
+  // This rank's W block (in_local, out_local), in the GEMMs' dtype, and b block (out_local),
+  // its depth ranks' shards all-gathered (one buffer).
   std::pair<Tensor, Tensor> gathered_parameters() const;
   // dW (in_local, out_local) and db (out_local), partial over depth: summed and scattered
   // back onto this rank's shards' gradients.

@@ -14,13 +14,6 @@ namespace loom::parallel::tp3d {
 
 using kernels::Trans;
 
-namespace {
-// A gathered weight block as a GEMM operand: bf16 when it crossed depth in bf16.
-kernels::Operand operand(const Tensor& w) {
-  return w.dtype() == DType::BF16 ? kernels::Operand(w.bf16()) : kernels::Operand(w.f32());
-}
-}  // namespace
-
 std::string Linear3D::misfit(int64_t in, int64_t out, int64_t blocks, const Grid3D& grid, Roles roles) {
   const int pi = grid.size(roles.in_axis), po = grid.size(roles.out_axis), D = grid.size(Axis::Depth);
   if (in % pi != 0)
@@ -87,7 +80,7 @@ Tensor Linear3D::forward_impl(const Tensor& x_in, nn::Context& ctx) {
   std::vector<Grid3D::Pending> sums;
   for (int p = 0; p < pieces; ++p) {
     const int64_t r0 = comm::chunk_begin(N, pieces, p), rows = comm::chunk_begin(N, pieces, p + 1) - r0;
-    kernels::matmul(nn::gemm_input(input, r0 * in_local_), Trans::N, operand(w), Trans::T, y.f32() + r0 * out_local_,
+    kernels::matmul(nn::gemm_input(input, r0 * in_local_), Trans::N, nn::gemm_input(w), Trans::T, y.f32() + r0 * out_local_,
                     rows, out_local_, in_local_);
     sums.push_back(grid_.start_sum_activations(y.f32() + r0 * out_local_, rows * out_local_, roles_.in_axis));
     if (!overlap_) sums.back().wait();
@@ -116,7 +109,7 @@ Tensor Linear3D::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
   }
   Tensor dx = Tensor::empty(x.shape(), DType::F32);  // (N, C/in), partial over out_axis
   const Tensor dy_c = nn::in_compute_precision(dy);  // converted once for both GEMMs
-  kernels::matmul(nn::gemm_input(dy_c), Trans::N, operand(w), Trans::N, dx.f32(), N, in_local_, out_local_);
+  kernels::matmul(nn::gemm_input(dy_c), Trans::N, nn::gemm_input(w), Trans::N, dx.f32(), N, in_local_, out_local_);
   Grid3D::Pending dx_sum = grid_.start_sum_activations(dx, roles_.out_axis);
   if (!overlap_) dx_sum.wait();
   // With overlap, a whole input's gradient is gathered over in_axis right behind the sum over
