@@ -180,7 +180,12 @@ Runner add_verify_command(CLI::App& sub) {
                  "parameter tolerance, relative to each tensor's largest magnitude [default 1e-3" + bf16 + fmt(kBf16Tolerances.param_rtol) + "]");
   std::shared_ptr<ConfigFlags> flags = add_config_flags(sub, defaults);
   return [flags, tol, defaults, loss, grad, param]() {
-    const train::TrainConfig config = flags->resolve(defaults);
+    train::TrainConfig config = flags->resolve(defaults);
+    if (config.family == "gcn") {  // one batch a step, the whole graph: no micro-batches to split it into
+      train::TrainConfig gcn_defaults = defaults;
+      gcn_defaults.micro_batches = 1;
+      config = flags->resolve(gcn_defaults);
+    }
     if (config.precision == "bf16" || config.grad_reduce_dtype == "bf16") {  // bf16's defaults where none was given
       if (loss->count() == 0) tol->loss_rtol = kBf16Tolerances.loss_rtol;
       if (grad->count() == 0) tol->grad_rtol = kBf16Tolerances.grad_rtol;

@@ -5,9 +5,10 @@
 // gradients before clipping (1e-4 of each tensor's largest magnitude) and parameters after 3
 // Adam steps (1e-4 of each tensor's scale); a grid wider than the graph (ranks with no rows or
 // columns of Â) must neither hang nor differ. Then the bytes each axis moves per epoch equal
-// plan::gcn_3d_bytes_per_epoch on every rank. Last, checkpoints, which hold the serial tensors:
-// with widths the grid divides, a resume under the same grid continues bit for bit and a run
-// moves serial -> grid -> serial like the uninterrupted serial run; padded widths are refused.
+// plan::gcn_3d_bytes_per_epoch on every rank. Last, checkpoints, which hold the serial tensors
+// (a grid's padding left out): with widths the grid divides and with widths it pads, a resume
+// under the same grid continues bit for bit and a run moves serial -> grid -> serial like the
+// uninterrupted serial run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -259,102 +260,110 @@ TEST(Graph3DMixedPrecision, EachWeightShardHasOneBf16Copy) {
   }
 }
 
-// A 3-layer GCN whose widths the 2,1,2 grid splits without padding.
-train::TrainConfig divisible_config() {
-  train::TrainConfig c = gcn_config(Case{.layers = 3, .data = "rmat:scale=7,edge_factor=4,features=13,classes=4,seed=2"});
-  c.gcn.hidden = 8;
+// Checkpoints of a 3D GCN hold the serial tensors. Two 3-layer GCNs on 2,1,2: one whose
+// widths the grid splits (hidden 8, 4 classes; 13 features over a col of 1), and one it pads
+// (hidden 7 and 3 classes, held as 8 and 4: padding along both splits of a weight and along a
+// bias), which its shard specs leave out of the checkpoint. The padded grid writes single-file
+// checkpoints (its tensors gathered and cut to the serial shapes), the other sharded ones
+// (each piece cut).
+struct ResumeCase {
+  std::string name;
+  int64_t hidden, classes;
+  std::string format;
+};
+const ResumeCase kResumeCases[] = {{"divisible", 8, 4, "sharded"}, {"padded", 7, 3, "single"}};
+
+train::TrainConfig resume_config(const ResumeCase& k) {
+  train::TrainConfig c = gcn_config(
+      Case{.layers = 3, .data = "rmat:scale=7,edge_factor=4,features=13,classes=" + std::to_string(k.classes) + ",seed=2"});
+  c.gcn.hidden = k.hidden;
+  c.checkpoint_format = k.format;
   return c;
 }
 
-// Checkpoints of a 3D GCN hold the serial tensors. Widths 2,1,2 divides (hidden 8, 4 classes;
-// 13 features over a col of 1): resumed under the same grid, the run goes on bit for bit.
+// Resumed under the same grid, the run goes on bit for bit.
 TEST(Graph3DResume, UnderTheSameGridContinuesBitForBit) {
   if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
-  train::TrainConfig c = divisible_config();
-  c.steps = 4;
-  c.tp_3d = "2,1,2";
-  train::Trainer straight(c, true, &world());
-  const GcnRun want = run(straight);
+  for (const ResumeCase& k : kResumeCases) {
+    SCOPED_TRACE(k.name);
+    train::TrainConfig c = resume_config(k);
+    c.steps = 4;
+    c.tp_3d = "2,1,2";
+    train::Trainer straight(c, true, &world());
+    const GcnRun want = run(straight);
 
-  const std::string dir = testing::equivalence::fresh_shared_dir("loom_gcn3d_resume", world());
-  {
-    train::TrainConfig first = c;
-    first.steps = 2;
-    first.out_dir = dir;
-    train::Trainer saver(first, true, &world());
-    run(saver);
-    saver.save_checkpoint_now();
+    const std::string dir = testing::equivalence::fresh_shared_dir("loom_gcn3d_resume_" + k.name, world());
+    {
+      train::TrainConfig first = c;
+      first.steps = 2;
+      first.out_dir = dir;
+      train::Trainer saver(first, true, &world());
+      run(saver);
+      saver.save_checkpoint_now();
+    }
+    c.resume = dir;
+    train::Trainer resumed(c, true, &world());
+    ASSERT_EQ(resumed.step(), 2);
+    const GcnRun got = run(resumed);
+    EXPECT_EQ(got.losses, std::vector<float>(want.losses.begin() + 2, want.losses.end()));
+    ASSERT_EQ(got.params.size(), want.params.size());
+    for (const auto& [name, w] : want.params) {
+      ASSERT_EQ(got.params.at(name).shape(), w.shape()) << name;
+      EXPECT_TRUE(testing::all_close(got.params.at(name).f32(), w.f32(), w.numel(), 0.0, 0.0, name));
+    }
+    testing::equivalence::remove_shared_dir(dir, world());
   }
-  c.resume = dir;
-  train::Trainer resumed(c, true, &world());
-  ASSERT_EQ(resumed.step(), 2);
-  const GcnRun got = run(resumed);
-  EXPECT_EQ(got.losses, std::vector<float>(want.losses.begin() + 2, want.losses.end()));
-  ASSERT_EQ(got.params.size(), want.params.size());
-  for (const auto& [name, w] : want.params) {
-    EXPECT_TRUE(testing::all_close(got.params.at(name).f32(), w.f32(), w.numel(), 0.0, 0.0, name));
-  }
-  testing::equivalence::remove_shared_dir(dir, world());
 }
 
 // serial (2 steps) -> grid 2,1,2 (2 more) -> serial (2 more): the losses and parameters of the
-// uninterrupted serial run.
+// uninterrupted serial run, whose tensors have the serial shapes throughout.
 TEST(Graph3DResume, SerialToGridToSerial) {
   if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
-  train::TrainConfig c = divisible_config();
-  c.steps = 6;
-  train::Trainer straight(c, true);
-  const GcnRun want = run(straight);
+  for (const ResumeCase& k : kResumeCases) {
+    SCOPED_TRACE(k.name);
+    train::TrainConfig c = resume_config(k);
+    c.steps = 6;
+    train::Trainer straight(c, true);
+    const GcnRun want = run(straight);
 
-  const std::string serial_dir = testing::equivalence::fresh_shared_dir("loom_gcn3d_from_serial", world());
-  const std::string grid_dir = testing::equivalence::fresh_shared_dir("loom_gcn3d_from_grid", world());
-  {  // each rank trains the serial run alone; rank 0 saves it
-    train::TrainConfig first = c;
-    first.steps = 2;
-    first.out_dir = world().rank() == 0 ? serial_dir : "";
-    train::Trainer saver(first, true);
-    run(saver);
-    if (world().rank() == 0) saver.save_checkpoint_now();
+    const std::string serial_dir = testing::equivalence::fresh_shared_dir("loom_gcn3d_from_serial_" + k.name, world());
+    const std::string grid_dir = testing::equivalence::fresh_shared_dir("loom_gcn3d_from_grid_" + k.name, world());
+    {  // each rank trains the serial run alone; rank 0 saves it
+      train::TrainConfig first = c;
+      first.steps = 2;
+      first.out_dir = world().rank() == 0 ? serial_dir : "";
+      train::Trainer saver(first, true);
+      run(saver);
+      if (world().rank() == 0) saver.save_checkpoint_now();
+    }
+    world().barrier();
+    {
+      train::TrainConfig middle = c;
+      middle.steps = 4;
+      middle.tp_3d = "2,1,2";
+      middle.resume = serial_dir;
+      middle.out_dir = grid_dir;
+      train::Trainer grid(middle, true, &world());
+      ASSERT_EQ(grid.step(), 2);
+      const GcnRun got = run(grid);
+      EXPECT_TRUE(testing::all_close(got.losses, std::vector<float>(want.losses.begin() + 2, want.losses.begin() + 4),
+                                     1e-5, 0, "grid after the serial checkpoint"));
+      grid.save_checkpoint_now();
+    }
+    train::TrainConfig last = c;
+    last.resume = grid_dir;
+    train::Trainer resumed(last, true);
+    ASSERT_EQ(resumed.step(), 4);
+    const GcnRun got = run(resumed);
+    EXPECT_TRUE(testing::all_close(got.losses, std::vector<float>(want.losses.begin() + 4, want.losses.end()), 1e-5, 0,
+                                   "serial after the grid checkpoint"));
+    for (const auto& [name, w] : want.params) {
+      ASSERT_EQ(got.params.at(name).shape(), w.shape()) << name;
+      EXPECT_TRUE(close_unpadded(got.params.at(name), w, 1e-4, "serial after the grid checkpoint " + name));
+    }
+    testing::equivalence::remove_shared_dir(grid_dir, world());
+    testing::equivalence::remove_shared_dir(serial_dir, world());
   }
-  world().barrier();
-  {
-    train::TrainConfig middle = c;
-    middle.steps = 4;
-    middle.tp_3d = "2,1,2";
-    middle.resume = serial_dir;
-    middle.out_dir = grid_dir;
-    train::Trainer grid(middle, true, &world());
-    ASSERT_EQ(grid.step(), 2);
-    const GcnRun got = run(grid);
-    EXPECT_TRUE(testing::all_close(got.losses, std::vector<float>(want.losses.begin() + 2, want.losses.begin() + 4),
-                                   1e-5, 0, "grid after the serial checkpoint"));
-    grid.save_checkpoint_now();
-  }
-  train::TrainConfig last = c;
-  last.resume = grid_dir;
-  train::Trainer resumed(last, true);
-  ASSERT_EQ(resumed.step(), 4);
-  const GcnRun got = run(resumed);
-  EXPECT_TRUE(testing::all_close(got.losses, std::vector<float>(want.losses.begin() + 4, want.losses.end()), 1e-5, 0,
-                                 "serial after the grid checkpoint"));
-  for (const auto& [name, w] : want.params) {
-    ASSERT_EQ(got.params.at(name).shape(), w.shape()) << name;
-    EXPECT_TRUE(close_unpadded(got.params.at(name), w, 1e-4, "serial after the grid checkpoint " + name));
-  }
-  testing::equivalence::remove_shared_dir(grid_dir, world());
-  testing::equivalence::remove_shared_dir(serial_dir, world());
-}
-
-// Widths the grid pads (hidden 7) have no place in a checkpoint: refused by name on every rank.
-TEST(Graph3DResume, PaddedWidthsAreRefusedByName) {
-  if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
-  train::TrainConfig c = gcn_config(Case{.layers = 3});
-  c.tp_3d = "2,1,2";
-  c.resume = "/nonexistent/checkpoint";
-  const std::string error = testing::error_of([&] { train::Trainer t(c, true, &world()); });
-  EXPECT_NE(error.find("tp_3d (2,1,2) cannot resume (resume = '/nonexistent/checkpoint'): it pads "), std::string::npos)
-      << error;
-  EXPECT_NE(error.find("held as"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -1,16 +1,29 @@
 #include "loom/nn/shard_spec.hpp"
 #include "loom/nn/shard_runs.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "loom/error.hpp"
 
 namespace loom::nn {
 
-Shape ShardSpec::full_shape(const Shape& local) const {
+namespace {
+
+// The pieces' whole, padding included.
+Shape padded_shape(const Shape& local, const ShardSpec& spec) {
   Shape full = local;
-  if (dim >= 0) full.at(static_cast<size_t>(dim)) *= parts;
-  if (dim2 >= 0) full.at(static_cast<size_t>(dim2)) *= parts2;
+  if (spec.dim >= 0) full.at(static_cast<size_t>(spec.dim)) *= spec.parts;
+  if (spec.dim2 >= 0) full.at(static_cast<size_t>(spec.dim2)) *= spec.parts2;
+  return full;
+}
+
+}  // namespace
+
+Shape ShardSpec::full_shape(const Shape& local) const {
+  Shape full = padded_shape(local, *this);
+  if (dim >= 0) full.at(static_cast<size_t>(dim)) -= pad;
+  if (dim2 >= 0) full.at(static_cast<size_t>(dim2)) -= pad2;
   return full;
 }
 
@@ -44,13 +57,33 @@ void for_each_run_1d(const Shape& local, const ShardSpec& spec, F&& copy) {
 // of the first split (in the tensor whose last dimension is still local) cut into rows, each
 // placed at its column offset.
 template <class F>
-void for_each_run(const Shape& local, const ShardSpec& spec, F&& copy) {
+void for_each_padded_run(const Shape& local, const ShardSpec& spec, F&& copy) {
   if (spec.dim2 < 0) return for_each_run_1d(local, spec, copy);
   check(static_cast<size_t>(spec.dim2) + 1 == local.size() && spec.dim < spec.dim2,
         "a second split must be along the last dimension, after the first");
   const int64_t cols = local.back(), full_cols = cols * spec.parts2;
   for_each_run_1d(local, spec, [&](int64_t l, int64_t f, int64_t n) {
     for (int64_t k = 0; k < n; k += cols) copy(l + k, (f + k) / cols * full_cols + spec.index2 * cols, cols);
+  });
+}
+
+// The same runs inside the whole without padding: each padded run cut at the rows of the
+// padded whole, its padding left out, its offsets moved to the unpadded whole.
+template <class F>
+void for_each_run(const Shape& local, const ShardSpec& spec, F&& copy) {
+  if (!spec.padded()) return for_each_padded_run(local, spec, copy);
+  check(local.size() == 1 || local.size() == 2, "a padded split needs a tensor of 1 or 2 dimensions, got ",
+        shape_str(local));
+  const Shape padded = padded_shape(local, spec), whole = spec.full_shape(local);
+  check(whole[0] >= 0 && whole.back() >= 0, "padding ", spec.pad, ", ", spec.pad2, " exceeds the split of ",
+        shape_str(padded));
+  const int64_t rows = local.size() == 2 ? whole[0] : 1, cols = whole.back(), padded_cols = padded.back();
+  for_each_padded_run(local, spec, [&](int64_t l, int64_t f, int64_t n) {
+    while (n > 0) {
+      const int64_t row = f / padded_cols, col = f % padded_cols, run = std::min(n, padded_cols - col);
+      if (row < rows && col < cols) copy(l, row * cols + col, std::min(run, cols - col));
+      l += run, f += run, n -= run;
+    }
   });
 }
 
@@ -75,6 +108,7 @@ void copy_shard(const Tensor& full, Tensor& local, const ShardSpec& spec) {
   check_shapes(full, local, spec);
   const float* src = full.f32();
   float* dst = local.f32();
+  if (spec.padded()) std::fill(dst, dst + local.numel(), 0.0f);  // the padding is in no run
   for_each_run(local.shape(), spec, [&](int64_t l, int64_t f, int64_t n) {
     std::memcpy(dst + l, src + f, sizeof(float) * static_cast<size_t>(n));
   });

@@ -9,6 +9,10 @@
 // dimension `dim2` (> dim) into `parts2` pieces, this rank holding piece `index2`;
 // and several ranks of the group may hold the same piece: `replica` numbers them
 // (replica 0 counts the piece in norms, the others hold copies).
+// A layout may pad a split dimension so its pieces are equal (a 3D-parallel GCN pads widths
+// to its grid): `pad` (`pad2`) zeros end dim (dim2) of the pieces' whole and are not part of
+// the tensor. The whole tensor (full_shape, checkpoints) leaves them out, and a piece's
+// padding stays 0 when a whole is copied into it. Tensors of at most 2 dimensions.
 #pragma once
 
 #include <cstdint>
@@ -28,9 +32,11 @@ struct ShardSpec {
   int64_t replica = 0;
   static constexpr int kTensorAxis = 0, kExpertAxis = 1;
   int axis = kTensorAxis;
+  int64_t pad = 0, pad2 = 0;
 
   bool sharded() const { return (dim >= 0 && parts > 1) || (dim2 >= 0 && parts2 > 1); }
-  // The full tensor's shape, given this rank's piece's.
+  bool padded() const { return pad > 0 || pad2 > 0; }
+  // The full tensor's shape, given this rank's piece's (without the padding).
   Shape full_shape(const Shape& local) const;
 };
 

@@ -41,12 +41,16 @@ json slice_to_json(const nn::ShardSpec& spec) {
     slice["parts2"] = spec.parts2;
     slice["index2"] = spec.index2;
   }
+  if (spec.pad > 0) slice["pad"] = spec.pad;  // zeros the pieces hold past the tensor's end
+  if (spec.pad2 > 0) slice["pad2"] = spec.pad2;
   return slice;
 }
 
 nn::ShardSpec slice_from_json(const json& slice, const std::string& what) {
   nn::ShardSpec spec{slice.at("dim").get<int>(), slice.at("parts").get<int64_t>(), slice.at("index").get<int64_t>(),
                      slice.at("blocks").get<int64_t>()};
+  if (slice.contains("pad")) spec.pad = slice.at("pad").get<int64_t>();
+  if (slice.contains("pad2")) spec.pad2 = slice.at("pad2").get<int64_t>();
   const int given = static_cast<int>(slice.contains("dim2")) + static_cast<int>(slice.contains("parts2")) +
                     static_cast<int>(slice.contains("index2"));
   if (given == 0) return spec;

@@ -64,13 +64,6 @@ std::vector<std::unique_ptr<nn::Module>> GcnSpec::build(const nn::LayerBuilder& 
   model_ = model.get();
   loss_ = parallel::graph3d::node_loss_for(*model->convs().back());
   features_ = parallel::graph3d::model_input_for(*model->convs().front(), features_);  // a parallel rank's shard
-  // A checkpoint holds the serial tensors; weights a grid pads have no place in them.
-  if (!config_.resume.empty() && config_.resume != "auto")
-    for (nn::GraphConv* conv : model->convs())
-      if (const std::string padding = parallel::graph3d::padding_of(*conv); !padding.empty())
-        throw Error("tp_3d (" + config_.tp_3d + ") cannot resume (resume = '" + config_.resume + "'): it pads " + padding +
-                    ", which a checkpoint does not hold; pick widths (gcn_hidden, classes, features) the grid "
-                    "divides, or resume without tp_3d");
   std::vector<std::unique_ptr<nn::Module>> chunks;
   chunks.push_back(std::move(model));
   return chunks;

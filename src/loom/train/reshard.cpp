@@ -16,18 +16,27 @@ Shape slice_shape(const Shape& full, const nn::ShardSpec& spec, const std::strin
               spec.index < spec.parts,
           what, ": slice (dim ", spec.dim, ", part ", spec.index, " of ", spec.parts, ", ", spec.blocks,
           " blocks) does not fit shape ", shape_str(full));
-    const int64_t len = full[static_cast<size_t>(spec.dim)];
-    check(len % (spec.parts * spec.blocks) == 0, what, ": dim ", spec.dim, " of ", shape_str(full),
+    check(spec.pad >= 0 && spec.pad < (int64_t{1} << 40), what, ": padding ", spec.pad, " is not a length");
+    const int64_t len = full[static_cast<size_t>(spec.dim)] + spec.pad;  // the pieces' whole
+    check(len % (spec.parts * spec.blocks) == 0 && (spec.pad == 0 || spec.blocks == 1), what, ": dim ", spec.dim,
+          " of ", shape_str(full), (spec.pad > 0 ? " padded by " + std::to_string(spec.pad) : std::string()),
           " does not split into ", spec.parts, " parts of ", spec.blocks, " blocks");
     local[static_cast<size_t>(spec.dim)] = len / spec.parts;
+  } else {
+    check(spec.pad == 0, what, ": padding ", spec.pad, " without a split");
   }
   if (spec.dim2 >= 0) {  // a 3D-parallel weight's second split, along the last dimension
+    check(spec.pad2 >= 0 && spec.pad2 < (int64_t{1} << 40), what, ": padding ", spec.pad2, " is not a length");
+    const int64_t len = full.empty() ? 0 : full.back() + spec.pad2;
     check(spec.dim2 > spec.dim && static_cast<size_t>(spec.dim2) + 1 == full.size() && spec.parts2 >= 1 &&
-              spec.index2 >= 0 && spec.index2 < spec.parts2 && full.back() % spec.parts2 == 0,
+              spec.index2 >= 0 && spec.index2 < spec.parts2 && len % spec.parts2 == 0,
           what, ": second slice (dim ", spec.dim2, ", part ", spec.index2, " of ", spec.parts2, ") does not fit shape ",
-          shape_str(full));
-    local.back() = full.back() / spec.parts2;
+          shape_str(full), (spec.pad2 > 0 ? " padded by " + std::to_string(spec.pad2) : std::string()));
+    local.back() = len / spec.parts2;
+  } else {
+    check(spec.pad2 == 0, what, ": padding ", spec.pad2, " without a second split");
   }
+  check(!spec.padded() || full.size() <= 2, what, ": padding on a tensor of ", full.size(), " dimensions");
   return local;
 }
 
@@ -50,6 +59,13 @@ std::vector<nn::ShardRun> piece_runs(const Shape& full, const PieceLayout& piece
     if (lo < hi) runs.push_back({lo - piece.begin, r.full_offset + (lo - r.local_offset), hi - lo});
   }
   return runs;
+}
+
+int64_t elements_in_tensor(const Shape& full, const PieceLayout& piece) {
+  if (!piece.spec.padded()) return piece.numel();
+  int64_t n = 0;
+  for (const nn::ShardRun& r : piece_runs(full, piece)) n += r.n;
+  return n;
 }
 
 std::vector<nn::ShardRun> overlap(const Shape& full, const PieceLayout& src, const PieceLayout& dst) {

@@ -30,6 +30,8 @@ void check_piece(const Shape& full, const PieceLayout& piece, const std::string&
 
 // The piece's runs: offsets in the full tensor (increasing) and in the piece's data.
 std::vector<nn::ShardRun> piece_runs(const Shape& full, const PieceLayout& piece);
+// How many of the piece's elements belong to the full tensor: all but its padding (ShardSpec::pad).
+int64_t elements_in_tensor(const Shape& full, const PieceLayout& piece);
 
 // The elements src and dst share: n elements at local_offset of src and full_offset of dst
 // (ShardRun's fields reused: local_offset = in src, full_offset = in dst).

@@ -23,7 +23,6 @@ Roles Roles::of(int64_t layer) {
 }
 
 namespace {
-
 // A range of positions in an order -> the nodes there.
 std::vector<int64_t> nodes_at(const std::vector<int64_t>& order, std::pair<int64_t, int64_t> range) {
   return {order.begin() + range.first, order.begin() + range.second};
@@ -66,9 +65,11 @@ GraphConv3D::GraphConv3D(int64_t in, int64_t out, int64_t layer, std::shared_ptr
   if (first_) shard_rows_ = padded(block_.cols, Gd) / Gd;
   // W: rows over inner, columns over outer x depth (every rank a different piece); b: over
   // outer x depth, the same on every inner rank.
-  weight_->set_shard_spec(
-      nn::ShardSpec{.dim = 0, .parts = Gi, .index = ri, .dim2 = 1, .parts2 = Go * Gd, .index2 = ro * Gd + rd});
-  bias_->set_shard_spec(nn::ShardSpec{.dim = 0, .parts = Go * Gd, .index = ro * Gd + rd, .replica = ri});
+  // Padded widths are zeros the serial tensors do not have: a checkpoint leaves them out.
+  const int64_t in_pad = in_local_ * Gi - in, out_pad = shard_ * Go * Gd - out;
+  weight_->set_shard_spec(nn::ShardSpec{.dim = 0, .parts = Gi, .index = ri, .dim2 = 1, .parts2 = Go * Gd,
+                                        .index2 = ro * Gd + rd, .pad = in_pad, .pad2 = out_pad});
+  bias_->set_shard_spec(nn::ShardSpec{.dim = 0, .parts = Go * Gd, .index = ro * Gd + rd, .replica = ri, .pad = out_pad});
 }
 
 void GraphConv3D::all_reduce(Tensor& t, Axis a) const {
@@ -167,13 +168,6 @@ Tensor GraphConv3D::input_shard(const Tensor& whole) const {
   return shard;
 }
 
-std::string GraphConv3D::padding() const {
-  const int64_t in = in_local_ * grid_.size(roles_.inner), out = out_local_ * grid_.size(roles_.outer);
-  if (in == in_ && out == out_) return "";
-  return name() + ": " + std::to_string(in_) + " x " + std::to_string(out_) + " held as " + std::to_string(in) + " x " +
-         std::to_string(out);
-}
-
 Tensor GraphConv3D::gathered_input(const Tensor& shard) const {
   check(shard.ndim() == 2 && shard.size(0) == shard_rows_ && shard.size(1) == in_local_, "GraphConv3D '", name(),
         "' expects its (", shard_rows_, ", ", in_local_, ") shard of the features (input_shard()), got ",
@@ -234,11 +228,6 @@ Tensor GraphConv3D::backward_impl(const Tensor& dy, nn::Context& ctx) {
   bias_->grad_contributed();
   ctx.release(this);
   return dx;
-}
-
-std::string padding_of(const nn::GraphConv& conv) {
-  const auto* c = dynamic_cast<const GraphConv3D*>(&conv);
-  return c != nullptr ? c->padding() : "";
 }
 
 Tensor model_input_for(const nn::GraphConv& first, const Tensor& features) {

@@ -15,7 +15,8 @@
 // computed on them (class_parallel_loss.hpp). Widths are padded with zero features
 // so every piece is equal: a layer's output to a multiple of outer x depth (W's columns split
 // over both), a hidden layer's input likewise (the previous layer's output; padded weights
-// get zero gradients and stay 0). Under bf16 mixed precision the GEMMs read bf16 (the W block
+// get zero gradients and stay 0, and their shard specs' pad/pad2 leave them out of the whole
+// tensors a checkpoint holds, so a padded grid saves and resumes the serial tensors). Under bf16 mixed precision the GEMMs read bf16 (the W block
 // gathered as its shards' bf16 copies, made once a step) and the activation sums cross in bf16;
 // the features' gather, the dW and db reduce-scatter, b and the loss stay fp32.
 #pragma once
@@ -61,9 +62,6 @@ class GraphConv3D : public nn::GraphConv {
   // its block's input rows (over outer) split over depth, padded to equal parts with zero
   // rows, and its features (over inner).
   Tensor input_shard(const Tensor& whole) const;
-  // "" when the grid splits this layer's weights exactly, else how it pads them ("conv1: 16 x
-  // 7 held as 16 x 8": its pieces hold zero features the serial weights do not have).
-  std::string padding() const;
   double weight_sum_squares() override;
   const kernels::CsrMatrix& block() const { return block_; }
   const Roles& roles() const { return roles_; }
@@ -96,10 +94,6 @@ class GraphConv3D : public nn::GraphConv {
   std::vector<int64_t> row_nodes_, col_nodes_;  // the nodes of its output and input rows
   kernels::CsrMatrix block_, block_t_;          // its block of Â (rows x cols) and the transpose
 };
-
-// GraphConv3D::padding() of a 3D layer, "" for any other: a checkpoint holds the serial
-// tensors, so a run on the grid resumes from one only when no layer is padded.
-std::string padding_of(const nn::GraphConv& conv);
 
 // The features as a GCN whose first layer is `first` reads them: a GraphConv3D's shard, else
 // the whole.
