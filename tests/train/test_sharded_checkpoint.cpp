@@ -15,6 +15,7 @@
 
 #include "loom/error.hpp"
 #include "loom/train/checkpoint.hpp"
+#include "loom/train/checkpoint_manifest.hpp"
 #include "loom/train/reshard.hpp"
 #include "loom/train/sharded_checkpoint.hpp"
 #include "loom/train/trainer.hpp"
@@ -83,6 +84,64 @@ TEST(Reshard, EveryPieceAssemblesFromAnyOtherLayoutsPieces) {
         EXPECT_EQ(got, cut(full, dst)) << "layout " << a << " -> " << b << " piece [" << dst.begin << ", " << dst.end << ")";
       }
   }
+}
+
+// Layouts that pad a split dimension to equal pieces (a 3D GCN's widths): the pieces' runs
+// leave the padding out, so any padded layout assembles from any other and from the serial
+// tensor, elements in the tensor only, and a cut piece's padding is 0.
+TEST(Reshard, PaddedPiecesAssembleWithoutTheirPadding) {
+  const Shape full_shape{5, 7};
+  Tensor full = Tensor::empty(full_shape);
+  const std::vector<float> values = testing::random_vector(35, 11);
+  std::copy(values.begin(), values.end(), full.f32());
+  auto padded = [](nn::ShardSpec spec, int64_t pad, int64_t pad2) {
+    spec.pad = pad;
+    spec.pad2 = pad2;
+    return spec;
+  };
+  const std::vector<std::vector<PieceLayout>> layouts = {
+      layout_pieces(full_shape, {}, 1),                                         // serial
+      layout_pieces(full_shape, {}, 3),                                         // ZeRO over 3 ranks
+      layout_pieces(full_shape, padded({0, 2, 0, 1, 1, 2}, 1, 1), 1),           // 6 x 8 in 2 x 2 pieces
+      layout_pieces(full_shape, padded({0, 3, 0, 1}, 1, 0), 2),                 // 6 rows in 3 parts, + ZeRO 2
+      layout_pieces(full_shape, padded({1, 4, 0, 1}, 1, 0), 1),                 // 8 columns in 4 parts
+      layout_pieces(full_shape, padded({0, 1, 0, 1, 1, 3}, 0, 2), 1),           // columns only, 9 in 3 parts
+  };
+  for (size_t a = 0; a < layouts.size(); ++a) {
+    check_tiling("layout " + std::to_string(a), full_shape, layouts[a]);
+    std::vector<std::vector<float>> stored;
+    for (const PieceLayout& p : layouts[a]) stored.push_back(cut(full, p));
+    for (size_t b = 0; b < layouts.size(); ++b)
+      for (const PieceLayout& dst : layouts[b]) {
+        std::vector<float> got(static_cast<size_t>(dst.numel()), 0.0f);
+        int64_t copied = 0;
+        for (size_t k = 0; k < stored.size(); ++k)
+          copied += copy_overlap(full_shape, layouts[a][k], stored[k].data(), dst, got.data());
+        EXPECT_EQ(copied, elements_in_tensor(full_shape, dst)) << a << " -> " << b;
+        EXPECT_EQ(got, cut(full, dst)) << "layout " << a << " -> " << b << " piece [" << dst.begin << ", " << dst.end << ")";
+      }
+  }
+  // The whole again from a padded layout's pieces (a single-file checkpoint's gather).
+  nn::ShardSpec spec = padded({0, 2, 0, 1, 1, 2}, 1, 1);
+  Tensor whole = Tensor::zeros(full_shape);
+  for (spec.index = 0; spec.index < 2; ++spec.index)
+    for (spec.index2 = 0; spec.index2 < 2; ++spec.index2) {
+      Tensor piece = Tensor::empty(slice_shape(full_shape, spec, "test"));
+      EXPECT_EQ(spec.full_shape(piece.shape()), full_shape);
+      nn::copy_shard(full, piece, spec);
+      nn::place_shard(piece, whole, spec);
+    }
+  EXPECT_EQ(std::vector<float>(whole.f32(), whole.f32() + 35), values);
+  // The manifest keeps the padding; a padding that does not fit is named.
+  const nn::ShardSpec back = slice_from_json(slice_to_json(spec), "test");
+  EXPECT_EQ(back.pad, 1);
+  EXPECT_EQ(back.pad2, 1);
+  EXPECT_NE(testing::error_of([&] { slice_shape(full_shape, padded({0, 2, 0, 1}, 2, 0), "w"); }).find("dim 0 of (5, 7) padded by 2 does not split into 2 parts"),
+            std::string::npos)
+      << testing::error_of([&] { slice_shape(full_shape, padded({0, 2, 0, 1}, 2, 0), "w"); });
+  EXPECT_NE(testing::error_of([&] { slice_shape(full_shape, padded({}, 1, 0), "w"); }).find("padding 1 without a split"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { slice_shape(full_shape, padded({0, 2, 0, 1}, -1, 0), "w"); }).find("padding -1 is not a length"),
+            std::string::npos);
 }
 
 using testing::error_of;

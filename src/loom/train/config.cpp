@@ -127,8 +127,11 @@ void TrainConfig::check_context_parallel() const {
   check(cp_split == "zigzag" || cp_split == "contiguous", "cp_split must be 'zigzag' or 'contiguous', got '", cp_split,
         "'");
   if (cp == 1) return;
-  check(model.block_size % (2 * cp) == 0, "context parallelism cuts every sequence into 2 x cp = ", 2 * cp,
-        " chunks: block_size (", model.block_size, ") must be divisible by ", 2 * cp);
+  // cp first bounded by the sequence, so 2 x cp cannot overflow (a hostile cp of 6.7e18).
+  const bool fits = cp <= model.block_size / 2;
+  const std::string chunks = fits ? std::to_string(2 * cp) : "2 x " + std::to_string(cp);
+  check(fits && model.block_size % (2 * cp) == 0, "context parallelism cuts every sequence into 2 x cp = ", chunks,
+        " chunks: block_size (", model.block_size, ") must be divisible by ", chunks);
   check(!sequence_parallel || (model.block_size / cp) % tp == 0, "sequence parallelism splits each cp rank's ",
         model.block_size / cp, " tokens over tp (", tp, "): block_size / cp must be divisible by tp");
 }
