@@ -53,6 +53,25 @@ std::vector<PieceLayout> layout_pieces(const Shape& full, nn::ShardSpec spec, in
   return out;
 }
 
+// Every piece of every layout, assembled from any layout's pieces (stored as cut from full),
+// holds what copy_shard cuts for it: the tensor's elements, and 0 in a padded piece's padding.
+void expect_every_layout_assembles(const Tensor& full, const std::vector<std::vector<PieceLayout>>& layouts) {
+  for (size_t a = 0; a < layouts.size(); ++a) {
+    check_tiling("layout " + std::to_string(a), full.shape(), layouts[a]);
+    std::vector<std::vector<float>> stored;  // layout a's pieces as stored data
+    for (const PieceLayout& p : layouts[a]) stored.push_back(cut(full, p));
+    for (size_t b = 0; b < layouts.size(); ++b)
+      for (const PieceLayout& dst : layouts[b]) {
+        std::vector<float> got(static_cast<size_t>(dst.numel()), 0.0f);
+        int64_t copied = 0;
+        for (size_t k = 0; k < stored.size(); ++k)
+          copied += copy_overlap(full.shape(), layouts[a][k], stored[k].data(), dst, got.data());
+        EXPECT_EQ(copied, elements_in_tensor(full.shape(), dst)) << a << " -> " << b;
+        EXPECT_EQ(got, cut(full, dst)) << "layout " << a << " -> " << b << " piece [" << dst.begin << ", " << dst.end << ")";
+      }
+  }
+}
+
 TEST(Reshard, EveryPieceAssemblesFromAnyOtherLayoutsPieces) {
   const Shape full_shape{6, 12};
   Tensor full = Tensor::empty(full_shape);
@@ -69,21 +88,7 @@ TEST(Reshard, EveryPieceAssemblesFromAnyOtherLayoutsPieces) {
       layout_pieces(full_shape, {0, 2, 0, 3, 1, 2}, 2),  // 3D fused QKV, + ZeRO 2
       layout_pieces(full_shape, {0, 3, 0, 1, 1, 4}, 1),  // 3D, another grid
   };
-  for (size_t a = 0; a < layouts.size(); ++a) {
-    check_tiling("layout " + std::to_string(a), full_shape, layouts[a]);
-    // Layout a's pieces as stored data.
-    std::vector<std::vector<float>> stored;
-    for (const PieceLayout& p : layouts[a]) stored.push_back(cut(full, p));
-    for (size_t b = 0; b < layouts.size(); ++b)
-      for (const PieceLayout& dst : layouts[b]) {
-        std::vector<float> got(static_cast<size_t>(dst.numel()), -99.0f);
-        int64_t copied = 0;
-        for (size_t k = 0; k < stored.size(); ++k)
-          copied += copy_overlap(full_shape, layouts[a][k], stored[k].data(), dst, got.data());
-        EXPECT_EQ(copied, dst.numel()) << a << " -> " << b;
-        EXPECT_EQ(got, cut(full, dst)) << "layout " << a << " -> " << b << " piece [" << dst.begin << ", " << dst.end << ")";
-      }
-  }
+  expect_every_layout_assembles(full, layouts);
 }
 
 // Layouts that pad a split dimension to equal pieces (a 3D GCN's widths): the pieces' runs
@@ -107,20 +112,7 @@ TEST(Reshard, PaddedPiecesAssembleWithoutTheirPadding) {
       layout_pieces(full_shape, padded({1, 4, 0, 1}, 1, 0), 1),                 // 8 columns in 4 parts
       layout_pieces(full_shape, padded({0, 1, 0, 1, 1, 3}, 0, 2), 1),           // columns only, 9 in 3 parts
   };
-  for (size_t a = 0; a < layouts.size(); ++a) {
-    check_tiling("layout " + std::to_string(a), full_shape, layouts[a]);
-    std::vector<std::vector<float>> stored;
-    for (const PieceLayout& p : layouts[a]) stored.push_back(cut(full, p));
-    for (size_t b = 0; b < layouts.size(); ++b)
-      for (const PieceLayout& dst : layouts[b]) {
-        std::vector<float> got(static_cast<size_t>(dst.numel()), 0.0f);
-        int64_t copied = 0;
-        for (size_t k = 0; k < stored.size(); ++k)
-          copied += copy_overlap(full_shape, layouts[a][k], stored[k].data(), dst, got.data());
-        EXPECT_EQ(copied, elements_in_tensor(full_shape, dst)) << a << " -> " << b;
-        EXPECT_EQ(got, cut(full, dst)) << "layout " << a << " -> " << b << " piece [" << dst.begin << ", " << dst.end << ")";
-      }
-  }
+  expect_every_layout_assembles(full, layouts);
   // The whole again from a padded layout's pieces (a single-file checkpoint's gather).
   nn::ShardSpec spec = padded({0, 2, 0, 1, 1, 2}, 1, 1);
   Tensor whole = Tensor::zeros(full_shape);
