@@ -57,14 +57,15 @@ int plan_gcn(const PlanArgs& a) {
   const plan::GcnShape shape{.N = g.num_nodes,
                              .nnz = kernels::gcn_normalized_adjacency(g.num_nodes, g.src, g.dst).nnz(),
                              .F = g.num_features, .H = a.gcn_hidden, .K = g.num_classes, .L = a.gcn_layers,
-                             .labelled = g.count(data::NodeSplit::Train)};
+                             .labelled = g.count(data::NodeSplit::Train), .bf16 = a.precision == "bf16"};
   check(a.gcn_layers >= 1 && a.gcn_hidden >= 1 && a.devices >= 1, "--gcn-layers, --gcn-hidden and --gpus must be >= 1");
   const plan::ClusterSpec cluster =
       !a.cluster_file.empty() ? plan::cluster_from_file(a.cluster_file) : plan::cluster_preset(a.cluster == "local" ? "local-default" : a.cluster);
   const double gbs = a.link_gbs > 0 ? a.link_gbs : 1.0 / (cluster.intra_node.beta_s_per_byte * 1e9);
   const double gflops = cluster.peak_flops * cluster.gemm_peak_share / 1e9;
   std::printf("%s", plan::describe_gcn_plan(shape, plan::rank_gcn_grids(shape, a.devices, gbs, gflops), a.top).c_str());
-  std::printf("(%s: %.1f GB/s a link, %.1f GFLOP/s a device)\n", cluster.name.c_str(), gbs, gflops);
+  std::printf("(%s: %.1f GB/s a link, %.1f GFLOP/s a device; %s)\n", cluster.name.c_str(), gbs, gflops,
+              shape.bf16 ? "bf16: activation sums and W's gathers at 2 bytes a value" : "fp32 on the wire");
   return 0;
 }
 

@@ -96,6 +96,17 @@ TEST(Cli, GcnDryRunDescribesTheGraphsModel) {
   expect_error(cora + " --tp 2 --dry-run", "pp (1) and tp (2) are GPT layouts");
 }
 
+// `loom plan --model gcn` ranks the graph's grids, in the precision asked for.
+TEST(Cli, GcnPlanRanksGridsInItsPrecision) {
+  const std::string plan = "plan --model gcn --graph " LOOM_SOURCE_DIR "/data/cora --gpus 4";
+  const Result fp32 = run_loom(plan), bf16 = run_loom(plan + " --precision bf16");
+  EXPECT_EQ(fp32.exit_code, 0) << fp32.output;
+  EXPECT_EQ(bf16.exit_code, 0) << bf16.output;
+  EXPECT_NE(fp32.output.find("GCN 2708 nodes, 13264 non-zeros, 1433 -> 16 x 1 -> 7"), std::string::npos) << fp32.output;
+  EXPECT_NE(fp32.output.find("fp32 on the wire"), std::string::npos) << fp32.output;
+  EXPECT_NE(bf16.output.find("bf16: activation sums and W's gathers at 2 bytes a value"), std::string::npos) << bf16.output;
+}
+
 // comm_timeout: the config file, then LOOM_COMM_TIMEOUT, then --comm-timeout,
 // each overriding the one before.
 TEST(Cli, CommTimeoutFromFileEnvironmentAndFlag) {

@@ -84,12 +84,13 @@ int64_t gcn_3d_memory_bytes(const GcnShape& s, int64_t R, int64_t C, int64_t D) 
     const LayerSplit p = split_of(size, l, in, out);
     const int64_t rows = part(s.N, p.Gd, 0), cols = part(s.N, p.Go, 0), nnz = ceil_div(s.nnz, p.Go * p.Gd);
     bytes += csr(rows, nnz) + csr(cols, nnz);
+    const int64_t kept = s.bf16 ? 2 : 4;                       // a GEMM operand's bytes (W's copy, Â X kept)
     bytes += 4 * 4 * p.parameter_piece();                      // W and b shards: value, gradient, Adam's m and v
-    bytes += 4 * (p.in_local + 1) * p.out_local;               // the block gathered over depth (forward, backward)
-    bytes += 4 * rows * (p.in_local + p.out_local);            // Â X (kept) and the output
+    if (s.bf16) bytes += 2 * p.in_local * p.shard;             // W's shard's bf16 copy
+    bytes += (kept * p.in_local + 4) * p.out_local;            // the block gathered over depth (forward, backward)
+    bytes += kept * rows * p.in_local + 4 * rows * p.out_local;  // Â X (kept) and the output
     if (l == 0) bytes += 4 * (ceil_div(cols, p.Gd) + cols) * p.in_local;  // the features' shard, gathered
-    if (l + 1 < s.L) bytes += 4 * 2 * rows * p.out_local;      // ReLU/dropout output and mask
-    else bytes += 4 * rows * p.out_local;                      // the loss's copy of its rows' logits
+    bytes += 4 * rows * p.out_local;  // ReLU/dropout's mask between layers, the loss's copy of the logits after the last
     in = out;
   }
   return bytes;

@@ -49,7 +49,8 @@ Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& shape, int64_t R, int64_t C, 
 // shard of the features and its block gathered, each layer's blocks of Â and Âᵀ (nnz /
 // (outer x depth) non-zeros), its W and b shards with their gradients and Adam's two moments,
 // the block gathered over depth, and the activations backward keeps (Â X and X W + b per
-// layer, ReLU/dropout's output and mask between layers, the loss's copy of its rows' logits).
+// layer, ReLU/dropout's mask between layers, the loss's copy of its rows' logits); under bf16
+// W's shards' bf16 copies, and the gathered W and the kept Â X in bf16.
 int64_t gcn_3d_memory_bytes(const GcnShape& shape, int64_t R, int64_t C, int64_t D);
 
 // A grid's predicted epoch: the most any rank sends (bytes over each axis's bandwidth, ring
