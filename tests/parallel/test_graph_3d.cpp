@@ -270,6 +270,7 @@ struct ResumeCase {
   std::string name;
   int64_t hidden, classes;
   std::string format;
+  std::string precision = "fp32";
 };
 const ResumeCase kResumeCases[] = {{"divisible", 8, 4, "sharded"}, {"padded", 7, 3, "single"}};
 
@@ -278,13 +279,17 @@ train::TrainConfig resume_config(const ResumeCase& k) {
       Case{.layers = 3, .data = "rmat:scale=7,edge_factor=4,features=13,classes=" + std::to_string(k.classes) + ",seed=2"});
   c.gcn.hidden = k.hidden;
   c.checkpoint_format = k.format;
+  c.precision = k.precision;
   return c;
 }
 
-// Resumed under the same grid, the run goes on bit for bit.
+// Resumed under the same grid, the run goes on bit for bit; in bf16 too (the weights' bf16
+// copies made again from the fp32 master the checkpoint holds).
 TEST(Graph3DResume, UnderTheSameGridContinuesBitForBit) {
   if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
-  for (const ResumeCase& k : kResumeCases) {
+  std::vector<ResumeCase> cases(std::begin(kResumeCases), std::end(kResumeCases));
+  cases.push_back({"padded_bf16", 7, 3, "sharded", "bf16"});
+  for (const ResumeCase& k : cases) {
     SCOPED_TRACE(k.name);
     train::TrainConfig c = resume_config(k);
     c.steps = 4;
