@@ -119,7 +119,11 @@ int verify(const train::TrainConfig& config, const Tolerances& tol, comm::Proces
                                              : ", " + std::to_string(moe.experts) + " experts top-" + std::to_string(moe.top_k) +
                                                    (moe.capacity_factor > 0 ? " with capacity" : " dropless") + " over ep " +
                                                    std::to_string(config.ep);
-  if (speaks)
+  if (speaks && config.family == "gcn")  // one batch a step (the whole graph), serial or on a 3D grid
+    std::printf("verify: %s, gcn on %s%s; tolerances: loss %.0e, gradients %.0e, parameters %.0e (relative)\n",
+                config.precision.c_str(), config.data.c_str(), config.tp_3d_on() ? (", tp_3d " + config.tp_3d).c_str() : "",
+                tol.loss_rtol, tol.grad_rtol, tol.param_rtol);
+  else if (speaks)
     std::printf("verify: %s, dp %lld x pp %lld x cp %lld x tp %lld, zero %lld%s%s%s%s, %lld micro-batch(es) of %lld; tolerances: loss "
                 "%.0e, gradients %.0e, parameters %.0e (relative)\n",
                 config.precision.c_str(), static_cast<long long>(config.dp), static_cast<long long>(config.pp),
