@@ -38,11 +38,7 @@ void print_gcn_dry_run(train::TrainConfig config) {
               train::describe(need).c_str(), format_bytes(available.bytes).c_str(), available.source.c_str());
   if (config.tp_3d.empty()) return;
   const std::array<int64_t, 3> g = config.tp_3d_grid();
-  const data::Graph& graph = spec.graph();
-  const plan::GcnShape shape{.N = graph.num_nodes, .nnz = spec.graph_operator().adjacency.nnz(), .F = graph.num_features,
-                             .H = config.gcn.hidden, .K = graph.num_classes, .L = config.gcn.layers,
-                             .labelled = graph.count(data::NodeSplit::Train), .weight_decay = config.weight_decay > 0,
-                             .bf16 = config.precision == "bf16"};
+  const plan::GcnShape shape = spec.plan_shape();
   const plan::Grid3DBytes bytes = plan::gcn_3d_bytes_per_epoch(shape, g[0], g[1], g[2]);
   std::printf("# 3D grid %s (Plexus): rank 0 holds about %s and moves per epoch row %s, col %s, depth %s\n",
               config.tp_3d.c_str(), format_bytes(plan::gcn_3d_memory_bytes(shape, g[0], g[1], g[2])).c_str(),

@@ -218,9 +218,7 @@ TEST_P(Graph3DBytes, MeasuredBytesPerAxisEqualTheModel) {
   auto& spec = dynamic_cast<train::GcnSpec&>(t.spec());
   const std::array<int64_t, 3> g = c.tp_3d_grid();
   const data::Graph& graph = spec.graph();
-  const plan::GcnShape shape{.N = graph.num_nodes, .nnz = spec.graph_operator().adjacency.nnz(), .F = graph.num_features,
-                             .H = c.gcn.hidden, .K = graph.num_classes, .L = c.gcn.layers,
-                             .labelled = graph.count(data::NodeSplit::Train), .bf16 = k.precision == "bf16"};
+  const plan::GcnShape shape = spec.plan_shape();
   // The loss's traffic depends on how many training nodes this rank's last-layer rows hold.
   const nn::GraphConv& last = *dynamic_cast<nn::GCN&>(*pz.chunks.front()).convs().back();
   int64_t labelled_rows = 0;

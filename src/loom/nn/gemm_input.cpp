@@ -8,9 +8,7 @@ kernels::Operand gemm_input(const Tensor& t) {
   return t.dtype() == DType::BF16 ? kernels::Operand(t.bf16()) : kernels::Operand(t.f32());
 }
 
-kernels::Operand gemm_input(const Tensor& t, int64_t offset) {
-  return t.dtype() == DType::BF16 ? kernels::Operand(t.bf16() + offset) : kernels::Operand(t.f32() + offset);
-}
+kernels::Operand gemm_input(const Tensor& t, int64_t offset) { return gemm_input(t).at(offset); }
 
 Tensor in_compute_precision(const Tensor& x) {
   if (kernels::compute_precision() != kernels::Precision::BF16 || x.dtype() == DType::BF16) return x;

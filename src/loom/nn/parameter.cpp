@@ -2,6 +2,7 @@
 
 #include "loom/error.hpp"
 #include "loom/kernels/precision.hpp"
+#include "loom/nn/gemm_input.hpp"
 
 namespace loom::nn {
 
@@ -45,10 +46,7 @@ void Parameter::rebind_grad_storage(Tensor view) {
   grad_ = std::move(view);
 }
 
-kernels::Operand Parameter::gemm_operand() {
-  const Tensor& v = gemm_value();
-  return v.dtype() == DType::BF16 ? kernels::Operand(v.bf16()) : kernels::Operand(v.f32());
-}
+kernels::Operand Parameter::gemm_operand() { return gemm_input(gemm_value()); }
 
 const Tensor& Parameter::gemm_value() {
   if (bf16_only_) {

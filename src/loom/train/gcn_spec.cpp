@@ -136,6 +136,12 @@ StepWork GcnSpec::step_work() const {
   return {"edges", "edges_per_s", nnz, flops};
 }
 
+plan::GcnShape GcnSpec::plan_shape() const {
+  return {.N = graph_.num_nodes, .nnz = operator_->adjacency.nnz(), .F = graph_.num_features, .H = config_.gcn.hidden,
+          .K = classes(), .L = config_.gcn.layers, .labelled = graph_.count(data::NodeSplit::Train),
+          .weight_decay = config_.weight_decay > 0, .bf16 = config_.precision == "bf16"};
+}
+
 MemoryNeed GcnSpec::memory_need() const {
   const double params = static_cast<double>(config_.gcn.num_parameters(graph_.num_features, classes()));
   const double csr = 2.0 * static_cast<double>(operator_->adjacency.nnz()) * 8.0 + 16.0 * static_cast<double>(graph_.num_nodes);

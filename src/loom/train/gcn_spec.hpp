@@ -15,6 +15,7 @@
 #include "loom/data/graph.hpp"
 #include "loom/nn/gcn.hpp"
 #include "loom/nn/node_cross_entropy.hpp"
+#include "loom/plan/gcn_cost.hpp"
 #include "loom/train/model_spec.hpp"
 
 namespace loom::train {
@@ -45,6 +46,8 @@ class GcnSpec : public ModelSpec {
 
   const data::Graph& graph() const { return graph_; }
   const nn::GraphOperator& graph_operator() const { return *operator_; }
+  // The run as Plexus's cost model (plan/gcn_cost.hpp) reads it: graph, widths, precision.
+  plan::GcnShape plan_shape() const;
 
  private:
   // (N) i32: each node's class when it is in `split`, else -1.

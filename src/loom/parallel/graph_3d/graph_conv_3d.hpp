@@ -16,9 +16,10 @@
 // so every piece is equal: a layer's output to a multiple of outer x depth (W's columns split
 // over both), a hidden layer's input likewise (the previous layer's output; padded weights
 // get zero gradients and stay 0, and their shard specs' pad/pad2 leave them out of the whole
-// tensors a checkpoint holds, so a padded grid saves and resumes the serial tensors). Under bf16 mixed precision the GEMMs read bf16 (the W block
-// gathered as its shards' bf16 copies, made once a step) and the activation sums cross in bf16;
-// the features' gather, the dW and db reduce-scatter, b and the loss stay fp32.
+// tensors a checkpoint holds, so a padded grid saves and resumes the serial tensors). Under
+// bf16 mixed precision the GEMMs read bf16 (the W block gathered as its shards' bf16 copies,
+// made once a step) and the activation sums cross in bf16; the features' gather, the dW and db
+// reduce-scatter, b and the loss stay fp32.
 #pragma once
 
 #include <memory>

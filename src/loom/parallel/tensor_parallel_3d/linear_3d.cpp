@@ -80,8 +80,8 @@ Tensor Linear3D::forward_impl(const Tensor& x_in, nn::Context& ctx) {
   std::vector<Grid3D::Pending> sums;
   for (int p = 0; p < pieces; ++p) {
     const int64_t r0 = comm::chunk_begin(N, pieces, p), rows = comm::chunk_begin(N, pieces, p + 1) - r0;
-    kernels::matmul(nn::gemm_input(input, r0 * in_local_), Trans::N, nn::gemm_input(w), Trans::T, y.f32() + r0 * out_local_,
-                    rows, out_local_, in_local_);
+    kernels::matmul(nn::gemm_input(input, r0 * in_local_), Trans::N, nn::gemm_input(w), Trans::T,
+                    y.f32() + r0 * out_local_, rows, out_local_, in_local_);
     sums.push_back(grid_.start_sum_activations(y.f32() + r0 * out_local_, rows * out_local_, roles_.in_axis));
     if (!overlap_) sums.back().wait();
   }
