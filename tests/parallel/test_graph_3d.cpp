@@ -65,6 +65,10 @@ train::TrainConfig gcn_config(const Case& k) {
   c.checkpoint_every = 0;
   c.out_dir = "";
   c.precision = k.precision;
+  // bf16: AdamW steps a near-zero gradient of the other sign by lr the other way (see kBf16),
+  // and the next steps' gradients come from parameters that far apart: a smaller lr keeps that
+  // drift below the gradients' bound, as the GPT's equivalence runs keep theirs.
+  if (k.precision == "bf16") c.lr = c.min_lr = 1e-3;
   return c;
 }
 
@@ -110,20 +114,22 @@ GcnRun run(train::Trainer& t) {
 // fp32: losses relative 1e-5, gradients and parameters 1e-4 of each tensor's largest magnitude.
 struct Tolerances {
   double loss = 1e-5, grad = 1e-4, param = 1e-4;
-  bool adam_drift = false;  // also pass a parameter within AdamW's drift 2 x steps x lr
+  double later_grad = 1e-4;  // gradients from step 2 on, computed from parameters AdamW may have moved apart
+  bool adam_drift = false;   // also pass a parameter within AdamW's drift 2 x steps x lr
 };
 // bf16 against the serial bf16 run. The two runs round at different points: the serial first
 // layer of Cora multiplies its sparse features in fp32 (X W, then Â), the grid aggregates first
 // and rounds Â X to bf16 for its GEMM; the grid's sums cross the wire in bf16 (2^-9 relative a
 // crossing). A ReLU gate can flip where a pre-activation is within rounding of 0; on a graph of
 // 128 nodes one node is a large part of a column's gradient (a flip moved a bias gradient by
-// twice its tensor's scale), so these cases run on Cora's 2708. Measured: losses within 2.6e-6
-// relative, gradients within 2.6e-2 of their tensor's scale (1,1,2) and 3.4e-2 (2,2,2, three
-// layers, where from step 2 the parameters already differ); bounds 1e-4 and 6e-2, those of the
-// GPT's bf16 equivalence. AdamW's first steps turn a near-zero gradient of the other sign into
-// a parameter difference of up to 2 lr a step: parameters pass within 1e-1 of their scale or
-// that drift. A missing or doubled sum is off by order 1.
-const Tolerances kBf16{.loss = 1e-4, .grad = 6e-2, .param = 1e-1, .adam_drift = true};
+// twice its tensor's scale), so these cases run on Cora's 2708, at lr 1e-3 (gcn_config).
+// Measured: losses within 8.6e-7 relative; gradients at step 1, from the same parameters,
+// within 2.9e-2 of their tensor's scale (bound 6e-2, the GPT's); from step 2 AdamW has stepped
+// near-zero gradients of the other sign by lr the other way, and the gradients computed from
+// those parameters differ by up to 5.5e-2 (2,2,2, three layers: a bias of 16 values, where
+// a flipped gate moves a whole column): bound 1.5e-1. Parameters pass within 1e-1 of their
+// scale or AdamW's drift 2 x steps x lr. A doubled sum is off by 1, a missing half by 0.5.
+const Tolerances kBf16{.loss = 1e-4, .grad = 6e-2, .param = 1e-1, .later_grad = 1.5e-1, .adam_drift = true};
 
 class Graph3DEquivalence : public ::testing::TestWithParam<Case> {};
 
@@ -143,7 +149,8 @@ TEST_P(Graph3DEquivalence, SameLossesGradientsAndParametersAsSerial) {
   for (size_t s = 0; s < want.grads.size(); ++s)
     for (const auto& [name, w] : want.grads[s]) {
       ASSERT_TRUE(got.grads[s].count(name)) << name;
-      EXPECT_TRUE(close_unpadded(got.grads[s].at(name), w, tol.grad, k.name + " step " + std::to_string(s + 1) + " " + name));
+      EXPECT_TRUE(close_unpadded(got.grads[s].at(name), w, s == 0 ? tol.grad : tol.later_grad,
+                                 k.name + " step " + std::to_string(s + 1) + " " + name));
     }
   for (const auto& [name, w] : want.params) {
     ASSERT_TRUE(got.params.count(name)) << name;
@@ -183,9 +190,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "r4c2_cora_file_order", .tp_3d = "4,2,1", .world = 8, .permute = false,
                            .data = LOOM_SOURCE_DIR "/data/cora"},
                       Case{.name = "r8", .tp_3d = "8,1,1", .world = 8},
-                      // bf16 mixed precision (activation sums and the W gathers in bf16) on 2, 4
+                      // bf16 mixed precision (activation sums and the W gathers in bf16) on 2, 3, 4
                       // and 8 ranks, depth 1 and 2, every rotation of the roles; on Cora (see kBf16).
                       Case{.name = "d2_cora_bf16", .tp_3d = "1,1,2", .world = 2, .data = LOOM_SOURCE_DIR "/data/cora",
+                           .precision = "bf16"},
+                      Case{.name = "c3_cora_bf16", .tp_3d = "1,3,1", .world = 3, .data = LOOM_SOURCE_DIR "/data/cora",
                            .precision = "bf16"},
                       Case{.name = "r2c2_cora_bf16", .tp_3d = "2,2,1", .world = 4, .data = LOOM_SOURCE_DIR "/data/cora",
                            .precision = "bf16"},
