@@ -10,6 +10,7 @@
 
 #include "loom/kernels/attention.hpp"
 #include "loom/kernels/matmul.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/kernels/threads.hpp"
 
 namespace {
@@ -150,6 +151,26 @@ void BM_AttentionBackward(benchmark::State& state, Shape s, bool plain) {
   report(state, gemm_flops(s, 4));
 }
 
+// Mixed precision's training path: q, k, v in the bf16 copy the layer keeps, no probabilities
+// kept (backward recomputes them), bf16 products. Next to the fp32 rows above: the ratio is
+// what bf16 buys the attention core.
+void BM_AttentionBf16(benchmark::State& state, Shape s, bool backward) {
+  set_num_threads(static_cast<int>(state.range(0)));
+  PrecisionScope bf16(Precision::BF16);
+  Buffers buf(s);
+  std::vector<loom::bfloat16> qkv(buf.qkv.size());
+  convert_to_bf16(buf.qkv.data(), qkv.data(), static_cast<int64_t>(qkv.size()));
+  for (auto _ : state) {
+    if (backward)
+      attention_backward(buf.dqkv.data(), nullptr, buf.dout.data(), qkv.data(), nullptr, s.B, s.T, s.C, s.NH);
+    else
+      attention_forward(buf.out.data(), nullptr, qkv.data(), s.B, s.T, s.C, s.NH);
+    benchmark::DoNotOptimize(buf.dqkv.data());
+    benchmark::DoNotOptimize(buf.out.data());
+  }
+  report(state, gemm_flops(s, backward ? 4 : 2));
+}
+
 // Argument: thread count.
 #define LOOM_ATTENTION_BENCH(fn, name, shape, plain) \
   BENCHMARK_CAPTURE(fn, name, shape, plain)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()
@@ -162,5 +183,9 @@ LOOM_ATTENTION_BENCH(BM_AttentionForward, gpt2_small_loom, kSmall, false);
 LOOM_ATTENTION_BENCH(BM_AttentionForward, gpt2_small_plain, kSmall, true);
 LOOM_ATTENTION_BENCH(BM_AttentionBackward, gpt2_small_loom, kSmall, false);
 LOOM_ATTENTION_BENCH(BM_AttentionBackward, gpt2_small_plain, kSmall, true);
+LOOM_ATTENTION_BENCH(BM_AttentionBf16, gpt_mini_forward, kMini, false);
+LOOM_ATTENTION_BENCH(BM_AttentionBf16, gpt_mini_backward, kMini, true);
+LOOM_ATTENTION_BENCH(BM_AttentionBf16, gpt2_small_forward, kSmall, false);
+LOOM_ATTENTION_BENCH(BM_AttentionBf16, gpt2_small_backward, kSmall, true);
 
 }  // namespace

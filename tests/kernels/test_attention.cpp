@@ -24,9 +24,15 @@ struct Ref {
   std::vector<float> out, att, dqkv;
 };
 
-// One head at a time, scores / softmax / weighted sum written out in double.
+double bf16_value(double x) { return to_f32(to_bf16(static_cast<float>(x))); }
+
+// One head at a time, scores / softmax / weighted sum written out in double. With
+// bf16_products, the GEMM operands that bf16 mixed precision rounds are rounded the same way:
+// the probabilities where they multiply V or dO, and dS where it multiplies K or Q (the caller
+// rounds q, k, v and dout); everything else stays double.
 Ref reference(const std::vector<float>& qkv, const std::vector<float>& dout, int64_t B, int64_t T,
-              int64_t C, int64_t NH) {
+              int64_t C, int64_t NH, bool bf16_products = false) {
+  auto operand = [bf16_products](double x) { return bf16_products ? bf16_value(x) : x; };
   const int64_t HS = C / NH, C3 = 3 * C;
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
   Ref r{std::vector<float>(B * T * C), std::vector<float>(B * NH * T * T, 0.0f),
@@ -54,7 +60,7 @@ Ref reference(const std::vector<float>& qkv, const std::vector<float>& dout, int
         for (int64_t j = 0; j < T; ++j) r.att[((b * NH + h) * T + i) * T + j] = static_cast<float>(P[i * T + j]);
         for (int64_t d = 0; d < HS; ++d) {
           double o = 0.0;
-          for (int64_t j = 0; j <= i; ++j) o += P[i * T + j] * v(j, d);
+          for (int64_t j = 0; j <= i; ++j) o += operand(P[i * T + j]) * v(j, d);
           r.out[(b * T + i) * C + h * HS + d] = static_cast<float>(o);
         }
       }
@@ -67,11 +73,11 @@ Ref reference(const std::vector<float>& qkv, const std::vector<float>& dout, int
           dot += P[i * T + j] * dP[j];
         }
         for (int64_t j = 0; j <= i; ++j) {
-          const double dS = P[i * T + j] * (dP[j] - dot);
+          const double dS = operand(P[i * T + j] * (dP[j] - dot));
           for (int64_t d = 0; d < HS; ++d) {
             dq[(b * T + i) * C3 + h * HS + d] += dS * k(j, d) * scale;
             dq[(b * T + j) * C3 + C + h * HS + d] += dS * q(i, d) * scale;
-            dq[(b * T + j) * C3 + 2 * C + h * HS + d] += P[i * T + j] * dO(i, d);
+            dq[(b * T + j) * C3 + 2 * C + h * HS + d] += operand(P[i * T + j]) * dO(i, d);
           }
         }
       }
@@ -111,6 +117,37 @@ TEST(Attention, MatchesNaiveTwinSingleToken) { check_against_reference(3, 1, 8, 
 // heads (3 + 1). Tiny HS keeps the double twin cheap.
 TEST(Attention, MatchesNaiveTwinGroupsOfSequences) { check_against_reference(3, 1024, 8, 2); }
 TEST(Attention, MatchesNaiveTwinGroupsOfHeads) { check_against_reference(2, 1100, 16, 4); }
+
+// The bf16 path (attention_bf16.hpp: dense per-block operands, dK and dV summed block by block)
+// against the twin with the same roundings, from bf16 q, k, v as the layer passes them.
+// Tolerance: the kernel's probabilities differ from the twin's by fp32 rounding and fast_exp
+// (~1e-7 relative), which can move a value rounded to bf16 by one step (2^-8 relative) at a
+// tie, and the twin sums in double what the kernel sums in fp32. Measured: at most 3.6e-4
+// absolute (T = 1100; 3e-5 at T = 128) on outputs and gradients of order 0.1-1, so rtol 2e-3 +
+// atol 1e-3. A block's missing or doubled share of dK or dV is off by O(0.1-1).
+void check_bf16_against_reference(int64_t B, int64_t T, int64_t C, int64_t NH) {
+  auto rounded = [](std::vector<float> x) {
+    for (float& e : x) e = to_f32(to_bf16(e));
+    return x;
+  };
+  const auto qkv = rounded(random_vector(B * T * 3 * C, 500 + T, -2.0f, 2.0f));
+  const auto dout = rounded(random_vector(B * T * C, 600 + T));
+  const Ref ref = reference(qkv, dout, B, T, C, NH, /*bf16_products=*/true);
+  std::vector<bfloat16> qkv_bf16(qkv.size());
+  convert_to_bf16(qkv.data(), qkv_bf16.data(), static_cast<int64_t>(qkv.size()));
+  std::vector<float> out(B * T * C, NAN), dqkv(B * T * 3 * C, NAN);
+  attention_forward(out.data(), nullptr, qkv_bf16.data(), B, T, C, NH);
+  attention_backward(dqkv.data(), nullptr, dout.data(), qkv_bf16.data(), nullptr, B, T, C, NH);
+  EXPECT_TRUE(all_close(out, ref.out, 2e-3, 1e-3, "out"));
+  EXPECT_TRUE(all_close(dqkv, ref.dqkv, 2e-3, 1e-3, "dqkv"));
+}
+
+TEST(AttentionBf16, MatchesTheTwinWithItsRoundings) {
+  check_bf16_against_reference(2, 5, 12, 3);     // one block
+  check_bf16_against_reference(2, 128, 32, 2);   // two blocks of 64 rows
+  check_bf16_against_reference(1, 200, 24, 3);   // ragged blocks, rows ending inside a 16-lane chunk
+  check_bf16_against_reference(2, 1100, 16, 4);  // groups of heads
+}
 
 // Without att (the bf16 training path and inference keep no probabilities), forward writes
 // the same output and backward recomputes the probabilities group by group: both bit for bit

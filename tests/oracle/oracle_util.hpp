@@ -39,8 +39,11 @@ inline ::testing::AssertionResult tensor_close(const std::string& what, const Te
 // Runs the PyTorch oracle; a failure (no python, no torch, a crash) fails the test.
 inline train::TensorFile run_pytorch(const std::string& script, const std::filesystem::path& in_path,
                                      const std::filesystem::path& out_path) {
-  const std::string cmd = std::string("'") + LOOM_PYTHON + "' '" + script + "' '" + in_path.string() + "' '" +
-                          out_path.string() + "'";
+  // The reference runs on PyTorch's own oneDNN at the CPU's full ISA: an ISA cap set for Loom's
+  // (kernels.bf16_without_avx512 sets ONEDNN_MAX_CPU_ISA=AVX2) leaves PyTorch on an AVX-512 CPU
+  // with no bf16 matmul at all ("could not create a primitive descriptor iterator").
+  const std::string cmd = std::string("env -u ONEDNN_MAX_CPU_ISA -u DNNL_MAX_CPU_ISA '") + LOOM_PYTHON + "' '" +
+                          script + "' '" + in_path.string() + "' '" + out_path.string() + "'";
   const loom::testing::CommandResult result = loom::testing::run_command(cmd);
   const int rc = result.exit_code;
   if (rc == 3 || rc == 127)

@@ -10,6 +10,7 @@
 #include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/plan/tensor_parallel_3d_cost.hpp"
 #include "loom/kernels/attention.hpp"
+#include "loom/kernels/attention_bf16.hpp"
 #include "loom/kernels/precision.hpp"
 #include "loom/train/memory_budget.hpp"
 #include "loom/train/trainer.hpp"
@@ -57,11 +58,14 @@ TEST(PlanBf16, MemoryOfASerialLayoutByHand) {
   // probabilities (NH B T^2 values of 4 bytes); outside the layers the embedding's output is
   // not kept and the final LayerNorm's input and output are bf16 (8 B T C bytes less), and
   // the head's backward adds a bf16 block of 1024 rows of the logits' gradient; one layer's
-  // attention backward recomputes the probabilities of a group of heads (all 8 x 4 here:
-  // 2 MiB of scores) and their gradient in fp32, and widens q, k, v to fp32.
-  const int64_t B = 8, T = 128, C = 128, NH = 4, V = 128;
-  EXPECT_EQ(f.activation_bytes - c.activation_bytes, 4 * (2 * 16 * B * T * C + 4 * NH * B * T * T) + 8 * B * T * C -
-                                                         2 * 1024 * V - 4 * (2 * B * NH * T * T + 3 * B * T * C));
+  // attention backward recomputes the probabilities of a group of heads (all 8 x 4 here) one
+  // causal block of R = 64 rows at a time: its scores and their gradient in fp32 and bf16
+  // (R T x 12 bytes a head), its q and dout rows in bf16 and output rows in fp32 (R HS x 8), the
+  // keys and values up to its end in bf16 and their gradients in fp32 (T HS x 12).
+  const int64_t B = 8, T = 128, C = 128, NH = 4, V = 128, R = 64, HS = C / NH;
+  const int64_t attention_scratch = B * NH * (R * T * 12 + R * HS * 8 + T * HS * 12);
+  EXPECT_EQ(f.activation_bytes - c.activation_bytes,
+            4 * (2 * 16 * B * T * C + 4 * NH * B * T * T) + 8 * B * T * C - 2 * 1024 * V - attention_scratch);
   // ZeRO-1 over dp 2: bf16 weights, the Linear weights' fp32 values dropped, master and moments sharded.
   l.dp = 2;
   l.micro_batch = 4;
@@ -106,6 +110,11 @@ TEST(PlanBf16, LayerActivationsMatchTheTracker) {
   EXPECT_EQ(kBf16HeadGradientRows, nn::GPT::kHeadGradientRows);
   for (const auto& [B, T, NH] : {std::array<int64_t, 3>{8, 128, 4}, {3, 1024, 2}, {2, 1100, 4}, {4, 1024, 12}})
     EXPECT_EQ(attention_group_values(B, T, NH), kernels::attention_group_values(B, T, NH)) << B << " " << T << " " << NH;
+  for (const auto& [B, T, NH] : {std::array<int64_t, 3>{8, 256, 6}, {3, 1024, 2}, {2, 1100, 4}, {4, 1024, 12}, {2, 5, 4}})
+    for (const int64_t t : {1, 2})
+      EXPECT_EQ(plan::bf16_attention_backward_bytes(B, T, 32 * NH, NH, t),
+                kernels::attention_backward_bf16_bytes(B, T, 32 * NH / t, NH / t))
+          << B << " " << T << " " << NH << " tp " << t;
   t.precision = "bf16";
   EXPECT_LT(2 * train::layer_activation_bytes(t), fp32);
 }

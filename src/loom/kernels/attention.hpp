@@ -1,22 +1,27 @@
 // Causal multi-head self-attention, softmax(Q K^T / sqrt(HS) + mask) V, reading Q, K and V
-// in place from the QKV projection's output. The two products per head are batched oneDNN
-// matmuls over (B, NH) with strided views, so no head is ever copied out.
+// in place from the QKV projection's output. In fp32 the two products per head are batched
+// oneDNN matmuls over (B, NH) with strided views, so no head is ever copied out; in bf16 they
+// read dense bf16 copies of each causal block's rows (attention_bf16.hpp).
 #pragma once
 
 #include <cstdint>
+
+#include "loom/kernels/matmul.hpp"
 
 namespace loom::kernels {
 
 // out (B, T, C) heads interleaved as (B, T, NH, HS); att (B, NH, T, T) softmax
 // probabilities saved for backward (entries above the diagonal are 0), or null: not kept
-// (a scratch of one group of heads at a time); qkv (B, T, 3C) laid out as [q | k | v], each (NH, HS).
-void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+// (a scratch of one group of heads at a time); qkv (B, T, 3C) laid out as [q | k | v], each (NH, HS),
+// fp32 or bf16: under mixed precision the layer passes the bf16 copy it keeps for backward, so
+// the products gather their operands from it instead of rounding q, k and v again per product.
+void attention_forward(float* out, float* att, Operand qkv, int64_t B, int64_t T, int64_t C,
                        int64_t NH);
 // dqkv (B, T, 3C) overwritten; datt (B, NH, T, T) scratch; dout (B, T, C). With att and datt
 // null, the probabilities are recomputed from qkv one group of heads at a time, bit for bit
 // as forward computed them (the same products and softmax on the same operands), into
 // scratches of a group's size: the backward of a forward that did not keep them.
-void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+void attention_backward(float* dqkv, float* datt, const float* dout, Operand qkv, const float* att,
                         int64_t B, int64_t T, int64_t C, int64_t NH);
 // The values of the largest group of heads' (T, T) scores: the size of each scratch the
 // paths without att use.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -57,27 +58,44 @@ const void* in_precision(const Operand& op, bool bf16, int64_t n, Tensor& scratc
   return scratch.raw();
 }
 
-// A dense bf16 copy of a strided (batch0, batch1, rows, cols) fp32 view into `scratch`;
+// A dense bf16 copy of a strided (batch0, batch1, rows, cols) view into `scratch`, or the
+// view itself when it is a dense bf16 one already: oneDNN 2.6's bf16 kernel (brgemm) takes
+// dense operands only, and falls back to a generic gemm slower than fp32's on any other.
 // `strides` becomes the copy's, row-major, or column-major per matrix when the view's
 // columns are strided and its rows are not (K^T read from a QKV buffer), so that the copy
-// reads and writes contiguously along the same dimension as the view does.
+// reads and writes contiguously along the same dimension as the view does. An fp32 view is
+// rounded on the way; a bf16 view (q, k, v kept in bf16) is gathered, a run at a time.
 const void* dense_bf16(const Operand& op, const memory::dims& dims, memory::dims& strides, Tensor& scratch) {
-  if (op.dtype == DType::BF16) return op.data;
   const int64_t b0 = dims[0], b1 = dims[1], R = dims[2], C = dims[3];
   const bool by_rows = strides[3] == 1 || strides[2] != 1;
   const memory::dims dense = by_rows ? memory::dims{b1 * R * C, R * C, C, 1} : memory::dims{b1 * R * C, R * C, 1, R};
+  if (op.dtype == DType::BF16 && strides == dense) return op.data;
   const int64_t outer = by_rows ? R : C, inner = by_rows ? C : R;
   const int64_t s_outer = by_rows ? strides[2] : strides[3], s_inner = by_rows ? strides[3] : strides[2];
   scratch = Tensor::empty({b0 * b1 * R * C}, DType::BF16, MemoryCategory::Other);
-  const float* src = static_cast<const float*>(op.data);
   bfloat16* dst = scratch.bf16();
+  const bool bf16_source = op.dtype == DType::BF16;
 #pragma omp parallel for collapse(3) schedule(static) if (b0 * b1 * R * C >= (1 << 15))
   for (int64_t i = 0; i < b0; ++i)
     for (int64_t j = 0; j < b1; ++j)
       for (int64_t o = 0; o < outer; ++o) {
-        const float* s_row = src + i * strides[0] + j * strides[1] + o * s_outer;
+        const int64_t from = i * strides[0] + j * strides[1] + o * s_outer;
         bfloat16* d_row = dst + (i * b1 + j) * R * C + o * inner;
-        for (int64_t e = 0; e < inner; ++e) d_row[e] = to_bf16(s_row[e * s_inner]);
+        if (bf16_source) {
+          const bfloat16* s_row = static_cast<const bfloat16*>(op.data) + from;
+          if (s_inner == 1) {
+            std::memcpy(d_row, s_row, sizeof(bfloat16) * inner);
+          } else {
+            for (int64_t e = 0; e < inner; ++e) d_row[e] = s_row[e * s_inner];
+          }
+        } else {
+          const float* s_row = static_cast<const float*>(op.data) + from;
+          if (s_inner == 1) {
+            convert_run_to_bf16(s_row, d_row, inner);
+          } else {
+            for (int64_t e = 0; e < inner; ++e) d_row[e] = to_bf16(s_row[e * s_inner]);
+          }
+        }
       }
   strides = dense;
   return scratch.raw();
@@ -200,10 +218,16 @@ void batched_matmul_in(bool bf16, const BatchedMatmul& d, Operand A, Operand B, 
         for (int64_t m = 0; m < d.M; ++m) {
           const float* row = src + ((i * d.batch1 + j) * d.M + m) * d.N;
           float* dst = C + i * cs[0] + j * cs[1] + m * cs[2];
-          if (d.accumulate)
+          if (cs[3] == 1 && !d.accumulate) {
+            std::memcpy(dst, row, sizeof(float) * d.N);
+          } else if (cs[3] == 1) {
+#pragma omp simd
+            for (int64_t n = 0; n < d.N; ++n) dst[n] += row[n];
+          } else if (d.accumulate) {
             for (int64_t n = 0; n < d.N; ++n) dst[n * cs[3]] += row[n];
-          else
+          } else {
             for (int64_t n = 0; n < d.N; ++n) dst[n * cs[3]] = row[n];
+          }
         }
     return;
   }

@@ -31,6 +31,11 @@ void convert_to_bf16(const float* src, bfloat16* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_bf16(src[i]);
 }
 
+void convert_run_to_bf16(const float* __restrict src, bfloat16* __restrict dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_bf16(src[i]);
+}
+
 void convert_to_f32(const bfloat16* src, float* dst, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
   for (int64_t i = 0; i < n; ++i) dst[i] = to_f32(src[i]);

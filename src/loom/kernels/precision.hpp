@@ -43,6 +43,9 @@ void new_weights_generation();
 
 // dst[i] = bf16(src[i]) (round to nearest even), in parallel for large n.
 void convert_to_bf16(const float* src, bfloat16* dst, int64_t n);
+// The same on the calling thread alone, for a run inside a caller's parallel loop (no nested
+// parallel region: its set-up cost more than converting a row of a few hundred values).
+void convert_run_to_bf16(const float* src, bfloat16* dst, int64_t n);
 void convert_to_f32(const bfloat16* src, float* dst, int64_t n);
 // dst[i] = src[i] rounded to the nearest bf16 value, kept in fp32 (one pass; dst may be src):
 // an fp32 product of such values equals the bf16 product's up to summation order.

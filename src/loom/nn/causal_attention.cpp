@@ -1,6 +1,7 @@
 #include "loom/nn/causal_attention.hpp"
 
 #include "loom/kernels/attention.hpp"
+#include "loom/nn/gemm_input.hpp"
 #include "loom/nn/saved_activation.hpp"
 
 namespace loom::nn {
@@ -15,21 +16,23 @@ Tensor CausalAttention::forward_impl(const Tensor& qkv, Context& ctx) {
   const bool keep_probabilities = !saved_in_bf16(ctx) && !ctx.inference();
   Tensor att = keep_probabilities ? Tensor::empty({B, NH_, T, T}) : Tensor();  // (B, NH, T, T)
   Tensor heads = Tensor::empty({B, T, C_});                                      // (B, T, NH, HS)
-  kernels::attention_forward(heads.f32(), keep_probabilities ? att.f32() : nullptr, qkv.f32(), B, T, C_, NH_);
-  ctx.save(this, {saved_activation(qkv, ctx), att});
+  // The bf16 copy kept for backward is also what the products read (the same rounded values).
+  const Tensor kept = saved_activation(qkv, ctx);
+  kernels::attention_forward(heads.f32(), keep_probabilities ? att.f32() : nullptr, gemm_input(kept), B, T, C_, NH_);
+  ctx.save(this, {kept, att});
   return heads;
 }
 
 Tensor CausalAttention::backward_impl(const Tensor& dheads, Context& ctx) {
-  const Tensor qkv = widened(ctx.saved(this, 0));  // q, k, v as the forward's products read them
+  const Tensor& qkv = ctx.saved(this, 0);  // q, k, v as the forward's products read them (bf16 or fp32)
   const Tensor& att = ctx.saved(this, 1);
   const int64_t B = qkv.size(0), T = qkv.size(1);
-  Tensor dqkv = Tensor::empty(qkv.shape());  // (B, T, 3C)
+  Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32);  // (B, T, 3C)
   if (att.defined()) {
     Tensor datt = Tensor::empty(att.shape());  // (B, NH, T, T) scratch
-    kernels::attention_backward(dqkv.f32(), datt.f32(), dheads.f32(), qkv.f32(), att.f32(), B, T, C_, NH_);
+    kernels::attention_backward(dqkv.f32(), datt.f32(), dheads.f32(), gemm_input(qkv), att.f32(), B, T, C_, NH_);
   } else {
-    kernels::attention_backward(dqkv.f32(), nullptr, dheads.f32(), qkv.f32(), nullptr, B, T, C_, NH_);
+    kernels::attention_backward(dqkv.f32(), nullptr, dheads.f32(), gemm_input(qkv), nullptr, B, T, C_, NH_);
   }
   ctx.release(this);
   return dqkv;

@@ -51,8 +51,9 @@ int64_t bf16_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t
 constexpr int64_t kAttentionGroupBytes = int64_t{16} << 20;
 int64_t attention_group_values(int64_t B, int64_t T, int64_t NH);
 // What one layer's attention backward holds for a while under bf16, beyond the kept
-// activations: the recomputed probabilities and their gradient for a group of heads (fp32)
-// and q, k, v widened to fp32 (3 B T C / t). Once per step's peak, not per layer.
+// activations: the scratch of one causal block of a group of heads (its recomputed scores and
+// their gradient, dense bf16 copies of the operands; kernels/attention_bf16.cpp, a test keeps
+// the two equal). Once per step's peak, not per layer.
 int64_t bf16_attention_backward_bytes(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t t);
 
 }  // namespace loom::plan

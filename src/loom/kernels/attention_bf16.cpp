@@ -1,0 +1,208 @@
+#include "loom/kernels/attention_bf16.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+
+#include "loom/kernels/attention_plan.hpp"
+#include "loom/kernels/causal_softmax.hpp"
+#include "loom/kernels/precision.hpp"
+#include "loom/tensor/tensor.hpp"
+
+namespace loom::kernels {
+
+namespace {
+
+// One group's G = nb * nh heads, as (nb, T, nh, HS) views inside qkv, dqkv, out or dout, and
+// the dense (nb, nh, rows, cols) operands the products take.
+struct Heads {
+  int64_t nb, nh, HS;
+  int64_t G() const { return nb * nh; }
+  // Strides of a dense (nb, nh, rows, cols) operand, and of one stored transposed ((cols, rows) per matrix).
+  std::array<int64_t, 4> dense(int64_t rows, int64_t cols) const { return {nh * rows * cols, rows * cols, cols, 1}; }
+  std::array<int64_t, 4> dense_t(int64_t rows, int64_t cols) const { return {nh * rows * cols, rows * cols, 1, rows}; }
+  BatchedMatmul desc(int64_t M, int64_t N, int64_t K, std::array<int64_t, 4> a, std::array<int64_t, 4> b,
+                     float alpha = 1.0f) const {
+    return BatchedMatmul{.batch0 = nb, .batch1 = nh, .M = M, .N = N, .K = K, .a_strides = a, .b_strides = b,
+                         .c_strides = dense(M, N), .alpha = alpha};
+  }
+};
+
+// A (nb, T, nh, HS) view: element (b, t, h, d) at b * batch + t * row + h * HS + d.
+struct View {
+  int64_t batch, row;
+  int64_t at(const Heads& g, int64_t head, int64_t t) const { return head / g.nh * batch + t * row + head % g.nh * g.HS; }
+};
+
+bool worth_threads(int64_t values) { return values >= (1 << 15); }
+
+// Rows [r0, r1) of every head of `src` (fp32, rounded on the way, or bf16) into dst (G, r1 - r0, HS).
+void gather(Operand src, const View& v, const Heads& g, int64_t r0, int64_t r1, bfloat16* dst) {
+  const int64_t R = r1 - r0;
+#pragma omp parallel for collapse(2) schedule(static) if (worth_threads(g.G() * R * g.HS))
+  for (int64_t h = 0; h < g.G(); ++h)
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t from = v.at(g, h, r0 + r);
+      bfloat16* to = dst + (h * R + r) * g.HS;
+      if (src.dtype == DType::BF16)
+        std::memcpy(to, static_cast<const bfloat16*>(src.data) + from, sizeof(bfloat16) * g.HS);
+      else
+        convert_run_to_bf16(static_cast<const float*>(src.data) + from, to, g.HS);
+    }
+}
+
+// src (G, r1 - r0, HS) into rows [r0, r1) of a view of dst: rows below added_below added to
+// what dst holds (a sum over blocks), the others written.
+void scatter(const float* src, const View& v, const Heads& g, int64_t r0, int64_t r1, float* dst,
+             int64_t added_below) {
+  const int64_t R = r1 - r0;
+#pragma omp parallel for collapse(2) schedule(static) if (worth_threads(g.G() * R * g.HS))
+  for (int64_t h = 0; h < g.G(); ++h)
+    for (int64_t r = 0; r < R; ++r) {
+      const float* from = src + (h * R + r) * g.HS;
+      float* to = dst + v.at(g, h, r0 + r);
+      if (r0 + r < added_below) {
+#pragma omp simd
+        for (int64_t d = 0; d < g.HS; ++d) to[d] += from[d];
+      } else {
+        std::memcpy(to, from, sizeof(float) * g.HS);
+      }
+    }
+}
+
+// Scratch for the largest group and block, allocated once per call (the caching allocator
+// hands the same blocks back every layer).
+struct Scratch {
+  Tensor scores, scores_bf16;    // (G, rows, keys): S then P (fp32), and P in bf16
+  Tensor dscores, dscores_bf16;  // (G, rows, keys): dP then dS (fp32), and dS in bf16 (backward)
+  Tensor q, dout;              // (G, rows, HS) bf16: a block's queries, output gradient
+  Tensor k, v;                 // (G, keys, HS) bf16: the keys and values up to a block's end
+  Tensor rows_out;             // (G, rows, HS) fp32: a block's output or dQ
+  Tensor dk, dv;               // (G, keys, HS) fp32: a block's share of dK, dV (backward)
+
+  static int64_t most_heads(int64_t B, int64_t T, int64_t NH) {
+    int64_t most = 0;
+    for (const AttentionGroup& g : attention_groups(B, T, NH)) most = std::max(most, g.nb * g.nh);
+    return most;
+  }
+  Scratch(int64_t B, int64_t T, int64_t C, int64_t NH, bool backward) {
+    const int64_t G = most_heads(B, T, NH), R = std::min(T, attention_block_rows(T)), HS = C / NH;
+    scores = Tensor::empty({G * R * T});
+    scores_bf16 = Tensor::empty({G * R * T}, DType::BF16);
+    q = Tensor::empty({G * R * HS}, DType::BF16);
+    k = Tensor::empty({G * T * HS}, DType::BF16);
+    v = Tensor::empty({G * T * HS}, DType::BF16);
+    rows_out = Tensor::empty({G * R * HS});
+    if (!backward) return;
+    dscores = Tensor::empty({G * R * T});
+    dscores_bf16 = Tensor::empty({G * R * T}, DType::BF16);
+    dout = Tensor::empty({G * R * HS}, DType::BF16);
+    dk = Tensor::empty({G * T * HS});
+    dv = Tensor::empty({G * T * HS});
+  }
+  static int64_t backward_bytes(int64_t B, int64_t T, int64_t C, int64_t NH) {
+    const int64_t G = most_heads(B, T, NH), R = std::min(T, attention_block_rows(T)), HS = C / NH;
+    return G * (R * T * (4 + 2 + 4 + 2) + R * HS * (2 + 2 + 4) + T * HS * (2 + 2 + 4 + 4));
+  }
+};
+
+// Rows [i0, i1) of the group's probabilities against keys [0, i1): the block's q and k
+// gathered into s.q and s.k, then S = scale Q K^T and the causal softmax, P in s.scores (fp32)
+// and s.scores_bf16.
+void block_probabilities(Operand q, Operand k, const View& qkv, const Heads& g, int64_t i0, int64_t i1, float scale,
+                         Scratch& s) {
+  const int64_t R = i1 - i0;
+  gather(q, qkv, g, i0, i1, s.q.bf16());
+  gather(k, qkv, g, 0, i1, s.k.bf16());
+  batched_matmul(g.desc(R, i1, g.HS, g.dense(R, g.HS), g.dense_t(g.HS, i1), scale), s.q.bf16(), s.k.bf16(),
+                 s.scores.f32());
+  causal_softmax(s.scores.f32(), ScoreRows{R * i1, i1, i0, i1}, g.G(), i0, i1, s.scores_bf16.bf16());
+}
+
+// The block's probabilities into the group's (G, T, T) slice of att (zeros after column i1).
+void keep_probabilities(const float* p, const Heads& g, int64_t T, int64_t i0, int64_t i1, float* att) {
+  const int64_t R = i1 - i0;
+  for (int64_t h = 0; h < g.G(); ++h)
+    for (int64_t r = 0; r < R; ++r) {
+      float* row = att + (h * T + i0 + r) * T;
+      std::memcpy(row, p + (h * R + r) * i1, sizeof(float) * i1);
+      std::memset(row + i1, 0, sizeof(float) * (T - i1));
+    }
+}
+
+// Every causal block [i0, i1) of every head group, in order: body(group, its heads, its
+// offset into the (B, T, 3C) qkv buffers, its offset into the (B, T, C) heads buffers, i0, i1).
+template <class Body>
+void for_each_block(int64_t B, int64_t T, int64_t C, int64_t NH, Body&& body) {
+  const int64_t HS = C / NH, blk = attention_block_rows(T);
+  for (const AttentionGroup& ag : attention_groups(B, T, NH)) {
+    const Heads g{ag.nb, ag.nh, HS};
+    const int64_t qkv_off = ag.b0 * T * 3 * C + ag.h0 * HS, heads_off = ag.b0 * T * C + ag.h0 * HS;
+    for (int64_t i0 = 0; i0 < T; i0 += blk) body(ag, g, qkv_off, heads_off, i0, std::min(T, i0 + blk));
+  }
+}
+
+float scale_of(int64_t C, int64_t NH) { return 1.0f / std::sqrt(static_cast<float>(C / NH)); }
+
+}  // namespace
+
+void attention_forward_bf16(float* out, float* att, Operand qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  const float scale = scale_of(C, NH);
+  const View in{T * 3 * C, 3 * C}, heads{T * C, C};
+  Scratch s(B, T, C, NH, /*backward=*/false);
+  for_each_block(B, T, C, NH, [&](const AttentionGroup& ag, const Heads& g, int64_t qkv_off, int64_t heads_off,
+                                  int64_t i0, int64_t i1) {
+    const Operand q = qkv.at(qkv_off), k = q.at(C), v = q.at(2 * C);
+    const int64_t R = i1 - i0, HS = g.HS;
+    block_probabilities(q, k, in, g, i0, i1, scale, s);
+    if (att != nullptr) keep_probabilities(s.scores.f32(), g, T, i0, i1, att + (ag.b0 * NH + ag.h0) * T * T);
+    // out[i0:i1] = P V[0:i1]
+    gather(v, in, g, 0, i1, s.v.bf16());
+    batched_matmul(g.desc(R, HS, i1, g.dense(R, i1), g.dense(i1, HS)), s.scores_bf16.bf16(), s.v.bf16(),
+                   s.rows_out.f32());
+    scatter(s.rows_out.f32(), heads, g, i0, i1, out + heads_off, /*added_below=*/i0);
+  });
+}
+
+void attention_backward_bf16(float* dqkv, const float* dout, Operand qkv, int64_t B, int64_t T, int64_t C,
+                             int64_t NH) {
+  const float scale = scale_of(C, NH);
+  const View in{T * 3 * C, 3 * C}, heads{T * C, C};
+  Scratch s(B, T, C, NH, /*backward=*/true);
+  for_each_block(B, T, C, NH, [&](const AttentionGroup&, const Heads& g, int64_t qkv_off, int64_t heads_off,
+                                  int64_t i0, int64_t i1) {
+    const Operand q = qkv.at(qkv_off), k = q.at(C), v = q.at(2 * C);
+    float* dq = dqkv + qkv_off;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const int64_t R = i1 - i0, HS = g.HS;
+    // P of the block again (the forward's products on the same operands), then
+    // dP = dO V^T, dS by the softmax backward (fp32, and bf16 for the products).
+    block_probabilities(q, k, in, g, i0, i1, scale, s);
+    gather(dout + heads_off, heads, g, i0, i1, s.dout.bf16());
+    gather(v, in, g, 0, i1, s.v.bf16());
+    batched_matmul(g.desc(R, i1, HS, g.dense(R, HS), g.dense_t(HS, i1)), s.dout.bf16(), s.v.bf16(),
+                   s.dscores.f32());
+    causal_softmax_backward(s.dscores.f32(), s.scores.f32(), ScoreRows{R * i1, i1, i0, i1}, g.G(), i0, i1,
+                            s.dscores_bf16.bf16());
+    // dQ[i0:i1] = scale dS K[0:i1]
+    batched_matmul(g.desc(R, HS, i1, g.dense(R, i1), g.dense(i1, HS), scale), s.dscores_bf16.bf16(), s.k.bf16(),
+                   s.rows_out.f32());
+    scatter(s.rows_out.f32(), in, g, i0, i1, dq, /*added_below=*/i0);
+    // Keys [0, i1) receive from this block's query rows: dK[0:i1] += scale dS^T Q[i0:i1] and
+    // dV[0:i1] += P^T dO[i0:i1]; rows [i0, i1) are first reached here, so written.
+    batched_matmul(g.desc(i1, HS, R, g.dense_t(i1, R), g.dense(R, HS), scale), s.dscores_bf16.bf16(), s.q.bf16(),
+                   s.dk.f32());
+    scatter(s.dk.f32(), in, g, 0, i1, dk, /*added_below=*/i0);
+    batched_matmul(g.desc(i1, HS, R, g.dense_t(i1, R), g.dense(R, HS)), s.scores_bf16.bf16(), s.dout.bf16(),
+                   s.dv.f32());
+    scatter(s.dv.f32(), in, g, 0, i1, dv, /*added_below=*/i0);
+  });
+}
+
+int64_t attention_backward_bf16_bytes(int64_t B, int64_t T, int64_t C, int64_t NH) {
+  return Scratch::backward_bytes(B, T, C, NH);
+}
+
+}  // namespace loom::kernels
