@@ -77,7 +77,8 @@ TEST(Gelu, InPlaceMatchesOutOfPlace) {
 }
 
 // Mixed precision keeps GELU's input in bf16: the forward that writes that copy in its pass
-// gives the fp32 output unchanged and to_bf16 of every input (ties to even, NaN a NaN), and
+// gives the fp32 output unchanged (or, the variant that writes it in bf16, to_bf16 of it) and
+// to_bf16 of every input (ties to even, NaN a NaN), and
 // the backward from the copy equals the fp32 backward on the widened copy, bit for bit, on
 // a ragged length (masked last vector) with 2 threads.
 TEST(Gelu, KeepsItsInputInBf16) {
@@ -88,8 +89,9 @@ TEST(Gelu, KeepsItsInputInBf16) {
   x[6] = 1.00390625f;  // exactly between two bf16 values: rounds to even (1.0)
   const auto dout = random_vector(n, 8);
   std::vector<float> out(n), want(n), dinp(n), widened(n), dwant(n);
-  std::vector<bfloat16> kept(n);
+  std::vector<bfloat16> kept(n), kept2(n), out_bf16(n);
   gelu_forward(out.data(), kept.data(), x.data(), n);
+  gelu_forward(out_bf16.data(), kept2.data(), x.data(), n);
   gelu_forward(want.data(), x.data(), n);
   gelu_backward(dinp.data(), kept.data(), dout.data(), n);
   for (int64_t i = 0; i < n; ++i) widened[i] = to_f32(kept[i]);
@@ -101,7 +103,9 @@ TEST(Gelu, KeepsItsInputInBf16) {
       continue;
     }
     ASSERT_EQ(kept[i].bits, to_bf16(x[i]).bits) << i;
+    ASSERT_EQ(kept2[i].bits, kept[i].bits) << i;
     ASSERT_EQ(out[i], want[i]) << i;
+    ASSERT_EQ(out_bf16[i].bits, to_bf16(want[i]).bits) << i;
     ASSERT_EQ(dinp[i], dwant[i]) << i;
   }
   EXPECT_EQ(widened[6], 1.0f);

@@ -88,6 +88,23 @@ void gelu_forward(float* out, bfloat16* kept, const float* inp, int64_t n) {
 #endif
 }
 
+void gelu_forward(bfloat16* out, bfloat16* kept, const float* inp, int64_t n) {
+#if LOOM_FAST_MATH_AVX512
+  for_each_vector16(n, [&](int64_t i, __mmask16 m) {
+    const __m512 x = _mm512_maskz_loadu_ps(m, inp + i);
+    store_bf16x16(kept + i, x, m);
+    store_bf16x16(out + i, gelu16(x), m);
+  });
+#else
+#pragma omp parallel for simd schedule(static) if (n >= kGeluParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    kept[i] = to_bf16(x);
+    out[i] = to_bf16(gelu1(x));
+  }
+#endif
+}
+
 void gelu_backward(float* dinp, const bfloat16* inp, const float* dout, int64_t n) {
 #if LOOM_FAST_MATH_AVX512
   for_each_vector16(n, [&](int64_t i, __mmask16 m) {

@@ -11,13 +11,17 @@ MLP::MLP(int64_t C, const LayerBuilder& layers) {
 }
 
 Tensor MLP::forward_impl(const Tensor& x, Context& ctx) {
-  Tensor h = fc_->forward(x, ctx);            // (B, T, 4C) pre-activation, saved by this module
-  Tensor a = Tensor::empty(h.shape());        // (B, T, 4C) GELU output, saved by proj
-  if (saved_in_bf16(ctx)) {                   // h kept as bf16 in the same pass
+  Tensor h = fc_->forward(x, ctx);  // (B, T, 4C) pre-activation, saved by this module
+  Tensor a;                         // (B, T, 4C) GELU output, saved by proj
+  if (saved_in_bf16(ctx)) {
+    // h kept as bf16 in the same pass, and the output written as the bf16 values proj's GEMM
+    // reads and keeps (a proj layer takes a bf16 input as its own rounded copy).
     Tensor kept = Tensor::empty(h.shape(), DType::BF16);
-    kernels::gelu_forward(a.f32(), kept.bf16(), h.f32(), h.numel());
+    a = Tensor::empty(h.shape(), DType::BF16);
+    kernels::gelu_forward(a.bf16(), kept.bf16(), h.f32(), h.numel());
     ctx.save(this, {kept});
   } else {
+    a = Tensor::empty(h.shape());
     kernels::gelu_forward(a.f32(), h.f32(), h.numel());
     ctx.save(this, {h});
   }
