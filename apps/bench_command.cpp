@@ -124,6 +124,7 @@ int run_train(BenchArgs a) {
                               {"batch_size", B},
                               {"block_size", T},
                               {"median_step_s", step_s},
+                              {"step_s", times},  // each timed step: a slow outlier shows here
                               {"tokens_per_s", tokens_per_s},
                               {"model_gflops_per_s", tokens_per_s * a.model.flops_per_token(T) / 1e9},
                               {"tracked_peak_bytes", MemoryTracker::instance().total_peak()},

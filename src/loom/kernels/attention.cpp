@@ -67,7 +67,7 @@ Tensor group_scratch(int64_t B, int64_t T, int64_t NH) { return Tensor::empty({a
 
 int64_t attention_group_values(int64_t B, int64_t T, int64_t NH) {
   int64_t most = 0;
-  for (const AttentionGroup& g : attention_groups(B, T, NH)) most = std::max(most, g.nb * g.nh * T * T);
+  for (const AttentionGroup& g : attention_groups(B, T, NH, T * T)) most = std::max(most, g.nb * g.nh * T * T);
   return most;
 }
 
@@ -77,7 +77,7 @@ void attention_forward(float* out, float* att, Operand qkv, int64_t B, int64_t T
   const int64_t HS = C / NH, blk = attention_block_rows(T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const Tensor scratch = att == nullptr ? group_scratch(B, T, NH) : Tensor();
-  for (const AttentionGroup& g : attention_groups(B, T, NH)) {
+  for (const AttentionGroup& g : attention_groups(B, T, NH, T * T)) {
     const Views v{g.nb, g.nh, T, C, NH, HS};
     const Operand q = qkv.at(g.b0 * T * 3 * C + g.h0 * HS);  // (nb, T, nh, HS) inside qkv
     const Operand k = q.at(C);                                // (nb, T, nh, HS) inside qkv
@@ -103,7 +103,7 @@ void attention_backward(float* dqkv, float* datt, const float* dout, Operand qkv
   const bool recompute = att == nullptr;
   const Tensor p_scratch = recompute ? group_scratch(B, T, NH) : Tensor();
   const Tensor dp_scratch = recompute ? group_scratch(B, T, NH) : Tensor();
-  for (const AttentionGroup& g : attention_groups(B, T, NH)) {
+  for (const AttentionGroup& g : attention_groups(B, T, NH, T * T)) {
     const Views v{g.nb, g.nh, T, C, NH, HS};
     const int64_t qkv_off = g.b0 * T * 3 * C + g.h0 * HS, att_off = (g.b0 * NH + g.h0) * T * T;
     const Operand q = qkv.at(qkv_off);                  // (nb, T, nh, HS) inside qkv

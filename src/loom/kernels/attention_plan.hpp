@@ -31,8 +31,12 @@ struct AttentionGroup {
   int64_t b0, nb, h0, nh;  // sequences [b0, b0 + nb), heads [h0, h0 + nh)
 };
 
-inline std::vector<AttentionGroup> attention_groups(int64_t B, int64_t T, int64_t NH) {
-  const int64_t heads = std::max<int64_t>(1, kAttentionGroupBytes / (T * T * static_cast<int64_t>(sizeof(float))));
+// values_per_head: the fp32 scores a head holds at once, T * T where a group's whole score
+// matrices exist (the fp32 path), a causal block's rows * T where only one block's do (the
+// bf16 path, with its own budget_bytes).
+inline std::vector<AttentionGroup> attention_groups(int64_t B, int64_t T, int64_t NH, int64_t values_per_head,
+                                                    int64_t budget_bytes = kAttentionGroupBytes) {
+  const int64_t heads = std::max<int64_t>(1, budget_bytes / (values_per_head * static_cast<int64_t>(sizeof(float))));
   std::vector<AttentionGroup> out;
   if (heads >= NH) {
     const int64_t nb = std::min(B, heads / NH);

@@ -44,8 +44,10 @@ int64_t attention_group_values(int64_t B, int64_t T, int64_t NH) {
 }
 
 int64_t bf16_attention_backward_bytes(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t t) {
-  const int64_t heads = attention_group_values(B, T, NH / t) / (T * T), HS = C / NH;
-  const int64_t blocks = T >= 64 ? std::min<int64_t>(8, T / 64) : 1, R = (T + blocks - 1) / blocks;
+  const int64_t blocks = T >= 64 ? std::min<int64_t>(8, T / 64) : 1, R = (T + blocks - 1) / blocks, HS = C / NH;
+  // Heads in groups whose one block of fp32 scores fits kAttentionBlockGroupBytes.
+  const int64_t per_group = std::max<int64_t>(1, kAttentionBlockGroupBytes / (R * T * 4)), heads_here = NH / t;
+  const int64_t heads = per_group >= heads_here ? std::min(B, per_group / heads_here) * heads_here : per_group;
   // A block's scores, probabilities' gradient (fp32 and bf16 each), its rows of q, dout (bf16)
   // and output (fp32), the keys and values up to its end (bf16) and their gradients (fp32).
   return heads * (R * T * (4 + 2 + 4 + 2) + R * HS * (2 + 2 + 4) + T * HS * (2 + 2 + 4 + 4));

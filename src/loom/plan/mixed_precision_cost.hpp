@@ -54,6 +54,7 @@ int64_t attention_group_values(int64_t B, int64_t T, int64_t NH);
 // activations: the scratch of one causal block of a group of heads (its recomputed scores and
 // their gradient, dense bf16 copies of the operands; kernels/attention_bf16.cpp, a test keeps
 // the two equal). Once per step's peak, not per layer.
+constexpr int64_t kAttentionBlockGroupBytes = int64_t{1} << 20;
 int64_t bf16_attention_backward_bytes(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t t);
 
 }  // namespace loom::plan
