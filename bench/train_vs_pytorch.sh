@@ -19,6 +19,9 @@
 #   PRECISIONS="fp32"   add bf16 for the mixed-precision rows: Loom bf16 (bf16 GEMMs, fp32
 #       master weights), Loom fp32, PyTorch fp32 and PyTorch bf16 (torch.autocast) side by
 #       side, with the implementation oneDNN dispatched for bf16 (e.g. brg:avx512_core_amx)
+#       and the targets for that hardware, each marked ok or MISS (AMX: bf16 >= 3x fp32;
+#       AVX512-BF16: >= 1.7x on gpt2-small, >= 1.5x on gpt-mini, peak memory <= 0.6x fp32 on
+#       gpt2-small at GPT2_BATCH >= 4; both: >= 1.5x PyTorch's faster precision)
 #   MINI_STEPS=8 MINI_WARMUP=2        timed / untimed steps on gpt-mini
 #   GPT2_STEPS=3 GPT2_WARMUP=1 GPT2_BATCH=4   a gpt2-small step takes tens of seconds
 #   PYTHON=/usr/bin/python3           the interpreter with torch
