@@ -143,6 +143,7 @@ void check_bf16_against_reference(int64_t B, int64_t T, int64_t C, int64_t NH) {
 }
 
 TEST(AttentionBf16, MatchesTheTwinWithItsRoundings) {
+  check_bf16_against_reference(3, 1, 8, 2);      // a single token
   check_bf16_against_reference(2, 5, 12, 3);     // one block
   check_bf16_against_reference(2, 128, 32, 2);   // two blocks of 64 rows
   check_bf16_against_reference(1, 200, 24, 3);   // ragged blocks, rows ending inside a 16-lane chunk
