@@ -11,8 +11,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstring>
-#include <vector>
 
 #include "loom/kernels/attention_bf16.hpp"
 #include "loom/kernels/attention_plan.hpp"

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "loom/kernels/attention_plan.hpp"
 #include "loom/kernels/causal_softmax.hpp"
