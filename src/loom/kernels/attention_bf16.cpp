@@ -56,10 +56,7 @@ void gather(Operand src, const View& v, const Heads& g, int64_t r0, int64_t r1, 
     for (int64_t r = 0; r < R; ++r) {
       const int64_t from = v.at(g, h, r0 + r);
       bfloat16* to = dst + (h * R + r) * g.HS;
-      if (src.dtype == DType::BF16)
-        std::memcpy(to, static_cast<const bfloat16*>(src.data) + from, sizeof(bfloat16) * g.HS);
-      else
-        convert_run_to_bf16(static_cast<const float*>(src.data) + from, to, g.HS);
+      copy_run_to_bf16(src.at(from), to, g.HS);
     }
 }
 
@@ -112,9 +109,11 @@ struct Scratch {
     dk = Tensor::empty({G * T * HS});
     dv = Tensor::empty({G * T * HS});
   }
-  static int64_t backward_bytes(int64_t B, int64_t T, int64_t C, int64_t NH) {
-    const int64_t G = most_heads(B, T, NH), R = std::min(T, attention_block_rows(T)), HS = C / NH;
-    return G * (R * T * (4 + 2 + 4 + 2) + R * HS * (2 + 2 + 4) + T * HS * (2 + 2 + 4 + 4));
+  int64_t bytes() const {
+    int64_t sum = 0;
+    for (const Tensor* t : {&scores, &scores_bf16, &dscores, &dscores_bf16, &q, &dout, &k, &v, &rows_out, &dk, &dv})
+      sum += t->defined() ? t->nbytes() : 0;
+    return sum;
   }
 };
 
@@ -213,7 +212,7 @@ void attention_backward_bf16(float* dqkv, const float* dout, Operand qkv, int64_
 }
 
 int64_t attention_backward_bf16_bytes(int64_t B, int64_t T, int64_t C, int64_t NH) {
-  return Scratch::backward_bytes(B, T, C, NH);
+  return Scratch(B, T, C, NH, /*backward=*/true).bytes();
 }
 
 }  // namespace loom::kernels

@@ -20,7 +20,7 @@ void attention_forward_bf16(float* out, float* att, Operand qkv, int64_t B, int6
 // As attention_backward, always recomputing the probabilities (a block at a time).
 void attention_backward_bf16(float* dqkv, const float* dout, Operand qkv, int64_t B, int64_t T, int64_t C,
                              int64_t NH);
-// Bytes of the scratch attention_backward_bf16 holds while it runs.
+// Bytes of the scratch attention_backward_bf16 holds while it runs (allocates it once to count).
 int64_t attention_backward_bf16_bytes(int64_t B, int64_t T, int64_t C, int64_t NH);
 
 }  // namespace loom::kernels

@@ -89,6 +89,10 @@ inline __m512 fast_exp16(__m512 x) {
   return y;
 }
 
+// The maskz forms with a full mask below: GCC 12 warns (-Wmaybe-uninitialized) on the unmasked
+// ones, whose pass-through operand is undefined.
+constexpr __mmask16 kAll16 = 0xFFFF;
+
 // 16 bf16 values widened to fp32 (exact); lanes outside m read as 0. (Plain AVX-512F: a
 // masked 16-bit load would need AVX-512BW.)
 inline __m512 load_bf16x16(const bfloat16* p, __mmask16 m) {
@@ -96,17 +100,17 @@ inline __m512 load_bf16x16(const bfloat16* p, __mmask16 m) {
   if (m != 0xFFFF)
     for (int j = 0; j < 16 && ((m >> j) & 1); ++j) tail[j] = p[j];
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m == 0xFFFF ? p : tail));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll16, _mm512_maskz_cvtepu16_epi32(kAll16, raw), 16));
 }
 
 // 16 fp32 values rounded to bf16 as to_bf16 does (nearest even; NaN stays a quiet NaN), the
 // lanes of m stored. AVX-512F only (no AVX512-BF16 needed).
 inline void store_bf16x16(bfloat16* p, __m512 x, __mmask16 m) {
   const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll16, u, 16), _mm512_set1_epi32(1));
   __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
   r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
-  const __m256i b = _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+  const __m256i b = _mm512_maskz_cvtepi32_epi16(kAll16, _mm512_maskz_srli_epi32(kAll16, r, 16));
   if (m == 0xFFFF) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), b);
     return;

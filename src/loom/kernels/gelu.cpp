@@ -71,38 +71,39 @@ void for_each_vector16(int64_t n, Body&& body) {
 #endif
 }  // namespace
 
-void gelu_forward(float* out, bfloat16* kept, const float* inp, int64_t n) {
+namespace {
+// An output value in its type: fp32 as it is, bf16 rounded as to_bf16 rounds.
+[[maybe_unused]] inline float as_output(float x, float*) { return x; }
+[[maybe_unused]] inline bfloat16 as_output(float x, bfloat16*) { return to_bf16(x); }
+#if LOOM_FAST_MATH_AVX512
+inline void store16(float* p, __m512 x, __mmask16 m) { _mm512_mask_storeu_ps(p, m, x); }
+inline void store16(bfloat16* p, __m512 x, __mmask16 m) { store_bf16x16(p, x, m); }
+#endif
+
+// out = gelu(inp) in Out's type and kept = bf16(inp), one pass.
+template <class Out>
+void gelu_forward_keeping(Out* out, bfloat16* kept, const float* inp, int64_t n) {
 #if LOOM_FAST_MATH_AVX512
   for_each_vector16(n, [&](int64_t i, __mmask16 m) {
     const __m512 x = _mm512_maskz_loadu_ps(m, inp + i);
     store_bf16x16(kept + i, x, m);
-    _mm512_mask_storeu_ps(out + i, m, gelu16(x));
+    store16(out + i, gelu16(x), m);
   });
 #else
 #pragma omp parallel for simd schedule(static) if (n >= kGeluParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     kept[i] = to_bf16(x);
-    out[i] = gelu1(x);
+    out[i] = as_output(gelu1(x), out);
   }
 #endif
 }
+}  // namespace
+
+void gelu_forward(float* out, bfloat16* kept, const float* inp, int64_t n) { gelu_forward_keeping(out, kept, inp, n); }
 
 void gelu_forward(bfloat16* out, bfloat16* kept, const float* inp, int64_t n) {
-#if LOOM_FAST_MATH_AVX512
-  for_each_vector16(n, [&](int64_t i, __mmask16 m) {
-    const __m512 x = _mm512_maskz_loadu_ps(m, inp + i);
-    store_bf16x16(kept + i, x, m);
-    store_bf16x16(out + i, gelu16(x), m);
-  });
-#else
-#pragma omp parallel for simd schedule(static) if (n >= kGeluParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    kept[i] = to_bf16(x);
-    out[i] = to_bf16(gelu1(x));
-  }
-#endif
+  gelu_forward_keeping(out, kept, inp, n);
 }
 
 void gelu_backward(float* dinp, const bfloat16* inp, const float* dout, int64_t n) {

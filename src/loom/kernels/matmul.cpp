@@ -81,20 +81,14 @@ const void* dense_bf16(const Operand& op, const memory::dims& dims, memory::dims
       for (int64_t o = 0; o < outer; ++o) {
         const int64_t from = i * strides[0] + j * strides[1] + o * s_outer;
         bfloat16* d_row = dst + (i * b1 + j) * R * C + o * inner;
-        if (bf16_source) {
+        if (s_inner == 1) {
+          copy_run_to_bf16(op.at(from), d_row, inner);
+        } else if (bf16_source) {
           const bfloat16* s_row = static_cast<const bfloat16*>(op.data) + from;
-          if (s_inner == 1) {
-            std::memcpy(d_row, s_row, sizeof(bfloat16) * inner);
-          } else {
-            for (int64_t e = 0; e < inner; ++e) d_row[e] = s_row[e * s_inner];
-          }
+          for (int64_t e = 0; e < inner; ++e) d_row[e] = s_row[e * s_inner];
         } else {
           const float* s_row = static_cast<const float*>(op.data) + from;
-          if (s_inner == 1) {
-            convert_run_to_bf16(s_row, d_row, inner);
-          } else {
-            for (int64_t e = 0; e < inner; ++e) d_row[e] = to_bf16(s_row[e * s_inner]);
-          }
+          for (int64_t e = 0; e < inner; ++e) d_row[e] = to_bf16(s_row[e * s_inner]);
         }
       }
   strides = dense;
@@ -261,6 +255,13 @@ void batched_matmul_in(bool bf16, const BatchedMatmul& d, Operand A, Operand B, 
 }
 
 }  // namespace
+
+void copy_run_to_bf16(Operand src, bfloat16* dst, int64_t n) {
+  if (src.dtype == DType::BF16)
+    std::memcpy(dst, src.data, sizeof(bfloat16) * n);
+  else
+    convert_run_to_bf16(static_cast<const float*>(src.data), dst, n);
+}
 
 void matmul(Operand A, Trans ta, Operand B, Trans tb, float* C, int64_t M, int64_t N, int64_t K,
             const float* bias, bool accumulate) {

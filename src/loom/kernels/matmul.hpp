@@ -30,6 +30,10 @@ struct Operand {
   DType dtype;
 };
 
+// n contiguous values of src into dst: copied when bf16, rounded (as to_bf16) when fp32. On
+// the calling thread alone, for a run inside a caller's parallel loop.
+void copy_run_to_bf16(Operand src, bfloat16* dst, int64_t n);
+
 // C(M, N) = op(A) @ op(B) [+ bias(N)] [+ C when accumulate].
 // A is (M, K) row-major, or stored (K, M) when ta == T; B is (K, N), or stored (N, K) when tb == T.
 void matmul(Operand A, Trans ta, Operand B, Trans tb, float* C, int64_t M, int64_t N,

@@ -28,12 +28,9 @@ Tensor CausalAttention::backward_impl(const Tensor& dheads, Context& ctx) {
   const Tensor& att = ctx.saved(this, 1);
   const int64_t B = qkv.size(0), T = qkv.size(1);
   Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32);  // (B, T, 3C)
-  if (att.defined()) {
-    Tensor datt = Tensor::empty(att.shape());  // (B, NH, T, T) scratch
-    kernels::attention_backward(dqkv.f32(), datt.f32(), dheads.f32(), gemm_input(qkv), att.f32(), B, T, C_, NH_);
-  } else {
-    kernels::attention_backward(dqkv.f32(), nullptr, dheads.f32(), gemm_input(qkv), nullptr, B, T, C_, NH_);
-  }
+  const Tensor datt = att.defined() ? Tensor::empty(att.shape()) : Tensor();  // (B, NH, T, T) scratch
+  kernels::attention_backward(dqkv.f32(), att.defined() ? datt.f32() : nullptr, dheads.f32(), gemm_input(qkv),
+                              att.defined() ? att.f32() : nullptr, B, T, C_, NH_);
   ctx.release(this);
   return dqkv;
 }

@@ -38,16 +38,23 @@ int64_t bf16_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t
   return 2 * (ln_inputs + mlp_hidden + linear_inputs) + core + 4 * stats;
 }
 
+namespace {
+// Heads in the largest group when a group holds `fit` heads' fp32 scores of `values` each:
+// whole sequences (all NH heads) while they fit, else `fit` heads of one sequence.
+int64_t largest_group_heads(int64_t B, int64_t NH, int64_t budget_bytes, int64_t values) {
+  const int64_t fit = std::max<int64_t>(1, budget_bytes / (values * 4));
+  return fit >= NH ? std::min(B, fit / NH) * NH : fit;
+}
+}  // namespace
+
 int64_t attention_group_values(int64_t B, int64_t T, int64_t NH) {
-  const int64_t heads = std::max<int64_t>(1, kAttentionGroupBytes / (T * T * 4));
-  return (heads >= NH ? std::min(B, heads / NH) * NH : heads) * T * T;
+  return largest_group_heads(B, NH, kAttentionGroupBytes, T * T) * T * T;
 }
 
 int64_t bf16_attention_backward_bytes(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t t) {
   const int64_t blocks = T >= 64 ? std::min<int64_t>(8, T / 64) : 1, R = (T + blocks - 1) / blocks, HS = C / NH;
   // Heads in groups whose one block of fp32 scores fits kAttentionBlockGroupBytes.
-  const int64_t per_group = std::max<int64_t>(1, kAttentionBlockGroupBytes / (R * T * 4)), heads_here = NH / t;
-  const int64_t heads = per_group >= heads_here ? std::min(B, per_group / heads_here) * heads_here : per_group;
+  const int64_t heads = largest_group_heads(B, NH / t, kAttentionBlockGroupBytes, R * T);
   // A block's scores, probabilities' gradient (fp32 and bf16 each), its rows of q, dout (bf16)
   // and output (fp32), the keys and values up to its end (bf16) and their gradients (fp32).
   return heads * (R * T * (4 + 2 + 4 + 2) + R * HS * (2 + 2 + 4) + T * HS * (2 + 2 + 4 + 4));
