@@ -46,6 +46,7 @@ struct PlanArgs {
   int64_t cp = 1, cp_from_seq = plan::SearchSpace{}.cp_from_seq;
   int64_t moe_experts = 0, moe_top_k = 2, moe_every = 1, ep = 1;   // a mixture of experts (moe_cost.hpp)
   double link_latency_us = 0, link_gbs = 0;                      // > 0: override both link tiers
+  double net_gbps = 0;  // > 0: price a run of `loom train --net-gbps` (emulated_network below)
   std::string graph = "data/cora";  // --model gcn
   int64_t gcn_layers = 2, gcn_hidden = 16;
 };
@@ -61,7 +62,8 @@ int plan_gcn(const PlanArgs& a) {
   check(a.gcn_layers >= 1 && a.gcn_hidden >= 1 && a.devices >= 1, "--gcn-layers, --gcn-hidden and --gpus must be >= 1");
   const plan::ClusterSpec cluster =
       !a.cluster_file.empty() ? plan::cluster_from_file(a.cluster_file) : plan::cluster_preset(a.cluster == "local" ? "local-default" : a.cluster);
-  const double gbs = a.link_gbs > 0 ? a.link_gbs : 1.0 / (cluster.intra_node.beta_s_per_byte * 1e9);
+  double gbs = a.link_gbs > 0 ? a.link_gbs : 1.0 / (cluster.intra_node.beta_s_per_byte * 1e9);
+  if (a.net_gbps > 0) gbs = std::min(gbs, a.net_gbps / 8.0);  // the emulated network, where slower
   const double gflops = cluster.peak_flops * cluster.gemm_peak_share / 1e9;
   std::printf("%s", plan::describe_gcn_plan(shape, plan::rank_gcn_grids(shape, a.devices, gbs, gflops), a.top).c_str());
   std::printf("(%s: %.1f GB/s a link, %.1f GFLOP/s a device; %s)\n", cluster.name.c_str(), gbs, gflops,
@@ -180,6 +182,9 @@ Runner add_plan_command(CLI::App& sub) {
   sub.add_option("--link-latency-us", a->link_latency_us,
                  "latency of every link, e.g. the alpha `loom bench comm` measured (overrides the cluster's)");
   sub.add_option("--link-gbs", a->link_gbs, "bandwidth of every link in GB/s, e.g. 1/beta from `loom bench comm`");
+  sub.add_option("--net-gbps", a->net_gbps,
+                 "price a run of `loom train --net-gbps G`: collectives last their time on a G Gbit/s link where it "
+                 "is slower, and the cores copy only for the real link's (--link-gbs) share of it [0: off]");
   sub.add_option("--cp", a->cp, "context-parallel degree of the one layout [1]");
   sub.add_option("--cp-from-seq", a->cp_from_seq,
                  "the search tries context parallelism for sequences of at least this many tokens [4096]");
@@ -208,6 +213,7 @@ Runner add_plan_command(CLI::App& sub) {
   sub.add_option("--gcn-layers", a->gcn_layers, "with --model gcn: graph convolutions [2]");
   sub.add_option("--gcn-hidden", a->gcn_hidden, "with --model gcn: hidden width [16]");
   return [a]() {
+    check(std::isfinite(a->net_gbps) && a->net_gbps >= 0, "--net-gbps must be >= 0 (0: off), got ", a->net_gbps);
     if (a->model == "gcn") return plan_gcn(*a);
     auto is_toml = [](const std::string& s) { return s.size() > 5 && s.substr(s.size() - 5) == ".toml"; };
     if (a->model_file.empty() && is_toml(a->model)) a->model_file = a->model;
@@ -276,6 +282,7 @@ Runner add_plan_command(CLI::App& sub) {
       if (a->link_latency_us > 0) link->alpha_s = a->link_latency_us * 1e-6;
       if (a->link_gbs > 0) link->beta_s_per_byte = 1.0 / (a->link_gbs * 1e9);
     }
+    if (a->net_gbps > 0) cluster = plan::with_emulated_network(cluster, a->net_gbps);
     if (!a->save_cluster.empty()) train::write_file_atomically(a->save_cluster, plan::cluster_to_toml(cluster));
     if (a->crossover) {
       check(space.tensor_parallel_3d && a->dp == 0, "--crossover compares searches: give --tp-3d on and no --dp");

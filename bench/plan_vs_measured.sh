@@ -10,7 +10,8 @@
 #
 # SET=tp3d: 3D tensor parallelism instead (`--tp-3d R,C,D`, issue 18's wide model: L=4, H=16,
 # C=1024, T=64, global batch 4) under the emulated 10 Gb/s link (`loom train --net-gbps 10`,
-# priced by `loom plan` as 1.25 GB/s or the real link's rate if slower), the grids 2,1,2,
+# priced by `loom plan --net-gbps 10` over the real link: MPI's all-reduce bus bandwidth on 4
+# ranks, which is what the grids' collectives get), the grids 2,1,2,
 # 1,2,2 and 1,1,4 on 4 ranks and 2,2,2 on 8, each priced by `loom plan --tp-3d R,C,D`, and
 # 2,2,2 again at global batch 8 (tp3d-2x2x2-b8: each rank the rows and weight block a rank of
 # the 4-rank grids computes, where global batch 4 halves them); one
@@ -52,7 +53,7 @@ trap 'rm -rf "$WORK"' EXIT
 MODEL=(--n-layer 4 --n-head 4 --n-embd 128 --block-size 128)
 PLAN_MODEL=(--layers 4 --heads 4 --hidden 128 --seq 128 --vocab 128)
 GLOBAL_BATCH=8
-LINK=()  # the link loom train emulates (none: the real one)
+LINK=()  # the link loom train emulates and loom plan prices (none: the real one)
 if [ "$SET" = tp3d ]; then
   MODEL=(--n-layer 4 --n-head 16 --n-embd 1024 --block-size 64)
   PLAN_MODEL=(--layers 4 --heads 16 --hidden 1024 --seq 64 --vocab 128)
@@ -72,10 +73,16 @@ echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(n
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "MPI link (loom bench comm, 2 ranks): alpha $alpha_us us, $link_gbs GB/s"
 if [ "$SET" = tp3d ]; then
+  # The grids move megabytes through MPI's own collectives, with ranks sharing cores: slower
+  # than a ping-pong between two (kernel copies, page pinning, reductions). Their real link is
+  # MPI all-reduce's bus bandwidth on 4 ranks, the median over 2-8 MiB.
+  link_gbs=$(mpi -np 4 "$LOOM" bench comm --csv --sizes 2MiB:8MiB --algorithms mpi </dev/null |
+    awk -F, '$2 == "mpi" { print $5 }' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }')
+  [ -n "$link_gbs" ] || die "could not read MPI's all-reduce bandwidth from loom bench comm"
   # --net-gbps 10: a collective lasts at least its time on a 10 Gb/s link (1.25 GB/s), and at
-  # least its time on the real one: the slower of the two prices it.
-  link_gbs=$(awk -v m="$link_gbs" 'BEGIN { print (m < 1.25 ? m : 1.25) }')
-  echo "emulated link (--net-gbps 10, 1.25 GB/s) and the real one: priced as $link_gbs GB/s, alpha $alpha_us us"
+  # least its time on the real one; `loom plan --net-gbps 10` prices the slower of the two, and
+  # counts only the real link's share of it as the cores' copy (the rest is a sleep).
+  echo "emulated link (--net-gbps 10, 1.25 GB/s) over the real one (MPI all-reduce on 4 ranks, 2-8 MiB: $link_gbs GB/s)"
 fi
 "$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus 1 --global-batch "$GLOBAL_BATCH" --dp 1 --recompute off | sed -n 2p
 
@@ -111,7 +118,8 @@ predict() {  # ranks global-batch plan-flags...: "step_s memory_bytes" from `loo
   local ranks=$1 global_batch=$2
   shift 2
   "$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus "$ranks" --global-batch "$global_batch" --recompute off \
-    --sequence-parallel off --link-latency-us "$alpha_us" --link-gbs "$link_gbs" --json "$@" </dev/null | predicted
+    --sequence-parallel off --link-latency-us "$alpha_us" --link-gbs "$link_gbs" "${LINK[@]}" --json "$@" </dev/null |
+    predicted
 }
 
 train() {  # name ranks steps flags...: runs loom train, each rank's CPU seconds in $WORK/name.cpu.<rank>

@@ -4,6 +4,7 @@
 // all are busy; all against hand-computed cases.
 #include <gtest/gtest.h>
 
+#include "loom/error.hpp"
 #include "loom/plan/gemm_cost.hpp"
 #include "loom/plan/layout_cost.hpp"
 
@@ -103,6 +104,27 @@ TEST(PlanMeasuredDevice, RanksTakeTurnsOnFewerCores) {
   EXPECT_DOUBLE_EQ(core_sharing_seconds(dedicated, 4, c), 2.0);
   // A core each: the copies run beside the compute, nothing waits.
   EXPECT_DOUBLE_EQ(core_sharing_seconds(dedicated, 2, c), 0.0);
+  // Under an emulated network 4x slower than the copy, a quarter of the 0.75 s of
+  // communication keeps the core busy: 2 turns of 1.25 + 0.1875 s = 2.875 s.
+  c.transfer_core_share = 0.25;
+  EXPECT_DOUBLE_EQ(core_sharing_seconds(dedicated, 4, c), 0.875);
+}
+
+// `loom plan --net-gbps 10` on a node whose shared memory moves 5 GB/s: the links become 1.25
+// GB/s and a quarter of a transfer's time is the cores' copy; a network faster than the node's
+// own link changes nothing.
+TEST(PlanMeasuredDevice, AnEmulatedNetworkSlowsTheLinksButNotTheCopies) {
+  ClusterSpec c = measured_device();
+  c.intra_node = c.inter_node = LinkCost{.alpha_s = 2e-6, .beta_s_per_byte = 1.0 / 5e9};
+  const ClusterSpec slow = with_emulated_network(c, 10.0);
+  EXPECT_DOUBLE_EQ(slow.intra_node.beta_s_per_byte, 1.0 / 1.25e9);
+  EXPECT_DOUBLE_EQ(slow.inter_node.beta_s_per_byte, 1.0 / 1.25e9);
+  EXPECT_DOUBLE_EQ(slow.intra_node.alpha_s, 2e-6);
+  EXPECT_DOUBLE_EQ(slow.transfer_core_share, 0.25);
+  const ClusterSpec fast = with_emulated_network(c, 100.0);
+  EXPECT_DOUBLE_EQ(fast.intra_node.beta_s_per_byte, c.intra_node.beta_s_per_byte);
+  EXPECT_DOUBLE_EQ(fast.transfer_core_share, 1.0);
+  EXPECT_THROW(with_emulated_network(c, 0.0), loom::Error);
 }
 
 }  // namespace

@@ -94,6 +94,7 @@ TEST(PlanSpecFiles, AMeasuredClusterRoundTrips) {
   c.memory_bandwidth = 11.7e9;
   c.alone_core_speed = 0.97;
   c.shared_core_speed = 0.8125;
+  c.transfer_core_share = 0.23;
   c.gelu_forward_s = 1.37e-9;
   c.gelu_backward_s = 2.9e-9;
   c.intra_node = {3.1e-6, 1.0 / 5.3e9};
@@ -109,7 +110,8 @@ TEST(PlanSpecFiles, AMeasuredClusterRoundTrips) {
   EXPECT_EQ(r.precision, Precision::Fp32);
   for (auto [a, b] : {std::pair{r.peak_flops, c.peak_flops}, {r.gemm_peak_share, c.gemm_peak_share},
                       {r.memory_bandwidth, c.memory_bandwidth}, {r.alone_core_speed, c.alone_core_speed},
-                      {r.shared_core_speed, c.shared_core_speed}, {r.gelu_forward_s, c.gelu_forward_s},
+                      {r.shared_core_speed, c.shared_core_speed}, {r.transfer_core_share, c.transfer_core_share},
+                      {r.gelu_forward_s, c.gelu_forward_s},
                       {r.gelu_backward_s, c.gelu_backward_s}, {r.intra_node.alpha_s, c.intra_node.alpha_s},
                       {r.intra_node.beta_s_per_byte, c.intra_node.beta_s_per_byte},
                       {r.inter_node.alpha_s, c.inter_node.alpha_s},

@@ -161,12 +161,14 @@ ClusterSpec cluster_from_toml(const std::string& text, const std::string& origin
                                  {"cores_per_node", &c.cores_per_node, false},
                                  {"alone_core_speed", &c.alone_core_speed, false},
                                  {"shared_core_speed", &c.shared_core_speed, false},
+                                 {"transfer_core_share", &c.transfer_core_share, false},
                                  {"gelu_forward_ns", &c.gelu_forward_s, false, 1e-9},
                                  {"gelu_backward_ns", &c.gelu_backward_s, false, 1e-9}};
   const toml::table root = data::parse_toml(text, origin);
   read_keys(root, keys, {"intra_node", "inter_node", "gemm_rates", "attention_rates"}, origin);
-  for (auto [key, speed] : {std::pair{"alone_core_speed", c.alone_core_speed}, {"shared_core_speed", c.shared_core_speed}})
-    check(speed <= 1.0, origin, ": ", key, " must be in (0, 1], got ", speed);
+  for (auto [key, share] : {std::pair{"alone_core_speed", c.alone_core_speed}, {"shared_core_speed", c.shared_core_speed},
+                            {"transfer_core_share", c.transfer_core_share}})
+    check(share <= 1.0, origin, ": ", key, " must be in (0, 1], got ", share);
   c.gemm_rates = read_rates(root, "gemm_rates", origin);
   c.attention_rates = read_rates(root, "attention_rates", origin);
   check(memory < 8e9 && reserved < 8e9, origin, ": memory_gib and reserved_gib must be below 8e9, got ", memory, " and ",
@@ -202,6 +204,7 @@ std::string cluster_to_toml(const ClusterSpec& c) {
   out << "\nprecision = \"" << plan_precision_name(c.precision) << "\"";
   if (c.cores_per_node > 0) out << "\ncores_per_node = " << c.cores_per_node;
   out << "\nalone_core_speed = " << number(c.alone_core_speed) << "\nshared_core_speed = " << number(c.shared_core_speed);
+  if (c.transfer_core_share < 1.0) out << "\ntransfer_core_share = " << number(c.transfer_core_share);
   if (c.gelu_forward_s > 0) out << "\ngelu_forward_ns = " << number(c.gelu_forward_s * 1e9);
   if (c.gelu_backward_s > 0) out << "\ngelu_backward_ns = " << number(c.gelu_backward_s * 1e9);
   out << "\n";

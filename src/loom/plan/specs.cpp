@@ -1,5 +1,7 @@
 #include "loom/plan/specs.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "loom/error.hpp"
@@ -118,5 +120,15 @@ ModelSpec model_preset(const std::string& name) { return find_preset(models(), n
 std::vector<std::string> model_preset_names() { return names_of(models()); }
 ClusterSpec cluster_preset(const std::string& name) { return find_preset(clusters(), name, "cluster"); }
 std::vector<std::string> cluster_preset_names() { return names_of(clusters()); }
+
+ClusterSpec with_emulated_network(ClusterSpec cluster, double net_gbps) {
+  check(std::isfinite(net_gbps) && net_gbps > 0, "an emulated network needs Gbit/s > 0, got ", net_gbps);
+  const double emulated_beta = 8.0 / (net_gbps * 1e9);
+  const double real_beta = cluster.intra_node.beta_s_per_byte;
+  for (LinkCost* link : {&cluster.intra_node, &cluster.inter_node})
+    link->beta_s_per_byte = std::max(link->beta_s_per_byte, emulated_beta);
+  cluster.transfer_core_share = std::min(1.0, real_beta / emulated_beta);
+  return cluster;
+}
 
 }  // namespace loom::plan

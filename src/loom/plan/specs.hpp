@@ -79,6 +79,11 @@ struct ClusterSpec {
   // overcommitted. Measured for `--cluster local` (the kernels' rates above are undisturbed
   // ones); 1 for a GPU.
   double alone_core_speed = 1.0, shared_core_speed = 1.0;
+  // Share of a transfer's time on the link that its rank's core spends copying: 1 where the
+  // link is the node's shared memory (a CPU copies every byte); below 1 where the link is
+  // slower than the copy, as under `loom train --net-gbps` (the rest is a wait that leaves
+  // the core to other ranks). Only CPU nodes (cores_per_node > 0) use it.
+  double transfer_core_share = 1.0;
   // Measured on the device (local_cluster.hpp); empty or 0 for clusters described by their
   // peak and roofline above, which then price these kernels. On a CPU a small GEMM's rate
   // depends on its shape and on which of the three products it is, far from one peak share:
@@ -101,6 +106,11 @@ int64_t wire_bytes(Precision p);
 // "mixed", "fp32", "bf16"; loom::Error naming them otherwise.
 const char* plan_precision_name(Precision p);
 Precision parse_plan_precision(const std::string& name);
+
+// `cluster` as `loom train --net-gbps G` runs on it: each collective lasts at least its time on a
+// G Gbit/s link, sleeping after the real transfer. The links become the slower of the two, and
+// transfer_core_share the real (intra-node, shared-memory) link's share of that time.
+ClusterSpec with_emulated_network(ClusterSpec cluster, double net_gbps);
 
 // Presets: gpt2-small, gpt3-1.3b, gpt3-175b, gpt-1t, sc21-1.7b, sc21-145b, sc21-1t.
 ModelSpec model_preset(const std::string& name);

@@ -126,11 +126,13 @@ double core_sharing_seconds(const StepTime& dedicated, int64_t ranks, const Clus
   const int64_t on_node = std::min(ranks, c.devices_per_node);
   if (c.cores_per_node <= 0) return 0.0;
   if (on_node <= 1) return dedicated.total() / c.alone_core_speed - dedicated.total();
-  // What keeps a rank's core busy: compute, optimizer and communication (shared-memory
-  // transfers are copies by the CPU, the hidden ones too); a pipeline's bubble is idle time
-  // that a rank waiting in MPI gives up to the others (Open MPI's mpi_yield_when_idle).
-  const double busy = dedicated.compute_s + dedicated.tp_comm_s + dedicated.pp_comm_s + dedicated.dp_comm_s +
-                      dedicated.optimizer_s + dedicated.cp_comm_s + dedicated.overlapped_comm_s;
+  // What keeps a rank's core busy: compute, optimizer and its share of communication
+  // (shared-memory transfers are copies by the CPU, the hidden ones too; a wait for a slower
+  // link is not); a pipeline's bubble is idle time that a rank waiting in MPI gives up to the
+  // others (Open MPI's mpi_yield_when_idle).
+  const double comm = dedicated.tp_comm_s + dedicated.pp_comm_s + dedicated.dp_comm_s + dedicated.cp_comm_s +
+                      dedicated.overlapped_comm_s;
+  const double busy = dedicated.compute_s + dedicated.optimizer_s + c.transfer_core_share * comm;
   const double turns = std::max(1.0, static_cast<double>(on_node) / static_cast<double>(c.cores_per_node));
   // Every core busy, each runs at the shared speed: the node's work over its cores, or the
   // dedicated step, whichever is longer, slowed by it.

@@ -32,6 +32,8 @@ def cases(fx):
                                                     "--global-batch", "8", "--dp", "1", "--tp", "3"], r"tp|devices"),
         Case("plan: link bandwidth -1", ["plan", "--model", "gpt2-small", "--cluster", "dgx-a100", "--gpus", "8",
                                          "--global-batch", "8", "--link-gbs", "-1"], r"--link-gbs must be >= 0"),
+        Case("plan: emulated network -1", ["plan", "--model", "gpt2-small", "--cluster", "dgx-a100", "--gpus", "8",
+                                            "--global-batch", "8", "--net-gbps", "-1"], r"--net-gbps must be >= 0"),
         Case("schedule: pp 0", ["schedule", "--pp", "0", "--micro-batches", "2"], r"pp\(0\)"),
         Case("schedule: unknown schedule", ["schedule", "--pp", "2", "--micro-batches", "2", "--schedule", "zigzag"], r"zigzag"),
         Case("schedule: file missing", ["schedule", "--file", "/nonexistent/s.txt"], r"/nonexistent/s.txt"),
