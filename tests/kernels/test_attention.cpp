@@ -5,6 +5,9 @@
 // (T >= 1024); the path that keeps no probabilities recomputes them bit for bit.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -148,6 +151,39 @@ TEST(AttentionBf16, MatchesTheTwinWithItsRoundings) {
   check_bf16_against_reference(2, 128, 32, 2);   // two blocks of 64 rows
   check_bf16_against_reference(1, 200, 24, 3);   // ragged blocks, rows ending inside a 16-lane chunk
   check_bf16_against_reference(2, 1100, 16, 4);  // groups of heads
+  check_bf16_against_reference(1, 1024, 16, 4);  // groups of 2 heads: 2 threads split them
+}
+
+// With several threads the bf16 path splits each group's sequences or heads over the threads,
+// each running its share's products alone (attention_bf16.cpp). The shares write disjoint
+// heads; only the batching of a product changes (a share's heads instead of the group's), which
+// oneDNN may block differently: fp32 summation order, rtol 1e-5 + atol 1e-6 (measured: at most
+// 2.4e-7). A share's work done twice or not at all (oneDNN running one thread's part of a product
+// made for two) is off by O(0.1-1). Groups of 2 sequences, of 2 heads (both split) and of 1
+// head (not split), and a ragged tail.
+TEST(AttentionBf16, TwoThreadsMatchOneThread) {
+  const int before = omp_get_max_threads();
+  for (const auto& [B, T, C, NH] : {std::array<int64_t, 4>{2, 128, 32, 2}, {3, 1024, 16, 4}, {1, 1100, 16, 4},
+                                    {3, 200, 24, 3}}) {
+    const auto qkv32 = random_vector(B * T * 3 * C, 700 + T, -2.0f, 2.0f);
+    const auto dout = random_vector(B * T * C, 800 + T);
+    std::vector<bfloat16> qkv(qkv32.size());
+    convert_to_bf16(qkv32.data(), qkv.data(), static_cast<int64_t>(qkv.size()));
+    std::vector<float> out[2], dqkv[2];
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      std::vector<float>& o = out[threads - 1];
+      std::vector<float>& d = dqkv[threads - 1];
+      o.assign(B * T * C, NAN);
+      d.assign(B * T * 3 * C, NAN);
+      attention_forward(o.data(), nullptr, qkv.data(), B, T, C, NH);
+      attention_backward(d.data(), nullptr, dout.data(), qkv.data(), nullptr, B, T, C, NH);
+      EXPECT_EQ(omp_get_max_threads(), threads) << "the split must leave the caller's thread count";
+    }
+    omp_set_num_threads(before);
+    EXPECT_TRUE(all_close(out[1], out[0], 1e-5, 1e-6, "out")) << B << "x" << T;
+    EXPECT_TRUE(all_close(dqkv[1], dqkv[0], 1e-5, 1e-6, "dqkv")) << B << "x" << T;
+  }
 }
 
 // Without att (the bf16 training path and inference keep no probabilities), forward writes

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -24,6 +25,8 @@ using Key = std::vector<int64_t>;
 struct Cached {
   dnnl::matmul primitive;
   memory::desc a, b, c, bias;
+  bool own_scratchpad = false;  // the caller passes the scratchpad (user mode)
+  memory::desc scratchpad;
 };
 
 struct Engine {
@@ -112,6 +115,12 @@ const Cached& primitive_for(const Key& key, const memory::desc& a, const memory:
   auto it = e.cache.find(key);
   if (it != e.cache.end()) return it->second;
   dnnl::primitive_attr attr;
+  // Products called inside a parallel region run on their calling thread, several at once
+  // (the bf16 attention's shares, attention_bf16.cpp). oneDNN's library scratchpad is then
+  // shared between them and they corrupt each other's packed operands, so those primitives
+  // take a scratchpad of each thread's own (their keys hold omp_in_parallel()).
+  const bool own_scratchpad = omp_in_parallel() != 0;
+  if (own_scratchpad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (accumulate) {
     dnnl::post_ops ops;
@@ -120,7 +129,7 @@ const Cached& primitive_for(const Key& key, const memory::desc& a, const memory:
   }
   const dnnl::matmul::desc desc = bias.is_zero() ? dnnl::matmul::desc(a, b, c) : dnnl::matmul::desc(a, b, bias, c);
   const dnnl::matmul::primitive_desc pd(desc, attr, e.engine);
-  Cached entry{dnnl::matmul(pd), a, b, c, bias};
+  Cached entry{dnnl::matmul(pd), a, b, c, bias, own_scratchpad, pd.scratchpad_desc()};
   return e.cache.emplace(key, std::move(entry)).first->second;
 }
 
@@ -131,6 +140,12 @@ void execute(const Cached& p, const void* A, const void* B, const float* bias, f
   memory cm(p.c, e.engine, C);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
   if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, memory(p.bias, e.engine, const_cast<float*>(bias)));
+  if (p.own_scratchpad) {
+    // This thread's own scratchpad (primitives run concurrently, see primitive_for).
+    thread_local std::vector<std::byte> scratchpad;
+    scratchpad.resize(std::max(scratchpad.size(), p.scratchpad.get_size()));
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratchpad, e.engine, scratchpad.data()));
+  }
   p.primitive.execute(e.stream, args);
   e.stream.wait();
 }
@@ -181,7 +196,8 @@ void matmul_in(bool bf16, Operand A, Trans ta, Operand B, Trans tb, float* C, in
   }
   const memory::dims a_strides = ta == Trans::N ? memory::dims{K, 1} : memory::dims{1, M};
   const memory::dims b_strides = tb == Trans::N ? memory::dims{N, 1} : memory::dims{1, K};
-  const Key key{0, M, N, K, ta == Trans::T, tb == Trans::T, bias != nullptr, accumulate, bf16, omp_get_max_threads()};
+  const Key key{0, M, N, K, ta == Trans::T, tb == Trans::T, bias != nullptr, accumulate, bf16, omp_get_max_threads(),
+                omp_in_parallel()};
   const memory::desc bias_desc = bias ? f32_desc({1, N}, {N, 1}) : memory::desc();
   const Cached& p = primitive_for(key, operand_desc({M, K}, a_strides, bf16), operand_desc({K, N}, b_strides, bf16),
                                   f32_desc({M, N}, {N, 1}), bias_desc, 1.0f, accumulate);
@@ -249,6 +265,7 @@ void batched_matmul_in(bool bf16, const BatchedMatmul& d, Operand A, Operand B, 
   key.push_back(std::bit_cast<uint32_t>(d.alpha));  // exact, not rounded
   key.push_back(d.accumulate);
   key.push_back(omp_get_max_threads());
+  key.push_back(omp_in_parallel());
   const Cached& p = primitive_for(key, operand_desc(a_dims, a_strides, bf16), operand_desc(b_dims, b_strides, bf16),
                                   f32_desc(c_dims, dims(d.c_strides)), memory::desc(), d.alpha, d.accumulate);
   execute(p, a, b, nullptr, C);
