@@ -4,6 +4,8 @@
 // win while they divide the work, 3D grids scale past them.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <set>
 #include <tuple>
 
@@ -53,10 +55,13 @@ TEST(Plan3D, NamesWhyAGridDoesNotFit) {
   EXPECT_TRUE(predict(m, c, grid(2, 1, 1, 4), 16).valid);
 }
 
+int64_t both(const std::array<int64_t, 2>& axes) { return axes[0] + axes[1]; }
+
 TEST(Plan3D, PricesTheCountedBytesOnTheirAxes) {
   // Fp32 on a link of 1 GB/s and no latency: row and col cost their counted bytes twice
-  // (all-reduces) times (p - 1) / p; depth (all-gathers and reduce-scatters, once) is hidden
-  // under the layers' compute up to that compute's time.
+  // (all-reduces) times (p - 1) / p, 1 ns a byte on axes of 2; what Loom runs under GEMMs
+  // hides up to their time (the forward's sums all but their last piece); depth (all-gathers
+  // and reduce-scatters, once) hides under the layers' compute up to that compute's time.
   const ModelSpec m{"m", 2, 256, 4, 128, 1024};
   ClusterSpec c = cluster_preset("dgx-a100");
   c.precision = Precision::Fp32;
@@ -66,19 +71,47 @@ TEST(Plan3D, PricesTheCountedBytesOnTheirAxes) {
   ASSERT_TRUE(flat.valid) << flat.why_not;
   const Grid3DBytes b = tensor_parallel_3d_bytes_per_step(shape, 2, 2, 1);
   EXPECT_EQ(b.depth, 0);
-  EXPECT_NEAR(flat.time.tp_comm_s, 1e-9 * (0.5 * 2 * b.row + 0.5 * 2 * b.col), 1e-12);
+  const double row_col = 1e-9 * static_cast<double>(b.row + b.col);
+  const double waiting = 1e-9 * static_cast<double>(b.row + b.col - both(b.forward_sums) - both(b.under_weight_gradient));
+  EXPECT_NEAR(flat.time.tp_comm_s + flat.time.overlapped_comm_s, row_col, 1e-12);
+  EXPECT_GE(flat.time.tp_comm_s, waiting + 1e-9 * static_cast<double>(both(b.forward_sums)) / 4.0 - 1e-12);
+  EXPECT_LT(flat.time.tp_comm_s, row_col);
   EXPECT_EQ(flat.micro_batches, 2);
 
   const LayoutCost deep = predict(m, c, grid(1, 2, 2, 2), 4);
   ASSERT_TRUE(deep.valid) << deep.why_not;
   const Grid3DBytes d = tensor_parallel_3d_bytes_per_step(shape, 2, 2, 2);
-  const double row_col = 1e-9 * (0.5 * 2 * d.row + 0.5 * 2 * d.col), depth = 1e-9 * 0.5 * d.depth;
-  EXPECT_GE(deep.time.tp_comm_s, row_col - 1e-12);
-  EXPECT_LE(deep.time.tp_comm_s, row_col + depth + 1e-12);
-  // A slower link exposes more of the depth traffic than compute can hide.
+  const double depth = 1e-9 * 0.5 * static_cast<double>(d.depth);
+  EXPECT_NEAR(deep.time.tp_comm_s + deep.time.overlapped_comm_s, 1e-9 * static_cast<double>(d.row + d.col) + depth,
+              1e-12);
+  // A slower link exposes more than the compute can hide: the layers' compute under depth's
+  // traffic, and under row's and col's the linear GEMMs (at most 1.75 times, forward and dW).
   c.intra_node = c.inter_node = LinkCost{.alpha_s = 0, .beta_s_per_byte = 1e-6};
   const LayoutCost slow = predict(m, c, grid(1, 2, 2, 2), 4);
-  EXPECT_GT(slow.time.tp_comm_s, 1e-6 * (0.5 * 2 * d.row + 0.5 * 2 * d.col + 0.5 * d.depth) - slow.time.compute_s);
+  EXPECT_GT(slow.time.tp_comm_s, 1e-6 * (static_cast<double>(d.row + d.col) + 0.5 * static_cast<double>(d.depth)) -
+                                     2.75 * slow.time.compute_s);
+}
+
+// What runs under GEMMs, on a grid of col only (1, 2, 1): per layer and micro-batch of N
+// rows, the first layers (QKV, fc: input over col) sum their outputs over col in forward (N 3C,
+// N 4C) and gather their whole input gradient under the dW GEMM (N C each); the second ones
+// (projection, MLP projection: output over col) sum their input gradient under the dW GEMM (N C,
+// N 4C) and gather their whole output in forward, waiting (N C each).
+TEST(Plan3D, SplitsRowAndColTrafficByWhatRunsUnderGemms) {
+  const Gpt3DShape shape{.B = 2, .T = 64, .C = 128, .L = 3, .Vp = 256, .block_size = 64, .M = 2};
+  const int64_t per_layer = shape.M * shape.B * shape.T * shape.C * 4;  // N C values, fp32 bytes, all micro-batches
+  const Grid3DBytes b = tensor_parallel_3d_bytes_per_step(shape, 1, 2, 1);
+  EXPECT_EQ(b.row, 0);
+  EXPECT_EQ(b.col, shape.L * 16 * per_layer);
+  EXPECT_EQ(b.forward_sums[1], shape.L * 7 * per_layer);
+  EXPECT_EQ(b.under_weight_gradient[1], shape.L * 7 * per_layer);
+  EXPECT_EQ(b.forward_sums[0] + b.under_weight_gradient[0], 0);
+  // On (2, 2, 2) the roles of the axes still add up: nothing is counted hidden twice.
+  const Grid3DBytes g = tensor_parallel_3d_bytes_per_step(shape, 2, 2, 2);
+  for (int axis : {0, 1})
+    EXPECT_LE(g.forward_sums[axis] + g.under_weight_gradient[axis], axis == 0 ? g.row : g.col);
+  EXPECT_GT(both(g.forward_sums), 0);
+  EXPECT_GT(both(g.under_weight_gradient), 0);
 }
 
 // A CPU measured GEMM by GEMM prices a grid's four linear layers at the rates of their

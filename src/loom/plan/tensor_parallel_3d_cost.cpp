@@ -9,23 +9,36 @@ struct Axes {
   int64_t size(int axis) const { return axis == 0 ? R : (axis == 1 ? C : D); }
 };
 
-// Values moved along each axis (0 row, 1 col, 2 depth: activations and weights; 3: gradients
-// reduce-scattered over depth) for one linear layer per micro-batch, plus (to `replicated`)
-// the values of its gradients averaged over depth once per step.
-void add_layer(int64_t N, int64_t in, int64_t out, int64_t blocks, bool first, const Axes& g, int64_t floats[4],
+// Values moved per micro-batch along each axis (0 row, 1 col, 2 depth: activations and
+// weights; 3: gradients reduce-scattered over depth), and of row's and col's those that run
+// under a GEMM (Grid3DBytes).
+struct Floats {
+  int64_t moved[4] = {0, 0, 0, 0};
+  int64_t forward_sums[2] = {0, 0}, under_weight_gradient[2] = {0, 0};
+};
+
+// One linear layer's values per micro-batch, plus (to `replicated`) the values of its
+// gradients averaged over depth once per step.
+void add_layer(int64_t N, int64_t in, int64_t out, int64_t blocks, bool first, const Axes& g, Floats& f,
                int64_t& replicated) {
   const int in_axis = first ? 1 : 0, out_axis = first ? 0 : 1;
   const int64_t pi = g.size(in_axis), po = g.size(out_axis);
-  auto on = [&](int axis, int64_t n) {
-    if (g.size(axis) > 1) floats[axis] += n;
+  // n values on `axis` (none on an axis of one rank), also counted in `hidden` when not null.
+  auto on = [&](int axis, int64_t n, int64_t* hidden = nullptr) {
+    if (g.size(axis) <= 1) return;
+    f.moved[axis] += n;
+    if (hidden != nullptr) hidden[axis] += n;
   };
   if (in % pi == 0 && out % (blocks * po * g.D) == 0) {
     on(2, 2 * out * in / (pi * po));  // the whole block, twice gathered
-    if (g.D > 1) floats[3] += out * in / (pi * po);  // and its gradient once reduce-scattered
-    on(in_axis, N * out / po);        // forward: partial outputs summed
-    on(out_axis, N * in / pi);        // backward: partial input gradients summed
-    on(1, first ? N * in : N * out);  // the whole input's gradient, or the whole output, gathered
-    replicated += out / po;                     // the bias
+    if (g.D > 1) f.moved[3] += out * in / (pi * po);  // and its gradient once reduce-scattered
+    on(in_axis, N * out / po, f.forward_sums);         // forward: partial outputs summed
+    on(out_axis, N * in / pi, f.under_weight_gradient);  // backward: partial input gradients summed
+    if (first)
+      on(1, N * in, f.under_weight_gradient);  // the whole input's gradient gathered behind that sum
+    else
+      on(1, N * out);  // the whole output gathered, the forward's last step
+    replicated += out / po;  // the bias
     return;
   }
   // Serial fallback: gathers what crosses the row split between the pair's two layers.
@@ -40,7 +53,7 @@ Grid3DBytes tensor_parallel_3d_bytes_per_step(const Gpt3DShape& s, int64_t R, in
                                               int64_t activation_bytes, int64_t gradient_bytes) {
   const Axes g{R, Cg, D};
   const int64_t N = s.B * s.T, C = s.C;
-  int64_t per_micro_batch[4] = {0, 0, 0, 0};
+  Floats per_micro_batch;
   int64_t replicated = s.Vp * C + s.block_size * C + 2 * C;  // token table, positions, final LayerNorm
   for (int64_t l = 0; l < s.L; ++l) {
     add_layer(N, C, 3 * C, 3, true, g, per_micro_batch, replicated);   // attention's QKV
@@ -49,11 +62,15 @@ Grid3DBytes tensor_parallel_3d_bytes_per_step(const Gpt3DShape& s, int64_t R, in
     add_layer(N, 4 * C, C, 1, false, g, per_micro_batch, replicated);  // MLP projection
     replicated += 4 * C;                                               // ln1, ln2
   }
+  const int64_t* moved = per_micro_batch.moved;
   Grid3DBytes bytes;
-  bytes.row = activation_bytes * s.M * per_micro_batch[0];
-  bytes.col = activation_bytes * s.M * per_micro_batch[1];
-  bytes.depth = activation_bytes * s.M * per_micro_batch[2] +
-                gradient_bytes * (s.M * per_micro_batch[3] + (D > 1 ? replicated : 0));
+  bytes.row = activation_bytes * s.M * moved[0];
+  bytes.col = activation_bytes * s.M * moved[1];
+  bytes.depth = activation_bytes * s.M * moved[2] + gradient_bytes * (s.M * moved[3] + (D > 1 ? replicated : 0));
+  for (int axis : {0, 1}) {
+    bytes.forward_sums[axis] = activation_bytes * s.M * per_micro_batch.forward_sums[axis];
+    bytes.under_weight_gradient[axis] = activation_bytes * s.M * per_micro_batch.under_weight_gradient[axis];
+  }
   return bytes;
 }
 

@@ -5,12 +5,19 @@
 // `loom plan` and the accounting test use it alike.
 #pragma once
 
+#include <array>
+
 #include <cstdint>
 
 namespace loom::plan {
 
 struct Grid3DBytes {
   int64_t row = 0, col = 0, depth = 0;
+  // Of row and col (index 0 and 1), what Loom's overlap runs under GEMMs: the forward's partial
+  // outputs, summed piece by piece under the next piece's GEMM, and the backward's input
+  // gradients, summed and gathered under the dW GEMM. The rest (a pair's forward gather of its
+  // whole output, a serial layer's gathers) waits on the critical path.
+  std::array<int64_t, 2> forward_sums{}, under_weight_gradient{};
 };
 
 struct Gpt3DShape {

@@ -16,6 +16,9 @@ namespace {
 // (Overlap3D::kGradientsInFlight); plan/ prices the run time's choice without depending on it.
 constexpr double kGatheredAhead = 2.0;
 constexpr double kGradientsInFlight = 2.0;
+// Pieces of a layer's output rows, each summed over the input axis under the next one's GEMM
+// (Linear3D::kOutputPieces).
+constexpr double kOutputPieces = 4.0;
 
 // A ring collective over p ranks: `buffer_passes` times (p - 1)/p of the bytes on the link
 // (2 for an all-reduce of its buffer, 1 for an all-gather or reduce-scatter of the whole),
@@ -96,6 +99,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     forward += gemm_seconds(g, c, bpv);
     backward += gemm_backward_seconds(g, c, bpv);
   }
+  const double linear_forward = forward;  // also what the dW GEMMs take (the same FLOPs)
   const Gemm &scores = gemms.scores, &context = gemms.context;
   const bool mixed = c.precision == Precision::Mixed;
   const double bw = c.memory_bandwidth;
@@ -136,8 +140,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   // Loom overlaps the depth all-gathers and reduce-scatters with the layers' compute
   // (tp_3d_overlap, on by default): only what exceeds that compute is exposed, the compute
   // as it runs here: on a CPU whose ranks share cores it lasts its dedicated time stretched
-  // by the sharing, while a transfer on the link does not need the core. The row and col
-  // all-reduces sit on the critical path (priced whole).
+  // by the sharing, while a transfer on the link does not need the core. Row and col below.
   const double layers_s = mb * layers * layer_s;
   StepTime compute_only;
   compute_only.compute_s = cost.time.compute_s;
@@ -145,12 +148,30 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
                              ? 1.0 + core_sharing_seconds(compute_only, l.dp * R * C * D, c) / compute_only.compute_s
                              : 1.0;
   const double depth_exposed_s = std::max(0.0, depth_s - layers_s * stretch);
-  cost.time.tp_comm_s = ring_seconds(scale * static_cast<double>(bytes.row), 2.0, 4.0 * collectives, R, link(R * C)) +
-                        ring_seconds(scale * static_cast<double>(bytes.col), 2.0, 6.0 * collectives, C, link(C)) +
-                        depth_exposed_s;
+  // Row and col: the forward's partial outputs are summed in kOutputPieces pieces, each under
+  // the next piece's GEMM (all but the last piece's sum hide, under at most the pieces after
+  // it); the backward's input-gradient sums and gathers run under the dW GEMM; the rest waits.
+  const double axis_s[2] = {ring_seconds(scale * static_cast<double>(bytes.row), 2.0, 4.0 * collectives, R, link(R * C)),
+                            ring_seconds(scale * static_cast<double>(bytes.col), 2.0, 6.0 * collectives, C, link(C))};
+  const int64_t axis_bytes[2] = {bytes.row, bytes.col};
+  double forward_sums_s = 0, under_weight_gradient_s = 0, waiting_s = 0;
+  for (int axis : {0, 1}) {
+    if (axis_bytes[axis] == 0) continue;
+    const double per_byte = axis_s[axis] / static_cast<double>(axis_bytes[axis]);
+    forward_sums_s += per_byte * static_cast<double>(bytes.forward_sums[axis]);
+    under_weight_gradient_s += per_byte * static_cast<double>(bytes.under_weight_gradient[axis]);
+    waiting_s += per_byte * static_cast<double>(axis_bytes[axis] - bytes.forward_sums[axis] -
+                                                bytes.under_weight_gradient[axis]);
+  }
+  const double linears_s = mb * layers * linear_forward * stretch;  // the forward GEMMs as they run here
+  const double forward_sums_exposed_s =
+      std::max(forward_sums_s / kOutputPieces, forward_sums_s - (kOutputPieces - 1.0) / kOutputPieces * linears_s);
+  const double under_weight_gradient_exposed_s = std::max(0.0, under_weight_gradient_s - linears_s);
+  cost.time.tp_comm_s = waiting_s + forward_sums_exposed_s + under_weight_gradient_exposed_s + depth_exposed_s;
   // What the compute hides still moves: on a CPU the ranks' cores copy it (their turns on
   // the cores count it; a GPU's copy engines and NICs leave it out).
-  cost.time.overlapped_comm_s = depth_s - depth_exposed_s;
+  cost.time.overlapped_comm_s = depth_s - depth_exposed_s + forward_sums_s - forward_sums_exposed_s +
+                                under_weight_gradient_s - under_weight_gradient_exposed_s;
 
   // Data parallelism: this rank's gradients all-reduced over dp during the last backward.
   const int64_t G = R * C * D;
