@@ -196,9 +196,10 @@ void for_each_block(int64_t B, int64_t T, int64_t C, int64_t NH, const Scratch& 
       // oneDNN runs a product called inside a parallel region on the calling thread only; its
       // primitives are made for one thread here (the matmul cache keys on the thread count).
       omp_set_num_threads(1);
-      const int p = omp_get_thread_num();
       try {
-        blocks(shares[p], scratch.part(p, threads));
+        // Every share is run even when the region got fewer threads than asked for.
+        for (int p = omp_get_thread_num(); p < threads; p += omp_get_num_threads())
+          blocks(shares[p], scratch.part(p, threads));
       } catch (...) {
 #pragma omp critical(loom_attention_bf16_error)
         if (!error) error = std::current_exception();
