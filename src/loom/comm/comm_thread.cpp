@@ -4,7 +4,11 @@
 
 namespace loom::comm {
 
-CommThread::CommThread() : thread_([this] { loop(); }) {}
+CommThread::CommThread()
+    : thread_([this] {
+        prioritize_this_communication_thread(nice_);
+        loop();
+      }) {}
 
 CommThread::~CommThread() {
   {

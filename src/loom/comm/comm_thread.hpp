@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "loom/comm/comm_priority.hpp"
 #include "loom/comm/work.hpp"
 
 namespace loom::comm {
@@ -29,6 +30,8 @@ class CommThread {
   std::condition_variable cv_;
   std::deque<std::pair<std::shared_ptr<Work::State>, std::function<void()>>> queue_;
   bool stopping_ = false;
+  // Read before the thread starts: a bad LOOM_COMM_NICE is an error on the caller's thread.
+  int nice_ = comm_nice();
   std::thread thread_;
 };
 
