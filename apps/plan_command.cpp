@@ -46,10 +46,22 @@ struct PlanArgs {
   int64_t cp = 1, cp_from_seq = plan::SearchSpace{}.cp_from_seq;
   int64_t moe_experts = 0, moe_top_k = 2, moe_every = 1, ep = 1;   // a mixture of experts (moe_cost.hpp)
   double link_latency_us = 0, link_gbs = 0;                      // > 0: override both link tiers
-  double net_gbps = 0;  // > 0: price a run of `loom train --net-gbps` (emulated_network below)
+  double net_gbps = 0;  // > 0: price a run of `loom train --net-gbps` (plan::with_emulated_network)
   std::string graph = "data/cora";  // --model gcn
   int64_t gcn_layers = 2, gcn_hidden = 16;
 };
+
+// The link flags on `cluster`: --link-latency-us and --link-gbs replace both tiers' latency
+// and bandwidth, then --net-gbps prices the emulated network over them.
+void apply_link_flags(const PlanArgs& a, plan::ClusterSpec& cluster) {
+  check(std::isfinite(a.link_latency_us) && a.link_latency_us >= 0 && std::isfinite(a.link_gbs) && a.link_gbs >= 0,
+        "--link-latency-us and --link-gbs must be >= 0 (0: the cluster's), got ", a.link_latency_us, " and ", a.link_gbs);
+  for (plan::LinkCost* link : {&cluster.intra_node, &cluster.inter_node}) {
+    if (a.link_latency_us > 0) link->alpha_s = a.link_latency_us * 1e-6;
+    if (a.link_gbs > 0) link->beta_s_per_byte = 1.0 / (a.link_gbs * 1e9);
+  }
+  if (a.net_gbps > 0) cluster = plan::with_emulated_network(cluster, a.net_gbps);
+}
 
 // `loom plan --model gcn`: the graph's tp_3d grids on --gpus ranks by Plexus's model
 // (plan/gcn_cost.hpp), the cluster's intra-node link (or --link-gbs) on every axis.
@@ -60,10 +72,10 @@ int plan_gcn(const PlanArgs& a) {
                              .F = g.num_features, .H = a.gcn_hidden, .K = g.num_classes, .L = a.gcn_layers,
                              .labelled = g.count(data::NodeSplit::Train), .bf16 = a.precision == "bf16"};
   check(a.gcn_layers >= 1 && a.gcn_hidden >= 1 && a.devices >= 1, "--gcn-layers, --gcn-hidden and --gpus must be >= 1");
-  const plan::ClusterSpec cluster =
+  plan::ClusterSpec cluster =
       !a.cluster_file.empty() ? plan::cluster_from_file(a.cluster_file) : plan::cluster_preset(a.cluster == "local" ? "local-default" : a.cluster);
-  double gbs = a.link_gbs > 0 ? a.link_gbs : 1.0 / (cluster.intra_node.beta_s_per_byte * 1e9);
-  if (a.net_gbps > 0) gbs = std::min(gbs, a.net_gbps / 8.0);  // the emulated network, where slower
+  apply_link_flags(a, cluster);
+  const double gbs = 1.0 / (cluster.intra_node.beta_s_per_byte * 1e9);
   const double gflops = cluster.peak_flops * cluster.gemm_peak_share / 1e9;
   std::printf("%s", plan::describe_gcn_plan(shape, plan::rank_gcn_grids(shape, a.devices, gbs, gflops), a.top).c_str());
   std::printf("(%s: %.1f GB/s a link, %.1f GFLOP/s a device; %s)\n", cluster.name.c_str(), gbs, gflops,
@@ -276,13 +288,7 @@ Runner add_plan_command(CLI::App& sub) {
                                     : plan::cluster_preset(a->cluster);
     // A preset or file's peak is its training precision's; the precision sets the memory prices.
     if (!a->precision.empty()) cluster.precision = plan::parse_plan_precision(a->precision);
-    check(std::isfinite(a->link_latency_us) && a->link_latency_us >= 0 && std::isfinite(a->link_gbs) && a->link_gbs >= 0,
-          "--link-latency-us and --link-gbs must be >= 0 (0: the cluster's), got ", a->link_latency_us, " and ", a->link_gbs);
-    for (plan::LinkCost* link : {&cluster.intra_node, &cluster.inter_node}) {
-      if (a->link_latency_us > 0) link->alpha_s = a->link_latency_us * 1e-6;
-      if (a->link_gbs > 0) link->beta_s_per_byte = 1.0 / (a->link_gbs * 1e9);
-    }
-    if (a->net_gbps > 0) cluster = plan::with_emulated_network(cluster, a->net_gbps);
+    apply_link_flags(*a, cluster);
     if (!a->save_cluster.empty()) train::write_file_atomically(a->save_cluster, plan::cluster_to_toml(cluster));
     if (a->crossover) {
       check(space.tensor_parallel_3d && a->dp == 0, "--crossover compares searches: give --tp-3d on and no --dp");

@@ -1,14 +1,21 @@
 #include "loom/comm/comm_thread.hpp"
 
 #include <chrono>
+#include <future>
 
 namespace loom::comm {
 
-CommThread::CommThread()
-    : thread_([this] {
-        prioritize_this_communication_thread(nice_);
-        loop();
-      }) {}
+CommThread::CommThread() {
+  // The thread's priority is set before the constructor returns, so comm_priority_report()
+  // reads it as soon as any group exists.
+  std::promise<void> prioritized;
+  thread_ = std::thread([this, &prioritized] {
+    prioritize_this_communication_thread(nice_);
+    prioritized.set_value();
+    loop();
+  });
+  prioritized.get_future().wait();
+}
 
 CommThread::~CommThread() {
   {

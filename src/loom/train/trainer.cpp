@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "loom/comm/comm_priority.hpp"
 #include "loom/comm/core_placement.hpp"
 #include "loom/error.hpp"
 #include "loom/kernels/matmul.hpp"
@@ -56,7 +55,6 @@ Trainer::Trainer(TrainConfig config, bool quiet, comm::ProcessGroup* world)
       pp_(p_.group("pp")) {
   progress_ = std::make_unique<Progress>(config_, world_, quiet, spec_->step_work());
   if (!p_.placement.empty()) progress_->say(p_.placement);
-  if (const std::string priority = comm::comm_priority_report(); !priority.empty()) progress_->say(priority);
   for (const std::string& note : p_.notes) progress_->say(note);
   // Before anything is read or written in out_dir: one run owns it.
   run_directory_ = std::make_unique<RunDirectory>(config_, world_, progress_->quiet());
