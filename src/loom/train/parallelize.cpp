@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "loom/comm/collective_temporaries.hpp"
 #include "loom/comm/comm_priority.hpp"
 #include "loom/comm/core_placement.hpp"
 #include "loom/parallel/ddp.hpp"
@@ -168,7 +169,10 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
       p.placement += ", each rank on one core and a pipeline stage's ranks on different ones (pin_ranks = \"off\" "
                      "leaves it to the OS)";
   }
-  if (std::string priority = comm::comm_priority_report(); !priority.empty()) p.notes.push_back(std::move(priority));
+  if (world.size() > 1) {  // how this process's communication runs (a single rank has none)
+    for (std::string note : {comm::comm_priority_report(), comm::collective_temporaries_report()})
+      if (!note.empty()) p.notes.push_back(std::move(note));
+  }
   // 1. The mesh: every group the later steps take is an axis or a named group of it.
   p.mesh = parallel_mesh(config, world);
   comm::ProcessGroup &tp = p.group("tp"), &pp = p.group("pp");
