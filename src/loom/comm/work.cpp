@@ -14,6 +14,7 @@ void Work::State::finish(std::exception_ptr e) {
     std::lock_guard<std::mutex> lock(mutex);
     error = e;
     done = true;
+    finished_at = std::chrono::steady_clock::now();
   }
   done_cv.notify_all();
 }
@@ -107,6 +108,7 @@ void Work::wait_done() const {
       }
     }
     state_->done = true;
+    state_->finished_at = std::chrono::steady_clock::now();
     return;
   }
   while (watchdog != nullptr && !state_->done) {
@@ -120,9 +122,8 @@ void Work::wait_done() const {
     lock.lock();
   }
   state_->done_cv.wait(lock, [&] { return state_->done; });
-  if (state_->waited_ns)
-    *state_->waited_ns +=
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  if (state_->waited_ns && state_->finished_at > start)
+    *state_->waited_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(state_->finished_at - start).count();
   if (state_->error) std::rethrow_exception(state_->error);
 }
 
@@ -133,6 +134,7 @@ bool Work::is_done() const {
     int flag = 0;
     MPI_Test(&state_->request, &flag, MPI_STATUS_IGNORE);
     state_->done = flag != 0;
+    if (state_->done) state_->finished_at = std::chrono::steady_clock::now();
   }
   return state_->done;
 }
@@ -141,6 +143,12 @@ double Work::busy_seconds() const {
   if (!state_) return 0.0;
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->busy_seconds;
+}
+
+double Work::seconds_exposed_after(std::chrono::steady_clock::time_point t0) const {
+  if (!state_) return 0.0;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return std::max(0.0, std::chrono::duration<double>(state_->finished_at - t0).count());
 }
 
 const std::string& Work::description() const {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -39,8 +40,10 @@ class Work {
     // Runs once, on the thread whose wait() first sees the operation done (a bf16 receive
     // widens its values into the caller's fp32 buffer); holds what must outlive the operation.
     std::function<void()> then;
-    // Where wait() adds the nanoseconds callers spent in it (their group's exposed time), or null.
+    // Where wait() adds the nanoseconds from a caller's wait to the operation's end (their
+    // group's exposed time), or null.
     std::shared_ptr<std::atomic<int64_t>> waited_ns;
+    std::chrono::steady_clock::time_point finished_at{};  // when it ended (finish(), or a request seen done)
     void finish(std::exception_ptr e);
   };
 
@@ -56,11 +59,18 @@ class Work {
   // fn runs once after the operation, when wait() returns (State::then); it also keeps alive
   // whatever it captures (a packed send buffer) until then.
   Work& then(std::function<void()> fn);
-  // Adds the time every later wait() spends blocked to *nanoseconds (the group's stats).
+  // Adds to *nanoseconds, for every later wait(), the time from its start to the operation's
+  // end: the communication the caller's compute did not cover (the group's exposed time).
+  // What follows, until the woken caller runs again, is its turn on a core that other ranks'
+  // compute holds (more ranks than cores), not communication, and is left out; on cores of
+  // their own the two differ by microseconds.
   void count_waits_into(std::shared_ptr<std::atomic<int64_t>> nanoseconds);
   void wait() const;
   bool is_done() const;
   const std::string& description() const;
+  // After wait(): the seconds from t0, when a caller began waiting, to the operation's end (0
+  // when it ended before): the part of it the caller's compute did not cover.
+  double seconds_exposed_after(std::chrono::steady_clock::time_point t0) const;
   // Seconds the operation itself took on the communication thread (0 until done).
   double busy_seconds() const;
 

@@ -50,7 +50,7 @@ Tensor Grid3D::Pending::wait() {
   trace::Span span("wait", "tp_3d wait");
   const auto t0 = std::chrono::steady_clock::now();
   work_.wait();
-  grid_->waited_s_ += seconds_since(t0);
+  grid_->waited_s_ += work_.seconds_exposed_after(t0);  // to the collective's end, not this thread's next turn
   grid_ = nullptr;
   Tensor result = finish_();
   finish_ = nullptr;  // its buffers go now, not when the handle is next reused (a prefetch slot per layer)
