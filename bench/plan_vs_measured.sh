@@ -73,16 +73,21 @@ echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(n
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "MPI link (loom bench comm, 2 ranks): alpha $alpha_us us, $link_gbs GB/s"
 if [ "$SET" = tp3d ]; then
-  # The grids move megabytes through MPI's own collectives, with ranks sharing cores: slower
-  # than a ping-pong between two (kernel copies, page pinning, reductions). Their real link is
-  # MPI all-reduce's bus bandwidth on 4 ranks, the median over 2-8 MiB.
-  link_gbs=$(mpi -np 4 "$LOOM" bench comm --csv --sizes 2MiB:8MiB --algorithms mpi </dev/null |
+  # The grids move megabytes through MPI's own collectives: slower than a ping-pong between
+  # two (kernel copies, page pinning, reductions). Their real link is MPI all-reduce's bus
+  # bandwidth on 4 ranks, the median over 2-8 MiB. With more ranks than cores the ranks take
+  # turns on the cores during it, so a rank's copies run at ranks / cores times the rate they
+  # see together: that is the link a rank with a core of its own has, which `--link-gbs`
+  # means (the planner adds the turns itself, core_sharing_seconds).
+  shared_gbs=$(mpi -np 4 "$LOOM" bench comm --csv --sizes 2MiB:8MiB --algorithms mpi </dev/null |
     awk -F, '$2 == "mpi" { print $5 }' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }')
-  [ -n "$link_gbs" ] || die "could not read MPI's all-reduce bandwidth from loom bench comm"
+  [ -n "$shared_gbs" ] || die "could not read MPI's all-reduce bandwidth from loom bench comm"
+  link_gbs=$(awk -v g="$shared_gbs" -v cores="$(nproc)" 'BEGIN { print (cores < 4 ? g * 4 / cores : g) }')
   # --net-gbps 10: a collective lasts at least its time on a 10 Gb/s link (1.25 GB/s), and at
   # least its time on the real one; `loom plan --net-gbps 10` prices the slower of the two, and
   # counts only the real link's share of it as the cores' copy (the rest is a sleep).
-  echo "emulated link (--net-gbps 10, 1.25 GB/s) over the real one (MPI all-reduce on 4 ranks, 2-8 MiB: $link_gbs GB/s)"
+  echo "emulated link (--net-gbps 10, 1.25 GB/s) over the real one (MPI all-reduce on 4 ranks, 2-8 MiB: $shared_gbs GB/s" \
+       "on $(nproc) cores, $link_gbs GB/s a rank with a core of its own)"
 fi
 "$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus 1 --global-batch "$GLOBAL_BATCH" --dp 1 --recompute off | sed -n 2p
 
