@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "loom/error.hpp"
+#include "loom/tensor/malloc_reuse.hpp"
 #include "loom/train/config.hpp"
 
 namespace loom::apps {
@@ -52,6 +53,7 @@ Failure failure_of(const std::exception& e) {
 }  // namespace loom::apps
 
 int main(int argc, char** argv) {
+  loom::reuse_freed_memory();  // before any buffer: what a step frees, the next one reuses
   CLI::App app{"Loom: train GPT-style models with data, tensor and pipeline parallelism on MPI.\n"
                "Example: loom train --config configs/shakespeare.toml --steps 200"};
   app.require_subcommand(1);

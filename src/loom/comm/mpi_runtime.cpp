@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 
-#include "loom/comm/collective_temporaries.hpp"
 #include "loom/error.hpp"
 
 namespace loom::comm {
@@ -15,9 +14,6 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
     fail("the MPI library provides thread level ", provided, ", Loom needs MPI_THREAD_MULTIPLE (", MPI_THREAD_MULTIPLE,
          ")");
   }
-  int ranks = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  if (ranks > 1) reuse_collective_temporaries();
   watchdog_ = std::make_unique<Watchdog>(MPI_COMM_WORLD);
   world_ = std::make_unique<ProcessGroup>(MPI_COMM_WORLD, "world");
 }

@@ -2,7 +2,6 @@
 
 #include <chrono>
 
-#include "loom/comm/collective_temporaries.hpp"
 #include "loom/comm/comm_priority.hpp"
 #include "loom/comm/core_placement.hpp"
 #include "loom/parallel/ddp.hpp"
@@ -12,6 +11,7 @@
 #include "loom/parallel/pipeline/schedule_builders.hpp"
 #include "loom/parallel/pipeline/schedule_file.hpp"
 #include "loom/parallel/zero.hpp"
+#include "loom/tensor/malloc_reuse.hpp"
 #include "loom/train/rank_agreement.hpp"
 #include "loom/train/memory_budget.hpp"
 
@@ -170,7 +170,7 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
                      "leaves it to the OS)";
   }
   if (world.size() > 1) {  // how this process's communication runs (a single rank has none)
-    for (std::string note : {comm::comm_priority_report(), comm::collective_temporaries_report()})
+    for (std::string note : {comm::comm_priority_report(), malloc_reuse_report()})
       if (!note.empty()) p.notes.push_back(std::move(note));
   }
   // 1. The mesh: every group the later steps take is an axis or a named group of it.

@@ -1,11 +1,11 @@
-#include "loom/comm/collective_temporaries.hpp"
+#include "loom/tensor/malloc_reuse.hpp"
 
 #include <malloc.h>
 
 #include <cstdlib>
 #include <string_view>
 
-namespace loom::comm {
+namespace loom {
 
 namespace {
 
@@ -25,19 +25,19 @@ std::string& report() {
 
 }  // namespace
 
-void reuse_collective_temporaries() {
+void reuse_freed_memory() {
   if (user_chose_thresholds()) {
     report() = "malloc's thresholds left as the environment set them";
     return;
   }
   // Setting either disables glibc's adaptive threshold, so both are set together.
-  const bool ok = mallopt(M_MMAP_THRESHOLD, static_cast<int>(kCollectiveMmapThreshold)) == 1 &&
-                  mallopt(M_TRIM_THRESHOLD, static_cast<int>(kCollectiveTrimThreshold)) == 1;
-  report() = ok ? "MPI's collective temporaries under " + std::to_string(kCollectiveMmapThreshold >> 20) +
-                      " MiB reuse malloc's heap (no fresh mapping per call)"
-                : "malloc refused the collectives' thresholds: their temporaries stay fresh mappings";
+  const bool ok = mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMmapThreshold)) == 1 &&
+                  mallopt(M_TRIM_THRESHOLD, static_cast<int>(kTrimThreshold)) == 1;
+  report() = ok ? "malloc serves blocks under " + std::to_string(kMmapThreshold >> 20) +
+                      " MiB from its heap (MPI's collective temporaries reuse their pages)"
+                : "malloc refused Loom's thresholds: freed buffers are fresh mappings again";
 }
 
-std::string collective_temporaries_report() { return report(); }
+std::string malloc_reuse_report() { return report(); }
 
-}  // namespace loom::comm
+}  // namespace loom

@@ -1,16 +1,16 @@
-// Where MPI's collective temporaries come from (comm/collective_temporaries.hpp): after
-// reuse_collective_temporaries(), a buffer of a collective's size that is freed and allocated
-// again keeps its pages, where a fresh mapping of that size faults every page in (glibc's
-// default for it, and what each call of a non-blocking collective paid).
+// malloc's thresholds (tensor/malloc_reuse.hpp): after reuse_freed_memory(), a buffer of a
+// collective's temporary's size that is freed and allocated again keeps its pages, where a
+// fresh mapping of that size faults every page in (glibc's default for it, and what each call
+// of a non-blocking collective paid).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <cstdlib>
 
-#include "loom/comm/collective_temporaries.hpp"
+#include "loom/tensor/malloc_reuse.hpp"
 
-namespace loom::comm {
+namespace loom {
 namespace {
 
 constexpr size_t kBytes = size_t{16} << 20;  // a 4096 x 1024 fp32 gradient block
@@ -28,15 +28,14 @@ long faults_touching(volatile char* p) {
   return minor_faults() - before;
 }
 
-TEST(CollectiveTemporaries, AFreedBufferComesBackWithItsPages) {
+TEST(MallocReuse, AFreedBufferComesBackWithItsPages) {
   if (std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_") || std::getenv("GLIBC_TUNABLES"))
     GTEST_SKIP() << "malloc's thresholds are set by the environment";
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "AddressSanitizer's malloc has no mmap threshold";
 #endif
-  reuse_collective_temporaries();
-  EXPECT_NE(collective_temporaries_report().find("reuse malloc's heap"), std::string::npos)
-      << collective_temporaries_report();
+  reuse_freed_memory();
+  EXPECT_NE(malloc_reuse_report().find("from its heap"), std::string::npos) << malloc_reuse_report();
 
   // What a fresh mapping costs here (pages of 4 KiB, or fewer faults with huge pages).
   void* fresh = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -59,4 +58,4 @@ TEST(CollectiveTemporaries, AFreedBufferComesBackWithItsPages) {
 }
 
 }  // namespace
-}  // namespace loom::comm
+}  // namespace loom
