@@ -18,7 +18,7 @@ bool user_chose_thresholds() {
   return t.find("mmap_threshold") != std::string_view::npos || t.find("trim_threshold") != std::string_view::npos;
 }
 
-std::string& report() {
+std::string& report_line() {
   static std::string line;
   return line;
 }
@@ -27,17 +27,17 @@ std::string& report() {
 
 void reuse_freed_memory() {
   if (user_chose_thresholds()) {
-    report() = "malloc's thresholds left as the environment set them";
+    report_line() = "malloc's thresholds left as the environment set them";
     return;
   }
   // Setting either disables glibc's adaptive threshold, so both are set together.
   const bool ok = mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMmapThreshold)) == 1 &&
                   mallopt(M_TRIM_THRESHOLD, static_cast<int>(kTrimThreshold)) == 1;
-  report() = ok ? "malloc serves blocks under " + std::to_string(kMmapThreshold >> 20) +
+  report_line() = ok ? "malloc serves blocks under " + std::to_string(kMmapThreshold >> 20) +
                       " MiB from its heap (MPI's collective temporaries reuse their pages)"
                 : "malloc refused Loom's thresholds: freed buffers are fresh mappings again";
 }
 
-std::string malloc_reuse_report() { return report(); }
+std::string malloc_reuse_report() { return report_line(); }
 
 }  // namespace loom
