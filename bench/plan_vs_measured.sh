@@ -63,13 +63,14 @@ fi
 
 # The MPI link between two ranks as `loom bench comm` measures it (ping-pong alpha and beta);
 # the GEMM rate and copy bandwidth `loom plan --cluster local` measures before each prediction.
+CORES=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # the machine's (nproc obeys OpenMP's variables)
 link=$(mpi -np 2 "$LOOM" bench comm --csv --sizes 8B:8B </dev/null |
   sed -n 's/^# ranks=2 alpha_us=\([0-9.]*\) beta_GBps=\([0-9.]*\)$/\1 \2/p')
 read -r alpha_us link_gbs <<<"$link"
 [ -n "${link_gbs:-}" ] || die "could not read the link from loom bench comm"
 isa=$(ONEDNN_VERBOSE=1 "$LOOM" train --data "$DATA" --n-layer 1 --n-head 2 --n-embd 32 --block-size 16 --batch-size 1 \
       --steps 1 --eval-every 0 --eval-batches 1 --threads 1 --out-dir "$WORK/isa" 2>&1 | grep -m1 -o "isa:[^,]*" || true)
-echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, oneDNN ${isa:-isa: unknown}"
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $CORES cores, oneDNN ${isa:-isa: unknown}"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "MPI link (loom bench comm, 2 ranks): alpha $alpha_us us, $link_gbs GB/s"
 if [ "$SET" = tp3d ]; then
@@ -82,12 +83,12 @@ if [ "$SET" = tp3d ]; then
   shared_gbs=$(mpi -np 4 "$LOOM" bench comm --csv --sizes 2MiB:8MiB --algorithms mpi </dev/null |
     awk -F, '$2 == "mpi" { print $5 }' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }')
   [ -n "$shared_gbs" ] || die "could not read MPI's all-reduce bandwidth from loom bench comm"
-  link_gbs=$(awk -v g="$shared_gbs" -v cores="$(nproc)" 'BEGIN { print (cores < 4 ? g * 4 / cores : g) }')
+  link_gbs=$(awk -v g="$shared_gbs" -v cores="$CORES" 'BEGIN { print (cores < 4 ? g * 4 / cores : g) }')
   # --net-gbps 10: a collective lasts at least its time on a 10 Gb/s link (1.25 GB/s), and at
   # least its time on the real one; `loom plan --net-gbps 10` prices the slower of the two, and
   # counts only the real link's share of it as the cores' copy (the rest is a sleep).
   echo "emulated link (--net-gbps 10, 1.25 GB/s) over the real one (MPI all-reduce on 4 ranks, 2-8 MiB: $shared_gbs GB/s" \
-       "on $(nproc) cores, $link_gbs GB/s a rank with a core of its own)"
+       "on $CORES cores, $link_gbs GB/s a rank with a core of its own)"
 fi
 "$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus 1 --global-batch "$GLOBAL_BATCH" --dp 1 --recompute off | sed -n 2p
 
@@ -135,7 +136,6 @@ train() {  # name ranks steps flags...: runs loom train, each rank's CPU seconds
     "$LOOM" train --data "$DATA" "${MODEL[@]}" "${LINK[@]}" --threads 1 --steps "$steps" --log-every 1 --eval-every 0 \
     --eval-batches 1 --out-dir "$WORK/$name" "$@" </dev/null >"$WORK/$name.log" 2>&1
 }
-CORES=$(nproc)
 busiest_cpu() {  # name: the largest user + sys over the ranks, or their sum over the cores if larger
   cat "$WORK/$1".cpu.* | awk -v cores="$CORES" '{ t = $1 + $2; s += t; if (t > m) m = t }
     END { print (s / cores > m ? s / cores : m) }'

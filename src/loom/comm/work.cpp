@@ -107,8 +107,8 @@ void Work::wait_done() const {
         backoff.pause();
       }
     }
+    if (!state_->done) state_->finished_at = std::chrono::steady_clock::now();  // first seen done now
     state_->done = true;
-    state_->finished_at = std::chrono::steady_clock::now();
     return;
   }
   while (watchdog != nullptr && !state_->done) {

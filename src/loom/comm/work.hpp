@@ -43,7 +43,9 @@ class Work {
     // Where wait() adds the nanoseconds from a caller's wait to the operation's end (their
     // group's exposed time), or null.
     std::shared_ptr<std::atomic<int64_t>> waited_ns;
-    std::chrono::steady_clock::time_point finished_at{};  // when it ended (finish(), or a request seen done)
+    // When it ended: finish() on the communication thread; for a point-to-point request, the
+    // first poll that saw it done (within a backoff pause of its end).
+    std::chrono::steady_clock::time_point finished_at{};
     void finish(std::exception_ptr e);
   };
 

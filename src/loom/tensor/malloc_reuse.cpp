@@ -26,16 +26,28 @@ std::string& report_line() {
 }  // namespace
 
 void reuse_freed_memory() {
+#if defined(__SANITIZE_ADDRESS__)
+  report_line() = "malloc's thresholds not set: AddressSanitizer's malloc has none";
+  return;
+#endif
   if (user_chose_thresholds()) {
     report_line() = "malloc's thresholds left as the environment set them";
     return;
   }
-  // Setting either disables glibc's adaptive threshold, so both are set together.
-  const bool ok = mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMmapThreshold)) == 1 &&
-                  mallopt(M_TRIM_THRESHOLD, static_cast<int>(kTrimThreshold)) == 1;
-  report_line() = ok ? "malloc serves blocks under " + std::to_string(kMmapThreshold >> 20) +
-                      " MiB from its heap (MPI's collective temporaries reuse their pages)"
-                : "malloc refused Loom's thresholds: freed buffers are fresh mappings again";
+  // Setting either disables glibc's adaptive threshold; each is set on its own, so a refusal
+  // of one leaves the other.
+  int64_t mmap_threshold = kMmapThreshold;
+  if (mallopt(M_MMAP_THRESHOLD, static_cast<int>(mmap_threshold)) != 1) {
+    mmap_threshold = kOlderGlibcMmapLimit;
+    if (mallopt(M_MMAP_THRESHOLD, static_cast<int>(mmap_threshold)) != 1) mmap_threshold = 0;
+  }
+  const bool trim = mallopt(M_TRIM_THRESHOLD, static_cast<int>(kTrimThreshold)) == 1;
+  if (mmap_threshold == 0 || !trim) {
+    report_line() = "malloc refused Loom's thresholds: freed buffers may come back as fresh mappings";
+    return;
+  }
+  report_line() = "malloc serves blocks under " + std::to_string(mmap_threshold >> 20) +
+                  " MiB from its heaps (MPI's collective temporaries reuse their pages)";
 }
 
 std::string malloc_reuse_report() { return report_line(); }

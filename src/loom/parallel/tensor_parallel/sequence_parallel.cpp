@@ -1,5 +1,6 @@
 #include "loom/parallel/tensor_parallel/sequence_parallel.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 namespace loom::parallel::tp {
@@ -21,9 +22,13 @@ ReplicatedGradientSum::ReplicatedGradientSum(nn::Module& model, comm::ProcessGro
 
 void ReplicatedGradientSum::finish() {
   const auto start = std::chrono::steady_clock::now();
-  for (const comm::Work& sum : in_flight_) sum.wait();
+  double exposed = 0;  // up to the last sum's end, as every wait counts (comm/work.hpp)
+  for (const comm::Work& sum : in_flight_) {
+    sum.wait();
+    exposed = std::max(exposed, sum.seconds_exposed_after(start));
+  }
   in_flight_.clear();
-  if (deferred_ && waited_) waited_(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (deferred_ && waited_) waited_(exposed);
 }
 
 }  // namespace loom::parallel::tp
