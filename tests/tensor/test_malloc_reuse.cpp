@@ -55,18 +55,11 @@ long faults_of_a_reallocated_buffer() {
   return faults;
 }
 
-bool thresholds_from_environment() {
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_")) return true;
-  const char* t = std::getenv("GLIBC_TUNABLES");
-  return t && (std::string(t).find("mmap_threshold") != std::string::npos ||
-               std::string(t).find("trim_threshold") != std::string::npos);
-}
-
 TEST(MallocReuse, AFreedBufferComesBackWithItsPagesOnEveryThread) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "AddressSanitizer's malloc has no mmap threshold";
 #endif
-  if (thresholds_from_environment()) GTEST_SKIP() << "malloc's thresholds are set by the environment";
+  if (malloc_thresholds_from_environment()) GTEST_SKIP() << "malloc's thresholds are set by the environment";
   reuse_freed_memory();
   EXPECT_NE(malloc_reuse_report().find("from its heaps"), std::string::npos) << malloc_reuse_report();
 

@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 
 #include "loom/comm/mpi_collectives.hpp"
 #include "loom/error.hpp"

@@ -46,6 +46,11 @@ void Work::watch(WaitSite site, double timeout_s) {
 
 namespace {
 
+// The part of an operation's time after a caller began waiting at t0 (0 when it ended before).
+std::chrono::steady_clock::duration exposed_after(const Work::State& s, std::chrono::steady_clock::time_point t0) {
+  return std::max(s.finished_at - t0, std::chrono::steady_clock::duration::zero());
+}
+
 // A wait this rank has published to the watchdog, withdrawn when it ends.
 class PublishedWait {
  public:
@@ -122,8 +127,8 @@ void Work::wait_done() const {
     lock.lock();
   }
   state_->done_cv.wait(lock, [&] { return state_->done; });
-  if (state_->waited_ns && state_->finished_at > start)
-    *state_->waited_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(state_->finished_at - start).count();
+  if (state_->waited_ns)
+    *state_->waited_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(exposed_after(*state_, start)).count();
   if (state_->error) std::rethrow_exception(state_->error);
 }
 
@@ -148,7 +153,7 @@ double Work::busy_seconds() const {
 double Work::seconds_exposed_after(std::chrono::steady_clock::time_point t0) const {
   if (!state_) return 0.0;
   std::lock_guard<std::mutex> lock(state_->mutex);
-  return std::max(0.0, std::chrono::duration<double>(state_->finished_at - t0).count());
+  return std::chrono::duration<double>(exposed_after(*state_, t0)).count();
 }
 
 const std::string& Work::description() const {

@@ -7,9 +7,7 @@
 
 namespace loom {
 
-namespace {
-
-bool user_chose_thresholds() {
+bool malloc_thresholds_from_environment() {
   if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr)
     return true;
   const char* tunables = std::getenv("GLIBC_TUNABLES");
@@ -17,6 +15,8 @@ bool user_chose_thresholds() {
   const std::string_view t(tunables);
   return t.find("mmap_threshold") != std::string_view::npos || t.find("trim_threshold") != std::string_view::npos;
 }
+
+namespace {
 
 std::string& report_line() {
   static std::string line;
@@ -30,7 +30,7 @@ void reuse_freed_memory() {
   report_line() = "malloc's thresholds not set: AddressSanitizer's malloc has none";
   return;
 #endif
-  if (user_chose_thresholds()) {
+  if (malloc_thresholds_from_environment()) {
     report_line() = "malloc's thresholds left as the environment set them";
     return;
   }

@@ -32,6 +32,10 @@ constexpr int64_t kOlderGlibcMmapLimit = int64_t{32} << 20;
 // naming either): then it leaves them.
 void reuse_freed_memory();
 
+// Whether the environment sets malloc's thresholds (MALLOC_MMAP_THRESHOLD_,
+// MALLOC_TRIM_THRESHOLD_, or GLIBC_TUNABLES naming either): reuse_freed_memory() leaves them.
+bool malloc_thresholds_from_environment();
+
 // For the log: what reuse_freed_memory() did; "" when it has not run.
 std::string malloc_reuse_report();
 
