@@ -1,11 +1,13 @@
 // AdamW against the torch.optim.AdamW update written out in double, a hand-computed first
-// step, and equality of the serial and parallel paths (element-wise, so bit-identical).
+// step, equality of the serial and parallel paths (element-wise, so bit-identical), and the
+// bf16 copy written in the update's pass.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "loom/kernels/adamw.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/kernels/threads.hpp"
 #include "test_util.hpp"
 
@@ -61,23 +63,52 @@ TEST(AdamW, FirstStepIsSignedLearningRate) {
   EXPECT_EQ(p[2], 0.0f);  // zero gradient: no step, no NaN from 0 / (0 + eps)
 }
 
+// Parameters, gradients and moments of n elements (the moments in their usual ranges).
+struct UpdateInputs {
+  std::vector<float> p, g, m, v;
+};
+UpdateInputs random_inputs(int64_t n, uint64_t seed) {
+  return {random_vector(n, seed), random_vector(n, seed + 1), random_vector(n, seed + 2, -0.1f, 0.1f),
+          random_vector(n, seed + 3, 0.0f, 0.01f)};
+}
+
+// One update of a copy of `in` on `threads` threads (writing the bf16 copy when given): the
+// updated p, m and v one after the other.
+std::vector<float> updated(const UpdateInputs& in, const AdamWParams& a, int threads, bfloat16* copy = nullptr) {
+  set_num_threads(threads);
+  auto p = in.p, m = in.m, v = in.v;
+  adamw_update(p.data(), in.g.data(), m.data(), v.data(), static_cast<int64_t>(p.size()), a, copy);
+  set_num_threads(1);
+  p.insert(p.end(), m.begin(), m.end());
+  p.insert(p.end(), v.begin(), v.end());
+  return p;
+}
+
 TEST(AdamW, ParallelPathEqualsSerial) {
-  const int64_t n = 200'003;
-  const auto p0 = random_vector(n, 2), g = random_vector(n, 3);
-  const auto m0 = random_vector(n, 4, -0.1f, 0.1f), v0 = random_vector(n, 5, 0.0f, 0.01f);
+  const UpdateInputs in = random_inputs(200'003, 2);
   AdamWParams a;
   a.step = 7;
   a.weight_decay = 0.05f;
-  auto run = [&](int threads) {
-    set_num_threads(threads);
-    auto p = p0, m = m0, v = v0;
-    adamw_update(p.data(), g.data(), m.data(), v.data(), n, a);
-    set_num_threads(1);
-    p.insert(p.end(), m.begin(), m.end());
-    p.insert(p.end(), v.begin(), v.end());
-    return p;
-  };
-  EXPECT_TRUE(all_close(run(2), run(1), 0.0, 0.0, "2 threads vs 1"));
+  EXPECT_TRUE(all_close(updated(in, a, 2), updated(in, a, 1), 0.0, 0.0, "2 threads vs 1"));
+}
+
+TEST(AdamW, WritesTheBf16CopyOfTheUpdatedValues) {
+  // With a bf16 destination the update is the same (param, m, v bit for bit) and the copy is
+  // convert_to_bf16 of the updated param, at 1 and 2 threads; n covers several 4096-value runs
+  // per thread and a short last run.
+  const int64_t n = 20'011;
+  const UpdateInputs in = random_inputs(n, 12);
+  AdamWParams a;
+  a.step = 3;
+  a.weight_decay = 0.1f;
+  const std::vector<float> plain = updated(in, a, 1);
+  std::vector<bfloat16> want(n);
+  convert_to_bf16(plain.data(), want.data(), n);  // the updated param comes first
+  for (int threads : {1, 2}) {
+    std::vector<bfloat16> copy(n, bfloat16{0x7f7f});
+    EXPECT_TRUE(all_close(updated(in, a, threads, copy.data()), plain, 0.0, 0.0, "param, m and v"));
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(copy[i].bits, want[i].bits) << threads << " threads, element " << i;
+  }
 }
 
 }  // namespace

@@ -1,9 +1,15 @@
 // Residual add and its helpers against plain loops, aliasing, bias_backward's accumulation
-// and finite differences, and thread-count behaviour of the two reductions.
+// and finite differences, thread-count behaviour of the two reductions, and the bias pass that
+// also writes its input in bf16.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "loom/kernels/precision.hpp"
 #include "loom/kernels/residual.hpp"
 #include "loom/kernels/threads.hpp"
 #include "test_util.hpp"
@@ -108,6 +114,34 @@ TEST(BiasBackward, IndependentOfThreadCount) {
         return dbias;
       },
       0.0, 0.0);
+}
+
+TEST(BiasBackward, WritingBf16IsTheUnfusedPassesBitForBit) {
+  // The fused pass (mixed precision's Linear backward) against bias_backward then
+  // convert_to_bf16: the same dbias and the same bf16 values exactly, at 1 and 2 threads, for
+  // widths that split into uneven column slices and for the serial (small) path. Special
+  // values (NaN, infinities, a subnormal, a value on a rounding tie) take the same rounding.
+  for (const auto& [N, OC] : std::vector<std::pair<int64_t, int64_t>>{{3, 5}, {300, 130}, {257, 1000}}) {
+    auto dout = random_vector(N * OC, 11);
+    const std::vector<float> special = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                                        -std::numeric_limits<float>::infinity(), 1e-40f, 1.00390625f};
+    for (size_t i = 0; i < special.size() && i < dout.size(); ++i) dout[i * 3] = special[i];
+    std::vector<float> want_bias(OC, 0.5f);
+    std::vector<bfloat16> want_bf16(N * OC);
+    bias_backward(want_bias.data(), dout.data(), N, OC);
+    convert_to_bf16(dout.data(), want_bf16.data(), N * OC);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      std::vector<float> dbias(OC, 0.5f);
+      std::vector<bfloat16> got(N * OC, bfloat16{0x1234});
+      bias_backward(dbias.data(), dout.data(), N, OC, got.data());
+      set_num_threads(1);
+      const std::string at = std::to_string(N) + "x" + std::to_string(OC) + " at " + std::to_string(threads);
+      for (int64_t c = 0; c < OC; ++c)
+        ASSERT_EQ(std::bit_cast<uint32_t>(dbias[c]), std::bit_cast<uint32_t>(want_bias[c])) << at << " column " << c;
+      for (int64_t i = 0; i < N * OC; ++i) ASSERT_EQ(got[i].bits, want_bf16[i].bits) << at << " element " << i;
+    }
+  }
 }
 
 }  // namespace

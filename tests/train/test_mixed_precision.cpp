@@ -127,6 +127,58 @@ TEST(MixedPrecision, WeightCopyIsConvertedOncePerGeneration) {
   EXPECT_EQ(p.gemm_operand().dtype, DType::F32);
 }
 
+// The optimizer writes each weight's bf16 copy in its update's pass: the next steps' GEMMs read
+// the bf16 of the updated master without converting it again, and a write of the master by
+// anything else (a checkpoint load, which calls weights_overwritten()) is seen at once.
+TEST(MixedPrecision, OptimizerRefreshesTheWeightCopyInItsPass) {
+  const PrecisionScope bf16(Precision::BF16);
+  nn::Parameter w("w", {7, 5}, /*weight_decay=*/true);
+  const auto init = testing::random_vector(w.numel(), 21);
+  std::memcpy(w.value().f32(), init.data(), sizeof(float) * init.size());
+  optim::AdamW opt({&w}, optim::AdamWConfig{});
+  auto expect_copy_of_master = [&](const std::string& when) {
+    const auto* copy = static_cast<const bfloat16*>(w.gemm_operand().data);
+    for (int64_t i = 0; i < w.numel(); ++i)
+      ASSERT_EQ(copy[i].bits, to_bf16(w.value().f32()[i]).bits) << when << ", element " << i;
+  };
+  for (int step = 0; step < 4; ++step) {
+    kernels::new_weights_generation();  // the trainer's step start
+    expect_copy_of_master("step " + std::to_string(step));
+    opt.zero_grad();
+    const auto g = testing::random_vector(w.numel(), 30 + step);
+    std::memcpy(w.grad().f32(), g.data(), sizeof(float) * g.size());
+    opt.step(1e-2f);
+  }
+  kernels::new_weights_generation();
+  expect_copy_of_master("after the last step");
+  EXPECT_EQ(w.bf16_conversions(), 1) << "converted at the first GEMM only, then refreshed by the optimizer";
+  w.value().fill_(0.25f);  // a load into the live model
+  kernels::weights_overwritten();
+  expect_copy_of_master("after an overwrite");
+  EXPECT_EQ(w.bf16_conversions(), 2);
+}
+
+// A checkpoint loaded into a live bf16 model after some steps: its GEMMs read the loaded
+// masters' copies, not the copies the optimizer refreshed before the load (the same
+// evaluation as a trainer freshly resumed from that checkpoint, bit for bit).
+TEST(MixedPrecision, ALoadIntoALiveModelReplacesTheRefreshedCopies) {
+  TrainConfig c = tiny_run("bf16_load_into_live");
+  c.precision = "bf16";
+  Trainer live(c, true);
+  losses_of(live, 2);
+  const std::string path = live.save_checkpoint_now();
+  losses_of(live, 4);
+  const float moved_on = live.evaluate();
+  load_state(path, live.local_state(), c.optimizer);
+  TrainConfig r = c;
+  r.resume = "latest";
+  Trainer resumed(r, true);
+  ASSERT_EQ(resumed.step(), 2);
+  const float loaded = live.evaluate();
+  EXPECT_NE(loaded, moved_on);
+  EXPECT_EQ(loaded, resumed.evaluate());
+}
+
 // The reason for fp32 master weights: AdamW's first step moves a weight by ~lr, 6e-4, below
 // bf16's resolution at 1.0 (2^-7 = 0.0078), so a bf16 weight would stay at 1.0; the fp32
 // master moves, and the bf16 copy follows once the accumulated change crosses a bf16 step.

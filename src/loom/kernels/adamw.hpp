@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "loom/tensor/dtype.hpp"
+
 namespace loom::kernels {
 
 struct AdamWParams {
@@ -15,7 +17,10 @@ struct AdamWParams {
   int64_t step = 1;  // 1-based, for bias correction
 };
 
-// param, grad, m, v all (n); m and v updated in place.
-void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p);
+// param, grad, m, v all (n); m and v updated in place. With param_bf16 (n), the updated param is
+// also written there in bf16 (as convert_to_bf16 rounds) while it is in cache: mixed precision's
+// weight copy refreshed in the update's pass instead of a pass of its own at the next step.
+void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p,
+                  bfloat16* param_bf16 = nullptr);
 
 }  // namespace loom::kernels

@@ -9,6 +9,7 @@ namespace loom::kernels {
 namespace {
 std::atomic<Precision> g_precision{Precision::F32};
 std::atomic<uint64_t> g_generation{1};
+std::atomic<uint64_t> g_overwrite_epoch{1};
 
 }  // namespace
 
@@ -25,6 +26,12 @@ void set_compute_precision(Precision p) { g_precision.store(p, std::memory_order
 
 uint64_t weights_generation() { return g_generation.load(std::memory_order_relaxed); }
 void new_weights_generation() { g_generation.fetch_add(1, std::memory_order_relaxed); }
+
+uint64_t weights_overwrite_epoch() { return g_overwrite_epoch.load(std::memory_order_relaxed); }
+void weights_overwritten() {
+  g_overwrite_epoch.fetch_add(1, std::memory_order_relaxed);
+  new_weights_generation();
+}
 
 void convert_to_bf16(const float* src, bfloat16* dst, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= (1 << 16))

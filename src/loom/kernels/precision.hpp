@@ -41,6 +41,14 @@ class PrecisionScope {
 uint64_t weights_generation();
 void new_weights_generation();
 
+// A copy the optimizer refreshed in its own pass (Parameter::bf16_copy_refreshed) stays valid
+// across generations, since only the optimizer changes a master between steps in training.
+// Whatever else writes masters (a checkpoint load into a live model) calls
+// weights_overwritten(), which invalidates every such copy; lazily converted copies are
+// invalidated by the generation as before.
+uint64_t weights_overwrite_epoch();
+void weights_overwritten();
+
 // dst[i] = bf16(src[i]) (round to nearest even), in parallel for large n.
 void convert_to_bf16(const float* src, bfloat16* dst, int64_t n);
 // The same on the calling thread alone, for a run inside a caller's parallel loop (no nested

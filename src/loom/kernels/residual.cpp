@@ -4,6 +4,8 @@
 // adds per-thread partials in thread order, bias_backward splits the reduced-into columns.
 #include "loom/kernels/residual.hpp"
 
+#include "loom/kernels/precision.hpp"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -48,13 +50,16 @@ double sum_squares(const float* x, int64_t n) {
   return total;
 }
 
-void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC) {
+namespace {
+// dbias (OC) += column sums of dout (N, OC); with dout_bf16, dout is also written there in bf16
+// in the same pass (the backward GEMMs' operand under mixed precision), so dout is read once.
+void bias_backward_pass(float* dbias, const float* dout, int64_t N, int64_t OC, bfloat16* dout_bf16) {
 #pragma omp parallel if (N * OC >= kResidualParallelMin)
   {
-    // Each thread owns a column slice (whole cache lines) and sums its rows in order into a
-    // local accumulator, so every dbias element has one fixed summation order.
+    // Each thread owns a column slice (whole cache lines, of the bf16 copy's too) and sums its
+    // rows in order into a local accumulator, so every dbias element has one fixed summation order.
     const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
-    const int64_t slice = ((OC + nt - 1) / nt + 15) & ~int64_t{15};
+    const int64_t slice = ((OC + nt - 1) / nt + 31) & ~int64_t{31};
     const int64_t c0 = std::min(OC, tid * slice), c1 = std::min(OC, c0 + slice);
     std::vector<float> acc(static_cast<size_t>(c1 - c0), 0.0f);  // (c1 - c0)
     float* __restrict a = acc.data();
@@ -62,9 +67,19 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC) {
       const float* __restrict d = dout + r * OC + c0;
 #pragma omp simd
       for (int64_t c = 0; c < c1 - c0; ++c) a[c] += d[c];
+      if (dout_bf16 != nullptr) convert_run_to_bf16(d, dout_bf16 + r * OC + c0, c1 - c0);
     }
     for (int64_t c = c0; c < c1; ++c) dbias[c] += a[c - c0];
   }
+}
+}  // namespace
+
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC) {
+  bias_backward_pass(dbias, dout, N, OC, nullptr);
+}
+
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC, bfloat16* dout_bf16) {
+  bias_backward_pass(dbias, dout, N, OC, dout_bf16);
 }
 
 }  // namespace loom::kernels

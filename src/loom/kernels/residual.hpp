@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "loom/tensor/dtype.hpp"
+
 namespace loom::kernels {
 
 // out = a + b, all (n); out may alias a or b.
@@ -15,5 +17,9 @@ void scale_inplace(float* dst, float s, int64_t n);
 double sum_squares(const float* x, int64_t n);
 // dbias (OC) += sum over rows of dout (N, OC): the bias gradient of a Linear layer.
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC);
+// The same, writing dout in bf16 to dout_bf16 (N, OC) in the same pass: a Linear's backward
+// under mixed precision reads its output gradient once for the bias and its GEMMs' operand.
+// dbias is bit for bit the unfused one's, dout_bf16 convert_to_bf16's.
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC, bfloat16* dout_bf16);
 
 }  // namespace loom::kernels

@@ -1,6 +1,7 @@
 #include "loom/nn/gemm_input.hpp"
 
 #include "loom/kernels/precision.hpp"
+#include "loom/kernels/residual.hpp"
 
 namespace loom::nn {
 
@@ -14,6 +15,17 @@ Tensor in_compute_precision(const Tensor& x) {
   if (kernels::compute_precision() != kernels::Precision::BF16 || x.dtype() == DType::BF16) return x;
   Tensor b = Tensor::empty(x.shape(), DType::BF16);
   kernels::convert_to_bf16(x.f32(), b.bf16(), x.numel());
+  return b;
+}
+
+Tensor in_compute_precision_adding_bias_grad(const Tensor& dy, float* dbias, int64_t columns) {
+  const int64_t rows = dy.numel() / columns;
+  if (kernels::compute_precision() != kernels::Precision::BF16) {
+    kernels::bias_backward(dbias, dy.f32(), rows, columns);
+    return dy;
+  }
+  Tensor b = Tensor::empty(dy.shape(), DType::BF16);
+  kernels::bias_backward(dbias, dy.f32(), rows, columns, b.bf16());
   return b;
 }
 

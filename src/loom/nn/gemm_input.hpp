@@ -14,5 +14,8 @@ kernels::Operand gemm_input(const Tensor& t, int64_t offset);
 // x itself in fp32 (or when already bf16); in bf16 mixed precision a bf16 copy, made once
 // where several GEMMs read x or backward keeps it (half the memory of the fp32 one).
 Tensor in_compute_precision(const Tensor& x);
+// A layer's output gradient dy (fp32, `columns` wide) as in_compute_precision gives it, after
+// adding its column sums (the bias gradient) to dbias: in bf16 both come from one pass over dy.
+Tensor in_compute_precision_adding_bias_grad(const Tensor& dy, float* dbias, int64_t columns);
 
 }  // namespace loom::nn

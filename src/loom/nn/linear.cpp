@@ -6,7 +6,6 @@
 #include "loom/kernels/gemv.hpp"
 #include "loom/kernels/matmul.hpp"
 #include "loom/kernels/precision.hpp"
-#include "loom/kernels/residual.hpp"
 #include "loom/nn/gemm_input.hpp"
 #include "loom/nn/saved_activation.hpp"
 
@@ -65,13 +64,13 @@ Tensor Linear::project(const Tensor& x, bool add_bias, bool few_rows, kernels::P
 Tensor Linear::backward_from(const Tensor& dy, const Tensor& x, bool bias_grad) {
   const int64_t N = x.numel() / in_;
   Tensor dx = Tensor::empty(x.shape(), DType::F32);  // (N, C)
-  const Tensor dy_in = in_compute_precision(dy);        // converted once for both GEMMs
+  const bool with_bias = bias_ && bias_grad;
+  // Converted once for both GEMMs, in the pass that sums the bias gradient.
+  const Tensor dy_in = with_bias ? in_compute_precision_adding_bias_grad(dy, bias_->grad().f32(), out_)
+                                 : in_compute_precision(dy);
   input_gradient_rows(gemm_input(dy_in), N, dx.f32());
   add_weight_gradient(gemm_input(dy_in), gemm_input(x), N);
-  if (bias_ && bias_grad) {
-    kernels::bias_backward(bias_->grad().f32(), dy.f32(), N, out_);
-    bias_->grad_contributed();
-  }
+  if (with_bias) bias_->grad_contributed();
   return dx;
 }
 

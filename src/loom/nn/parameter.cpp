@@ -56,13 +56,29 @@ const Tensor& Parameter::gemm_value() {
   }
   if (kept_in_fp32_ || kernels::compute_precision() == kernels::Precision::F32) return value_;
   const uint64_t generation = kernels::weights_generation();
-  if (!bf16_value_.defined() || bf16_generation_ != generation || bf16_source_ != value_.raw()) {
-    if (!bf16_value_.defined()) bf16_value_ = Tensor::empty(shape_, DType::BF16, MemoryCategory::Parameters);
+  const bool refreshed = bf16_refreshed_ && bf16_refresh_epoch_ == kernels::weights_overwrite_epoch();
+  if (!bf16_value_.defined() || (bf16_generation_ != generation && !refreshed) || bf16_source_ != value_.raw()) {
+    if (!bf16_value_.defined()) {
+      bf16_value_ = Tensor::empty(shape_, DType::BF16, MemoryCategory::Parameters);
+      bf16_owned_ = true;
+    }
     kernels::convert_to_bf16(value_.f32(), bf16_value_.bf16(), value_.numel());
     bf16_generation_ = generation;
     bf16_source_ = value_.raw();
+    bf16_refreshed_ = false;
+    ++bf16_conversions_;
   }
   return bf16_value_;
+}
+
+bfloat16* Parameter::bf16_copy_to_refresh() {
+  const bool own_copy = bf16_value_.defined() && bf16_owned_ && !bf16_only_ && !kept_in_fp32_;
+  return own_copy && value_.defined() && bf16_source_ == value_.raw() ? bf16_value_.bf16() : nullptr;
+}
+
+void Parameter::bf16_copy_refreshed() {
+  bf16_refreshed_ = true;
+  bf16_refresh_epoch_ = kernels::weights_overwrite_epoch();
 }
 
 void Parameter::rebind_bf16_value(Tensor view) {
@@ -72,6 +88,8 @@ void Parameter::rebind_bf16_value(Tensor view) {
   bf16_value_ = std::move(view);
   bf16_generation_ = kernels::weights_generation();
   bf16_source_ = value_.raw();
+  bf16_owned_ = false;
+  bf16_refreshed_ = false;
 }
 
 void Parameter::bind_bf16_only(Tensor view) {
@@ -82,6 +100,8 @@ void Parameter::bind_bf16_only(Tensor view) {
   value_ = Tensor();
   bf16_value_ = std::move(view);
   bf16_only_ = true;
+  bf16_owned_ = false;
+  bf16_refreshed_ = false;
 }
 
 void Parameter::grad_contributed() {

@@ -41,11 +41,23 @@ class Parameter {
     value_ = Tensor();
     bf16_value_ = Tensor();
     bf16_only_ = false;
+    bf16_owned_ = false;
+    bf16_refreshed_ = false;
   }
   // The value as a GEMM reads it: value() itself in fp32; in bf16 (kernels::compute_precision)
   // a bf16 copy of it, converted at most once per weights generation (once per step, never per
   // GEMM) and dropped with the value. value() stays the fp32 master the optimizer updates.
   kernels::Operand gemm_operand();
+  // The optimizer's side of the bf16 copy: where it may write the copy of the value it is about
+  // to update, in the update's own pass (kernels::adamw_update), or null when this parameter
+  // has no copy of its own (fp32 runs, kept in fp32, or a copy that sharded data parallelism's
+  // gathers provide). After writing it, the optimizer calls bf16_copy_refreshed(): the copy is
+  // then current until the optimizer's next update or kernels::weights_overwritten(), so the
+  // next step's GEMMs read it without converting the master again.
+  bfloat16* bf16_copy_to_refresh();
+  void bf16_copy_refreshed();
+  // How many times gemm_operand() converted the master into the copy (tests).
+  int64_t bf16_conversions() const { return bf16_conversions_; }
   // The same as a tensor (fp32 value() or its bf16 copy): what a layer that moves its weight
   // before the GEMMs (3D tensor parallelism's depth gather) sends, converted no more often.
   const Tensor& gemm_value();
@@ -87,6 +99,10 @@ class Parameter {
   uint64_t bf16_generation_ = 0;
   const void* bf16_source_ = nullptr;
   bool bf16_only_ = false;  // bf16_value_ is the only full copy (bind_bf16_only)
+  bool bf16_owned_ = false;      // bf16_value_ is this parameter's own conversion (not a gathered view)
+  bool bf16_refreshed_ = false;  // written by the optimizer with the value's last update
+  uint64_t bf16_refresh_epoch_ = 0;
+  int64_t bf16_conversions_ = 0;
   bool read_only_by_gemms_ = false;
   bool kept_in_fp32_ = false;
   bool weight_decay_;

@@ -16,7 +16,12 @@ void AdamW::step(float lr) {
     nn::Parameter& p = *params_[i];
     kernels::AdamWParams hp{lr, config_.beta1, config_.beta2, config_.eps,
                             p.weight_decay() ? config_.weight_decay : 0.0f, steps_};
-    kernels::adamw_update(p.value().f32(), p.grad().f32(), exp_avg_[i].f32(), exp_avg_sq_[i].f32(), p.numel(), hp);
+    // Mixed precision: the GEMMs' bf16 copy is rewritten in this pass (not converted again at
+    // the next step's first GEMM).
+    bfloat16* copy = p.bf16_copy_to_refresh();
+    kernels::adamw_update(p.value().f32(), p.grad().f32(), exp_avg_[i].f32(), exp_avg_sq_[i].f32(), p.numel(), hp,
+                          copy);
+    if (copy != nullptr) p.bf16_copy_refreshed();
   }
 }
 

@@ -10,6 +10,7 @@
 #include "loom/comm/byte_transport.hpp"
 #include "loom/data/input_file.hpp"
 #include "loom/error.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/memory_budget.hpp"
 
@@ -212,6 +213,7 @@ void CheckpointReader::load_into(const std::vector<StatePiece>& destinations) {
     check(copied == needed, "checkpoint '", path_, "': the pieces of '", dst.name, "' cover ", copied, " of ", needed,
           " elements this rank needs");
   }
+  kernels::weights_overwritten();  // masters changed outside the optimizer: no bf16 copy stays current
 }
 
 CheckpointInfo load_state(const std::string& path, const std::vector<StatePiece>& destinations,

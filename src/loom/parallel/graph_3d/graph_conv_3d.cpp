@@ -207,11 +207,10 @@ Tensor GraphConv3D::backward_impl(const Tensor& dy, nn::Context& ctx) {
         ", ", out_local_, ") output gradient, got ", shape_str(dy.shape()));
   // dW and db: partial over the depth ranks' rows.
   Tensor dw = Tensor::zeros({in_local_, out_local_}), db = Tensor::zeros({out_local_});
-  const Tensor dy_c = nn::in_compute_precision(dy);  // converted once for both GEMMs
-  if (rows > 0) {
+  // Converted once for both GEMMs, in the pass that sums db.
+  const Tensor dy_c = nn::in_compute_precision_adding_bias_grad(dy, db.f32(), out_local_);
+  if (rows > 0)
     kernels::matmul(nn::gemm_input(agg), Trans::T, nn::gemm_input(dy_c), Trans::N, dw.f32(), in_local_, out_local_, rows);
-    kernels::bias_backward(db.f32(), dy.f32(), rows, out_local_);
-  }
   reduce_scatter_gradients(dw, db);
   Tensor dx;
   if (input_gradient_) {

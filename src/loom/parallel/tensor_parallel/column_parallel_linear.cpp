@@ -1,7 +1,6 @@
 #include "loom/parallel/tensor_parallel/column_parallel_linear.hpp"
 
 #include "loom/error.hpp"
-#include "loom/kernels/residual.hpp"
 #include "loom/nn/gemm_input.hpp"
 #include "loom/nn/saved_activation.hpp"
 #include "loom/parallel/tensor_parallel/mappings.hpp"
@@ -60,7 +59,9 @@ Tensor ColumnParallelLinear::backward_impl(const Tensor& dy_in, nn::Context& ctx
   const Tensor& x = ctx.saved(this, 0);  // fp32, or its bf16 copy under mixed precision
   // A gathered output's gradient is whole on every rank: this rank's features are its part.
   const Tensor dy = gather_output_ ? slice_features(dy_in, blocks_, group_) : dy_in;
-  const Tensor dy_c = nn::in_compute_precision(dy);  // converted once for both GEMMs
+  // Converted once for both GEMMs, in the pass that sums the bias gradient.
+  const Tensor dy_c = bias() != nullptr ? nn::in_compute_precision_adding_bias_grad(dy, bias()->grad().f32(), out_)
+                                        : nn::in_compute_precision(dy);
   const int64_t N = dy.numel() / out_;
   Shape shape = dy.shape();
   shape.back() = in_;
@@ -82,10 +83,7 @@ Tensor ColumnParallelLinear::backward_impl(const Tensor& dy_in, nn::Context& ctx
     add_weight_gradient(nn::gemm_input(dy_c), nn::gemm_input(x), N);
     dx_sum.wait();
   }
-  if (bias() != nullptr) {
-    kernels::bias_backward(bias()->grad().f32(), dy.f32(), N, out_);
-    bias()->grad_contributed();
-  }
+  if (bias() != nullptr) bias()->grad_contributed();
   ctx.release(this);
   return dx;
 }

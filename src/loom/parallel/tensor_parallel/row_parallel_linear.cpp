@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "loom/error.hpp"
-#include "loom/kernels/residual.hpp"
 #include "loom/nn/gemm_input.hpp"
 #include "loom/nn/saved_activation.hpp"
 #include "loom/parallel/tensor_parallel/mappings.hpp"
@@ -98,7 +97,9 @@ Tensor RowParallelLinear::backward_impl(const Tensor& dy, nn::Context& ctx) {
     // dX chunk by chunk (the dy rows of one rank each), this rank's own under the gather.
     // Mixed precision: dy in bf16 once, then gathered as it is (the values the bf16 wire
     // would carry), so every GEMM reads the gathered chunks without converting them again.
-    const Tensor dy_c = nn::in_compute_precision(dy);
+    // (the bias gradient from this rank's rows only, summed across tp afterwards, in that pass)
+    const Tensor dy_c = bias() != nullptr ? nn::in_compute_precision_adding_bias_grad(dy, bias()->grad().f32(), out_)
+                                          : nn::in_compute_precision(dy);
     const SequenceGather dy_full(dy_c, group_);
     if (!overlap_) dy_full.wait();
     const int64_t rows = dy.numel() / out_, me = group_.rank();
@@ -110,10 +111,7 @@ Tensor RowParallelLinear::backward_impl(const Tensor& dy, nn::Context& ctx) {
         input_gradient_rows(nn::gemm_input(dy_blocks, r * rows * out_), rows, dx_blocks.f32() + r * rows * in_);
     dx = sequence_from_blocks(dx_blocks, dy.size(0), dy.size(1), in_, t);
     add_weight_gradient(nn::gemm_input(dy_full.whole()), nn::gemm_input(x), x.numel() / in_);
-    if (bias() != nullptr) {  // from this rank's rows only: summed across tp afterwards
-      kernels::bias_backward(bias()->grad().f32(), dy.f32(), rows, out_);
-      bias()->grad_contributed();
-    }
+    if (bias() != nullptr) bias()->grad_contributed();
   } else {
     dx = backward_from(dy, x, /*bias_grad=*/true);  // g backward is the identity; dx stays split
   }

@@ -108,7 +108,9 @@ Tensor Linear3D::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
     overlap_->drop_after(index_);       // a recomputed forward's prefetch of a layer already done
   }
   Tensor dx = Tensor::empty(x.shape(), DType::F32);  // (N, C/in), partial over out_axis
-  const Tensor dy_c = nn::in_compute_precision(dy);  // converted once for both GEMMs
+  // Converted once for both GEMMs, in the pass that sums the bias gradient.
+  const Tensor dy_c = bias_ != nullptr ? nn::in_compute_precision_adding_bias_grad(dy, bias_->grad().f32(), out_local_)
+                                       : nn::in_compute_precision(dy);
   kernels::matmul(nn::gemm_input(dy_c), Trans::N, nn::gemm_input(w), Trans::N, dx.f32(), N, in_local_, out_local_);
   Grid3D::Pending dx_sum = grid_.start_sum_activations(dx, roles_.out_axis);
   if (!overlap_) dx_sum.wait();
@@ -127,10 +129,7 @@ Tensor Linear3D::backward_impl(const Tensor& dy_in, nn::Context& ctx) {
     kernels::add_inplace(weight().grad().f32(), dshard.f32(), dshard.numel());
     weight().grad_contributed();
   }
-  if (bias_ != nullptr) {
-    kernels::bias_backward(bias_->grad().f32(), dy.f32(), N, out_local_);
-    bias_->grad_contributed();
-  }
+  if (bias_ != nullptr) bias_->grad_contributed();
   if (overlap_ && index_ == 0) overlap_->finish_gradients();  // the last 3D layer of backward
   ctx.release(this);
   if (!roles_.slice_input) return dx;
