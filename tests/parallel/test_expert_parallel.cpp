@@ -4,7 +4,8 @@
 // no rank hangs), and each rank's experts get exactly the rows routed to them. Training
 // rows: ep 2 and 3 (with 3 or 6 experts), ep x expert replicas where the world allows,
 // dropless and with capacity, (ep 1) the experts as replicated parameters under tp, pp,
-// ZeRO-3 and cp, and ep composed with ZeRO 1-3, HSDP, tp, pp (every schedule) and cp; each
+// ZeRO-3, cp and sequence parallelism, and ep composed with ZeRO 1-3, HSDP, tp, tp with
+// sequence parallelism, pp (every schedule) and cp; each
 // must give the serial run's gradients before clipping,
 // losses, parameters and validation loss (equivalence.hpp's tolerances: 1e-5 losses,
 // 1e-4 gradients and parameters), and the expert gradients must not be scaled by ep.
@@ -75,6 +76,7 @@ struct Case {
   std::string optimizer = "adamw";
   int64_t hsdp_shard = 0;
   int64_t cp = 1;  // dropless only
+  bool sequence_parallel = false;  // with tp > 1; dropless only
   std::string precision = "fp32";  // bf16: against the serial bf16 run, its tokens crossing in bf16
   int64_t steps = 3;
 };
@@ -119,6 +121,7 @@ TEST_P(ExpertParallelTable, SameGradientsLossesParametersAndValidationLossAsSeri
   c.chunks = k.chunks;
   c.hsdp_shard = k.hsdp_shard;
   c.cp = k.cp;
+  c.sequence_parallel = k.sequence_parallel;
   train::Trainer parallel(c, true, &world());
   const TrainingRun got = run(parallel);
   const std::string what = k.name + " (dp " + std::to_string(dp) + ", ep " + std::to_string(k.ep) + ")";
@@ -154,7 +157,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "ep3_six_experts_capacity", .ep = 3, .experts = 6, .capacity_factor = 1.0},
                       Case{.name = "ep1_tp2_capacity", .ep = 1, .capacity_factor = 1.0, .tp = 2},
                       Case{.name = "ep1_pp2", .ep = 1, .micro_batches = 2, .pp = 2},
-                      Case{.name = "ep1_zero3_capacity", .ep = 1, .capacity_factor = 1.0, .zero = 3}),
+                      Case{.name = "ep1_zero3_capacity", .ep = 1, .capacity_factor = 1.0, .zero = 3},
+                      // Sequence parallelism: each tp rank routes its chunk of every sequence
+                      // through the (replicated) experts, the load-balancing loss's sums added
+                      // over tp and the router's and experts' gradients summed over tp.
+                      Case{.name = "ep1_tp2_sp", .ep = 1, .tp = 2, .sequence_parallel = true},
+                      Case{.name = "ep1_tp2_sp_top1_accumulate", .ep = 1, .experts = 3, .top_k = 1, .micro_batches = 2,
+                           .tp = 2, .sequence_parallel = true}),
     [](const auto& info) { return info.param.name; });
 
 // ep composed: ZeRO 1-3 and HSDP (the dense parameters sharded over dp, the experts whole
@@ -177,7 +186,12 @@ INSTANTIATE_TEST_SUITE_P(
                       // added over them (dropless: capacity is refused under cp)
                       Case{.name = "ep1_cp2", .ep = 1, .cp = 2}, Case{.name = "ep2_cp2", .cp = 2},
                       Case{.name = "ep2_cp2_accumulate", .micro_batches = 2, .cp = 2},
-                      Case{.name = "ep2_cp2_zero1", .zero = 1, .cp = 2}),
+                      Case{.name = "ep2_cp2_zero1", .zero = 1, .cp = 2},
+                      // sequence parallelism with ep (each tp rank exchanging its own chunk's
+                      // tokens), with ZeRO, and with cp (a sequence split over cp x tp ranks)
+                      Case{.name = "ep2_tp2_sp", .tp = 2, .sequence_parallel = true},
+                      Case{.name = "ep1_tp2_sp_zero1", .ep = 1, .tp = 2, .zero = 1, .sequence_parallel = true},
+                      Case{.name = "ep1_tp2_sp_cp2", .ep = 1, .tp = 2, .cp = 2, .sequence_parallel = true}),
     [](const auto& info) { return info.param.name; });
 
 // Mixed precision: the tokens' all-to-alls carry bf16, against the serial bf16 run with the
@@ -204,6 +218,8 @@ INSTANTIATE_TEST_SUITE_P(
 // widened values too (with top-2 of 4, a LayerNorm gain's gradient at step 2: 7.5e-2).
 INSTANTIATE_TEST_SUITE_P(MixedPrecision, ExpertParallelTable,
                          ::testing::Values(Case{.name = "ep2_dropless_bf16", .precision = "bf16", .steps = 1},
+                                           Case{.name = "ep1_tp2_sp_bf16", .ep = 1, .tp = 2, .sequence_parallel = true,
+                                                .precision = "bf16", .steps = 1},
                                            Case{.name = "ep1_zero1_bf16", .ep = 1, .zero = 1, .precision = "bf16", .steps = 1},
                                            Case{.name = "ep1_zero2_bf16", .ep = 1, .zero = 2, .precision = "bf16", .steps = 1},
                                            Case{.name = "ep1_zero3_top1_bf16", .ep = 1, .experts = 3, .top_k = 1, .zero = 3,

@@ -118,12 +118,13 @@ void load_balancing_loss_backward(Tensor& dprobs, const Tensor& expert, int64_t 
   const std::vector<double> counts = sequence_sums(nullptr, expert, B, T, E, parts);
   const double whole = static_cast<double>(T * parts.parts());
   // d/dp[b, t, i] of mean_b E sum_i f_i (1/T) sum_t p[b, t, i] = E f_i / (T B); a part's
-  // tokens take parts x that (see the header).
+  // tokens take parts / summed_parts times that (see the header).
+  const double tokens = static_cast<double>(T * parts.summed_parts());
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t e = 0; e < E; ++e) {
         const double f = counts[static_cast<size_t>(b * E + e)] / (static_cast<double>(K) * whole);
-        dprobs.f32()[(b * T + t) * E + e] += static_cast<float>(scale * static_cast<double>(E) * f / static_cast<double>(T * B));
+        dprobs.f32()[(b * T + t) * E + e] += static_cast<float>(scale * static_cast<double>(E) * f / (tokens * static_cast<double>(B)));
       }
 }
 

@@ -32,14 +32,16 @@ Routing route_tokens(const Tensor& probs, int64_t B, int64_t T, int64_t K, doubl
 // Switch loss per sequence, E sum_i f_i P_i (f_i: share of the sequence's K T choices, before
 // dropping, that picked expert i; P_i: mean router probability of i), averaged over the B
 // sequences. Uniform routing gives exactly 1.
-// Under context parallelism (parts: the sequence split over cp ranks, T tokens of it here) f
-// and P are the whole sequence's: this rank's sums added over the parts.
+// Under context or sequence parallelism (parts: the sequence split over cp and/or tp ranks, T
+// tokens of it here) f and P are the whole sequence's: this rank's sums added over the parts.
 float load_balancing_loss(const Tensor& probs, const Tensor& expert, int64_t B, int64_t T,
                           const SequenceParts& parts = whole_sequences());
 // dprobs (B*T, E) += scale * d(loss)/d(probs), the choices f held fixed (they are not
-// differentiable). Collective over the parts: f is the whole sequence's. Each part's tokens
-// get parts x their share (E f_i / (T B) with T this part's tokens), as every other loss
-// gradient of a part is its tokens' mean, which data parallelism then averages over cp.
+// differentiable). Collective over the parts: f is the whole sequence's. Each token gets
+// E f_i / (T' B) with T' = T x parts.summed_parts(): the whole sequence's length under sequence
+// parallelism, whose tp ranks sum their gradients; this part's under context parallelism, whose
+// every other loss gradient is its tokens' mean (parts x their share of the whole), which data
+// parallelism then averages over cp.
 void load_balancing_loss_backward(Tensor& dprobs, const Tensor& expert, int64_t B, int64_t T, float scale,
                                   const SequenceParts& parts = whole_sequences());
 

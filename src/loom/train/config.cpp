@@ -33,7 +33,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       // Mixture of experts (nn/moe.hpp).
       {"model", "moe_experts", "experts (E) of each mixture-of-experts block; 0 = dense MLPs only", &m.moe.experts},
       {"model", "moe_top_k", "experts each token is routed to (K), its gates renormalised over them", &m.moe.top_k},
-      {"model", "moe_capacity_factor", "each expert takes at most ceil(f K T / E) tokens of a sequence, the rest pass by on the residual; 0 = dropless", &m.moe.capacity_factor},
+      {"model", "moe_capacity_factor", "each expert takes at most ceil(f K T / E) tokens of a sequence, the rest pass by on the residual; 0 = dropless (required with cp > 1 or sequence_parallel, which split a sequence over ranks)", &m.moe.capacity_factor},
       {"model", "moe_every", "every N-th block (N-1, 2N-1, ...) has a mixture of experts instead of its MLP", &m.moe.every},
       {"model", "moe_aux_loss_coef", "weight of the Switch load-balancing loss E sum_i f_i P_i (per sequence, 1 when balanced)", &m.moe.aux_loss_coef},
       {"model", "gcn_layers", "gcn: graph convolution layers", &c.gcn.layers},
@@ -48,7 +48,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"train", "batch_size", "sequences per micro-batch (B)", &c.batch_size},
       {"train", "micro_batches", "micro-batches accumulated per optimizer step", &c.micro_batches},
       {"train", "seed", "seed for weights and batches", &c.seed},
-      {"train", "precision", "'fp32', or 'bf16': mixed precision, every GEMM (linear layers, attention, LM head) on bf16 operands with fp32 accumulation, except a mixture of experts' router (fp32, its weight gathered in fp32 by ZeRO); the parameters stay fp32 (the master copy the optimizer updates, what checkpoints hold) and their bf16 copies are converted once per step; LayerNorm, softmax, GELU, the loss and gradient accumulation stay fp32; activations cross the model-parallel groups (tp, sequence parallel, pp, cp, ep, 3D) in bf16", &c.precision},
+      {"train", "precision", "'fp32', or 'bf16': mixed precision, every GEMM (linear layers, attention, LM head) on bf16 operands with fp32 accumulation, except a mixture of experts' router (fp32, its weight gathered in fp32 by ZeRO); the parameters stay fp32 (the master copy the optimizer updates, what checkpoints hold) and their bf16 copies are written by the optimizer with each update (converted at their first GEMM otherwise), never per GEMM; LayerNorm, softmax, GELU, the loss and gradient accumulation stay fp32; activations cross the model-parallel groups (tp, sequence parallel, pp, cp, ep, 3D) in bf16", &c.precision},
       {"train", "on_nan", "on a NaN/inf loss or gradient: 'stop' (error) or 'skip' the step", &c.on_nan},
       {"optim", "optimizer", "'adamw' or 'sgd'", &c.optimizer},
       {"optim", "lr", "peak learning rate", &c.lr},
@@ -203,8 +203,10 @@ void TrainConfig::validate() const {
         "context parallelism splits a sequence over cp ranks while a mixture of experts' capacity drops per whole "
         "sequence (first choices and earlier tokens first): use moe_capacity_factor = 0 (dropless) with cp > 1, not ",
         model.moe.capacity_factor);
-  check(!sequence_parallel || !model.moe.enabled(), "sequence_parallel splits a sequence over tp ranks while a mixture "
-        "of experts routes (capacity, load-balancing loss) per whole sequence: not supported together yet");
+  check(!sequence_parallel || !model.moe.enabled() || model.moe.capacity_factor == 0.0,
+        "sequence_parallel splits a sequence over tp ranks while a mixture of experts' capacity drops per whole "
+        "sequence (first choices and earlier tokens first): use moe_capacity_factor = 0 (dropless) with "
+        "sequence_parallel, not ", model.moe.capacity_factor);
   check(!sequence_parallel || model.block_size % tp == 0, "sequence_parallel splits the sequence over tp ranks: block_size (",
         model.block_size, ") must be divisible by tp (", tp, ")");
   check(zero >= 0 && zero <= 3, "zero must be 0, 1, 2 or 3 (the ZeRO stage), got ", zero);

@@ -6,7 +6,7 @@
 
 namespace loom::train {
 
-MoeStepStats gather_moe_stats(nn::Module& model, comm::ProcessGroup& dp, comm::ProcessGroup& pp) {
+MoeStepStats gather_moe_stats(nn::Module& model, const std::vector<comm::ProcessGroup*>& groups) {
   const nn::MoeStats s = nn::take_moe_stats(model);
   // One buffer, summed in one all-reduce per group: loads, assignments, dropped, aux sum, forwards.
   const size_t E = s.load.size();
@@ -16,7 +16,7 @@ MoeStepStats gather_moe_stats(nn::Module& model, comm::ProcessGroup& dp, comm::P
   sums[E + 1] = static_cast<float>(s.dropped);
   sums[E + 2] = static_cast<float>(s.aux_loss_sum);
   sums[E + 3] = static_cast<float>(s.forwards);
-  for (comm::ProcessGroup* g : {&dp, &pp})
+  for (comm::ProcessGroup* g : groups)
     if (g->size() > 1) g->all_reduce(sums.data(), static_cast<int64_t>(sums.size()), comm::ReduceOp::Sum);
   MoeStepStats out;
   out.present = true;

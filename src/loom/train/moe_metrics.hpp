@@ -20,8 +20,9 @@ struct MoeStepStats {
   double exchange_seconds = 0.0;   // this rank's time in all-to-all token exchanges (0 without ep)
 };
 
-// Collective over dp and pp: the statistics of the model's MoE layers since the last call
-// (each rank's, summed over the data-parallel and pipeline ranks), reset.
-MoeStepStats gather_moe_stats(nn::Module& model, comm::ProcessGroup& dp, comm::ProcessGroup& pp);
+// Collective over `groups`: the statistics of the model's MoE layers since the last call
+// (each rank's, summed over the groups: the data-parallel and pipeline ranks, and the ranks
+// holding parts of the same sequences under context or sequence parallelism), reset.
+MoeStepStats gather_moe_stats(nn::Module& model, const std::vector<comm::ProcessGroup*>& groups);
 
 }  // namespace loom::train

@@ -227,10 +227,14 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   // grad-ready hooks installed before data parallelism's, so the sum comes first.
   // Without data parallelism nothing reads them before the finalizer: under tp_overlap the
   // sums then run under the rest of backward.
+  // A mixture of experts' parameters are replicated over tp too (each tp rank routes its own
+  // tokens), experts included, though expert parallelism shards them over ep.
   if (config.tp > 1 && config.sequence_parallel) {
     const bool local_gradients = config.zero == 0 && config.dp * config.cp == 1;
     p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(
-        *p.model, tp, config.zero >= 2, comm::ReduceOp::Sum, nullptr, local_gradients && config.tp_overlap == "on");
+        *p.model, tp, config.zero >= 2, comm::ReduceOp::Sum,
+        [](const nn::Parameter& q) { return !q.shard_spec().sharded() || parallel::ep::is_expert_parameter(q); },
+        local_gradients && config.tp_overlap == "on");
   }
   // Likewise a replicated gradient's mean over depth under --tp-3d runs under the rest of
   // backward (GCN's layers keep the blocking one).

@@ -10,21 +10,9 @@
 #include "loom/comm/process_group.hpp"
 #include "loom/nn/layer_builder.hpp"
 #include "loom/parallel/context_parallel/ring_attention.hpp"
+#include "loom/parallel/group_sequence_parts.hpp"
 
 namespace loom::parallel::cp {
-
-// The cp ranks' parts of every sequence: sums over the cp group.
-class ContextSequenceParts : public nn::SequenceParts {
- public:
-  explicit ContextSequenceParts(comm::ProcessGroup& cp) : cp_(cp) {}
-  int64_t parts() const override { return cp_.size(); }
-  void sum(std::vector<float>& v) const override {
-    cp_.all_reduce(v.data(), static_cast<int64_t>(v.size()), comm::ReduceOp::Sum);
-  }
-
- private:
-  comm::ProcessGroup& cp_;
-};
 
 class ContextParallelLayers : public nn::LayerBuilder {
  public:
@@ -47,7 +35,8 @@ class ContextParallelLayers : public nn::LayerBuilder {
     return inner_.head_backward(dlogits, kept, w);
   }
   nn::ShardSpec vocabulary_shard() const override { return inner_.vocabulary_shard(); }
-  // A mixture of experts sums its per-sequence statistics over the cp ranks.
+  // A mixture of experts sums its per-sequence statistics over the cp ranks (and over the
+  // inner builder's parts: the tp ranks under sequence parallelism).
   const nn::SequenceParts& sequence_parts() const override { return parts_; }
 
   // The rings' time (all layers) since the last reset.
@@ -58,7 +47,7 @@ class ContextParallelLayers : public nn::LayerBuilder {
   comm::ProcessGroup& group_;
   Split split_;
   std::shared_ptr<RingStats> stats_;
-  ContextSequenceParts parts_{group_};
+  GroupSequenceParts parts_{group_, /*gradients_summed=*/false, inner_.sequence_parts()};
 };
 
 }  // namespace loom::parallel::cp

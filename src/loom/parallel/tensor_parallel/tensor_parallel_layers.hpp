@@ -5,6 +5,7 @@
 
 #include "loom/comm/process_group.hpp"
 #include "loom/nn/layer_builder.hpp"
+#include "loom/parallel/group_sequence_parts.hpp"
 
 namespace loom::parallel::tp {
 
@@ -29,11 +30,19 @@ class TensorParallelLayers : public nn::LayerBuilder {
   Tensor gather_vocabulary(const Tensor& logits) const override;
   comm::ProcessGroup& group() const { return group_; }
   bool sequence_parallel() const { return sequence_parallel_; }
+  // Under sequence parallelism every sequence is split over the tp ranks between the
+  // tensor-parallel regions: a mixture of experts (replicated over tp) routes this rank's tokens
+  // and sums its per-sequence statistics over tp, its gradients summed over tp like every
+  // replicated parameter's.
+  const nn::SequenceParts& sequence_parts() const override {
+    return sequence_parallel_ ? static_cast<const nn::SequenceParts&>(parts_) : nn::whole_sequences();
+  }
 
  private:
   comm::ProcessGroup& group_;
   bool sequence_parallel_;
   bool overlap_;
+  GroupSequenceParts parts_{group_, /*gradients_summed=*/true};
 };
 
 }  // namespace loom::parallel::tp

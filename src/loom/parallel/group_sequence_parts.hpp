@@ -1,0 +1,31 @@
+// Sequences split over the ranks of a group, on top of how an inner layer builder splits them:
+// context parallelism's cp ranks, sequence parallelism's tp ranks, or cp over tp. A mixture of
+// experts sums its per-sequence routing statistics through it (nn/sequence_parts.hpp).
+#pragma once
+
+#include "loom/comm/process_group.hpp"
+#include "loom/nn/sequence_parts.hpp"
+
+namespace loom::parallel {
+
+class GroupSequenceParts : public nn::SequenceParts {
+ public:
+  // gradients_summed: the group adds up replicated parameters' gradients (sequence
+  // parallelism) rather than averaging them (context parallelism). group and inner outlive this.
+  GroupSequenceParts(comm::ProcessGroup& group, bool gradients_summed,
+                     const nn::SequenceParts& inner = nn::whole_sequences())
+      : group_(group), gradients_summed_(gradients_summed), inner_(inner) {}
+  int64_t parts() const override { return group_.size() * inner_.parts(); }
+  int64_t summed_parts() const override { return (gradients_summed_ ? group_.size() : 1) * inner_.summed_parts(); }
+  void sum(std::vector<float>& v) const override {
+    inner_.sum(v);
+    if (group_.size() > 1) group_.all_reduce(v.data(), static_cast<int64_t>(v.size()), comm::ReduceOp::Sum);
+  }
+
+ private:
+  comm::ProcessGroup& group_;
+  bool gradients_summed_;
+  const nn::SequenceParts& inner_;
+};
+
+}  // namespace loom::parallel
