@@ -76,6 +76,10 @@ void print_dry_run(train::TrainConfig& config) {
               available.source.c_str());
   if (config.tp > 1) {
     const int64_t C = config.model.n_embd, T = config.model.block_size;
+    plan::TensorParallelMoe moe;
+    if (config.model.moe.enabled())
+      moe = {config.model.n_layer / config.model.moe.every, config.model.moe.experts,
+             config.model.moe.experts / config.ep, config.ep > 1};
     std::printf("# predicted activations per layer per rank (%s, micro-batch %lld x %lld): %s; tensor-parallel "
                 "traffic per step per rank: %s\n",
                 config.precision.c_str(), static_cast<long long>(config.batch_size), static_cast<long long>(T),
@@ -83,7 +87,7 @@ void print_dry_run(train::TrainConfig& config) {
                 format_bytes(plan::tensor_parallel_bytes_per_step(config.batch_size, T, C, config.model.n_layer, T,
                                                                   config.micro_batches, config.sequence_parallel,
                                                                   static_cast<int>(config.zero),
-                                                                  config.precision == "bf16" ? 2 : 4))
+                                                                  config.precision == "bf16" ? 2 : 4, moe))
                     .c_str());
   }
   if (config.cp > 1) {

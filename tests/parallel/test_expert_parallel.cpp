@@ -190,6 +190,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // sequence parallelism with ep (each tp rank exchanging its own chunk's
                       // tokens), with ZeRO, and with cp (a sequence split over cp x tp ranks)
                       Case{.name = "ep2_tp2_sp", .tp = 2, .sequence_parallel = true},
+                      // ZeRO-2 renews the dense gradients every backward, the experts (kept out
+                      // of ZeRO under ep) accumulate: summed over tp each backward and once
+                      Case{.name = "ep2_tp2_sp_zero2_accumulate", .micro_batches = 2, .tp = 2, .zero = 2,
+                           .sequence_parallel = true},
                       Case{.name = "ep1_tp2_sp_zero1", .ep = 1, .tp = 2, .zero = 1, .sequence_parallel = true},
                       Case{.name = "ep1_tp2_sp_cp2", .ep = 1, .tp = 2, .cp = 2, .sequence_parallel = true}),
     [](const auto& info) { return info.param.name; });

@@ -373,6 +373,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelGpt,
 struct Traffic {
   bool sequence_parallel;
   std::string precision = "fp32";
+  int64_t experts = 0;  // a mixture of experts in every block (dropless, ep 1)
 };
 
 class TensorParallelTraffic : public ::testing::TestWithParam<Traffic> {};
@@ -388,10 +389,13 @@ TEST_P(TensorParallelTraffic, BytesPerStepMatchTheAnalyticCount) {
   c.tp = p;
   c.sequence_parallel = sp;
   c.precision = GetParam().precision;
+  c.model.moe.experts = GetParam().experts;
+  const plan::TensorParallelMoe moe{c.model.moe.enabled() ? c.model.n_layer : 0, c.model.moe.experts,
+                                    c.model.moe.experts, false};
   const int64_t wire = c.precision == "bf16" ? 2 : 4;
   const int64_t want = plan::tensor_parallel_bytes_per_step(c.batch_size, c.model.block_size, c.model.n_embd,
                                                             c.model.n_layer, c.model.block_size, c.micro_batches, sp,
-                                                            /*zero_stage=*/0, wire);
+                                                            /*zero_stage=*/0, wire, moe);
   for (const char* overlap : {"on", "off"}) {  // the overlap moves the blocking path's bytes
     c.tp_overlap = overlap;
     train::Trainer t(c, true, &world());
@@ -403,19 +407,46 @@ TEST_P(TensorParallelTraffic, BytesPerStepMatchTheAnalyticCount) {
   }
   if (wire == 2) {  // the activations' share is half the fp32 run's
     const int64_t fp32 = plan::tensor_parallel_bytes_per_step(c.batch_size, c.model.block_size, c.model.n_embd,
-                                                              c.model.n_layer, c.model.block_size, c.micro_batches, sp);
+                                                              c.model.n_layer, c.model.block_size, c.micro_batches, sp,
+                                                              0, 4, moe);
     const int64_t fixed = plan::tensor_parallel_bytes_per_step(c.batch_size, c.model.block_size, c.model.n_embd,
-                                                               c.model.n_layer, c.model.block_size, c.micro_batches, sp, 0, 0);
+                                                               c.model.n_layer, c.model.block_size, c.micro_batches, sp,
+                                                               0, 0, moe);
     EXPECT_EQ(2 * (want - fixed), fp32 - fixed);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, TensorParallelTraffic,
-                         ::testing::Values(Traffic{false}, Traffic{true}, Traffic{false, "bf16"}, Traffic{true, "bf16"}),
+                         ::testing::Values(Traffic{false}, Traffic{true}, Traffic{false, "bf16"}, Traffic{true, "bf16"},
+                                           Traffic{false, "fp32", 4}, Traffic{true, "fp32", 4}, Traffic{true, "bf16", 3}),
                          [](const auto& info) {
                            return std::string(info.param.sequence_parallel ? "sp" : "plain") +
-                                  (info.param.precision == "bf16" ? "_bf16" : "");
+                                  (info.param.precision == "bf16" ? "_bf16" : "") +
+                                  (info.param.experts > 0 ? "_moe" + std::to_string(info.param.experts) : "");
                          });
+
+// Under expert parallelism with ZeRO-2 and 2 micro-batches (tp 2 with sequence parallelism x
+// dp 2 = ep 2, 4 ranks): the dense replicated gradients are summed over tp every micro-batch
+// (ZeRO-2 renews them), the local experts' once (they accumulate outside ZeRO).
+TEST(TensorParallelTraffic, MoeUnderExpertParallelismAndZero2) {
+  if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
+  train::TrainConfig c = tiny(2, 2, 2);
+  c.model.n_head = 4;
+  c.model.n_embd = 16;
+  c.model.block_size = 8;
+  c.model.padded_vocab_size = 128;
+  c.tp = 2;
+  c.sequence_parallel = true;
+  c.zero = 2;
+  c.ep = 2;
+  c.model.moe.experts = 4;
+  const plan::TensorParallelMoe moe{c.model.n_layer, 4, 2, true};
+  const int64_t want = plan::tensor_parallel_bytes_per_step(c.batch_size, c.model.block_size, c.model.n_embd,
+                                                            c.model.n_layer, c.model.block_size, c.micro_batches, true,
+                                                            2, 4, moe);
+  train::Trainer t(c, true, &world());
+  EXPECT_EQ(t.train_step().tp_comm_bytes, want);
+}
 
 // The whole run under tp_overlap is the blocking run bit for bit: losses, gradients and
 // parameters, with and without sequence parallelism (the LM head's gather and reduce-scatter

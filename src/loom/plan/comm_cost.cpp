@@ -38,12 +38,20 @@ double all_reduce_bus_bandwidth(int64_t bytes, double seconds, int p) {
 }
 
 int64_t tensor_parallel_bytes_per_step(int64_t B, int64_t T, int64_t C, int64_t L, int64_t block_size, int64_t M,
-                                       bool sequence_parallel, int zero_stage, int64_t activation_bytes) {
-  const int64_t activation = B * T * C, loss = 3 * B * T;
-  const int64_t activations = (sequence_parallel ? 10 * L + 5 : 4 * L + 2) * activation;
+                                       bool sequence_parallel, int zero_stage, int64_t activation_bytes,
+                                       const TensorParallelMoe& moe) {
+  const int64_t activation = B * T * C, loss = 3 * B * T, Lm = moe.layers, E = moe.experts;
+  // A dense MLP moves 5 activations under sequence parallelism, 2 without; an MoE block's none.
+  const int64_t activations = (sequence_parallel ? 10 * L - 5 * Lm + 5 : 4 * L - 2 * Lm + 2) * activation;
   const int64_t sums = zero_stage >= 2 ? M : 1;
-  const int64_t replicated = sequence_parallel ? sums * (6 * C * L + block_size * C + 2 * C) : 0;
-  return activation_bytes * M * activations + 4 * (M * loss + replicated + 1);
+  int64_t replicated = 0, moe_statistics = 0;
+  if (sequence_parallel) {
+    const int64_t dense = 6 * C * L + block_size * C + 2 * C + Lm * (C * E - C);  // router in, MLP projection bias out
+    const int64_t experts = Lm * moe.local_experts * (8 * C * C + 5 * C);
+    replicated = sums * dense + (moe.expert_parallel ? 1 : sums) * experts;
+    if (Lm > 0) moe_statistics = M * Lm * 3 * B * E + E + 4;
+  }
+  return activation_bytes * M * activations + 4 * (M * loss + replicated + moe_statistics + 1);
 }
 
 int64_t pipeline_bytes_per_step(int64_t values, int64_t M, int64_t virtual_stages, int64_t activation_bytes) {

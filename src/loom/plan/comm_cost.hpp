@@ -35,8 +35,21 @@ double all_reduce_bus_bandwidth(int64_t bytes, double seconds, int p);
 // or once per micro-batch under ZeRO-2/3 (whose gradients do not accumulate in place). The
 // gradient norm adds one float. The activations count activation_bytes a value (2 when they
 // cross in bf16, comm/activation_wire.hpp); the loss's statistics and the gradients stay fp32.
+// A mixture of experts in `layers` of the blocks (each of `experts` experts, `local_experts` of
+// them on this rank): its MLP moves no tensor-parallel activations (the experts are replicated
+// over tp and run the tokens this rank holds); under sequence parallelism each rank routes its
+// chunk of the sequence, so the router's and the local experts' gradients are summed over tp
+// (in place of the dense MLP's projection bias), per micro-batch under ZeRO-2/3 but for the
+// experts under ep, which accumulate outside ZeRO; and the load-balancing loss's per-sequence
+// statistics are added over tp (2 B E floats a layer forward, B E in backward, per micro-batch)
+// as are the step's expert loads (E + 4 floats).
+struct TensorParallelMoe {
+  int64_t layers = 0, experts = 0, local_experts = 0;
+  bool expert_parallel = false;
+};
 int64_t tensor_parallel_bytes_per_step(int64_t B, int64_t T, int64_t C, int64_t L, int64_t block_size, int64_t M,
-                                       bool sequence_parallel, int zero_stage = 0, int64_t activation_bytes = 4);
+                                       bool sequence_parallel, int zero_stage = 0, int64_t activation_bytes = 4,
+                                       const TensorParallelMoe& moe = {});
 
 // Bytes all ranks of a pipeline send point to point in a training step: every virtual stage
 // but the last sends each micro-batch's activation forward and every one but the first its

@@ -67,7 +67,7 @@ void prepare_3d(const parallel::tp3d::Layers3D& layers, bool overlapped_mean, Pa
   const parallel::tp3d::Grid3D* grid = &layers.grid();
   if (overlapped_mean) {
     p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(
-        *p.model, depth, /*every_backward=*/false, comm::ReduceOp::Avg, averaged, /*deferred=*/true);
+        *p.model, depth, /*every_backward=*/nullptr, comm::ReduceOp::Avg, averaged, /*deferred=*/true);
     // What finish() waits for is 3D communication compute did not hide.
     p.replicated_sum->count_waits_into([grid](double seconds) { grid->add_waited_seconds(seconds); });
     return;
@@ -77,13 +77,23 @@ void prepare_3d(const parallel::tp3d::Layers3D& layers, bool overlapped_mean, Pa
   auto started = std::make_shared<std::chrono::steady_clock::time_point>();
   for (nn::Parameter* param : p.model->parameters())
     if (averaged(*param)) param->add_grad_ready_hook([started](nn::Parameter&) { *started = std::chrono::steady_clock::now(); });
-  p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(*p.model, depth, /*every_backward=*/false,
+  p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(*p.model, depth, /*every_backward=*/nullptr,
                                                                           comm::ReduceOp::Avg, averaged);
   for (nn::Parameter* param : p.model->parameters())
     if (averaged(*param))
       param->add_grad_ready_hook([started, grid](nn::Parameter&) {
         grid->add_waited_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - *started).count());
       });
+}
+
+// The parameters whose gradient buffers ZeRO-2/3 renews every backward (a sum over tp or cp
+// then runs each backward): all but, under expert parallelism, the experts, which
+// ExpertDataParallel keeps out of ZeRO, whole and accumulating over micro-batches. None
+// below stage 2 (null).
+parallel::tp::ReplicatedGradientSum::Predicate renewed_each_backward(const TrainConfig& config) {
+  if (config.zero < 2) return nullptr;
+  if (config.ep == 1) return [](const nn::Parameter&) { return true; };
+  return [](const nn::Parameter& q) { return !parallel::ep::is_expert_parameter(q); };
 }
 
 std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& config, ModelSpec& spec, Parallelized& p) {
@@ -232,7 +242,7 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   if (config.tp > 1 && config.sequence_parallel) {
     const bool local_gradients = config.zero == 0 && config.dp * config.cp == 1;
     p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(
-        *p.model, tp, config.zero >= 2, comm::ReduceOp::Sum,
+        *p.model, tp, renewed_each_backward(config), comm::ReduceOp::Sum,
         [](const nn::Parameter& q) { return !q.shard_spec().sharded() || parallel::ep::is_expert_parameter(q); },
         local_gradients && config.tp_overlap == "on");
   }
@@ -249,7 +259,7 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   if (config.cp > 1 && (config.zero > 0 || config.ep > 1)) {
     const bool all = config.zero > 0;
     p.context_mean = std::make_unique<parallel::tp::ReplicatedGradientSum>(
-        *p.model, cp, config.zero >= 2, comm::ReduceOp::Avg,
+        *p.model, cp, renewed_each_backward(config), comm::ReduceOp::Avg,
         [all](const nn::Parameter& q) { return all || parallel::ep::is_expert_parameter(q); });
   }
 

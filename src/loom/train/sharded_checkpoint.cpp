@@ -195,6 +195,9 @@ Tensor CheckpointReader::piece_data(const ManifestPiece& piece) {
 }
 
 void CheckpointReader::load_into(const std::vector<StatePiece>& destinations) {
+  // Masters change outside the optimizer: no bf16 copy stays current, even if a piece fails
+  // to load after others were written.
+  kernels::weights_overwritten();
   for (const StatePiece& dst : destinations) {
     auto it = manifest_.tensors.find(dst.name);
     check(it != manifest_.tensors.end(), "checkpoint '", path_, "' has no tensor '", dst.name, "'");
@@ -213,7 +216,6 @@ void CheckpointReader::load_into(const std::vector<StatePiece>& destinations) {
     check(copied == needed, "checkpoint '", path_, "': the pieces of '", dst.name, "' cover ", copied, " of ", needed,
           " elements this rank needs");
   }
-  kernels::weights_overwritten();  // masters changed outside the optimizer: no bf16 copy stays current
 }
 
 CheckpointInfo load_state(const std::string& path, const std::vector<StatePiece>& destinations,

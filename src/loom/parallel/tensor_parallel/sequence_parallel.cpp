@@ -5,13 +5,14 @@
 
 namespace loom::parallel::tp {
 
-ReplicatedGradientSum::ReplicatedGradientSum(nn::Module& model, comm::ProcessGroup& group, bool every_backward,
-                                             comm::ReduceOp op, const Predicate& replicated, bool deferred)
-    : group_(group), every_backward_(every_backward), op_(op), deferred_(deferred) {
+ReplicatedGradientSum::ReplicatedGradientSum(nn::Module& model, comm::ProcessGroup& group,
+                                             const Predicate& every_backward, comm::ReduceOp op,
+                                             const Predicate& replicated, bool deferred)
+    : group_(group), op_(op), deferred_(deferred) {
   for (nn::Parameter* p : model.parameters())
     if (replicated ? replicated(*p) : !p->shard_spec().sharded())
-      p->add_grad_ready_hook([this](nn::Parameter& q) {
-        if (!every_backward_ && !sync_) return;
+      p->add_grad_ready_hook([this, each = every_backward && every_backward(*p)](nn::Parameter& q) {
+        if (!each && !sync_) return;
         comm::Work sum = group_.all_reduce_async(q.grad().f32(), q.grad().numel(), op_);
         if (deferred_)
           in_flight_.push_back(std::move(sum));

@@ -17,17 +17,17 @@ namespace loom::parallel::tp {
 
 class ReplicatedGradientSum {
  public:
-  // every_backward: the gradients hold only the current backward's contribution (ZeRO-2/3
-  // give each backward fresh buffers), so each is summed; otherwise they accumulate over
-  // micro-batches and are summed once, in the backward with sync on (summing the running
-  // total every time would count earlier micro-batches again).
+  // every_backward: the parameters whose gradients hold only the current backward's
+  // contribution (ZeRO-2/3 give each backward fresh buffers), so each is summed; the others
+  // (all of them when null) accumulate over micro-batches and are summed once, in the backward
+  // with sync on (summing the running total every time would count earlier micro-batches again).
   // replicated: which parameters are reduced (default: those not split over tp); op: Sum,
   // or Avg for gradients that are each a mean over their rank's batch rows.
   // deferred: no other hook reads the gradients before finish() (no data parallelism: the
   // gradients stay local), so each sum is started and runs under the rest of backward
   // (tp_overlap); finish() waits for them. The same collectives either way: the same bits.
   using Predicate = std::function<bool(const nn::Parameter&)>;
-  ReplicatedGradientSum(nn::Module& model, comm::ProcessGroup& group, bool every_backward,
+  ReplicatedGradientSum(nn::Module& model, comm::ProcessGroup& group, const Predicate& every_backward,
                         comm::ReduceOp op = comm::ReduceOp::Sum, const Predicate& replicated = nullptr,
                         bool deferred = false);
   void set_sync(bool on) { sync_ = on; }
@@ -38,7 +38,6 @@ class ReplicatedGradientSum {
 
  private:
   comm::ProcessGroup& group_;
-  bool every_backward_;
   comm::ReduceOp op_;
   bool deferred_;
   bool sync_ = true;
