@@ -80,10 +80,15 @@ void print_dry_run(train::TrainConfig& config) {
     if (config.model.moe.enabled())
       moe = {config.model.n_layer / config.model.moe.every, config.model.moe.experts,
              config.model.moe.experts / config.ep, config.ep > 1};
-    std::printf("# predicted activations per layer per rank (%s, micro-batch %lld x %lld): %s; tensor-parallel "
+    const std::string moe_layer =
+        config.model.moe.enabled()
+            ? " (a mixture of experts' block: " +
+                  format_bytes(train::layer_activation_bytes(config) + train::moe_extra_layer_activation_bytes(config)) + ")"
+            : "";
+    std::printf("# predicted activations per layer per rank (%s, micro-batch %lld x %lld): %s%s; tensor-parallel "
                 "traffic per step per rank: %s\n",
                 config.precision.c_str(), static_cast<long long>(config.batch_size), static_cast<long long>(T),
-                format_bytes(train::layer_activation_bytes(config)).c_str(),
+                format_bytes(train::layer_activation_bytes(config)).c_str(), moe_layer.c_str(),
                 format_bytes(plan::tensor_parallel_bytes_per_step(config.batch_size, T, C, config.model.n_layer, T,
                                                                   config.micro_batches, config.sequence_parallel,
                                                                   static_cast<int>(config.zero),

@@ -23,6 +23,7 @@
 #include "loom/kernels/precision.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
+#include "loom/plan/moe_cost.hpp"
 #include "loom/parallel/tensor_parallel/column_parallel_linear.hpp"
 #include "loom/parallel/tensor_parallel/row_parallel_linear.hpp"
 #include "loom/parallel/tensor_parallel/vocab_parallel_cross_entropy.hpp"
@@ -486,6 +487,29 @@ TEST(TensorParallelOverlap, TrainsBitForBitLikeTheBlockingPath) {
   }
 }
 
+// The model the activation tests measure: L blocks on t tp ranks, its vocabulary padded for t.
+nn::GPTConfig activation_model(int64_t t, int64_t T, int64_t C, int64_t NH, int64_t L) {
+  nn::GPTConfig config;
+  config.vocab_size = 65;
+  config.padded_vocab_size = 64 * t * ((65 + 64 * t - 1) / (64 * t));
+  config.block_size = T;
+  config.n_layer = L;
+  config.n_head = NH;
+  config.n_embd = C;
+  return config;
+}
+
+// The activations a model keeps after one forward of B sequences (the tracker's category).
+int64_t saved_after_forward(const nn::LayerBuilder& layers, const nn::GPTConfig& config, int64_t B) {
+  nn::GPT model(config, 1, layers);
+  Tensor idx = Tensor::zeros({B, config.block_size}, DType::I32);
+  MemoryScope scope(MemoryCategory::Activations);
+  const int64_t before = MemoryTracker::instance().current(MemoryCategory::Activations);
+  nn::Context ctx;
+  Tensor logits = model.forward(idx, ctx);
+  return MemoryTracker::instance().current(MemoryCategory::Activations) - before;
+}
+
 class ActivationMemory : public ::testing::TestWithParam<bool> {};
 
 TEST_P(ActivationMemory, PerLayerMatchesTheFormula) {
@@ -497,19 +521,13 @@ TEST_P(ActivationMemory, PerLayerMatchesTheFormula) {
   const int64_t B = 2, T = 8 * t, C = 16 * t, NH = 2 * t;
   const int64_t Tr = sp ? T / t : T;  // tokens of the replicated regions held here
   TensorParallelLayers layers(world(), sp);
-  auto saved_after_forward = [&](int64_t L, bool recompute) {
-    nn::GPTConfig config{.vocab_size = 65, .padded_vocab_size = 64 * t * ((65 + 64 * t - 1) / (64 * t)),
-                         .block_size = T, .n_layer = L, .n_head = NH, .n_embd = C, .recompute = recompute};
-    nn::GPT model(config, 1, layers);
-    Tensor idx = Tensor::zeros({B, T}, DType::I32);
-    MemoryScope scope(MemoryCategory::Activations);
-    const int64_t before = MemoryTracker::instance().current(MemoryCategory::Activations);
-    nn::Context ctx;
-    Tensor logits = model.forward(idx, ctx);
-    return MemoryTracker::instance().current(MemoryCategory::Activations) - before;
-  };
   auto per_layer = [&](bool recompute) {
-    return saved_after_forward(3, recompute) - saved_after_forward(2, recompute);
+    auto saved = [&](int64_t L) {
+      nn::GPTConfig config = activation_model(t, T, C, NH, L);
+      config.recompute = recompute;
+      return saved_after_forward(layers, config, B);
+    };
+    return saved(3) - saved(2);
   };
   const std::string what = "tp " + std::to_string(t) + (sp ? " with" : " without") + " sequence parallelism";
   const int64_t measured = per_layer(false);
@@ -534,6 +552,35 @@ TEST_P(ActivationMemory, PerLayerMatchesTheFormula) {
   EXPECT_NEAR(static_cast<double>(measured_bf16 - fp32_stats), half, 0.10 * half) << "bf16 against fp32, " << what;
   RecordProperty("bf16_activation_bytes_per_layer", std::to_string(measured_bf16));
   EXPECT_EQ(per_layer(true), 2 * B * Tr * C) << "bf16 recompute, " << what;
+}
+
+// A mixture of experts' layer (dropless, top-2 of 4 experts, every block) against the dense one:
+// the measured difference of one more layer's saved activations equals
+// plan::moe_extra_activation_bytes_per_layer up to the routing plan's few counts, in fp32 and in
+// bf16, with and without sequence parallelism (without it every tp rank routes every token).
+TEST_P(ActivationMemory, MixtureOfExpertsLayerMatchesTheFormula) {
+  const bool sp = GetParam();
+  const int64_t t = world().size();
+  if (sp && t == 1) GTEST_SKIP() << "sequence parallelism needs tp > 1";
+  const int64_t B = 2, T = 8 * t, C = 16 * t, NH = 2 * t, E = 4, K = 2;
+  TensorParallelLayers layers(world(), sp);
+  auto per_layer = [&](int64_t experts) {
+    auto saved = [&](int64_t L) {
+      nn::GPTConfig config = activation_model(t, T, C, NH, L);
+      config.moe.experts = experts;
+      config.moe.top_k = K;
+      return saved_after_forward(layers, config, B);
+    };
+    return saved(3) - saved(2);
+  };
+  for (const bool bf16 : {false, true}) {
+    const kernels::PrecisionScope precision(bf16 ? kernels::Precision::BF16 : kernels::Precision::F32);
+    const int64_t measured = per_layer(E) - per_layer(0);
+    const int64_t formula = plan::moe_extra_activation_bytes_per_layer(B, T, C, t, sp, 1, E, K, bf16);
+    const std::string what = std::string(bf16 ? "bf16" : "fp32") + ", tp " + std::to_string(t) +
+                             (sp ? " with" : " without") + " sequence parallelism";
+    EXPECT_NEAR(static_cast<double>(measured), static_cast<double>(formula), 256.0) << what;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, ActivationMemory, ::testing::Values(false, true),

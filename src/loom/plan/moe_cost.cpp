@@ -39,6 +39,16 @@ double all_to_all_seconds(const ModelSpec& model, const Layout& layout, int64_t 
   return exchanges * (ep - 1.0) * link.alpha_s + static_cast<double>(bytes) * (ep - 1.0) / ep * link.beta_s_per_byte;
 }
 
+int64_t moe_extra_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel,
+                                             int64_t cp, int64_t experts, int64_t top_k, bool bf16) {
+  if (cp > 1) T /= cp;                                // this rank's tokens
+  const int64_t Tr = sequence_parallel ? T / t : T;  // tokens routed here (and of the MLP's input)
+  const int64_t w = bf16 ? 2 : 4, N = B * Tr, R = N * top_k;
+  const int64_t moe = 4 * N * C + 4 * N * experts + 3 * 4 * R + w * 10 * R * C;
+  const int64_t dense_mlp = w * (B * Tr * C + 8 * B * T * C / t);
+  return moe - dense_mlp;
+}
+
 double moe_flops_ratio(const ModelSpec& model) {
   if (model.moe.experts == 0) return 1.0;
   const double s = static_cast<double>(model.seq), h = static_cast<double>(model.hidden);

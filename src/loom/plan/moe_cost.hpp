@@ -35,6 +35,16 @@ int64_t all_to_all_bytes_per_step(const ModelSpec& model, const Layout& layout, 
 // (pairwise, ep - 1 messages).
 double all_to_all_seconds(const ModelSpec& model, const Layout& layout, int64_t micro_batches, int64_t value_bytes,
                           const LinkCost& link);
+// The activations one MoE layer keeps minus those of the dense MLP it replaces, per rank, for
+// B sequences of T tokens, under tensor parallelism t (the experts replicated over tp: every
+// tp rank routes all its tokens, this rank's chunk of each sequence under sequence
+// parallelism, 1/cp of them under context parallelism), dropless and (under ep) balanced: the
+// router's input (fp32 always: the router computes in fp32) and probabilities, the choices,
+// gates and rows (N K each), and for the N K routed rows the experts' input, pre-activation and
+// GELU output and their outputs, in the activation precision (bf16: 2 bytes). The dense MLP
+// keeps its input and a t-th of its hidden values twice (plan::activation_bytes_per_layer).
+int64_t moe_extra_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel,
+                                             int64_t cp, int64_t experts, int64_t top_k, bool bf16);
 // Training FLOPs of one sequence over the dense model's: each MoE block runs K MLPs and a
 // router instead of one MLP (the MLP being 2/3 of a block's 72 s h^2 (1 + s / 6h)).
 double moe_flops_ratio(const ModelSpec& model);

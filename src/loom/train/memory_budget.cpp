@@ -11,6 +11,7 @@
 #include "loom/kernels/gemv.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
+#include "loom/plan/moe_cost.hpp"
 #include "loom/tensor/memory_tracker.hpp"
 
 namespace loom::train {
@@ -66,10 +67,15 @@ MemoryNeed training_memory(const TrainConfig& c) {
   const plan::StateBytes state = training_state(c, params_here, layers_here);
   const int64_t T = m.block_size / c.cp, C = m.n_embd;  // this rank's tokens of each sequence
   const int64_t layer = layer_activation_bytes(c);
+  // A mixture of experts' blocks keep more (its routed rows; every tp rank's tokens): at most
+  // one in `every` of this rank's blocks, rounded up.
+  const int64_t moe_here = m.moe.enabled() ? (layers_here + m.moe.every - 1) / m.moe.every : 0;
+  const int64_t moe_extra = m.moe.enabled() ? moe_extra_layer_activation_bytes(c) : 0;
   // With recompute a block keeps only its input (in bf16 under mixed precision, this rank's
   // chunk of the sequence under sequence parallelism); one block's activations exist at a time.
   const int64_t input_bytes = (c.precision == "bf16" ? 2 : 4) * c.batch_size * (c.sequence_parallel ? T / c.tp : T) * C;
-  const int64_t kept = m.recompute ? input_bytes * layers_here + layer : layer * layers_here;
+  const int64_t kept = m.recompute ? input_bytes * layers_here + layer + (moe_here > 0 ? moe_extra : 0)
+                                   : layer * layers_here + moe_extra * moe_here;
   // The logits stay fp32 (the loss reads them); in bf16 the head's backward adds a bf16 copy
   // of their gradient's rows, nn::GPT::kHeadGradientRows at a time.
   const int64_t Vt = m.resolved_padded_vocab() / c.tp;
@@ -96,6 +102,12 @@ plan::StateBytes training_state(const TrainConfig& c, int64_t params, int64_t la
       c.tp_3d.empty() ? layers * (4 + (m.moe.enabled() ? 0 : 8)) * m.n_embd * m.n_embd / c.tp : 0;
   return plan::mixed_precision_state_bytes(params, params - std::min(params, gemm_only), static_cast<int>(c.shard_size()),
                                            static_cast<int>(c.zero), optimizer);
+}
+
+int64_t moe_extra_layer_activation_bytes(const TrainConfig& c) {
+  const nn::GPTConfig& m = c.model;
+  return plan::moe_extra_activation_bytes_per_layer(c.batch_size, m.block_size, m.n_embd, c.tp, c.sequence_parallel,
+                                                    c.cp, m.moe.experts, m.moe.top_k, c.precision == "bf16");
 }
 
 int64_t layer_activation_bytes(const TrainConfig& c) {

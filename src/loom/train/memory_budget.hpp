@@ -30,6 +30,8 @@ plan::StateBytes training_state(const TrainConfig& config, int64_t params, int64
 // The activations one transformer layer keeps for backward per micro-batch on this rank, in
 // the run's precision (plan::activation_bytes_per_layer, plan::bf16_activation_bytes_per_layer).
 int64_t layer_activation_bytes(const TrainConfig& config);
+// What a mixture of experts' block keeps beyond that (plan::moe_extra_activation_bytes_per_layer).
+int64_t moe_extra_layer_activation_bytes(const TrainConfig& config);
 // To generate `batch` sequences together from model: the parameters (and their bf16 copies
 // when bf16, and the decode step's packed copies past kernels::kGemvMaxRows sequences), one
 // sequence's activations and logits, and the KV cache.
