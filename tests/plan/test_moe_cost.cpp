@@ -67,5 +67,51 @@ TEST(PlanMoe, SearchTriesEveryEpAndPricesItsExchanges) {
   EXPECT_EQ(predict(m, c, l, 64).why_not.rfind("experts:", 0), 0u);
 }
 
+// Under tp, sequence parallelism decides what an MoE block costs a device: with it each tp
+// rank routes its own tokens (the dense split of the work) and sums the router's and its
+// experts' gradients over tp; without it every tp rank runs every token's experts. Either way
+// the block's MLP moves no tp activations.
+TEST(PlanMoe, TensorParallelismPricesTheExpertsBySequenceParallelism) {
+  const ModelSpec m = moe_model();  // 8 layers, 4 of them MoE: h 1024, s 2048, 8 experts, top-2
+  Layout l;
+  l.dp = 4;
+  l.tp = 2;
+  l.micro_batch = 1;
+  l.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(moe_compute_ratio(m, l), moe_flops_ratio(m));
+  l.sequence_parallel = false;
+  const double s = 2048, h = 1024, dense = m.flops_per_sequence(false);
+  // 4 layers x ((K t - 1) MLPs of 48 s h^2 and t routers of 6 s h E) beyond the dense model's.
+  EXPECT_DOUBLE_EQ(moe_compute_ratio(m, l), 1.0 + 4.0 * ((2.0 * 2.0 - 1.0) * 48.0 * s * h * h + 2.0 * 6.0 * s * h * 8.0) / dense);
+  EXPECT_DOUBLE_EQ(moe_layer_collective_share(m), 0.75);
+  // Gradient sums: none without sequence parallelism; once a step, or per micro-batch under
+  // ZeRO-2 (the experts once under ep, which keeps them out of ZeRO).
+  EXPECT_EQ(moe_replicated_gradient_bytes(m, l, 3), 0);
+  l.sequence_parallel = true;
+  const int64_t router = 4 * 1024 * 8, expert = 8 * 1024 * 1024 + 5 * 1024;
+  EXPECT_EQ(moe_replicated_gradient_bytes(m, l, 3), 4 * (router + 4 * 8 * expert));
+  l.zero = 2;
+  EXPECT_EQ(moe_replicated_gradient_bytes(m, l, 3), 4 * 3 * (router + 4 * 8 * expert));
+  l.ep = 2;
+  EXPECT_EQ(moe_replicated_gradient_bytes(m, l, 3), 4 * (3 * router + 4 * 4 * expert));
+  l.ep = 1;
+  l.zero = 1;
+  // The step: the layers' tp collectives lose the MoE blocks' MLP share, the sums add theirs.
+  const ClusterSpec c = cluster_preset("dgx-a100");
+  ModelSpec dense_model = m;
+  dense_model.moe.experts = 0;
+  for (const bool sp : {false, true}) {
+    l.sequence_parallel = sp;
+    const LayerTime lt = layer_time(m, c, l);
+    const double layer_tp = (l.recompute ? 2.0 : 1.0) * lt.forward_tp + lt.backward_tp;
+    const StepTime moe = step_time(m, c, l, 3, 0), plain = step_time(dense_model, c, l, 3, 0);
+    const double without_mlp = plain.tp_comm_s - 3.0 * 8.0 * layer_tp * 0.25;
+    if (sp)
+      EXPECT_GT(moe.tp_comm_s, without_mlp) << "the experts' gradient sums over tp";
+    else
+      EXPECT_NEAR(moe.tp_comm_s, without_mlp, 1e-12 * plain.tp_comm_s);
+  }
+}
+
 }  // namespace
 }  // namespace loom::plan

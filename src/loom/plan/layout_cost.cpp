@@ -129,7 +129,7 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
                    std::to_string(usable >> 20) + " MiB available");
 
   c.time = step_time(model, cluster, l, m, params);
-  c.time.compute_s *= moe_flops_ratio(model);  // K expert MLPs per MoE block, priced as the dense ones
+  c.time.compute_s *= moe_compute_ratio(model, l);  // K expert MLPs per MoE block, priced as the dense ones
   const int64_t devices = l.dp * l.pp * l.tp * l.cp;
   const bool ep_in_node = l.ep * l.pp * l.tp * l.cp <= cluster.devices_per_node;  // ep: neighbouring dp ranks
   c.time.ep_comm_s = all_to_all_seconds(model, l, m, wire_bytes(cluster.precision),

@@ -49,12 +49,35 @@ int64_t moe_extra_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, in
   return moe - dense_mlp;
 }
 
-double moe_flops_ratio(const ModelSpec& model) {
+namespace {
+// The dense model's flops per sequence plus, per MoE layer, `copies` x (K expert MLPs and a
+// router) in place of one MLP (48 s h^2 forward and backward).
+double moe_ratio(const ModelSpec& model, double copies) {
   if (model.moe.experts == 0) return 1.0;
   const double s = static_cast<double>(model.seq), h = static_cast<double>(model.hidden);
-  const double extra = static_cast<double>(moe_layers(model)) *
-                       (static_cast<double>(model.moe.top_k - 1) * 48.0 * s * h * h + 6.0 * s * h * static_cast<double>(model.moe.experts));
+  const double K = static_cast<double>(model.moe.top_k), E = static_cast<double>(model.moe.experts);
+  const double extra = static_cast<double>(moe_layers(model)) * ((K * copies - 1.0) * 48.0 * s * h * h + copies * 6.0 * s * h * E);
   return 1.0 + extra / model.flops_per_sequence(false);
+}
+}  // namespace
+
+double moe_flops_ratio(const ModelSpec& model) { return moe_ratio(model, 1.0); }
+
+double moe_compute_ratio(const ModelSpec& model, const Layout& layout) {
+  const bool replicated = layout.tp > 1 && !layout.sequence_parallel;
+  return moe_ratio(model, replicated ? static_cast<double>(layout.tp) : 1.0);
+}
+
+double moe_layer_collective_share(const ModelSpec& model) {
+  return model.moe.experts == 0 ? 1.0 : 1.0 - 0.5 * static_cast<double>(moe_layers(model)) / static_cast<double>(model.layers);
+}
+
+int64_t moe_replicated_gradient_bytes(const ModelSpec& model, const Layout& layout, int64_t micro_batches) {
+  if (model.moe.experts == 0 || layout.tp == 1 || !layout.sequence_parallel) return 0;
+  const int64_t layers = moe_layers(model) / layout.pp, h = model.hidden, E = model.moe.experts;
+  const int64_t router = layers * h * E, experts = layers * (E / layout.ep) * expert_mlp_parameters(h);
+  const int64_t renewed = layout.zero >= 2 ? micro_batches : 1;
+  return 4 * (renewed * router + (layout.ep > 1 ? 1 : renewed) * experts);
 }
 
 }  // namespace loom::plan

@@ -48,5 +48,17 @@ int64_t moe_extra_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, in
 // Training FLOPs of one sequence over the dense model's: each MoE block runs K MLPs and a
 // router instead of one MLP (the MLP being 2/3 of a block's 72 s h^2 (1 + s / 6h)).
 double moe_flops_ratio(const ModelSpec& model);
+// A device's compute under `layout` over the dense model's: moe_flops_ratio's, except that
+// under tp without sequence parallelism every tp rank runs every token through the MoE blocks'
+// router and experts (replicated over tp), t times the share of a tp-split MLP.
+double moe_compute_ratio(const ModelSpec& model, const Layout& layout);
+// Of the layers' tensor-parallel collectives, the share left: an MoE block's MLP moves none
+// (half of a block's collectives are its MLP's).
+double moe_layer_collective_share(const ModelSpec& model);
+// Bytes of gradients sequence parallelism sums over tp in a step of `micro_batches` (each tp
+// rank routes its own tokens): the router's and the device's E / ep experts' of each MoE layer
+// of its stage, fp32, once a step, or every micro-batch under ZeRO-2/3 but for the experts
+// under ep (kept out of ZeRO, they accumulate). 0 without sequence parallelism or tp.
+int64_t moe_replicated_gradient_bytes(const ModelSpec& model, const Layout& layout, int64_t micro_batches);
 
 }  // namespace loom::plan

@@ -4,6 +4,7 @@
 
 #include "loom/plan/context_parallel_cost.hpp"
 #include "loom/plan/gemm_cost.hpp"
+#include "loom/plan/moe_cost.hpp"
 
 namespace loom::plan {
 
@@ -175,7 +176,11 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
   // The last stage is the busiest (its layers plus the head); it sets the steady state.
   const double stage_s = layers * (layer_compute + layer_tp);
   st.compute_s = mb * (layers * layer_compute + head_s);
-  st.tp_comm_s = mb * (layers * layer_tp + outside_tp);
+  // A mixture of experts' MLP moves no tp activations; under sequence parallelism its
+  // router's and experts' gradients are summed over tp (moe_cost.hpp).
+  st.tp_comm_s = mb * (layers * layer_tp * moe_layer_collective_share(m) + outside_tp);
+  if (const int64_t moe_sums = moe_replicated_gradient_bytes(m, l, micro_batches); moe_sums > 0)
+    st.tp_comm_s += 2.0 * ring_half_seconds(static_cast<double>(moe_sums), l.tp, link_for(c, l.tp <= c.devices_per_node));
   // Fill and drain: (p - 1) / v stage-times of one micro-batch (Narayanan et al. 2021).
   st.bubble_s = (p - 1.0) / v * stage_s;
   if (l.cp > 1) {
