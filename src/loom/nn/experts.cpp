@@ -29,12 +29,12 @@ Tensor Experts::forward_grouped(const Tensor& x, const std::vector<int64_t>& cou
   check(static_cast<int64_t>(counts.size()) == El_, "experts: ", counts.size(), " row counts for ", El_, " experts");
   // Mixed precision keeps bf16 copies, as a dense MLP's layers do (saved_activation.hpp): the
   // rows and the GELU output, which the GEMMs read as their operands in forward and backward,
-  // and the pre-activation, which GELU's backward widens. Then h is fp32 scratch that becomes
-  // the GELU output in place.
+  // and the pre-activation, which GELU's backward widens, both written by GELU's one pass (the
+  // GELU output in bf16 straight from it, as the dense MLP's); h is then fp32 scratch.
   const bool bf16 = saved_in_bf16(ctx);
   const Tensor input = saved_activation(x, ctx);
   Tensor h = Tensor::empty({R, H});                                // (R, 4C) pre-activation
-  Tensor a = bf16 ? h : Tensor::empty({R, H});                     // (R, 4C) GELU output
+  Tensor a = bf16 ? Tensor() : Tensor::empty({R, H});              // (R, 4C) GELU output, fp32
   Tensor h_kept = bf16 ? Tensor::empty({R, H}, DType::BF16) : h;  // what backward reads of h
   Tensor a_kept = bf16 ? Tensor::empty({R, H}, DType::BF16) : a;  // and of a
   Tensor y = Tensor::empty({R, C});                                // (R, C)
@@ -47,8 +47,7 @@ Tensor Experts::forward_grouped(const Tensor& x, const std::vector<int64_t>& cou
     kernels::matmul(gemm_input(input, r0 * C), Trans::N, fc_w.at(e * H * C), Trans::T, h.f32() + r0 * H, n, H, C,
                     fc_b_->value().f32() + e * H);
     if (bf16) {
-      kernels::gelu_forward(a.f32() + r0 * H, h_kept.bf16() + r0 * H, h.f32() + r0 * H, n * H);
-      kernels::convert_to_bf16(a.f32() + r0 * H, a_kept.bf16() + r0 * H, n * H);
+      kernels::gelu_forward(a_kept.bf16() + r0 * H, h_kept.bf16() + r0 * H, h.f32() + r0 * H, n * H);
     } else {
       kernels::gelu_forward(a.f32() + r0 * H, h.f32() + r0 * H, n * H);
     }
