@@ -195,7 +195,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "ep2_tp2_sp_zero2_accumulate", .micro_batches = 2, .tp = 2, .zero = 2,
                            .sequence_parallel = true},
                       Case{.name = "ep1_tp2_sp_zero1", .ep = 1, .tp = 2, .zero = 1, .sequence_parallel = true},
-                      Case{.name = "ep1_tp2_sp_cp2", .ep = 1, .tp = 2, .cp = 2, .sequence_parallel = true}),
+                      Case{.name = "ep1_tp2_sp_cp2", .ep = 1, .tp = 2, .cp = 2, .sequence_parallel = true},
+                      Case{.name = "ep1_tp2_sp_pp2", .ep = 1, .micro_batches = 2, .tp = 2, .pp = 2, .sequence_parallel = true}),
     [](const auto& info) { return info.param.name; });
 
 // Mixed precision: the tokens' all-to-alls carry bf16, against the serial bf16 run with the
