@@ -405,6 +405,12 @@ TEST_P(TensorParallelTraffic, BytesPerStepMatchTheAnalyticCount) {
                                      << ", tp_overlap " << overlap;
     EXPECT_GT(r.tp_comm_seconds, 0.0);
     EXPECT_GE(r.tp_comm_exposed_seconds, 0.0) << "the progress line's exposed tp communication";
+    // A mixture of experts without sequence parallelism is told what it pays, and how not to.
+    const std::vector<std::string>& notes = t.parallelized().notes;
+    const bool hint = std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+      return n.find("--sequence-parallel splits the tokens over tp") != std::string::npos;
+    });
+    EXPECT_EQ(hint, c.model.moe.enabled() && !sp);
   }
   if (wire == 2) {  // the activations' share is half the fp32 run's
     const int64_t fp32 = plan::tensor_parallel_bytes_per_step(c.batch_size, c.model.block_size, c.model.n_embd,

@@ -195,6 +195,10 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   if (config.tp > 1)
     p.tp_layers =
         std::make_unique<parallel::tp::TensorParallelLayers>(tp, config.sequence_parallel, config.tp_overlap == "on");
+  if (config.tp > 1 && config.model.moe.enabled() && !config.sequence_parallel)
+    p.notes.push_back("mixture of experts under tp " + std::to_string(config.tp) +
+                      " without sequence parallelism: every tp rank runs every token through the experts (the same "
+                      "work tp times); --sequence-parallel splits the tokens over tp");
   // 3D tensor parallelism, the same way: the builder swaps each linear layer for a 3D one.
   if (config.tp_3d_on()) {
     p.grid = std::make_unique<parallel::tp3d::Grid3D>(p.group("row"), p.group("col"), p.group("depth"));
