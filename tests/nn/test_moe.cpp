@@ -83,6 +83,66 @@ TEST(MoeRouting, EachSequenceIsRoutedAloneSoAnySplitDropsTheSameTokens) {
   EXPECT_GT(both.dropped, 0);
 }
 
+// Parts of a sequence split into consecutive chunks (sequence parallelism), simulated in one
+// process: a first pass records what each chunk hands to the gather, a second replays every
+// chunk's in order. Each chunk must then keep exactly what the whole sequence keeps.
+class RecordedParts : public SequenceParts {
+ public:
+  RecordedParts(int64_t me, int64_t parts, std::vector<std::vector<float>>& record)
+      : me_(me), parts_(parts), record_(record) {}
+  int64_t parts() const override { return parts_; }
+  int64_t chunk_index() const override { return me_; }
+  std::vector<float> gather(const std::vector<float>& v) const override {
+    if (static_cast<int64_t>(record_.size()) < parts_) {  // recording: this chunk's part only
+      record_.push_back(v);
+      return std::vector<float>(v.size() * static_cast<size_t>(parts_), 0.0f);
+    }
+    std::vector<float> all;
+    for (const auto& part : record_) all.insert(all.end(), part.begin(), part.end());
+    return all;
+  }
+
+ private:
+  int64_t me_, parts_;
+  std::vector<std::vector<float>>& record_;
+};
+
+TEST(MoeRouting, ASequenceSplitIntoChunksKeepsWhatTheWholeSequenceKeeps) {
+  const int64_t B = 2, T = 12, E = 4, K = 2, P = 3, Tc = T / P;
+  const auto r = loom::testing::random_vector(B * T * E, 9, 0.01f, 1.0f);
+  std::vector<std::vector<float>> rows;
+  for (int64_t n = 0; n < B * T; ++n) rows.emplace_back(r.begin() + n * E, r.begin() + (n + 1) * E);
+  for (const double f : {0.5, 0.75, 1.0}) {
+    const Routing whole = route_tokens(probs_of(rows), B, T, K, f);
+    auto chunk = [&](int64_t p) {  // (B, Tc) tokens: each sequence's p-th chunk
+      std::vector<std::vector<float>> mine;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = p * Tc; t < (p + 1) * Tc; ++t) mine.push_back(rows[static_cast<size_t>(b * T + t)]);
+      return probs_of(mine);
+    };
+    std::vector<std::vector<float>> record;
+    for (int64_t p = 0; p < P; ++p) route_tokens(chunk(p), B, Tc, K, f, RecordedParts(p, P, record));
+    int64_t dropped = 0;
+    std::vector<int64_t> counts(E, 0);
+    for (int64_t p = 0; p < P; ++p) {
+      const Routing part = route_tokens(chunk(p), B, Tc, K, f, RecordedParts(p, P, record));
+      dropped += part.dropped;
+      for (int64_t e = 0; e < E; ++e) counts[static_cast<size_t>(e)] += part.counts[static_cast<size_t>(e)];
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < Tc; ++t)
+          for (int64_t j = 0; j < K; ++j) {
+            const int64_t here = (b * Tc + t) * K + j, there = (b * T + p * Tc + t) * K + j;
+            ASSERT_EQ(part.expert.i32()[here], whole.expert.i32()[there]);
+            ASSERT_EQ(part.row.i32()[here] >= 0, whole.row.i32()[there] >= 0)
+                << "f " << f << ", sequence " << b << ", token " << p * Tc + t << ", choice " << j;
+          }
+    }
+    EXPECT_EQ(dropped, whole.dropped) << "f " << f;
+    EXPECT_EQ(counts, whole.counts) << "f " << f;
+    if (f == 0.5) EXPECT_GT(whole.dropped, 0);
+  }
+}
+
 TEST(MoeGpt, EveryNthBlockIsMoeAndTheParameterCountIncludesTheExperts) {
   GPTConfig c;
   c.vocab_size = 65;

@@ -76,7 +76,7 @@ struct Case {
   std::string optimizer = "adamw";
   int64_t hsdp_shard = 0;
   int64_t cp = 1;  // dropless only
-  bool sequence_parallel = false;  // with tp > 1; dropless only
+  bool sequence_parallel = false;  // with tp > 1
   std::string precision = "fp32";  // bf16: against the serial bf16 run, its tokens crossing in bf16
   int64_t steps = 3;
 };
@@ -163,7 +163,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // over tp and the router's and experts' gradients summed over tp.
                       Case{.name = "ep1_tp2_sp", .ep = 1, .tp = 2, .sequence_parallel = true},
                       Case{.name = "ep1_tp2_sp_top1_accumulate", .ep = 1, .experts = 3, .top_k = 1, .micro_batches = 2,
-                           .tp = 2, .sequence_parallel = true}),
+                           .tp = 2, .sequence_parallel = true},
+                      // capacity over the whole sequence: each tp rank keeps what the serial run keeps
+                      Case{.name = "ep1_tp2_sp_capacity", .ep = 1, .capacity_factor = 1.0, .tp = 2, .sequence_parallel = true}),
     [](const auto& info) { return info.param.name; });
 
 // ep composed: ZeRO 1-3 and HSDP (the dense parameters sharded over dp, the experts whole
@@ -190,6 +192,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // sequence parallelism with ep (each tp rank exchanging its own chunk's
                       // tokens), with ZeRO, and with cp (a sequence split over cp x tp ranks)
                       Case{.name = "ep2_tp2_sp", .tp = 2, .sequence_parallel = true},
+                      Case{.name = "ep2_tp2_sp_capacity_accumulate", .capacity_factor = 1.0, .micro_batches = 2, .tp = 2,
+                           .sequence_parallel = true},
                       // ZeRO-2 renews the dense gradients every backward, the experts (kept out
                       // of ZeRO under ep) accumulate: summed over tp each backward and once
                       Case{.name = "ep2_tp2_sp_zero2_accumulate", .micro_batches = 2, .tp = 2, .zero = 2,

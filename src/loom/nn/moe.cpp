@@ -102,7 +102,7 @@ Tensor MoE::forward_impl(const Tensor& x, Context& ctx) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), N = B * T, K = config_.top_k;
   const Tensor logits = router_->forward(x, ctx);  // (B, T, E)
   const Tensor probs = softmax_rows(logits.view({N, config_.experts}));  // (N, E)
-  Routing routing = route_tokens(probs, B, T, K, config_.capacity_factor);
+  Routing routing = route_tokens(probs, B, T, K, config_.capacity_factor, parts_);
   const int32_t* row = routing.row.i32();
   const int64_t R = N * K - routing.dropped;
 

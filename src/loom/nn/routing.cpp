@@ -12,7 +12,35 @@ int64_t expert_capacity(double capacity_factor, int64_t K, int64_t T, int64_t E)
   return static_cast<int64_t>(std::ceil(capacity_factor * static_cast<double>(K * T) / static_cast<double>(E)));
 }
 
-Routing route_tokens(const Tensor& probs, int64_t B, int64_t T, int64_t K, double capacity_factor) {
+namespace {
+
+// For capacity over a sequence split into consecutive chunks: at[(b K + j) E + e] = the
+// assignments to expert e that the whole sequence's order puts before this part's choice-j
+// ones: every part's choices i < j, and the choice-j ones of earlier parts.
+std::vector<int64_t> assignments_before(const int32_t* expert, int64_t B, int64_t T, int64_t K, int64_t E,
+                                        const SequenceParts& parts) {
+  std::vector<float> mine(static_cast<size_t>(B * K * E), 0.0f);  // counts: exact in fp32 (< 2^24)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < K; ++j) mine[static_cast<size_t>((b * K + j) * E + expert[(b * T + t) * K + j])] += 1.0f;
+  const std::vector<float> all = parts.gather(mine);
+  const int64_t me = parts.chunk_index(), n = B * K * E;
+  std::vector<int64_t> at(static_cast<size_t>(n), 0);
+  for (int64_t p = 0; p < parts.parts(); ++p)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < K; ++j)
+        for (int64_t e = 0; e < E; ++e) {
+          const auto count = static_cast<int64_t>(all[static_cast<size_t>(p * n + (b * K + j) * E + e)]);
+          for (int64_t later = j + 1; later < K; ++later) at[static_cast<size_t>((b * K + later) * E + e)] += count;
+          if (p < me) at[static_cast<size_t>((b * K + j) * E + e)] += count;
+        }
+  return at;
+}
+
+}  // namespace
+
+Routing route_tokens(const Tensor& probs, int64_t B, int64_t T, int64_t K, double capacity_factor,
+                     const SequenceParts& parts) {
   const int64_t N = B * T, E = probs.size(1);
   check(probs.size(0) == N && K >= 1 && K <= E, "route_tokens: probs ", shape_str(probs.shape()), " for B ", B, " T ",
         T, " K ", K);
@@ -39,14 +67,23 @@ Routing route_tokens(const Tensor& probs, int64_t B, int64_t T, int64_t K, doubl
     }
     for (int64_t j = 0; j < K; ++j) gate[n * K + j] = pn[en[j]] / sum;
   }
-  // Capacity per sequence, in (choice, token) order: first choices before second ones.
-  const int64_t capacity = expert_capacity(capacity_factor, K, T, E);
+  // Capacity per sequence, in (choice, token) order: first choices before second ones. A part
+  // of the sequence starts each choice's count where the whole sequence's order has it.
+  const int64_t capacity = expert_capacity(capacity_factor, K, T * parts.parts(), E);
+  std::vector<int64_t> before;
+  if (capacity > 0 && parts.parts() > 1) {
+    check(parts.chunk_index() >= 0, "a mixture of experts' capacity needs each sequence in consecutive chunks");
+    before = assignments_before(expert, B, T, K, E, parts);
+  }
   int32_t* row = r.row.i32();
   r.counts.assign(static_cast<size_t>(E), 0);
   std::vector<int64_t> taken(static_cast<size_t>(E));
   for (int64_t b = 0; b < B; ++b) {
     std::fill(taken.begin(), taken.end(), 0);
-    for (int64_t j = 0; j < K; ++j)
+    for (int64_t j = 0; j < K; ++j) {
+      if (!before.empty())
+        for (int64_t e = 0; e < E; ++e)
+          taken[static_cast<size_t>(e)] = std::min(capacity, before[static_cast<size_t>((b * K + j) * E + e)]);
       for (int64_t t = 0; t < T; ++t) {
         const int64_t a = (b * T + t) * K + j;
         int64_t& used = taken[static_cast<size_t>(expert[a])];
@@ -55,6 +92,7 @@ Routing route_tokens(const Tensor& probs, int64_t B, int64_t T, int64_t K, doubl
         if (keep) ++used, ++r.counts[static_cast<size_t>(expert[a])];
         else ++r.dropped;
       }
+    }
   }
   // Number the kept rows expert by expert, each expert's in (sequence, choice, token) order.
   std::vector<int64_t> next(static_cast<size_t>(E), 0);

@@ -27,7 +27,11 @@ int64_t expert_capacity(double capacity_factor, int64_t K, int64_t T, int64_t E)
 // probs (B*T, E) row-wise softmax. Within a sequence, first choices take capacity before
 // second choices, and earlier tokens before later ones; kept rows are numbered expert by
 // expert in (sequence, choice, token) order.
-Routing route_tokens(const Tensor& probs, int64_t B, int64_t T, int64_t K, double capacity_factor);
+// Split over parts (T of each sequence's tokens here), the capacity is the whole sequence's
+// and each part keeps what the whole sequence's order keeps: a collective that gathers every
+// part's choices per expert (only with capacity), for parts holding consecutive chunks.
+Routing route_tokens(const Tensor& probs, int64_t B, int64_t T, int64_t K, double capacity_factor,
+                     const SequenceParts& parts = whole_sequences());
 
 // Switch loss per sequence, E sum_i f_i P_i (f_i: share of the sequence's K T choices, before
 // dropping, that picked expert i; P_i: mean router probability of i), averaged over the B

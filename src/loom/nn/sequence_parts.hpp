@@ -23,6 +23,11 @@ class SequenceParts {
   virtual int64_t summed_parts() const { return 1; }
   // Collective over the parts: v summed elementwise (the same on every part afterwards).
   virtual void sum(std::vector<float>& v) const { (void)v; }
+  // This part's place when the parts hold consecutive chunks of every sequence in rank order
+  // (sequence parallelism's tp ranks), else -1 (context parallelism's chunks interleave).
+  virtual int64_t chunk_index() const { return 0; }
+  // Collective over the parts: every part's v (the same size on each), in chunk order.
+  virtual std::vector<float> gather(const std::vector<float>& v) const { return v; }
 };
 
 // Every sequence whole on this rank.

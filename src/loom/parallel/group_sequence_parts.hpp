@@ -11,7 +11,9 @@ namespace loom::parallel {
 class GroupSequenceParts : public nn::SequenceParts {
  public:
   // gradients_summed: the group adds up replicated parameters' gradients (sequence
-  // parallelism) rather than averaging them (context parallelism). group and inner outlive this.
+  // parallelism) rather than averaging them (context parallelism), and its ranks hold
+  // consecutive chunks of each sequence in rank order (sequence parallelism; context
+  // parallelism's load-balanced chunks interleave). group and inner outlive this.
   GroupSequenceParts(comm::ProcessGroup& group, bool gradients_summed,
                      const nn::SequenceParts& inner = nn::whole_sequences())
       : group_(group), gradients_summed_(gradients_summed), inner_(inner) {}
@@ -20,6 +22,14 @@ class GroupSequenceParts : public nn::SequenceParts {
   void sum(std::vector<float>& v) const override {
     inner_.sum(v);
     if (group_.size() > 1) group_.all_reduce(v.data(), static_cast<int64_t>(v.size()), comm::ReduceOp::Sum);
+  }
+  int64_t chunk_index() const override {
+    return gradients_summed_ && inner_.parts() == 1 ? group_.rank() : -1;
+  }
+  std::vector<float> gather(const std::vector<float>& v) const override {
+    std::vector<float> all(v.size() * static_cast<size_t>(group_.size()));
+    group_.all_gather_async(v.data(), all.data(), static_cast<int64_t>(v.size())).wait();
+    return all;
   }
 
  private:
