@@ -12,6 +12,7 @@
 
 #include "commands.hpp"
 #include "loom/error.hpp"
+#include "loom/train/checkpoint.hpp"
 #include "loom/train/trainer.hpp"
 
 namespace loom::apps {
@@ -43,7 +44,8 @@ struct Tolerances {
 const Tolerances kBf16Tolerances{1e-4, 6e-2, 1e-1};
 
 // The layout's twin without any parallelism: the same global batch on one process.
-train::TrainConfig serial_twin(const train::TrainConfig& c, int64_t padded_vocab) {
+// resumed: the layout's run resumed from a checkpoint (config.resume), which the twin then loads too.
+train::TrainConfig serial_twin(const train::TrainConfig& c, int64_t padded_vocab, bool resumed) {
   train::TrainConfig s = c;
   s.batch_size = c.batch_size * c.batch_shards();
   s.dp = s.pp = s.tp = s.cp = s.ep = 1;
@@ -54,6 +56,12 @@ train::TrainConfig serial_twin(const train::TrainConfig& c, int64_t padded_vocab
   s.schedule_file = "";
   s.chunks = 1;
   s.model.padded_vocab_size = padded_vocab;
+  // Compared in memory: the twin (one on every rank) writes no run directory, so --out-dir is
+  // the layout's alone and no rank's twin contends for its lock; it resumes from the same
+  // checkpoint, named by its path ('latest' and 'auto' name one in out_dir).
+  s.out_dir = "";
+  const bool in_out_dir = c.resume == "latest" || c.resume == "auto";
+  s.resume = !resumed ? "" : in_out_dir ? train::resolve_checkpoint_path(c.out_dir) : c.resume;
   return s;
 }
 
@@ -113,7 +121,7 @@ double adam_noise_scale(const train::TrainConfig& c, int64_t steps, double param
 int verify(const train::TrainConfig& config, const Tolerances& tol, comm::ProcessGroup* world) {
   const bool speaks = world == nullptr || world->rank() == 0;
   train::Trainer parallel(config, /*quiet=*/true, world);
-  train::Trainer serial(serial_twin(config, parallel.config().model.resolved_padded_vocab()), true);
+  train::Trainer serial(serial_twin(config, parallel.config().model.resolved_padded_vocab(), parallel.step() > 0), true);
   const nn::MoeConfig& moe = config.model.moe;
   const std::string experts = !moe.enabled() ? std::string()
                                              : ", " + std::to_string(moe.experts) + " experts top-" + std::to_string(moe.top_k) +
