@@ -90,6 +90,12 @@ train::TrainConfig moe_config(const Case& k, int64_t dp, int64_t batch) {
   c.model.n_head = 4;
   c.model.n_layer = 2 * k.pp * k.chunks;
   c.model.padded_vocab_size = 128;  // a multiple of 64 x tp
+  if (k.tp == 3) {  // a shape 3 divides: heads, width, vocabulary and (sequence parallelism) the sequence
+    c.model.n_head = 6;
+    c.model.n_embd = 24;
+    c.model.block_size = 24;
+    c.model.padded_vocab_size = 192;
+  }
   c.model.moe.experts = k.experts;
   c.model.moe.top_k = k.top_k;
   c.model.moe.capacity_factor = k.capacity_factor;
@@ -165,7 +171,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "ep1_tp2_sp_top1_accumulate", .ep = 1, .experts = 3, .top_k = 1, .micro_batches = 2,
                            .tp = 2, .sequence_parallel = true},
                       // capacity over the whole sequence: each tp rank keeps what the serial run keeps
-                      Case{.name = "ep1_tp2_sp_capacity", .ep = 1, .capacity_factor = 1.0, .tp = 2, .sequence_parallel = true}),
+                      Case{.name = "ep1_tp2_sp_capacity", .ep = 1, .capacity_factor = 1.0, .tp = 2, .sequence_parallel = true},
+                      // an odd tp: three chunks of every sequence
+                      Case{.name = "ep1_tp3_sp_capacity", .ep = 1, .capacity_factor = 1.0, .tp = 3, .sequence_parallel = true}),
     [](const auto& info) { return info.param.name; });
 
 // ep composed: ZeRO 1-3 and HSDP (the dense parameters sharded over dp, the experts whole
