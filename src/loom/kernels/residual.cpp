@@ -50,10 +50,7 @@ double sum_squares(const float* x, int64_t n) {
   return total;
 }
 
-namespace {
-// dbias (OC) += column sums of dout (N, OC); with dout_bf16, dout is also written there in bf16
-// in the same pass (the backward GEMMs' operand under mixed precision), so dout is read once.
-void bias_backward_pass(float* dbias, const float* dout, int64_t N, int64_t OC, bfloat16* dout_bf16) {
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC, bfloat16* dout_bf16) {
 #pragma omp parallel if (N * OC >= kResidualParallelMin)
   {
     // Each thread owns a column slice (whole cache lines, of the bf16 copy's too) and sums its
@@ -71,15 +68,6 @@ void bias_backward_pass(float* dbias, const float* dout, int64_t N, int64_t OC, 
     }
     for (int64_t c = c0; c < c1; ++c) dbias[c] += a[c - c0];
   }
-}
-}  // namespace
-
-void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC) {
-  bias_backward_pass(dbias, dout, N, OC, nullptr);
-}
-
-void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC, bfloat16* dout_bf16) {
-  bias_backward_pass(dbias, dout, N, OC, dout_bf16);
 }
 
 }  // namespace loom::kernels

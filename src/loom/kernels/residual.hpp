@@ -15,11 +15,10 @@ void add_inplace(float* dst, const float* src, int64_t n);
 void scale_inplace(float* dst, float s, int64_t n);
 // Sum of squares of x (n), in double for a stable global norm.
 double sum_squares(const float* x, int64_t n);
-// dbias (OC) += sum over rows of dout (N, OC): the bias gradient of a Linear layer.
-void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC);
-// The same, writing dout in bf16 to dout_bf16 (N, OC) in the same pass: a Linear's backward
-// under mixed precision reads its output gradient once for the bias and its GEMMs' operand.
-// dbias is bit for bit the unfused one's, dout_bf16 convert_to_bf16's.
-void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC, bfloat16* dout_bf16);
+// dbias (OC) += sum over rows of dout (N, OC): the bias gradient of a Linear layer. With
+// dout_bf16 (N, OC), dout is also written there in bf16 (as convert_to_bf16 rounds) in the same
+// pass: a Linear's backward under mixed precision reads its output gradient once for the bias
+// and its GEMMs' operand; dbias is the same bit for bit either way.
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC, bfloat16* dout_bf16 = nullptr);
 
 }  // namespace loom::kernels

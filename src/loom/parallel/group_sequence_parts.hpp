@@ -4,6 +4,7 @@
 #pragma once
 
 #include "loom/comm/process_group.hpp"
+#include "loom/comm/startup_watch.hpp"
 #include "loom/nn/sequence_parts.hpp"
 
 namespace loom::parallel {
@@ -28,6 +29,7 @@ class GroupSequenceParts : public nn::SequenceParts {
   }
   std::vector<float> gather(const std::vector<float>& v) const override {
     std::vector<float> all(v.size() * static_cast<size_t>(group_.size()));
+    comm::stop_for_a_test("moe-capacity-gather");
     group_.all_gather_async(v.data(), all.data(), static_cast<int64_t>(v.size())).wait();
     return all;
   }

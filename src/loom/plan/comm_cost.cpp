@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "loom/plan/moe_cost.hpp"
+
 namespace loom::plan {
 
 namespace {
@@ -46,9 +48,8 @@ int64_t tensor_parallel_bytes_per_step(int64_t B, int64_t T, int64_t C, int64_t 
   const int64_t sums = zero_stage >= 2 ? M : 1;
   int64_t replicated = 0, moe_statistics = 0;
   if (sequence_parallel) {
-    const int64_t dense = 6 * C * L + block_size * C + 2 * C + Lm * (C * E - C);  // router in, MLP projection bias out
-    const int64_t experts = Lm * moe.local_experts * (8 * C * C + 5 * C);
-    replicated = sums * dense + (moe.expert_parallel ? 1 : sums) * experts;
+    const int64_t dense = 6 * C * L + block_size * C + 2 * C - Lm * C;  // an MoE block has no MLP projection bias
+    replicated = sums * dense + moe_tensor_parallel_gradient_values(Lm, C, E, moe.local_experts, sums, moe.expert_parallel);
     if (Lm > 0) moe_statistics = M * Lm * 3 * B * E + E + 4;
   }
   return activation_bytes * M * activations + 4 * (M * loss + replicated + moe_statistics + 1);

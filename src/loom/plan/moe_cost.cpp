@@ -72,12 +72,17 @@ double moe_layer_collective_share(const ModelSpec& model) {
   return model.moe.experts == 0 ? 1.0 : 1.0 - 0.5 * static_cast<double>(moe_layers(model)) / static_cast<double>(model.layers);
 }
 
+int64_t moe_tensor_parallel_gradient_values(int64_t layers, int64_t hidden, int64_t experts, int64_t local_experts,
+                                            int64_t renewed, bool expert_parallel) {
+  const int64_t router = layers * hidden * experts, local = layers * local_experts * expert_mlp_parameters(hidden);
+  return renewed * router + (expert_parallel ? 1 : renewed) * local;
+}
+
 int64_t moe_replicated_gradient_bytes(const ModelSpec& model, const Layout& layout, int64_t micro_batches) {
   if (model.moe.experts == 0 || layout.tp == 1 || !layout.sequence_parallel) return 0;
-  const int64_t layers = moe_layers(model) / layout.pp, h = model.hidden, E = model.moe.experts;
-  const int64_t router = layers * h * E, experts = layers * (E / layout.ep) * expert_mlp_parameters(h);
-  const int64_t renewed = layout.zero >= 2 ? micro_batches : 1;
-  return 4 * (renewed * router + (layout.ep > 1 ? 1 : renewed) * experts);
+  const int64_t E = model.moe.experts;
+  return 4 * moe_tensor_parallel_gradient_values(moe_layers(model) / layout.pp, model.hidden, E, E / layout.ep,
+                                                 layout.zero >= 2 ? micro_batches : 1, layout.ep > 1);
 }
 
 }  // namespace loom::plan

@@ -55,6 +55,11 @@ double moe_compute_ratio(const ModelSpec& model, const Layout& layout);
 // Of the layers' tensor-parallel collectives, the share left: an MoE block's MLP moves none
 // (half of a block's collectives are its MLP's).
 double moe_layer_collective_share(const ModelSpec& model);
+// The gradient values sequence parallelism sums over tp for `layers` MoE layers in a step: each
+// layer's router (h E), every micro-batch under ZeRO-2/3 (`renewed` sums a step, else 1), and its
+// `local_experts` experts, likewise unless expert parallelism keeps them out of ZeRO (once).
+int64_t moe_tensor_parallel_gradient_values(int64_t layers, int64_t hidden, int64_t experts, int64_t local_experts,
+                                            int64_t renewed, bool expert_parallel);
 // Bytes of gradients sequence parallelism sums over tp in a step of `micro_batches` (each tp
 // rank routes its own tokens): the router's and the device's E / ep experts' of each MoE layer
 // of its stage, fp32, once a step, or every micro-batch under ZeRO-2/3 but for the experts

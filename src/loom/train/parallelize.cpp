@@ -189,6 +189,11 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   p.tensor_comm_groups = config.tp_3d_on()
                              ? std::vector<comm::ProcessGroup*>{&p.group("row"), &p.group("col"), &p.group("depth")}
                              : std::vector<comm::ProcessGroup*>{&tp};
+  // Each part of a sequence routes its own tokens: its loads are added too (each part's
+  // load-balancing loss is the whole sequence's, counted once a part like its forwards).
+  p.moe_stat_groups = {&p.group("dp"), &pp};
+  if (config.cp > 1) p.moe_stat_groups.push_back(&p.group("cp"));
+  if (config.sequence_parallel) p.moe_stat_groups.push_back(&tp);
 
   // 2. Tensor parallelism by layer substitution: the model asks this builder for its layers,
   // and the loss works on the tp-split outputs.

@@ -44,6 +44,9 @@ struct Parallelized {
   // The groups whose traffic the progress line reports as tensor-parallel communication:
   // tp, or the grid's axes row, col and depth.
   std::vector<comm::ProcessGroup*> tensor_comm_groups;
+  // The groups a mixture of experts' statistics are summed over for the progress line: dp, pp,
+  // and the ranks holding parts of the same sequences (cp; tp under sequence parallelism).
+  std::vector<comm::ProcessGroup*> moe_stat_groups;
   std::unique_ptr<parallel::ep::ExpertParallelLayers> ep_layers;  // ep > 1 (wraps the tp or serial layers)
   std::unique_ptr<nn::Module> model;  // the model, or this rank's pipeline chunks under one module
   std::vector<nn::Module*> chunks;    // the model, or this rank's chunks in virtual-stage order

@@ -178,15 +178,7 @@ StepResult Trainer::compute_gradients() {
     r.cp_link_exposed_seconds = ring.link_exposed_seconds;
   }
   batch_.all_reduce(&r.loss, 1, comm::ReduceOp::Avg);  // the global batch's mean
-  if (config_.model.moe.enabled()) {
-    // A sequence's parts (cp ranks, tp ranks under sequence parallelism) each routed their own
-    // tokens: their loads are added too (each part's load-balancing loss is the whole sequence's,
-    // counted once a part like its forwards, so the mean is unchanged).
-    std::vector<comm::ProcessGroup*> groups{&dp_, &pp_};
-    if (config_.cp > 1) groups.push_back(&p_.group("cp"));
-    if (config_.sequence_parallel) groups.push_back(&tp_);
-    r.moe = gather_moe_stats(*p_.model, groups);
-  }
+  if (config_.model.moe.enabled()) r.moe = gather_moe_stats(*p_.model, p_.moe_stat_groups);
   {
     trace::Span norm_span("optimizer", "grad norm");
     r.grad_norm = std::sqrt(p_.finalizer->grad_sum_squares());
