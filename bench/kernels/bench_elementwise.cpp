@@ -10,6 +10,7 @@
 #include "loom/kernels/embedding.hpp"
 #include "loom/kernels/gelu.hpp"
 #include "loom/kernels/layernorm.hpp"
+#include "loom/kernels/precision.hpp"
 #include "loom/kernels/residual.hpp"
 #include "loom/kernels/threads.hpp"
 
@@ -154,6 +155,26 @@ void BM_AdamW(benchmark::State& state, Model m) {
   report(state, 7.0 * n);
 }
 
+// Mixed precision's step: the update and the weights' bf16 copy, as two passes (the update,
+// then the copy converted from the updated values) or as AdamW writing the copy in its pass.
+void adamw_with_bf16_copy(benchmark::State& state, Model m, bool in_the_update) {
+  threads(state);
+  const int64_t n = m.params;
+  auto p = filled(n, 0.1f);
+  const auto g = filled(n, 0.01f);
+  std::vector<float> mom(n, 0.0f), var(n, 0.0f);
+  std::vector<loom::bfloat16> copy(n);
+  AdamWParams a;
+  a.weight_decay = 0.1f;
+  for (auto _ : state) {
+    adamw_update(p.data(), g.data(), mom.data(), var.data(), n, a, in_the_update ? copy.data() : nullptr);
+    if (!in_the_update) convert_to_bf16(p.data(), copy.data(), n);
+  }
+  report(state, 7.5 * n);
+}
+void BM_AdamWThenBf16Copy(benchmark::State& state, Model m) { adamw_with_bf16_copy(state, m, false); }
+void BM_AdamWWritingBf16Copy(benchmark::State& state, Model m) { adamw_with_bf16_copy(state, m, true); }
+
 void BM_SumSquares(benchmark::State& state, Model m) {
   threads(state);
   const auto x = filled(m.params, 0.1f);
@@ -177,6 +198,8 @@ LOOM_BENCH(BM_BiasBackward);
 LOOM_BENCH(BM_CrossEntropyForward);
 LOOM_BENCH(BM_CrossEntropyBackward);
 LOOM_BENCH(BM_AdamW);
+LOOM_BENCH(BM_AdamWThenBf16Copy);
+LOOM_BENCH(BM_AdamWWritingBf16Copy);
 LOOM_BENCH(BM_SumSquares);
 
 }  // namespace
