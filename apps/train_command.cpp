@@ -79,7 +79,8 @@ void print_dry_run(train::TrainConfig& config) {
     plan::TensorParallelMoe moe;
     if (config.model.moe.enabled())
       moe = {config.model.n_layer / config.model.moe.every, config.model.moe.experts,
-             config.model.moe.experts / config.ep, config.ep > 1};
+             config.model.moe.experts / config.ep, config.ep > 1, config.model.moe.top_k,
+             config.model.moe.capacity_factor > 0.0};
     const std::string moe_layer =
         config.model.moe.enabled()
             ? " (a mixture of experts' block: " +

@@ -7,9 +7,13 @@
 // uniform router is exactly representable.
 #include <gtest/gtest.h>
 
+#include <barrier>
 #include <string>
+#include <thread>
+#include <variant>
 #include <vector>
 
+#include "loom/error.hpp"
 #include "loom/kernels/precision.hpp"
 #include "loom/nn/experts.hpp"
 #include "loom/nn/gpt.hpp"
@@ -83,63 +87,121 @@ TEST(MoeRouting, EachSequenceIsRoutedAloneSoAnySplitDropsTheSameTokens) {
   EXPECT_GT(both.dropped, 0);
 }
 
-// Parts of a sequence split into consecutive chunks (sequence parallelism), simulated in one
-// process: a first pass records what each chunk hands to the gather, a second replays every
-// chunk's in order. Each chunk must then keep exactly what the whole sequence keeps.
-class RecordedParts : public SequenceParts {
+// Parts of a sequence, each holding the tokens at its own positions of it, simulated by one
+// thread each: the gather is a real exchange between the threads.
+struct Exchange {
+  explicit Exchange(int64_t parts) : slots(static_cast<size_t>(parts)), written(parts), read(parts) {}
+  std::vector<std::vector<float>> slots;
+  std::barrier<> written, read;
+};
+
+class ThreadParts : public SequenceParts {
  public:
-  RecordedParts(int64_t me, int64_t parts, std::vector<std::vector<float>>& record)
-      : me_(me), parts_(parts), record_(record) {}
-  int64_t parts() const override { return parts_; }
-  int64_t chunk_index() const override { return me_; }
+  ThreadParts(std::vector<int64_t> positions, int64_t me, Exchange& exchange)
+      : positions_(std::move(positions)), me_(me), exchange_(exchange) {}
+  int64_t parts() const override { return static_cast<int64_t>(exchange_.slots.size()); }
+  std::vector<int64_t> positions(int64_t rows) const override {
+    EXPECT_EQ(rows, static_cast<int64_t>(positions_.size()));
+    return positions_;
+  }
   std::vector<float> gather(const std::vector<float>& v) const override {
-    if (static_cast<int64_t>(record_.size()) < parts_) {  // recording: this chunk's part only
-      record_.push_back(v);
-      return std::vector<float>(v.size() * static_cast<size_t>(parts_), 0.0f);
-    }
+    exchange_.slots[static_cast<size_t>(me_)] = v;
+    exchange_.written.arrive_and_wait();
     std::vector<float> all;
-    for (const auto& part : record_) all.insert(all.end(), part.begin(), part.end());
+    for (auto part = exchange_.slots.rbegin(); part != exchange_.slots.rend(); ++part)  // any order the parts agree on
+      all.insert(all.end(), part->begin(), part->end());
+    exchange_.read.arrive_and_wait();
     return all;
   }
 
  private:
-  int64_t me_, parts_;
-  std::vector<std::vector<float>>& record_;
+  std::vector<int64_t> positions_;
+  int64_t me_;
+  Exchange& exchange_;
 };
 
-TEST(MoeRouting, ASequenceSplitIntoChunksKeepsWhatTheWholeSequenceKeeps) {
-  const int64_t B = 2, T = 12, E = 4, K = 2, P = 3, Tc = T / P;
+// Each part's routing (its tokens' rows of probs, B sequences), or the error it stopped with.
+std::vector<std::variant<Routing, std::string>> route_parts(const std::vector<std::vector<float>>& rows, int64_t B,
+                                                            int64_t T, const std::vector<std::vector<int64_t>>& at,
+                                                            int64_t K, double f) {
+  const auto P = static_cast<int64_t>(at.size());
+  Exchange exchange(P);
+  std::vector<std::variant<Routing, std::string>> out(static_cast<size_t>(P));
+  std::vector<std::thread> threads;
+  for (int64_t p = 0; p < P; ++p)
+    threads.emplace_back([&, p] {
+      std::vector<std::vector<float>> mine;
+      for (int64_t b = 0; b < B; ++b)
+        for (const int64_t t : at[static_cast<size_t>(p)]) mine.push_back(rows[static_cast<size_t>(b * T + t)]);
+      const ThreadParts parts(at[static_cast<size_t>(p)], p, exchange);
+      const auto Tp = static_cast<int64_t>(at[static_cast<size_t>(p)].size());
+      try {
+        out[static_cast<size_t>(p)] = route_tokens(probs_of(mine), B, Tp, K, f, parts);
+      } catch (const loom::Error& e) {
+        out[static_cast<size_t>(p)] = std::string(e.what());
+      }
+    });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// Layouts of a 12-token sequence: sequence parallelism's three consecutive chunks, context
+// parallelism's zig-zag over 2 ranks (chunks 0 and 3, 1 and 2 of 4), cp 2 over tp 3 (each tp
+// rank a third of its cp rank's two chunks, the middle one straddling both), and an arbitrary
+// scatter.
+std::vector<std::vector<int64_t>> layouts_of_twelve(const std::string& name) {
+  if (name == "sp3") return {{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}};
+  if (name == "cp2_zigzag") return {{0, 1, 2, 9, 10, 11}, {3, 4, 5, 6, 7, 8}};
+  if (name == "cp2_tp3") return {{0, 1}, {2, 9}, {10, 11}, {3, 4}, {5, 6}, {7, 8}};
+  return {{7, 0, 11}, {3, 10, 1}, {5, 8, 2}, {6, 4, 9}};
+}
+
+TEST(MoeRouting, ASequenceSplitIntoPartsKeepsWhatTheWholeSequenceKeeps) {
+  const int64_t B = 2, T = 12, E = 4, K = 2;
   const auto r = loom::testing::random_vector(B * T * E, 9, 0.01f, 1.0f);
   std::vector<std::vector<float>> rows;
   for (int64_t n = 0; n < B * T; ++n) rows.emplace_back(r.begin() + n * E, r.begin() + (n + 1) * E);
-  for (const double f : {0.5, 0.75, 1.0}) {
-    const Routing whole = route_tokens(probs_of(rows), B, T, K, f);
-    auto chunk = [&](int64_t p) {  // (B, Tc) tokens: each sequence's p-th chunk
-      std::vector<std::vector<float>> mine;
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t t = p * Tc; t < (p + 1) * Tc; ++t) mine.push_back(rows[static_cast<size_t>(b * T + t)]);
-      return probs_of(mine);
-    };
-    std::vector<std::vector<float>> record;
-    for (int64_t p = 0; p < P; ++p) route_tokens(chunk(p), B, Tc, K, f, RecordedParts(p, P, record));
-    int64_t dropped = 0;
-    std::vector<int64_t> counts(E, 0);
-    for (int64_t p = 0; p < P; ++p) {
-      const Routing part = route_tokens(chunk(p), B, Tc, K, f, RecordedParts(p, P, record));
-      dropped += part.dropped;
-      for (int64_t e = 0; e < E; ++e) counts[static_cast<size_t>(e)] += part.counts[static_cast<size_t>(e)];
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t t = 0; t < Tc; ++t)
-          for (int64_t j = 0; j < K; ++j) {
-            const int64_t here = (b * Tc + t) * K + j, there = (b * T + p * Tc + t) * K + j;
-            ASSERT_EQ(part.expert.i32()[here], whole.expert.i32()[there]);
-            ASSERT_EQ(part.row.i32()[here] >= 0, whole.row.i32()[there] >= 0)
-                << "f " << f << ", sequence " << b << ", token " << p * Tc + t << ", choice " << j;
-          }
+  for (const std::string layout : {"sp3", "cp2_zigzag", "cp2_tp3", "scattered"})
+    for (const double f : {0.5, 0.75, 1.0}) {
+      const std::string what = layout + ", f " + std::to_string(f);
+      const Routing whole = route_tokens(probs_of(rows), B, T, K, f);
+      const std::vector<std::vector<int64_t>> at = layouts_of_twelve(layout);
+      const auto parts = route_parts(rows, B, T, at, K, f);
+      int64_t dropped = 0;
+      std::vector<int64_t> counts(E, 0);
+      for (size_t p = 0; p < at.size(); ++p) {
+        ASSERT_TRUE(std::holds_alternative<Routing>(parts[p])) << what << ": " << std::get<std::string>(parts[p]);
+        const Routing& part = std::get<Routing>(parts[p]);
+        dropped += part.dropped;
+        for (int64_t e = 0; e < E; ++e) counts[static_cast<size_t>(e)] += part.counts[static_cast<size_t>(e)];
+        const auto Tp = static_cast<int64_t>(at[p].size());
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t t = 0; t < Tp; ++t)
+            for (int64_t j = 0; j < K; ++j) {
+              const int64_t position = at[p][static_cast<size_t>(t)];
+              const int64_t here = (b * Tp + t) * K + j, there = (b * T + position) * K + j;
+              ASSERT_EQ(part.expert.i32()[here], whole.expert.i32()[there]);
+              ASSERT_EQ(part.row.i32()[here] >= 0, whole.row.i32()[there] >= 0)
+                  << what << ", sequence " << b << ", token " << position << ", choice " << j;
+            }
+      }
+      EXPECT_EQ(dropped, whole.dropped) << what;
+      EXPECT_EQ(counts, whole.counts) << what;
+      if (f == 0.5) {
+        EXPECT_GT(whole.dropped, 0) << what;
+      }
     }
-    EXPECT_EQ(dropped, whole.dropped) << "f " << f;
-    EXPECT_EQ(counts, whole.counts) << "f " << f;
-    if (f == 0.5) EXPECT_GT(whole.dropped, 0);
+}
+
+// Parts whose positions do not cover the sequence (two claim one position, none the last): a
+// clear error on every part, never a decision from a wrong order.
+TEST(MoeRouting, PartsThatDoNotCoverTheSequenceAreAnError) {
+  const std::vector<std::vector<float>> rows{{0.7f, 0.3f}, {0.6f, 0.4f}, {0.2f, 0.8f}, {0.1f, 0.9f}};
+  const auto parts = route_parts(rows, 1, 4, {{0, 1}, {1, 2}}, 1, 1.0);
+  for (const auto& part : parts) {
+    ASSERT_TRUE(std::holds_alternative<std::string>(part));
+    EXPECT_NE(std::get<std::string>(part).find("do not cover the sequence"), std::string::npos)
+        << std::get<std::string>(part);
   }
 }
 

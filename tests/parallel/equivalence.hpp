@@ -45,6 +45,8 @@ struct TrainingRun {
   // the global norm, and the gradients of the first kGradientSteps steps.
   std::vector<double> grad_norms{};
   std::vector<Gradients> grads{};
+  // Per step, with a mixture of experts: the share of routed assignments capacity dropped.
+  std::vector<double> moe_dropped{};
 };
 
 // Gradients gathered at these first steps: the reduction is the same code every step, and
@@ -70,6 +72,7 @@ inline TrainingRun run(train::Trainer& t) {
     t.apply_update(s);
     r.losses.push_back(s.loss);
     r.grad_norms.push_back(s.grad_norm);
+    if (s.moe.present) r.moe_dropped.push_back(s.moe.dropped_fraction);
   }
   for (auto& [name, value] : t.state_dict()) {
     if (name.rfind("model.", 0) != 0) continue;

@@ -75,7 +75,8 @@ struct Case {
   int64_t chunks = 1;
   std::string optimizer = "adamw";
   int64_t hsdp_shard = 0;
-  int64_t cp = 1;  // dropless only
+  int64_t cp = 1;
+  std::string cp_split = "zigzag";
   bool sequence_parallel = false;  // with tp > 1
   std::string precision = "fp32";  // bf16: against the serial bf16 run, its tokens crossing in bf16
   int64_t steps = 3;
@@ -90,6 +91,7 @@ train::TrainConfig moe_config(const Case& k, int64_t dp, int64_t batch) {
   c.model.n_head = 4;
   c.model.n_layer = 2 * k.pp * k.chunks;
   c.model.padded_vocab_size = 128;  // a multiple of 64 x tp
+  if (k.cp == 3) c.model.block_size = 24;  // 2 x cp chunks of every sequence
   if (k.tp == 3) {  // a shape 3 divides: heads, width, vocabulary and (sequence parallelism) the sequence
     c.model.n_head = 6;
     c.model.n_embd = 24;
@@ -127,12 +129,21 @@ TEST_P(ExpertParallelTable, SameGradientsLossesParametersAndValidationLossAsSeri
   c.chunks = k.chunks;
   c.hsdp_shard = k.hsdp_shard;
   c.cp = k.cp;
+  c.cp_split = k.cp_split;
   c.sequence_parallel = k.sequence_parallel;
   train::Trainer parallel(c, true, &world());
   const TrainingRun got = run(parallel);
   const std::string what = k.name + " (dp " + std::to_string(dp) + ", ep " + std::to_string(k.ep) + ")";
   const Tolerances tol = k.precision == "bf16" ? kBf16Tolerances : Tolerances{};
   expect_equivalent(got, want, c, what, tol);
+  // Capacity drops what the serial run drops (its statistic summed over the ranks that hold
+  // parts of the same sequences), and drops some: a row that drops nothing tests nothing.
+  ASSERT_EQ(got.moe_dropped.size(), want.moe_dropped.size()) << what;
+  for (size_t s = 0; s < want.moe_dropped.size() && (s == 0 || k.precision == "fp32"); ++s)
+    EXPECT_DOUBLE_EQ(got.moe_dropped[s], want.moe_dropped[s]) << what << " step " << s + 1;
+  if (k.capacity_factor > 0) {
+    EXPECT_GT(want.moe_dropped.front(), 0.0) << what;
+  }
   // The scaled-twice bug of other systems, stated explicitly: every expert gradient's norm
   // is the serial one's, not ep times (or 1/ep times) it.
   for (const auto& [name, g] : want.grads.front()) {
@@ -193,8 +204,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "ep2_pp2_interleaved", .micro_batches = 2, .pp = 2, .schedule = "interleaved", .chunks = 2},
                       Case{.name = "ep2_pp2_zero1", .micro_batches = 2, .pp = 2, .zero = 1},
                       // cp: each sequence split over 2 ranks, the load-balancing loss's sums
-                      // added over them (dropless: capacity is refused under cp)
+                      // added over them; capacity decided over the whole sequence, whose zig-zag
+                      // (or contiguous) chunks each rank's gather puts back in order
                       Case{.name = "ep1_cp2", .ep = 1, .cp = 2}, Case{.name = "ep2_cp2", .cp = 2},
+                      Case{.name = "ep1_cp2_capacity", .ep = 1, .capacity_factor = 1.0, .cp = 2},
+                      Case{.name = "ep1_cp2_contiguous_capacity", .ep = 1, .capacity_factor = 1.0, .cp = 2,
+                           .cp_split = "contiguous"},
+                      Case{.name = "ep1_cp3_capacity", .ep = 1, .capacity_factor = 1.0, .cp = 3},
+                      Case{.name = "ep2_cp2_capacity_accumulate", .capacity_factor = 1.0, .micro_batches = 2, .cp = 2},
                       Case{.name = "ep2_cp2_accumulate", .micro_batches = 2, .cp = 2},
                       Case{.name = "ep2_cp2_zero1", .zero = 1, .cp = 2},
                       // sequence parallelism with ep (each tp rank exchanging its own chunk's
@@ -208,6 +225,8 @@ INSTANTIATE_TEST_SUITE_P(
                            .sequence_parallel = true},
                       Case{.name = "ep1_tp2_sp_zero1", .ep = 1, .tp = 2, .zero = 1, .sequence_parallel = true},
                       Case{.name = "ep1_tp2_sp_cp2", .ep = 1, .tp = 2, .cp = 2, .sequence_parallel = true},
+                      Case{.name = "ep1_tp2_sp_cp2_capacity", .ep = 1, .capacity_factor = 1.0, .tp = 2, .cp = 2,
+                           .sequence_parallel = true},
                       Case{.name = "ep1_tp2_sp_pp2", .ep = 1, .micro_batches = 2, .tp = 2, .pp = 2, .sequence_parallel = true}),
     [](const auto& info) { return info.param.name; });
 

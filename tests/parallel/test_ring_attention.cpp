@@ -11,6 +11,8 @@
 // itself: zig-zag gives every rank the same causal attention work.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <string>
 
 #include "comm/mpi_test_env.hpp"
@@ -22,6 +24,7 @@
 #include "loom/parallel/context_parallel/context_parallel_layers.hpp"
 #include "loom/parallel/context_parallel/load_balance.hpp"
 #include "loom/parallel/context_parallel/ring_attention.hpp"
+#include "loom/parallel/tensor_parallel/tensor_parallel_layers.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/train/parallelize.hpp"
@@ -221,6 +224,48 @@ TEST(ContextParallelLayout, BadLayoutsAreRefusedNamingTheConflict) {
   c.cp_split = "spiral";
   EXPECT_NE(loom::testing::error_of([&] { c.validate(); }).find("cp_split must be 'zigzag' or 'contiguous'"),
             std::string::npos);
+}
+
+// A mixture of experts' capacity rebuilds each sequence from its parts' choices and the
+// positions they name (nn::SequenceParts): those must be where the layout really puts each
+// token (cp's two chunks of the batch, then sequence parallelism's consecutive slice of a cp
+// rank's rows), and over cp x tp every position is held once.
+TEST(ContextParallelLayout, SequencePartsNameWhereEachRanksTokensStand) {
+  const int n = world().size();
+  int layouts = 0;
+  for (int tp = 1; tp <= n; ++tp)
+    for (int cp = 1; cp * tp <= n; ++cp) {
+      if (n % (cp * tp) != 0 || cp * tp == 1) continue;
+      train::TrainConfig c = loom::testing::tiny_config();
+      c.tp = tp;
+      c.cp = cp;
+      c.dp = n / (cp * tp);
+      auto mesh = train::parallel_mesh(c, world());
+      comm::ProcessGroup &tensor_group = mesh->group("tp"), &context_group = mesh->group("cp");
+      const parallel::tp::TensorParallelLayers tensor(tensor_group, /*sequence_parallel=*/true);
+      const int64_t T = 2 * cp * tp * 3, rows = T / (cp * tp);
+      Tensor sequence = Tensor::empty({1, T});
+      for (int64_t t = 0; t < T; ++t) sequence.f32()[t] = static_cast<float>(t);
+      for (const Split split : {Split::ZigZag, Split::Contiguous}) {
+        const ContextParallelLayers context(tensor, context_group, split);
+        const nn::SequenceParts& parts = cp > 1 ? context.sequence_parts() : tensor.sequence_parts();
+        const std::string what = "cp " + std::to_string(cp) + " (" + (split == Split::ZigZag ? "zigzag" : "contiguous") +
+                                 ") x tp " + std::to_string(tp);
+        ASSERT_EQ(parts.parts(), cp * tp) << what;
+        const Tensor mine = take_chunks(sequence, context_group.rank(), cp, split);
+        std::vector<int64_t> want;
+        for (int64_t i = 0; i < rows; ++i) want.push_back(static_cast<int64_t>(mine.f32()[tensor_group.rank() * rows + i]));
+        const std::vector<int64_t> at = parts.positions(rows);
+        EXPECT_EQ(at, want) << what;
+        std::vector<float> sent(at.begin(), at.end());
+        std::vector<float> all = parts.gather(sent);
+        std::sort(all.begin(), all.end());
+        ASSERT_EQ(static_cast<int64_t>(all.size()), T) << what;
+        for (int64_t t = 0; t < T; ++t) ASSERT_EQ(all[static_cast<size_t>(t)], static_cast<float>(t)) << what;
+        ++layouts;
+      }
+    }
+  if (layouts == 0) GTEST_SKIP() << "needs 2 ranks";
 }
 
 }  // namespace

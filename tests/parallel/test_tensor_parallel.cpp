@@ -374,7 +374,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelGpt,
 struct Traffic {
   bool sequence_parallel;
   std::string precision = "fp32";
-  int64_t experts = 0;  // a mixture of experts in every block (dropless, ep 1)
+  int64_t experts = 0;  // a mixture of experts in every block (ep 1)
+  double capacity_factor = 0.0;  // 0: dropless
 };
 
 class TensorParallelTraffic : public ::testing::TestWithParam<Traffic> {};
@@ -391,8 +392,13 @@ TEST_P(TensorParallelTraffic, BytesPerStepMatchTheAnalyticCount) {
   c.sequence_parallel = sp;
   c.precision = GetParam().precision;
   c.model.moe.experts = GetParam().experts;
-  const plan::TensorParallelMoe moe{c.model.moe.enabled() ? c.model.n_layer : 0, c.model.moe.experts,
-                                    c.model.moe.experts, false};
+  c.model.moe.capacity_factor = GetParam().capacity_factor;
+  const plan::TensorParallelMoe moe{c.model.moe.enabled() ? c.model.n_layer : 0,
+                                    c.model.moe.experts,
+                                    c.model.moe.experts,
+                                    false,
+                                    c.model.moe.top_k,
+                                    c.model.moe.capacity_factor > 0.0};
   const int64_t wire = c.precision == "bf16" ? 2 : 4;
   const int64_t want = plan::tensor_parallel_bytes_per_step(c.batch_size, c.model.block_size, c.model.n_embd,
                                                             c.model.n_layer, c.model.block_size, c.micro_batches, sp,
@@ -425,11 +431,13 @@ TEST_P(TensorParallelTraffic, BytesPerStepMatchTheAnalyticCount) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, TensorParallelTraffic,
                          ::testing::Values(Traffic{false}, Traffic{true}, Traffic{false, "bf16"}, Traffic{true, "bf16"},
-                                           Traffic{false, "fp32", 4}, Traffic{true, "fp32", 4}, Traffic{true, "bf16", 3}),
+                                           Traffic{false, "fp32", 4}, Traffic{true, "fp32", 4}, Traffic{true, "bf16", 3},
+                                           Traffic{true, "fp32", 4, 1.0}),
                          [](const auto& info) {
                            return std::string(info.param.sequence_parallel ? "sp" : "plain") +
                                   (info.param.precision == "bf16" ? "_bf16" : "") +
-                                  (info.param.experts > 0 ? "_moe" + std::to_string(info.param.experts) : "");
+                                  (info.param.experts > 0 ? "_moe" + std::to_string(info.param.experts) : "") +
+                                  (info.param.capacity_factor > 0 ? "_capacity" : "");
                          });
 
 // Under expert parallelism with ZeRO-2 and 2 micro-batches (tp 2 with sequence parallelism x

@@ -14,27 +14,60 @@ int64_t expert_capacity(double capacity_factor, int64_t K, int64_t T, int64_t E)
 
 namespace {
 
-// For capacity over a sequence split into consecutive chunks: at[(b K + j) E + e] = the
-// assignments to expert e that the whole sequence's order puts before this part's choice-j
-// ones: every part's choices i < j, and the choice-j ones of earlier parts.
-std::vector<int64_t> assignments_before(const int32_t* expert, int64_t B, int64_t T, int64_t K, int64_t E,
-                                        const SequenceParts& parts) {
-  std::vector<float> mine(static_cast<size_t>(B * K * E), 0.0f);  // counts: exact in fp32 (< 2^24)
+// Which of the (B, T, K) assignments `expert` fit their expert's capacity (1: kept), each
+// sequence deciding alone: first choices before second ones, earlier tokens before later ones.
+std::vector<uint8_t> within_capacity(const int32_t* expert, int64_t B, int64_t T, int64_t K, int64_t E,
+                                     int64_t capacity) {
+  std::vector<uint8_t> keep(static_cast<size_t>(B * T * K), 1);
+  if (capacity == 0) return keep;
+  std::vector<int64_t> taken(static_cast<size_t>(E));
+  for (int64_t b = 0; b < B; ++b) {
+    std::fill(taken.begin(), taken.end(), 0);
+    for (int64_t j = 0; j < K; ++j)
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t a = (b * T + t) * K + j;
+        keep[static_cast<size_t>(a)] = taken[static_cast<size_t>(expert[a])]++ < capacity ? 1 : 0;
+      }
+  }
+  return keep;
+}
+
+// The same for a sequence split over parts, T of its tokens here: every part's choices,
+// gathered with the positions they stand at, rebuild each whole sequence's on every part,
+// whose serial order decides. The payload is small (T (1 + B K) values a part) next to the
+// activations the layer moves, and positions and expert indices are exact in fp32 (< 2^24).
+std::vector<uint8_t> within_capacity(const int32_t* expert, int64_t B, int64_t T, int64_t K, int64_t E,
+                                     int64_t capacity, const SequenceParts& parts) {
+  const std::vector<int64_t> at = parts.positions(T);
+  const int64_t block = T * (1 + B * K), P = parts.parts(), whole_T = T * P;
+  std::vector<float> mine(static_cast<size_t>(block));
+  for (int64_t t = 0; t < T; ++t) mine[static_cast<size_t>(t)] = static_cast<float>(at[static_cast<size_t>(t)]);
+  for (int64_t a = 0; a < B * T * K; ++a) mine[static_cast<size_t>(T + a)] = static_cast<float>(expert[a]);
+  const std::vector<float> all = parts.gather(mine);
+  check(static_cast<int64_t>(all.size()) == P * block, "route_tokens: gathered ", all.size(), " values from ", P,
+        " parts, expected ", P * block);
+  std::vector<int32_t> whole(static_cast<size_t>(B * whole_T * K), -1);
+  for (int64_t p = 0; p < P; ++p) {
+    const float* part = all.data() + p * block;
+    for (int64_t t = 0; t < T; ++t) {
+      const auto position = static_cast<int64_t>(part[t]);
+      check(position >= 0 && position < whole_T, "route_tokens: a part's token stands at position ", position,
+            " of a sequence of ", whole_T);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < K; ++j)
+          whole[static_cast<size_t>((b * whole_T + position) * K + j)] =
+              static_cast<int32_t>(part[T + (b * T + t) * K + j]);
+    }
+  }
+  for (const int32_t e : whole) check(e >= 0 && e < E, "route_tokens: the parts' positions do not cover the sequence");
+  const std::vector<uint8_t> whole_keep = within_capacity(whole.data(), B, whole_T, K, E, capacity);
+  std::vector<uint8_t> keep(static_cast<size_t>(B * T * K));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t j = 0; j < K; ++j) mine[static_cast<size_t>((b * K + j) * E + expert[(b * T + t) * K + j])] += 1.0f;
-  const std::vector<float> all = parts.gather(mine);
-  const int64_t me = parts.chunk_index(), n = B * K * E;
-  std::vector<int64_t> at(static_cast<size_t>(n), 0);
-  for (int64_t p = 0; p < parts.parts(); ++p)
-    for (int64_t b = 0; b < B; ++b)
       for (int64_t j = 0; j < K; ++j)
-        for (int64_t e = 0; e < E; ++e) {
-          const auto count = static_cast<int64_t>(all[static_cast<size_t>(p * n + (b * K + j) * E + e)]);
-          for (int64_t later = j + 1; later < K; ++later) at[static_cast<size_t>((b * K + later) * E + e)] += count;
-          if (p < me) at[static_cast<size_t>((b * K + j) * E + e)] += count;
-        }
-  return at;
+        keep[static_cast<size_t>((b * T + t) * K + j)] =
+            whole_keep[static_cast<size_t>((b * whole_T + at[static_cast<size_t>(t)]) * K + j)];
+  return keep;
 }
 
 }  // namespace
@@ -67,32 +100,18 @@ Routing route_tokens(const Tensor& probs, int64_t B, int64_t T, int64_t K, doubl
     }
     for (int64_t j = 0; j < K; ++j) gate[n * K + j] = pn[en[j]] / sum;
   }
-  // Capacity per sequence, in (choice, token) order: first choices before second ones. A part
-  // of the sequence starts each choice's count where the whole sequence's order has it.
+  // Capacity per sequence, in (choice, token) order: first choices before second ones. Split
+  // over parts, each part keeps what the whole sequence's order keeps.
   const int64_t capacity = expert_capacity(capacity_factor, K, T * parts.parts(), E);
-  std::vector<int64_t> before;
-  if (capacity > 0 && parts.parts() > 1) {
-    check(parts.chunk_index() >= 0, "a mixture of experts' capacity needs each sequence in consecutive chunks");
-    before = assignments_before(expert, B, T, K, E, parts);
-  }
+  const std::vector<uint8_t> keep = capacity > 0 && parts.parts() > 1
+                                        ? within_capacity(expert, B, T, K, E, capacity, parts)
+                                        : within_capacity(expert, B, T, K, E, capacity);
   int32_t* row = r.row.i32();
   r.counts.assign(static_cast<size_t>(E), 0);
-  std::vector<int64_t> taken(static_cast<size_t>(E));
-  for (int64_t b = 0; b < B; ++b) {
-    std::fill(taken.begin(), taken.end(), 0);
-    for (int64_t j = 0; j < K; ++j) {
-      if (!before.empty())
-        for (int64_t e = 0; e < E; ++e)
-          taken[static_cast<size_t>(e)] = std::min(capacity, before[static_cast<size_t>((b * K + j) * E + e)]);
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t a = (b * T + t) * K + j;
-        int64_t& used = taken[static_cast<size_t>(expert[a])];
-        const bool keep = capacity == 0 || used < capacity;
-        row[a] = keep ? 0 : -1;
-        if (keep) ++used, ++r.counts[static_cast<size_t>(expert[a])];
-        else ++r.dropped;
-      }
-    }
+  for (int64_t a = 0; a < N * K; ++a) {
+    row[a] = keep[static_cast<size_t>(a)] ? 0 : -1;
+    if (keep[static_cast<size_t>(a)]) ++r.counts[static_cast<size_t>(expert[a])];
+    else ++r.dropped;
   }
   // Number the kept rows expert by expert, each expert's in (sequence, choice, token) order.
   std::vector<int64_t> next(static_cast<size_t>(E), 0);
@@ -104,11 +123,6 @@ Routing route_tokens(const Tensor& probs, int64_t B, int64_t T, int64_t K, doubl
         if (row[a] >= 0) row[a] = static_cast<int32_t>(next[static_cast<size_t>(expert[a])]++);
       }
   return r;
-}
-
-const SequenceParts& whole_sequences() {
-  static const SequenceParts whole;
-  return whole;
 }
 
 namespace {

@@ -28,8 +28,9 @@ int64_t expert_capacity(double capacity_factor, int64_t K, int64_t T, int64_t E)
 // second choices, and earlier tokens before later ones; kept rows are numbered expert by
 // expert in (sequence, choice, token) order.
 // Split over parts (T of each sequence's tokens here), the capacity is the whole sequence's
-// and each part keeps what the whole sequence's order keeps: a collective that gathers every
-// part's choices per expert (only with capacity), for parts holding consecutive chunks.
+// and each part keeps what the whole sequence's order keeps: a collective (only with capacity)
+// that gathers every part's choices with the positions they stand at, wherever the parts'
+// tokens lie (sequence parallelism's consecutive chunks, context parallelism's interleaved ones).
 Routing route_tokens(const Tensor& probs, int64_t B, int64_t T, int64_t K, double capacity_factor,
                      const SequenceParts& parts = whole_sequences());
 

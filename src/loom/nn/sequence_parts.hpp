@@ -23,10 +23,13 @@ class SequenceParts {
   virtual int64_t summed_parts() const { return 1; }
   // Collective over the parts: v summed elementwise (the same on every part afterwards).
   virtual void sum(std::vector<float>& v) const { (void)v; }
-  // This part's place when the parts hold consecutive chunks of every sequence in rank order
-  // (sequence parallelism's tp ranks), else -1 (context parallelism's chunks interleave).
-  virtual int64_t chunk_index() const { return 0; }
-  // Collective over the parts: every part's v (the same size on each), in chunk order.
+  // Where this part's `rows` rows of a sequence stand in the whole sequence (of rows x parts()
+  // tokens): sequence parallelism's tp ranks hold consecutive chunks in rank order, context
+  // parallelism's cp ranks two chunks each (zig-zag or contiguous), cp over tp a tp chunk of
+  // the cp rank's rows.
+  virtual std::vector<int64_t> positions(int64_t rows) const;
+  // Collective over the parts: every part's v (the same size on each), one after another in
+  // an order that is the same on every part.
   virtual std::vector<float> gather(const std::vector<float>& v) const { return v; }
 };
 

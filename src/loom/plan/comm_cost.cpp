@@ -51,6 +51,7 @@ int64_t tensor_parallel_bytes_per_step(int64_t B, int64_t T, int64_t C, int64_t 
     const int64_t dense = 6 * C * L + block_size * C + 2 * C - Lm * C;  // an MoE block has no MLP projection bias
     replicated = sums * dense + moe_tensor_parallel_gradient_values(Lm, C, E, moe.local_experts, sums, moe.expert_parallel);
     if (Lm > 0) moe_statistics = M * Lm * 3 * B * E + E + 4;
+    if (Lm > 0 && moe.capacity) moe_statistics += M * Lm * T * (1 + B * moe.top_k);
   }
   return activation_bytes * M * activations + 4 * (M * loss + replicated + moe_statistics + 1);
 }

@@ -42,10 +42,14 @@ double all_reduce_bus_bandwidth(int64_t bytes, double seconds, int p);
 // (in place of the dense MLP's projection bias), per micro-batch under ZeRO-2/3 but for the
 // experts under ep, which accumulate outside ZeRO; and the load-balancing loss's per-sequence
 // statistics are added over tp (2 B E floats a layer forward, B E in backward, per micro-batch)
-// as are the step's expert loads (E + 4 floats).
+// as are the step's expert loads (E + 4 floats). With capacity (and sequence parallelism) each
+// layer's forward gathers every rank's top_k choices and positions for the whole sequence's
+// order: T (1 + B top_k) floats gathered, per micro-batch.
 struct TensorParallelMoe {
   int64_t layers = 0, experts = 0, local_experts = 0;
   bool expert_parallel = false;
+  int64_t top_k = 0;
+  bool capacity = false;
 };
 int64_t tensor_parallel_bytes_per_step(int64_t B, int64_t T, int64_t C, int64_t L, int64_t block_size, int64_t M,
                                        bool sequence_parallel, int zero_stage = 0, int64_t activation_bytes = 4,

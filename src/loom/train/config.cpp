@@ -33,7 +33,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       // Mixture of experts (nn/moe.hpp).
       {"model", "moe_experts", "experts (E) of each mixture-of-experts block; 0 = dense MLPs only", &m.moe.experts},
       {"model", "moe_top_k", "experts each token is routed to (K), its gates renormalised over them", &m.moe.top_k},
-      {"model", "moe_capacity_factor", "each expert takes at most ceil(f K T / E) tokens of a sequence, the rest pass by on the residual; 0 = dropless (required with cp > 1, whose load-balanced chunks of a sequence interleave; sequence_parallel's consecutive chunks keep what the whole sequence keeps)", &m.moe.capacity_factor},
+      {"model", "moe_capacity_factor", "each expert takes at most ceil(f K T / E) tokens of a sequence (first choices, then earlier tokens, first), the rest pass by on the residual; 0 = dropless. Decided over the whole sequence under cp and sequence_parallel too, so every layout drops what the serial run drops", &m.moe.capacity_factor},
       {"model", "moe_every", "every N-th block (N-1, 2N-1, ...) has a mixture of experts instead of its MLP", &m.moe.every},
       {"model", "moe_aux_loss_coef", "weight of the Switch load-balancing loss E sum_i f_i P_i (per sequence, 1 when balanced)", &m.moe.aux_loss_coef},
       {"model", "gcn_layers", "gcn: graph convolution layers", &c.gcn.layers},
@@ -199,10 +199,6 @@ void TrainConfig::validate() const {
   check_context_parallel();
   check(!sequence_parallel || tp > 1, "sequence_parallel needs tensor parallelism: set tp > 1");
   check(tp_overlap == "on" || tp_overlap == "off", "tp_overlap must be 'on' or 'off', got '", tp_overlap, "'");
-  check(cp == 1 || !model.moe.enabled() || model.moe.capacity_factor == 0.0,
-        "context parallelism splits a sequence over cp ranks while a mixture of experts' capacity drops per whole "
-        "sequence (first choices and earlier tokens first): use moe_capacity_factor = 0 (dropless) with cp > 1, not ",
-        model.moe.capacity_factor);
   check(!sequence_parallel || model.block_size % tp == 0, "sequence_parallel splits the sequence over tp ranks: block_size (",
         model.block_size, ") must be divisible by tp (", tp, ")");
   check(zero >= 0 && zero <= 3, "zero must be 0, 1, 2 or 3 (the ZeRO stage), got ", zero);

@@ -9,6 +9,7 @@
 
 #include "loom/comm/process_group.hpp"
 #include "loom/nn/layer_builder.hpp"
+#include "loom/parallel/context_parallel/load_balance.hpp"
 #include "loom/parallel/context_parallel/ring_attention.hpp"
 #include "loom/parallel/group_sequence_parts.hpp"
 
@@ -47,7 +48,9 @@ class ContextParallelLayers : public nn::LayerBuilder {
   comm::ProcessGroup& group_;
   Split split_;
   std::shared_ptr<RingStats> stats_;
-  GroupSequenceParts parts_{group_, /*gradients_summed=*/false, inner_.sequence_parts()};
+  GroupSequenceParts parts_{group_, /*gradients_summed=*/false,
+                           [&g = group_, s = split_](int64_t length) { return positions_of(length, g.rank(), g.size(), s); },
+                           inner_.sequence_parts()};
 };
 
 }  // namespace loom::parallel::cp

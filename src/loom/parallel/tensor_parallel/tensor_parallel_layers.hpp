@@ -42,7 +42,7 @@ class TensorParallelLayers : public nn::LayerBuilder {
   comm::ProcessGroup& group_;
   bool sequence_parallel_;
   bool overlap_;
-  GroupSequenceParts parts_{group_, /*gradients_summed=*/true};
+  GroupSequenceParts parts_{group_, /*gradients_summed=*/true, consecutive_chunk_of(group_)};
 };
 
 }  // namespace loom::parallel::tp
