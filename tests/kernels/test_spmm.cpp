@@ -81,6 +81,28 @@ TEST(Spmm, BitIdenticalForAnyThreadCount) {
       0.0, 0.0);
 }
 
+// A range of rows at a time (a blocked aggregation) writes exactly what the whole product
+// writes there and nothing outside the range, at any thread count.
+TEST(Spmm, RowRangesAreTheWholeProductsRowsBitForBit) {
+  const CsrMatrix A = rmat_adjacency();
+  const int64_t D = 24;
+  const std::vector<float> B = testing::random_vector(A.cols * D, 5);
+  std::vector<float> whole(static_cast<size_t>(A.rows * D));
+  spmm(A, B.data(), whole.data(), D);
+  testing::expect_deterministic_across_threads(
+      [&] {
+        std::vector<float> C(whole.size(), -7.0f);
+        const std::vector<int64_t> cuts{0, 1, A.rows / 3, A.rows / 3, A.rows - 1, A.rows};  // an empty range too
+        for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+          spmm_rows(A, B.data(), C.data(), D, cuts[i], cuts[i + 1]);
+          for (int64_t r = cuts[i + 1] * D; r < A.rows * D; ++r) EXPECT_EQ(C[static_cast<size_t>(r)], -7.0f);
+        }
+        EXPECT_TRUE(testing::all_close(C, whole, 0.0, 0.0, "ranges against the whole"));
+        return C;
+      },
+      0.0, 0.0);
+}
+
 TEST(Spmm, RowsBalancedByNonZeros) {
   const CsrMatrix A = rmat_adjacency();
   int64_t longest = 0;

@@ -5,7 +5,9 @@
 // gradients before clipping (1e-4 of each tensor's largest magnitude) and parameters after 3
 // Adam steps (1e-4 of each tensor's scale); a grid wider than the graph (ranks with no rows or
 // columns of Â) must neither hang nor differ. Then the bytes each axis moves per epoch equal
-// plan::gcn_3d_bytes_per_epoch on every rank. Last, checkpoints, which hold the serial tensors
+// plan::gcn_3d_bytes_per_epoch on every rank. Plexus's blocked, overlapped aggregation
+// (graph_aggregation_chunks) joins the table and the bytes, and trains bit for bit like one sum
+// where every axis holds two ranks. Last, checkpoints, which hold the serial tensors
 // (a grid's padding left out): with widths the grid divides and with widths it pads, a resume
 // under the same grid continues bit for bit and a run moves serial -> grid -> serial like the
 // uninterrupted serial run.
@@ -41,6 +43,7 @@ struct Case {
   std::string data = "rmat:scale=7,edge_factor=4,features=13,classes=3,seed=2";
   std::string split{};
   std::string precision = "fp32";
+  int64_t aggregation_chunks = 1;  // Plexus's blocked, overlapped aggregation (the grid's run only)
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -141,6 +144,7 @@ TEST_P(Graph3DEquivalence, SameLossesGradientsAndParametersAsSerial) {
   train::TrainConfig c = gcn_config(k);
   c.tp_3d = k.tp_3d;
   c.graph_permute = k.permute;
+  c.graph_aggregation_chunks = k.aggregation_chunks;
   train::Trainer parallel(c, true, &world());
   const GcnRun got = run(parallel);
   const Tolerances tol = k.precision == "bf16" ? kBf16 : Tolerances{};
@@ -202,13 +206,26 @@ INSTANTIATE_TEST_SUITE_P(
                            .data = LOOM_SOURCE_DIR "/data/cora", .precision = "bf16"},
                       // 4 nodes on depth 8 (then outer 8): most ranks hold no rows or no columns.
                       Case{.name = "d8_empty_blocks", .tp_3d = "1,1,8", .world = 8, .data = "rmat:scale=2,features=5,classes=2",
-                           .split = "0:2,2:3,3:4"}),
+                           .split = "0:2,2:3,3:4"},
+                      // The blocked, overlapped aggregation: each range of rows summed under the
+                      // next range's SpMM, forward over outer and backward over depth; an odd
+                      // number of ranges, more ranges than some blocks have rows, and bf16 sums.
+                      Case{.name = "d2_chunks3", .tp_3d = "1,1,2", .world = 2, .aggregation_chunks = 3},
+                      Case{.name = "r3_chunks2", .tp_3d = "3,1,1", .world = 3, .aggregation_chunks = 2},
+                      Case{.name = "r2d2_cora_chunks4", .tp_3d = "2,1,2", .world = 4, .data = LOOM_SOURCE_DIR "/data/cora",
+                           .aggregation_chunks = 4},
+                      Case{.name = "r2c2_cora_bf16_chunks2", .tp_3d = "2,2,1", .world = 4, .data = LOOM_SOURCE_DIR "/data/cora",
+                           .precision = "bf16", .aggregation_chunks = 2},
+                      Case{.name = "r2c2d2_3layers_chunks3", .tp_3d = "2,2,2", .world = 8, .layers = 3, .aggregation_chunks = 3},
+                      Case{.name = "d8_empty_blocks_chunks3", .tp_3d = "1,1,8", .world = 8,
+                           .data = "rmat:scale=2,features=5,classes=2", .split = "0:2,2:3,3:4", .aggregation_chunks = 3}),
     [](const auto& info) { return info.param.name; });
 
 struct BytesCase {
   std::string tp_3d;
   int64_t world, layers;
   std::string precision = "fp32";
+  int64_t aggregation_chunks = 1;  // the ranges' sums add up to the whole's bytes
 };
 
 void PrintTo(const BytesCase& c, std::ostream* os) { *os << c.tp_3d << " " << c.precision; }
@@ -220,6 +237,7 @@ TEST_P(Graph3DBytes, MeasuredBytesPerAxisEqualTheModel) {
   if (world().size() != k.world) GTEST_SKIP() << "runs on " << k.world << " ranks";
   train::TrainConfig c = gcn_config(Case{.layers = k.layers, .precision = k.precision});
   c.tp_3d = k.tp_3d;
+  c.graph_aggregation_chunks = k.aggregation_chunks;
   train::Trainer t(c, true, &world());
   const train::Parallelized& pz = t.parallelized();
   for (const char* axis : {"row", "col", "depth"}) pz.group(axis).reset_stats();
@@ -244,11 +262,51 @@ INSTANTIATE_TEST_SUITE_P(Grids, Graph3DBytes,
                          ::testing::Values(BytesCase{"2,1,1", 2, 2}, BytesCase{"1,1,2", 2, 3}, BytesCase{"3,1,1", 3, 2},
                                            BytesCase{"2,2,1", 4, 3}, BytesCase{"1,2,2", 4, 2}, BytesCase{"2,2,2", 8, 3},
                                            BytesCase{"1,1,2", 2, 3, "bf16"}, BytesCase{"2,2,1", 4, 3, "bf16"},
-                                           BytesCase{"2,2,2", 8, 3, "bf16"}));
+                                           BytesCase{"2,2,2", 8, 3, "bf16"}, BytesCase{"1,2,2", 4, 2, "fp32", 3},
+                                           BytesCase{"2,2,2", 8, 3, "bf16", 2}));
 
 
 // bf16 on a grid: each rank's W shard gets one bf16 copy a step (the formula's 2 bytes a
 // parameter), which the depth gather sends; converting at each GEMM would leave none.
+// The blocked aggregation sums each range of rows as the one sum sums them: on grids whose axes
+// hold at most 2 ranks (a sum of two is the same in any order), in fp32 and bf16, a run with 3
+// ranges is the run with one, bit for bit: losses, every step's gradients and the parameters.
+TEST(Graph3DOverlap, BlockedAggregationTrainsBitForBitLikeOneSum) {
+  const std::map<int, std::string> grids{{2, "1,1,2"}, {4, "2,1,2"}, {8, "2,2,2"}};
+  if (!grids.count(world().size())) GTEST_SKIP() << "runs on 2, 4 or 8 ranks";
+  for (const std::string precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    train::TrainConfig c = gcn_config(Case{.layers = 3, .precision = precision});
+    c.tp_3d = grids.at(world().size());
+    train::Trainer one_sum(c, true, &world());
+    const GcnRun want = run(one_sum);
+    c.graph_aggregation_chunks = 3;
+    train::Trainer blocked(c, true, &world());
+    const GcnRun got = run(blocked);
+    EXPECT_EQ(got.losses, want.losses);
+    ASSERT_EQ(got.grads.size(), want.grads.size());
+    for (size_t step = 0; step < want.grads.size(); ++step)
+      for (const auto& [name, w] : want.grads[step])
+        EXPECT_TRUE(testing::all_close(got.grads[step].at(name).f32(), w.f32(), w.numel(), 0.0, 0.0,
+                                       "step " + std::to_string(step + 1) + " " + name));
+    for (const auto& [name, w] : want.params)
+      EXPECT_TRUE(testing::all_close(got.params.at(name).f32(), w.f32(), w.numel(), 0.0, 0.0, name));
+  }
+}
+
+// Bad values are refused by name: fewer than one range, or ranges where nothing aggregates
+// over a grid.
+TEST(Graph3DOverlap, BadAggregationChunksAreRefused) {
+  train::TrainConfig c = gcn_config(Case{});
+  c.tp_3d = "1,1,2";
+  c.graph_aggregation_chunks = 0;
+  EXPECT_NE(loom::testing::error_of([&] { c.validate(); }).find("graph_aggregation_chunks must be >= 1"),
+            std::string::npos);
+  c.graph_aggregation_chunks = 2;
+  c.tp_3d = "";
+  EXPECT_NE(loom::testing::error_of([&] { c.validate(); }).find("it needs model = 'gcn' and tp_3d"), std::string::npos);
+}
+
 TEST(Graph3DMixedPrecision, EachWeightShardHasOneBf16Copy) {
   if (world().size() != 2) GTEST_SKIP() << "runs on 2 ranks";
   for (const char* grid : {"1,1,2", "2,1,1"}) {

@@ -10,12 +10,12 @@ namespace {
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr int64_t kSpmmParallelMin = 1 << 15;
 
-// The first row of part p of `parts` (A.rows for p == parts): where p / parts of the
-// non-zeros have been passed.
-int64_t part_begin(const CsrMatrix& A, int64_t p, int64_t parts) {
-  if (p >= parts) return A.rows;
-  const int64_t target = A.nnz() * p / parts;
-  return std::lower_bound(A.row_ptr.begin(), A.row_ptr.end(), target) - A.row_ptr.begin();
+// The first row of part p of `parts` of rows [r0, r1) (r1 for p == parts): where p / parts
+// of their non-zeros have been passed.
+int64_t part_begin(const CsrMatrix& A, int64_t r0, int64_t r1, int64_t p, int64_t parts) {
+  if (p >= parts) return r1;
+  const int64_t target = A.row_ptr[r0] + (A.row_ptr[r1] - A.row_ptr[r0]) * p / parts;
+  return std::lower_bound(A.row_ptr.begin() + r0, A.row_ptr.begin() + r1 + 1, target) - A.row_ptr.begin();
 }
 
 // Rows [r0, r1) of C: each row one gather over its non-zeros in column order, the loop over
@@ -23,7 +23,8 @@ int64_t part_begin(const CsrMatrix& A, int64_t p, int64_t parts) {
 // multiply-adds (1.35-1.9x over one a pass on Cora and R-MAT), added one after the other as
 // a pass per non-zero adds them, so the bits do not change. (Holding the row's sums in
 // registers over column blocks measured slower: each block walks the indices again.)
-void spmm_rows(const CsrMatrix& A, const float* B, float* C, int64_t D, int64_t r0, int64_t r1, bool accumulate) {
+void rows_one_thread(const CsrMatrix& A, const float* B, float* C, int64_t D, int64_t r0, int64_t r1,
+                     bool accumulate) {
   const int64_t* __restrict row_ptr = A.row_ptr.data();
   const int32_t* __restrict col = A.col.data();
   const float* __restrict val = A.val.data();
@@ -53,19 +54,24 @@ void spmm_rows(const CsrMatrix& A, const float* B, float* C, int64_t D, int64_t 
 
 std::vector<int64_t> rows_balanced_by_nnz(const CsrMatrix& A, int parts) {
   std::vector<int64_t> bounds(static_cast<size_t>(parts) + 1);
-  for (int p = 0; p <= parts; ++p) bounds[static_cast<size_t>(p)] = part_begin(A, p, parts);
+  for (int p = 0; p <= parts; ++p) bounds[static_cast<size_t>(p)] = part_begin(A, 0, A.rows, p, parts);
   return bounds;
 }
 
-void spmm(const CsrMatrix& A, const float* B, float* C, int64_t D, bool accumulate) {
-  const int threads = A.nnz() * D >= kSpmmParallelMin ? omp_get_max_threads() : 1;
-  if (threads == 1) return spmm_rows(A, B, C, D, 0, A.rows, accumulate);
+void spmm_rows(const CsrMatrix& A, const float* B, float* C, int64_t D, int64_t r0, int64_t r1, bool accumulate) {
+  if (r0 >= r1) return;
+  const int threads = (A.row_ptr[r1] - A.row_ptr[r0]) * D >= kSpmmParallelMin ? omp_get_max_threads() : 1;
+  if (threads == 1) return rows_one_thread(A, B, C, D, r0, r1, accumulate);
   // Each thread finds its own rows (two binary searches): nothing allocated per call.
 #pragma omp parallel num_threads(threads)
   {
     const int64_t part = omp_get_thread_num(), parts = omp_get_num_threads();
-    spmm_rows(A, B, C, D, part_begin(A, part, parts), part_begin(A, part + 1, parts), accumulate);
+    rows_one_thread(A, B, C, D, part_begin(A, r0, r1, part, parts), part_begin(A, r0, r1, part + 1, parts), accumulate);
   }
+}
+
+void spmm(const CsrMatrix& A, const float* B, float* C, int64_t D, bool accumulate) {
+  spmm_rows(A, B, C, D, 0, A.rows, accumulate);
 }
 
 }  // namespace loom::kernels

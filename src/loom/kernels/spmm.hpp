@@ -16,6 +16,10 @@ namespace loom::kernels {
 
 // C (A.rows, D) = A (A.rows, A.cols) @ B (A.cols, D); overwrites C, or adds to it when accumulate.
 void spmm(const CsrMatrix& A, const float* B, float* C, int64_t D, bool accumulate = false);
+// Rows [r0, r1) of C = A B alone, the threads splitting them by non-zeros as spmm() splits all
+// rows (a blocked aggregation's range at a time); the bits of each row are spmm()'s.
+void spmm_rows(const CsrMatrix& A, const float* B, float* C, int64_t D, int64_t r0, int64_t r1,
+               bool accumulate = false);
 // The first row of each of `parts` ranges holding about nnz / parts non-zeros each
 // ((parts + 1) boundaries, the last A.rows).
 std::vector<int64_t> rows_balanced_by_nnz(const CsrMatrix& A, int parts);

@@ -84,6 +84,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "pin_ranks", "'auto': when a node runs more ranks than it has cores and each rank one thread, pin every rank to a core, the ranks of each pipeline stage on different cores (ranks waiting in MPI keep polling, so the OS does not move working ranks apart); 'off': leave placement to the OS", &c.pin_ranks},
       {"parallel", "tp_3d", "3D tensor parallelism (AxoNN): the grid \"R,C,D\" of row x col x depth ranks per data-parallel replica; each linear layer's weight split over row and col and sharded over depth, the batch split over dp x depth; layers whose shapes do not divide the grid stay serial; with model = 'gcn', Plexus's 3D-parallel GCN (Â, features and weights split over the grid); \"\" = off", &c.tp_3d},
       {"parallel", "tp_3d_overlap", "with tp_3d: 'on' starts each layer's depth all-gather of its weight one layer ahead and keeps the all-reduce of dX and the reduce-scatter of dW in flight under the next GEMMs; 'off' blocks on each (bit-identical results either way)", &c.tp_3d_overlap},
+      {"parallel", "graph_aggregation_chunks", "gcn with tp_3d: split each graph convolution's aggregation (Â X forward, Âᵀ dZ backward) into this many ranges of rows, each range's all-reduce running while the next range's SpMM computes (Plexus's blocked, overlapped aggregation); the result is the same; 1 = one SpMM, then one all-reduce", &c.graph_aggregation_chunks},
       {"parallel", "graph_permute", "gcn with tp_3d: permute the nodes randomly (two orders, from seed) so every rank's block of the adjacency gets about the same non-zeros; the result is the same either way", &c.graph_permute},
       {"parallel", "comm_timeout", "seconds any wait for other ranks (a collective, a pipeline send or receive) may last before the watchdog reports the rank holding the job up and ends the job; 0 = off. The environment variable LOOM_COMM_TIMEOUT overrides the config file, this flag overrides both", &c.comm_timeout},
       {"run", "out_dir", "run directory: metrics.jsonl, memory.json and checkpoints (`loom train` refuses an empty one)", &c.out_dir},
@@ -210,6 +211,10 @@ void TrainConfig::validate() const {
   check(net_gbps >= 0 && net_latency_us >= 0, "net_gbps and net_latency_us must be >= 0");
   check(comm_timeout >= 0, "comm_timeout must be seconds >= 0 (0 = off), got ", comm_timeout);
   check(peak_gflops >= 0, "peak_gflops must be >= 0, got ", peak_gflops);
+  check(graph_aggregation_chunks >= 1, "graph_aggregation_chunks must be >= 1 (1 = one SpMM, then one all-reduce), got ",
+        graph_aggregation_chunks);
+  check(graph_aggregation_chunks == 1 || (family == "gcn" && tp_3d_on()), "graph_aggregation_chunks (",
+        graph_aggregation_chunks, ") splits the aggregation of a GCN on a 3D grid: it needs model = 'gcn' and tp_3d");
   validate_tp_3d();
   validate_expert_parallel();
 }

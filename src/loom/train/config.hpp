@@ -73,6 +73,7 @@ struct TrainConfig {
   std::string tp_3d;               // 3D tensor parallelism's grid "R,C,D" (row, col, depth); "" = off
   std::string tp_3d_overlap = "on";  // "on": 3D collectives overlapped with compute; "off": blocking
   bool graph_permute = true;       // gcn under tp_3d: Plexus's double random node permutation
+  int64_t graph_aggregation_chunks = 1;  // gcn under tp_3d: row ranges of the blocked, overlapped aggregation
 
   // [run]
   std::string out_dir = "runs/default";

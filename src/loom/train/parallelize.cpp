@@ -210,7 +210,8 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
     // A GCN's graph convolutions become Plexus's (graph_3d), its linear layers AxoNN's.
     if (config.family == "gcn")
       p.tp3d_layers = std::make_unique<parallel::graph3d::GraphLayers3D>(
-          *p.grid, config.gcn.layers, config.graph_permute, static_cast<uint64_t>(config.seed));
+          *p.grid, config.gcn.layers, config.graph_permute, static_cast<uint64_t>(config.seed),
+          config.graph_aggregation_chunks);
     else
       p.tp3d_layers = std::make_unique<parallel::tp3d::Layers3D>(*p.grid, config.tp_3d_overlap == "on");
   }

@@ -39,11 +39,13 @@ LocalWidths LocalWidths::of(int64_t in, int64_t out, int64_t layer, const Grid3D
 }
 
 GraphConv3D::GraphConv3D(int64_t in, int64_t out, int64_t layer, std::shared_ptr<const nn::GraphOperator> graph,
-                         bool input_gradient, const Grid3D& grid, std::shared_ptr<const NodeOrders> orders)
+                         bool input_gradient, const Grid3D& grid, std::shared_ptr<const NodeOrders> orders,
+                         int64_t aggregation_chunks)
     : nn::GraphConv(in, out, graph, input_gradient,
                     {LocalWidths::of(in, out, layer, grid).in, LocalWidths::of(in, out, layer, grid).shard},
                     LocalWidths::of(in, out, layer, grid).shard),
       grid_(grid),
+      aggregation_chunks_(aggregation_chunks),
       roles_(Roles::of(layer)),
       first_(layer == 0),
       orders_(std::move(orders)) {
@@ -76,6 +78,22 @@ void GraphConv3D::all_reduce(Tensor& t, Axis a) const {
   // Every member of an axis group holds the same shape, so an empty block skips on all of them.
   // These are activations and their gradients: in the group's activation dtype (bf16 in a bf16 run).
   if (t.numel() > 0) grid_.sum_activations(t, a);
+}
+
+void GraphConv3D::aggregate(const kernels::CsrMatrix& A, const Tensor& in, Tensor& out, Axis a) const {
+  const int64_t D = in.size(1), chunks = std::min(aggregation_chunks_, A.rows);
+  if (chunks <= 1) {
+    kernels::spmm(A, in.f32(), out.f32(), D);
+    all_reduce(out, a);
+    return;
+  }
+  std::vector<Grid3D::Pending> sums;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const auto [r0, r1] = part_range(A.rows, chunks, c);
+    kernels::spmm_rows(A, in.f32(), out.f32(), D, r0, r1);
+    if (r1 > r0 && D > 0) sums.push_back(grid_.start_sum_activations(out.f32() + r0 * D, (r1 - r0) * D, a));
+  }
+  for (Grid3D::Pending& sum : sums) sum.wait();
 }
 
 nn::GraphConv::OutputBlock GraphConv3D::output_block() const {
@@ -184,9 +202,8 @@ Tensor GraphConv3D::forward_impl(const Tensor& x_in, nn::Context& ctx) {
   const Tensor x = first_ ? gathered_input(x_in) : x_in;  // (cols, in/inner)
   check(x.ndim() == 2 && x.size(0) == cols && x.size(1) == in_local_, "GraphConv3D '", name(), "' expects (", cols, ", ",
         in_local_, ") node features, got ", shape_str(x.shape()));
-  Tensor agg = Tensor::empty({rows, in_local_});  // (rows, in/inner): Â X over this rank's columns
-  kernels::spmm(block_, x.f32(), agg.f32(), in_local_);
-  all_reduce(agg, roles_.outer);
+  Tensor agg = Tensor::empty({rows, in_local_});  // (rows, in/inner): Â X, summed over outer's columns
+  aggregate(block_, x, agg, roles_.outer);
   const auto [w, bias] = gathered_parameters();
   const Tensor input = nn::saved_activation(agg, ctx);  // in bf16 once under mixed precision
   Tensor y = Tensor::zeros({rows, out_local_});  // (rows, out/outer)
@@ -219,9 +236,8 @@ Tensor GraphConv3D::backward_impl(const Tensor& dy, nn::Context& ctx) {
     if (rows > 0)
       kernels::matmul(nn::gemm_input(dy_c), Trans::N, nn::gemm_input(w), Trans::T, dagg.f32(), rows, in_local_, out_local_);
     all_reduce(dagg, roles_.outer);
-    dx = Tensor::empty({cols, in_local_});  // (cols, in/inner): partial over depth
-    kernels::spmm(block_t_, dagg.f32(), dx.f32(), in_local_);
-    all_reduce(dx, roles_.depth);
+    dx = Tensor::empty({cols, in_local_});  // (cols, in/inner): Âᵀ dAGG, summed over depth's rows
+    aggregate(block_t_, dagg, dx, roles_.depth);
   }
   weight_->grad_contributed();
   bias_->grad_contributed();

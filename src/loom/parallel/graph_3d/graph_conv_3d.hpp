@@ -54,8 +54,11 @@ struct LocalWidths {
 
 class GraphConv3D : public nn::GraphConv {
  public:
+  // aggregation_chunks: the row ranges of Plexus's blocked aggregation (aggregate()); 1: one
+  // SpMM, then one sum.
   GraphConv3D(int64_t in, int64_t out, int64_t layer, std::shared_ptr<const nn::GraphOperator> graph,
-              bool input_gradient, const Grid3D& grid, std::shared_ptr<const NodeOrders> orders);
+              bool input_gradient, const Grid3D& grid, std::shared_ptr<const NodeOrders> orders,
+              int64_t aggregation_chunks = 1);
 
   OutputBlock output_block() const override;
   void set_weight(const Tensor& whole) override;
@@ -83,8 +86,15 @@ class GraphConv3D : public nn::GraphConv {
   // back onto this rank's shards' gradients.
   void reduce_scatter_gradients(const Tensor& dw, const Tensor& db);
   void all_reduce(Tensor& t, Axis a) const;
+  // out (A.rows, D) = A in, summed over axis a: Â X (over outer) forward, Âᵀ dAGG (over depth)
+  // backward. In aggregation_chunks_ ranges of equal row counts, each range's sum started as
+  // soon as its SpMM is done so that it runs under the next range's SpMM (Plexus's
+  // --block_aggregation --overlap_aggregation). The members of the axis group hold the same
+  // rows, so their ranges and collectives match; each value is summed as the whole's is.
+  void aggregate(const kernels::CsrMatrix& A, const Tensor& in, Tensor& out, Axis a) const;
 
   const Grid3D& grid_;
+  int64_t aggregation_chunks_;
   Roles roles_;
   bool first_;
   int64_t shard_rows_ = 0;  // the first layer: rows of its input shard, cols / depth rounded up

@@ -9,7 +9,8 @@ std::unique_ptr<nn::GraphConv> GraphLayers3D::graph_conv(int64_t in, int64_t out
                                                          std::shared_ptr<const nn::GraphOperator> graph,
                                                          bool input_gradient) const {
   if (!orders_) orders_ = node_orders(graph->adjacency.rows, permute_, seed_), graph_ = graph;
-  auto conv = std::make_unique<GraphConv3D>(in, out, layer, std::move(graph), input_gradient, grid(), orders_);
+  auto conv = std::make_unique<GraphConv3D>(in, out, layer, std::move(graph), input_gradient, grid(), orders_,
+                                             aggregation_chunks_);
   // Each layer reduces its own gradients over depth (backward_impl).
   keep_gradient_over_depth(conv->weight());
   keep_gradient_over_depth(conv->bias());

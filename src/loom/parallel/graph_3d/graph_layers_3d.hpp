@@ -14,9 +14,14 @@ namespace loom::parallel::graph3d {
 
 class GraphLayers3D : public tp3d::Layers3D {
  public:
-  // layers: the GCN's graph convolutions.
-  GraphLayers3D(const Grid3D& grid, int64_t layers, bool permute, uint64_t seed)
-      : tp3d::Layers3D(grid), layers_(layers), permute_(permute), seed_(seed) {}
+  // layers: the GCN's graph convolutions; aggregation_chunks: each one's blocked aggregation
+  // (GraphConv3D::aggregate).
+  GraphLayers3D(const Grid3D& grid, int64_t layers, bool permute, uint64_t seed, int64_t aggregation_chunks = 1)
+      : tp3d::Layers3D(grid),
+        layers_(layers),
+        permute_(permute),
+        seed_(seed),
+        aggregation_chunks_(aggregation_chunks) {}
 
   std::unique_ptr<nn::GraphConv> graph_conv(int64_t in, int64_t out, int64_t layer,
                                             std::shared_ptr<const nn::GraphOperator> graph,
@@ -29,6 +34,7 @@ class GraphLayers3D : public tp3d::Layers3D {
   int64_t layers_;
   bool permute_;
   uint64_t seed_;
+  int64_t aggregation_chunks_;
   mutable std::shared_ptr<const NodeOrders> orders_;  // drawn for the graph of the first layer
   mutable std::shared_ptr<const nn::GraphOperator> graph_;
 };
