@@ -50,6 +50,7 @@ train::TrainConfig serial_twin(const train::TrainConfig& c, int64_t padded_vocab
   s.batch_size = c.batch_size * c.batch_shards();
   s.dp = s.pp = s.tp = s.cp = s.ep = 1;
   s.tp_3d = "";
+  s.graph_aggregation_chunks = 1;  // the grid's blocked aggregation: one SpMM serially
   s.zero = s.hsdp_shard = 0;
   s.sequence_parallel = false;
   s.schedule = "1f1b";

@@ -40,6 +40,8 @@ std::vector<uint8_t> within_capacity(const int32_t* expert, int64_t B, int64_t T
                                      int64_t capacity, const SequenceParts& parts) {
   const std::vector<int64_t> at = parts.positions(T);
   const int64_t block = T * (1 + B * K), P = parts.parts(), whole_T = T * P;
+  check(whole_T < (int64_t{1} << 24) && E < (int64_t{1} << 24), "route_tokens: a sequence of ", whole_T,
+        " tokens over ", E, " experts is past what its capacity gather carries exactly (2^24)");
   std::vector<float> mine(static_cast<size_t>(block));
   for (int64_t t = 0; t < T; ++t) mine[static_cast<size_t>(t)] = static_cast<float>(at[static_cast<size_t>(t)]);
   for (int64_t a = 0; a < B * T * K; ++a) mine[static_cast<size_t>(T + a)] = static_cast<float>(expert[a]);

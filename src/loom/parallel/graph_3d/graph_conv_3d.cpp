@@ -88,10 +88,15 @@ void GraphConv3D::aggregate(const kernels::CsrMatrix& A, const Tensor& in, Tenso
     return;
   }
   std::vector<Grid3D::Pending> sums;
-  for (int64_t c = 0; c < chunks; ++c) {
-    const auto [r0, r1] = part_range(A.rows, chunks, c);
-    kernels::spmm_rows(A, in.f32(), out.f32(), D, r0, r1);
-    if (r1 > r0 && D > 0) sums.push_back(grid_.start_sum_activations(out.f32() + r0 * D, (r1 - r0) * D, a));
+  try {
+    for (int64_t c = 0; c < chunks; ++c) {
+      const auto [r0, r1] = part_range(A.rows, chunks, c);
+      kernels::spmm_rows(A, in.f32(), out.f32(), D, r0, r1);
+      if (r1 > r0 && D > 0) sums.push_back(grid_.start_sum_activations(out.f32() + r0 * D, (r1 - r0) * D, a));
+    }
+  } catch (...) {
+    for (Grid3D::Pending& sum : sums) sum.wait();  // no collective left writing into out
+    throw;
   }
   for (Grid3D::Pending& sum : sums) sum.wait();
 }

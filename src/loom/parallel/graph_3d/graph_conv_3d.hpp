@@ -90,7 +90,8 @@ class GraphConv3D : public nn::GraphConv {
   // backward. In aggregation_chunks_ ranges of equal row counts, each range's sum started as
   // soon as its SpMM is done so that it runs under the next range's SpMM (Plexus's
   // --block_aggregation --overlap_aggregation). The members of the axis group hold the same
-  // rows, so their ranges and collectives match; each value is summed as the whole's is.
+  // rows, so their ranges and collectives match; each value is summed as in the whole sum, up to
+  // the reduction's order (bit for bit where the axis holds two ranks).
   void aggregate(const kernels::CsrMatrix& A, const Tensor& in, Tensor& out, Axis a) const;
 
   const Grid3D& grid_;
