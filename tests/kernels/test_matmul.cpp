@@ -154,6 +154,36 @@ TEST(Matmul, Bf16IsTheProductOfRoundedOperands) {
   EXPECT_TRUE(all_close(scores, expected, 1e-5, 1e-5, "strided bf16 views"));
 }
 
+// From kBf16RepackMinRows rows on, a bf16 product reads B reordered into oneDNN's preferred
+// layout: the same product (rounded operands against double, rtol/atol 1e-5 as above), for B
+// stored either way, with bias and accumulation. Counted, so that a path silently left plain
+// fails here; a weight gradient (ta == T) and fewer rows stay plain.
+TEST(Matmul, Bf16ProductsOnManyRowsReadBRepacked) {
+  const int64_t M = kBf16RepackMinRows, N = 40, K = 72;
+  std::vector<float> A = random_vector(M * K, 21), B = random_vector(K * N, 22), bias = random_vector(N, 23);
+  std::vector<float> C0 = random_vector(M * N, 24);
+  round_to_bf16_values(A.data(), A.data(), M * K);
+  round_to_bf16_values(B.data(), B.data(), K * N);
+  const PrecisionScope bf16(Precision::BF16);
+  const int64_t before = matmul_repacked_products();
+  for (const Trans tb : {Trans::N, Trans::T}) {
+    std::vector<float> C = C0;
+    matmul(A.data(), Trans::N, B.data(), tb, C.data(), M, N, K, bias.data(), /*accumulate=*/true);
+    EXPECT_TRUE(all_close(C, naive(A, Trans::N, B, tb, M, N, K, bias.data(), &C0), 1e-5, 1e-5, "repacked B"));
+  }
+  const int64_t repacked = native_bf16_matmul() ? 2 : 0;  // widened operands multiply in fp32, plain
+  EXPECT_EQ(matmul_repacked_products() - before, repacked);
+
+  std::vector<float> C(M * N);
+  matmul(A.data(), Trans::N, B.data(), Trans::N, C.data(), M - 1, N, K);  // one row fewer
+  std::vector<float> dY = C0, dW(K * N);
+  round_to_bf16_values(dY.data(), dY.data(), M * N);
+  matmul(A.data(), Trans::T, dY.data(), Trans::N, dW.data(), K, N, M);  // a weight gradient's shape
+  // 1024-term sums: rtol/atol 1e-4.
+  EXPECT_TRUE(all_close(dW, naive(A, Trans::T, dY, Trans::N, K, N, M, nullptr, nullptr), 1e-4, 1e-4, "dW"));
+  EXPECT_EQ(matmul_repacked_products() - before, repacked);
+}
+
 TEST(Matmul, PrimitiveCacheReusesSameShape) {
   const int64_t M = 3, N = 19, K = 23;  // a shape no other test uses
   const auto A = random_vector(M * K, 6), B = random_vector(K * N, 7);

@@ -3,11 +3,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "dnnl.hpp"
@@ -27,6 +29,9 @@ struct Cached {
   memory::desc a, b, c, bias;
   bool own_scratchpad = false;  // the caller passes the scratchpad (user mode)
   memory::desc scratchpad;
+  // A repacked product's b as callers give it, and the reorder from it into b's blocked layout.
+  memory::desc b_plain;
+  std::optional<dnnl::reorder> repack;
 };
 
 struct Engine {
@@ -35,6 +40,8 @@ struct Engine {
   std::mutex mutex;
   std::map<Key, Cached> cache;
 };
+
+std::atomic<int64_t> repacked_products{0};  // matmul_repacked_products()
 
 Engine& engine() {
   static Engine e;
@@ -109,7 +116,7 @@ const float* widened(const void* bf16_data, int64_t n, Tensor& scratch) {
 // Creates (or finds) the primitive for this exact geometry.
 const Cached& primitive_for(const Key& key, const memory::desc& a, const memory::desc& b,
                             const memory::desc& c, const memory::desc& bias, float alpha,
-                            bool accumulate) {
+                            bool accumulate, bool repack_b = false) {
   Engine& e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
   auto it = e.cache.find(key);
@@ -127,9 +134,15 @@ const Cached& primitive_for(const Key& key, const memory::desc& a, const memory:
     ops.append_sum(1.0f);
     attr.set_post_ops(ops);
   }
-  const dnnl::matmul::desc desc = bias.is_zero() ? dnnl::matmul::desc(a, b, c) : dnnl::matmul::desc(a, b, bias, c);
+  const memory::desc b_any = repack_b ? memory::desc(b.dims(), b.data_type(), memory::format_tag::any) : b;
+  const dnnl::matmul::desc desc =
+      bias.is_zero() ? dnnl::matmul::desc(a, b_any, c) : dnnl::matmul::desc(a, b_any, bias, c);
   const dnnl::matmul::primitive_desc pd(desc, attr, e.engine);
-  Cached entry{dnnl::matmul(pd), a, b, c, bias, own_scratchpad, pd.scratchpad_desc()};
+  Cached entry{dnnl::matmul(pd), a, b, c, bias, own_scratchpad, pd.scratchpad_desc(), b, std::nullopt};
+  if (repack_b) {  // b becomes the blocked layout oneDNN chose, reached from b as given by a reorder
+    entry.b = pd.weights_desc();
+    entry.repack = dnnl::reorder(dnnl::reorder::primitive_desc(e.engine, b, e.engine, entry.b));
+  }
   return e.cache.emplace(key, std::move(entry)).first->second;
 }
 
@@ -137,6 +150,14 @@ void execute(const Cached& p, const void* A, const void* B, const float* bias, f
   Engine& e = engine();
   memory am(p.a, e.engine, const_cast<void*>(A));
   memory bm(p.b, e.engine, const_cast<void*>(B));
+  Tensor repacked;  // B in the primitive's blocked layout, for this product only
+  if (p.repack) {
+    memory plain(p.b_plain, e.engine, const_cast<void*>(B));
+    repacked = Tensor::empty({static_cast<int64_t>(p.b.get_size() + 1) / 2}, DType::BF16, MemoryCategory::Other);
+    bm = memory(p.b, e.engine, repacked.raw());
+    p.repack->execute(e.stream, plain, bm);
+    repacked_products.fetch_add(1, std::memory_order_relaxed);
+  }
   memory cm(p.c, e.engine, C);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
   if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, memory(p.bias, e.engine, const_cast<float*>(bias)));
@@ -176,6 +197,16 @@ void transpose(const float* __restrict src, float* __restrict dst, int64_t K, in
     }
 }
 
+// A bf16 product on many rows reads B reordered into the blocked layout oneDNN prefers
+// (memory format `any`), reordered for the call: on an AVX512-BF16 core (Zen 5, 2 threads) the
+// product then ran 5-15% faster on gpt2-small's weights at 4096 rows, for a reorder of 1.5-3%
+// of it; at 1024 rows the two about cancel for a block's weight and the LM head's still gains
+// 9% (bench/kernels/bench_bf16_weight_layout.cpp). A's rows must be contiguous (ta == N), as a
+// Linear's forward and input-gradient products have them; a weight gradient (ta == T) reads
+// two activations and stays plain. Not inside a parallel region (attention's shares), whose
+// products are small.
+bool repack_b(Trans ta, int64_t M) { return ta == Trans::N && M >= kBf16RepackMinRows && omp_in_parallel() == 0; }
+
 // matmul() in the precision given: bf16 (operands rounded to bf16) or fp32 (as they are).
 void matmul_in(bool bf16, Operand A, Trans ta, Operand B, Trans tb, float* C, int64_t M, int64_t N, int64_t K,
                const float* bias, bool accumulate) {
@@ -196,11 +227,12 @@ void matmul_in(bool bf16, Operand A, Trans ta, Operand B, Trans tb, float* C, in
   }
   const memory::dims a_strides = ta == Trans::N ? memory::dims{K, 1} : memory::dims{1, M};
   const memory::dims b_strides = tb == Trans::N ? memory::dims{N, 1} : memory::dims{1, K};
+  const bool repacked = bf16 && repack_b(ta, M);
   const Key key{0, M, N, K, ta == Trans::T, tb == Trans::T, bias != nullptr, accumulate, bf16, omp_get_max_threads(),
-                omp_in_parallel()};
+                omp_in_parallel(), repacked};
   const memory::desc bias_desc = bias ? f32_desc({1, N}, {N, 1}) : memory::desc();
   const Cached& p = primitive_for(key, operand_desc({M, K}, a_strides, bf16), operand_desc({K, N}, b_strides, bf16),
-                                  f32_desc({M, N}, {N, 1}), bias_desc, 1.0f, accumulate);
+                                  f32_desc({M, N}, {N, 1}), bias_desc, 1.0f, accumulate, repacked);
   execute(p, a, b, bias, C);
 }
 
@@ -296,6 +328,8 @@ int64_t matmul_primitive_count() {
   std::lock_guard<std::mutex> lock(e.mutex);
   return static_cast<int64_t>(e.cache.size());
 }
+
+int64_t matmul_repacked_products() { return repacked_products.load(); }
 
 std::string cpu_isa_name() {
   switch (dnnl::get_effective_cpu_isa()) {
