@@ -3,9 +3,9 @@
 // The two products of training that read a weight, forward y = x W^T and backward dx = dy W,
 // on gpt2-small's Linear shapes at B T = 1024 and 4096 rows, bf16 operands and fp32 results
 // as Loom runs them:
-//   BM_Bf16WeightPlain   the product on W as stored (Loom's path below kBf16RepackMinRows rows);
+//   BM_Bf16WeightPlain   the product on W as stored (Loom's path below kRepackMinRows rows);
 //   BM_Bf16WeightPacked  the product on W reordered beforehand (the product alone);
-//   BM_Bf16WeightRepack  that reorder, which Loom pays per product from kBf16RepackMinRows
+//   BM_Bf16WeightRepack  that reorder, which Loom pays per product from kRepackMinRows
 //                        rows on (matmul.hpp), and a per-step cache would pay once per step
 //                        for each of the two products (their preferred layouts differ).
 // Per call, packing pays when plain - packed exceeds the repack; a cache would pay when

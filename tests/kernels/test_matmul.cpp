@@ -154,34 +154,48 @@ TEST(Matmul, Bf16IsTheProductOfRoundedOperands) {
   EXPECT_TRUE(all_close(scores, expected, 1e-5, 1e-5, "strided bf16 views"));
 }
 
-// From kBf16RepackMinRows rows on, a bf16 product reads B reordered into oneDNN's preferred
-// layout: the same product (rounded operands against double, rtol/atol 1e-5 as above), for B
-// stored either way, with bias and accumulation. Counted, so that a path silently left plain
-// fails here; a weight gradient (ta == T) and fewer rows stay plain.
-TEST(Matmul, Bf16ProductsOnManyRowsReadBRepacked) {
-  const int64_t M = kBf16RepackMinRows, N = 40, K = 72;
+// From kRepackMinRows rows on, a product reads B reordered into oneDNN's preferred layout where
+// this CPU's kernel takes blocked weights: the same product, in fp32 and bf16 (rounded operands;
+// where oneDNN has no bf16 matmul, the widened operands' fp32 product is the one repacked), for B
+// stored either way, with bias and accumulation, K odd (bf16's pairs along K padded), the first
+// call twice (the cached primitive and reorder reused). Against double: rtol/atol 1e-5, since
+// each product of two bf16-exact values is exact in fp32 and only the 73 additions round (each
+// by at most 2^-24 of a partial sum below ~5, ~3e-6 over the sum typically), while a wrong layout
+// gives O(1) errors. Counted, so that a path silently left plain fails here (on this CPU's
+// kernels: matmul_reads_blocked_weights); a weight gradient (ta == T) and fewer rows stay plain.
+TEST(Matmul, ProductsOnManyRowsReadBRepacked) {
+  const int64_t M = kRepackMinRows, N = 40, K = 73;
   std::vector<float> A = random_vector(M * K, 21), B = random_vector(K * N, 22), bias = random_vector(N, 23);
   std::vector<float> C0 = random_vector(M * N, 24);
   round_to_bf16_values(A.data(), A.data(), M * K);
   round_to_bf16_values(B.data(), B.data(), K * N);
-  const PrecisionScope bf16(Precision::BF16);
+  auto repacks = [](Precision p) {  // products repacked per call in this precision on this CPU
+    const bool bf16_kernel = p == Precision::BF16 && native_bf16_matmul();
+    return matmul_reads_blocked_weights(bf16_kernel) ? 1 : 0;
+  };
   const int64_t before = matmul_repacked_products();
-  for (const Trans tb : {Trans::N, Trans::T}) {
-    std::vector<float> C = C0;
-    matmul(A.data(), Trans::N, B.data(), tb, C.data(), M, N, K, bias.data(), /*accumulate=*/true);
-    EXPECT_TRUE(all_close(C, naive(A, Trans::N, B, tb, M, N, K, bias.data(), &C0), 1e-5, 1e-5, "repacked B"));
-  }
-  const int64_t repacked = native_bf16_matmul() ? 2 : 0;  // widened operands multiply in fp32, plain
-  EXPECT_EQ(matmul_repacked_products() - before, repacked);
+  int64_t expected = 0;
+  for (const Precision precision : {Precision::F32, Precision::BF16})
+    for (const Trans tb : {Trans::N, Trans::N, Trans::T}) {
+      const PrecisionScope scope(precision);
+      std::vector<float> C = C0;
+      matmul(A.data(), Trans::N, B.data(), tb, C.data(), M, N, K, bias.data(), /*accumulate=*/true);
+      EXPECT_TRUE(all_close(C, naive(A, Trans::N, B, tb, M, N, K, bias.data(), &C0), 1e-5, 1e-5, "repacked B"));
+      expected += repacks(precision);
+    }
+  EXPECT_EQ(matmul_repacked_products() - before, expected);
 
+  const PrecisionScope bf16(Precision::BF16);
   std::vector<float> C(M * N);
   matmul(A.data(), Trans::N, B.data(), Trans::N, C.data(), M - 1, N, K);  // one row fewer
+  const std::vector<float> want = naive(A, Trans::N, B, Trans::N, M - 1, N, K, nullptr, nullptr);
+  EXPECT_TRUE(all_close(std::vector<float>(C.begin(), C.end() - N), want, 1e-5, 1e-5, "M - 1 rows"));
   std::vector<float> dY = C0, dW(K * N);
   round_to_bf16_values(dY.data(), dY.data(), M * N);
   matmul(A.data(), Trans::T, dY.data(), Trans::N, dW.data(), K, N, M);  // a weight gradient's shape
   // 1024-term sums: rtol/atol 1e-4.
   EXPECT_TRUE(all_close(dW, naive(A, Trans::T, dY, Trans::N, K, N, M, nullptr, nullptr), 1e-4, 1e-4, "dW"));
-  EXPECT_EQ(matmul_repacked_products() - before, repacked);
+  EXPECT_EQ(matmul_repacked_products() - before, expected);
 }
 
 TEST(Matmul, PrimitiveCacheReusesSameShape) {

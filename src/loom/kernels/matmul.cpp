@@ -171,8 +171,10 @@ void execute(const Cached& p, const void* A, const void* B, const float* bias, f
   e.stream.wait();
 }
 
-// A row-major B is copied to its transpose before the product when that measured faster
-// on this machine's oneDNN fp32 matmul (see bench/kernels/bench_matmul.cpp):
+// Where repack_b does not apply (fewer rows, A transposed, a parallel region, no blocked
+// weights on this CPU), a row-major B is copied to its transpose before an
+// fp32 product when that measured faster on this machine's oneDNN fp32 matmul (see
+// bench/kernels/bench_matmul.cpp):
 //  - when A is row-major too (dx = dy W), the transposed copy lets both operands stream along
 //    K: 10-25% faster, and the copy is O(K N) against the O(M N K) product;
 //  - when B's rows are a multiple of 4 KiB apart (e.g. 3072 floats), every row lands in the
@@ -197,20 +199,25 @@ void transpose(const float* __restrict src, float* __restrict dst, int64_t K, in
     }
 }
 
-// A bf16 product on many rows reads B reordered into the blocked layout oneDNN prefers
-// (memory format `any`), reordered for the call: on an AVX512-BF16 core (Zen 5, 2 threads) the
-// product then ran 5-15% faster on gpt2-small's weights at 4096 rows, for a reorder of 1.5-3%
-// of it; at 1024 rows the two about cancel for a block's weight and the LM head's still gains
-// 9% (bench/kernels/bench_bf16_weight_layout.cpp). A's rows must be contiguous (ta == N), as a
-// Linear's forward and input-gradient products have them; a weight gradient (ta == T) reads
-// two activations and stays plain. Not inside a parallel region (attention's shares), whose
-// products are small.
-bool repack_b(Trans ta, int64_t M) { return ta == Trans::N && M >= kBf16RepackMinRows && omp_in_parallel() == 0; }
+// A product on many rows reads B reordered into the blocked layout oneDNN prefers (memory
+// format `any`), reordered for the call and freed after it. On an AVX512-BF16 core (Zen 5, 2
+// threads) bf16 products then ran 5-15% faster on gpt2-small's weights at 4096 rows, for a
+// reorder of 1.5-3% of the product; at 1024 rows the two about cancel for a block's weight and
+// the LM head's still gains 9% (bench/kernels/bench_bf16_weight_layout.cpp). fp32 gains too: a
+// gpt2-small step at B 4 ran 2% (1 thread) and 5% (2 threads) faster than with the transposed
+// copy above, gpt-mini 1-2%. A's rows must be contiguous (ta == N), as a Linear's forward and
+// input-gradient products have them; a weight gradient (ta == T) reads two activations and
+// stays plain. Not inside a parallel region (attention's shares), whose products are small. Only
+// where oneDNN's kernel for the precision takes blocked weights (brgemm, on AVX-512): its AVX2
+// fp32 gemm would take `any` as a dense layout, and the copy would lose pack_b's transposes.
+bool repack_b(Trans ta, int64_t M, int64_t K, bool bf16) {
+  return ta == Trans::N && M >= kRepackMinRows && K > 0 && omp_in_parallel() == 0 && matmul_reads_blocked_weights(bf16);
+}
 
 // matmul() in the precision given: bf16 (operands rounded to bf16) or fp32 (as they are).
 void matmul_in(bool bf16, Operand A, Trans ta, Operand B, Trans tb, float* C, int64_t M, int64_t N, int64_t K,
                const float* bias, bool accumulate) {
-  if (!bf16 && pack_b(ta, tb, M, N) && K > 0) {
+  if (!bf16 && !repack_b(ta, M, K, false) && pack_b(ta, tb, M, N) && K > 0) {
     // A tracked temporary: the caching allocator hands the same block back next time.
     const Tensor packed = Tensor::empty({N, K}, DType::F32, MemoryCategory::Other);  // (N, K)
     transpose(static_cast<const float*>(B.data), packed.f32(), K, N);
@@ -227,7 +234,7 @@ void matmul_in(bool bf16, Operand A, Trans ta, Operand B, Trans tb, float* C, in
   }
   const memory::dims a_strides = ta == Trans::N ? memory::dims{K, 1} : memory::dims{1, M};
   const memory::dims b_strides = tb == Trans::N ? memory::dims{N, 1} : memory::dims{1, K};
-  const bool repacked = bf16 && repack_b(ta, M);
+  const bool repacked = repack_b(ta, M, K, bf16);
   const Key key{0, M, N, K, ta == Trans::T, tb == Trans::T, bias != nullptr, accumulate, bf16, omp_get_max_threads(),
                 omp_in_parallel(), repacked};
   const memory::desc bias_desc = bias ? f32_desc({1, N}, {N, 1}) : memory::desc();
@@ -330,6 +337,24 @@ int64_t matmul_primitive_count() {
 }
 
 int64_t matmul_repacked_products() { return repacked_products.load(); }
+
+bool matmul_reads_blocked_weights(bool bf16) {
+  // Asked once per precision: the layout oneDNN picks for a gpt2-small-like weight given `any`.
+  static const auto blocked = [](bool b) {
+    try {
+      const int64_t M = kRepackMinRows, N = 768, K = 768;
+      const memory::desc any({K, N}, b ? memory::data_type::bf16 : memory::data_type::f32, memory::format_tag::any);
+      const dnnl::matmul::primitive_desc pd(
+          dnnl::matmul::desc(operand_desc({M, K}, {K, 1}, b), any, f32_desc({M, N}, {N, 1})), engine().engine);
+      const memory::desc chosen = pd.weights_desc();
+      return chosen.data.format_kind == dnnl_blocked && chosen.data.format_desc.blocking.inner_nblks > 0;
+    } catch (const dnnl::error&) {
+      return false;  // no matmul in this precision (bf16 without AVX-512)
+    }
+  };
+  static const bool f32 = blocked(false), bf16_blocked = blocked(true);
+  return bf16 ? bf16_blocked : f32;
+}
 
 std::string cpu_isa_name() {
   switch (dnnl::get_effective_cpu_isa()) {

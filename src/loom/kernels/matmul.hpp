@@ -69,11 +69,13 @@ std::string bf16_speed_warning();
 // Number of distinct primitives created so far (tests check that the cache works).
 int64_t matmul_primitive_count();
 
-// A bf16 product with at least this many rows, and A's rows contiguous (ta == N), reads B
-// through a reorder into the blocked layout oneDNN's kernel prefers, made for the call (see
-// matmul.cpp for the measurements); the result is the same product. The count of such
-// products so far (tests).
-inline constexpr int64_t kBf16RepackMinRows = 1024;
+// A product with at least this many rows, A's rows contiguous (ta == N) and not inside a
+// parallel region reads B through a reorder into the blocked layout oneDNN's kernel prefers,
+// made for the call (see matmul.cpp for the measurements), where this CPU's kernel for that
+// precision takes blocked weights (matmul_reads_blocked_weights: brgemm on AVX-512, not the
+// AVX2 fp32 gemm); the result is the same product. The count of such products so far (tests).
+inline constexpr int64_t kRepackMinRows = 1024;
+bool matmul_reads_blocked_weights(bool bf16);
 int64_t matmul_repacked_products();
 // The implementation oneDNN chose for an (M, K) x (K, N) product in this precision, e.g.
 // "brg:avx512_core_amx" (the ISA it dispatched); for bf16 without native_bf16_matmul(), the
