@@ -70,6 +70,11 @@ int run_gemm(const BenchArgs& a) {
   std::printf("oneDNN implementation: fp32 %s, bf16 %s\n", kernels::matmul_implementation(1024, 1024, 1024, false).c_str(),
               kernels::matmul_implementation(1024, 1024, 1024, true).c_str());
   if (const std::string warning = kernels::bf16_speed_warning(); !warning.empty()) std::printf("%s\n", warning.c_str());
+  // The shapes from kRepackMinRows rows on include that reorder, as training's products do.
+  auto repacked = [](bool bf16) { return kernels::matmul_reads_blocked_weights(bf16) ? "yes" : "no"; };
+  std::printf("B reordered into oneDNN's blocked layout per product of >= %lld rows: fp32 %s, bf16 %s\n",
+              static_cast<long long>(kernels::kRepackMinRows), repacked(false),
+              repacked(kernels::native_bf16_matmul()));
   std::printf("%-32s %8s %12s %12s %8s\n", "shape (M x N x K)", "threads", "fp32 GFLOP/s", "bf16 GFLOP/s", "bf16/fp32");
   for (int t : a.threads) {
     kernels::set_num_threads(t);
