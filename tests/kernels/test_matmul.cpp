@@ -162,7 +162,7 @@ TEST(Matmul, Bf16IsTheProductOfRoundedOperands) {
 // each product of two bf16-exact values is exact in fp32 and only the 73 additions round (each
 // by at most 2^-24 of a partial sum below ~5, ~3e-6 over the sum typically), while a wrong layout
 // gives O(1) errors. Counted, so that a path silently left plain fails here (on this CPU's
-// kernels: matmul_reads_blocked_weights); a weight gradient (ta == T) and fewer rows stay plain.
+// kernels: matmul_reads_blocked_weights). A transposed A repacks in bf16 only; fewer rows never.
 TEST(Matmul, ProductsOnManyRowsReadBRepacked) {
   const int64_t M = kRepackMinRows, N = 40, K = 73;
   std::vector<float> A = random_vector(M * K, 21), B = random_vector(K * N, 22), bias = random_vector(N, 23);
@@ -183,6 +183,17 @@ TEST(Matmul, ProductsOnManyRowsReadBRepacked) {
       EXPECT_TRUE(all_close(C, naive(A, Trans::N, B, tb, M, N, K, bias.data(), &C0), 1e-5, 1e-5, "repacked B"));
       expected += repacks(precision);
     }
+  // The same product with A stored transposed (K, M), as a weight gradient reads dY^T.
+  std::vector<float> At(K * M);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) At[k * M + m] = A[m * K + k];
+  for (const Precision precision : {Precision::F32, Precision::BF16}) {
+    const PrecisionScope scope(precision);
+    std::vector<float> C(M * N);
+    matmul(At.data(), Trans::T, B.data(), Trans::N, C.data(), M, N, K);
+    EXPECT_TRUE(all_close(C, naive(A, Trans::N, B, Trans::N, M, N, K, nullptr, nullptr), 1e-5, 1e-5, "A transposed"));
+    if (precision == Precision::BF16) expected += repacks(precision);
+  }
   EXPECT_EQ(matmul_repacked_products() - before, expected);
 
   const PrecisionScope bf16(Precision::BF16);

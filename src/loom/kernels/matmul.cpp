@@ -205,13 +205,14 @@ void transpose(const float* __restrict src, float* __restrict dst, int64_t K, in
 // reorder of 1.5-3% of the product; at 1024 rows the two about cancel for a block's weight and
 // the LM head's still gains 9% (bench/kernels/bench_bf16_weight_layout.cpp). fp32 gains too: a
 // gpt2-small step at B 4 ran 2% (1 thread) and 5% (2 threads) faster than with the transposed
-// copy above, gpt-mini 1-2%. A's rows must be contiguous (ta == N), as a Linear's forward and
-// input-gradient products have them; a weight gradient (ta == T) reads two activations and
-// stays plain. Not inside a parallel region (attention's shares), whose products are small. Only
+// copy above, gpt-mini 1-2%. In fp32 A's rows must be contiguous (ta == N), as a Linear's
+// forward and input-gradient products have them: a weight gradient (ta == T, B an activation)
+// gained nothing there; in bf16 it does too (a gpt2-small step 2% faster at 1 thread, gpt-mini
+// ~5% at 2). Not inside a parallel region (attention's shares), whose products are small. Only
 // where oneDNN's kernel for the precision takes blocked weights (brgemm, on AVX-512): its AVX2
 // fp32 gemm would take `any` as a dense layout, and the copy would lose pack_b's transposes.
 bool repack_b(Trans ta, int64_t M, int64_t K, bool bf16) {
-  return ta == Trans::N && M >= kRepackMinRows && K > 0 && omp_in_parallel() == 0 && matmul_reads_blocked_weights(bf16);
+  return (ta == Trans::N || bf16) && M >= kRepackMinRows && K > 0 && omp_in_parallel() == 0 && matmul_reads_blocked_weights(bf16);
 }
 
 // matmul() in the precision given: bf16 (operands rounded to bf16) or fp32 (as they are).
