@@ -153,6 +153,7 @@ void execute(const Cached& p, const void* A, const void* B, const float* bias, f
   Tensor repacked;  // B in the primitive's blocked layout, for this product only
   if (p.repack) {
     memory plain(p.b_plain, e.engine, const_cast<void*>(B));
+    // get_size() bytes, in 2-byte elements whatever B's type.
     repacked = Tensor::empty({static_cast<int64_t>(p.b.get_size() + 1) / 2}, DType::BF16, MemoryCategory::Other);
     bm = memory(p.b, e.engine, repacked.raw());
     p.repack->execute(e.stream, plain, bm);
@@ -172,9 +173,8 @@ void execute(const Cached& p, const void* A, const void* B, const float* bias, f
 }
 
 // Where repack_b does not apply (fewer rows, A transposed, a parallel region, no blocked
-// weights on this CPU), a row-major B is copied to its transpose before an
-// fp32 product when that measured faster on this machine's oneDNN fp32 matmul (see
-// bench/kernels/bench_matmul.cpp):
+// weights on this CPU), a row-major B is copied to its transpose before an fp32 product when
+// that measured faster on this machine's oneDNN fp32 matmul (see bench/kernels/bench_matmul.cpp):
 //  - when A is row-major too (dx = dy W), the transposed copy lets both operands stream along
 //    K: 10-25% faster, and the copy is O(K N) against the O(M N K) product;
 //  - when B's rows are a multiple of 4 KiB apart (e.g. 3072 floats), every row lands in the
@@ -212,13 +212,15 @@ void transpose(const float* __restrict src, float* __restrict dst, int64_t K, in
 // where oneDNN's kernel for the precision takes blocked weights (brgemm, on AVX-512): its AVX2
 // fp32 gemm would take `any` as a dense layout, and the copy would lose pack_b's transposes.
 bool repack_b(Trans ta, int64_t M, int64_t K, bool bf16) {
-  return (ta == Trans::N || bf16) && M >= kRepackMinRows && K > 0 && omp_in_parallel() == 0 && matmul_reads_blocked_weights(bf16);
+  return (ta == Trans::N || bf16) && M >= kRepackMinRows && K > 0 && omp_in_parallel() == 0 &&
+         matmul_reads_blocked_weights(bf16);
 }
 
 // matmul() in the precision given: bf16 (operands rounded to bf16) or fp32 (as they are).
 void matmul_in(bool bf16, Operand A, Trans ta, Operand B, Trans tb, float* C, int64_t M, int64_t N, int64_t K,
                const float* bias, bool accumulate) {
-  if (!bf16 && !repack_b(ta, M, K, false) && pack_b(ta, tb, M, N) && K > 0) {
+  const bool repacked = repack_b(ta, M, K, bf16);  // a widened bf16 product decides again, in fp32
+  if (!bf16 && !repacked && pack_b(ta, tb, M, N) && K > 0) {
     // A tracked temporary: the caching allocator hands the same block back next time.
     const Tensor packed = Tensor::empty({N, K}, DType::F32, MemoryCategory::Other);  // (N, K)
     transpose(static_cast<const float*>(B.data), packed.f32(), K, N);
@@ -235,7 +237,6 @@ void matmul_in(bool bf16, Operand A, Trans ta, Operand B, Trans tb, float* C, in
   }
   const memory::dims a_strides = ta == Trans::N ? memory::dims{K, 1} : memory::dims{1, M};
   const memory::dims b_strides = tb == Trans::N ? memory::dims{N, 1} : memory::dims{1, K};
-  const bool repacked = repack_b(ta, M, K, bf16);
   const Key key{0, M, N, K, ta == Trans::T, tb == Trans::T, bias != nullptr, accumulate, bf16, omp_get_max_threads(),
                 omp_in_parallel(), repacked};
   const memory::desc bias_desc = bias ? f32_desc({1, N}, {N, 1}) : memory::desc();

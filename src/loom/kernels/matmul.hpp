@@ -69,11 +69,12 @@ std::string bf16_speed_warning();
 // Number of distinct primitives created so far (tests check that the cache works).
 int64_t matmul_primitive_count();
 
-// A product with at least this many rows, A's rows contiguous (ta == N; in bf16 either way) and
-// not inside a parallel region reads B through a reorder into the blocked layout oneDNN's kernel prefers,
-// made for the call (see matmul.cpp for the measurements), where this CPU's kernel for that
-// precision takes blocked weights (matmul_reads_blocked_weights: brgemm on AVX-512, not the
-// AVX2 fp32 gemm); the result is the same product. The count of such products so far (tests).
+// A product with at least this many rows, A's rows contiguous (ta == N; in bf16 either way)
+// and not inside a parallel region reads B through a reorder into the blocked layout oneDNN's
+// kernel prefers, made for the call (see matmul.cpp for the measurements), where this CPU's
+// kernel for that precision takes blocked weights (matmul_reads_blocked_weights: brgemm on
+// AVX-512, not the AVX2 fp32 gemm); the result is the same product. matmul_repacked_products():
+// the count of such products so far (tests).
 inline constexpr int64_t kRepackMinRows = 1024;
 bool matmul_reads_blocked_weights(bool bf16);
 int64_t matmul_repacked_products();
