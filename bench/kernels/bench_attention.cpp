@@ -152,7 +152,7 @@ void BM_AttentionBackward(benchmark::State& state, Shape s, bool plain) {
 }
 
 // Mixed precision's training path: q, k, v in the bf16 copy the layer keeps, no probabilities
-// kept (backward recomputes them), bf16 products. Next to the fp32 rows above: the ratio is
+// kept (backward recomputes them from the rows' log-sum-exp that forward keeps), bf16 products. Next to the fp32 rows above: the ratio is
 // what bf16 buys the attention core.
 void BM_AttentionBf16(benchmark::State& state, Shape s, bool backward) {
   set_num_threads(static_cast<int>(state.range(0)));
@@ -160,11 +160,14 @@ void BM_AttentionBf16(benchmark::State& state, Shape s, bool backward) {
   Buffers buf(s);
   std::vector<loom::bfloat16> qkv(buf.qkv.size());
   convert_to_bf16(buf.qkv.data(), qkv.data(), static_cast<int64_t>(qkv.size()));
+  std::vector<float> lse(s.B * s.NH * s.T);  // the rows' log-sum-exp, kept by forward for backward
+  attention_forward(buf.out.data(), nullptr, qkv.data(), s.B, s.T, s.C, s.NH, lse.data());
   for (auto _ : state) {
     if (backward)
-      attention_backward(buf.dqkv.data(), nullptr, buf.dout.data(), qkv.data(), nullptr, s.B, s.T, s.C, s.NH);
+      attention_backward(buf.dqkv.data(), nullptr, buf.dout.data(), qkv.data(), nullptr, s.B, s.T, s.C, s.NH,
+                         lse.data());
     else
-      attention_forward(buf.out.data(), nullptr, qkv.data(), s.B, s.T, s.C, s.NH);
+      attention_forward(buf.out.data(), nullptr, qkv.data(), s.B, s.T, s.C, s.NH, lse.data());
     benchmark::DoNotOptimize(buf.dqkv.data());
     benchmark::DoNotOptimize(buf.out.data());
   }

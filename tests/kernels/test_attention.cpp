@@ -24,22 +24,23 @@ using loom::testing::expect_deterministic_across_threads;
 using loom::testing::random_vector;
 
 struct Ref {
-  std::vector<float> out, att, dqkv;
+  std::vector<float> out, att, dqkv, lse;  // lse (B, NH, T): the rows' log-sum-exp of the scaled scores
 };
 
 double bf16_value(double x) { return to_f32(to_bf16(static_cast<float>(x))); }
 
 // One head at a time, scores / softmax / weighted sum written out in double. With
 // bf16_products, the GEMM operands that bf16 mixed precision rounds are rounded the same way:
-// the probabilities where they multiply V or dO, and dS where it multiplies K or Q (the caller
-// rounds q, k, v and dout); everything else stays double.
+// forward's unnormalised exp-scores where they multiply V, backward's probabilities where they
+// multiply dO, and dS where it multiplies K or Q (the caller rounds q, k, v and dout);
+// everything else stays double.
 Ref reference(const std::vector<float>& qkv, const std::vector<float>& dout, int64_t B, int64_t T,
               int64_t C, int64_t NH, bool bf16_products = false) {
   auto operand = [bf16_products](double x) { return bf16_products ? bf16_value(x) : x; };
   const int64_t HS = C / NH, C3 = 3 * C;
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
   Ref r{std::vector<float>(B * T * C), std::vector<float>(B * NH * T * T, 0.0f),
-        std::vector<float>(B * T * C3, 0.0f)};
+        std::vector<float>(B * T * C3, 0.0f), std::vector<float>(B * NH * T)};
   std::vector<double> dq(B * T * C3, 0.0);  // (B, T, 3C) accumulated in double
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
@@ -59,11 +60,15 @@ Ref reference(const std::vector<float>& qkv, const std::vector<float>& dout, int
         }
         double sum = 0.0;
         for (int64_t j = 0; j <= i; ++j) sum += std::exp(s[j] - mx);
+        r.lse[(b * NH + h) * T + i] = static_cast<float>(mx + std::log(sum));
         for (int64_t j = 0; j <= i; ++j) P[i * T + j] = std::exp(s[j] - mx) / sum;
         for (int64_t j = 0; j < T; ++j) r.att[((b * NH + h) * T + i) * T + j] = static_cast<float>(P[i * T + j]);
+        // With bf16 products V is multiplied by the unnormalised exp-scores, rounded, and each
+        // output row divided by its sum afterwards (FlashAttention's order).
         for (int64_t d = 0; d < HS; ++d) {
           double o = 0.0;
-          for (int64_t j = 0; j <= i; ++j) o += operand(P[i * T + j]) * v(j, d);
+          for (int64_t j = 0; j <= i; ++j)
+            o += bf16_products ? bf16_value(std::exp(s[j] - mx)) * v(j, d) / sum : P[i * T + j] * v(j, d);
           r.out[(b * T + i) * C + h * HS + d] = static_cast<float>(o);
         }
       }
@@ -125,7 +130,7 @@ TEST(Attention, MatchesNaiveTwinGroupsOfHeads) { check_against_reference(2, 1100
 // against the twin with the same roundings, from bf16 q, k, v as the layer passes them.
 // Tolerance: the kernel's probabilities differ from the twin's by fp32 rounding and fast_exp
 // (~1e-7 relative), which can move a value rounded to bf16 by one step (2^-8 relative) at a
-// tie, and the twin sums in double what the kernel sums in fp32. Measured: at most 3.6e-4
+// tie, and the twin sums in double what the kernel sums in fp32. Measured: at most 3.4e-4
 // absolute (T = 1100; 3e-5 at T = 128) on outputs and gradients of order 0.1-1, so rtol 2e-3 +
 // atol 1e-3. A block's missing or doubled share of dK or dV is off by O(0.1-1).
 void check_bf16_against_reference(int64_t B, int64_t T, int64_t C, int64_t NH) {
@@ -138,11 +143,19 @@ void check_bf16_against_reference(int64_t B, int64_t T, int64_t C, int64_t NH) {
   const Ref ref = reference(qkv, dout, B, T, C, NH, /*bf16_products=*/true);
   std::vector<bfloat16> qkv_bf16(qkv.size());
   convert_to_bf16(qkv.data(), qkv_bf16.data(), static_cast<int64_t>(qkv.size()));
-  std::vector<float> out(B * T * C, NAN), dqkv(B * T * 3 * C, NAN);
-  attention_forward(out.data(), nullptr, qkv_bf16.data(), B, T, C, NH);
-  attention_backward(dqkv.data(), nullptr, dout.data(), qkv_bf16.data(), nullptr, B, T, C, NH);
+  std::vector<float> out(B * T * C, NAN), dqkv(B * T * 3 * C, NAN), lse(B * NH * T, NAN);
+  attention_forward(out.data(), nullptr, qkv_bf16.data(), B, T, C, NH, lse.data());
+  attention_backward(dqkv.data(), nullptr, dout.data(), qkv_bf16.data(), nullptr, B, T, C, NH, lse.data());
   EXPECT_TRUE(all_close(out, ref.out, 2e-3, 1e-3, "out"));
   EXPECT_TRUE(all_close(dqkv, ref.dqkv, 2e-3, 1e-3, "dqkv"));
+  // The log-sum-exp of fp32 scores (products of bf16 q and k summed in fp32) against double:
+  // rtol 1e-5 + atol 1e-5 (values of order 1-5; fast_exp and fp32 sums, ~1e-6).
+  EXPECT_TRUE(all_close(lse, ref.lse, 1e-5, 1e-5, "lse"));
+  // Without the forward's log-sum-exp, backward finds it with the same pass over the same
+  // scores: bit for bit the same gradients.
+  std::vector<float> dqkv_alone(B * T * 3 * C, NAN);
+  attention_backward(dqkv_alone.data(), nullptr, dout.data(), qkv_bf16.data(), nullptr, B, T, C, NH);
+  EXPECT_EQ(dqkv_alone, dqkv) << B << "x" << T;
 }
 
 TEST(AttentionBf16, MatchesTheTwinWithItsRoundings) {

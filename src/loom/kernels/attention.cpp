@@ -70,8 +70,8 @@ int64_t attention_group_values(int64_t B, int64_t T, int64_t NH) {
 }
 
 void attention_forward(float* out, float* att, Operand qkv, int64_t B, int64_t T, int64_t C,
-                       int64_t NH) {
-  if (bf16_products(qkv)) return attention_forward_bf16(out, att, qkv, B, T, C, NH);
+                       int64_t NH, float* lse) {
+  if (bf16_products(qkv)) return attention_forward_bf16(out, att, lse, qkv, B, T, C, NH);
   const int64_t HS = C / NH, blk = attention_block_rows(T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const Tensor scratch = att == nullptr ? group_scratch(B, T, NH) : Tensor();
@@ -94,8 +94,8 @@ void attention_forward(float* out, float* att, Operand qkv, int64_t B, int64_t T
 }
 
 void attention_backward(float* dqkv, float* datt, const float* dout, Operand qkv, const float* att,
-                        int64_t B, int64_t T, int64_t C, int64_t NH) {
-  if (bf16_products(qkv)) return attention_backward_bf16(dqkv, dout, qkv, B, T, C, NH);
+                        int64_t B, int64_t T, int64_t C, int64_t NH, const float* lse) {
+  if (bf16_products(qkv)) return attention_backward_bf16(dqkv, dout, lse, qkv, B, T, C, NH);
   const int64_t HS = C / NH, blk = attention_block_rows(T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const bool recompute = att == nullptr;

@@ -15,14 +15,18 @@ namespace loom::kernels {
 // (a scratch of one group of heads at a time); qkv (B, T, 3C) laid out as [q | k | v], each (NH, HS),
 // fp32 or bf16: under mixed precision the layer passes the bf16 copy it keeps for backward, so
 // the products gather their operands from it instead of rounding q, k and v again per product.
+// lse (B, NH, T), when not null and the products run in bf16, receives the rows' log-sum-exp
+// of the scaled scores: given back to backward, it rebuilds the probabilities in one pass
+// (fp32 products keep att instead, and leave lse as it is).
 void attention_forward(float* out, float* att, Operand qkv, int64_t B, int64_t T, int64_t C,
-                       int64_t NH);
+                       int64_t NH, float* lse = nullptr);
 // dqkv (B, T, 3C) overwritten; datt (B, NH, T, T) scratch; dout (B, T, C). With att and datt
 // null, the probabilities are recomputed from qkv one group of heads at a time, bit for bit
 // as forward computed them (the same products and softmax on the same operands), into
 // scratches of a group's size: the backward of a forward that did not keep them.
+// lse: what forward wrote there, or null (bf16 products then find it again themselves).
 void attention_backward(float* dqkv, float* datt, const float* dout, Operand qkv, const float* att,
-                        int64_t B, int64_t T, int64_t C, int64_t NH);
+                        int64_t B, int64_t T, int64_t C, int64_t NH, const float* lse = nullptr);
 // The values of the largest group of heads' (T, T) scores: the size of each scratch the
 // paths without att use.
 int64_t attention_group_values(int64_t B, int64_t T, int64_t NH);

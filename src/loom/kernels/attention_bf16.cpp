@@ -11,6 +11,7 @@
 
 #include "loom/kernels/attention_plan.hpp"
 #include "loom/kernels/causal_softmax.hpp"
+#include "loom/kernels/fast_math.hpp"
 #include "loom/kernels/precision.hpp"
 #include "loom/tensor/tensor.hpp"
 
@@ -64,9 +65,10 @@ void gather(Operand src, const View& v, const Heads& g, int64_t r0, int64_t r1, 
 }
 
 // src (G, r1 - r0, HS) into rows [r0, r1) of a view of dst: rows below added_below added to
-// what dst holds (a sum over blocks), the others written.
+// what dst holds (a sum over blocks), the others written; each row times row_scale[h * R + r]
+// when given (the forward's 1 / sum of its exp-scores).
 void scatter(const float* src, const View& v, const Heads& g, int64_t r0, int64_t r1, float* dst,
-             int64_t added_below) {
+             int64_t added_below, const float* row_scale = nullptr) {
   const int64_t R = r1 - r0;
 #pragma omp parallel for collapse(2) schedule(static) if (worth_threads(g.G() * R * g.HS))
   for (int64_t h = 0; h < g.G(); ++h)
@@ -76,6 +78,10 @@ void scatter(const float* src, const View& v, const Heads& g, int64_t r0, int64_
       if (r0 + r < added_below) {
 #pragma omp simd
         for (int64_t d = 0; d < g.HS; ++d) to[d] += from[d];
+      } else if (row_scale != nullptr) {
+        const float scale = row_scale[h * R + r];
+#pragma omp simd
+        for (int64_t d = 0; d < g.HS; ++d) to[d] = from[d] * scale;
       } else {
         std::memcpy(to, from, sizeof(float) * g.HS);
       }
@@ -84,7 +90,7 @@ void scatter(const float* src, const View& v, const Heads& g, int64_t r0, int64_
 
 // One thread's share of the scratch: pointers into Scratch's tensors.
 struct Buffers {
-  float *scores, *dscores, *rows_out, *dk, *dv;
+  float *scores, *dscores, *rows_out, *dk, *dv, *inv_sum, *lse;
   bfloat16 *scores_bf16, *dscores_bf16, *q, *dout, *k, *v;
 };
 
@@ -92,8 +98,9 @@ struct Buffers {
 // hands the same blocks back every layer); part(p, parts) is the p-th of `parts` equal shares,
 // one a thread when the threads split each group's heads (for_each_block).
 struct Scratch {
-  Tensor scores, scores_bf16;    // (G, rows, keys): S then P (fp32), and P in bf16
-  Tensor dscores, dscores_bf16;  // (G, rows, keys): dP then dS (fp32), and dS in bf16 (backward)
+  Tensor scores, scores_bf16;    // (G, rows, keys): S (then P in backward), exp-scores or P in bf16
+  Tensor dscores, dscores_bf16;  // (G, rows, keys): dP (fp32) and dS in bf16 (backward)
+  Tensor inv_sum, lse;           // (G, rows): a block's rows' 1 / sum of exp-scores, log-sum-exp
   Tensor q, dout;              // (G, rows, HS) bf16: a block's queries, output gradient
   Tensor k, v;                 // (G, keys, HS) bf16: the keys and values up to a block's end
   Tensor rows_out;             // (G, rows, HS) fp32: a block's output or dQ
@@ -112,6 +119,8 @@ struct Scratch {
     k = Tensor::empty({G * T * HS}, DType::BF16);
     v = Tensor::empty({G * T * HS}, DType::BF16);
     rows_out = Tensor::empty({G * R * HS});
+    inv_sum = Tensor::empty({G * R});
+    lse = Tensor::empty({G * R});
     if (!backward) return;
     dscores = Tensor::empty({G * R * T});
     dscores_bf16 = Tensor::empty({G * R * T}, DType::BF16);
@@ -121,7 +130,8 @@ struct Scratch {
   }
   int64_t bytes() const {
     int64_t sum = 0;
-    for (const Tensor* t : {&scores, &scores_bf16, &dscores, &dscores_bf16, &q, &dout, &k, &v, &rows_out, &dk, &dv})
+    for (const Tensor* t :
+         {&scores, &scores_bf16, &dscores, &dscores_bf16, &q, &dout, &k, &v, &rows_out, &dk, &dv, &inv_sum, &lse})
       sum += t->defined() ? t->nbytes() : 0;
     return sum;
   }
@@ -129,31 +139,39 @@ struct Scratch {
     auto f32 = [&](const Tensor& t) { return t.defined() ? t.f32() + t.numel() / parts * p : nullptr; };
     auto bf16 = [&](const Tensor& t) { return t.defined() ? t.bf16() + t.numel() / parts * p : nullptr; };
     return Buffers{.scores = f32(scores), .dscores = f32(dscores), .rows_out = f32(rows_out), .dk = f32(dk),
-                   .dv = f32(dv), .scores_bf16 = bf16(scores_bf16), .dscores_bf16 = bf16(dscores_bf16),
+                   .dv = f32(dv), .inv_sum = f32(inv_sum), .lse = f32(lse), .scores_bf16 = bf16(scores_bf16), .dscores_bf16 = bf16(dscores_bf16),
                    .q = bf16(q), .dout = bf16(dout), .k = bf16(k), .v = bf16(v)};
   }
 };
 
-// Rows [i0, i1) of the group's probabilities against keys [0, i1): the block's q and k
-// gathered into s.q and s.k, then S = scale Q K^T and the causal softmax, P in s.scores (fp32)
-// and s.scores_bf16.
-void block_probabilities(Operand q, Operand k, const View& qkv, const Heads& g, int64_t i0, int64_t i1, float scale,
-                         const Buffers& s) {
+// The scaled scores S = scale Q K^T of rows [i0, i1) of the group against keys [0, i1): the
+// block's q and k gathered into s.q and s.k, S into s.scores.
+void block_scores(Operand q, Operand k, const View& qkv, const Heads& g, int64_t i0, int64_t i1, float scale,
+                  const Buffers& s) {
   const int64_t R = i1 - i0;
   gather(q, qkv, g, i0, i1, s.q);
   gather(k, qkv, g, 0, i1, s.k);
   batched_matmul(g.desc(R, i1, g.HS, g.dense(R, g.HS), g.dense_t(g.HS, i1), scale), s.q, s.k, s.scores);
-  causal_softmax(s.scores, ScoreRows{R * i1, i1, i0, i1}, g.G(), i0, i1, s.scores_bf16);
 }
 
-// The block's probabilities into the group's (G, T, T) slice of att (zeros after column i1).
-void keep_probabilities(const float* p, const Heads& g, int64_t T, int64_t i0, int64_t i1, float* att) {
+ScoreRows block_rows(int64_t i0, int64_t i1) { return ScoreRows{(i1 - i0) * i1, i1, i0, i1}; }
+
+// Where row i of the group's head h keeps its log-sum-exp in a (B, NH, T) array.
+int64_t lse_at(const AttentionGroup& ag, const Heads& g, int64_t NH, int64_t T, int64_t h, int64_t i) {
+  return ((ag.b0 + h / g.nh) * NH + ag.h0 + h % g.nh) * T + i;
+}
+
+// The block's probabilities exp(S - lse) into the group's (G, T, T) slice of att (zeros after
+// the diagonal).
+void keep_probabilities(const float* scores, const float* lse, const Heads& g, int64_t T, int64_t i0, int64_t i1,
+                        float* att) {
   const int64_t R = i1 - i0;
   for (int64_t h = 0; h < g.G(); ++h)
     for (int64_t r = 0; r < R; ++r) {
+      const float* s = scores + (h * R + r) * i1;
       float* row = att + (h * T + i0 + r) * T;
-      std::memcpy(row, p + (h * R + r) * i1, sizeof(float) * i1);
-      std::memset(row + i1, 0, sizeof(float) * (T - i1));
+      for (int64_t j = 0; j <= i0 + r; ++j) row[j] = fast_exp(s[j] - lse[h * R + r]);
+      std::memset(row + i0 + r + 1, 0, sizeof(float) * (T - i0 - r - 1));
     }
 }
 
@@ -213,7 +231,8 @@ float scale_of(int64_t C, int64_t NH) { return 1.0f / std::sqrt(static_cast<floa
 
 }  // namespace
 
-void attention_forward_bf16(float* out, float* att, Operand qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
+void attention_forward_bf16(float* out, float* att, float* lse, Operand qkv, int64_t B, int64_t T, int64_t C,
+                            int64_t NH) {
   const float scale = scale_of(C, NH);
   const View in{T * 3 * C, 3 * C}, heads{T * C, C};
   const Scratch scratch(B, T, C, NH, /*backward=*/false);
@@ -221,34 +240,45 @@ void attention_forward_bf16(float* out, float* att, Operand qkv, int64_t B, int6
                                            int64_t heads_off, int64_t i0, int64_t i1, const Buffers& s) {
     const Operand q = qkv.at(qkv_off), k = q.at(C), v = q.at(2 * C);
     const int64_t R = i1 - i0, HS = g.HS;
-    block_probabilities(q, k, in, g, i0, i1, scale, s);
-    if (att != nullptr) keep_probabilities(s.scores, g, T, i0, i1, att + (ag.b0 * NH + ag.h0) * T * T);
-    // out[i0:i1] = P V[0:i1]
+    block_scores(q, k, in, g, i0, i1, scale, s);
+    causal_exp(s.scores, block_rows(i0, i1), g.G(), i0, i1, s.scores_bf16, s.inv_sum, s.lse);
+    if (att != nullptr) keep_probabilities(s.scores, s.lse, g, T, i0, i1, att + (ag.b0 * NH + ag.h0) * T * T);
+    if (lse != nullptr)
+      for (int64_t h = 0; h < g.G(); ++h)
+        std::memcpy(lse + lse_at(ag, g, NH, T, h, i0), s.lse + h * R, sizeof(float) * R);
+    // out[i0:i1] = E V[0:i1] / sum, row by row
     gather(v, in, g, 0, i1, s.v);
     batched_matmul(g.desc(R, HS, i1, g.dense(R, i1), g.dense(i1, HS)), s.scores_bf16, s.v, s.rows_out);
-    scatter(s.rows_out, heads, g, i0, i1, out + heads_off, /*added_below=*/i0);
+    scatter(s.rows_out, heads, g, i0, i1, out + heads_off, /*added_below=*/i0, s.inv_sum);
   });
 }
 
-void attention_backward_bf16(float* dqkv, const float* dout, Operand qkv, int64_t B, int64_t T, int64_t C,
-                             int64_t NH) {
+void attention_backward_bf16(float* dqkv, const float* dout, const float* lse, Operand qkv, int64_t B, int64_t T,
+                             int64_t C, int64_t NH) {
   const float scale = scale_of(C, NH);
   const View in{T * 3 * C, 3 * C}, heads{T * C, C};
   const Scratch scratch(B, T, C, NH, /*backward=*/true);
-  for_each_block(B, T, C, NH, scratch, [&](const AttentionGroup&, const Heads& g, int64_t qkv_off, int64_t heads_off,
-                                           int64_t i0, int64_t i1, const Buffers& s) {
+  for_each_block(B, T, C, NH, scratch, [&](const AttentionGroup& ag, const Heads& g, int64_t qkv_off,
+                                           int64_t heads_off, int64_t i0, int64_t i1, const Buffers& s) {
     const Operand q = qkv.at(qkv_off), k = q.at(C), v = q.at(2 * C);
     float* dq = dqkv + qkv_off;
     float* dk = dq + C;
     float* dv = dq + 2 * C;
     const int64_t R = i1 - i0, HS = g.HS;
-    // P of the block again (the forward's products on the same operands), then
-    // dP = dO V^T, dS by the softmax backward (fp32, and bf16 for the products).
-    block_probabilities(q, k, in, g, i0, i1, scale, s);
+    // S of the block again (the forward's product on the same operands); the rows' log-sum-exp
+    // as forward saved it, or from S here (the same pass on the same scores, bit for bit).
+    block_scores(q, k, in, g, i0, i1, scale, s);
+    if (lse != nullptr)
+      for (int64_t h = 0; h < g.G(); ++h)
+        std::memcpy(s.lse + h * R, lse + lse_at(ag, g, NH, T, h, i0), sizeof(float) * R);
+    else
+      causal_exp(s.scores, block_rows(i0, i1), g.G(), i0, i1, s.scores_bf16, s.inv_sum, s.lse);
+    // dP = dO V^T; then P = exp(S - lse) and dS = P (dP - rowsum(P dP)), both in bf16 for the products.
     gather(dout + heads_off, heads, g, i0, i1, s.dout);
     gather(v, in, g, 0, i1, s.v);
     batched_matmul(g.desc(R, i1, HS, g.dense(R, HS), g.dense_t(HS, i1)), s.dout, s.v, s.dscores);
-    causal_softmax_backward(s.dscores, s.scores, ScoreRows{R * i1, i1, i0, i1}, g.G(), i0, i1, s.dscores_bf16);
+    causal_softmax_backward_from_lse(s.scores, s.dscores, block_rows(i0, i1), g.G(), i0, i1, s.lse, s.scores_bf16,
+                                     s.dscores_bf16);
     // dQ[i0:i1] = scale dS K[0:i1]
     batched_matmul(g.desc(R, HS, i1, g.dense(R, i1), g.dense(i1, HS), scale), s.dscores_bf16, s.k, s.rows_out);
     scatter(s.rows_out, in, g, i0, i1, dq, /*added_below=*/i0);

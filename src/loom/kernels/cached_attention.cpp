@@ -77,11 +77,15 @@ void attend(float* out, const float* qkv, const T* keys, const T* values, const 
       const float inv = 1.0f / sum;
       float* __restrict o = out + n * C + h * HS;  // (HS)
       for (int64_t d = 0; d < HS; ++d) o[d] = 0.0f;
+      // In bf16, as training's bf16 attention: V times the unnormalised exp-scores rounded to
+      // bf16, the sum divided out afterwards.
       for (int64_t j = 0; j < len; ++j) {
-        const float p = bf16 ? rounded_to_bf16(s[j] * inv) : s[j] * inv;
+        const float p = bf16 ? rounded_to_bf16(s[j]) : s[j] * inv;
 #pragma omp simd
         for (int64_t d = 0; d < HS; ++d) o[d] += p * value_of(v[j * HS + d]);
       }
+      if (bf16)
+        for (int64_t d = 0; d < HS; ++d) o[d] *= inv;
     }
   }
 }

@@ -29,8 +29,9 @@ void cache_append(bfloat16* keys, bfloat16* values, const float* qkv, const int6
 // out (N, C) heads interleaved (NH, HS): row n attends with its query (in qkv) to cache
 // positions [0, positions[n]] of slot slots[n], which must already hold their keys/values.
 // The same arithmetic as training's attention (scale 1/sqrt(HS), softmax with fast_exp);
-// in bf16 also its operands: the query and the softmax weights rounded to bf16 (the cache
-// already is), products and sums in fp32, so cached and uncached bf16 decoding agree.
+// in bf16 also its operands: the query and the unnormalised softmax weights rounded to bf16
+// (the cache already is), the output row divided by their sum afterwards, products and sums in
+// fp32, so cached and uncached bf16 decoding agree.
 void cached_attention(float* out, const float* qkv, const float* keys, const float* values, const int64_t* slots,
                       const int64_t* positions, int64_t N, const CacheGeometry& g);
 void cached_attention(float* out, const float* qkv, const bfloat16* keys, const bfloat16* values, const int64_t* slots,

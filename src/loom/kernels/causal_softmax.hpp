@@ -1,8 +1,8 @@
 // The causal softmax passes of attention, over rows of score matrices held either whole
 // (heads, T, T) or as one causal block of them, dense (heads, rows, keys): row i keeps columns
-// j <= i and the columns after it become 0. Under bf16 products each pass can also write its
-// result rounded to bf16, in the same layout, for the GEMM that reads it next (the pass already
-// holds the values, so no second sweep over them).
+// j <= i and the columns after it become 0. The bf16 attention's passes write their results
+// rounded to bf16, in the same layout, for the GEMM that reads them next (the pass already holds
+// the values, so no second sweep over them).
 #pragma once
 
 #include <cstdint>
@@ -19,14 +19,28 @@ struct ScoreRows {
 };
 
 // In place over rows [i0, i1) of H heads holding scaled scores in columns j <= i: row i becomes
-// softmax over j <= i, and j > i becomes 0. bf16, when given, receives the same values rounded.
-void causal_softmax(float* scores, const ScoreRows& rows, int64_t H, int64_t i0, int64_t i1,
-                    bfloat16* bf16 = nullptr);
+// softmax over j <= i, and j > i becomes 0.
+void causal_softmax(float* scores, const ScoreRows& rows, int64_t H, int64_t i0, int64_t i1);
 
 // In place over rows [i0, i1) of H heads of d holding dP in columns j <= i, with p the
 // probabilities in the same layout (exactly 0 for j > i): d becomes dS = P * (dP - sum_k P dP),
-// the softmax backward, and 0 for j > i. bf16, when given, receives dS rounded.
-void causal_softmax_backward(float* d, const float* p, const ScoreRows& rows, int64_t H, int64_t i0, int64_t i1,
-                             bfloat16* bf16 = nullptr);
+// the softmax backward, and 0 for j > i.
+void causal_softmax_backward(float* d, const float* p, const ScoreRows& rows, int64_t H, int64_t i0, int64_t i1);
+
+// The two passes of the bf16 attention (attention_bf16.cpp), FlashAttention's order. Row r of a
+// call is row i = i0 + r % R of head r / R (R = i1 - i0); per-row values are dense, index r.
+//
+// Forward, without normalising: row i's e_j = exp(s_j - max) for j <= i, rounded to bf16 into
+// `e` (0 for i < j < cols); the scores are only read. 1 / sum_j e_j goes to inv_sum[r] and the
+// log-sum-exp max + log(sum) to lse[r]: the product E V is scaled by inv_sum row by row, and
+// backward rebuilds the probabilities from lse in one pass, with no max or sum pass.
+void causal_exp(const float* scores, const ScoreRows& rows, int64_t H, int64_t i0, int64_t i1, bfloat16* e,
+                float* inv_sum, float* lse);
+
+// Backward from the log-sum-exp: with s the scaled scores and dp = dO V^T in the same layout,
+// row i's P = exp(s - lse[r]) replaces s (fp32, j <= i) and is rounded into p_bf16, and
+// dS = P (dP - sum_k P dP) is rounded into ds_bf16 (both 0 for i < j < cols); dp is only read.
+void causal_softmax_backward_from_lse(float* s, const float* dp, const ScoreRows& rows, int64_t H, int64_t i0,
+                                      int64_t i1, const float* lse, bfloat16* p_bf16, bfloat16* ds_bf16);
 
 }  // namespace loom::kernels

@@ -49,7 +49,8 @@ void new_weights_generation();
 uint64_t weights_overwrite_epoch();
 void weights_overwritten();
 
-// dst[i] = bf16(src[i]) (round to nearest even), in parallel for large n.
+// dst[i] = bf16(src[i]) (round to nearest even, as to_bf16; on AVX512-BF16 cores by their
+// conversion instruction, which also takes fp32 subnormals to +-0), in parallel for large n.
 void convert_to_bf16(const float* src, bfloat16* dst, int64_t n);
 // The same on the calling thread alone, for a run inside a caller's parallel loop (no nested
 // parallel region: its set-up cost more than converting a row of a few hundred values).

@@ -15,22 +15,27 @@ Tensor CausalAttention::forward_impl(const Tensor& qkv, Context& ctx) {
   // recomputation and FlashAttention do (Korthikanti et al. 2022: the 5as/h term).
   const bool keep_probabilities = !saved_in_bf16(ctx) && !ctx.inference();
   Tensor att = keep_probabilities ? Tensor::empty({B, NH_, T, T}) : Tensor();  // (B, NH, T, T)
-  Tensor heads = Tensor::empty({B, T, C_});                                      // (B, T, NH, HS)
+  // In their place bf16 keeps each row's log-sum-exp (4 bytes a row and head), from which
+  // backward rebuilds a block's probabilities in one pass, as FlashAttention does.
+  Tensor lse = saved_in_bf16(ctx) ? Tensor::empty({B, NH_, T}) : Tensor();  // (B, NH, T)
+  Tensor heads = Tensor::empty({B, T, C_});                                   // (B, T, NH, HS)
   // The bf16 copy kept for backward is also what the products read (the same rounded values).
   const Tensor kept = saved_activation(qkv, ctx);
-  kernels::attention_forward(heads.f32(), keep_probabilities ? att.f32() : nullptr, gemm_input(kept), B, T, C_, NH_);
-  ctx.save(this, {kept, att});
+  kernels::attention_forward(heads.f32(), keep_probabilities ? att.f32() : nullptr, gemm_input(kept), B, T, C_, NH_,
+                             lse.defined() ? lse.f32() : nullptr);
+  ctx.save(this, {kept, att, lse});
   return heads;
 }
 
 Tensor CausalAttention::backward_impl(const Tensor& dheads, Context& ctx) {
   const Tensor& qkv = ctx.saved(this, 0);  // q, k, v as the forward's products read them (bf16 or fp32)
   const Tensor& att = ctx.saved(this, 1);
+  const Tensor& lse = ctx.saved(this, 2);
   const int64_t B = qkv.size(0), T = qkv.size(1);
   Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32);  // (B, T, 3C)
   const Tensor datt = att.defined() ? Tensor::empty(att.shape()) : Tensor();  // (B, NH, T, T) scratch
   kernels::attention_backward(dqkv.f32(), att.defined() ? datt.f32() : nullptr, dheads.f32(), gemm_input(qkv),
-                              att.defined() ? att.f32() : nullptr, B, T, C_, NH_);
+                              att.defined() ? att.f32() : nullptr, B, T, C_, NH_, lse.defined() ? lse.f32() : nullptr);
   ctx.release(this);
   return dqkv;
 }

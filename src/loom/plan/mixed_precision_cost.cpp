@@ -31,10 +31,10 @@ int64_t bf16_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t
   const int64_t Tr = sequence_parallel ? T / t : T;  // tokens of the replicated regions held here
   const int64_t linear_inputs = 2 * B * Tr * C + B * T * C / t + 4 * B * T * C / t;  // qkv, fc; proj; MLP proj
   const int64_t ln_inputs = 2 * B * Tr * C, mlp_hidden = 4 * B * T * C / t, stats = 4 * B * Tr;
-  // q, k, v; ring attention also keeps its output, the very copy the projection keeps as its
-  // input (counted above), and the log-sum-exp in fp32; serial attention recomputes the
-  // probabilities.
-  const int64_t core = 2 * 3 * B * T * C / t + (cp > 1 ? 4 * NH * B * T / t : 0);
+  // q, k, v and the rows' log-sum-exp in fp32, from which backward recomputes the
+  // probabilities; ring attention also keeps its output, the very copy the projection keeps
+  // as its input (counted above).
+  const int64_t core = 2 * 3 * B * T * C / t + 4 * NH * B * T / t;
   return 2 * (ln_inputs + mlp_hidden + linear_inputs) + core + 4 * stats;
 }
 
@@ -56,8 +56,9 @@ int64_t bf16_attention_backward_bytes(int64_t B, int64_t T, int64_t C, int64_t N
   // Heads in groups whose one block of fp32 scores fits kAttentionBlockGroupBytes.
   const int64_t heads = largest_group_heads(B, NH / t, kAttentionBlockGroupBytes, R * T);
   // A block's scores, probabilities' gradient (fp32 and bf16 each), its rows of q, dout (bf16)
-  // and output (fp32), the keys and values up to its end (bf16) and their gradients (fp32).
-  return heads * (R * T * (4 + 2 + 4 + 2) + R * HS * (2 + 2 + 4) + T * HS * (2 + 2 + 4 + 4));
+  // and output (fp32), the keys and values up to its end (bf16) and their gradients (fp32), its
+  // rows' log-sum-exp and 1 / sum (fp32).
+  return heads * (R * T * (4 + 2 + 4 + 2) + R * HS * (2 + 2 + 4) + T * HS * (2 + 2 + 4 + 4) + R * (4 + 4));
 }
 
 }  // namespace loom::plan
