@@ -123,9 +123,10 @@ TEST(GcnOracle, LossGradientsAndTenAdamStepsMatchPyTorch) {
   EXPECT_TRUE(close_to("Adam losses", losses.data(), read_raw(dir / "losses.f32", kSteps), 1e-5));
   int checked = 0;
   for (const auto& [key, t] : trainer.state_dict())
-    if (key.rfind("model.", 0) == 0 && ++checked)
+    if (key.rfind("model.", 0) == 0 && ++checked) {
       EXPECT_TRUE(close_to("final " + key.substr(6), t.f32(),
                            read_raw(dir / ("final." + key.substr(6) + ".f32"), t.numel()), 1e-4));
+    }
   EXPECT_EQ(checked, 6);
   fs::remove_all(dir);
 }

@@ -95,8 +95,11 @@ TEST(RingAttention, ScoreScratchStaysWithinTheRanksQkv) {
   EXPECT_EQ(heads_per_group(4, 16, 2), 2);     // short chunks: every head at once
   EXPECT_EQ(heads_per_group(512, 384, 6), 4);  // gpt-mini's width, T 2048 at cp 2
   EXPECT_EQ(heads_per_group(8192, 384, 6), 1);  // one head at a time past 6C rows
-  for (int64_t Tc : {64, 256, 1024, 2304})
-    if (heads_per_group(Tc, 384, 6) > 1) EXPECT_LE(heads_per_group(Tc, 384, 6) * Tc * Tc, 2 * Tc * 3 * 384) << Tc;
+  for (int64_t Tc : {64, 256, 1024, 2304}) {
+    if (heads_per_group(Tc, 384, 6) > 1) {
+      EXPECT_LE(heads_per_group(Tc, 384, 6) * Tc * Tc, 2 * Tc * 3 * 384) << Tc;
+    }
+  }
 }
 
 TEST(RingAttention, MatchesTheSerialKernelContiguous) {

@@ -23,8 +23,11 @@ TEST(ExpertParallelConfig, MoeKeysReadFromTomlAndFlags) {
   EXPECT_EQ(c.model.moe.every, 2);
   EXPECT_EQ(c.model.moe.aux_loss_coef, 0.02);
   EXPECT_EQ(c.ep, 2);
-  for (const ConfigKey& k : config_schema(c))
-    if (k.key == "moe_experts") EXPECT_EQ(flag_name(k.key), "moe-experts");
+  for (const ConfigKey& k : config_schema(c)) {
+    if (k.key == "moe_experts") {
+      EXPECT_EQ(flag_name(k.key), "moe-experts");
+    }
+  }
   EXPECT_TRUE(contains(error_of([&] { apply_toml_string(c, "[model]\nmoe_expert = 4\n", "t.toml"); }),
                        "did you mean 'moe_experts'"));
 }

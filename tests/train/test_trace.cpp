@@ -133,9 +133,10 @@ void expect_nested(const std::vector<Span>& row, const std::string& where) {
   std::vector<const Span*> open;
   for (const Span& s : sorted) {
     while (!open.empty() && open.back()->end <= s.start) open.pop_back();
-    if (!open.empty())
+    if (!open.empty()) {
       EXPECT_LE(s.end, open.back()->end + 1)  // 1 ns: rounding of the microsecond times
           << where << ": '" << s.name << "' overlaps '" << open.back()->name << "' without nesting";
+    }
     open.push_back(&s);
   }
 }
@@ -206,8 +207,11 @@ TEST(TraceRun, PipelineTwoStages) {
     // The first stage receives gradients, the last activations: 4 of each over two steps.
     const char* recv = rank == 0 ? "recv gradient" : "recv activation";
     EXPECT_EQ(count(compute, "p2p", recv), 4) << where;
-    for (const Span& s : compute)
-      if (s.cat == "p2p") EXPECT_EQ(s.args.at("bytes"), 2 * 16 * 16 * 4) << where << " " << s.name;
+    for (const Span& s : compute) {
+      if (s.cat == "p2p") {
+        EXPECT_EQ(s.args.at("bytes"), 2 * 16 * 16 * 4) << where << " " << s.name;
+      }
+    }
     for (const auto& [key, row] : rows)
       if (key.first == rank) expect_nested(row, where + " thread " + std::to_string(key.second));
   }

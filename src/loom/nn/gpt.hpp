@@ -24,7 +24,7 @@ struct GPTConfig {
   int64_t n_head = 6;             // NH
   int64_t n_embd = 384;           // C
   bool recompute = false;         // activation recompute in every block
-  MoeConfig moe;                  // mixture-of-experts blocks (none by default)
+  MoeConfig moe{};                // mixture-of-experts blocks (none by default)
 
   int64_t resolved_padded_vocab() const;
   // Throws loom::Error naming every impossible value.

@@ -116,7 +116,7 @@ Manifest parse_manifest(const std::string& text, const std::string& origin) {
     const json& l = j.at("layout");
     m.layout = {l.at("dp").get<int64_t>(),     l.at("pp").get<int64_t>(),     l.at("tp").get<int64_t>(),
                 l.at("zero").get<int64_t>(),   l.at("chunks").get<int64_t>(), l.at("hsdp_shard").get<int64_t>(),
-                l.at("sequence_parallel").get<bool>()};
+                l.at("sequence_parallel").get<bool>(), ""};
     if (l.contains("tp_3d")) {  // manifests written before 3D have none
       m.layout.tp_3d = l.at("tp_3d").get<std::string>();
       if (!m.layout.tp_3d.empty()) {
