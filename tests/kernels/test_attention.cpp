@@ -144,13 +144,17 @@ void check_bf16_against_reference(int64_t B, int64_t T, int64_t C, int64_t NH) {
   std::vector<bfloat16> qkv_bf16(qkv.size());
   convert_to_bf16(qkv.data(), qkv_bf16.data(), static_cast<int64_t>(qkv.size()));
   std::vector<float> out(B * T * C, NAN), dqkv(B * T * 3 * C, NAN), lse(B * NH * T, NAN);
-  attention_forward(out.data(), nullptr, qkv_bf16.data(), B, T, C, NH, lse.data());
+  std::vector<float> att(B * NH * T * T, NAN);
+  attention_forward(out.data(), att.data(), qkv_bf16.data(), B, T, C, NH, lse.data());
   attention_backward(dqkv.data(), nullptr, dout.data(), qkv_bf16.data(), nullptr, B, T, C, NH, lse.data());
   EXPECT_TRUE(all_close(out, ref.out, 2e-3, 1e-3, "out"));
   EXPECT_TRUE(all_close(dqkv, ref.dqkv, 2e-3, 1e-3, "dqkv"));
   // The log-sum-exp of fp32 scores (products of bf16 q and k summed in fp32) against double:
   // rtol 1e-5 + atol 1e-5 (values of order 1-5; fast_exp and fp32 sums, ~1e-6).
   EXPECT_TRUE(all_close(lse, ref.lse, 1e-5, 1e-5, "lse"));
+  // The probabilities when asked for, exp(S - lse) in fp32 (not rounded), 0 above the
+  // diagonal: rtol 1e-4 + atol 1e-6, as the fp32 path (scores summed in fp32, fast_exp).
+  EXPECT_TRUE(all_close(att, ref.att, 1e-4, 1e-6, "att"));
   // Without the forward's log-sum-exp, backward finds it with the same pass over the same
   // scores: bit for bit the same gradients.
   std::vector<float> dqkv_alone(B * T * 3 * C, NAN);
@@ -173,29 +177,35 @@ TEST(AttentionBf16, MatchesTheTwinWithItsRoundings) {
 // oneDNN may block differently: fp32 summation order, rtol 1e-5 + atol 1e-6 (measured: at most
 // 2.4e-7). A share's work done twice or not at all (oneDNN running one thread's part of a product
 // made for two) is off by O(0.1-1). Groups of 2 sequences, of 2 heads (both split) and of 1
-// head (not split), and a ragged tail.
+// head (not split), a ragged tail, and a group of 3 sequences split by heads (each thread some
+// heads of every sequence: its rows of att and lse are not one slice). The probabilities and
+// log-sum-exp written under the split are checked too.
 TEST(AttentionBf16, TwoThreadsMatchOneThread) {
   const int before = omp_get_max_threads();
   for (const auto& [B, T, C, NH] : {std::array<int64_t, 4>{2, 128, 32, 2}, {3, 1024, 16, 4}, {1, 1100, 16, 4},
-                                    {3, 200, 24, 3}}) {
+                                    {3, 200, 24, 3}, {3, 128, 32, 4}}) {
     const auto qkv32 = random_vector(B * T * 3 * C, 700 + T, -2.0f, 2.0f);
     const auto dout = random_vector(B * T * C, 800 + T);
     std::vector<bfloat16> qkv(qkv32.size());
     convert_to_bf16(qkv32.data(), qkv.data(), static_cast<int64_t>(qkv.size()));
-    std::vector<float> out[2], dqkv[2];
+    std::vector<float> out[2], dqkv[2], att[2], lse[2];
     for (int threads : {1, 2}) {
       omp_set_num_threads(threads);
       std::vector<float>& o = out[threads - 1];
       std::vector<float>& d = dqkv[threads - 1];
       o.assign(B * T * C, NAN);
       d.assign(B * T * 3 * C, NAN);
-      attention_forward(o.data(), nullptr, qkv.data(), B, T, C, NH);
-      attention_backward(d.data(), nullptr, dout.data(), qkv.data(), nullptr, B, T, C, NH);
+      att[threads - 1].assign(B * NH * T * T, NAN);
+      lse[threads - 1].assign(B * NH * T, NAN);
+      attention_forward(o.data(), att[threads - 1].data(), qkv.data(), B, T, C, NH, lse[threads - 1].data());
+      attention_backward(d.data(), nullptr, dout.data(), qkv.data(), nullptr, B, T, C, NH, lse[threads - 1].data());
       EXPECT_EQ(omp_get_max_threads(), threads) << "the split must leave the caller's thread count";
     }
     omp_set_num_threads(before);
     EXPECT_TRUE(all_close(out[1], out[0], 1e-5, 1e-6, "out")) << B << "x" << T;
     EXPECT_TRUE(all_close(dqkv[1], dqkv[0], 1e-5, 1e-6, "dqkv")) << B << "x" << T;
+    EXPECT_TRUE(all_close(att[1], att[0], 1e-5, 1e-6, "att")) << B << "x" << T;
+    EXPECT_TRUE(all_close(lse[1], lse[0], 1e-5, 1e-6, "lse")) << B << "x" << T;
   }
 }
 

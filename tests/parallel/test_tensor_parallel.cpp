@@ -554,7 +554,8 @@ TEST_P(ActivationMemory, PerLayerMatchesTheFormula) {
   // Mixed precision: every layer keeps bf16 copies, the tensor-parallel Linears (their inputs,
   // under sequence parallelism this rank's chunk) among them, and no probabilities
   // (plan::bf16_activation_bytes_per_layer): half the fp32 bytes but for the probabilities
-  // (NH B T^2 / t values) and the LayerNorm statistics (4 B Tr values), which stay fp32.
+  // (NH B T^2 / t values), of which only the rows' fp32 log-sum-exp is kept (NH B T / t), and the
+  // LayerNorm statistics (4 B Tr values), which stay fp32.
   const kernels::PrecisionScope bf16(kernels::Precision::BF16);
   const int64_t measured_bf16 = per_layer(false);
   const int64_t formula_bf16 = plan::bf16_activation_bytes_per_layer(B, T, C, NH, t, sp);

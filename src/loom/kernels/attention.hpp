@@ -21,10 +21,11 @@ namespace loom::kernels {
 void attention_forward(float* out, float* att, Operand qkv, int64_t B, int64_t T, int64_t C,
                        int64_t NH, float* lse = nullptr);
 // dqkv (B, T, 3C) overwritten; datt (B, NH, T, T) scratch; dout (B, T, C). With att and datt
-// null, the probabilities are recomputed from qkv one group of heads at a time, bit for bit
-// as forward computed them (the same products and softmax on the same operands), into
-// scratches of a group's size: the backward of a forward that did not keep them.
-// lse: what forward wrote there, or null (bf16 products then find it again themselves).
+// null, the probabilities are recomputed from qkv one group of heads at a time into scratches
+// of a group's size: the backward of a forward that did not keep them. In fp32 bit for bit as
+// forward computed them (the same products and softmax on the same operands); with bf16
+// products as exp(S - lse), lse being what forward wrote there, or, when null, found again
+// from S by the forward's own pass (the same values either way).
 void attention_backward(float* dqkv, float* datt, const float* dout, Operand qkv, const float* att,
                         int64_t B, int64_t T, int64_t C, int64_t NH, const float* lse = nullptr);
 // The values of the largest group of heads' (T, T) scores: the size of each scratch the

@@ -161,15 +161,16 @@ int64_t lse_at(const AttentionGroup& ag, const Heads& g, int64_t NH, int64_t T, 
   return ((ag.b0 + h / g.nh) * NH + ag.h0 + h % g.nh) * T + i;
 }
 
-// The block's probabilities exp(S - lse) into the group's (G, T, T) slice of att (zeros after
-// the diagonal).
-void keep_probabilities(const float* scores, const float* lse, const Heads& g, int64_t T, int64_t i0, int64_t i1,
-                        float* att) {
+// The block's probabilities exp(S - lse) into att (B, NH, T, T), zeros after the diagonal. Row
+// i of the group's head h sits where lse_at puts its log-sum-exp, times T: a thread's share of
+// some heads of several sequences is not one contiguous slice of att.
+void keep_probabilities(const float* scores, const float* lse, const AttentionGroup& ag, const Heads& g, int64_t NH,
+                        int64_t T, int64_t i0, int64_t i1, float* att) {
   const int64_t R = i1 - i0;
   for (int64_t h = 0; h < g.G(); ++h)
     for (int64_t r = 0; r < R; ++r) {
       const float* s = scores + (h * R + r) * i1;
-      float* row = att + (h * T + i0 + r) * T;
+      float* row = att + lse_at(ag, g, NH, T, h, i0 + r) * T;
       for (int64_t j = 0; j <= i0 + r; ++j) row[j] = fast_exp(s[j] - lse[h * R + r]);
       std::memset(row + i0 + r + 1, 0, sizeof(float) * (T - i0 - r - 1));
     }
@@ -242,7 +243,7 @@ void attention_forward_bf16(float* out, float* att, float* lse, Operand qkv, int
     const int64_t R = i1 - i0, HS = g.HS;
     block_scores(q, k, in, g, i0, i1, scale, s);
     causal_exp(s.scores, block_rows(i0, i1), g.G(), i0, i1, s.scores_bf16, s.inv_sum, s.lse);
-    if (att != nullptr) keep_probabilities(s.scores, s.lse, g, T, i0, i1, att + (ag.b0 * NH + ag.h0) * T * T);
+    if (att != nullptr) keep_probabilities(s.scores, s.lse, ag, g, NH, T, i0, i1, att);
     if (lse != nullptr)
       for (int64_t h = 0; h < g.G(); ++h)
         std::memcpy(lse + lse_at(ag, g, NH, T, h, i0), s.lse + h * R, sizeof(float) * R);

@@ -10,9 +10,9 @@ Tensor CausalAttention::forward_impl(const Tensor& qkv, Context& ctx) {
   const int64_t B = qkv.size(0), T = qkv.size(1);
   // What backward reads: q, k, v, kept in bf16 under mixed precision, and the softmax
   // probabilities (B NH T^2 values, most of a layer's activations at T = 1024). Those are
-  // kept only in fp32 training; under bf16 (and in inference) backward recomputes them from
-  // q and k, bit for bit, a group of heads at a time, as Megatron-LM's selective
-  // recomputation and FlashAttention do (Korthikanti et al. 2022: the 5as/h term).
+  // kept only in fp32 training; under bf16 backward recomputes them from q and k and each
+  // row's log-sum-exp, a causal block of a group of heads at a time, as Megatron-LM's
+  // selective recomputation and FlashAttention do (Korthikanti et al. 2022: the 5as/h term).
   const bool keep_probabilities = !saved_in_bf16(ctx) && !ctx.inference();
   Tensor att = keep_probabilities ? Tensor::empty({B, NH_, T, T}) : Tensor();  // (B, NH, T, T)
   // In their place bf16 keeps each row's log-sum-exp (4 bytes a row and head), from which

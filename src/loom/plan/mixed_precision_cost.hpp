@@ -40,7 +40,7 @@ constexpr int64_t kBf16HeadGradientRows = 1024;
 // inputs, q, k, v, the MLP's pre-GELU values and every Linear's input (serial or split over
 // tp, a sequence-parallel one its own chunk); the LayerNorm statistics (4 B T values) stay
 // fp32; the softmax probabilities are not kept: backward recomputes them from the rows' fp32
-// log-sum-exp (4 NH B T bytes). Under context parallelism (cp > 1) ring attention keeps the
+// log-sum-exp (4 NH B T / t bytes). Under context parallelism (cp > 1) ring attention keeps the
 // same and its bf16 output (the same bf16 tensor the projection keeps as its input).
 int64_t bf16_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t t,
                                         bool sequence_parallel, int64_t cp = 1);
