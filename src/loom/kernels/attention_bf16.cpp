@@ -139,8 +139,8 @@ struct Scratch {
     auto f32 = [&](const Tensor& t) { return t.defined() ? t.f32() + t.numel() / parts * p : nullptr; };
     auto bf16 = [&](const Tensor& t) { return t.defined() ? t.bf16() + t.numel() / parts * p : nullptr; };
     return Buffers{.scores = f32(scores), .dscores = f32(dscores), .rows_out = f32(rows_out), .dk = f32(dk),
-                   .dv = f32(dv), .inv_sum = f32(inv_sum), .lse = f32(lse), .scores_bf16 = bf16(scores_bf16), .dscores_bf16 = bf16(dscores_bf16),
-                   .q = bf16(q), .dout = bf16(dout), .k = bf16(k), .v = bf16(v)};
+                   .dv = f32(dv), .inv_sum = f32(inv_sum), .lse = f32(lse), .scores_bf16 = bf16(scores_bf16),
+                   .dscores_bf16 = bf16(dscores_bf16), .q = bf16(q), .dout = bf16(dout), .k = bf16(k), .v = bf16(v)};
   }
 };
 

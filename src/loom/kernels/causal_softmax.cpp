@@ -53,6 +53,11 @@ inline float causal_row_max(const float* row, int64_t i) {
   }
   return hmax16(vm);
 }
+// The softmax backward of one 16-column chunk: P (dP - dot) on the lanes of k, 0 elsewhere.
+inline __m512 chunk_ds(const float* p, const float* dp, __m512 dot, __mmask16 k) {
+  const __m512 diff = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dp), dot);
+  return _mm512_maskz_mov_ps(k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p), diff));
+}
 // Lanes j0 .. j0 + 15 inside a row of `cols` columns.
 inline __mmask16 row_mask(int64_t j0, int64_t cols) {
   return j0 + 16 <= cols ? __mmask16(0xFFFF) : __mmask16((1u << (cols - j0)) - 1);
@@ -136,8 +141,7 @@ void causal_softmax_backward(float* d, const float* p, const ScoreRows& rows, in
     const __m512 dot = _mm512_set1_ps(hsum16(vdot));
     for (int64_t c = 0; c < chunks; ++c) {
       const __mmask16 k = causal_mask(i, c * 16);
-      const __m512 v = _mm512_maskz_mov_ps(
-          k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, pr + c * 16), _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dr + c * 16), dot)));
+      const __m512 v = chunk_ds(pr + c * 16, dr + c * 16, dot, k);
       _mm512_mask_storeu_ps(dr + c * 16, row_mask(c * 16, cols), v);
     }
     zero_tail(dr, std::min(cols, chunks * 16), cols);
@@ -222,8 +226,7 @@ void causal_softmax_backward_from_lse(float* s, const float* dp, const ScoreRows
     const __m512 dot = _mm512_set1_ps(hsum16(vdot));
     for (int64_t c = 0; c < chunks; ++c) {
       const __mmask16 k = causal_mask(i, c * 16);
-      const __m512 ds = _mm512_maskz_mov_ps(
-          k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, pr + c * 16), _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dr + c * 16), dot)));
+      const __m512 ds = chunk_ds(pr + c * 16, dr + c * 16, dot, k);
       store_bf16x16(ds_row + c * 16, ds, row_mask(c * 16, cols));
     }
     written = std::min(cols, chunks * 16);
