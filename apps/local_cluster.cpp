@@ -3,10 +3,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <functional>
+#include <memory>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -31,32 +36,73 @@ double thread_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// Overwrites a buffer twice the core's own (level 2) cache: in a training step each kernel's
-// operands were written by other kernels since it last ran, so they come from the shared
-// last-level cache or memory, not warm from the previous run of the same kernel.
+// The largest data cache this core uses, in bytes: the last level, shared with other cores
+// (sysfs's cache of cpu0 at the highest level; sysconf's figure where sysfs has none, which on
+// some hosts is the whole package's, ten times what one core's group shares). At least 1 MiB.
+int64_t last_level_cache_bytes() {
+  int64_t bytes = 0;
+  for (int index = 0;; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream type(dir + "type"), size(dir + "size");
+    if (!type || !size) break;
+    std::string kind, text;
+    type >> kind;
+    size >> text;
+    if (kind == "Instruction" || text.empty()) continue;
+    int64_t value = std::atoll(text.c_str());
+    if (text.back() == 'K') value <<= 10;
+    if (text.back() == 'M') value <<= 20;
+    bytes = std::max(bytes, value);
+  }
+  if (bytes == 0) bytes = std::max(sysconf(_SC_LEVEL3_CACHE_SIZE), sysconf(_SC_LEVEL2_CACHE_SIZE));
+  return std::max<int64_t>(bytes, int64_t{1} << 20);
+}
+
+// Overwrites a buffer twice the last-level cache: what a layer's backward reads (its saved
+// activations, its weights) was last touched before the other layers' forward and backward
+// ran, and a model's activations outgrow that cache, so it comes from memory.
 void evict_caches() {
-  static std::vector<char> junk = [] {
-    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return std::vector<char>(static_cast<size_t>(2 * std::max(l2, 1L << 20)));
-  }();
+  static std::vector<char> junk(static_cast<size_t>(2 * last_level_cache_bytes()));
   std::memset(junk.data(), junk[0] + 1, junk.size());
 }
 
-// CPU seconds of `run` with cold caches, the fastest of 3-7 runs after a warm-up (which also
-// creates the oneDNN primitive), or of fewer when one takes long: about 50 ms per shape. The
-// fastest: a busy machine only ever slows a run down (shared caches, the hypervisor).
-double fastest_seconds(const std::function<void()>& run) {
-  run();
-  std::vector<double> t;
-  double spent = 0;
-  while (t.empty() || (spent < 0.2 && (t.size() < 3 || (t.size() < 7 && spent < 0.05)))) {
-    evict_caches();
-    const double t0 = thread_seconds();
-    run();
-    t.push_back(thread_seconds() - t0);
-    spent += t.back();
+// A kernel the planner prices, with the calling thread's CPU seconds of each timed run.
+struct Probe {
+  std::function<void()> run;
+  std::vector<double> seconds;
+  double median() const {
+    std::vector<double> t = seconds;
+    std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+    return std::max(t[t.size() / 2], 1e-9);
   }
-  return std::max(*std::min_element(t.begin(), t.end()), 1e-9);
+};
+
+// Times a layer's kernels where a training step runs them: one round runs the forward
+// probes in order, evicts the caches (the other layers' passes), then the backward probes,
+// each kernel timed between the others. A round untimed first (it creates the oneDNN
+// primitives), then 3-7 timed rounds, fewer when they take long; each kernel's figure is its
+// median. Timed alone after a cache flush, the best of a few runs, a 4-layer model's GEMMs,
+// attention and GELU ran 1.1x, 1.5x and 1.6-2x as fast as the same calls inside its training
+// step on a Zen 5 host: the other kernels between two calls leave the caches, and whatever
+// else a core keeps warm for a kernel, as a step does; a flush alone does not.
+void run_rounds(std::vector<Probe*>& forward, std::vector<Probe*>& backward) {
+  auto round = [&](bool timed) {
+    for (auto* half : {&forward, &backward}) {
+      if (half == &backward) evict_caches();
+      for (Probe* p : *half) {
+        const double t0 = thread_seconds();
+        p->run();
+        if (timed) p->seconds.push_back(thread_seconds() - t0);
+      }
+    }
+  };
+  round(false);
+  double spent = 0;
+  for (int r = 0; r < 7 && (r < 3 || spent < 0.5); ++r) {
+    const double t0 = thread_seconds();
+    round(true);
+    spent += thread_seconds() - t0;
+  }
 }
 
 std::vector<float> buffer(int64_t n, float value) { return std::vector<float>(static_cast<size_t>(n), value); }
@@ -73,53 +119,98 @@ int64_t timed_rows(const plan::Gemm& g) {
   return std::min(g.m, std::clamp(by_flops, kMinRows, kMaxRows));
 }
 
-// A Linear's three products as nn::Linear runs them: y = x W^T + b; dx = dy W; dW += dy^T x
-// and the bias gradient.
-plan::MeasuredRate measure_linear(const plan::Gemm& g, bool bf16) {
-  const int64_t M = timed_rows(g), N = g.n, K = g.k;
-  std::vector<float> x = buffer(M * K, 0.5f), w = buffer(N * K, 0.25f), b = buffer(N, 0.1f), y = buffer(M * N, 0.f),
-                     dw = buffer(N * K, 0.f), db = buffer(N, 0.f);  // x (M, K), W (N, K), y (M, N)
-  // Mixed precision reads bf16 copies of the input, the weight and the output's gradient.
-  std::vector<bfloat16> x16(bf16 ? x.size() : 0), w16(bf16 ? w.size() : 0), y16(bf16 ? y.size() : 0);
-  kernels::convert_to_bf16(x.data(), x16.data(), static_cast<int64_t>(x16.size()));
-  kernels::convert_to_bf16(w.data(), w16.data(), static_cast<int64_t>(w16.size()));
-  kernels::convert_to_bf16(y.data(), y16.data(), static_cast<int64_t>(y16.size()));
-  auto operand = [bf16](std::vector<float>& f, std::vector<bfloat16>& h) {
-    return bf16 ? kernels::Operand(h.data()) : kernels::Operand(f.data());
-  };
-  const double forward = fastest_seconds(
-      [&] { kernels::matmul(operand(x, x16), Trans::N, operand(w, w16), Trans::T, y.data(), M, N, K, b.data()); });
-  const double backward = fastest_seconds([&] {
-    kernels::matmul(operand(y, y16), Trans::N, operand(w, w16), Trans::N, x.data(), M, K, N);
-    kernels::matmul(operand(y, y16), Trans::T, operand(x, x16), Trans::N, dw.data(), N, K, M, nullptr, /*accumulate=*/true);
-    kernels::bias_backward(db.data(), y.data(), M, N);
-  });
-  const double flops = 2.0 * static_cast<double>(M * N * K);
-  return {g, flops / forward, 2.0 * flops / backward};
-}
+// A Linear's three products as nn::Linear runs them: forward y = x W^T + b; backward dx = dy W,
+// dW += dy^T x and the bias gradient. Mixed precision reads bf16 copies of the input, the
+// weight and the output's gradient.
+struct LinearProbe {
+  plan::Gemm shape;
+  int64_t M, N, K;
+  std::vector<float> x, w, b, y, dw, db;  // x (M, K), W (N, K), y (M, N)
+  std::vector<bfloat16> x16, w16, y16;
+  Probe forward, backward;
+
+  LinearProbe(const plan::Gemm& g, bool bf16)
+      : shape(g), M(timed_rows(g)), N(g.n), K(g.k), x(buffer(M * K, 0.5f)), w(buffer(N * K, 0.25f)),
+        b(buffer(N, 0.1f)), y(buffer(M * N, 0.f)), dw(buffer(N * K, 0.f)), db(buffer(N, 0.f)),
+        x16(bf16 ? x.size() : 0), w16(bf16 ? w.size() : 0), y16(bf16 ? y.size() : 0) {
+    kernels::convert_to_bf16(x.data(), x16.data(), static_cast<int64_t>(x16.size()));
+    kernels::convert_to_bf16(w.data(), w16.data(), static_cast<int64_t>(w16.size()));
+    kernels::convert_to_bf16(y.data(), y16.data(), static_cast<int64_t>(y16.size()));
+    auto operand = [bf16](std::vector<float>& f, std::vector<bfloat16>& h) {
+      return bf16 ? kernels::Operand(h.data()) : kernels::Operand(f.data());
+    };
+    const kernels::Operand xo = operand(x, x16), wo = operand(w, w16), yo = operand(y, y16);
+    forward.run = [this, xo, wo] { kernels::matmul(xo, Trans::N, wo, Trans::T, y.data(), M, N, K, b.data()); };
+    backward.run = [this, xo, wo, yo] {
+      kernels::matmul(yo, Trans::N, wo, Trans::N, x.data(), M, K, N);
+      kernels::matmul(yo, Trans::T, xo, Trans::N, dw.data(), N, K, M, nullptr, /*accumulate=*/true);
+      kernels::bias_backward(db.data(), y.data(), M, N);
+    };
+  }
+  plan::MeasuredRate rate() const {
+    const double flops = 2.0 * static_cast<double>(M * N * K);
+    return {shape, flops / forward.median(), 2.0 * flops / backward.median()};
+  }
+};
 
 // Loom's attention kernel (both batched products and the causal softmax) for the score
-// product {s, s, d, b a / t}: as many whole heads as fit kMaxRows tokens.
-plan::MeasuredRate measure_attention(const plan::Gemm& scores, int64_t heads_per_sequence) {
-  const int64_t T = scores.m, HS = scores.k, NH = heads_per_sequence, C = NH * HS;
-  const int64_t B = std::clamp<int64_t>(kMaxRows / T, 1, scores.batch / NH);
-  std::vector<float> qkv = buffer(B * T * 3 * C, 0.01f), att = buffer(B * NH * T * T, 0.f), out = buffer(B * T * C, 0.f),
-                     datt = buffer(B * NH * T * T, 0.f), dqkv = buffer(B * T * 3 * C, 0.f);
-  const double forward = fastest_seconds([&] { kernels::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH); });
-  const double backward = fastest_seconds([&] {
-    kernels::attention_backward(dqkv.data(), datt.data(), out.data(), qkv.data(), att.data(), B, T, C, NH);
-  });
-  const double flops = 4.0 * static_cast<double>(B * NH * T * T * HS);  // the two products, forward
-  return {scores, flops / forward, 2.0 * flops / backward};
-}
+// product {s, s, d, b a / t}, on as many whole heads as fit kMaxRows tokens, keeping for
+// backward what nn::CausalAttention keeps: the probabilities in fp32, each row's log-sum-exp
+// in bf16 (which recomputes them).
+struct AttentionProbe {
+  plan::Gemm scores;
+  int64_t B, T, C, NH;
+  std::vector<float> qkv, att, lse, out, datt, dqkv;
+  Probe forward, backward;
 
-// Bytes/s of a copy (read + write counted) between two buffers of a layer's activations'
-// size, too large for the private caches: what LayerNorm, residual adds and Adam stream at.
+  AttentionProbe(const plan::Gemm& s, int64_t heads_per_sequence, bool bf16)
+      : scores(s), B(std::clamp<int64_t>(kMaxRows / s.m, 1, s.batch / heads_per_sequence)), T(s.m),
+        C(heads_per_sequence * s.k), NH(heads_per_sequence), qkv(buffer(B * T * 3 * C, 0.01f)),
+        att(buffer(bf16 ? 0 : B * NH * T * T, 0.f)), lse(buffer(bf16 ? B * NH * T : 0, 0.f)),
+        out(buffer(B * T * C, 0.f)), datt(buffer(bf16 ? 0 : B * NH * T * T, 0.f)), dqkv(buffer(B * T * 3 * C, 0.f)) {
+    float* a = att.empty() ? nullptr : att.data();
+    float* da = datt.empty() ? nullptr : datt.data();
+    float* l = lse.empty() ? nullptr : lse.data();
+    forward.run = [this, a, l] { kernels::attention_forward(out.data(), a, qkv.data(), B, T, C, NH, l); };
+    backward.run = [this, a, da, l] {
+      kernels::attention_backward(dqkv.data(), da, out.data(), qkv.data(), a, B, T, C, NH, l);
+    };
+  }
+  plan::MeasuredRate rate() const {
+    const double flops = 4.0 * static_cast<double>(B * NH * T * T * scores.k);  // the two products, forward
+    return {scores, flops / forward.median(), 2.0 * flops / backward.median()};
+  }
+};
+
+// GELU as nn::MLP runs it: forward on the fc product's output just written (`hidden`, fc's
+// probe's y), backward in place on the gradient the second projection's backward just wrote
+// (`grad`, that probe's x), reading `hidden` again, by then evicted.
+struct GeluProbe {
+  int64_t n;
+  float *hidden, *grad;
+  std::vector<float> y;
+  Probe forward, backward;
+
+  GeluProbe(int64_t values, float* fc_output, float* proj_input_gradient)
+      : n(values), hidden(fc_output), grad(proj_input_gradient), y(buffer(n, 0.f)) {
+    forward.run = [this] { kernels::gelu_forward(y.data(), hidden, n); };
+    backward.run = [this] { kernels::gelu_backward(grad, hidden, grad, n); };
+  }
+};
+
+// Bytes/s of a copy (read + write counted) between two buffers each twice the last-level
+// cache: what LayerNorm, residual adds and Adam stream at over a step's activations and
+// parameters, which come from memory (a copy within the last-level cache ran 1.9x as fast).
 double measure_copy_bandwidth() {
-  const size_t n = size_t{16} << 20;
+  const auto n = static_cast<size_t>(2 * last_level_cache_bytes());
   std::vector<char> a(n, 1), b(n, 0);
-  const double dt = fastest_seconds([&] { std::memcpy(b.data(), a.data(), n); });
-  return 2.0 * static_cast<double>(n) / dt;
+  double fastest = 1e30;  // a busy machine only ever slows a copy down
+  for (int i = 0; i < 4; ++i) {
+    const double t0 = thread_seconds();
+    std::memcpy(b.data(), a.data(), n);
+    if (i > 0) fastest = std::min(fastest, thread_seconds() - t0);  // the first copy maps b's pages
+  }
+  return 2.0 * static_cast<double>(n) / std::max(fastest, 1e-9);
 }
 
 // GELU forward passes over a private 1 Mi-value buffer for `seconds` on the calling thread:
@@ -163,10 +254,6 @@ std::pair<double, double> measure_core_speeds(int64_t cores) {
   return {std::clamp(alone / undisturbed, 0.05, 1.0), std::clamp(all / undisturbed, 0.05, 1.0)};
 }
 
-void add_unique(std::vector<plan::Gemm>& shapes, const plan::Gemm& g) {
-  if (std::find(shapes.begin(), shapes.end(), g) == shapes.end()) shapes.push_back(g);
-}
-
 }  // namespace
 
 plan::ClusterSpec measure_local_cluster(const plan::ModelSpec& model, const std::vector<plan::Layout>& layouts,
@@ -182,36 +269,65 @@ plan::ClusterSpec measure_local_cluster(const plan::ModelSpec& model, const std:
   const kernels::PrecisionScope scope(bf16 ? kernels::Precision::BF16 : kernels::Precision::F32);  // attention's products
   const int threads = kernels::num_threads();
   kernels::set_num_threads(1);
-  std::vector<plan::Gemm> linear, scores;
-  int64_t gelu_values = 1;
+  // Each distinct layer's kernels timed in rounds as a step runs them (run_rounds); a layout
+  // whose kernels were all timed already (the same shapes up to the rows timed) adds none.
+  std::vector<plan::MeasuredRate> timed_linear;  // by the shape timed
+  int64_t gelu_timed = 0;                        // the values of the largest GELU timed
+  auto timed_shape = [](const plan::Gemm& g) { return plan::Gemm{timed_rows(g), g.n, g.k}; };
+  auto timed_rate = [&](const plan::Gemm& g) {
+    return std::find_if(timed_linear.begin(), timed_linear.end(),
+                        [&](const plan::MeasuredRate& r) { return r.shape == timed_shape(g); });
+  };
+  auto has_attention = [&](const plan::Gemm& scores) {
+    return std::any_of(c.attention_rates.begin(), c.attention_rates.end(),
+                       [&](const plan::MeasuredRate& r) { return r.shape == scores; });
+  };
   for (const plan::Layout& l : layouts) {
     const plan::LayerGemms g = plan::layer_gemms(model, l);
-    for (const plan::Gemm& s : g.linear) add_unique(linear, s);
-    add_unique(linear, plan::head_gemm(model, l));
-    if (std::find(scores.begin(), scores.end(), g.scores) == scores.end()) {
-      scores.push_back(g.scores);
-      c.attention_rates.push_back(measure_attention(g.scores, model.heads / (l.tensor_parallel_3d() ? l.row : l.tp)));
+    const std::array<plan::Gemm, 5> gemms{g.linear[0], g.linear[1], g.linear[2], g.linear[3], plan::head_gemm(model, l)};
+    const int64_t gelu_values = timed_rows(g.linear[2]) * g.linear[2].n;
+    if (gelu_values <= gelu_timed && has_attention(g.scores) &&
+        std::all_of(gemms.begin(), gemms.end(), [&](const plan::Gemm& s) { return timed_rate(s) != timed_linear.end(); }))
+      continue;
+    std::vector<std::unique_ptr<LinearProbe>> linear;
+    for (const plan::Gemm& s : gemms) linear.push_back(std::make_unique<LinearProbe>(s, bf16));
+    AttentionProbe attention(g.scores, model.heads / (l.tensor_parallel_3d() ? l.row : l.tp), bf16);
+    GeluProbe gelu(gelu_values, linear[2]->y.data(), linear[3]->x.data());  // fc (M, 4h/t), proj (M, 4h/t)
+    // Forward: qkv, attention, projection, fc, GELU, projection, then the LM head; backward
+    // the other way round.
+    std::vector<Probe*> forward{&linear[0]->forward, &attention.forward, &linear[1]->forward, &linear[2]->forward,
+                                &gelu.forward,       &linear[3]->forward, &linear[4]->forward};
+    std::vector<Probe*> backward{&linear[4]->backward, &linear[3]->backward, &gelu.backward, &linear[2]->backward,
+                                 &linear[1]->backward, &attention.backward, &linear[0]->backward};
+    run_rounds(forward, backward);
+    for (const auto& p : linear)
+      if (timed_rate(p->shape) == timed_linear.end()) {
+        plan::MeasuredRate rate = p->rate();
+        rate.shape = timed_shape(p->shape);
+        timed_linear.push_back(rate);
+      }
+    if (!has_attention(g.scores)) c.attention_rates.push_back(attention.rate());
+    if (gelu_values > gelu_timed) {
+      gelu_timed = gelu_values;
+      c.gelu_forward_s = gelu.forward.median() / static_cast<double>(gelu_values);
+      c.gelu_backward_s = gelu.backward.median() / static_cast<double>(gelu_values);
     }
-    gelu_values = std::max(gelu_values, g.linear[2].m * g.linear[2].n);
   }
-  for (const plan::Gemm& g : linear) {
-    // Shapes that differ only beyond the rows timed share one measurement.
-    const plan::Gemm timed{timed_rows(g), g.n, g.k};
-    auto same = std::find_if(c.gemm_rates.begin(), c.gemm_rates.end(), [&](const plan::MeasuredRate& r) {
-      return plan::Gemm{timed_rows(r.shape), r.shape.n, r.shape.k} == timed;
-    });
-    plan::MeasuredRate rate = same != c.gemm_rates.end() ? *same : measure_linear(g, bf16);
-    rate.shape = g;
-    c.gemm_rates.push_back(rate);
+  // Every shape the layouts use, at the rate of the shape timed for it.
+  for (const plan::Layout& l : layouts) {
+    const plan::LayerGemms g = plan::layer_gemms(model, l);
+    for (const plan::Gemm& s : {g.linear[0], g.linear[1], g.linear[2], g.linear[3], plan::head_gemm(model, l)}) {
+      if (std::any_of(c.gemm_rates.begin(), c.gemm_rates.end(), [&](const plan::MeasuredRate& r) { return r.shape == s; }))
+        continue;
+      plan::MeasuredRate rate = *timed_rate(s);
+      rate.shape = s;
+      c.gemm_rates.push_back(rate);
+    }
   }
   // The fastest GEMM measured stands for the peak (MFU and the roofline of unmeasured shapes).
   c.peak_flops = 0;
   for (const plan::MeasuredRate& r : c.gemm_rates) c.peak_flops = std::max(c.peak_flops, r.forward);
   c.gemm_peak_share = 1.0;
-  const int64_t n = std::min<int64_t>(gelu_values, kMaxRows * 4 * model.hidden);
-  std::vector<float> x = buffer(n, 0.3f), y = buffer(n, 0.f), dx = buffer(n, 0.f);
-  c.gelu_forward_s = fastest_seconds([&] { kernels::gelu_forward(y.data(), x.data(), n); }) / static_cast<double>(n);
-  c.gelu_backward_s = fastest_seconds([&] { kernels::gelu_backward(dx.data(), x.data(), y.data(), n); }) / static_cast<double>(n);
   c.memory_bandwidth = measure_copy_bandwidth();
   std::tie(c.alone_core_speed, c.shared_core_speed) = measure_core_speeds(c.cores_per_node);
   kernels::set_num_threads(threads);

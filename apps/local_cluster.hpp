@@ -1,9 +1,11 @@
 // `loom plan --cluster local`: this machine measured as Loom runs on it, a process per rank
-// with one thread each, fp32. Rather than one peak GEMM rate it times Loom's own kernels at the
-// shapes the planned layouts use: each Linear's three products (forward, dx, dW), attention,
-// GELU, and a copy for the memory-bound passes. Times are the calling thread's CPU time
-// (median of a few runs), so a busy machine shared with other jobs still measures what a core
-// of its own takes; the planner adds the sharing between ranks itself.
+// with one thread each, fp32 or bf16. Rather than one peak GEMM rate it times Loom's own
+// kernels at the shapes the planned layouts use, each layer's in the order a training step
+// runs them: each Linear's three products (forward, dx, dW), attention, GELU; and a copy over
+// buffers beyond the last-level cache for the memory-bound passes. Times are the calling
+// thread's CPU time (each kernel's median over a few rounds), so a busy machine shared with
+// other jobs still measures what a core of its own takes; the planner adds the sharing
+// between ranks itself.
 #pragma once
 
 #include <cstdint>

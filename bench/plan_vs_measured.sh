@@ -102,14 +102,14 @@ print(statistics.median(steps), max(r["peak_mem_bytes"] for r in train))
 PY
 }
 
-hidden() {  # name metrics.jsonl -> "name: the 3D communication and its hidden share" (rank 0's steps after LOOM_SKIP)
-  "$PYTHON" - "$1" "$2" "$LOOM_SKIP" <<'PY'
+hidden() {  # name metrics.jsonl -> "name: the tp (SET=tp3d: 3D) communication and its hidden share" (rank 0's steps after LOOM_SKIP)
+  "$PYTHON" - "$1" "$2" "$LOOM_SKIP" "$([ "$SET" = tp3d ] && echo tp_3d || echo tp)" <<'PY'
 import json, sys
 train = [r for r in map(json.loads, filter(str.strip, open(sys.argv[2]))) if r.get("kind") == "train"
          and r["step"] > int(sys.argv[3]) and "tp_comm_exposed_s" in r]
 comm, exposed = sum(r["tp_comm_s"] for r in train), sum(r["tp_comm_exposed_s"] for r in train)
 if comm > 0:
-    print("%s: tp_3d comm %.0f ms a step, %.0f ms exposed (%.0f%% hidden)" % (sys.argv[1], 1e3 * comm / len(train),
+    print("%s: %s comm %.0f ms a step, %.0f ms exposed (%.0f%% hidden)" % (sys.argv[1], sys.argv[4], 1e3 * comm / len(train),
           1e3 * exposed / len(train), 100 * max(0.0, 1 - exposed / comm)))
 PY
 }
