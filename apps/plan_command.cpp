@@ -38,6 +38,7 @@ struct PlanArgs {
   bool json = false;
   std::string recompute = "any";
   int zero = 1;
+  double bucket_mb = 25.0;  // DDP's gradient buckets, as `loom train --bucket-mb`
   std::string sequence_parallel = "on";
   std::string tp_3d = "off";  // on: 3D grids searched too
   bool crossover = false;
@@ -214,6 +215,8 @@ Runner add_plan_command(CLI::App& sub) {
       ->check(CLI::IsMember({"on", "off", "any"}));
   sub.add_option("--zero", a->zero, "ZeRO stage inside data parallelism (1: distributed optimizer) [1]")
       ->check(CLI::Range(0, 3));
+  sub.add_option("--bucket-mb", a->bucket_mb, "DDP's gradient bucket size in MiB (--zero 0), as loom train's [25]")
+      ->check(CLI::PositiveNumber);
   sub.add_option("--sequence-parallel", a->sequence_parallel, "sequence parallelism with tp > 1: on or off [on]")
       ->check(CLI::IsMember({"on", "off"}));
   sub.add_option("--tp-3d", a->tp_3d,
@@ -245,6 +248,7 @@ Runner add_plan_command(CLI::App& sub) {
     check(a->devices >= 1 && a->global_batch >= 1, "--gpus and --global-batch must be >= 1");
     plan::SearchSpace space;
     space.zero = a->zero;
+    space.bucket_bytes = static_cast<int64_t>(a->bucket_mb * (1 << 20));
     space.sequence_parallel = a->sequence_parallel == "on";
     space.cp_from_seq = a->cp_from_seq;
     if (a->recompute != "any") space.recompute = {a->recompute == "on"};
@@ -266,6 +270,7 @@ Runner add_plan_command(CLI::App& sub) {
       const int64_t per_replica = a->global_batch / l.dp;
       l.micro_batch = a->micro_batch > 0 ? a->micro_batch : std::max<int64_t>(1, per_replica / (l.pp * l.depth));
       l.zero = a->zero;
+      l.bucket_bytes = space.bucket_bytes;
       l.recompute = a->recompute == "on";
       l.sequence_parallel = space.sequence_parallel && l.tp > 1;
       l.ep = a->ep;

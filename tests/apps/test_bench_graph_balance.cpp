@@ -30,7 +30,9 @@ TEST(BenchGraphBalance, OneLinePerGridWithTheLayoutsImbalance) {
     for (const auto& v : j["permuted"]) EXPECT_GE(v.get<double>(), 1.0) << line;
     if (j["grid"] == "2,1,2") two_one_two = j;
     // Layer 1 splits Â's rows over col and its columns over depth: whole on 2,1,1 and 4,1,1.
-    if (j["grid"] == "2,1,1" || j["grid"] == "4,1,1") EXPECT_EQ(j["permuted"][1].get<double>(), 1.0) << line;
+    if (j["grid"] == "2,1,1" || j["grid"] == "4,1,1") {
+      EXPECT_EQ(j["permuted"][1].get<double>(), 1.0) << line;
+    }
   }
   EXPECT_EQ(grids, (std::set<std::string>{"1,1,2", "1,2,1", "2,1,1", "1,1,4", "1,2,2", "1,4,1", "2,1,2", "2,2,1",
                                           "4,1,1"}));

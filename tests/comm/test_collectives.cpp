@@ -160,7 +160,9 @@ TEST(Collectives, ReduceToRoot) {
   const std::vector<float> mine = input_of(g.rank(), 11);
   std::copy(mine.begin(), mine.end(), t.f32());
   g.reduce(t, root, ReduceOp::Avg);
-  if (g.rank() == root) EXPECT_TRUE(all_close(t.f32(), expected_reduction(11, ReduceOp::Avg, g.size()).data(), 11, 1e-5, 1e-5));
+  if (g.rank() == root) {
+    EXPECT_TRUE(all_close(t.f32(), expected_reduction(11, ReduceOp::Avg, g.size()).data(), 11, 1e-5, 1e-5));
+  }
   else EXPECT_TRUE(all_close(t.f32(), mine.data(), 11, 0, 0, "non-root unchanged"));
 }
 

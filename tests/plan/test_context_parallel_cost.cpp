@@ -92,7 +92,9 @@ TEST(PlanContextParallel, SearchTriesCpForLongSequencesAndPicksItWhenTheyDoNotFi
   ASSERT_TRUE(!ranked.empty() && ranked.front().valid);
   EXPECT_GT(ranked.front().layout.cp, 1) << "32k tokens: the s^2 probabilities do not fit without cp";
   for (const LayoutCost& l : ranked)
-    if (l.valid) EXPECT_EQ(l.layout.dp * l.layout.pp * l.layout.tp * l.layout.cp, 8);
+    if (l.valid) {
+      EXPECT_EQ(l.layout.dp * l.layout.pp * l.layout.tp * l.layout.cp, 8);
+    }
 }
 
 }  // namespace

@@ -80,7 +80,9 @@ TEST(PlanSearch, SplitsTheModelWhenItDoesNotFit) {
   const std::vector<LayoutCost> ranked = search(model_preset("gpt3-175b"), cluster_preset("dgx-a100"), 1024, 1536);
   ASSERT_TRUE(ranked.front().valid);
   for (const LayoutCost& c : ranked)
-    if (c.valid) EXPECT_GT(c.layout.tp * c.layout.pp, 1);
+    if (c.valid) {
+      EXPECT_GT(c.layout.tp * c.layout.pp, 1);
+    }
 }
 
 }  // namespace

@@ -155,6 +155,7 @@ std::vector<LayoutCost> search(const ModelSpec& model, const ClusterSpec& cluste
             Layout l{devices / (cp * tp * pp), pp, tp, chunks, mb, space.zero, recompute,
                      space.sequence_parallel && tp > 1};
             l.cp = cp;
+            l.bucket_bytes = space.bucket_bytes;
             // Expert parallelism: every degree dividing dp and the experts.
             for (l.ep = 1; l.ep <= l.dp; ++l.ep) {
               if (l.ep > 1 && (l.dp % l.ep != 0 || model.moe.experts % l.ep != 0)) continue;

@@ -46,6 +46,7 @@ struct SearchSpace {
   std::vector<int64_t> chunks = {1, 2};
   std::vector<bool> recompute = {false, true};
   int zero = 1;                   // ZeRO stage of every layout with dp > 1
+  int64_t bucket_bytes = int64_t{25} << 20;  // DDP's gradient buckets (zero 0)
   bool sequence_parallel = true;  // with every tp > 1
   bool tensor_parallel_3d = false;  // also every dp x row x col x depth grid (pp 1)
   // Context parallelism (powers of two dividing the devices and 2 cp the sequence) is tried

@@ -4,6 +4,7 @@
 
 #include "loom/plan/context_parallel_cost.hpp"
 #include "loom/plan/gemm_cost.hpp"
+#include "loom/plan/gradient_overlap.hpp"
 #include "loom/plan/moe_cost.hpp"
 
 namespace loom::plan {
@@ -206,20 +207,53 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
   const int64_t dp_per_node = std::max<int64_t>(1, std::min(l.dp, c.devices_per_node / std::min(l.tp, c.devices_per_node)));
   const double grad_bytes = static_cast<double>(params_per_device * bpv);
   if (l.dp * l.cp > 1) {
-    // Reduce-scatter + all-gather (ZeRO) or all-reduce (DDP) cost the same ring traffic;
-    // gradients are reduced over dp x cp (the cp ranks saw different tokens).
+    // Gradients are reduced over dp x cp (the cp ranks saw different tokens), bucket by bucket
+    // (DDP) or unit by unit (ZeRO) as the last micro-batch's backward makes them ready
+    // (gradient_overlap.hpp). Without a pipeline the device's backward starts with the LM
+    // head's; with one the first stage sets the end (its embeddings are ready last).
     const int64_t reducers = l.dp * l.cp, per_node = std::max<int64_t>(
         1, std::min(reducers, c.devices_per_node / std::min(l.tp, c.devices_per_node)));
-    double comm = hierarchical_all_reduce_seconds(grad_bytes, reducers, per_node, c);
-    // Buckets reduce while the last micro-batch's backward runs (gradients are final only
-    // then); ZeRO-3 also gathers the parameters before each forward and backward, prefetched
-    // under the compute of the previous unit.
-    double window = layers * (lt.backward_gemm + lt.backward_elementwise + re * (lt.forward_gemm + lt.forward_elementwise));
-    if (zero == 3) {
-      comm += mb * (2.0 + re) * 0.5 * hierarchical_all_reduce_seconds(grad_bytes, l.dp, dp_per_node, c);
-      window = st.compute_s;
+    const double h = static_cast<double>(m.hidden), tp = static_cast<double>(l.tp);
+    GradientTimeline timeline;
+    timeline.layers = m.layers / l.pp;
+    timeline.layer_s = lt.backward() + re * lt.forward();
+    timeline.layer_bytes = (12.0 * h * h + 13.0 * h) / tp * static_cast<double>(bpv);
+    timeline.embedding_bytes = (static_cast<double>(m.vocab) * h / tp + static_cast<double>(m.seq) * h) * static_cast<double>(bpv);
+    if (l.pp == 1) {
+      timeline.first_s = gemm_backward_seconds(head, c, bpv);
+      timeline.head_bytes = 2.0 * h * static_cast<double>(bpv);  // the final LayerNorm (the tied table comes last)
     }
-    st.dp_comm_s = std::max(0.0, comm - window);
+    // Interleaved chunks (DDP) and ZeRO-1/2 under a pipeline reduce once the pipeline is done:
+    // everything is ready when the last backward ends.
+    if (l.pp > 1 && (l.chunks > 1 || zero >= 1)) timeline.first_s = timeline.layer_s = 0;
+    const double backward_s = timeline.backward_s();
+    double comm = 0, exposed = 0;
+    if (zero == 3) {
+      // ZeRO-3 also gathers the parameters before each forward and backward, prefetched
+      // under the compute of the previous unit: all of it hides under the step's compute.
+      comm = hierarchical_all_reduce_seconds(grad_bytes, reducers, per_node, c) +
+             mb * (2.0 + re) * 0.5 * hierarchical_all_reduce_seconds(grad_bytes, l.dp, dp_per_node, c);
+      exposed = std::max(0.0, comm - st.compute_s);
+    } else {
+      const std::vector<ReadyReduction> reductions =
+          zero == 0 ? ddp_buckets(timeline, static_cast<double>(l.bucket_bytes),
+                                  [&](double bytes) { return hierarchical_all_reduce_seconds(bytes, reducers, per_node, c); })
+                    : zero_units(timeline, [&](double bytes) {
+                        return 0.5 * hierarchical_all_reduce_seconds(bytes, reducers, per_node, c);
+                      });
+      for (const ReadyReduction& r : reductions) comm += r.seconds;
+      exposed = exposed_reduction_seconds(reductions, backward_s);
+      if (zero >= 1) {
+        // ZeRO-1/2 all-gather the updated parameters after the optimizer step, nothing to hide
+        // them under (bf16 copies under mixed precision).
+        const double gather = 0.5 * hierarchical_all_reduce_seconds(
+                                        static_cast<double>(params_per_device * wire_bytes(c.precision)), l.dp, dp_per_node, c);
+        comm += gather;
+        exposed += gather;
+      }
+    }
+    st.dp_comm_s = exposed;
+    st.overlapped_comm_s += comm - exposed;
   }
   // Adam reads gradient, master weight and two moments and writes the last three and the
   // working copy: 28 bytes a parameter in both precisions, memory-bound; clipping reads the

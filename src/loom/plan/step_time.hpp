@@ -2,8 +2,8 @@
 // shape's efficiency (gemm_cost.hpp), the memory-bound elementwise kernels at the memory
 // bandwidth, the tensor-parallel collectives (not overlapped, as in Megatron), the pipeline
 // bubble and point-to-point transfers, the data-parallel gradient reduction overlapped with
-// the last micro-batch's backward, the optimizer step, and on a CPU the time its ranks lose
-// to sharing cores. Devices measured kernel by kernel (a CPU: specs.hpp) price each GEMM at
+// the last micro-batch's backward bucket by bucket (gradient_overlap.hpp), the optimizer step,
+// and on a CPU the time its ranks lose to sharing cores. Devices measured kernel by kernel (a CPU: specs.hpp) price each GEMM at
 // its shape's rate, attention as one kernel and GELU per value. Pure functions.
 #pragma once
 
@@ -27,6 +27,7 @@ struct Layout {
   bool tensor_parallel_3d() const { return row * col * depth > 1; }
   int64_t cp = 1;  // context parallelism: each sequence split over cp ranks (ring attention)
   int64_t ep = 1;  // expert-parallel degree (a split of dp) of a mixture of experts
+  int64_t bucket_bytes = int64_t{25} << 20;  // DDP's gradient buckets (train's parallel.bucket_mb)
 };
 
 // One transformer layer on one device for one micro-batch, seconds.
