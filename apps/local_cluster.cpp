@@ -78,7 +78,8 @@ struct Probe {
 };
 
 // Times a layer's kernels where a training step runs them: one round runs the forward
-// probes in order, evicts the caches (the other layers' passes), then the backward probes,
+// probes in order, evicts the caches (the other layers' passes: a model's activations
+// outgrow the last-level cache, so backward finds them in memory), then the backward probes,
 // each kernel timed between the others. A round untimed first (it creates the oneDNN
 // primitives), then 3-7 timed rounds, fewer when they take long; each kernel's figure is its
 // median. Timed alone after a cache flush, the best of a few runs, a 4-layer model's GEMMs,
@@ -121,19 +122,20 @@ int64_t timed_rows(const plan::Gemm& g) {
   return std::min(g.m, std::clamp(by_flops, kMinRows, kMaxRows));
 }
 
-// A Linear's three products as nn::Linear runs them: forward y = x W^T + b; backward dx = dy W,
-// dW += dy^T x and the bias gradient. Mixed precision reads bf16 copies of the input, the
-// weight and the output's gradient.
+// A Linear's three products as nn::Linear runs them: forward y = x W^T + b; backward dx = dy W
+// (a buffer of its own, as a step's), dW += dy^T x and the bias gradient. Mixed precision
+// reads bf16 copies of the input, the weight and the output's gradient. Its runs point at its
+// own buffers: neither copied nor moved.
 struct LinearProbe {
   plan::Gemm shape;
   int64_t M, N, K;
-  std::vector<float> x, w, b, y, dw, db;  // x (M, K), W (N, K), y (M, N)
+  std::vector<float> x, w, b, y, dx, dw, db;  // x and dx (M, K), W (N, K), y (M, N)
   std::vector<bfloat16> x16, w16, y16;
   Probe forward, backward;
 
   LinearProbe(const plan::Gemm& g, bool bf16)
       : shape(g), M(timed_rows(g)), N(g.n), K(g.k), x(buffer(M * K, 0.5f)), w(buffer(N * K, 0.25f)),
-        b(buffer(N, 0.1f)), y(buffer(M * N, 0.f)), dw(buffer(N * K, 0.f)), db(buffer(N, 0.f)),
+        b(buffer(N, 0.1f)), y(buffer(M * N, 0.f)), dx(buffer(M * K, 0.f)), dw(buffer(N * K, 0.f)), db(buffer(N, 0.f)),
         x16(bf16 ? x.size() : 0), w16(bf16 ? w.size() : 0), y16(bf16 ? y.size() : 0) {
     kernels::convert_to_bf16(x.data(), x16.data(), static_cast<int64_t>(x16.size()));
     kernels::convert_to_bf16(w.data(), w16.data(), static_cast<int64_t>(w16.size()));
@@ -144,7 +146,7 @@ struct LinearProbe {
     const kernels::Operand xo = operand(x, x16), wo = operand(w, w16), yo = operand(y, y16);
     forward.run = [this, xo, wo] { kernels::matmul(xo, Trans::N, wo, Trans::T, y.data(), M, N, K, b.data()); };
     backward.run = [this, xo, wo, yo] {
-      kernels::matmul(yo, Trans::N, wo, Trans::N, x.data(), M, K, N);
+      kernels::matmul(yo, Trans::N, wo, Trans::N, dx.data(), M, K, N);
       kernels::matmul(yo, Trans::T, xo, Trans::N, dw.data(), N, K, M, nullptr, /*accumulate=*/true);
       kernels::bias_backward(db.data(), y.data(), M, N);
     };
@@ -153,31 +155,37 @@ struct LinearProbe {
     const double flops = 2.0 * static_cast<double>(M * N * K);
     return {shape, flops / forward.median(), 2.0 * flops / backward.median()};
   }
+  LinearProbe(const LinearProbe&) = delete;
+  LinearProbe& operator=(const LinearProbe&) = delete;
 };
 
 // Loom's attention kernel (both batched products and the causal softmax) for the score
 // product {s, s, d, b a / t}, on as many whole heads as fit kMaxRows tokens, keeping for
-// backward what nn::CausalAttention keeps: the probabilities in fp32, each row's log-sum-exp
-// in bf16 (which recomputes them).
+// backward what nn::CausalAttention keeps: the probabilities in fp32; in bf16 each row's
+// log-sum-exp (backward recomputes them), reading q, k, v from their bf16 copy.
 struct AttentionProbe {
   plan::Gemm scores;
   int64_t B, T, C, NH;
   std::vector<float> qkv, att, lse, out, datt, dqkv;
+  std::vector<bfloat16> qkv16;
   Probe forward, backward;
 
   AttentionProbe(const plan::Gemm& s, int64_t heads_per_sequence, bool bf16)
       : scores(s), B(std::clamp<int64_t>(kMaxRows / s.m, 1, s.batch / heads_per_sequence)), T(s.m),
         C(heads_per_sequence * s.k), NH(heads_per_sequence), qkv(buffer(B * T * 3 * C, 0.01f)),
         att(buffer(bf16 ? 0 : B * NH * T * T, 0.f)), lse(buffer(bf16 ? B * NH * T : 0, 0.f)),
-        out(buffer(B * T * C, 0.f)), datt(buffer(bf16 ? 0 : B * NH * T * T, 0.f)), dqkv(buffer(B * T * 3 * C, 0.f)) {
+        out(buffer(B * T * C, 0.f)), datt(buffer(bf16 ? 0 : B * NH * T * T, 0.f)), dqkv(buffer(B * T * 3 * C, 0.f)),
+        qkv16(bf16 ? qkv.size() : 0) {
+    kernels::convert_to_bf16(qkv.data(), qkv16.data(), static_cast<int64_t>(qkv16.size()));
+    const kernels::Operand q = bf16 ? kernels::Operand(qkv16.data()) : kernels::Operand(qkv.data());
     float* a = att.empty() ? nullptr : att.data();
     float* da = datt.empty() ? nullptr : datt.data();
     float* l = lse.empty() ? nullptr : lse.data();
-    forward.run = [this, a, l] { kernels::attention_forward(out.data(), a, qkv.data(), B, T, C, NH, l); };
-    backward.run = [this, a, da, l] {
-      kernels::attention_backward(dqkv.data(), da, out.data(), qkv.data(), a, B, T, C, NH, l);
-    };
+    forward.run = [this, q, a, l] { kernels::attention_forward(out.data(), a, q, B, T, C, NH, l); };
+    backward.run = [this, q, a, da, l] { kernels::attention_backward(dqkv.data(), da, out.data(), q, a, B, T, C, NH, l); };
   }
+  AttentionProbe(const AttentionProbe&) = delete;
+  AttentionProbe& operator=(const AttentionProbe&) = delete;
   plan::MeasuredRate rate() const {
     const double flops = 4.0 * static_cast<double>(B * NH * T * T * scores.k);  // the two products, forward
     return {scores, flops / forward.median(), 2.0 * flops / backward.median()};
@@ -186,7 +194,7 @@ struct AttentionProbe {
 
 // GELU as nn::MLP runs it: forward on the fc product's output just written (`hidden`, fc's
 // probe's y), backward in place on the gradient the second projection's backward just wrote
-// (`grad`, that probe's x), reading `hidden` again, by then evicted.
+// (`grad`, that probe's dx), reading `hidden` again.
 struct GeluProbe {
   int64_t n;
   float *hidden, *grad;
@@ -198,6 +206,8 @@ struct GeluProbe {
     forward.run = [this] { kernels::gelu_forward(y.data(), hidden, n); };
     backward.run = [this] { kernels::gelu_backward(grad, hidden, grad, n); };
   }
+  GeluProbe(const GeluProbe&) = delete;
+  GeluProbe& operator=(const GeluProbe&) = delete;
 };
 
 // Bytes/s of a copy (read + write counted) between two buffers each twice the last-level
@@ -291,19 +301,21 @@ plan::ClusterSpec measure_local_cluster(const plan::ModelSpec& model, const std:
     if (gelu_values <= gelu_timed && has_attention(g.scores) &&
         std::all_of(gemms.begin(), gemms.end(), [&](const plan::Gemm& s) { return timed_rate(s) != timed_linear.end(); }))
       continue;
+    // The LM head, the largest product, is timed once for all layouts that share its shape.
+    const bool head_timed = timed_rate(gemms[4]) != timed_linear.end();
     std::vector<std::unique_ptr<LinearProbe>> linear;
-    for (const plan::Gemm& s : gemms) linear.push_back(std::make_unique<LinearProbe>(s, bf16));
+    for (size_t i = 0; i < (head_timed ? 4u : 5u); ++i) linear.push_back(std::make_unique<LinearProbe>(gemms[i], bf16));
     AttentionProbe attention(g.scores, model.heads / (l.tensor_parallel_3d() ? l.row : l.tp), bf16);
-    GeluProbe gelu(gelu_values, linear[2]->y.data(), linear[3]->x.data());  // fc (M, 4h/t), proj (M, 4h/t)
+    GeluProbe gelu(gelu_values, linear[2]->y.data(), linear[3]->dx.data());  // fc's y, proj's dx: (M, 4h/t)
     // Forward: qkv, attention, projection, fc, GELU, projection, then the LM head; backward
     // the other way round.
     std::vector<Probe*> forward{&linear[0]->forward, &attention.forward, &linear[1]->forward, &linear[2]->forward,
-                                &gelu.forward,       &linear[3]->forward, &linear[4]->forward};
-    std::vector<Probe*> backward{&linear[4]->backward, &linear[3]->backward, &gelu.backward, &linear[2]->backward,
-                                 &linear[1]->backward, &attention.backward, &linear[0]->backward};
-    if (timed_rate(gemms[4]) != timed_linear.end()) {  // the LM head, the largest, timed already
-      forward.pop_back();
-      backward.erase(backward.begin());
+                                &gelu.forward, &linear[3]->forward};
+    std::vector<Probe*> backward{&linear[3]->backward, &gelu.backward, &linear[2]->backward, &linear[1]->backward,
+                                 &attention.backward, &linear[0]->backward};
+    if (!head_timed) {
+      forward.push_back(&linear[4]->forward);
+      backward.insert(backward.begin(), &linear[4]->backward);
     }
     run_rounds(forward, backward);
     for (const auto& p : linear)

@@ -248,6 +248,8 @@ Runner add_plan_command(CLI::App& sub) {
     check(a->devices >= 1 && a->global_batch >= 1, "--gpus and --global-batch must be >= 1");
     plan::SearchSpace space;
     space.zero = a->zero;
+    check(std::isfinite(a->bucket_mb) && a->bucket_mb * (1 << 20) >= 1.0 && a->bucket_mb <= 1e9,
+          "--bucket-mb must be between one byte's worth and 1e9 MiB, got ", a->bucket_mb);
     space.bucket_bytes = static_cast<int64_t>(a->bucket_mb * (1 << 20));
     space.sequence_parallel = a->sequence_parallel == "on";
     space.cp_from_seq = a->cp_from_seq;

@@ -36,7 +36,10 @@
 # load average is printed before and after, and REPEATS > 1 prints medians over rounds.
 # Benchmarks never gate anything: the exit status is 0 whatever the figures.
 #
-# Environment (all optional): REPEATS=1 (rounds per layout), LOOM_STEPS=14, LOOM_SKIP=2,
+# PRECISION=bf16: every run trains with `--precision bf16` and every prediction prices it
+# (`loom plan --precision bf16`: bf16 GEMM rates measured, 18 bytes of state a parameter).
+#
+# Environment (all optional): REPEATS=1 (rounds per layout), PRECISION=fp32, LOOM_STEPS=14, LOOM_SKIP=2,
 # MPIRUN=mpirun, DATA=data/tinyshakespeare.txt, PYTHON=/usr/bin/python3.
 set -euo pipefail
 
@@ -46,6 +49,8 @@ SET=${SET:-1d}
 [ "$SET" = 1d ] || [ "$SET" = tp3d ] || die "SET must be 1d or tp3d, got '$SET'"
 LOOM_STEPS=${LOOM_STEPS:-$([ "$SET" = tp3d ] && echo 5 || echo 14)}
 REPEATS=${REPEATS:-1}
+PRECISION=${PRECISION:-fp32}
+[ "$PRECISION" = fp32 ] || [ "$PRECISION" = bf16 ] || die "PRECISION must be fp32 or bf16, got '$PRECISION'"
 # Ranks waiting in MPI give their core to the others (needed with more ranks than cores).
 export OMPI_MCA_mpi_yield_when_idle=1
 WORK=$(mktemp -d /tmp/plan_vs_measured.XXXXXX)
@@ -54,6 +59,7 @@ MODEL=(--n-layer 4 --n-head 4 --n-embd 128 --block-size 128)
 PLAN_MODEL=(--layers 4 --heads 4 --hidden 128 --seq 128 --vocab 128)
 GLOBAL_BATCH=8
 LINK=()  # the link loom train emulates and loom plan prices (none: the real one)
+PREC=(--precision "$PRECISION")
 if [ "$SET" = tp3d ]; then
   MODEL=(--n-layer 4 --n-head 16 --n-embd 1024 --block-size 64)
   PLAN_MODEL=(--layers 4 --heads 16 --hidden 1024 --seq 64 --vocab 128)
@@ -72,7 +78,7 @@ isa=$(ONEDNN_VERBOSE=1 "$LOOM" train --data "$DATA" --n-layer 1 --n-head 2 --n-e
       --steps 1 --eval-every 0 --eval-batches 1 --threads 1 --out-dir "$WORK/isa" 2>&1 | grep -m1 -o "isa:[^,]*" || true)
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $CORES cores, oneDNN ${isa:-isa: unknown}"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "MPI link (loom bench comm, 2 ranks): alpha $alpha_us us, $link_gbs GB/s"
+echo "MPI link (loom bench comm, 2 ranks): alpha $alpha_us us, $link_gbs GB/s; precision $PRECISION"
 if [ "$SET" = tp3d ]; then
   # The grids move megabytes through MPI's own collectives: slower than a ping-pong between
   # two (kernel copies, page pinning, reductions). Their real link is MPI all-reduce's bus
@@ -90,7 +96,7 @@ if [ "$SET" = tp3d ]; then
   echo "emulated link (--net-gbps 10, 1.25 GB/s) over the real one (MPI all-reduce on 4 ranks, 2-8 MiB: $shared_gbs GB/s" \
        "on $CORES cores, $link_gbs GB/s a rank with a core of its own)"
 fi
-"$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus 1 --global-batch "$GLOBAL_BATCH" --dp 1 --recompute off | sed -n 2p
+"$LOOM" plan --cluster local "${PLAN_MODEL[@]}" "${PREC[@]}" --gpus 1 --global-batch "$GLOBAL_BATCH" --dp 1 --recompute off | sed -n 2p
 
 measured() {  # metrics.jsonl -> "step_s peak_bytes"
   "$PYTHON" - "$1" "$LOOM_SKIP" <<'PY'
@@ -123,7 +129,7 @@ print(c["step_s"], c["memory_bytes_per_device"], c["undisturbed_step_s"])'
 predict() {  # ranks global-batch plan-flags...: "step_s memory_bytes" from `loom plan --cluster local`
   local ranks=$1 global_batch=$2
   shift 2
-  "$LOOM" plan --cluster local "${PLAN_MODEL[@]}" --gpus "$ranks" --global-batch "$global_batch" --recompute off \
+  "$LOOM" plan --cluster local "${PLAN_MODEL[@]}" "${PREC[@]}" --gpus "$ranks" --global-batch "$global_batch" --recompute off \
     --sequence-parallel off --link-latency-us "$alpha_us" --link-gbs "$link_gbs" "${LINK[@]}" --json "$@" </dev/null |
     predicted
 }
@@ -133,7 +139,7 @@ train() {  # name ranks steps flags...: runs loom train, each rank's CPU seconds
   shift 3
   rm -rf "${WORK:?}/$name"  # a run directory of its own each round (loom train refuses to start over in one)
   mpi -np "$ranks" sh -c '/usr/bin/time -f "%U %S" -o "$0.$OMPI_COMM_WORLD_RANK" "$@"' "$WORK/$name.cpu" \
-    "$LOOM" train --data "$DATA" "${MODEL[@]}" "${LINK[@]}" --threads 1 --steps "$steps" --log-every 1 --eval-every 0 \
+    "$LOOM" train --data "$DATA" "${MODEL[@]}" "${LINK[@]}" "${PREC[@]}" --threads 1 --steps "$steps" --log-every 1 --eval-every 0 \
     --eval-batches 1 --out-dir "$WORK/$name" "$@" </dev/null >"$WORK/$name.log" 2>&1
 }
 busiest_cpu() {  # name: the largest user + sys over the ranks, or their sum over the cores if larger

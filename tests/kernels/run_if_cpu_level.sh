@@ -5,12 +5,19 @@
 set -euo pipefail
 level=$1
 shift
-loader=$(ls /lib64/ld-linux-x86-64.so.2 /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 2>/dev/null | head -n 1)
+loader=
+for candidate in /lib64/ld-linux-x86-64.so.2 /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2; do
+  if [ -x "$candidate" ]; then
+    loader=$candidate
+    break
+  fi
+done
 if [ -z "$loader" ]; then
   echo "no x86-64 glibc loader to ask for the CPU's levels: skipped"
   exit 77
 fi
-if ! "$loader" --help | grep -q "^ *$level (supported"; then
+levels=$("$loader" --help)
+if ! grep -q "^ *$level (supported" <<<"$levels"; then
   echo "this CPU does not support $level: skipped"
   exit 77
 fi

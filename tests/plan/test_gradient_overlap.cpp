@@ -3,6 +3,7 @@
 // order, ZeRO's units, and what the step then prices as exposed.
 #include <gtest/gtest.h>
 
+#include "loom/error.hpp"
 #include "loom/plan/gradient_overlap.hpp"
 #include "loom/plan/layout_cost.hpp"
 
@@ -21,45 +22,56 @@ TEST(GradientOverlap, ExposedIsWhatRunsPastBackward) {
   EXPECT_DOUBLE_EQ(exposed_reduction_seconds({}, 3.0), 0.0);
 }
 
-// The head's 1 s with its LayerNorm's 10 bytes, 3 blocks of 100 bytes over 2 s each, the
-// embeddings' 50 bytes at the end (7 s): buckets of 120 bytes.
-GradientTimeline three_blocks(double embedding_bytes) {
+// The head's 1 s with its LayerNorm's 10 bytes, 3 blocks of two parameters (40 then 60
+// bytes) over 2 s each, the embeddings' `embedding` bytes at the end (7 s).
+GradientTimeline three_blocks(double embedding) {
   GradientTimeline t;
   t.first_s = 1.0;
-  t.head_bytes = 10.0;
+  t.head = {10.0};
   t.layers = 3;
   t.layer_s = 2.0;
-  t.layer_bytes = 100.0;
-  t.embedding_bytes = embedding_bytes;
+  t.layer = {40.0, 60.0};
+  t.embedding = {embedding};
   return t;
 }
 
-TEST(GradientOverlap, DdpBucketsCloseWhereTheirLastByteIsReady) {
+TEST(GradientOverlap, DdpBucketsAreCutAsLoomCutsThem) {
+  // Buckets of 120 bytes closed before the parameter that would overflow them, each ready
+  // with its last parameter: 10 + 40 + 60 (the first block's 60 ready when it ends, at 3 s);
+  // 40 + 60 (5 s); 40 + 60 (7 s); the embeddings' 50 (7 s).
   const std::vector<ReadyReduction> b = ddp_buckets(three_blocks(50.0), 120.0, one_per_100_bytes);
-  ASSERT_EQ(b.size(), 3u);
-  // 10 + the first block's 100, then the second block's first 10 bytes: that block starts at
-  // 3 s and they are ready a tenth into its 2 s.
-  EXPECT_DOUBLE_EQ(b[0].ready_s, 3.2);
-  EXPECT_DOUBLE_EQ(b[0].seconds, 1.2);
-  // 90 more of the second block, 30 of the third (ready 0.6 s into it, which starts at 5 s).
-  EXPECT_DOUBLE_EQ(b[1].ready_s, 5.6);
-  // The third block's last 70 and the embeddings' 50 fill the last bucket, ready at the end.
+  ASSERT_EQ(b.size(), 4u);
+  EXPECT_DOUBLE_EQ(b[0].ready_s, 3.0);
+  EXPECT_DOUBLE_EQ(b[0].seconds, 1.1);
+  EXPECT_DOUBLE_EQ(b[1].ready_s, 5.0);
   EXPECT_DOUBLE_EQ(b[2].ready_s, 7.0);
-  EXPECT_DOUBLE_EQ(b[2].seconds, 1.2);
-  // 3.2 + 1.2 = 4.4; 5.6 + 1.2 = 6.8; 7 + 1.2 = 8.2: the last bucket's 1.2 s exposed.
-  EXPECT_DOUBLE_EQ(exposed_reduction_seconds(b, three_blocks(50.0).backward_s()), 1.2);
+  EXPECT_DOUBLE_EQ(b[3].ready_s, 7.0);
+  EXPECT_DOUBLE_EQ(b[3].seconds, 0.5);
+  // Done at 4.1, 6, 8, 8.5: 1.5 s past backward's 7.
+  EXPECT_DOUBLE_EQ(exposed_reduction_seconds(b, three_blocks(50.0).backward_s()), 1.5);
+  // Within a block its parameters are ready in proportion to the bytes backward went through:
+  // with 50-byte buckets the first block's 40 bytes close one at 1 + 2 x 0.4 = 1.8 s.
+  const std::vector<ReadyReduction> small = ddp_buckets(three_blocks(50.0), 50.0, one_per_100_bytes);
+  ASSERT_GE(small.size(), 2u);
+  EXPECT_DOUBLE_EQ(small[0].ready_s, 1.8);  // 10 + 40
+  EXPECT_DOUBLE_EQ(small[0].seconds, 0.5);
 }
 
-TEST(GradientOverlap, ALargeTokenTableIsABucketOfItsOwnReadyLast) {
+TEST(GradientOverlap, AParameterLargerThanABucketHasOneOfItsOwn) {
+  // The token table (500 bytes) after the third block's 100: two buckets ready at the end, done
+  // at 8 + 1 + 5 = 13 s, 6 s past backward.
   const std::vector<ReadyReduction> b = ddp_buckets(three_blocks(500.0), 120.0, one_per_100_bytes);
   ASSERT_EQ(b.size(), 4u);
-  // The open bucket (the third block's last 70 bytes) closes when that block ends; the table
-  // follows on its own: 7 + 0.7 + 5 = 12.7, 5.7 s past backward.
-  EXPECT_DOUBLE_EQ(b[2].ready_s, 7.0);
-  EXPECT_DOUBLE_EQ(b[2].seconds, 0.7);
+  EXPECT_DOUBLE_EQ(b[2].seconds, 1.0);
   EXPECT_DOUBLE_EQ(b[3].ready_s, 7.0);
   EXPECT_DOUBLE_EQ(b[3].seconds, 5.0);
-  EXPECT_DOUBLE_EQ(exposed_reduction_seconds(b, 7.0), 5.7);
+  EXPECT_DOUBLE_EQ(exposed_reduction_seconds(b, 7.0), 6.0);
+  // A head parameter of 200 bytes first: a bucket of its own, ready after the head (1 s).
+  GradientTimeline t = three_blocks(50.0);
+  t.head = {200.0};
+  const std::vector<ReadyReduction> head = ddp_buckets(t, 120.0, one_per_100_bytes);
+  EXPECT_DOUBLE_EQ(head[0].ready_s, 1.0);
+  EXPECT_DOUBLE_EQ(head[0].seconds, 2.0);
 }
 
 TEST(GradientOverlap, OneBucketWaitsForAllOfIt) {
@@ -69,6 +81,20 @@ TEST(GradientOverlap, OneBucketWaitsForAllOfIt) {
   EXPECT_DOUBLE_EQ(b[0].ready_s, 7.0);
   EXPECT_DOUBLE_EQ(b[0].seconds, 3.6);  // 10 + 300 + 50 bytes
   EXPECT_DOUBLE_EQ(exposed_reduction_seconds(b, 7.0), 3.6);
+}
+
+TEST(GradientOverlap, DegenerateTimelines) {
+  // No block parameters (all of them outside the blocks) and no backward time in the blocks.
+  GradientTimeline t = three_blocks(50.0);
+  t.layer = {};
+  t.layer_s = 0.0;
+  const std::vector<ReadyReduction> b = ddp_buckets(t, 120.0, one_per_100_bytes);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_DOUBLE_EQ(b[0].seconds, 0.6);
+  EXPECT_DOUBLE_EQ(exposed_reduction_seconds(b, t.backward_s()), 0.6);
+  // A bucket of no bytes is refused by name, not looped on.
+  EXPECT_THROW(ddp_buckets(three_blocks(50.0), 0.0, one_per_100_bytes), Error);
+  EXPECT_THROW(ddp_buckets(three_blocks(50.0), -1.0, one_per_100_bytes), Error);
 }
 
 TEST(GradientOverlap, ZeroUnitsAreTheBlocksThenTheRoot) {
@@ -111,6 +137,25 @@ TEST(GradientOverlap, TheStepPricesTheExposedReduction) {
   l.zero = 1;
   const StepTime zero1 = step_time(m, c, l, 1, params);
   EXPECT_GE(zero1.dp_comm_s, 0.5 * all_reduce(static_cast<double>(params * 2)) + 0.5 * table);
+  // ZeRO-2 reduce-scatters every micro-batch (4 here): the earlier three hide, the last is
+  // exposed as ZeRO-1's; ZeRO-1 reduces once.
+  const StepTime zero1_mb4 = step_time(m, c, l, 4, params);
+  l.zero = 2;
+  const StepTime zero2_mb4 = step_time(m, c, l, 4, params);
+  EXPECT_NEAR(zero2_mb4.dp_comm_s, zero1_mb4.dp_comm_s, 1e-12);
+  EXPECT_GT(zero2_mb4.overlapped_comm_s, zero1_mb4.overlapped_comm_s + 2.5 * 0.5 * all_reduce(static_cast<double>(params * 2)) * 0.9);
+  // Under a pipeline ZeRO reduces after the last backward: nothing hides.
+  l.zero = 1;
+  l.pp = 2;
+  const StepTime piped = step_time(m, c, l, 4, params);
+  EXPECT_NEAR(piped.overlapped_comm_s, 0.0, 1e-12);
+  EXPECT_GT(piped.dp_comm_s, 0.0);
+  // Context parallelism under ZeRO: the mean over cp runs first, in the gradients' hooks.
+  l.pp = 1;
+  l.cp = 2;
+  const StepTime with_cp = step_time(m, c, l, 1, params);
+  EXPECT_GE(with_cp.dp_comm_s - zero1.dp_comm_s,
+            0.99 * hierarchical_all_reduce_seconds(static_cast<double>(params * 2), 2, 2, c));
 }
 
 }  // namespace

@@ -138,6 +138,8 @@ TEST(PlanCli, BadInputIsOneMessage) {
   expect_error("--model-file /nonexistent/m.toml", "cannot open description file '/nonexistent/m.toml': No such file or directory");
   expect_error("--cluster moon", "unknown cluster 'moon'");
   expect_error("--model gpt3-175b --cluster local-default --gpus 2 --global-batch 8", "no layout fits: out of memory");
+  expect_error("--gpus 2 --global-batch 8 --bucket-mb 1e-9", "--bucket-mb must be between");
+  expect_error("--gpus 2 --global-batch 8 --bucket-mb inf", "--bucket-mb");
 }
 
 }  // namespace

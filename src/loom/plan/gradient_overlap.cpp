@@ -1,6 +1,9 @@
 #include "loom/plan/gradient_overlap.hpp"
 
 #include <algorithm>
+#include <numeric>
+
+#include "loom/error.hpp"
 
 namespace loom::plan {
 
@@ -10,46 +13,55 @@ double exposed_reduction_seconds(const std::vector<ReadyReduction>& in_launch_or
   return std::max(0.0, done - backward_s);
 }
 
-std::vector<ReadyReduction> ddp_buckets(const GradientTimeline& t, double bucket_bytes,
-                                        const std::function<double(double bytes)>& seconds) {
-  std::vector<ReadyReduction> buckets;
-  double filled = 0, last_ready = 0;  // the open bucket's bytes and when its last one was ready
-  auto close = [&](double ready_s) {
-    if (filled > 0) buckets.push_back({ready_s, seconds(filled)});
-    filled = 0;
-  };
-  // A parameter taken whole (the head's final LayerNorm): a bucket closes when it is full.
-  filled = t.head_bytes;
-  last_ready = t.first_s;
-  if (filled >= bucket_bytes) close(last_ready);
+namespace {
+
+// Each parameter's bytes and the time its gradient is ready, in backward's order.
+struct ReadyParameter {
+  double bytes, ready_s;
+};
+
+std::vector<ReadyParameter> ready_parameters(const GradientTimeline& t) {
+  std::vector<ReadyParameter> out;
+  for (double b : t.head) out.push_back({b, t.first_s});
+  const double layer_bytes = std::accumulate(t.layer.begin(), t.layer.end(), 0.0);
   for (int64_t i = 0; i < t.layers; ++i) {
     const double start = t.first_s + static_cast<double>(i) * t.layer_s;
-    double taken = 0;  // of this block's bytes, ready evenly over its backward
-    while (t.layer_bytes - taken >= bucket_bytes - filled) {
-      taken += bucket_bytes - filled;
-      filled = bucket_bytes;
-      close(start + t.layer_s * taken / t.layer_bytes);
+    double through = 0;
+    for (double b : t.layer) {
+      through += b;
+      out.push_back({b, start + (layer_bytes > 0 ? t.layer_s * through / layer_bytes : t.layer_s)});
     }
-    filled += t.layer_bytes - taken;
-    last_ready = start + t.layer_s;
   }
-  const double end = t.backward_s();
-  if (t.embedding_bytes > 0) {
-    // The token table is one parameter, ready at the end: a bucket of its own when the open
-    // one cannot take it, else the open one's last.
-    if (filled > 0 && filled + t.embedding_bytes > bucket_bytes) close(last_ready);
-    filled += t.embedding_bytes;
-    last_ready = end;
+  for (double b : t.embedding) out.push_back({b, t.backward_s()});
+  return out;
+}
+
+}  // namespace
+
+std::vector<ReadyReduction> ddp_buckets(const GradientTimeline& t, double bucket_bytes,
+                                        const std::function<double(double bytes)>& seconds) {
+  check(bucket_bytes > 0, "DDP bucket size must be > 0 bytes, got ", bucket_bytes);
+  std::vector<ReadyReduction> buckets;
+  double filled = 0, ready_s = 0;  // the open bucket
+  for (const ReadyParameter& p : ready_parameters(t)) {
+    if (filled > 0 && filled + p.bytes > bucket_bytes) {
+      buckets.push_back({ready_s, seconds(filled)});
+      filled = 0;
+    }
+    filled += p.bytes;
+    ready_s = p.ready_s;
   }
-  close(last_ready);
+  if (filled > 0) buckets.push_back({ready_s, seconds(filled)});
   return buckets;
 }
 
 std::vector<ReadyReduction> zero_units(const GradientTimeline& t, const std::function<double(double bytes)>& seconds) {
   std::vector<ReadyReduction> units;
-  for (int64_t i = 1; i <= t.layers; ++i)
-    units.push_back({t.first_s + static_cast<double>(i) * t.layer_s, seconds(t.layer_bytes)});
-  if (t.head_bytes + t.embedding_bytes > 0) units.push_back({t.backward_s(), seconds(t.head_bytes + t.embedding_bytes)});
+  const double block = std::accumulate(t.layer.begin(), t.layer.end(), 0.0);
+  for (int64_t i = 1; i <= t.layers; ++i) units.push_back({t.first_s + static_cast<double>(i) * t.layer_s, seconds(block)});
+  const double root = std::accumulate(t.head.begin(), t.head.end(), 0.0) +
+                      std::accumulate(t.embedding.begin(), t.embedding.end(), 0.0);
+  if (root > 0) units.push_back({t.backward_s(), seconds(root)});
   return units;
 }
 

@@ -1,14 +1,15 @@
 // How much of the data-parallel gradient reduction a step waits for, as Loom's data
 // parallelism runs it: the last micro-batch's backward produces the gradients layer by layer
 // (the LM head and final LayerNorm first, the blocks last to first, the embeddings at the very
-// end); a DDP bucket's all-reduce (parallel/ddp.hpp: buckets of at most bucket_bytes in reverse
-// registration order, launched when their last gradient is ready) or a ZeRO unit's
+// end); a DDP bucket's all-reduce (parallel/ddp.hpp: parameters in reverse registration order,
+// a bucket closed before the parameter that would take it past bucket_bytes, a larger
+// parameter in a bucket of its own, launched when its last gradient is ready) or a ZeRO unit's
 // reduce-scatter (parallel/zero.hpp: one unit per block, the root unit with the embeddings
 // when the root's backward ends) starts once it is ready and after the one before it, and what
 // runs past the end of backward is exposed. Hiding everything under backward, as the planner
 // did before, missed what a small model or a large embedding shows: a model whose gradients
-// fill one bucket waits for all of its all-reduce, and the token table's gradient (a bucket or
-// the root unit of its own, ready last) is never hidden. Pure functions.
+// fill one bucket waits for all of its all-reduce, and the token table's gradient (ready last)
+// is never hidden. Pure functions.
 #pragma once
 
 #include <cstdint>
@@ -24,31 +25,32 @@ struct ReadyReduction {
 
 // Seconds past the end of a backward of `backward_s` until the last of the reductions (in
 // launch order, each starting when it is ready and its predecessor is done) finishes; 0 when
-// they all finish under backward.
+// they all finish under it.
 double exposed_reduction_seconds(const std::vector<ReadyReduction>& in_launch_order, double backward_s);
 
-// One device's gradients in the order backward produces them, for a stage of `layers` blocks:
-// `first_s` of backward before the blocks' (the LM head's on the last stage, with the final
-// LayerNorm's `head_bytes` ready after it), then each block's `layer_bytes` over its `layer_s`,
-// then the embeddings' `embedding_bytes` (first stage) ready at the end.
+// One device's parameters, bytes of gradient each, in the order backward readies them, for a
+// stage of `layers` blocks: `first_s` of backward before the blocks' (the LM head's on the
+// last stage, after which `head` is ready: the final LayerNorm), then each block's `layer`
+// over its `layer_s` (a parameter ready when backward has gone through the bytes up to it),
+// then the `embedding` (first stage), ready at the end.
 struct GradientTimeline {
-  double first_s = 0, head_bytes = 0;
+  double first_s = 0;
+  std::vector<double> head;
   int64_t layers = 0;
-  double layer_s = 0, layer_bytes = 0;
-  double embedding_bytes = 0;
+  double layer_s = 0;
+  std::vector<double> layer;
+  std::vector<double> embedding;
   double backward_s() const { return first_s + static_cast<double>(layers) * layer_s; }
 };
 
-// DDP's buckets of at most `bucket_bytes`: a block's gradients taken as ready evenly over its
-// backward (its parameters' hooks fire as its layers finish), a bucket launched when its last
-// byte is; the embeddings (the token table is one parameter, ready at the end) fill the last
-// bucket or, larger than a bucket, one of their own. `seconds(bytes)`: one all-reduce.
+// DDP's buckets of at most `bucket_bytes` (> 0), cut as parallel/ddp.cpp cuts them, each ready
+// when its last parameter is. `seconds(bytes)`: one all-reduce.
 std::vector<ReadyReduction> ddp_buckets(const GradientTimeline& t, double bucket_bytes,
                                         const std::function<double(double bytes)>& seconds);
 
 // ZeRO's units: each block's gradients reduce-scattered when its backward ends, the root unit
-// (embeddings and final LayerNorm) when the whole backward does. `seconds(bytes)`: one
-// reduce-scatter of a unit of that many bytes.
+// (the head's and the embeddings' parameters) when the whole backward does. `seconds(bytes)`:
+// one reduce-scatter of a unit of that many bytes.
 std::vector<ReadyReduction> zero_units(const GradientTimeline& t, const std::function<double(double bytes)>& seconds);
 
 }  // namespace loom::plan

@@ -1,6 +1,7 @@
 #include "loom/plan/step_time.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 #include "loom/plan/context_parallel_cost.hpp"
 #include "loom/plan/gemm_cost.hpp"
@@ -207,42 +208,59 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
   const int64_t dp_per_node = std::max<int64_t>(1, std::min(l.dp, c.devices_per_node / std::min(l.tp, c.devices_per_node)));
   const double grad_bytes = static_cast<double>(params_per_device * bpv);
   if (l.dp * l.cp > 1) {
-    // Gradients are reduced over dp x cp (the cp ranks saw different tokens), bucket by bucket
-    // (DDP) or unit by unit (ZeRO) as the last micro-batch's backward makes them ready
-    // (gradient_overlap.hpp). Without a pipeline the device's backward starts with the LM
-    // head's; with one the first stage sets the end (its embeddings are ready last).
-    const int64_t reducers = l.dp * l.cp, per_node = std::max<int64_t>(
-        1, std::min(reducers, c.devices_per_node / std::min(l.tp, c.devices_per_node)));
-    const double h = static_cast<double>(m.hidden), tp = static_cast<double>(l.tp);
+    // DDP averages the gradients over dp x cp (the cp ranks saw different tokens), bucket by
+    // bucket as the last micro-batch's backward readies them; ZeRO over dp, unit by unit,
+    // after a blocking mean over cp in the gradients' hooks (gradient_overlap.hpp). Without a
+    // pipeline the device's backward starts with the LM head's; with one the first stage sets
+    // the end (its embeddings are ready last).
+    const int64_t reducers = zero == 0 ? l.dp * l.cp : l.dp;
+    const int64_t per_node = std::max<int64_t>(1, std::min(reducers, c.devices_per_node / std::min(l.tp, c.devices_per_node)));
+    auto all_reduce = [&](double bytes) { return hierarchical_all_reduce_seconds(bytes, reducers, per_node, c); };
+    const double h = static_cast<double>(m.hidden), t = static_cast<double>(l.tp), b = static_cast<double>(bpv);
     GradientTimeline timeline;
     timeline.layers = m.layers / l.pp;
     timeline.layer_s = lt.backward() + re * lt.forward();
-    timeline.layer_bytes = (12.0 * h * h + 13.0 * h) / tp * static_cast<double>(bpv);
-    timeline.embedding_bytes = (static_cast<double>(m.vocab) * h / tp + static_cast<double>(m.seq) * h) * static_cast<double>(bpv);
+    // A block's parameters in the order backward readies them (the reverse of registration):
+    // MLP projection bias and weight, fc bias and weight, ln2, attention projection, qkv, ln1;
+    // the row-parallel biases and LayerNorms whole on every tp rank. Scaled to the device's
+    // parameters (a mixture of experts' router in place of the MLP).
+    timeline.layer = {h, 4 * h * h / t, 4 * h / t, 4 * h * h / t, h, h, h, h * h / t, 3 * h / t, 3 * h * h / t, h, h};
+    const double dense = std::accumulate(timeline.layer.begin(), timeline.layer.end(), 0.0);
+    const double outside = (static_cast<double>(m.vocab + m.seq) * h + 2.0 * h) / (t * static_cast<double>(l.pp));
+    const double per_layer =
+        std::max(0.0, static_cast<double>(params_per_device) - outside) / static_cast<double>(std::max<int64_t>(1, timeline.layers));
+    for (double& bytes : timeline.layer) bytes *= per_layer / dense * b;
+    timeline.embedding = {static_cast<double>(m.seq) * h * b, static_cast<double>(m.vocab) * h / t * b};  // wpe, wte
     if (l.pp == 1) {
       timeline.first_s = gemm_backward_seconds(head, c, bpv);
-      timeline.head_bytes = 2.0 * h * static_cast<double>(bpv);  // the final LayerNorm (the tied table comes last)
+      timeline.head = {h * b, h * b};  // the final LayerNorm (the tied table is ready last)
     }
-    // Interleaved chunks (DDP) and ZeRO-1/2 under a pipeline reduce once the pipeline is done:
+    // Interleaved chunks (DDP) and ZeRO under a pipeline reduce once the pipeline is done:
     // everything is ready when the last backward ends.
     if (l.pp > 1 && (l.chunks > 1 || zero >= 1)) timeline.first_s = timeline.layer_s = 0;
     const double backward_s = timeline.backward_s();
     double comm = 0, exposed = 0;
+    if (zero >= 1 && l.cp > 1) {
+      // The mean over cp runs in the gradients' hooks, on the compute thread.
+      comm = exposed = hierarchical_all_reduce_seconds(grad_bytes, l.cp, std::min(l.cp, c.devices_per_node), c);
+    }
     if (zero == 3) {
       // ZeRO-3 also gathers the parameters before each forward and backward, prefetched
       // under the compute of the previous unit: all of it hides under the step's compute.
-      comm = hierarchical_all_reduce_seconds(grad_bytes, reducers, per_node, c) +
-             mb * (2.0 + re) * 0.5 * hierarchical_all_reduce_seconds(grad_bytes, l.dp, dp_per_node, c);
-      exposed = std::max(0.0, comm - st.compute_s);
+      const double sharded = 0.5 * all_reduce(grad_bytes) * mb +
+                             mb * (2.0 + re) * 0.5 * hierarchical_all_reduce_seconds(grad_bytes, l.dp, dp_per_node, c);
+      comm += sharded;
+      exposed += std::max(0.0, sharded - st.compute_s);
     } else {
       const std::vector<ReadyReduction> reductions =
-          zero == 0 ? ddp_buckets(timeline, static_cast<double>(l.bucket_bytes),
-                                  [&](double bytes) { return hierarchical_all_reduce_seconds(bytes, reducers, per_node, c); })
-                    : zero_units(timeline, [&](double bytes) {
-                        return 0.5 * hierarchical_all_reduce_seconds(bytes, reducers, per_node, c);
-                      });
-      for (const ReadyReduction& r : reductions) comm += r.seconds;
-      exposed = exposed_reduction_seconds(reductions, backward_s);
+          zero == 0 ? ddp_buckets(timeline, static_cast<double>(l.bucket_bytes), all_reduce)
+                    : zero_units(timeline, [&](double bytes) { return 0.5 * all_reduce(bytes); });
+      double one_backward = 0;
+      for (const ReadyReduction& r : reductions) one_backward += r.seconds;
+      // ZeRO-2 reduce-scatters every micro-batch's gradients; the earlier ones' run under the
+      // next micro-batches' compute.
+      comm += (zero == 2 ? mb : 1.0) * one_backward;
+      exposed += exposed_reduction_seconds(reductions, backward_s);
       if (zero >= 1) {
         // ZeRO-1/2 all-gather the updated parameters after the optimizer step, nothing to hide
         // them under (bf16 copies under mixed precision).

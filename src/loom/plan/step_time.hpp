@@ -46,7 +46,7 @@ struct StepTime {
   double tp_comm_s = 0;    // tensor-parallel collectives on the busiest stage
   double bubble_s = 0;     // pipeline fill and drain
   double pp_comm_s = 0;    // point-to-point activations and gradients on the critical path
-  double dp_comm_s = 0;    // the exposed part of the gradient reduction (and ZeRO-3 gathers)
+  double dp_comm_s = 0;    // the exposed part of the gradient reduction, ZeRO-1/2's all-gather and ZeRO-3's gathers
   double optimizer_s = 0;  // Adam over this device's (sharded) parameters
   double sharing_s = 0;    // waiting for a core: more ranks than cores on a node take turns
   double cp_comm_s = 0;    // the exposed part of the context-parallel K/V ring

@@ -178,7 +178,10 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   if (l.dp > 1) {
     const int64_t dp_per_node = std::max<int64_t>(1, std::min(l.dp, c.devices_per_node / std::min(G, c.devices_per_node)));
     const double comm = hierarchical_all_reduce_seconds(static_cast<double>(params * bpv), l.dp, dp_per_node, c);
+    // (Priced as one reduction under the whole backward, not bucket by bucket as step_time
+    // prices 1D layouts: the grid's own collectives share that window.)
     cost.time.dp_comm_s = std::max(0.0, comm - layers * backward);
+    cost.time.overlapped_comm_s += comm - cost.time.dp_comm_s;  // the cores' copies, as in 1D
   }
   cost.time.optimizer_s = 36.0 * static_cast<double>(params) / bw;
   cost.time.sharing_s = core_sharing_seconds(cost.time, l.dp * G, c);
