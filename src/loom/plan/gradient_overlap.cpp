@@ -38,6 +38,14 @@ std::vector<ReadyParameter> ready_parameters(const GradientTimeline& t) {
 
 }  // namespace
 
+std::vector<double> block_gradients(int64_t hidden, int64_t t, double block_bytes) {
+  const double h = static_cast<double>(hidden), s = static_cast<double>(t);
+  std::vector<double> p{h, 4 * h * h / s, 4 * h / s, 4 * h * h / s, h, h, h, h * h / s, 3 * h / s, 3 * h * h / s, h, h};
+  const double dense = std::accumulate(p.begin(), p.end(), 0.0);
+  for (double& bytes : p) bytes *= block_bytes / dense;
+  return p;
+}
+
 std::vector<ReadyReduction> ddp_buckets(const GradientTimeline& t, double bucket_bytes,
                                         const std::function<double(double bytes)>& seconds) {
   check(bucket_bytes > 0, "DDP bucket size must be > 0 bytes, got ", bucket_bytes);

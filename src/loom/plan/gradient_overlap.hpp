@@ -43,6 +43,14 @@ struct GradientTimeline {
   double backward_s() const { return first_s + static_cast<double>(layers) * layer_s; }
 };
 
+// A transformer block's parameters on one device, bytes of gradient each in the order backward
+// readies them (the reverse of registration): the MLP projection's bias and weight, fc's bias
+// and weight, ln2, the attention projection's bias and weight, qkv's, ln1; with a tensor-
+// parallel split `t` of the weights and the column-parallel biases (the row-parallel biases
+// and LayerNorms whole), scaled so that they add up to `block_bytes` (a mixture of experts'
+// router in place of the MLP, a 3D grid's blocks).
+std::vector<double> block_gradients(int64_t hidden, int64_t t, double block_bytes);
+
 // DDP's buckets of at most `bucket_bytes` (> 0), cut as parallel/ddp.cpp cuts them, each ready
 // when its last parameter is. `seconds(bytes)`: one all-reduce.
 std::vector<ReadyReduction> ddp_buckets(const GradientTimeline& t, double bucket_bytes,

@@ -1,7 +1,6 @@
 #include "loom/plan/step_time.hpp"
 
 #include <algorithm>
-#include <numeric>
 
 #include "loom/plan/context_parallel_cost.hpp"
 #include "loom/plan/gemm_cost.hpp"
@@ -220,16 +219,12 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
     GradientTimeline timeline;
     timeline.layers = m.layers / l.pp;
     timeline.layer_s = lt.backward() + re * lt.forward();
-    // A block's parameters in the order backward readies them (the reverse of registration):
-    // MLP projection bias and weight, fc bias and weight, ln2, attention projection, qkv, ln1;
-    // the row-parallel biases and LayerNorms whole on every tp rank. Scaled to the device's
-    // parameters (a mixture of experts' router in place of the MLP).
-    timeline.layer = {h, 4 * h * h / t, 4 * h / t, 4 * h * h / t, h, h, h, h * h / t, 3 * h / t, 3 * h * h / t, h, h};
-    const double dense = std::accumulate(timeline.layer.begin(), timeline.layer.end(), 0.0);
+    // A block's parameters (block_gradients), scaled to the device's parameters outside the
+    // embeddings and final LayerNorm (a mixture of experts' router in place of the MLP).
     const double outside = (static_cast<double>(m.vocab + m.seq) * h + 2.0 * h) / (t * static_cast<double>(l.pp));
     const double per_layer =
         std::max(0.0, static_cast<double>(params_per_device) - outside) / static_cast<double>(std::max<int64_t>(1, timeline.layers));
-    for (double& bytes : timeline.layer) bytes *= per_layer / dense * b;
+    timeline.layer = block_gradients(m.hidden, l.tp, per_layer * b);
     timeline.embedding = {static_cast<double>(m.seq) * h * b, static_cast<double>(m.vocab) * h / t * b};  // wpe, wte
     if (l.pp == 1) {
       timeline.first_s = gemm_backward_seconds(head, c, bpv);

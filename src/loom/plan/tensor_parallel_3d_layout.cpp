@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "loom/plan/gemm_cost.hpp"
+#include "loom/plan/gradient_overlap.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/plan/tensor_parallel_3d_cost.hpp"
@@ -173,14 +174,26 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   cost.time.overlapped_comm_s = depth_s - depth_exposed_s + forward_sums_s - forward_sums_exposed_s +
                                 under_weight_gradient_s - under_weight_gradient_exposed_s;
 
-  // Data parallelism: this rank's gradients all-reduced over dp during the last backward.
+  // Data parallelism: DDP's buckets of this rank's gradients all-reduced over dp as the last
+  // backward readies them (gradient_overlap.hpp, as step_time prices 1D layouts): the LM
+  // head's backward first, then the blocks' (their weight blocks, the rest whole), the
+  // replicated embeddings last.
   const int64_t G = R * C * D;
   if (l.dp > 1) {
     const int64_t dp_per_node = std::max<int64_t>(1, std::min(l.dp, c.devices_per_node / std::min(G, c.devices_per_node)));
-    const double comm = hierarchical_all_reduce_seconds(static_cast<double>(params * bpv), l.dp, dp_per_node, c);
-    // (Priced as one reduction under the whole backward, not bucket by bucket as step_time
-    // prices 1D layouts: the grid's own collectives share that window.)
-    cost.time.dp_comm_s = std::max(0.0, comm - layers * backward);
+    auto all_reduce = [&](double bytes) { return hierarchical_all_reduce_seconds(bytes, l.dp, dp_per_node, c); };
+    const double value = static_cast<double>(bpv), whole = static_cast<double>(m.vocab + m.seq) * hd + 2.0 * hd;
+    GradientTimeline timeline;
+    timeline.first_s = gemm_backward_seconds(head, c, bpv);
+    timeline.head = {hd * value, hd * value};
+    timeline.layers = m.layers;
+    timeline.layer_s = backward + (l.recompute ? forward : 0.0);
+    timeline.layer = block_gradients(h, G, (static_cast<double>(params) - whole) / layers * value);
+    timeline.embedding = {s * hd * value, static_cast<double>(m.vocab) * hd * value};
+    const std::vector<ReadyReduction> buckets = ddp_buckets(timeline, static_cast<double>(l.bucket_bytes), all_reduce);
+    double comm = 0;
+    for (const ReadyReduction& r : buckets) comm += r.seconds;
+    cost.time.dp_comm_s = exposed_reduction_seconds(buckets, timeline.backward_s());
     cost.time.overlapped_comm_s += comm - cost.time.dp_comm_s;  // the cores' copies, as in 1D
   }
   cost.time.optimizer_s = 36.0 * static_cast<double>(params) / bw;
@@ -204,6 +217,7 @@ std::vector<LayoutCost> tensor_parallel_3d_layouts(const ModelSpec& m, const Clu
           for (bool recompute : space.recompute) {
             Layout l{.dp = devices / G, .micro_batch = mb, .zero = 0, .recompute = recompute,
                      .sequence_parallel = false, .row = R, .col = C, .depth = G / (R * C)};
+            l.bucket_bytes = space.bucket_bytes;
             out.push_back(predict_tensor_parallel_3d(m, c, l, global_batch));
           }
       }
