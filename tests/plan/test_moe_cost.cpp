@@ -117,5 +117,29 @@ TEST(PlanMoe, TensorParallelismPricesTheExpertsBySequenceParallelism) {
   }
 }
 
+// The experts' gradients are reduced over expert_dp (the dp / ep ranks holding the same
+// experts) beside the dense ones over dp: with ep 2 of dp 8 the step's data-parallel
+// communication grows by at least one all-reduce of this device's expert weights over 4
+// ranks; with ep 8 no rank shares its experts and nothing more moves. Adam steps the experts
+// a device holds too.
+TEST(PlanMoe, ExpertGradientsAreReducedOverExpertDataParallelism) {
+  const ModelSpec m = moe_model();
+  const ClusterSpec c = cluster_preset("dgx-a100");
+  Layout l;
+  l.dp = 8;
+  l.zero = 0;
+  l.recompute = false;
+  l.sequence_parallel = false;
+  const int64_t params = m.parameters();
+  auto data_parallel = [](const StepTime& t) { return t.dp_comm_s + t.overlapped_comm_s; };
+  l.ep = 8;
+  const StepTime alone = step_time(m, c, l, 1, params);
+  l.ep = 2;
+  const StepTime shared = step_time(m, c, l, 1, params);
+  const double experts = static_cast<double>(expert_parameters_per_device(m, l) * 2);  // bf16 gradients
+  EXPECT_GE(data_parallel(shared) - data_parallel(alone), 0.999 * hierarchical_all_reduce_seconds(experts, 4, 4, c));
+  EXPECT_GT(shared.optimizer_s, alone.optimizer_s);  // 4 of the experts here, 1 with ep 8
+}
+
 }  // namespace
 }  // namespace loom::plan

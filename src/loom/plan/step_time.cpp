@@ -247,14 +247,34 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
       comm += sharded;
       exposed += std::max(0.0, sharded - st.compute_s);
     } else {
-      const std::vector<ReadyReduction> reductions =
+      std::vector<ReadyReduction> reductions =
           zero == 0 ? ddp_buckets(timeline, static_cast<double>(l.bucket_bytes), all_reduce)
                     : zero_units(timeline, [&](double bytes) { return 0.5 * all_reduce(bytes); });
-      double one_backward = 0;
+      double one_backward = 0, experts_s = 0;
       for (const ReadyReduction& r : reductions) one_backward += r.seconds;
+      if (const int64_t expert_dp = l.dp / l.ep; expert_dp > 1 && m.moe.experts > 0) {
+        // A mixture of experts' weights: DDP's buckets over the expert_dp ranks holding the
+        // same experts (parallel/expert_parallel: ep apart), each block's ready when its MLP's
+        // backward ends, about two thirds into the block's (the MLP holds 8 of its 12 h^2).
+        // They share the link with the dense reduction.
+        GradientTimeline experts = timeline;
+        experts.head = experts.embedding = {};
+        experts.layer = {static_cast<double>(expert_parameters_per_device(m, l) * bpv) /
+                         static_cast<double>(std::max<int64_t>(1, timeline.layers))};
+        experts.first_s -= experts.layer_s / 3.0;
+        const int64_t expert_per_node = std::max<int64_t>(1, per_node / l.ep);
+        for (const ReadyReduction& r : ddp_buckets(experts, static_cast<double>(l.bucket_bytes), [&](double bytes) {
+               return hierarchical_all_reduce_seconds(bytes, expert_dp, expert_per_node, c);
+             })) {
+          reductions.push_back(r);
+          experts_s += r.seconds;
+        }
+        std::stable_sort(reductions.begin(), reductions.end(),
+                         [](const ReadyReduction& a, const ReadyReduction& b) { return a.ready_s < b.ready_s; });
+      }
       // ZeRO-2 reduce-scatters every micro-batch's gradients; the earlier ones' run under the
       // next micro-batches' compute.
-      comm += (zero == 2 ? mb : 1.0) * one_backward;
+      comm += (zero == 2 ? mb : 1.0) * one_backward + experts_s;
       exposed += exposed_reduction_seconds(reductions, backward_s);
       if (zero >= 1) {
         // ZeRO-1/2 all-gather the updated parameters after the optimizer step, nothing to hide
@@ -270,8 +290,10 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
   }
   // Adam reads gradient, master weight and two moments and writes the last three and the
   // working copy: 28 bytes a parameter in both precisions, memory-bound; clipping reads the
-  // fp32 gradients once more for their norm and the next step zeroes them: 8 more.
-  const double sharded = static_cast<double>(params_per_device) / (zero >= 1 ? static_cast<double>(l.dp) : 1.0);
+  // fp32 gradients once more for their norm and the next step zeroes them: 8 more. A mixture
+  // of experts' E / ep experts a device holds are never sharded by ZeRO.
+  const double sharded = static_cast<double>(params_per_device) / (zero >= 1 ? static_cast<double>(l.dp) : 1.0) +
+                         static_cast<double>(expert_parameters_per_device(m, l));
   st.optimizer_s = 36.0 * sharded / c.memory_bandwidth;
   st.sharing_s = core_sharing_seconds(st, l.dp * l.pp * l.tp * l.cp, c);
   return st;
