@@ -23,6 +23,7 @@
 #include "loom/kernels/precision.hpp"
 #include "loom/kernels/residual.hpp"
 #include "loom/kernels/threads.hpp"
+#include "loom/plan/gemm_cost.hpp"
 
 namespace loom::apps {
 
@@ -286,23 +287,22 @@ plan::ClusterSpec measure_local_cluster(const plan::ModelSpec& model, const std:
   std::vector<plan::MeasuredRate> timed_linear;  // by the shape timed
   int64_t gelu_timed = 0;                        // the values of the largest GELU timed
   auto timed_shape = [](const plan::Gemm& g) { return plan::Gemm{timed_rows(g), g.n, g.k}; };
-  auto timed_rate = [&](const plan::Gemm& g) {
-    return std::find_if(timed_linear.begin(), timed_linear.end(),
-                        [&](const plan::MeasuredRate& r) { return r.shape == timed_shape(g); });
-  };
-  auto has_attention = [&](const plan::Gemm& scores) {
-    return std::any_of(c.attention_rates.begin(), c.attention_rates.end(),
-                       [&](const plan::MeasuredRate& r) { return r.shape == scores; });
+  auto timed_rate = [&](const plan::Gemm& g) { return plan::find_rate(timed_linear, timed_shape(g)); };
+  // A layer's four Linear products and the LM head's.
+  auto products = [&](const plan::Layout& l) {
+    const plan::LayerGemms g = plan::layer_gemms(model, l);
+    return std::array<plan::Gemm, 5>{g.linear[0], g.linear[1], g.linear[2], g.linear[3], plan::head_gemm(model, l)};
   };
   for (const plan::Layout& l : layouts) {
     const plan::LayerGemms g = plan::layer_gemms(model, l);
-    const std::array<plan::Gemm, 5> gemms{g.linear[0], g.linear[1], g.linear[2], g.linear[3], plan::head_gemm(model, l)};
+    const std::array<plan::Gemm, 5> gemms = products(l);
     const int64_t gelu_values = timed_rows(g.linear[2]) * g.linear[2].n;
-    if (gelu_values <= gelu_timed && has_attention(g.scores) &&
-        std::all_of(gemms.begin(), gemms.end(), [&](const plan::Gemm& s) { return timed_rate(s) != timed_linear.end(); }))
+    const bool attention_timed = plan::find_rate(c.attention_rates, g.scores) != nullptr;
+    if (gelu_values <= gelu_timed && attention_timed &&
+        std::all_of(gemms.begin(), gemms.end(), [&](const plan::Gemm& s) { return timed_rate(s) != nullptr; }))
       continue;
     // The LM head, the largest product, is timed once for all layouts that share its shape.
-    const bool head_timed = timed_rate(gemms[4]) != timed_linear.end();
+    const bool head_timed = timed_rate(gemms[4]) != nullptr;
     std::vector<std::unique_ptr<LinearProbe>> linear;
     for (size_t i = 0; i < (head_timed ? 4u : 5u); ++i) linear.push_back(std::make_unique<LinearProbe>(gemms[i], bf16));
     AttentionProbe attention(g.scores, model.heads / (l.tensor_parallel_3d() ? l.row : l.tp), bf16);
@@ -319,12 +319,12 @@ plan::ClusterSpec measure_local_cluster(const plan::ModelSpec& model, const std:
     }
     run_rounds(forward, backward);
     for (const auto& p : linear)
-      if (timed_rate(p->shape) == timed_linear.end()) {
+      if (timed_rate(p->shape) == nullptr) {
         plan::MeasuredRate rate = p->rate();
         rate.shape = timed_shape(p->shape);
         timed_linear.push_back(rate);
       }
-    if (!has_attention(g.scores)) c.attention_rates.push_back(attention.rate());
+    if (!attention_timed) c.attention_rates.push_back(attention.rate());
     if (gelu_values > gelu_timed) {
       gelu_timed = gelu_values;
       c.gelu_forward_s = gelu.forward.median() / static_cast<double>(gelu_values);
@@ -332,16 +332,13 @@ plan::ClusterSpec measure_local_cluster(const plan::ModelSpec& model, const std:
     }
   }
   // Every shape the layouts use, at the rate of the shape timed for it.
-  for (const plan::Layout& l : layouts) {
-    const plan::LayerGemms g = plan::layer_gemms(model, l);
-    for (const plan::Gemm& s : {g.linear[0], g.linear[1], g.linear[2], g.linear[3], plan::head_gemm(model, l)}) {
-      if (std::any_of(c.gemm_rates.begin(), c.gemm_rates.end(), [&](const plan::MeasuredRate& r) { return r.shape == s; }))
-        continue;
+  for (const plan::Layout& l : layouts)
+    for (const plan::Gemm& s : products(l)) {
+      if (plan::find_rate(c.gemm_rates, s) != nullptr) continue;
       plan::MeasuredRate rate = *timed_rate(s);
       rate.shape = s;
       c.gemm_rates.push_back(rate);
     }
-  }
   // The fastest GEMM measured stands for the peak (MFU and the roofline of unmeasured shapes).
   c.peak_flops = 0;
   for (const plan::MeasuredRate& r : c.gemm_rates) c.peak_flops = std::max(c.peak_flops, r.forward);

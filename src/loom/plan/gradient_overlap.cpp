@@ -13,6 +13,12 @@ double exposed_reduction_seconds(const std::vector<ReadyReduction>& in_launch_or
   return std::max(0.0, done - backward_s);
 }
 
+double total_seconds(const std::vector<ReadyReduction>& reductions) {
+  double sum = 0;
+  for (const ReadyReduction& r : reductions) sum += r.seconds;
+  return sum;
+}
+
 namespace {
 
 // Each parameter's bytes and the time its gradient is ready, in backward's order.

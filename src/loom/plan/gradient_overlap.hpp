@@ -27,6 +27,8 @@ struct ReadyReduction {
 // launch order, each starting when it is ready and its predecessor is done) finishes; 0 when
 // they all finish under it.
 double exposed_reduction_seconds(const std::vector<ReadyReduction>& in_launch_order, double backward_s);
+// Their seconds on the link, all together.
+double total_seconds(const std::vector<ReadyReduction>& reductions);
 
 // One device's parameters, bytes of gradient each, in the order backward readies them, for a
 // stage of `layers` blocks: `first_s` of backward before the blocks' (the LM head's on the

@@ -250,8 +250,8 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
       std::vector<ReadyReduction> reductions =
           zero == 0 ? ddp_buckets(timeline, static_cast<double>(l.bucket_bytes), all_reduce)
                     : zero_units(timeline, [&](double bytes) { return 0.5 * all_reduce(bytes); });
-      double one_backward = 0, experts_s = 0;
-      for (const ReadyReduction& r : reductions) one_backward += r.seconds;
+      const double one_backward = total_seconds(reductions);
+      double experts_s = 0;
       if (const int64_t expert_dp = l.dp / l.ep; expert_dp > 1 && m.moe.experts > 0) {
         // A mixture of experts' weights: DDP's buckets over the expert_dp ranks holding the
         // same experts (parallel/expert_parallel: ep apart), each block's ready when its MLP's
@@ -263,12 +263,12 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
                          static_cast<double>(std::max<int64_t>(1, timeline.layers))};
         experts.first_s -= experts.layer_s / 3.0;
         const int64_t expert_per_node = std::max<int64_t>(1, per_node / l.ep);
-        for (const ReadyReduction& r : ddp_buckets(experts, static_cast<double>(l.bucket_bytes), [&](double bytes) {
-               return hierarchical_all_reduce_seconds(bytes, expert_dp, expert_per_node, c);
-             })) {
-          reductions.push_back(r);
-          experts_s += r.seconds;
-        }
+        const std::vector<ReadyReduction> expert_buckets =
+            ddp_buckets(experts, static_cast<double>(l.bucket_bytes), [&](double bytes) {
+              return hierarchical_all_reduce_seconds(bytes, expert_dp, expert_per_node, c);
+            });
+        experts_s = total_seconds(expert_buckets);
+        reductions.insert(reductions.end(), expert_buckets.begin(), expert_buckets.end());
         std::stable_sort(reductions.begin(), reductions.end(),
                          [](const ReadyReduction& a, const ReadyReduction& b) { return a.ready_s < b.ready_s; });
       }

@@ -191,8 +191,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     timeline.layer = block_gradients(h, G, (static_cast<double>(params) - whole) / layers * value);
     timeline.embedding = {s * hd * value, static_cast<double>(m.vocab) * hd * value};
     const std::vector<ReadyReduction> buckets = ddp_buckets(timeline, static_cast<double>(l.bucket_bytes), all_reduce);
-    double comm = 0;
-    for (const ReadyReduction& r : buckets) comm += r.seconds;
+    const double comm = total_seconds(buckets);
     cost.time.dp_comm_s = exposed_reduction_seconds(buckets, timeline.backward_s());
     cost.time.overlapped_comm_s += comm - cost.time.dp_comm_s;  // the cores' copies, as in 1D
   }
