@@ -57,12 +57,15 @@ void print_dry_run(train::TrainConfig& config) {
               "time: %s)\n",
               static_cast<long long>(config.model.num_parameters()), static_cast<long long>(params),
               config.tokenizer.c_str());
-  const plan::StateBytes state = train::training_state(config, params, config.model.n_layer);
+  const plan::StateBytes state = train::rank_training_state(config);
   const char* mode[] = {"DDP, replicated", "ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP"};
-  std::printf("# predicted state memory per rank (%s, %s, %s, sharded over %lld ranks): params %s + grads %s + "
+  const std::string stage_share =
+      config.pp > 1 ? ", a pipeline rank's 1/" + std::to_string(config.pp) + " of the model" : "";
+  std::printf("# predicted state memory per rank (%s, %s, %s, sharded over %lld ranks%s): params %s + grads %s + "
               "optimizer %s = %s%s\n",
               config.precision == "bf16" ? "bf16 mixed precision: bf16 weights, fp32 master, gradients and moments" : "fp32",
               config.optimizer.c_str(), mode[config.zero], static_cast<long long>(config.shard_size()),
+              stage_share.c_str(),
               format_bytes(state.params).c_str(), format_bytes(state.grads).c_str(),
               format_bytes(state.optimizer).c_str(), format_bytes(state.total()).c_str(),
               config.zero == 3   ? " + gathered units (one transformer block each)"

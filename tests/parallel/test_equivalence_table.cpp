@@ -34,6 +34,7 @@ struct Case {
   std::string schedule = "1f1b";
   int64_t chunks = 1;
   std::string pp_layers{};
+  std::string schedule_file{};  // relative to the source tree
   bool recompute = false;
   std::string optimizer = "adamw";
   double grad_clip = 1.0;
@@ -123,6 +124,7 @@ TEST_P(EquivalenceTable, SameGradientsLossesParametersAndValidationLossAsSerial)
   c.schedule = k.schedule;
   c.chunks = k.chunks;
   c.pp_layers = k.pp_layers;
+  if (!k.schedule_file.empty()) c.schedule_file = std::string(LOOM_SOURCE_DIR) + "/" + k.schedule_file;
   c.model.recompute = k.recompute;
   c.tp_3d = k.tp_3d;
   c.tp_3d_overlap = k.tp_3d_overlap;
@@ -176,10 +178,20 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Case{.name = "interleaved_3chunks", .pp = 2, .schedule = "interleaved", .chunks = 3, .n_layer = 6, .micro_batches = 4},
         Case{.name = "pp_layers_3_1", .pp = 2, .pp_layers = "3,1", .n_layer = 4, .micro_batches = 4},
+        // A schedule whose last backward is micro-batch 0 (LIFO): data parallelism and sequence
+        // parallelism must reduce after it, not after micro-batch m-1's.
+        Case{.name = "lifo_schedule_file_dp", .pp = 2, .schedule_file = "configs/schedules/gpipe_lifo_pp2_m4.txt",
+             .n_layer = 4, .micro_batches = 4},
+        Case{.name = "lifo_schedule_file_tp2_sp", .tp = 2, .pp = 2,
+             .schedule_file = "configs/schedules/gpipe_lifo_pp2_m4.txt", .n_layer = 4, .micro_batches = 4,
+             .sequence_parallel = true},
         Case{.name = "hsdp_shard1_zero3", .zero = 3, .hsdp_shard = 1},
         Case{.name = "hsdp_shard4_zero2", .zero = 2, .hsdp_shard = 4},
         Case{.name = "hsdp_shard1_tp2_zero1", .tp = 2, .zero = 1, .hsdp_shard = 1},
         Case{.name = "hsdp_shard2_tp2_zero3", .tp = 2, .zero = 3, .hsdp_shard = 2},
+        // A pipeline composes with ZeRO-1 only, hybrid-sharded too: two replicas of 2 shards.
+        Case{.name = "hsdp_shard2_pp2_zero1", .pp = 2, .zero = 1, .hsdp_shard = 2, .n_layer = 4, .micro_batches = 4,
+             .world = 8},
         Case{.name = "recompute_zero3", .zero = 3, .recompute = true},
         Case{.name = "recompute_tp2", .tp = 2, .recompute = true}),
     [](const auto& info) { return info.param.name; });

@@ -80,6 +80,7 @@ struct Case {
   bool sequence_parallel = false;  // with tp > 1
   std::string precision = "fp32";  // bf16: against the serial bf16 run, its tokens crossing in bf16
   int64_t steps = 3;
+  int64_t every = 1;  // a mixture of experts in every `every`-th block
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -101,6 +102,7 @@ train::TrainConfig moe_config(const Case& k, int64_t dp, int64_t batch) {
   c.model.moe.experts = k.experts;
   c.model.moe.top_k = k.top_k;
   c.model.moe.capacity_factor = k.capacity_factor;
+  c.model.moe.every = k.every;
   c.model.moe.aux_loss_coef = 0.1;  // large enough that a wrong aux gradient shows
   c.grad_clip = 0.0;
   c.eval_batches = 2;
@@ -204,6 +206,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "ep2_pp2_gpipe_capacity", .capacity_factor = 1.0, .micro_batches = 2, .pp = 2, .schedule = "gpipe"},
                       Case{.name = "ep2_pp2_interleaved", .micro_batches = 2, .pp = 2, .schedule = "interleaved", .chunks = 2},
                       Case{.name = "ep2_pp2_zero1", .micro_batches = 2, .pp = 2, .zero = 1},
+                      // only the last of 4 blocks a mixture of experts: pipeline stage 0 holds
+                      // none, yet sends its (empty) statistics at the model's size
+                      Case{.name = "ep2_pp2_stage_without_moe", .micro_batches = 2, .pp = 2, .every = 4},
+                      Case{.name = "ep1_pp2_stage_without_moe", .ep = 1, .micro_batches = 2, .pp = 2, .every = 4},
                       // cp: each sequence split over 2 ranks, the load-balancing loss's sums
                       // added over them; capacity decided over the whole sequence, whose zig-zag
                       // (or contiguous) chunks each rank's gather puts back in order

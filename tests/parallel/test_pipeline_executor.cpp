@@ -104,9 +104,22 @@ void expect_serial_result(const std::vector<Action>& actions, int64_t v, const s
   const Reference want = serial_run(d);
   RankChunks model = rank_chunks(v);
   PipelineExecutor executor(std::vector<nn::Module*>(model.chunks.begin(), model.chunks.end()), world(), kM, Shape{kB, kT, kC});
+  std::vector<bool> last_flags;  // before_backward's, one per backward in order
   float loss = static_cast<float>(executor.run(
       actions, [&](int64_t mb) { return d.inputs[mb]; },
-      [&](Tensor& logits, int64_t mb) { return micro_batch_loss(logits, d.targets[mb], true); }, [](int64_t, int64_t) {}));
+      [&](Tensor& logits, int64_t mb) { return micro_batch_loss(logits, d.targets[mb], true); },
+      [&](bool last) { last_flags.push_back(last); }));
+  // Data parallelism reduces a chunk's gradients at the backward flagged last: it must be the
+  // chunk's last backward in the list, whichever micro-batch that is (LIFO ends with mb 0).
+  std::vector<bool> want_flags;
+  for (size_t i = 0; i < actions.size(); ++i) {
+    if (actions[i].kind != ActionKind::Backward) continue;
+    bool later = false;
+    for (size_t j = i + 1; j < actions.size(); ++j)
+      later = later || (actions[j].kind == ActionKind::Backward && actions[j].chunk == actions[i].chunk);
+    want_flags.push_back(!later);
+  }
+  EXPECT_EQ(last_flags, want_flags) << what << ": the backwards flagged as their chunk's last";
   world().all_reduce(&loss, 1, comm::ReduceOp::Sum);  // only the last stage's rank has it
   EXPECT_NEAR(loss, want.loss, 1e-5 * want.loss) << what;
 
@@ -220,7 +233,7 @@ TEST(PipelineExecutor, SendingWhatWasNeverComputedIsNamed) {
   PipelineExecutor executor(std::vector<nn::Module*>(model.chunks.begin(), model.chunks.end()), world(), kM, Shape{kB, kT, kC});
   const std::vector<Action> actions{{ActionKind::SendActivation, 2, 0, (world().rank() + 1) % world().size()}};
   const std::string error = loom::testing::error_of([&] {
-    executor.run(actions, [](int64_t) { return Tensor(); }, [](Tensor&, int64_t) { return 0.0f; }, [](int64_t, int64_t) {});
+    executor.run(actions, [](int64_t) { return Tensor(); }, [](Tensor&, int64_t) { return 0.0f; }, [](bool) {});
   });
   EXPECT_EQ(error, "pipeline rank " + std::to_string(world().rank()) + ": SA2>" +
                        std::to_string((world().rank() + 1) % world().size()) +

@@ -56,15 +56,20 @@ int64_t read_number(const std::string& path, const std::string& key) {
 
 }  // namespace
 
+// A pipeline rank holds about 1/pp of the blocks and of the parameters.
+int64_t pipeline_rank_layers(const TrainConfig& c) { return (c.model.n_layer + c.pp - 1) / c.pp; }
+
+plan::StateBytes rank_training_state(const TrainConfig& c) {
+  return training_state(c, c.model.num_parameters(c.tp) / c.pp, pipeline_rank_layers(c));
+}
+
 MemoryNeed training_memory(const TrainConfig& c) {
   const nn::GPTConfig& m = c.model;
   const double B = static_cast<double>(c.batch_size), t = static_cast<double>(c.tp), p = static_cast<double>(c.pp);
   const double rough = 16.0 * rough_parameters(m) + rough_activations(m, B);
   if (!(rough < kExactLimit)) return {rough / (t * p), 0.0};
-  // A pipeline rank holds about 1/pp of the blocks and of the parameters.
-  const int64_t layers_here = (m.n_layer + c.pp - 1) / c.pp;
-  const int64_t params_here = m.num_parameters(c.tp) / c.pp;
-  const plan::StateBytes state = training_state(c, params_here, layers_here);
+  const int64_t layers_here = pipeline_rank_layers(c);
+  const plan::StateBytes state = rank_training_state(c);
   const int64_t T = m.block_size / c.cp, C = m.n_embd;  // this rank's tokens of each sequence
   const int64_t layer = layer_activation_bytes(c);
   // A mixture of experts' blocks keep more (its routed rows; every tp rank's tokens): at most

@@ -27,6 +27,9 @@ MemoryNeed training_memory(const TrainConfig& config);
 // of `layers` transformer blocks, in the run's precision: plan::model_state_bytes in fp32, the mixed-precision formulas
 // (plan/mixed_precision_cost.hpp) in bf16.
 plan::StateBytes training_state(const TrainConfig& config, int64_t params, int64_t layers);
+// The model state of one rank of config's layout: its tensor-parallel share of the parameters,
+// and under a pipeline about 1/pp of them and of the blocks (training_memory's state).
+plan::StateBytes rank_training_state(const TrainConfig& config);
 // The activations one transformer layer keeps for backward per micro-batch on this rank, in
 // the run's precision (plan::activation_bytes_per_layer, plan::bf16_activation_bytes_per_layer).
 int64_t layer_activation_bytes(const TrainConfig& config);

@@ -2,16 +2,20 @@
 
 #include <algorithm>
 
+#include "loom/error.hpp"
 #include "loom/nn/moe.hpp"
 
 namespace loom::train {
 
-MoeStepStats gather_moe_stats(nn::Module& model, const std::vector<comm::ProcessGroup*>& groups) {
+MoeStepStats gather_moe_stats(nn::Module& model, int64_t experts, const std::vector<comm::ProcessGroup*>& groups) {
   const nn::MoeStats s = nn::take_moe_stats(model);
-  // One buffer, summed in one all-reduce per group: loads, assignments, dropped, aux sum, forwards.
-  const size_t E = s.load.size();
+  // One buffer, summed in one all-reduce per group: loads, assignments, dropped, aux sum,
+  // forwards. Its size is the model's, not this rank's layers' (a pipeline stage may hold no
+  // MoE block, and then has no loads of its own).
+  const size_t E = static_cast<size_t>(experts);
+  check(s.load.empty() || s.load.size() == E, "MoE statistics of ", s.load.size(), " experts, the model has ", E);
   std::vector<float> sums(E + 4, 0.0f);
-  for (size_t e = 0; e < E; ++e) sums[e] = static_cast<float>(s.load[e]);
+  for (size_t e = 0; e < s.load.size(); ++e) sums[e] = static_cast<float>(s.load[e]);
   sums[E] = static_cast<float>(s.assignments);
   sums[E + 1] = static_cast<float>(s.dropped);
   sums[E + 2] = static_cast<float>(s.aux_loss_sum);

@@ -22,7 +22,8 @@ struct MoeStepStats {
 
 // Collective over `groups`: the statistics of the model's MoE layers since the last call
 // (each rank's, summed over the groups: the data-parallel and pipeline ranks, and the ranks
-// holding parts of the same sequences under context or sequence parallelism), reset.
-MoeStepStats gather_moe_stats(nn::Module& model, const std::vector<comm::ProcessGroup*>& groups);
+// holding parts of the same sequences under context or sequence parallelism), reset. Every
+// rank sends the model's `experts` loads, also one whose pipeline stage holds no MoE block.
+MoeStepStats gather_moe_stats(nn::Module& model, int64_t experts, const std::vector<comm::ProcessGroup*>& groups);
 
 }  // namespace loom::train

@@ -133,7 +133,7 @@ float Trainer::pipeline_gradients() {
       [&](Tensor& logits, int64_t mb) {
         return spec_->loss(logits, batches[mb].targets, /*backward=*/true, 1.0f / static_cast<float>(M));
       },
-      [&](int64_t mb, int64_t) { p_.finalizer->before_backward(mb == M - 1); });
+      [&](bool last) { p_.finalizer->before_backward(last); });
   p_.finalizer->finish();
   float loss = static_cast<float>(loss_sum / static_cast<double>(M));  // the last stage's; 0 elsewhere
   pp_.all_reduce(&loss, 1, comm::ReduceOp::Sum);
@@ -178,7 +178,7 @@ StepResult Trainer::compute_gradients() {
     r.cp_link_exposed_seconds = ring.link_exposed_seconds;
   }
   batch_.all_reduce(&r.loss, 1, comm::ReduceOp::Avg);  // the global batch's mean
-  if (config_.model.moe.enabled()) r.moe = gather_moe_stats(*p_.model, p_.moe_stat_groups);
+  if (config_.model.moe.enabled()) r.moe = gather_moe_stats(*p_.model, config_.model.moe.experts, p_.moe_stat_groups);
   {
     trace::Span norm_span("optimizer", "grad norm");
     r.grad_norm = std::sqrt(p_.finalizer->grad_sum_squares());

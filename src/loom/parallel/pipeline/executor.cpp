@@ -98,7 +98,7 @@ void PipelineExecutor::reap_sends(bool all) {
 
 double PipelineExecutor::run(const std::vector<Action>& actions, const std::function<Tensor(int64_t)>& input,
                              const std::function<float(Tensor&, int64_t)>& loss,
-                             const std::function<void(int64_t, int64_t)>& before_backward) {
+                             const std::function<void(bool)>& before_backward) {
   trace_.clear();
   return execute(actions, input, loss, before_backward, /*training=*/true);
 }
@@ -114,8 +114,12 @@ double PipelineExecutor::run_forward(const std::function<Tensor(int64_t)>& input
 
 double PipelineExecutor::execute(const std::vector<Action>& actions, const std::function<Tensor(int64_t)>& input,
                                  const std::function<float(Tensor&, int64_t)>& loss,
-                                 const std::function<void(int64_t, int64_t)>& before_backward, bool training) {
+                                 const std::function<void(bool)>& before_backward, bool training) {
   const int64_t S = p_ * v_;
+  // Each chunk's last backward in this rank's list: its gradients are whole after it.
+  std::map<int64_t, const Action*> last_backward;
+  for (const Action& a : actions)
+    if (a.kind == ActionKind::Backward) last_backward[a.chunk] = &a;
   Transfers transfers;
   std::map<std::pair<int64_t, int64_t>, nn::Context> contexts;  // (micro-batch, chunk)
   std::map<std::pair<int64_t, int64_t>, Tensor> dlogits;        // last stage: from the loss
@@ -160,7 +164,7 @@ double PipelineExecutor::execute(const std::vector<Action>& actions, const std::
       } else {
         dy = take_received(transfers, a, /*gradient=*/true);
       }
-      before_backward(a.micro_batch, a.chunk);
+      before_backward(last_backward.at(a.chunk) == &a);
       MemoryScope scope(MemoryCategory::Activations);
       trace::Span span("pipeline", "B");
       span.arg("mb", a.micro_batch).arg("chunk", a.chunk);

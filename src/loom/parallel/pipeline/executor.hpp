@@ -33,11 +33,12 @@ class PipelineExecutor {
   // input(mb): micro-batch mb's token ids (used by the first virtual stage).
   // loss(logits, mb): on the last virtual stage, the loss of micro-batch mb, turning logits
   //   into dlogits in place (scaled for the micro-batch count).
-  // before_backward(mb, chunk): lets data/sequence parallelism know the last backward.
+  // before_backward(last): before each backward, whether it is this rank's last backward of
+  //   its chunk in `actions` (whichever micro-batch that is: a schedule file may end with any),
+  //   so data and sequence parallelism reduce a chunk's gradients only once they are whole.
   // Returns the summed loss of the micro-batches on the last stage's rank (0 elsewhere).
   double run(const std::vector<Action>& actions, const std::function<Tensor(int64_t)>& input,
-             const std::function<float(Tensor&, int64_t)>& loss,
-             const std::function<void(int64_t, int64_t)>& before_backward);
+             const std::function<float(Tensor&, int64_t)>& loss, const std::function<void(bool)>& before_backward);
   // Forward only (evaluation): a schedule of forwards, micro-batch after micro-batch, with
   // their transfers; loss(logits, mb) must not write the logits. Returns the summed loss on the last stage's rank (0 elsewhere).
   double run_forward(const std::function<Tensor(int64_t)>& input, const std::function<float(Tensor&, int64_t)>& loss,
@@ -73,7 +74,7 @@ class PipelineExecutor {
   // dlogits for the backward; otherwise (evaluation) forwards only, logits left as they are.
   double execute(const std::vector<Action>& actions, const std::function<Tensor(int64_t)>& input,
                  const std::function<float(Tensor&, int64_t)>& loss,
-                 const std::function<void(int64_t, int64_t)>& before_backward, bool training);
+                 const std::function<void(bool)>& before_backward, bool training);
   // virtual_stage: the receiving stage's.
   int tag(bool gradient, int64_t virtual_stage, int64_t micro_batch) const;
   void post_receive(Transfers& t, const Action& a);
