@@ -7,6 +7,7 @@
 // --from-gpt2 DIR: GPT-2's released weights and tokenizer into a Loom checkpoint (gpt2_import.hpp).
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "commands.hpp"
@@ -48,6 +49,7 @@ train::TrainConfig target_config(const ConvertArgs& a, const std::string& from) 
   c.pp_layers = "";  // the stored split belongs to the old pipeline
   c.schedule = a.chunks > 1 ? "interleaved" : (c.schedule == "interleaved" ? "1f1b" : c.schedule);
   c.schedule_file = "";  // a custom schedule is made for its own pipeline
+  c.pipeline_svg = "";   // so is the stored run's picture
   if (a.chunks > 1) c.micro_batches = (std::max(c.micro_batches, a.pp) + a.pp - 1) / a.pp * a.pp;
   if (!a.data.empty()) c.data = a.data;
   // The token table keeps the checkpoint's rows (the padding depends on the tp it was saved under).
@@ -96,6 +98,9 @@ Runner add_convert_command(CLI::App& sub) {
       check(args->dp * args->pp * args->tp == 1 && args->tp_3d.empty(),
             "converting to one file takes no layout; write a directory for dp(", args->dp, ") x pp(", args->pp, ") x tp(",
             args->tp, ")", args->tp_3d.empty() ? "" : " x tp_3d(" + args->tp_3d + ")");
+      std::error_code ec;
+      check(!std::filesystem::exists(args->to, ec), "--to '", args->to,
+            "' exists: convert writes a new file and replaces none (remove it or name another)");
       to_single_file(from, args->to);
       return 0;
     }

@@ -56,6 +56,7 @@ train::TrainConfig serial_twin(const train::TrainConfig& c, int64_t padded_vocab
   s.schedule = "1f1b";
   s.schedule_file = "";
   s.chunks = 1;
+  s.pipeline_svg = "";  // the layout's picture; the twin has no pipeline
   s.model.padded_vocab_size = padded_vocab;
   // Compared in memory: the twin (one on every rank) writes no run directory, so --out-dir is
   // the layout's alone and no rank's twin contends for its lock; it resumes from the same

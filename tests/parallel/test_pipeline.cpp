@@ -200,6 +200,7 @@ TEST(Pipeline, CheckpointResumesSerially) {
   train::TrainConfig c = config_for(l, 1, 2);
   c.steps = 10;
   c.decay_steps = 10;
+  c.warmup_steps = 2;  // before decay_steps, as the config requires
   c.pp = p;
   train::Trainer straight(c, true, &world());
   const TrainingRun want = run(straight);
@@ -207,6 +208,7 @@ TEST(Pipeline, CheckpointResumesSerially) {
   train::TrainConfig serial_config = config_for(l, 1, 2);
   serial_config.steps = 10;
   serial_config.decay_steps = 10;
+  serial_config.warmup_steps = 2;  // before decay_steps, as the config requires
   serial_config.resume = dir;
   train::Trainer serial(serial_config, true);
   const std::vector<float> last_five(want.losses.end() - 5, want.losses.end());

@@ -79,6 +79,7 @@ TrainConfig config_of(const Layout& l, int64_t rows, int64_t micro) {
   c.checkpoint_format = l.format;
   c.steps = 10;
   c.decay_steps = 10;  // the same schedule for the 5-step first half
+  c.warmup_steps = 2;  // before decay_steps, as the config requires
   return c;
 }
 

@@ -186,6 +186,7 @@ TEST(ZeroCheckpoint, Bf16GathersResumeBitExactly) {
   train::TrainConfig c = tiny(p, 2, 1);
   c.steps = 6;
   c.decay_steps = 6;
+  c.warmup_steps = 2;  // before decay_steps, as the config requires
   c.zero = 2;
   c.precision = "bf16";
   train::Trainer straight(c, true, &world());
@@ -422,6 +423,7 @@ TEST(ZeroCheckpoint, ResumesUnderAnotherLayoutAndSerially) {
   train::TrainConfig c = tiny(p, 2, 1);
   c.steps = 10;
   c.decay_steps = 10;  // the same schedule for the 5-step first half
+  c.warmup_steps = 2;  // before decay_steps, as the config requires
   c.zero = 3;
   train::Trainer straight(c, true, &world());
   const TrainingRun want = run(straight);
@@ -439,6 +441,7 @@ TEST(ZeroCheckpoint, ResumesUnderAnotherLayoutAndSerially) {
   train::TrainConfig serial_config = tiny(1, 2 * p, 1);
   serial_config.steps = 10;
   serial_config.decay_steps = 10;
+  serial_config.warmup_steps = 2;  // before decay_steps, as the config requires
   serial_config.resume = dir;
   train::Trainer serial(serial_config, true);  // every rank on its own, from rank 0's file
   const TrainingRun continued = run(serial);

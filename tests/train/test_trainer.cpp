@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -160,6 +161,28 @@ TEST(Trainer, ResumeFromAMissingCheckpointIsAnError) {
   TrainConfig c = tiny_run("resume_missing");
   c.resume = "latest";
   EXPECT_THROW(Trainer(c, true), Error);
+}
+
+TEST(Trainer, PaddedVocabularyIsComparedWithTheDatasVocabulary) {
+  // 26 letters and a space: a padded vocabulary of 30 rows is enough. It was refused against
+  // the config's placeholder of 65 before the data was read; 20 rows is refused, naming both.
+  const std::string data = (std::filesystem::temp_directory_path() / "loom_train_letters.txt").string();
+  {
+    std::ofstream out(data);
+    for (int i = 0; i < 2000; ++i) out << "the quick brown fox jumps over a lazy dog ";
+  }
+  TrainConfig c = tiny_run("padded_vocab");
+  c.data = data;
+  c.model.padded_vocab_size = 30;
+  c.steps = 2;
+  Trainer t(c, true);
+  EXPECT_EQ(t.model().config().vocab_size, 27);
+  EXPECT_TRUE(std::isfinite(t.train_step().loss));
+  c = tiny_run("padded_vocab_short");
+  c.data = data;
+  c.model.padded_vocab_size = 20;
+  EXPECT_EQ(loom::testing::error_of([&] { Trainer(c, true); }),
+            "padded_vocab_size (20) must be >= the vocabulary's size (27)");
 }
 
 TEST(Trainer, SgdAndByteTokenizerTrainToo) {

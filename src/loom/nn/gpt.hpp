@@ -28,7 +28,10 @@ struct GPTConfig {
 
   int64_t resolved_padded_vocab() const;
   // Throws loom::Error naming every impossible value.
-  void validate() const;
+  // vocabulary_known: whether vocab_size is the data's yet. A training config holds a
+  // placeholder until its tokenizer is read (train::GptSpec validates again then), so
+  // padded_vocab_size is only compared with the real vocabulary.
+  void validate(bool vocabulary_known = true) const;
   // Parameters, counted once (the LM head is tied); with tp > 1 those one tensor-parallel
   // rank holds (its slice of the split matrices, the vocabulary and their biases, plus every
   // replicated LayerNorm, position table and row-parallel bias).

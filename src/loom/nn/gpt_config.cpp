@@ -10,18 +10,20 @@ int64_t GPTConfig::resolved_padded_vocab() const {
   return padded_vocab_size > 0 ? padded_vocab_size : (vocab_size + 63) / 64 * 64;
 }
 
-void GPTConfig::validate() const {
+void GPTConfig::validate(bool vocabulary_known) const {
   check(vocab_size >= 1, "vocab_size must be >= 1, got ", vocab_size);
   check(padded_vocab_size >= 0, "padded_vocab_size must be >= 0 (0: the vocabulary rounded up), got ",
         padded_vocab_size);
-  check(resolved_padded_vocab() >= vocab_size, "padded_vocab_size (", padded_vocab_size,
-        ") must be >= vocab_size (", vocab_size, ")");
+  check(!vocabulary_known || resolved_padded_vocab() >= vocab_size, "padded_vocab_size (", padded_vocab_size,
+        ") must be >= the vocabulary's size (", vocab_size, ")");
   check(block_size >= 1, "block_size must be >= 1, got ", block_size);
   check(n_layer >= 1, "n_layer must be >= 1, got ", n_layer);
   check(n_head >= 1, "n_head must be >= 1, got ", n_head);
   check(n_embd >= 1, "n_embd must be >= 1, got ", n_embd);
   check(n_embd % n_head == 0, "n_embd (", n_embd, ") must be divisible by n_head (", n_head, ")");
   moe.validate();
+  check(!moe.enabled() || moe.every <= n_layer, "moe_every (", moe.every, ") is more than n_layer (", n_layer,
+        "): no block would be a mixture of experts");
 }
 
 int64_t GPTConfig::num_parameters(int64_t tp) const {

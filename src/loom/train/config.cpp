@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -115,8 +116,10 @@ std::vector<int64_t> TrainConfig::pipeline_layers() const {
     } catch (const std::logic_error&) {
       used = 0;
     }
-    check(used > 0 && used == item.size() && n >= 1, "pp_layers must list blocks per stage like \"3,3,2,2\", got '",
-          pp_layers, "'");
+    check(used > 0 && used == item.size(), "pp_layers must list blocks per stage like \"3,3,2,2\", got '", pp_layers,
+          "'");
+    check(n >= 1, "pp_layers '", pp_layers, "' gives stage ", blocks.size(), " ", n,
+          " blocks: every pipeline stage holds at least one");
     blocks.push_back(n);
   }
   return blocks;
@@ -137,6 +140,18 @@ void TrainConfig::check_context_parallel() const {
         model.block_size / cp, " tokens over tp (", tp, "): block_size / cp must be divisible by tp");
 }
 
+// The picture is written after the last step: a path that cannot be written would fail the
+// run at its end, so its directory is checked now, on every rank alike.
+void TrainConfig::check_pipeline_svg() const {
+  if (pipeline_svg.empty()) return;
+  check(pp > 1, "pipeline_svg draws a pipeline's timeline: set pp > 1 (pp is ", pp, ")");
+  const std::filesystem::path path(pipeline_svg), parent = path.parent_path();
+  std::error_code ec;
+  check(!std::filesystem::is_directory(path, ec), "pipeline_svg '", pipeline_svg, "' is a directory: name the SVG file");
+  check(parent.empty() || std::filesystem::is_directory(parent, ec), "pipeline_svg '", pipeline_svg,
+        "': its directory '", parent.string(), "' does not exist");
+}
+
 void TrainConfig::validate() const {
   check(family == "gpt" || family == "gcn", "model must be 'gpt' or 'gcn', got '", family, "'");
   // Every number finite, wherever it came from (the readers check too; the environment and
@@ -145,7 +160,7 @@ void TrainConfig::validate() const {
   for (const ConfigKey& k : config_schema(copy))
     if (double* const* p = std::get_if<double*>(&k.target))
       check(std::isfinite(**p), k.key, " must be a finite number, got ", **p);
-  model.validate();
+  model.validate(/*vocabulary_known=*/false);  // the tokenizer's size is known once GptSpec reads the data
   if (family == "gcn") gcn.validate();
   check(steps >= 0, "steps must be >= 0, got ", steps);
   check(batch_size >= 1, "batch_size must be >= 1, got ", batch_size);
@@ -160,6 +175,8 @@ void TrainConfig::validate() const {
   check(lr > 0, "lr must be > 0, got ", lr);
   check(min_lr >= 0 && min_lr <= lr, "min_lr must be in [0, lr], got ", min_lr);
   check(warmup_steps >= 0 && decay_steps >= 0, "warmup_steps and decay_steps must be >= 0");
+  check(decay_steps == 0 || decay_steps > warmup_steps, "decay_steps (", decay_steps,
+        ") must be after warmup_steps (", warmup_steps, "): the cosine decay starts where the warm-up ends");
   check(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "beta1 and beta2 must be in [0, 1)");
   check(eps > 0, "eps must be > 0, got ", eps);
   check(weight_decay >= 0, "weight_decay must be >= 0, got ", weight_decay);
@@ -194,10 +211,12 @@ void TrainConfig::validate() const {
   check(!schedule_file.empty() || (schedule == "interleaved") == (chunks > 1), schedule == "interleaved"
         ? "the interleaved schedule needs chunks >= 2 model chunks per pipeline rank"
         : "chunks > 1 (model chunks per pipeline rank) needs schedule = \"interleaved\"");
+  check(chunks == 1 || pp > 1, "chunks = ", chunks, " model chunks per pipeline rank need a pipeline: set pp > 1");
   check(schedule_file.empty() || pp > 1, "schedule_file (", schedule_file, ") is a pipeline schedule: set pp > 1");
   check(pp == 1 || zero <= 1, "pipeline parallelism composes with zero 0 or 1, not ", zero,
         " (stages 2-3 reduce every micro-batch while a pipeline reduces once, after its last backward)");
   check_context_parallel();
+  check_pipeline_svg();
   check(!sequence_parallel || tp > 1, "sequence_parallel needs tensor parallelism: set tp > 1");
   check(tp_overlap == "on" || tp_overlap == "off", "tp_overlap must be 'on' or 'off', got '", tp_overlap, "'");
   check(!sequence_parallel || model.block_size % tp == 0, "sequence_parallel splits the sequence over tp ranks: block_size (",

@@ -94,6 +94,7 @@ struct TrainConfig {
   // Throws loom::Error naming each invalid value.
   void validate() const;
   void check_context_parallel() const;
+  void check_pipeline_svg() const;
   void validate_tp_3d() const;
   // The refusals and requirements of expert parallelism (part of validate()).
   void validate_expert_parallel() const;

@@ -37,6 +37,10 @@ GcnSpec::GcnSpec(TrainConfig& config) : config_(config) {
         config.pp, ") and tp (", config.tp, ") are GPT layouts; set both to 1");
   check(config.micro_batches == 1, "the gcn model trains on the whole graph in one batch: micro_batches must be 1, got ",
         config.micro_batches);
+  // GPT options a graph network has no use for: refused rather than silently ignored.
+  check(!config.model.moe.enabled(), "moe_experts (", config.model.moe.experts,
+        ") makes a GPT's blocks mixtures of experts; the gcn model has none");
+  check(!config.model.recompute, "recompute re-runs a GPT's blocks in backward; the gcn model does not recompute");
   config.gcn.validate();
   config.eval_batches = 1;
   graph_ = data::load_graph(config.data, config.split);

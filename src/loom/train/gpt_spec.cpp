@@ -18,10 +18,13 @@ nn::GPT& gpt(nn::Module& chunk) { return dynamic_cast<nn::GPT&>(chunk); }
 
 GptSpec::GptSpec(TrainConfig& config)
     : config_(config), dataset_(config.data, config.tokenizer, config.model.block_size, config.val_fraction, config.tokenizer_dir) {
+  check(config.split.empty(), "split ('", config.split, "') picks a graph's train, validation and test nodes; a GPT "
+        "holds out val_fraction of its text instead");
   config.model.vocab_size = dataset_.tokenizer().vocab_size();
   config.model.moe.micro_batches = config.micro_batches;  // the aux loss is averaged like the loss
   if (config.tp > 1 && config.model.padded_vocab_size == 0)
     config.model.padded_vocab_size = (config.model.vocab_size + 64 * config.tp - 1) / (64 * config.tp) * 64 * config.tp;
+  config.model.validate();  // padded_vocab_size against the data's vocabulary
 }
 
 std::vector<std::unique_ptr<nn::Module>> GptSpec::build(const nn::LayerBuilder& layers, int64_t pp_rank) {

@@ -298,6 +298,10 @@ float Trainer::run() {
   progress_->say("model: " + spec_->describe() + line);
   if (config_.precision == "bf16")
     if (const std::string warning = kernels::bf16_speed_warning(); !warning.empty()) progress_->say(warning);
+  const int64_t first_step = step_;
+  if (step_ >= config_.steps && step_ > 0)
+    progress_->say("nothing to train: resumed at step " + std::to_string(step_) + ", at or past steps = " +
+                   std::to_string(config_.steps) + " (raise --steps to train on)");
   float val_loss = NAN;
   auto evaluate_and_log = [&]() {
     val_loss = evaluate();
@@ -320,6 +324,12 @@ float Trainer::run() {
     const float test_loss = evaluate_test();
     progress_->validation(step_, test_loss, spec_->last_metrics(), "test");
   }
+  // The checkpoint first: a report that cannot be written must not lose the run's weights.
+  // A run that trained nothing has nothing new to save.
+  if (!config_.out_dir.empty() && (step_ > first_step || step_ == 0)) {
+    const std::string path = save_checkpoint_now();
+    progress_->say("saved " + path);
+  }
   progress_->say(memory_report());
   if (!config_.out_dir.empty()) write_memory_file((fs::path(config_.out_dir) / "memory.json").string(), world_, memory_json());
   if (p_.pipeline && !config_.pipeline_svg.empty() && world_.rank() == 0) {
@@ -330,10 +340,6 @@ float Trainer::run() {
                             std::to_string(static_cast<int>(100 * last_timeline_.bubble_over_compute() + 0.5)) + "% of compute");
     check(svg.good(), "cannot write the pipeline picture to '", config_.pipeline_svg, "'");
     progress_->say("wrote " + config_.pipeline_svg);
-  }
-  if (!config_.out_dir.empty()) {
-    const std::string path = save_checkpoint_now();
-    progress_->say("saved " + path);
   }
   return val_loss;
 }

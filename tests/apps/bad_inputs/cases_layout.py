@@ -23,7 +23,7 @@ def cases(fx):
         train("interleaved with chunks 1", ["--schedule", "interleaved"], r"interleaved schedule needs chunks >= 2"),
         train("chunks 2 with 1f1b", ["--chunks", "2"], r"chunks > 1 .* needs schedule"),
         train("pp_layers malformed", ["--pp-layers", "2,x"], r"pp_layers must list blocks per stage"),
-        train("pp_layers with a zero", ["--pp-layers", "0,1"], r"pp_layers must list blocks per stage"),
+        train("pp_layers with a zero", ["--pp-layers", "0,1"], r"gives stage 0 0 blocks: every pipeline stage holds at least one"),
         train("schedule_file without pp", ["--schedule-file", sched], r"schedule_file .* is a pipeline schedule: set pp > 1"),
         train("graph_aggregation_chunks on a GPT", ["--graph-aggregation-chunks", "4"],
               r"graph_aggregation_chunks \(4\) splits the aggregation of a GCN on a 3D grid"),

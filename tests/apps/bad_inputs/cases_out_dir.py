@@ -18,6 +18,7 @@ def cases(fx):
     locked = fx.directory("locked")
     # A live owner: this process (the harness) outlives the case.
     Path(locked, ".loom.lock").write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+    tokenize_in = fx.file("tok-in.txt", "hello world " * 100)
     garbage_lock = fx.directory("garbage-lock")
     Path(garbage_lock, ".loom.lock").write_text("\x00\x01 not json")
     return [
@@ -31,8 +32,13 @@ def cases(fx):
         train("held by a live run (lock file)", locked, r"lock file"),
         train("a lock file that is not JSON", garbage_lock, r"lock file"),
         train("resume latest in an empty directory", fx.directory("empty-run"), r"latest|checkpoint", ["--resume", "latest"]),
+        Case("tokenize OUT is IN", ["tokenize", tokenize_in, tokenize_in], r"is the input text .* itself"),
+        Case("tokenize OUT a directory", ["tokenize", fx.file("tok-in2.txt", "hello world " * 100), fx.directory("tok-dir")],
+             r"OUT '.*tok-dir' is a directory"),
         Case("convert --to ''", ["convert", "--from", other_run, "--to", ""], r"--to is empty"),
         Case("convert --to a file", ["convert", "--from", other_run, "--to", a_file], r"outfile"),
+        Case("convert --to an existing .safetensors", ["convert", "--from", other_run, "--to",
+             fx.file("precious.safetensors", "a file convert must not replace")], r"precious.safetensors' exists"),
         Case("pipeline_svg in a missing directory (np 2)", ["train", *fx.tiny, "--steps", "1", "--n-layer", "2", "--pp", "2",
              "--pipeline-svg", "/nonexistent/dir/p.svg", *fx.out()], r"/nonexistent/dir/p.svg", ranks=2, slow=True),
     ]

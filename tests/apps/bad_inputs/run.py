@@ -68,6 +68,7 @@ class Fixtures:
         self.loom = loom
         self.work = Path(work)
         self.data = str(ROOT / "data" / "tinyshakespeare.txt")
+        self.cora_config = str(ROOT / "configs" / "cora.toml")
         self.tiny = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "2",
                      "--threads", "1", "--peak-gflops", "100", "--eval-batches", "1", "--data", self.data]
         self._lock = threading.Lock()
