@@ -45,7 +45,15 @@ Runner add_eval_command(CLI::App& sub) {
       file.copy(0, file.size(), ids.data(), m.tokenizer->vocab_size());
       p = train::evaluate_perplexity_of_tokens(*m.model, *m.tokenizer, ids, args->batch);
     } else {
-      p = train::evaluate_perplexity(*m.model, *m.tokenizer, data::read_text_file(args->data), args->batch);
+      std::vector<int32_t> ids;
+      try {
+        ids = m.tokenizer->encode(data::read_text_file(args->data));
+      } catch (const Error& e) {  // the tokenizer's message (a character, an offset) does not know the file
+        const std::string what = e.what();
+        if (what.find(args->data) != std::string::npos) throw;
+        fail("data file '", args->data, "': ", what);
+      }
+      p = train::evaluate_perplexity_of_tokens(*m.model, *m.tokenizer, ids, args->batch);
     }
     std::printf("%s: %lld tokens, %lld bytes: %.6f nats/token (perplexity %.4f), %.6f bits/byte\n", args->data.c_str(),
                 static_cast<long long>(p.tokens), static_cast<long long>(p.bytes), p.nats_per_token,

@@ -32,13 +32,18 @@ void sample_on(comm::ProcessGroup* tp, const SampleArgs& a) {
   train::InferenceModel m = train::load_inference_model(a.checkpoint, tp, a.prompts_file.empty() ? 1 : a.batch);
   const bool printer = tp == nullptr || tp->rank() == 0;
   if (a.prompts_file.empty()) {
+    try {  // the tokenizer's message (a character, an offset) does not say it is the prompt's
+      (void)m.tokenizer->encode(a.options.prompt);
+    } catch (const Error& e) {
+      fail("the prompt (--prompt): ", e.what());
+    }
     const std::string text = train::sample_text(*m.model, *m.tokenizer, a.options);
     if (printer) std::printf("%s\n", text.c_str());
     return;
   }
   train::GenerationRequest defaults = a.options.request();
   defaults.stop = a.stop;
-  const auto requests = train::read_prompts_file(a.prompts_file, defaults);
+  const auto requests = train::read_prompts_file(a.prompts_file, defaults, m.tokenizer.get());
   MemoryScope scope(MemoryCategory::Activations);
   for (const train::Generated& g : train::generate(*m.model, *m.tokenizer, a.options.sampling(), requests, a.batch))
     if (printer)

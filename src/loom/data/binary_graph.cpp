@@ -7,7 +7,8 @@
 //   then        src (E int64), dst (E int64), features (N*F float32, row-major),
 //               labels (N int32, -1 = unlabelled), split (N int8: 0 none, 1 train, 2 val, 3 test)
 // The reader checks the header, that the file holds exactly these bytes, and every value's
-// range, naming the file and what is wrong.
+// range (features finite), naming the file and what is wrong.
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
@@ -61,9 +62,10 @@ Graph read_binary_graph(const std::string& path) {
   check(std::memcmp(magic, kMagic, 8) == 0, path, ": not a Loom binary graph (its first 8 bytes are not \"LOOMGRPH\")");
   check(head[0] == kVersion, path, ": binary graph version ", head[0], ", this Loom reads version ", kVersion);
   const int64_t N = sizes[0], E = sizes[1], F = sizes[2], K = sizes[3];
-  check(N > 0 && E >= 0 && F > 0 && K > 0 && N < (int64_t{1} << 31) && F < (int64_t{1} << 31) && K < (int64_t{1} << 31) &&
+  check(N > 0 && E >= 0 && F > 0 && K > 0 && N < (int64_t{1} << 31) && F < (int64_t{1} << 31) && K <= kMaxGraphClasses &&
             E < (int64_t{1} << 40),
-        path, ": impossible sizes in the header: N ", N, ", E ", E, ", F ", F, ", K ", K);
+        path, ": impossible sizes in the header: N ", N, ", E ", E, ", F ", F, ", K ", K, " (at most ", kMaxGraphClasses,
+        " classes)");
   const int64_t want = kHeaderBytes + 16 * E + 4 * N * F + 4 * N + N;
   check(size == want, path, ": ", size, " bytes, but a graph of N ", N, ", E ", E, ", F ", F, " takes ", want,
         " (truncated or not this format)");
@@ -83,6 +85,12 @@ Graph read_binary_graph(const std::string& path) {
     const int64_t s = g.src[static_cast<size_t>(e)], d = g.dst[static_cast<size_t>(e)];
     check(s >= 0 && s < N && d >= 0 && d < N, path, ": edge ", e, " (", s, " -> ", d, ") names a node outside 0..", N - 1);
   }
+  // As the text formats refuse them: a NaN or inf feature makes every loss NaN.
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t f = 0; f < F; ++f) {
+      const float x = g.features[static_cast<size_t>(i * F + f)];
+      check(std::isfinite(x), path, ": node ", i, " has feature ", f, " = ", x, ", not a finite number");
+    }
   for (int64_t i = 0; i < N; ++i) {
     const int32_t l = g.labels[static_cast<size_t>(i)];
     const auto sp = static_cast<int8_t>(g.split[static_cast<size_t>(i)]);

@@ -123,8 +123,9 @@ Gpt2Tokenizer::Gpt2Tokenizer(std::vector<std::string> vocab, std::vector<std::st
     std::string bytes;
     for (char32_t c : cps) {
       auto it = byte_of.find(c);
-      check(it != byte_of.end(), vocab_source, ": token ", id, " '", token, "' has U+", static_cast<uint32_t>(c),
-            ", a character outside GPT-2's byte alphabet");
+      if (it == byte_of.end())
+        fail(vocab_source, ": token ", id, " '", token, "' has ", code_point_name(c),
+             ", a character outside GPT-2's byte alphabet");
       bytes += static_cast<char>(it->second);
     }
     if (bytes.size() == 1) byte_token_[static_cast<uint8_t>(bytes[0])] = static_cast<int32_t>(id);

@@ -96,21 +96,31 @@ void row_normalize_features(Graph& g) {
 
 Graph load_graph(const std::string& data, const std::string& split) {
   Graph g;
+  std::string labels_from = data;  // where the labels were read, for messages
   if (data.rfind("rmat:", 0) == 0) {
     g = make_rmat_graph(parse_rmat_spec(data));
   } else if (data.size() > 7 && data.ends_with(".lgraph")) {
     g = read_binary_graph(data);
   } else if (file_kind(data + ".content") != "missing") {
     g = read_linqs_graph(data);
+    labels_from = data + ".content";
     if (split.empty()) apply_split_ranges(g, kPygcnSplit);
   } else if (file_kind(data + ".edges") != "missing") {
     g = read_text_graph(data);
+    labels_from = data + ".labels";
   } else {
     fail("no graph at '", data, "': expected ", data, ".content and ", data, ".cites (LINQS), ", data, ".edges, ", data,
          ".features and ", data, ".labels (Loom's text format, docs/graphs.md), or 'rmat:scale=S,...'");
   }
   if (!split.empty()) apply_split_ranges(g, split);
   check(g.count(NodeSplit::Train) > 0, g.name, ": no training nodes (set split, or mark nodes 'train' in the labels file)");
+  // One class is nothing to classify: training would reach loss 0 and report success.
+  std::vector<bool> present(static_cast<size_t>(g.num_classes), false);
+  int64_t classes = 0;
+  for (const int32_t l : g.labels)
+    if (l >= 0 && !present[static_cast<size_t>(l)]) present[static_cast<size_t>(l)] = true, ++classes;
+  check(classes >= 2, labels_from, ": the labelled nodes hold ", classes,
+        classes == 1 ? " class" : " classes", "; node classification needs at least 2");
   return g;
 }
 

@@ -34,6 +34,10 @@ struct Graph {
 
 // The largest graph file read (features as text are ~2-10 bytes per value).
 constexpr int64_t kMaxGraphFileBytes = int64_t{16} << 30;
+// The most classes a graph's labels may number (class ids 0..65535; docs/graphs.md): far past
+// any node-classification data set, and an id beyond is damage, not a class (it sizes the
+// model's output layer).
+constexpr int64_t kMaxGraphClasses = 65536;
 
 // Reads the graph `data` names: "<prefix>" with <prefix>.content and <prefix>.cites (LINQS),
 // or <prefix>.edges, <prefix>.features and <prefix>.labels (Loom's text format), or an R-MAT

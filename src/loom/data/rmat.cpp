@@ -4,6 +4,7 @@
 #include <charconv>
 #include <numeric>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "loom/error.hpp"
@@ -14,7 +15,8 @@ Graph make_rmat_graph(const RmatOptions& o) {
   check(o.scale >= 1 && o.scale <= 30, "rmat scale must be in 1..30, got ", o.scale);
   check(o.edge_factor >= 1 && o.edge_factor <= 1024, "rmat edge_factor must be in 1..1024, got ", o.edge_factor);
   check(o.features >= 1 && o.features <= 65536, "rmat features must be in 1..65536, got ", o.features);
-  check(o.classes >= 2 && o.classes <= 65536, "rmat classes must be in 2..65536, got ", o.classes);
+  check(o.classes >= 2 && o.classes <= kMaxGraphClasses, "rmat classes must be in 2..", kMaxGraphClasses, ", got ",
+        o.classes);
   Graph g;
   g.num_nodes = int64_t{1} << o.scale;
   g.num_features = o.features;
@@ -58,6 +60,7 @@ Graph make_rmat_graph(const RmatOptions& o) {
 RmatOptions parse_rmat_spec(const std::string& spec) {
   check(spec.rfind("rmat:", 0) == 0, "an R-MAT graph is named 'rmat:scale=S,...', got '", spec, "'");
   RmatOptions o;
+  std::set<std::string> given;  // a key twice would silently take the last value
   std::stringstream items(spec.substr(5));
   for (std::string item; std::getline(items, item, ',');) {
     const size_t eq = item.find('=');
@@ -69,11 +72,13 @@ RmatOptions parse_rmat_spec(const std::string& spec) {
                       : key == "seed" ? &o.seed : nullptr;
     check(target != nullptr && eq != std::string::npos, "'", spec, "': unknown R-MAT key '", key,
           "' (keys: scale, edge_factor, features, classes, seed, as key=value)");
+    check(given.insert(key).second, "'", spec, "': R-MAT key '", key, "' is given twice");
     const std::string value = item.substr(eq + 1);
     const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), *target);
     check(ec == std::errc() && end == value.data() + value.size(), "'", spec, "': ", key,
           " must be an integer, got '", value, "'");
   }
+  check(o.seed >= 0, "'", spec, "': seed must be >= 0, got ", o.seed);
   return o;
 }
 

@@ -23,7 +23,7 @@ struct RmatOptions {
 
 Graph make_rmat_graph(const RmatOptions& options);
 // "rmat:scale=16,edge_factor=8,features=128,classes=16,seed=3" (any subset of the keys after
-// "rmat:"); loom::Error naming an unknown key or a bad value.
+// "rmat:", each at most once); loom::Error naming an unknown or repeated key or a bad value.
 RmatOptions parse_rmat_spec(const std::string& spec);
 
 }  // namespace loom::data

@@ -49,7 +49,9 @@ Graph read_text_graph(const std::string& prefix) {
       if (static_cast<int64_t>(g.labels.size()) == g.num_nodes)
         labels.fail_here("more labels than the ", g.num_nodes, " nodes of ", prefix, ".features");
       const int64_t label = labels.to_int(fields[0], "class");
-      if (label < -1 || label > (int64_t{1} << 30)) labels.fail_here("class must be -1 or in 0..2^30, got ", label);
+      if (label < -1 || label >= kMaxGraphClasses)
+        labels.fail_here("class must be -1 or in 0..", kMaxGraphClasses - 1, " (at most ", kMaxGraphClasses,
+                         " classes), got ", label);
       const NodeSplit split = parse_split(labels, fields[1]);
       if (split != NodeSplit::None && label < 0) labels.fail_here("an unlabelled node (class -1) cannot be in a split");
       g.labels.push_back(static_cast<int32_t>(label));

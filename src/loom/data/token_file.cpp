@@ -101,9 +101,10 @@ void TokenFileWriter::finish() {
 namespace {
 
 // Calls on_piece with consecutive pieces of the file (about 16 MiB each) that end at a
-// boundary no tokenizer splits across.
+// boundary no tokenizer splits across, and the file offset each starts at.
 void for_each_text_piece(const std::string& path, int64_t piece_bytes,
-                         const std::function<void(std::string_view)>& on_piece) {
+                         const std::function<void(std::string_view, int64_t)>& on_piece) {
+  int64_t at = 0;
   check_input_file(path, "text file");
   std::ifstream in(path, std::ios::binary);
   check(in.good(), "cannot open text file '", path, "': ", std::strerror(errno));
@@ -118,10 +119,23 @@ void for_each_text_piece(const std::string& path, int64_t piece_bytes,
     size_t cut = buffer.size();
     while (cut > 1 && !(buffer[cut - 1] == '\n' && buffer[cut - 2] >= '!' && buffer[cut - 2] <= '~')) --cut;
     if (cut <= 1) continue;  // no safe boundary yet: read more
-    on_piece(std::string_view(buffer).substr(0, cut - 1));
+    on_piece(std::string_view(buffer).substr(0, cut - 1), at);
+    at += static_cast<int64_t>(cut - 1);
     buffer.erase(0, cut - 1);
   }
-  if (!buffer.empty()) on_piece(buffer);
+  if (!buffer.empty()) on_piece(buffer, at);
+}
+
+// f() (a tokenizer's work on the piece of text file path at offset at); its loom::Error, which
+// knows neither the file nor where the piece starts, rethrown naming both.
+template <class F>
+auto in_text_file(const std::string& path, int64_t at, const F& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (at == 0) fail("text file '", path, "': ", e.what());
+    fail("text file '", path, "', in the part from byte offset ", at, ": ", e.what());
+  }
 }
 
 }  // namespace
@@ -131,8 +145,8 @@ int64_t tokenize_text_file(const std::string& text_path, const std::string& toke
   std::unique_ptr<Tokenizer> tokenizer;
   if (kind == "char") {
     std::set<char32_t> seen;  // the vocabulary of the whole text, read once before encoding
-    for_each_text_piece(text_path, piece_bytes, [&](std::string_view piece) {
-      for (char32_t c : utf8_decode(piece)) seen.insert(c);
+    for_each_text_piece(text_path, piece_bytes, [&](std::string_view piece, int64_t at) {
+      for (char32_t c : in_text_file(text_path, at, [&] { return utf8_decode(piece); })) seen.insert(c);
     });
     check(!seen.empty(), "text file '", text_path, "' is empty");
     tokenizer = std::make_unique<CharTokenizer>(std::vector<char32_t>(seen.begin(), seen.end()));
@@ -140,7 +154,9 @@ int64_t tokenize_text_file(const std::string& text_path, const std::string& toke
     tokenizer = Tokenizer::create(kind, "", tokenizer_files);
   }
   TokenFileWriter writer(token_path, *tokenizer);
-  for_each_text_piece(text_path, piece_bytes, [&](std::string_view piece) { writer.append(tokenizer->encode(piece)); });
+  for_each_text_piece(text_path, piece_bytes, [&](std::string_view piece, int64_t at) {
+    writer.append(in_text_file(text_path, at, [&] { return tokenizer->encode(piece); }));
+  });
   check(writer.count() > 0, "text file '", text_path, "' is empty");
   writer.finish();
   return writer.count();
@@ -176,14 +192,30 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   check(file_bytes - ids_at == count * id_bytes, "token file '", path, "' has ", file_bytes - ids_at - count * id_bytes,
         " bytes after its ", count, " tokens (a damaged header or file)");
   spec_.assign(reinterpret_cast<const char*>(p + kTokenFileHeaderBytes), spec_bytes);
+  int64_t vocab_size = 0;
   try {
-    (void)Tokenizer::from_spec(spec_);
+    vocab_size = Tokenizer::from_spec(spec_)->vocab_size();
   } catch (const Error& e) {
     fail("token file '", path, "' records a tokenizer Loom cannot read: ", e.what());
   }
   id_bytes_ = static_cast<int>(id_bytes);
   count_ = static_cast<int64_t>(count);
   ids_ = p + ids_at;
+  // Every id checked once, here: batches read windows at random, so a bad id found only when
+  // one reads it could end a run hours in (or never be noticed by a short one).
+  if (map_ != nullptr) ::madvise(map_, map_bytes_, MADV_SEQUENTIAL);
+  uint64_t largest = 0;
+  if (id_bytes == 2)
+    for (int64_t i = 0; i < count_; ++i) largest = std::max<uint64_t>(largest, get_le(ids_ + 2 * i, 2));
+  else
+    for (int64_t i = 0; i < count_; ++i) largest = std::max<uint64_t>(largest, get_le(ids_ + 4 * i, 4));
+  if (largest >= static_cast<uint64_t>(vocab_size)) {
+    int64_t i = 0;
+    while (get_le(ids_ + i * id_bytes_, id_bytes_) < static_cast<uint64_t>(vocab_size)) ++i;
+    fail("token file '", path, "': token ", i, " (byte offset ", ids_at + static_cast<uint64_t>(i) * id_bytes, ") is id ",
+         get_le(ids_ + i * id_bytes_, id_bytes_), ", outside its tokenizer's ", vocab_size,
+         " ids (the first such; a damaged file, or ids written by another tokenizer)");
+  }
   if (map_ != nullptr) ::madvise(map_, map_bytes_, MADV_RANDOM);  // batches read windows at random positions
 }
 

@@ -53,7 +53,8 @@ int64_t tokenize_text_file(const std::string& text_path, const std::string& toke
 
 // A token file mapped read-only. Throws loom::Error naming the path for a file that is not
 // one, of another version, truncated or longer than its header says, or whose tokenizer
-// spec is malformed; ids are checked against the vocabulary as they are read.
+// spec is malformed, or holding an id outside its tokenizer's vocabulary (every id is
+// checked on opening, one pass over the file).
 class TokenFile {
  public:
   explicit TokenFile(const std::string& path);

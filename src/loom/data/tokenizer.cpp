@@ -1,6 +1,7 @@
 #include "loom/data/tokenizer.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include "loom/data/gpt2_tokenizer.hpp"
@@ -63,6 +64,12 @@ std::string utf8_encode(const std::vector<char32_t>& code_points) {
   return out;
 }
 
+std::string code_point_name(char32_t code_point) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "U+%04X", static_cast<unsigned>(code_point));
+  return buf;
+}
+
 CharTokenizer::CharTokenizer(std::vector<char32_t> vocabulary) : vocab_(std::move(vocabulary)) {
   check(!vocab_.empty(), "character vocabulary is empty");
   check(std::is_sorted(vocab_.begin(), vocab_.end()) &&
@@ -79,11 +86,13 @@ CharTokenizer CharTokenizer::from_text(std::string_view text) {
 
 std::vector<int32_t> CharTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
+  size_t at = 0;  // the byte offset of cp, for the message
   for (char32_t cp : utf8_decode(text)) {
     auto it = std::lower_bound(vocab_.begin(), vocab_.end(), cp);
-    check(it != vocab_.end() && *it == cp, "character U+", static_cast<uint32_t>(cp),
-          " is not in the tokenizer's vocabulary");
+    if (it == vocab_.end() || *it != cp)
+      fail("character ", code_point_name(cp), " at byte offset ", at, " is not in the tokenizer's vocabulary");
     ids.push_back(static_cast<int32_t>(it - vocab_.begin()));
+    at += cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
   }
   return ids;
 }

@@ -64,5 +64,7 @@ Utf8Step utf8_step(std::string_view text, size_t at);
 // UTF-8 <-> code points; throws loom::Error naming the byte offset of invalid input.
 std::vector<char32_t> utf8_decode(std::string_view text);
 std::string utf8_encode(const std::vector<char32_t>& code_points);
+// "U+005A": a code point as Unicode writes it, in messages.
+std::string code_point_name(char32_t code_point);
 
 }  // namespace loom::data

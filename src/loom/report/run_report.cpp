@@ -1,5 +1,6 @@
 #include "loom/report/run_report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -49,6 +50,34 @@ td, th { border-bottom: 1px solid #eee; padding: 3px 10px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 )";
 
+// A record as the sections read it: an object whose plotted fields have the types the
+// trainer writes, so a hand-edited or damaged line is named here rather than failing inside
+// a chart. A loss may be null: a non-finite loss (on_nan = "skip") is written as null.
+void check_metrics_record(const json& r, const fs::path& path, int line) {
+  const std::string where = path.string() + " line " + std::to_string(line);
+  check(r.is_object(), where, ": expected a JSON object, got ", r.dump());
+  auto typed = [&](const std::string& key, bool ok, const char* what) {
+    check(ok, where, ": field '", key, "' must be ", what, ", got ", r.at(key).dump());
+  };
+  if (r.contains("kind")) typed("kind", r["kind"].is_string(), "a string");
+  const std::string kind = r.value("kind", "");
+  if (kind == "train" || kind == "val") {
+    check(r.contains("step"), where, ": a ", kind, " record without a 'step'");
+    typed("step", r["step"].is_number(), "a number");
+  }
+  for (const auto& [key, value] : r.items()) {
+    if (key == "loss" || key.ends_with("_loss"))
+      typed(key, value.is_number() || value.is_null(), "a number (or null)");
+    else if (key == "tokens_per_s" || key == "mfu" || key == "comm_s" || key == "comm_exposed_s" ||
+             key == "moe_load_imbalance")
+      typed(key, value.is_number(), "a number");
+  }
+  if (r.contains("moe_load"))
+    typed("moe_load", r["moe_load"].is_array() && std::all_of(r["moe_load"].begin(), r["moe_load"].end(),
+                                                               [](const json& x) { return x.is_number(); }),
+          "an array of numbers");
+}
+
 std::vector<json> read_metrics(const fs::path& path) {
   if (data::file_kind(path.string()) != "missing") data::check_input_file(path.string(), "metrics file");
   std::ifstream in(path);
@@ -62,6 +91,7 @@ std::vector<json> read_metrics(const fs::path& path) {
     } catch (const json::exception& e) {
       fail(path.string(), " line ", n, " is not JSON: ", e.what());
     }
+    check_metrics_record(records.back(), path, n);
   }
   return records;
 }
@@ -92,8 +122,9 @@ std::string fixed(double v, int digits) {
 std::string loss_section(const std::vector<json>& metrics) {
   Series train{"train loss", kPalette[0], {}}, val{"val loss", kPalette[1], {}};
   for (const json& r : metrics) {
-    if (r.value("kind", "") == "train" && r.contains("loss")) train.points.emplace_back(r["step"].get<double>(), r["loss"].get<double>());
-    if (r.value("kind", "") == "val" && r.contains("val_loss"))
+    if (r.value("kind", "") == "train" && r.contains("loss") && r["loss"].is_number())
+      train.points.emplace_back(r["step"].get<double>(), r["loss"].get<double>());
+    if (r.value("kind", "") == "val" && r.contains("val_loss") && r["val_loss"].is_number())
       val.points.emplace_back(r["step"].get<double>(), r["val_loss"].get<double>());
   }
   if (train.points.empty() && val.points.empty())
@@ -209,23 +240,42 @@ std::string experts_section(const std::vector<json>& metrics) {
                  "MoE layers) per logged step; balanced, every expert carries 100 / E %.", chart);
 }
 
+// make() reading file, a JSON file as loom train writes it: a missing field or one of another
+// type is the file's damage, named with it (not an internal error).
+template <class F>
+std::string reading(const fs::path& file, const F& make) {
+  try {
+    return make();
+  } catch (const json::exception& e) {
+    fail(file.string(), ": a field is missing or has the wrong type: ", e.what());
+  } catch (const std::logic_error& e) {  // std::stoi of a malformed process name
+    fail(file.string(), ": unexpected content: ", e.what());
+  }
+}
+
 }  // namespace
 
 std::string run_report_html(const std::string& run_dir) {
   const fs::path dir(run_dir);
   const std::vector<json> metrics = read_metrics(dir / "metrics.jsonl");
   const std::optional<json> memory = read_json(dir / "memory.json"), trace = read_json(dir / "trace.json");
+  const fs::path trace_file = dir / "trace.json";
   std::string layout;
   if (trace && trace->contains("otherData"))
-    layout = " | " + trace->at("otherData").value("layout", "") + ", steps " + trace->at("otherData").value("trace_steps", "") +
-             " traced";
+    layout = reading(trace_file, [&] {
+      return " | " + trace->at("otherData").value("layout", "") + ", steps " +
+             trace->at("otherData").value("trace_steps", "") + " traced";
+    });
   std::ostringstream os;
   os << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>Loom run report: "
      << escape_xml(dir.filename().string()) << "</title>\n<style>" << kStyle << "</style>\n</head>\n<body>\n"
      << "<h1>Loom run report</h1>\n<p class=\"lead\">" << escape_xml(fs::absolute(dir).lexically_normal().string())
      << escape_xml(layout) << "</p>\n"
-     << loss_section(metrics) << throughput_section(metrics) << memory_section(memory) << pipeline_section(trace)
-     << comm_section(trace, metrics) << experts_section(metrics) << "</body>\n</html>\n";
+     << loss_section(metrics) << throughput_section(metrics)
+     << reading(dir / "memory.json", [&] { return memory_section(memory); })
+     << reading(trace_file, [&] { return pipeline_section(trace); })
+     << reading(trace_file, [&] { return comm_section(trace, metrics); }) << experts_section(metrics)
+     << "</body>\n</html>\n";
   return os.str();
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 
@@ -45,13 +46,18 @@ CheckpointInfo checkpoint_info_from(const TensorFile& f, const std::string& path
     return it->second;
   };
   check(get("loom.kind") == kKind, "'", path, "' is not a Loom checkpoint");
+  // Step counts as the writer stores them: decimal integers >= 0 (the CRC covers only the
+  // data, so "-5" or "7abc" would otherwise resume at a step no run reached).
+  auto count = [&](const std::string& key, const std::string& text) {
+    int64_t v = -1;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    check(ec == std::errc() && end == text.data() + text.size() && v >= 0, "'", path, "': invalid ", key, " '", text,
+          "' (a count of steps, an integer >= 0)");
+    return v;
+  };
   CheckpointInfo info;
-  try {
-    info.step = std::stoll(get("step"));
-    if (f.metadata.count("optimizer_steps")) info.optimizer_steps = std::stoll(f.metadata.at("optimizer_steps"));
-  } catch (const std::logic_error&) {
-    fail("'", path, "' has an invalid step count");
-  }
+  info.step = count("step", get("step"));
+  if (f.metadata.count("optimizer_steps")) info.optimizer_steps = count("optimizer_steps", f.metadata.at("optimizer_steps"));
   info.config_toml = get("config");
   info.tokenizer_spec = get("tokenizer");
   info.optimizer = get("optimizer");

@@ -138,15 +138,19 @@ Manifest parse_manifest(const std::string& text, const std::string& origin) {
     m.info.optimizer = j.at("optimizer").get<std::string>();
     field = "optimizer_steps";
     m.info.optimizer_steps = j.at("optimizer_steps").get<int64_t>();
+    check(m.info.optimizer_steps >= -1, origin, ": invalid optimizer_steps ", m.info.optimizer_steps,
+          " (-1: no optimizer state)");
     field = "config";
     m.info.config_toml = j.at("config").get<std::string>();
     field = "tokenizer";
     m.info.tokenizer_spec = j.at("tokenizer").get<std::string>();
     field = "files";
     for (const auto& [name, f] : j.at("files").items()) {
+      field = "files." + name;
       check_file_name(name, origin);
       m.files[name] = {f.at("bytes").get<int64_t>(), crc32_field(f.at("crc32"), origin, "files." + name + ".crc32")};
     }
+    field = "tensors";
     for (const auto& [name, t] : j.at("tensors").items()) {
       field = "tensors." + name;
       ManifestTensor& tensor = m.tensors[name];

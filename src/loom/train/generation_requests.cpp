@@ -53,7 +53,8 @@ GenerationRequest parse_request_line(const std::string& line, const GenerationRe
   return r;
 }
 
-std::vector<GenerationRequest> read_prompts_file(const std::string& path, const GenerationRequest& defaults) {
+std::vector<GenerationRequest> read_prompts_file(const std::string& path, const GenerationRequest& defaults,
+                                                 const data::Tokenizer* tokenizer) {
   data::check_input_file(path, "prompts file", kMaxPromptsBytes);
   std::ifstream in(path);
   check(in.good(), "cannot open prompts file '", path, "'");
@@ -62,8 +63,15 @@ std::vector<GenerationRequest> read_prompts_file(const std::string& path, const 
   for (int64_t number = 1; std::getline(in, line); ++number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    requests.push_back(parse_request_line(line, defaults, static_cast<int64_t>(requests.size()),
-                                          "prompts file '" + path + "' line " + std::to_string(number)));
+    const std::string where = "prompts file '" + path + "' line " + std::to_string(number);
+    requests.push_back(parse_request_line(line, defaults, static_cast<int64_t>(requests.size()), where));
+    if (tokenizer != nullptr) {
+      try {
+        (void)tokenizer->encode(requests.back().prompt);
+      } catch (const Error& e) {
+        fail(where, ": ", e.what());
+      }
+    }
   }
   check(!requests.empty(), "prompts file '", path, "' holds no prompt");
   return requests;

@@ -19,7 +19,9 @@ namespace loom::train {
 GenerationRequest parse_request_line(const std::string& line, const GenerationRequest& defaults, int64_t index,
                                      const std::string& where);
 // Every request of a file; loom::Error naming the file (and line) when it cannot be read,
-// holds a bad line, or holds no request at all.
-std::vector<GenerationRequest> read_prompts_file(const std::string& path, const GenerationRequest& defaults);
+// holds a bad line, or holds no request at all. With a tokenizer, also a prompt it cannot
+// encode (invalid UTF-8, a character outside its vocabulary), before anything is generated.
+std::vector<GenerationRequest> read_prompts_file(const std::string& path, const GenerationRequest& defaults,
+                                                 const data::Tokenizer* tokenizer = nullptr);
 
 }  // namespace loom::train

@@ -1,5 +1,6 @@
 #include "loom/train/inference_model.hpp"
 
+#include "loom/error.hpp"
 #include "loom/kernels/precision.hpp"
 #include "loom/parallel/tensor_parallel/tensor_parallel_layers.hpp"
 #include "loom/train/checkpoint.hpp"
@@ -13,6 +14,9 @@ InferenceModel load_inference_model(const std::string& checkpoint, comm::Process
   const std::string path = resolve_checkpoint_path(checkpoint);
   const CheckpointInfo info = read_checkpoint_info(path);
   apply_toml_string(m.config, info.config_toml, path + " (stored configuration)");
+  // A GCN's checkpoint records its graph where a GPT's records its tokenizer: named as what it is.
+  check(m.config.family != "gcn", "checkpoint '", path,
+        "' is a GCN's (a graph model), not a GPT's: loom sample, eval and generate need a GPT checkpoint");
   m.tokenizer = data::Tokenizer::from_spec(info.tokenizer_spec);
   m.config.model.vocab_size = m.tokenizer->vocab_size();
   m.config.model.validate();

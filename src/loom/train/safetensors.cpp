@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <charconv>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -160,8 +161,15 @@ TensorFileReader::TensorFileReader(const std::string& path) : path_(path) {
   check(version == kFormatVersion, "'", path, "' has format version '", version, "', this Loom reads version ",
         kFormatVersion);
   const uint64_t data_bytes = file_size - 8 - header_len;
-  check(metadata_["loom.data_bytes"] == std::to_string(data_bytes), "'", path, "' is truncated: ", data_bytes,
-        " data bytes, header says ", metadata_["loom.data_bytes"]);
+  const std::string& recorded = metadata_["loom.data_bytes"];
+  uint64_t want = 0;
+  const auto [end, ec] = std::from_chars(recorded.data(), recorded.data() + recorded.size(), want);
+  check(ec == std::errc() && end == recorded.data() + recorded.size(), "'", path, "' has an invalid data size '",
+        recorded, "' in its header");
+  // Which way the size is off says what happened: cut short, or bytes appended.
+  check(data_bytes >= want, "'", path, "' is truncated: ", data_bytes, " data bytes, its header says ", want);
+  check(data_bytes == want, "'", path, "' is longer than its header says: ", data_bytes, " data bytes, the header says ",
+        want, " (", data_bytes - want, " extra)");
   check(metadata_.count("loom.crc32") != 0, "'", path, "' has no checksum");
   uint64_t expected_offset = 0;
   // Tensors are laid out in name order (std::map), contiguously; anything else is corruption.

@@ -1,6 +1,7 @@
 #include "loom/train/sharded_checkpoint.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -176,8 +177,27 @@ void CheckpointReader::verify_file(const std::string& name) {
         ", the manifest recorded ", f.crc32, ")");
 }
 
+namespace {
+
+// A healthy run never saves NaN or inf (training stops or skips a non-finite step), and
+// weights holding one give NaN losses or empty samples without an error: refused on loading.
+void check_finite(const Tensor& t, const std::string& path, const std::string& name) {
+  if (t.dtype() != DType::F32) return;
+  const float* x = t.f32();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(x[i]))
+      fail("checkpoint '", path, "': tensor '", name, "' holds a non-finite value (", x[i], " at element ", i,
+           "): weights that diverged, or a damaged or edited file; it cannot be loaded");
+}
+
+}  // namespace
+
 Tensor CheckpointReader::piece_data(const ManifestPiece& piece) {
-  if (single_) return single_->tensors.at(piece.key);
+  if (single_) {
+    const Tensor& t = single_->tensors.at(piece.key);
+    check_finite(t, path_, piece.key);
+    return t;
+  }
   auto it = files_.find(piece.file);
   if (it == files_.end()) {
     // The whole file's CRC too, once: a flipped bit outside the pieces read (another rank's,
@@ -191,6 +211,7 @@ Tensor CheckpointReader::piece_data(const ManifestPiece& piece) {
   const uint32_t crc = crc_of(t);
   check(crc == piece.crc32, "checkpoint '", path_, "': '", piece.key, "' in rank file '", piece.file,
         "' is corrupted (CRC-32 ", crc, ", the manifest recorded ", piece.crc32, ")");
+  check_finite(t, path_, piece.key);
   return t;
 }
 

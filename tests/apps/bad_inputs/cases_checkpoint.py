@@ -2,6 +2,7 @@
 `loom convert`: truncated, damaged headers, tensors and metadata, links, another model."""
 import os
 import struct
+import zlib
 from pathlib import Path
 
 from run import Case
@@ -83,6 +84,41 @@ def cases(fx):
            r"model\.blocks\.1")
     header("metadata: config a number key nan", meta("config", "[optim]\nlr = nan\n"), r"lr must be a finite number")
     header("metadata: tokenizer missing", meta("tokenizer", None), r"tokenizer")
+    # The CRC covers only the data: the step counts are checked for what they are.
+    header("metadata: step -5", meta("step", "-5"), name + r"': invalid step '-5' \(a count of steps, an integer >= 0\)")
+    header("metadata: step '1x'", meta("step", "1x"), name + r"': invalid step '1x'")
+    header("metadata: optimizer_steps -3", meta("optimizer_steps", "-3"), name + r"': invalid optimizer_steps '-3'")
+    raw("one byte appended", lambda b: b + b"\0",
+        name + r"' is longer than its header says: (\d+) data bytes, the header says \d+ \(1 extra\)")
+    raw("one byte cut off the end", lambda b: b[:-1], name + r"' is truncated: \d+ data bytes, its header says \d+")
+
+    def poison(value, tensor="model.lm_head.weight"):
+        """A weight set to value, the CRC recomputed: a file as a diverged run (or an editor) leaves it."""
+        def edit(h):
+            _, data = fx.read_safetensors(fx.checkpoint_file(fx._trained["single"]))
+            key = tensor if tensor in h else next(k for k in sorted(h) if k.startswith("model."))
+            at = h[key]["data_offsets"][0] + 4 * 3
+            data = data[:at] + struct.pack("<f", value) + data[at + 4:]
+            h["__metadata__"]["loom.crc32"] = str(zlib.crc32(data))
+            return h, data
+        return edit
+
+    nan = float("nan")
+    sample("a NaN weight (checksum recomputed)", fx.edit_checkpoint("nan", poison(nan)),
+           name + r"': tensor 'model\.[\w.]+' holds a non-finite value \(nan at element 3\)")
+    sample("an infinite weight (checksum recomputed)", fx.edit_checkpoint("inf", poison(float("inf"))),
+           name + r"': tensor 'model\.[\w.]+' holds a non-finite value \(inf at element 3\)")
+    rows.append(Case("eval: a NaN weight", ["eval", "--checkpoint", fx.edit_checkpoint("nan", poison(nan)), "--data", fx.data],
+                     name + r"': tensor 'model\.[\w.]+' holds a non-finite value \(nan"))
+    run = fx.edit_checkpoint("nan", poison(nan))
+    rows.append(Case("resume from a NaN weight", ["train", *fx.tiny, "--steps", "2", "--out-dir", run, "--resume", "latest"],
+                     name + r"': tensor 'model\.[\w.]+' holds a non-finite value \(nan"))
+    # Renamed, so the name's step does not catch it first: the resume of the report ("resumed at step -5").
+    run = fx.edit_checkpoint("step", meta("step", "-5"))
+    renamed = str(Path(run) / "mine.safetensors")
+    os.rename(fx.checkpoint_file(run), renamed)
+    rows.append(Case("resume from a renamed file with step -5", ["train", *fx.tiny, "--steps", "2", *fx.out(), "--resume",
+                                                                 renamed], r"mine\.safetensors': invalid step '-5'"))
 
     # Links and directories: what `latest` names.
     run = fx.trained("single")

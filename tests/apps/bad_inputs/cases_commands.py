@@ -13,6 +13,18 @@ def cases(fx):
     open(metrics + "/metrics.jsonl", "w").write('{"step": 1, "loss": \n{{{not json\n')
     fifo_metrics = fx.directory("fifo-metrics")
     os.mkfifo(fifo_metrics + "/metrics.jsonl")
+
+    def run_dir(name, metrics_lines, memory=None, trace=None):
+        """A run directory for `loom report` holding these files (JSON text)."""
+        d = fx.directory(name)
+        open(d + "/metrics.jsonl", "w").write("".join(l + "\n" for l in metrics_lines))
+        if memory is not None:
+            open(d + "/memory.json", "w").write(memory)
+        if trace is not None:
+            open(d + "/trace.json", "w").write(trace)
+        return d
+
+    good = '{"kind": "train", "step": 1, "loss": 4.1, "tokens_per_s": 100.0, "mfu": 0.1}'
     return [
         Case("unknown command (typo)", ["trian"], r"unknown command 'loom trian' \(did you mean 'train'\?\)"),
         Case("bench: unknown benchmark", ["bench", "gem"], r"unknown command 'loom bench gem'"),
@@ -45,6 +57,26 @@ def cases(fx):
         Case("report: missing directory", ["report", "/nonexistent/run"], r"no metrics.jsonl in '/nonexistent/run'"),
         Case("report: metrics.jsonl not JSON", ["report", metrics], r"metrics.jsonl line 1 is not JSON"),
         Case("report: metrics.jsonl a FIFO", ["report", fifo_metrics], r"metrics file '.*metrics.jsonl' is a FIFO"),
+        Case("report: metrics.jsonl loss a string", ["report", run_dir("m-type", [good, '{"kind": "train", "step": 2, "loss": "abc"}'])],
+             r"metrics.jsonl line 2: field 'loss' must be a number \(or null\), got \"abc\""),
+        Case("report: metrics.jsonl step a string", ["report", run_dir("m-step", ['{"kind": "val", "step": "5", "val_loss": 3.0}'])],
+             r"metrics.jsonl line 1: field 'step' must be a number, got \"5\""),
+        Case("report: metrics.jsonl a train record without a step", ["report", run_dir("m-nostep", [good, '{"kind": "train", "loss": 3.0}'])],
+             r"metrics.jsonl line 2: a train record without a 'step'"),
+        Case("report: metrics.jsonl a record that is not an object", ["report", run_dir("m-array", [good, "[1, 2]"])],
+             r"metrics.jsonl line 2: expected a JSON object"),
+        Case("report: metrics.jsonl moe_load not numbers", ["report", run_dir("m-moe", ['{"kind": "train", "step": 1, "moe_load": ["x"]}'])],
+             r"metrics.jsonl line 1: field 'moe_load' must be an array of numbers"),
+        Case("report: memory.json a rank's number a string",
+             ["report", run_dir("mem-type", [good], memory='{"ranks": [{"rank": "zero", "current": {}, "peak": {}, "formula": {}}]}')],
+             r"memory.json: a field is missing or has the wrong type"),
+        Case("report: memory.json an array", ["report", run_dir("mem-array", [good], memory="[]")],
+             r"memory.json: a field is missing or has the wrong type"),
+        Case("report: trace.json an event's ts a string",
+             ["report", run_dir("trace-type", [good], trace='{"traceEvents": [{"ph": "X", "pid": 0, "tid": 0, "ts": "soon", "dur": 1}]}')],
+             r"trace.json: a field is missing or has the wrong type"),
+        Case("report: trace.json otherData a number", ["report", run_dir("trace-other", [good], trace='{"otherData": 5, "traceEvents": []}')],
+             r"trace.json: a field is missing or has the wrong type"),
         Case("verify: dp 2 without mpirun", ["verify", "--dp", "2"], r"needs 2 processes"),
         Case("verify: missing data", ["verify", "--data", "/nonexistent/d.txt"], r"/nonexistent/d.txt"),
         Case("convert: no --from", ["convert", "--to", fx.path("c")], r"--from"),

@@ -1,4 +1,5 @@
-"""Training data (--data): what the path is, how big, what it holds for the tokenizer."""
+"""Training data (--data), and the text `loom eval` and `loom tokenize` read: what the path is, how big,
+what it holds for the tokenizer."""
 from run import Case
 
 CLASS = "data"
@@ -25,4 +26,12 @@ def cases(fx):
         train("UTF-16 surrogate encoded in UTF-8", fx.file("surrogate.txt", b"ab\xed\xa0\x80cd" * 200), r"UTF-8"),
         train("a symbolic link loop", fx.link_loop("loop.txt"), r"symbolic link"),
         train("a dangling symbolic link", fx.symlink("dangling.txt", "/nonexistent/target"), r"dangling.txt"),
+        # eval and tokenize name the file too, and print a code point as U+XXXX (hex).
+        Case("eval: invalid UTF-8", ["eval", "--checkpoint", fx.trained("single"), "--data", fx.file("garbage.bin", b"a\xff\xfe\x00" * 50)],
+             r"data file '.*garbage.bin': invalid UTF-8 at byte offset 1"),
+        Case("eval: a character outside the vocabulary (U+20002)",
+             ["eval", "--checkpoint", fx.trained("single"), "--data", fx.file("wide.txt", "abc\U00020002 def\n" * 20)],
+             r"data file '.*wide.txt': character U\+20002 at byte offset 3 is not in the tokenizer's vocabulary"),
+        Case("tokenize: invalid UTF-8", ["tokenize", fx.file("garbage2.bin", b"a\xff\xfe\x00" * 50), fx.path("out.tok")],
+             r"text file '.*garbage2.bin': invalid UTF-8 at byte offset 1"),
     ]

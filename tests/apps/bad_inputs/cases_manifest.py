@@ -1,6 +1,9 @@
 """Sharded checkpoints' manifest.json: the file, its JSON, its records of tensors, pieces,
 files, layout and step."""
+import json
 import os
+import struct
+import zlib
 from pathlib import Path
 
 from run import Case
@@ -86,4 +89,26 @@ def cases(fx):
     edit("tokenizer garbage", set_in(["tokenizer"], "bpe:xyz"), r"tokenizer")
     edit("tokenizer missing", set_in(["tokenizer"], None), r"tokenizer")
     edit("optimizer_steps a string", set_in(["optimizer_steps"], "many"), where)
+    edit("optimizer_steps -7", set_in(["optimizer_steps"], -7), r"manifest\.json': invalid optimizer_steps -7")
+    edit("tensors missing", set_in(["tensors"], None), r"manifest\.json': missing or invalid field 'tensors'")
+    edit("a rank file's entry without bytes", set_in([rank_file, "bytes"], None),
+         r"manifest\.json': missing or invalid field 'files\.rank-00000\.safetensors'")
+
+    # A NaN weight in a rank file, every checksum recomputed: refused naming the tensor.
+    run = fx.trained("sharded")
+    d = Path(fx.sharded_checkpoint_dir(run))
+    m = json.loads((d / "manifest.json").read_text())
+    name, tensor = next((k, t) for k, t in m["tensors"].items() if k.startswith("model."))
+    piece = tensor["pieces"][0]
+    rank_path = d / piece["file"]
+    header, data = fx.read_safetensors(rank_path)
+    begin, end = header[piece["key"]]["data_offsets"]
+    data = data[:begin] + struct.pack("<f", float("nan")) + data[begin + 4:]
+    header["__metadata__"]["loom.crc32"] = str(zlib.crc32(data))
+    fx.write_safetensors(rank_path, header, data)
+    piece["crc32"] = zlib.crc32(data[begin:end])
+    m["files"][piece["file"]] = {"bytes": rank_path.stat().st_size, "crc32": zlib.crc32(rank_path.read_bytes())}
+    (d / "manifest.json").write_text(json.dumps(m, indent=1))
+    sample("a NaN weight in a rank file (checksums recomputed)", run,
+           r"checkpoint '.*checkpoint-00000001': tensor '" + name.replace(".", r"\.") + r"' holds a non-finite value \(nan at element 0\)")
     return rows

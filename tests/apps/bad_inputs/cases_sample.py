@@ -29,6 +29,19 @@ def cases(fx):
         sample("a text file as checkpoint", [], r"notckpt", checkpoint=fx.file("notckpt.txt", "hello world\n" * 10)),
         sample("an unknown option", ["--top-q", "0.9"], r"unknown argument '--top-q'"),
         sample("--precision fp16", ["--precision", "fp16"], r"precision must be 'fp32' or 'bf16', got 'fp16'"),
+        # The prompt named as the input, its character as U+XXXX (hex).
+        sample("a prompt with '~' (U+007E, outside the vocabulary)", ["--prompt", "ab~"],
+               r"the prompt \(--prompt\): character U\+007E at byte offset 2 is not in the tokenizer's vocabulary"),
+        sample("a prompts file line of invalid UTF-8", ["--prompts-file", fx.file("bad-prompts.txt", b"ROMEO:\na\xff\n")],
+               r"prompts file '.*bad-prompts.txt' line 2: invalid UTF-8 at byte offset 1"),
+        sample("a prompts file line with a character outside the vocabulary",
+               ["--prompts-file", fx.file("wide-prompts.txt", '{"prompt": "ROMEO:"}\n{"prompt": "JULIET \\u00e9"}\n')],
+               r"prompts file '.*wide-prompts.txt' line 2: character U\+00E9 at byte offset 7 is not in"),
+        # A GCN's checkpoint holds a graph, not a tokenizer.
+        sample("a GCN's checkpoint", ["--tokens", "4"], r"checkpoint '.*' is a GCN's \(a graph model\), not a GPT's: "
+               r"loom sample, eval and generate need a GPT checkpoint", checkpoint=fx.trained_gcn()),
+        Case("eval: a GCN's checkpoint", ["eval", "--checkpoint", fx.trained_gcn(), "--data", fx.data],
+             r"checkpoint '.*' is a GCN's \(a graph model\), not a GPT's"),
         sample("a batch whose KV cache cannot fit", ["--prompts-file", fx.file("prompts.txt", "a\n"), "--batch", "1000000000000"],
                r"KV cache .*--batch"),
     ]

@@ -130,6 +130,18 @@ class Fixtures:
         shutil.copytree(self._trained[fmt], copy, symlinks=True)
         return copy
 
+    def trained_gcn(self):
+        """A run directory holding one checkpoint of a GCN (on Cora), trained once."""
+        with self._lock:
+            if "gcn" not in self._trained:
+                d = self.work / "trained-gcn"
+                r = subprocess.run([self.loom, "train", "--model", "gcn", "--data", str(ROOT / "data" / "cora"),
+                                    "--steps", "1", "--threads", "1", "--out-dir", str(d)], capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise RuntimeError(f"training the GCN fixture failed:\n{r.stdout}{r.stderr}")
+                self._trained["gcn"] = d
+        return str(self._trained["gcn"])
+
     # A single-file checkpoint: 8-byte header length, JSON header, tensor data.
     @staticmethod
     def checkpoint_file(run):
