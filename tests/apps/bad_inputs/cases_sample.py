@@ -29,6 +29,8 @@ def cases(fx):
         sample("a text file as checkpoint", [], r"notckpt", checkpoint=fx.file("notckpt.txt", "hello world\n" * 10)),
         sample("an unknown option", ["--top-q", "0.9"], r"unknown argument '--top-q'"),
         sample("--precision fp16", ["--precision", "fp16"], r"precision must be 'fp32' or 'bf16', got 'fp16'"),
+        sample("--prompt beside --prompts-file (dropped)", ["--prompt", "A", "--prompts-file", fx.file("prompts.txt", "a\n")],
+               r"--prompt and --prompts-file \(.*prompts.txt\) are two sources of prompts"),
         sample("a batch whose KV cache cannot fit", ["--prompts-file", fx.file("prompts.txt", "a\n"), "--batch", "1000000000000"],
                r"KV cache .*--batch"),
     ]
