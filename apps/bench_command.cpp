@@ -12,6 +12,7 @@
 #include <random>
 
 #include "commands.hpp"
+#include "loom/error.hpp"
 #include "loom/kernels/matmul.hpp"
 #include "loom/kernels/peak_flops.hpp"
 #include "loom/kernels/precision.hpp"
@@ -91,6 +92,10 @@ int run_train(BenchArgs a) {
   kernels::set_num_threads(a.bench_threads);
   const kernels::PrecisionScope precision(kernels::parse_precision(a.precision));
   a.model.validate();
+  // An empty batch divides by zero; without timed steps there is no median to report.
+  check(a.batch_size >= 1, "--batch-size must be >= 1, got ", a.batch_size);
+  check(a.steps >= 1, "--steps must be >= 1 (timed steps), got ", a.steps);
+  check(a.warmup >= 0, "--warmup must be >= 0, got ", a.warmup);
   nn::GPT model(a.model, 1);
   optim::AdamW opt(model.parameters(), optim::AdamWConfig{});
   const int64_t B = a.batch_size, T = a.model.block_size, V = a.model.vocab_size;

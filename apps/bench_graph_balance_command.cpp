@@ -30,8 +30,13 @@ struct GraphBalanceArgs {
 int run_graph_balance(const GraphBalanceArgs& a) {
   using parallel::tp3d::Axis;
   check(a.layers >= 1, "--layers must be >= 1, got ", a.layers);
+  // Training's bound: each layer's imbalance is computed on every grid (10^9 layers ran on past 1.7 GB).
+  check(a.layers <= 64, "--layers must be <= 64 (as gcn_layers), got ", a.layers);
   for (const int64_t p : a.ranks) check(p >= 1, "--ranks must be >= 1, got ", p);
   const data::Graph g = data::load_graph(a.data, "");
+  // A grid's axis can be as long as the ranks: past the nodes, its blocks are empty.
+  for (const int64_t p : a.ranks)
+    check(p <= g.num_nodes, "--ranks ", p, " is more ranks than ", a.data, " has nodes (", g.num_nodes, ")");
   const kernels::CsrMatrix A = kernels::gcn_normalized_adjacency(g.num_nodes, g.src, g.dst);
   const auto permuted = parallel::graph3d::node_orders(A.rows, true, static_cast<uint64_t>(a.seed));
   const auto file_order = parallel::graph3d::node_orders(A.rows, false, static_cast<uint64_t>(a.seed));

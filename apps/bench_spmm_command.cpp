@@ -56,7 +56,12 @@ double median_spmm_seconds(const kernels::CsrMatrix& A, int64_t D) {
   return median(times);
 }
 
+// Widths past this are no GCN's features; the bound keeps nodes x width far from overflow
+// (a negative width asked for a vector of 2^64 floats).
+constexpr int64_t kMaxWidth = int64_t{1} << 20;
+
 int run_spmm_bench(const SpmmBenchArgs& a) {
+  for (const int64_t D : a.widths) check(D >= 1 && D <= kMaxWidth, "--widths must be between 1 and ", kMaxWidth, ", got ", D);
   kernels::set_num_threads(a.threads);
   const data::Graph g = data::load_graph(a.data, "");
   const kernels::CsrMatrix A = kernels::gcn_normalized_adjacency(g.num_nodes, g.src, g.dst);

@@ -14,6 +14,7 @@
 #include "loom/error.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/gpt2_import.hpp"
+#include "loom/train/run_directory.hpp"
 #include "loom/train/sharded_checkpoint.hpp"
 #include "loom/train/trainer.hpp"
 
@@ -85,6 +86,10 @@ Runner add_convert_command(CLI::App& sub) {
   sub.add_option("--data", args->data, "the training text, when not at the path the checkpoint's configuration names");
   return [args]() {
     check(!args->to.empty(), "--to is empty: give a FILE.safetensors or a run directory");
+    // Before the product of the degrees is taken for processes (dp -1 x pp -1 would be one).
+    for (const auto& [flag, value] :
+         {std::pair{"--dp", args->dp}, {"--pp", args->pp}, {"--tp", args->tp}, {"--chunks", args->chunks}})
+      check(value >= 1, flag, " must be >= 1, got ", value);
     check(args->from.empty() != args->from_gpt2.empty(), "give one of --from (a Loom checkpoint) or --from-gpt2 DIR");
     if (!args->from_gpt2.empty()) {
       check(args->dp * args->pp * args->tp == 1 && args->tp_3d.empty(),
@@ -104,6 +109,15 @@ Runner add_convert_command(CLI::App& sub) {
       to_single_file(from, args->to);
       return 0;
     }
+    // Another run in --to: the trainer would name `loom train`'s remedies (--resume, --overwrite),
+    // which convert lacks. Converting a run's checkpoint into that run itself stays allowed.
+    std::error_code ec;
+    const bool in_place = std::filesystem::equivalent(from, args->to, ec) ||
+                          std::filesystem::equivalent(std::filesystem::path(from).parent_path(), args->to, ec);
+    const std::vector<std::string> previous = train::previous_run_files(args->to);
+    check(previous.empty() || in_place, "--to '", args->to, "' already holds a run (", previous.empty() ? "" : previous.front(),
+          previous.size() > 1 ? " and " + std::to_string(previous.size() - 1) + " more" : "",
+          "): convert into a run directory that holds none, or to a FILE.safetensors");
     const train::TrainConfig config = target_config(*args, from);
     auto convert = [&](comm::ProcessGroup* world) {
       train::Trainer trainer(config, true, world);

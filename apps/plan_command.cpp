@@ -227,8 +227,15 @@ Runner add_plan_command(CLI::App& sub) {
   sub.add_option("--graph", a->graph, "with --model gcn: the graph (data/cora, a text-format prefix or rmat:scale=S,...)");
   sub.add_option("--gcn-layers", a->gcn_layers, "with --model gcn: graph convolutions [2]");
   sub.add_option("--gcn-hidden", a->gcn_hidden, "with --model gcn: hidden width [16]");
-  return [a]() {
+  return [a, &sub]() {
     check(std::isfinite(a->net_gbps) && a->net_gbps >= 0, "--net-gbps must be >= 0 (0: off), got ", a->net_gbps);
+    // Leaving a size out means the preset's or the search's; given, 0 or less is no size (a
+    // zero --chunks divided by zero).
+    for (const auto& [flag, value] :
+         {std::pair{"--layers", a->layers}, {"--hidden", a->hidden}, {"--heads", a->heads}, {"--seq", a->seq},
+          {"--vocab", a->vocab}, {"--top", a->top}, {"--dp", a->dp}, {"--pp", a->pp}, {"--tp", a->tp}, {"--cp", a->cp},
+          {"--micro-batch-size", a->micro_batch}, {"--chunks", a->chunks}})
+      check(sub.count(flag) == 0 || value >= 1, flag, " must be >= 1, got ", value);
     if (a->model == "gcn") return plan_gcn(*a);
     auto is_toml = [](const std::string& s) { return s.size() > 5 && s.substr(s.size() - 5) == ".toml"; };
     if (a->model_file.empty() && is_toml(a->model)) a->model_file = a->model;

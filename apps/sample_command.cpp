@@ -75,7 +75,7 @@ std::string generated_json(const train::Generated& g) {
 Runner add_sample_command(CLI::App& sub) {
   auto args = std::make_shared<SampleArgs>();
   sub.add_option("--checkpoint", args->checkpoint, "checkpoint file or run directory (uses its latest)")->required();
-  sub.add_option("--prompt", args->options.prompt, "text to continue");
+  const CLI::Option* prompt = sub.add_option("--prompt", args->options.prompt, "text to continue");
   sub.add_option("--prompts-file", args->prompts_file,
                  "one request per line: text, or JSON {\"prompt\", \"tokens\", \"stop\", \"seed\"}; generated together");
   sub.add_option("--tokens", args->options.tokens,
@@ -88,7 +88,10 @@ Runner add_sample_command(CLI::App& sub) {
   sub.add_option("--tp", args->tp, "tensor-parallel ranks (run under mpirun with this many processes)");
   add_precision_flag(sub, args->precision);
   sub.add_flag("--no-kv-cache", args->no_kv_cache, "re-run the whole context for every token (the reference path)");
-  return [args]() {
+  return [args, prompt]() {
+    // The file's requests alone are generated: a --prompt beside it would be dropped unread.
+    check(prompt->count() == 0 || args->prompts_file.empty(), "--prompt and --prompts-file (", args->prompts_file,
+          ") are two sources of prompts: give one (a prompt is a line of the file)");
     args->options.kv_cache = !args->no_kv_cache;
     args->options.validate();
     check(args->batch >= 1, "--batch must be >= 1, got ", args->batch);

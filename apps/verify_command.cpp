@@ -205,6 +205,11 @@ Runner add_verify_command(CLI::App& sub) {
       if (grad->count() == 0) tol->grad_rtol = kBf16Tolerances.grad_rtol;
       if (param->count() == 0) tol->param_rtol = kBf16Tolerances.param_rtol;
     }
+    // inf passes anything, nan or a negative fails everything: neither compares the runs.
+    for (const auto& [flag, value] : {std::pair{"--loss-rtol", tol->loss_rtol}, {"--grad-rtol", tol->grad_rtol},
+                                      {"--param-rtol", tol->param_rtol}})
+      check(std::isfinite(value) && value > 0, flag, " must be a finite number > 0, got ", value);
+    check(config.steps >= 1, "--steps must be >= 1 (verify compares steps), got ", config.steps);
     const int64_t ranks = config.world_ranks();
 
     if (!launched_by_mpi()) {

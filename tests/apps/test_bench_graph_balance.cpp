@@ -54,6 +54,9 @@ TEST(BenchGraphBalance, OneLinePerGridWithTheLayoutsImbalance) {
 TEST(BenchGraphBalance, BadFlagsAreRefused) {
   expect_error("bench graph-balance --data rmat:scale=6 --ranks 0", "--ranks must be >= 1, got 0");
   expect_error("bench graph-balance --data rmat:scale=6 --layers 0", "--layers must be >= 1, got 0");
+  expect_error("bench graph-balance --data rmat:scale=6 --layers 65", "--layers must be <= 64 (as gcn_layers), got 65");
+  expect_error("bench graph-balance --data rmat:scale=6 --ranks 8,65",
+               "--ranks 65 is more ranks than rmat:scale=6 has nodes (64)");
 }
 
 }  // namespace

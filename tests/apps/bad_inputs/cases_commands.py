@@ -1,4 +1,4 @@
-"""The other commands' inputs: plan, schedule, report, verify, bench, convert."""
+"""The other commands' inputs: plan, schedule, report, verify, convert, bench."""
 import os
 
 from run import Case
@@ -25,6 +25,16 @@ def cases(fx):
         return d
 
     good = '{"kind": "train", "step": 1, "loss": 4.1, "tokens_per_s": 100.0, "mfu": 0.1}'
+    one_layout = [*plan, "--model", "gpt2-small", "--dp", "8"]
+
+    def bench_train(**given):  # the tiny model, with the given flags in place of its own
+        flags = {"n_layer": 1, "n_embd": 32, "n_head": 2, "block_size": 16, "batch_size": 2, "threads": 1, "steps": 1, **given}
+        return ["bench", "train", *[a for k, v in flags.items() for a in ("--" + k.replace("_", "-"), str(v))]]
+
+    graph = fx.path("graph12")  # 12 nodes in Loom's text format: a ring, two features, two classes
+    open(graph + ".features", "w").write("".join(f"{i % 2} {1 - i % 2}\n" for i in range(12)))
+    open(graph + ".labels", "w").write("".join(f"{i % 2} {['train', 'val', 'test'][i % 3]}\n" for i in range(12)))
+    open(graph + ".edges", "w").write("".join(f"{i} {(i + 1) % 12}\n" for i in range(12)))
     return [
         Case("unknown command (typo)", ["trian"], r"unknown command 'loom trian' \(did you mean 'train'\?\)"),
         Case("bench: unknown benchmark", ["bench", "gem"], r"unknown command 'loom bench gem'"),
@@ -46,7 +56,31 @@ def cases(fx):
                                          "--global-batch", "8", "--link-gbs", "-1"], r"--link-gbs must be >= 0"),
         Case("plan: emulated network -1", ["plan", "--model", "gpt2-small", "--cluster", "dgx-a100", "--gpus", "8",
                                             "--global-batch", "8", "--net-gbps", "-1"], r"--net-gbps must be >= 0"),
+        Case("plan: --chunks 0 (divided by zero)", [*one_layout, "--chunks", "0"], r"--chunks must be >= 1, got 0"),
+        Case("plan: --dp 4 --pp 2 --chunks 0", [*plan, "--model", "gpt2-small", "--dp", "4", "--pp", "2", "--chunks", "0"],
+             r"--chunks must be >= 1, got 0"),
+        Case("plan: --chunks -1", [*one_layout, "--chunks", "-1"], r"--chunks must be >= 1, got -1"),
+        Case("plan: --layers 0", [*plan, "--layers", "0"], r"--layers must be >= 1, got 0"),
+        Case("plan: --heads 0", [*plan, "--heads", "0"], r"--heads must be >= 1, got 0"),
+        Case("plan: --hidden -1", [*plan, "--hidden", "-1"], r"--hidden must be >= 1, got -1"),
+        Case("plan: --seq 0", [*plan, "--seq", "0"], r"--seq must be >= 1, got 0"),
+        Case("plan: --vocab 0", [*plan, "--vocab", "0"], r"--vocab must be >= 1, got 0"),
+        Case("plan: --dp 0", [*plan, "--dp", "0"], r"--dp must be >= 1, got 0"),
+        Case("plan: --dp -8", [*plan, "--dp", "-8"], r"--dp must be >= 1, got -8"),
+        Case("plan: --tp 0", [*one_layout, "--tp", "0"], r"--tp must be >= 1, got 0"),
+        Case("plan: --pp 0", [*one_layout, "--pp", "0"], r"--pp must be >= 1, got 0"),
+        Case("plan: --cp -2", [*one_layout, "--cp", "-2"], r"--cp must be >= 1, got -2"),
+        Case("plan: --micro-batch-size -1", [*one_layout, "--micro-batch-size", "-1"], r"--micro-batch-size must be >= 1, got -1"),
+        Case("plan: --top -1", [*plan, "--top", "-1"], r"--top must be >= 1, got -1"),
         Case("schedule: pp 0", ["schedule", "--pp", "0", "--micro-batches", "2"], r"pp\(0\)"),
+        Case("schedule: pp 100000 x 100000 micro-batches (24 GB)", ["schedule", "--pp", "100000", "--micro-batches", "100000"],
+             r"--pp \(100000\) x --micro-batches \(100000\) x --chunks \(1\) is above 1048576"),
+        Case("schedule: pp 5000 x 5000 micro-batches (minutes)", ["schedule", "--pp", "5000", "--micro-batches", "5000"],
+             r"--pp \(5000\) x --micro-batches \(5000\) x --chunks \(1\) is above 1048576"),
+        Case("schedule: 1024 x 1024 x 2 chunks", ["schedule", "--schedule", "interleaved", "--pp", "1024", "--micro-batches",
+                                                  "1024", "--chunks", "2"], r"--chunks \(2\) is above 1048576"),
+        Case("schedule: interleaved with --chunks 1", ["schedule", "--schedule", "interleaved", "--chunks", "1"],
+             r"--schedule interleaved needs --chunks >= 2 .*got 1"),
         Case("schedule: unknown schedule", ["schedule", "--pp", "2", "--micro-batches", "2", "--schedule", "zigzag"], r"zigzag"),
         Case("schedule: file missing", ["schedule", "--file", "/nonexistent/s.txt"], r"/nonexistent/s.txt"),
         Case("schedule: file garbage", ["schedule", "--file", fx.file("garbage.sched", "X9 Q1\n\x00\xff")], r"garbage.sched|X9"),
@@ -79,6 +113,31 @@ def cases(fx):
              r"trace.json: a field is missing or has the wrong type"),
         Case("verify: dp 2 without mpirun", ["verify", "--dp", "2"], r"needs 2 processes"),
         Case("verify: missing data", ["verify", "--data", "/nonexistent/d.txt"], r"/nonexistent/d.txt"),
+        Case("verify: --grad-rtol inf (passes anything)", ["verify", "--grad-rtol", "inf"], r"--grad-rtol must be a finite number > 0, got inf"),
+        Case("verify: --loss-rtol -1", ["verify", "--loss-rtol", "-1"], r"--loss-rtol must be a finite number > 0, got -1"),
+        Case("verify: --loss-rtol nan", ["verify", "--loss-rtol", "nan"], r"--loss-rtol must be a finite number > 0, got nan"),
+        Case("verify: --param-rtol 0", ["verify", "--param-rtol", "0"], r"--param-rtol must be a finite number > 0, got 0"),
+        Case("verify: --steps 0 (compares nothing)", ["verify", "--steps", "0"], r"--steps must be >= 1 .*got 0"),
         Case("convert: no --from", ["convert", "--to", fx.path("c")], r"--from"),
         Case("convert: --tp 0", ["convert", "--from", fx.trained("sharded"), "--to", fx.path("conv"), "--tp", "0"], r"tp"),
+        Case("convert: --dp -1", ["convert", "--from", fx.trained("sharded"), "--to", fx.path("conv"), "--dp", "-1"],
+             r"--dp must be >= 1, got -1"),
+        Case("convert: --dp -1 --pp -1 to one file", ["convert", "--from", fx.trained("sharded"), "--to",
+                                                      fx.path("conv.safetensors"), "--dp", "-1", "--pp", "-1"],
+             r"--dp must be >= 1, got -1"),
+        Case("convert: into another run's directory", ["convert", "--from", fx.trained("sharded"), "--to", fx.trained("single")],
+             r"--to '.*run-single' already holds a run \(checkpoint-.* more\): convert into a run directory that holds none"),
+        Case("bench train: --batch-size 0 (divided by zero)", bench_train(batch_size=0),
+             r"--batch-size must be >= 1, got 0"),
+        Case("bench train: --steps -1", bench_train(steps=-1), r"--steps must be >= 1 .*got -1"),
+        Case("bench train: --warmup -1", bench_train(warmup=-1), r"--warmup must be >= 0, got -1"),
+        Case("bench train: --n-embd 0", bench_train(n_embd=0), r"n_embd must be >= 1, got 0"),
+        Case("bench spmm: --widths -4", ["bench", "spmm", "--data", graph, "--widths", "-4"],
+             r"--widths must be between 1 and 1048576, got -4"),
+        Case("bench spmm: --widths 16,0", ["bench", "spmm", "--data", graph, "--widths", "16,0"],
+             r"--widths must be between 1 and 1048576, got 0"),
+        Case("bench graph-balance: --ranks 1000000 on 12 nodes", ["bench", "graph-balance", "--data", graph, "--ranks", "1000000"],
+             r"--ranks 1000000 is more ranks than .*graph12 has nodes \(12\)"),
+        Case("bench graph-balance: --layers 1000000000", ["bench", "graph-balance", "--data", graph, "--layers", "1000000000"],
+             r"--layers must be <= 64 .*got 1000000000"),
     ]

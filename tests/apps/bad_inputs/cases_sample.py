@@ -42,6 +42,8 @@ def cases(fx):
                r"loom sample, eval and generate need a GPT checkpoint", checkpoint=fx.trained_gcn()),
         Case("eval: a GCN's checkpoint", ["eval", "--checkpoint", fx.trained_gcn(), "--data", fx.data],
              r"checkpoint '.*' is a GCN's \(a graph model\), not a GPT's"),
+        sample("--prompt beside --prompts-file (dropped)", ["--prompt", "A", "--prompts-file", fx.file("prompts.txt", "a\n")],
+               r"--prompt and --prompts-file \(.*prompts.txt\) are two sources of prompts"),
         sample("a batch whose KV cache cannot fit", ["--prompts-file", fx.file("prompts.txt", "a\n"), "--batch", "1000000000000"],
                r"KV cache .*--batch"),
     ]
