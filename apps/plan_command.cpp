@@ -236,6 +236,11 @@ Runner add_plan_command(CLI::App& sub) {
           {"--vocab", a->vocab}, {"--top", a->top}, {"--dp", a->dp}, {"--pp", a->pp}, {"--tp", a->tp}, {"--cp", a->cp},
           {"--micro-batch-size", a->micro_batch}, {"--chunks", a->chunks}})
       check(sub.count(flag) == 0 || value >= 1, flag, " must be >= 1, got ", value);
+    check(sub.count("--cp-from-seq") == 0 || a->cp_from_seq >= 1, "--cp-from-seq must be >= 1, got ", a->cp_from_seq);
+    // Without --dp the planner searches every layout: the one layout's degrees would be ignored.
+    for (const char* flag : {"--pp", "--tp", "--cp", "--micro-batch-size", "--chunks"})
+      check(sub.count(flag) == 0 || sub.count("--dp") > 0, flag,
+            " sets a degree of the one layout to price: give --dp too (without --dp every layout is searched)");
     if (a->model == "gcn") return plan_gcn(*a);
     auto is_toml = [](const std::string& s) { return s.size() > 5 && s.substr(s.size() - 5) == ".toml"; };
     if (a->model_file.empty() && is_toml(a->model)) a->model_file = a->model;
