@@ -132,6 +132,23 @@ TEST(Checkpoint, SavesModelAndOptimizerAndKeepsTheNewest) {
     EXPECT_EQ(0, std::memcmp(a[i]->value().raw(), b[i]->value().raw(), a[i]->value().nbytes())) << a[i]->name();
 }
 
+TEST(Checkpoint, AResumedBranchKeepsItsOwnCheckpointsOverTheStepsItAbandoned) {
+  // Steps 10, 20, 30 saved; then a run resumed from 10 saves 11 and 12 (keep 3): the three
+  // written last stay, not the three highest steps (11 and 12 were removed before). A
+  // single-file save that died leaves a temporary file, removed at the next save.
+  const fs::path dir = fresh_dir("ckpt_branch");
+  nn::GPT model(tiny(), 1);
+  for (int64_t step : {10, 20, 30}) save_checkpoint(dir.string(), model, nullptr, "adamw", {step, "[model]\n", "byte", "adamw"}, 3);
+  std::ofstream(dir / ".checkpoint-00000031.safetensors.tmp.999999") << "a writer killed mid-save";
+  for (int64_t step : {11, 12}) save_checkpoint(dir.string(), model, nullptr, "adamw", {step, "[model]\n", "byte", "adamw"}, 3);
+  EXPECT_TRUE(fs::exists(dir / "checkpoint-00000011.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "checkpoint-00000012.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "checkpoint-00000030.safetensors")) << "the newest of the abandoned steps, third";
+  EXPECT_FALSE(fs::exists(dir / "checkpoint-00000020.safetensors"));
+  EXPECT_FALSE(fs::exists(dir / ".checkpoint-00000031.safetensors.tmp.999999"));
+  EXPECT_EQ(resolve_checkpoint_path(dir.string()), fs::canonical(dir / "checkpoint-00000012.safetensors").string());
+}
+
 TEST(Checkpoint, WrongModelShapeOrOptimizerIsAnError) {
   const fs::path dir = fresh_dir("mismatch");
   nn::GPT model(tiny(), 1);

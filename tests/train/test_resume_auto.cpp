@@ -74,6 +74,26 @@ INSTANTIATE_TEST_SUITE_P(
         Damage{"bad_tokenizer", [](json& m) { m["tokenizer"] = "bogus"; }, "unknown tokenizer spec 'bogus'"}),
     [](const auto& info) { return info.param.name; });
 
+TEST(ResumeAutoBranch, FollowsLatestOverAHigherStepARunAbandoned) {
+  // A run to step 4, then one resumed from step 2 (a training key changed, as a resume may)
+  // that stops at 3: `latest` names step 3; auto continues it, not the abandoned step 4.
+  TrainConfig c = tiny_run("resume_auto_branch");
+  c.checkpoint_every = 1;
+  c.keep_checkpoints = 10;
+  c.steps = 4;
+  Trainer(c, true).run();
+  TrainConfig branch = c;
+  branch.resume = (fs::path(c.out_dir) / "checkpoint-00000002.safetensors").string();
+  branch.steps = 3;
+  branch.lr = 1e-4;
+  Trainer(branch, true).run();
+  TrainConfig again = branch;
+  again.resume = "auto";
+  again.steps = 5;
+  Trainer resumed(again, true);
+  EXPECT_EQ(resumed.step(), 3);
+}
+
 TEST(ResumeAutoMisfit, ASoundCheckpointOfAnotherModelIsAnErrorNotSkipped) {
   TrainConfig c = tiny_run("resume_auto_misfit");
   c.steps = 2;

@@ -74,6 +74,43 @@ TEST(RunLock, AStaleLockIsTakenOverWithANotice) {
   EXPECT_FALSE(fs::exists(dir / kLockName)) << "released at the end";
 }
 
+TEST(RunLock, ALockHeldByALiveProcessIsNotTakenOverWhateverItsFileSays) {
+  // Two processes that both found a dead owner's lock: the first took it over, the second then
+  // read the dead pid too. The file still names the dead pid here (the first has not written
+  // its own yet), but its holder lives: the second must stay out (it deleted the first's lock
+  // and both trained in the directory).
+  const fs::path dir = testing::fresh_temp_dir("loom_lock_race");
+  write_lock(dir, host(), dead_pid());
+  int ready[2], done[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(done), 0);
+  const pid_t holder = fork();
+  if (holder == 0) {
+    int code = 0;
+    try {
+      RunLock lock(dir.string(), true);
+      write_lock(dir, host(), dead_pid());  // the state the second process saw
+      char c = 'r';
+      if (write(ready[1], &c, 1) != 1) code = 2;
+      if (read(done[0], &c, 1) != 1) code = 3;
+    } catch (...) {
+      code = 1;
+    }
+    _exit(code);
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1) << "the holder took the stale lock over";
+  EXPECT_NE(error_of([&] { RunLock lock(dir.string(), true); }).find("is being taken over by another process"),
+            std::string::npos);
+  ASSERT_EQ(write(done[1], &c, 1), 1);
+  int status = 0;
+  waitpid(holder, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  // Its holder gone, the lock naming a dead pid is free again.
+  RunLock lock(dir.string(), true);
+  EXPECT_EQ(lock_pid(dir), getpid());
+}
+
 TEST(RunLock, TrainersOfOneProcessShareTheLock) {
   const fs::path dir = fs::temp_directory_path() / "loom_lock_shared";
   fs::remove_all(dir);

@@ -115,6 +115,20 @@ TEST(Trainer, NonFiniteStepsCanBeSkipped) {
   EXPECT_EQ(0, std::memcmp(before.raw(), t.model().blocks()[0]->mlp().fc().weight().value().raw(), before.nbytes()));
 }
 
+TEST(Trainer, SkippingEndsWhenEveryStepIsNonFinite) {
+  // A diverged model: every step non-finite. Skipping stops at the bound, naming the steps,
+  // instead of running on to a "finished" run with a NaN loss.
+  TrainConfig c = tiny_run("nan_skip_bound");
+  c.on_nan = "skip";
+  c.steps = 20;
+  Trainer t(c, true);
+  t.model().ln_f().weight().value().f32()[0] = INFINITY;
+  for (int64_t i = 1; i < kMaxStepsSkippedInARow; ++i) EXPECT_TRUE(t.train_step().skipped);
+  EXPECT_EQ(testing::error_of([&] { t.train_step(); }),
+            "on_nan = \"skip\": 10 steps in a row (1-10) had a non-finite loss or gradient norm: the model has "
+            "diverged; lower lr and start again, or resume from a checkpoint before it diverged");
+}
+
 TEST(Trainer, ResumeAutoStartsFreshWithoutACheckpoint) {
   TrainConfig c = tiny_run("resume_auto_fresh");
   c.resume = "auto";

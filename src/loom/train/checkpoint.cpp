@@ -122,18 +122,25 @@ void publish_checkpoint(const std::string& run_dir, const std::string& name, int
   fs::create_symlink(name, tmp_link);
   fs::rename(tmp_link, latest);
 
-  // Only now may older ones go: the newest `keep` complete checkpoints stay, and partial
-  // ones (a writer that died) older than the new one are removed.
-  std::vector<std::pair<int64_t, std::string>> complete;
+  // Only now may older ones go: the `keep` most recently completed checkpoints stay (by when
+  // they were written, not by step: a run resumed from an earlier step keeps its own over the
+  // later steps it abandoned), and partial ones (a writer that died) older than the new one
+  // are removed, with the temporary files of single-file saves that never completed (the run
+  // holds the directory's lock: no other writer is saving).
+  std::vector<std::pair<fs::file_time_type, std::string>> complete;
   for (const auto& entry : fs::directory_iterator(run_dir)) {
     const std::string n = entry.path().filename().string();
+    if (n.starts_with(".checkpoint-") && n.find(".tmp.") != std::string::npos) {
+      fs::remove(entry.path());
+      continue;
+    }
     const int64_t step = checkpoint_step(n);
     if (step < 0 || n == name) continue;
     const bool partial = n.ends_with(".tmp") || !is_complete_checkpoint(entry.path().string());
     if (partial && step < checkpoint_step(name))
       fs::remove_all(entry.path());
     else if (!partial && (n.ends_with(".safetensors") || entry.is_directory()))
-      complete.emplace_back(step, n);
+      complete.emplace_back(fs::last_write_time(entry.is_directory() ? entry.path() / kManifestName : entry.path()), n);
   }
   std::sort(complete.begin(), complete.end());
   // The new checkpoint counts as one of the `keep`.

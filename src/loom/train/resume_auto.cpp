@@ -15,7 +15,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Single files and sharded directories, newest first; "a b c".
+// Single files and sharded directories: the one `latest` names first (the last one this run
+// directory's runs completed, which a run resumed from an earlier step makes older than the
+// steps it abandoned), then the others newest first; "a b c".
 std::vector<std::string> candidates_in(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
@@ -27,6 +29,9 @@ std::vector<std::string> candidates_in(const std::string& dir) {
     if (step >= 0 && !n.ends_with(".tmp") && (file || entry.is_directory())) found.emplace_back(step, n);
   }
   std::sort(found.rbegin(), found.rend());
+  const fs::path latest = fs::path(dir) / "latest";
+  const std::string named = fs::is_symlink(latest, ec) ? fs::read_symlink(latest, ec).filename().string() : "";
+  std::stable_partition(found.begin(), found.end(), [&](const auto& f) { return f.second == named; });
   std::vector<std::string> names;
   for (const auto& [step, n] : found) names.push_back(n);
   return names;

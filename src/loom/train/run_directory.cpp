@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,14 +42,35 @@ std::string this_host() {
   return name;
 }
 
-// The lock files this process holds, with the trainers sharing each.
+// The lock files this process holds: the trainers sharing each, and the descriptor that holds
+// its flock.
+struct Held {
+  int trainers = 0;
+  int fd = -1;
+};
 std::mutex& registry_mutex() {
   static std::mutex m;
   return m;
 }
-std::map<std::string, int>& registry() {
-  static std::map<std::string, int> held;
+std::map<std::string, Held>& registry() {
+  static std::map<std::string, Held> held;
   return held;
+}
+
+// An exclusive flock on fd's file, which must still be the one at path (a holder that ended
+// unlinks its file: a descriptor opened before that names a file no longer in the directory).
+bool lock_file_at(int fd, const std::string& path) {
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return false;
+  struct stat by_fd {}, by_path {};
+  if (::fstat(fd, &by_fd) == 0 && ::stat(path.c_str(), &by_path) == 0 && by_fd.st_ino == by_path.st_ino &&
+      by_fd.st_dev == by_path.st_dev)
+    return true;
+  ::flock(fd, LOCK_UN);
+  return false;
+}
+
+bool write_owner(int fd, const std::string& text) {
+  return ::ftruncate(fd, 0) == 0 && ::pwrite(fd, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size());
 }
 
 Owner read_owner(const std::string& path) {
@@ -82,6 +105,10 @@ RunLock::RunLock(const std::string& dir, bool quiet) : dir_(dir), path_((fs::pat
   const std::string host = this_host();
   const std::string mine = nlohmann::json{{"host", host}, {"pid", ::getpid()}}.dump() + "\n";
   std::lock_guard<std::mutex> guard(registry_mutex());
+  if (auto it = registry().find(path_); it != registry().end()) {
+    ++it->second.trainers;  // another trainer of this process
+    return;
+  }
   // A lock being written, or an owner of this host that is ending (mpirun may return before
   // the ranks it killed are gone), is looked at again until then.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
@@ -89,24 +116,26 @@ RunLock::RunLock(const std::string& dir, bool quiet) : dir_(dir), path_((fs::pat
     const bool waited_enough = std::chrono::steady_clock::now() > deadline;
     const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0) {
-      const bool written = ::write(fd, mine.data(), mine.size()) == static_cast<ssize_t>(mine.size());
-      ::close(fd);
-      if (!written) {
+      // The owner holds an flock on its file for as long as it lives: the kernel ends it with
+      // the process, and a takeover below needs it.
+      if (!lock_file_at(fd, path_)) {  // taken over between our create and our flock
+        ::close(fd);
+        continue;
+      }
+      if (!write_owner(fd, mine)) {
+        ::close(fd);
         fs::remove(path_, ec);
         fail("cannot write the lock file '", path_, "'");
       }
-      registry()[path_] = 1;
+      registry()[path_] = {1, fd};
       return;
     }
     check(errno == EEXIST, "cannot create the lock file '", path_, "': ", std::strerror(errno));
     const Owner owner = read_owner(path_);
     check(owner.pid > 0 || !waited_enough, "run directory '", dir, "' has a lock file '", path_,
           "' that names no owner; delete it if no run uses the directory");
-    if (owner.host == host && owner.pid == ::getpid()) {
-      ++registry()[path_];  // another trainer of this process
-      return;
-    }
-    const bool dead = owner.host == host && !alive(owner.pid);
+    // This pid but not this process's registry: a lock left by an earlier process that had the pid.
+    const bool dead = owner.host == host && (owner.pid == ::getpid() || !alive(owner.pid));
     if (owner.pid <= 0 || (!dead && owner.host == host && !waited_enough)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
@@ -114,22 +143,41 @@ RunLock::RunLock(const std::string& dir, bool quiet) : dir_(dir), path_((fs::pat
     check(dead, "run directory '", dir, "' is in use by pid ", owner.pid,
           " on host ", owner.host, " (lock file '", path_,
           "'); wait for that run to end or use another out_dir (delete the lock file only if that process is gone)");
+    // The owner is gone: take its file over in place, under its flock. Two processes that both
+    // found it dead open the same file and only one gets the flock (deleting the file and
+    // creating a new one let both in: the second deleted the first's new lock).
+    const int stale = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+    if (stale < 0) continue;  // gone meanwhile: create it again
+    if (!lock_file_at(stale, path_) || read_owner(path_).pid != owner.pid) {
+      ::close(stale);  // another process is taking it over, or took it: look again
+      check(!waited_enough, "run directory '", dir, "' is being taken over by another process (lock file '", path_,
+            "'); wait for that run to end or use another out_dir");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    if (!write_owner(stale, mine)) {
+      ::close(stale);
+      fail("cannot write the lock file '", path_, "'");
+    }
     if (!quiet)
       std::printf("taking over the lock of '%s' from pid %lld on %s, which no longer runs\n", dir.c_str(),
                   static_cast<long long>(owner.pid), owner.host.c_str());
-    fs::remove(path_, ec);
+    registry()[path_] = {1, stale};
+    return;
   }
 }
 
 RunLock::~RunLock() {
   std::lock_guard<std::mutex> guard(registry_mutex());
   auto it = registry().find(path_);
-  if (it == registry().end() || --it->second > 0) return;
+  if (it == registry().end() || --it->second.trainers > 0) return;
+  const int fd = it->second.fd;
   registry().erase(it);
-  // Only this process's lock: a later owner's stays (it took over a lock it thought stale).
+  // Only this process's lock: a later owner's stays (one that took over a lock it thought stale).
   const Owner owner = read_owner(path_);
   std::error_code ec;
   if (owner.host == this_host() && owner.pid == ::getpid()) fs::remove(path_, ec);
+  ::close(fd);  // releases the flock, after the file left the directory
   if (created_dir_ && fs::is_empty(dir_, ec)) fs::remove(dir_, ec);
 }
 

@@ -192,7 +192,15 @@ void Trainer::apply_update(StepResult& r) {
           step_ + 1, " (loss ", r.loss, ", grad norm ", r.grad_norm,
           "); lower lr or set on_nan = \"skip\" to skip such steps");
     r.skipped = true;
+    // Skipping is for a rare bad batch: a model that only makes non-finite steps has diverged,
+    // and would otherwise "finish" with the weights of its last good step and a NaN loss.
+    ++skipped_in_a_row_;
+    check(skipped_in_a_row_ < kMaxStepsSkippedInARow, "on_nan = \"skip\": ", skipped_in_a_row_,
+          " steps in a row (", step_ + 2 - skipped_in_a_row_, "-", step_ + 1,
+          ") had a non-finite loss or gradient norm: the model has diverged; lower lr and start again, or resume "
+          "from a checkpoint before it diverged");
   } else {
+    skipped_in_a_row_ = 0;
     trace::Span step_span("optimizer", "optimizer step");
     optim::clip_grads_to_norm(optimizer_->params(), r.grad_norm, static_cast<float>(config_.grad_clip));
     optimizer_->step(r.lr);

@@ -32,6 +32,9 @@
 
 namespace loom::train {
 
+// on_nan = "skip" ends the run at this many non-finite steps in a row.
+inline constexpr int64_t kMaxStepsSkippedInARow = 10;
+
 class Trainer {
  public:
   // Validates the config, reads the data, builds the model and optimizer, and resumes
@@ -110,6 +113,7 @@ class Trainer {
   std::unique_ptr<Progress> progress_;
   std::unique_ptr<TraceWindow> trace_window_;
   int64_t step_ = 0;
+  int64_t skipped_in_a_row_ = 0;  // on_nan = "skip": steps skipped since the last good one
 };
 
 }  // namespace loom::train
