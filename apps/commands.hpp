@@ -41,6 +41,9 @@ void add_sampling_flags(CLI::App& sub, train::SampleOptions& options);
 // `loom sample`, `generate` and `eval`: --precision fp32|bf16 (bf16: the weights read in bf16,
 // half the bytes of a decode step); use_precision sets it for the process.
 void add_precision_flag(CLI::App& sub, std::string& precision);
+// --seed of sample and generate: an integer 0 .. 2^64 - 1 (CLI11 alone wraps "-1" around and
+// clamps what overflows, both silently).
+void add_seed_flag(CLI::App& sub, uint64_t& seed, const std::string& help);
 void use_precision(const std::string& precision);
 std::string generated_json(const train::Generated& g);
 // `loom bench spmm`: sets runner and returns the subcommand.

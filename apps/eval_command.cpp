@@ -2,6 +2,7 @@
 // made with the checkpoint's tokenizer) in nats per token and bits per byte.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "commands.hpp"
@@ -31,6 +32,10 @@ Runner add_eval_command(CLI::App& sub) {
   sub.add_option("--threads", args->threads, "compute threads; 0 = all cores");
   add_precision_flag(sub, args->precision);
   return [args]() {
+    // Under a launcher of several ranks each would score the whole file and print it.
+    const char* ranks = std::getenv("OMPI_COMM_WORLD_SIZE") ? std::getenv("OMPI_COMM_WORLD_SIZE") : std::getenv("PMI_SIZE");
+    check(ranks == nullptr || std::string(ranks) == "1", "loom eval runs on one process, the job has ", ranks ? ranks : "",
+          " ranks: run it without mpirun");
     kernels::set_num_threads(args->threads);
     use_precision(args->precision);
     train::InferenceModel m = train::load_inference_model(args->checkpoint, nullptr);
@@ -55,6 +60,8 @@ Runner add_eval_command(CLI::App& sub) {
       }
       p = train::evaluate_perplexity_of_tokens(*m.model, *m.tokenizer, ids, args->batch);
     }
+    check(std::isfinite(p.nats_per_token), "checkpoint '", args->checkpoint, "' scores '", args->data, "' at ",
+          p.nats_per_token, " nats/token: its logits are not finite (weights that diverged)");
     std::printf("%s: %lld tokens, %lld bytes: %.6f nats/token (perplexity %.4f), %.6f bits/byte\n", args->data.c_str(),
                 static_cast<long long>(p.tokens), static_cast<long long>(p.bytes), p.nats_per_token,
                 std::exp(p.nats_per_token), p.bits_per_byte);

@@ -3,13 +3,19 @@
 // together, a new request joins as soon as a sequence finishes, and each result is printed
 // as one JSON line when it finishes ({"id", "text", "tokens", "finish"}; a refused request
 // prints {"id", "error"}). The id is the request's number (0-based, blank lines not counted).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -42,33 +48,64 @@ class LineQueue {
  public:
   // path: a prompts file, or "-" for stdin.
   explicit LineQueue(const std::string& path) : state_(std::make_shared<State>()) {
+    struct stat in {};
+    check(path != "-" || ::fstat(STDIN_FILENO, &in) != 0 || !S_ISDIR(in.st_mode),
+          "stdin is a directory: give the requests on stdin or with --input FILE");
     if (path != "-") {
       data::check_input_file(path, "prompts file");
       state_->file.open(path);
       check(state_->file.good(), "cannot open prompts file '", path, "'");
     }
-    std::thread([state = state_, from_stdin = path == "-"] {
+    std::thread([state = state_, from_stdin = path == "-", path] {
       std::istream& in = from_stdin ? std::cin : state->file;
       std::string line;
-      while (std::getline(in, line)) {
+      bool too_long = false;
+      while (read_line(in, line, too_long)) {
         std::lock_guard lock(state->mutex);
-        state->lines.push_back(std::move(line));
+        state->lines.push_back(too_long ? std::nullopt : std::optional<std::string>(std::move(line)));
         state->ready.notify_all();
       }
       std::lock_guard lock(state->mutex);
+      if (in.bad()) state->error = "cannot read the requests from " + (from_stdin ? std::string("stdin") : "'" + path + "'") +
+                                   ": " + std::strerror(errno);
       state->ended = true;
       state->ready.notify_all();
     }).detach();
   }
+  // A line longer than this is no request (a prompt fits a model's context), and is not kept:
+  // an endless line (stdin from /dev/zero) would otherwise grow without bound.
+  static constexpr size_t kMaxLineBytes = size_t{1} << 20;
+  // The next line of `in` into `line`, its end of line dropped; too_long: it had more than
+  // kMaxLineBytes (they were read and dropped). False at the end of the input.
+  static bool read_line(std::istream& in, std::string& line, bool& too_long) {
+    line.clear();
+    too_long = false;
+    bool any = false;
+    for (int c; (c = in.get()) != std::char_traits<char>::eof();) {
+      any = true;
+      if (c == '\n') return true;
+      if (line.size() < kMaxLineBytes)
+        line.push_back(static_cast<char>(c));
+      else
+        too_long = true;
+    }
+    return any;
+  }
   // The next line: waits for one when `wait`, else returns false at once when none is ready.
   // Also false once the input has ended and every line was taken.
-  bool pop(std::string& line, bool wait) {
+  // line: empty when the line was longer than kMaxLineBytes.
+  bool pop(std::optional<std::string>& line, bool wait) {
     std::unique_lock lock(state_->mutex);
     if (wait) state_->ready.wait(lock, [this] { return !state_->lines.empty() || state_->ended; });
     if (state_->lines.empty()) return false;
     line = std::move(state_->lines.front());
     state_->lines.pop_front();
     return true;
+  }
+  // Why the input ended early ("" when it simply ended).
+  std::string error() {
+    std::lock_guard lock(state_->mutex);
+    return state_->error;
   }
   bool finished() {
     std::lock_guard lock(state_->mutex);
@@ -79,8 +116,9 @@ class LineQueue {
   struct State {
     std::mutex mutex;
     std::condition_variable ready;
-    std::deque<std::string> lines;
+    std::deque<std::optional<std::string>> lines;
     bool ended = false;
+    std::string error;
     std::ifstream file;
   };
   std::shared_ptr<State> state_;
@@ -100,13 +138,16 @@ int run_generate(const GenerateArgs& a) {
   LineQueue queue(a.input);
   int64_t next_id = 0;
   bool refused = false;
-  std::string line;
+  std::optional<std::string> read;
   while (!queue.finished() || !generator.empty()) {
-    while (!generator.full() && queue.pop(line, /*wait=*/generator.empty())) {
+    while (!generator.full() && queue.pop(read, /*wait=*/generator.empty())) {
+      std::string line = read.value_or("");
       if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.find_first_not_of(" \t") == std::string::npos) continue;
+      if (read && line.find_first_not_of(" \t") == std::string::npos) continue;
       const int64_t id = next_id++;
       try {
+        check(read.has_value(), "request ", id, ": a line longer than ", LineQueue::kMaxLineBytes >> 20,
+              " MiB, more than any prompt a model's context holds");
         generator.add(train::parse_request_line(line, defaults, id, "request " + std::to_string(id)), id);
       } catch (const Error& e) {
         print_line(nlohmann::json{{"id", id}, {"error", e.what()}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
@@ -116,6 +157,7 @@ int run_generate(const GenerateArgs& a) {
     for (const train::Generated& g : generator.step())
       print_line(generated_json(g));
   }
+  check(queue.error().empty(), queue.error());
   return refused ? 1 : 0;
 }
 
@@ -128,7 +170,7 @@ Runner add_generate_command(CLI::App& sub) {
   sub.add_option("--tokens", args->options.tokens, "default tokens per request");
   sub.add_option("--stop", args->stop, "default stop text");
   add_sampling_flags(sub, args->options);
-  sub.add_option("--seed", args->options.seed, "seed of request 0 (request i: seed + i unless it names one)");
+  add_seed_flag(sub, args->options.seed, "seed of request 0 (request i: seed + i unless it names one)");
   sub.add_option("--batch", args->batch, "sequences decoded together");
   sub.add_option("--threads", args->threads, "compute threads; 0 = all cores");
   add_precision_flag(sub, args->precision);

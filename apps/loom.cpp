@@ -1,6 +1,8 @@
 // loom: one binary, one subcommand per task (train, sample, bench, schedule, convert, config-reference).
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <new>
@@ -100,7 +102,13 @@ int main(int argc, char** argv) {
     for (auto& [sub, run] : runners)
       if (sub->parsed()) {
         loom::apps::reject_unknown_flags(*sub);
-        return run();
+        const int status = run();
+        // What a command printed is its result (generated text, a perplexity, a table): stdout
+        // that could not take it (a full disk, /dev/full, a closed pipe) fails the command.
+        errno = 0;
+        if (std::fflush(stdout) != 0 || std::ferror(stdout))
+          loom::fail("cannot write the output: ", errno != 0 ? std::strerror(errno) : "write error");
+        return status;
       }
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 1;  // --help is a "parse error" that succeeds; CLI11's own codes are not Loom's

@@ -1,6 +1,7 @@
 // `loom sample`: rebuild the model from a checkpoint's own configuration and generate, with
 // the KV cache: one prompt (printed as text) or a prompts file (one JSON line per result,
 // in file order), serially or tensor-parallel (mpirun -np T loom sample --tp T).
+#include <charconv>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -37,7 +38,15 @@ void sample_on(comm::ProcessGroup* tp, const SampleArgs& a) {
     } catch (const Error& e) {
       fail("the prompt (--prompt): ", e.what());
     }
-    const std::string text = train::sample_text(*m.model, *m.tokenizer, a.options);
+    std::string text;
+    if (a.stop.empty()) {
+      text = train::sample_text(*m.model, *m.tokenizer, a.options);
+    } else {  // a stop text: the request as a prompts file's line would be, printed as text
+      train::GenerationRequest request = a.options.request();
+      request.stop = a.stop;
+      MemoryScope scope(MemoryCategory::Activations);
+      text = train::generate(*m.model, *m.tokenizer, a.options.sampling(), {request}, 1).at(0).text;
+    }
     if (printer) std::printf("%s\n", text.c_str());
     return;
   }
@@ -62,6 +71,17 @@ void add_precision_flag(CLI::App& sub, std::string& precision) {
                                            "fp32 accumulation");
 }
 
+void add_seed_flag(CLI::App& sub, uint64_t& seed, const std::string& help) {
+  sub.add_option("--seed", seed, help)->check(CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t value = 0;
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (error == std::errc() && end == text.data() + text.size()) return "";
+        return "must be an integer from 0 to 18446744073709551615 (2^64 - 1), got '" + text + "'";
+      },
+      "UINT64"));
+}
+
 void use_precision(const std::string& precision) {
   kernels::set_compute_precision(kernels::parse_precision(precision));
 }
@@ -80,18 +100,21 @@ Runner add_sample_command(CLI::App& sub) {
                  "one request per line: text, or JSON {\"prompt\", \"tokens\", \"stop\", \"seed\"}; generated together");
   sub.add_option("--tokens", args->options.tokens,
                  "tokens to generate (at most " + std::to_string(train::kMaxSampleTokens) + ")");
-  sub.add_option("--stop", args->stop, "prompts file: end a sequence once its new text contains this");
+  auto* stop = sub.add_option("--stop", args->stop, "end a sequence once its new text contains this");
   add_sampling_flags(sub, args->options);
-  sub.add_option("--seed", args->options.seed, "sampling seed (request i of a prompts file: seed + i)");
-  sub.add_option("--batch", args->batch, "prompts file: sequences decoded together");
+  add_seed_flag(sub, args->options.seed, "sampling seed (request i of a prompts file: seed + i)");
+  auto* batch = sub.add_option("--batch", args->batch, "prompts file: sequences decoded together");
   sub.add_option("--threads", args->threads, "compute threads; 0 = all cores");
   sub.add_option("--tp", args->tp, "tensor-parallel ranks (run under mpirun with this many processes)");
   add_precision_flag(sub, args->precision);
   sub.add_flag("--no-kv-cache", args->no_kv_cache, "re-run the whole context for every token (the reference path)");
-  return [args, prompt]() {
+  return [args, prompt, stop, batch]() {
     // The file's requests alone are generated: a --prompt beside it would be dropped unread.
     check(prompt->count() == 0 || args->prompts_file.empty(), "--prompt and --prompts-file (", args->prompts_file,
           ") are two sources of prompts: give one (a prompt is a line of the file)");
+    check(batch->count() == 0 || !args->prompts_file.empty(), "--batch decodes a prompts file's requests together; "
+          "one --prompt is one sequence");
+    check(stop->count() == 0 || !args->no_kv_cache, "--stop needs the KV cache (drop --no-kv-cache)");
     args->options.kv_cache = !args->no_kv_cache;
     args->options.validate();
     check(args->batch >= 1, "--batch must be >= 1, got ", args->batch);

@@ -23,6 +23,16 @@ using loom::testing::kTiny;
 using loom::testing::run_loom;
 using loom::testing::temp_path;
 
+TEST(Cli, OutputThatCannotBeWrittenFailsTheCommand) {
+  // A command's stdout is its result: a full disk (/dev/full) fails it by name, on stderr.
+  const Result r = loom::testing::run_command(std::string("{ ") + LOOM_BINARY +
+                                              " plan --model gpt2-small --cluster dgx-a100 --gpus 8 --global-batch 8 "
+                                              "> /dev/full; }");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("loom: error: cannot write the output: No space left on device"), std::string::npos)
+      << r.output;
+}
+
 TEST(Cli, EverySubcommandHasHelpWithAnExample) {
   for (const std::string sub :
        {"train", "sample", "generate", "bench", "schedule", "verify", "plan",

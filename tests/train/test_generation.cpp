@@ -46,6 +46,20 @@ double relative_error(const float* got, const float* want, int64_t n) {
   return diff / scale;
 }
 
+TEST(Generation, NonFiniteLogitsAreAnErrorNotAToken) {
+  // A diverged model's logits: greedy would pick token 0 and sampling an arbitrary one, and
+  // the "text" would look generated. Either way it is refused, naming what happened.
+  const std::vector<float> logits{0.5f, NAN, 1.0f};
+  std::mt19937_64 rng(1);
+  for (double temperature : {0.0, 1.0}) {
+    SamplingOptions o;
+    o.temperature = temperature;
+    EXPECT_EQ(testing::error_of([&] { pick_token(logits.data(), 3, o, rng); }),
+              "the model's logits are not finite (nan for token 1): its weights diverged; sample from an earlier "
+              "checkpoint");
+  }
+}
+
 TEST(Generation, CachedGreedyEqualsUncachedFor200TokensLogitsWithin1e5) {
   Model m(/*block_size=*/256);
   const SampleOptions o{"the cat", 200, 0.0, 0, 1};

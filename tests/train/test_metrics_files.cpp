@@ -26,14 +26,31 @@ TEST(Metrics, AFullDiskFailsTheMetricsLogNamingTheFile) {
             "cannot open metrics file '/nonexistent/dir/metrics.jsonl': No such file or directory");
 }
 
+TEST(Metrics, ARecordCutByAKilledRunIsDroppedBeforeTheNextIsAppended) {
+  // A run killed mid-write left `{"st`: the resumed run's first record must not be glued to it.
+  const std::filesystem::path dir = loom::testing::fresh_temp_dir("loom_metrics_cut");
+  std::ofstream(dir / "metrics.jsonl") << "{\"step\":1}\n{\"st";
+  loom::train::MetricsLog((dir / "metrics.jsonl").string()).write({{"step", 2}});
+  EXPECT_EQ(loom::testing::read_file(dir / "metrics.jsonl"), "{\"step\":1}\n{\"step\":2}\n");
+  std::ofstream(dir / "cut.jsonl") << "{\"kind\":\"tr";  // nothing but the fragment
+  loom::train::MetricsLog((dir / "cut.jsonl").string()).write({{"step", 1}});
+  EXPECT_EQ(loom::testing::read_file(dir / "cut.jsonl"), "{\"step\":1}\n");
+}
+
 TEST(Metrics, AFullDiskFailsTheMemoryFileNamingTheFile) {
   auto world = loom::comm::ProcessGroup::single_process();
   const nlohmann::json record = loom::train::memory_record(0, "rank 0", {}, 0);
   EXPECT_EQ(error_of([&] { loom::train::write_memory_file("/dev/full", *world, record); }),
-            "cannot write per-rank memory to '/dev/full': No space left on device");
+            "cannot write per-rank memory file '/dev/full': No space left on device");
   const std::filesystem::path dir = loom::testing::fresh_temp_dir("loom_memory_file");
   loom::train::write_memory_file((dir / "memory.json").string(), *world, record);
   EXPECT_NE(loom::testing::read_file(dir / "memory.json").find("\"ranks\""), std::string::npos);
+  // Written beside and renamed into place: no temporary file stays, and a second write
+  // replaces the file whole.
+  loom::train::write_memory_file((dir / "memory.json").string(), *world, record);
+  int files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++files;
+  EXPECT_EQ(files, 1);
 }
 
 }  // namespace

@@ -62,9 +62,11 @@ TokenFileWriter::TokenFileWriter(const std::string& path, const Tokenizer& token
   put_le(header + 12, static_cast<uint64_t>(id_bytes_), 4);
   put_le(header + 24, spec.size(), 8);  // the count (16-23) is written by finish()
   const std::string padding(padded8(spec.size()) - spec.size(), '\0');
-  check(std::fwrite(header, 1, sizeof header, out_) == sizeof header && std::fwrite(spec.data(), 1, spec.size(), out_) == spec.size() &&
-            std::fwrite(padding.data(), 1, padding.size(), out_) == padding.size(),
-        "cannot write token file '", tmp_, "': ", std::strerror(errno));
+  // Written before errno is read: check()'s arguments are evaluated in no fixed order.
+  const bool written = std::fwrite(header, 1, sizeof header, out_) == sizeof header &&
+                       std::fwrite(spec.data(), 1, spec.size(), out_) == spec.size() &&
+                       std::fwrite(padding.data(), 1, padding.size(), out_) == padding.size();
+  check(written, "cannot write token file '", tmp_, "': ", std::strerror(errno));
 }
 
 TokenFileWriter::~TokenFileWriter() {
@@ -80,8 +82,8 @@ void TokenFileWriter::append(const std::vector<int32_t>& ids) {
     check(ids[i] >= 0 && ids[i] < vocab_size_, "token id ", ids[i], " outside the vocabulary of ", vocab_size_);
     put_le(bytes.data() + i * static_cast<size_t>(id_bytes_), static_cast<uint64_t>(ids[i]), id_bytes_);
   }
-  check(std::fwrite(bytes.data(), 1, bytes.size(), out_) == bytes.size(), "cannot write token file '", tmp_,
-        "': ", std::strerror(errno));
+  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), out_) == bytes.size();
+  check(written, "cannot write token file '", tmp_, "': ", std::strerror(errno));
   count_ += static_cast<int64_t>(ids.size());
 }
 

@@ -21,6 +21,11 @@ void GenerationRequest::validate() const {
 }
 
 int32_t pick_token(const float* logits, int64_t V, const SamplingOptions& o, std::mt19937_64& rng) {
+  // A model whose weights diverged yields NaN or inf logits: every pick would be arbitrary
+  // (token 0 for greedy), so the text would look generated while meaning nothing.
+  for (int64_t v = 0; v < V; ++v)
+    check(std::isfinite(logits[v]), "the model's logits are not finite (", logits[v], " for token ", v,
+          "): its weights diverged; sample from an earlier checkpoint");
   if (o.temperature == 0.0) return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
   std::vector<int32_t> order(static_cast<size_t>(V));
   std::iota(order.begin(), order.end(), 0);

@@ -7,6 +7,7 @@
 #include "loom/comm/byte_transport.hpp"
 #include "loom/error.hpp"
 #include "loom/tensor/memory_tracker.hpp"
+#include "loom/train/replacing_file.hpp"
 #include "loom/train/sharded_checkpoint.hpp"
 
 namespace loom::train {
@@ -35,12 +36,9 @@ void write_memory_file(const std::string& path, comm::ProcessGroup& world, const
     if (world.rank() != 0) return;
     nlohmann::json file{{"ranks", nlohmann::json::array()}};
     for (const std::string& text : all) file["ranks"].push_back(nlohmann::json::parse(text));
-    std::ofstream out(path);
-    check(out.good(), "cannot open per-rank memory file '", path, "': ", std::strerror(errno));
-    errno = 0;
-    out << file.dump(1) << "\n";
-    out.close();  // the data reaches the disk (or fails to) here, not in the destructor
-    check(!out.fail(), "cannot write per-rank memory to '", path, "': ", errno != 0 ? std::strerror(errno) : "write failed");
+    ReplacingFile out(path, "per-rank memory file");
+    out.out() << file.dump(1) << "\n";
+    out.commit();
   });
 }
 

@@ -3,13 +3,40 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "loom/error.hpp"
 
 namespace loom::train {
 
+namespace {
+// A run killed while it wrote a record leaves a partial last line; the next run appending to
+// the file would glue its first record onto it, and every reader would then fail at that
+// line. The fragment is no record (it never ended): it goes before anything is appended.
+void drop_partial_last_line(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in.good()) return;
+  const std::streamoff size = in.tellg();
+  if (size <= 0) return;
+  std::streamoff keep = size;
+  char c = 0;
+  while (keep > 0) {
+    in.seekg(keep - 1);
+    in.get(c);
+    if (c == '\n') break;
+    --keep;
+  }
+  if (keep == size) return;
+  in.close();
+  std::error_code ec;
+  std::filesystem::resize_file(path, static_cast<std::uintmax_t>(keep), ec);
+}
+}  // namespace
+
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   if (path.empty()) return;
+  drop_partial_last_line(path);
   out_.open(path, std::ios::app);
   check(out_.good(), "cannot open metrics file '", path, "': ", std::strerror(errno));
 }

@@ -27,6 +27,8 @@ void Progress::open_metrics() {
   metrics_ = std::make_unique<MetricsLog>((std::filesystem::path(config_.out_dir) / "metrics.jsonl").string());
 }
 
+void Progress::run_starts(int64_t step) { metrics_->write({{"kind", "start"}, {"step", step}}); }
+
 void Progress::measure_peak() {
   if (peak_gflops_ > 0.0) return;
   // The peak of the precision the run's GEMMs use: MFU against bf16's peak in bf16.

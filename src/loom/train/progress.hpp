@@ -56,6 +56,9 @@ class Progress {
 
   // Rank 0 appends to out_dir/metrics.jsonl from here on (once the run directory is its own).
   void open_metrics();
+  // metrics.jsonl's {"kind": "start", "step": step} as a run starts training: readers drop the
+  // records of later steps logged before it (a killed attempt's, or a branch a resume left).
+  void run_starts(int64_t step);
   // Collective: the matmul peak of one rank (its threads), measured by rank 0 alone (ranks
   // measuring side by side on shared cores would each see a fraction) and shared.
   void measure_peak();

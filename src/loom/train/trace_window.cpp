@@ -7,6 +7,7 @@
 #include "loom/comm/byte_transport.hpp"
 #include "loom/comm/mesh_layout.hpp"
 #include "loom/error.hpp"
+#include "loom/train/replacing_file.hpp"
 
 namespace loom::train {
 
@@ -89,12 +90,13 @@ void TraceWindow::write() {
   const std::string mine = chrome_events(events, trace::row_names(), world_.rank(), process_name_);
   const std::vector<std::string> all = comm::gather_bytes(world_, mine);
   if (world_.rank() != 0) return;
-  std::ofstream out(path_);
+  ReplacingFile file(path_, "trace");
+  std::ofstream& out = file.out();
   out << "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"layout\": \"" << layout_ << "\", \"trace_steps\": \""
       << steps_.first << ":" << steps_.last << "\"},\n\"traceEvents\": [\n";
   for (size_t q = 0; q < all.size(); ++q) out << (q > 0 ? ",\n" : "") << all[q];
   out << "\n]}\n";
-  check(out.good(), "cannot write the trace to '", path_, "'");
+  file.commit();
   std::printf("wrote %s (steps %lld-%lld, %zu ranks; open it in https://ui.perfetto.dev or chrome://tracing)\n",
               path_.c_str(), static_cast<long long>(steps_.first), static_cast<long long>(steps_.last), all.size());
 }

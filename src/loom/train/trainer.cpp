@@ -307,6 +307,7 @@ float Trainer::run() {
   if (config_.precision == "bf16")
     if (const std::string warning = kernels::bf16_speed_warning(); !warning.empty()) progress_->say(warning);
   const int64_t first_step = step_;
+  progress_->run_starts(step_);
   if (step_ >= config_.steps && step_ > 0)
     progress_->say("nothing to train: resumed at step " + std::to_string(step_) + ", at or past steps = " +
                    std::to_string(config_.steps) + " (raise --steps to train on)");

@@ -20,6 +20,10 @@ def cases(fx):
         sample("--top-k -1", ["--top-k", "-1"], r"top_k|top-k"),
         sample("--threads 100000", ["--threads", "100000"], r"threads \(100000\) must be between 0"),
         sample("--seed abc", ["--seed", "abc"], r"--seed"),
+        sample("--seed -1 (wrapped around before)", ["--seed", "-1"], r"--seed: must be an integer from 0 to"),
+        sample("--seed 2^64 (clamped before)", ["--seed", "18446744073709551616"], r"--seed: must be an integer from 0 to"),
+        sample("--batch with one --prompt (ignored before)", ["--prompt", "A", "--batch", "4"],
+               r"--batch decodes a prompts file's requests together"),
         sample("a prompt with a character outside the vocabulary", ["--prompt", "\u00e9t\u00e9"], r"vocabulary|not in"),
         sample("a prompt of invalid UTF-8", ["--prompt", b"ab\xff".decode("utf-8", "surrogateescape")], r"UTF-8"),
         sample("no --checkpoint", [], r"--checkpoint", checkpoint=None) if False else
@@ -44,6 +48,12 @@ def cases(fx):
              r"checkpoint '.*' is a GCN's \(a graph model\), not a GPT's"),
         sample("--prompt beside --prompts-file (dropped)", ["--prompt", "A", "--prompts-file", fx.file("prompts.txt", "a\n")],
                r"--prompt and --prompts-file \(.*prompts.txt\) are two sources of prompts"),
+        # loom generate's input: stdin a directory, a line no prompt could fill (kept bounded).
+        Case("generate: stdin a directory", ["generate", "--checkpoint", run], r"stdin is a directory",
+             stdin=fx.directory("stdin-dir")),
+        Case("generate: a 3 MB request line", ["generate", "--checkpoint", run, "--input",
+                                               fx.file("long-line.txt", "a" * 3_000_000 + "\n")],
+             r"request 0: a line longer than 1 MiB"),
         sample("a batch whose KV cache cannot fit", ["--prompts-file", fx.file("prompts.txt", "a\n"), "--batch", "1000000000000"],
                r"KV cache .*--batch"),
     ]

@@ -59,6 +59,7 @@ class Case:
     ranks: int = 0              # > 0: started by mpirun -np ranks
     env: dict = field(default_factory=dict)
     klass: str = ""
+    stdin: str = ""             # a path opened as loom's stdin (a directory too); "": none
 
 
 class Fixtures:
@@ -210,8 +211,13 @@ def run_case(loom, case, mpirun):
                OMPI_MCA_mpi_yield_when_idle="1", **case.env)
     with tempfile.TemporaryFile() as out:
         start = time.monotonic()
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                             preexec_fn=limit_memory, start_new_session=True)
+        stdin = os.open(case.stdin, os.O_RDONLY) if case.stdin else subprocess.DEVNULL
+        try:
+            p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=stdin, env=env,
+                                 preexec_fn=limit_memory, start_new_session=True)
+        finally:
+            if case.stdin:
+                os.close(stdin)
         timed_out = threading.Event()
 
         def kill():
