@@ -11,6 +11,10 @@ namespace {
 
 constexpr double kWidth = 560, kHeight = 300, kLeft = 64, kRight = 16, kTop = 34, kBottom = 46;
 
+// Ticks drawn at most on an axis: a range far below its values' precision (1e17 to 1e17 + 16)
+// never advances `v += step`, an infinite one never ends.
+constexpr int kMaxTicks = 50;
+
 // Tick spacing of 1, 2 or 5 times a power of ten giving about `ticks` ticks over range.
 double nice_step(double range, int ticks) {
   const double raw = std::max(range, 1e-12) / ticks;
@@ -48,6 +52,32 @@ std::string escape_xml(const std::string& text) {
   return out;
 }
 
+std::vector<std::pair<double, double>> downsample(const std::vector<std::pair<double, double>>& points,
+                                                  size_t max_points) {
+  if (points.size() <= max_points) return points;
+  const size_t buckets = (std::max<size_t>(max_points, 4) - 2) / 2;
+  const double x0 = points.front().first, x1 = points.back().first;
+  const size_t last = points.size() - 1;
+  std::vector<std::pair<double, double>> out{points.front()};
+  out.reserve(2 * buckets + 2);
+  size_t i = 1;
+  for (size_t b = 0; b < buckets && i < last; ++b) {
+    // The last bucket takes the rest: rounding never leaves a point out.
+    const bool rest = b + 1 == buckets;
+    const double end = x0 + (x1 - x0) * static_cast<double>(b + 1) / static_cast<double>(buckets);
+    if (!rest && !(points[i].first < end)) continue;  // no point in this bucket
+    size_t lo = i, hi = i;
+    for (; i < last && (rest || points[i].first < end); ++i) {
+      if (points[i].second < points[lo].second) lo = i;
+      if (points[i].second > points[hi].second) hi = i;
+    }
+    out.push_back(points[std::min(lo, hi)]);
+    if (lo != hi) out.push_back(points[std::max(lo, hi)]);
+  }
+  out.push_back(points.back());
+  return out;
+}
+
 std::string line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
                        const std::vector<Series>& series) {
   double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
@@ -67,13 +97,19 @@ std::string line_chart(const std::string& title, const std::string& x_label, con
   os << "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"" << kWidth << "\" height=\"" << kHeight
      << "\" viewBox=\"0 0 " << kWidth << " " << kHeight << "\" role=\"img\">\n"
      << "<text x=\"" << kLeft << "\" y=\"20\" class=\"title\">" << escape_xml(title) << "</text>\n";
-  for (double y = y0; y <= y1 + ys * 1e-6; y += ys)
+  for (int i = 0; i <= kMaxTicks; ++i) {
+    const double y = y0 + i * ys;
+    if (!(y <= y1 + ys * 1e-6)) break;
     os << "<line x1=\"" << kLeft << "\" x2=\"" << kLeft + pw << "\" y1=\"" << py(y) << "\" y2=\"" << py(y)
        << "\" class=\"grid\"/><text x=\"" << kLeft - 6 << "\" y=\"" << py(y) + 4 << "\" class=\"tick\" text-anchor=\"end\">"
        << number(y) << "</text>\n";
-  for (double x = std::ceil(x0 / xs) * xs; x <= x1 + xs * 1e-6; x += xs)
+  }
+  for (int i = 0; i <= kMaxTicks; ++i) {
+    const double x = std::ceil(x0 / xs) * xs + i * xs;
+    if (!(x <= x1 + xs * 1e-6)) break;
     os << "<text x=\"" << px(x) << "\" y=\"" << kTop + ph + 16 << "\" class=\"tick\" text-anchor=\"middle\">" << number(x)
        << "</text>\n";
+  }
   os << "<line x1=\"" << kLeft << "\" x2=\"" << kLeft + pw << "\" y1=\"" << kTop + ph << "\" y2=\"" << kTop + ph
      << "\" class=\"axis\"/>\n"
      << "<text x=\"" << kLeft + pw / 2 << "\" y=\"" << kHeight - 8 << "\" class=\"label\" text-anchor=\"middle\">"
@@ -88,7 +124,7 @@ std::string line_chart(const std::string& title, const std::string& x_label, con
        << legend_x + 16 << "\" y=\"17\" class=\"tick\">" << escape_xml(s.name) << "</text>\n";
     if (s.points.empty()) continue;
     os << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"2\" points=\"";
-    for (auto [x, y] : s.points) os << px(x) << "," << py(y) << " ";
+    for (auto [x, y] : downsample(s.points, kMaxLinePoints)) os << px(x) << "," << py(y) << " ";
     os << "\"/>\n";
     if (s.points.size() <= 40)
       for (auto [x, y] : s.points)
@@ -129,10 +165,13 @@ std::string stacked_bars(const std::string& title, const std::vector<Bar>& bars,
        << "\" y=\"40\" class=\"tick\">" << escape_xml(n) << "</text>\n";
     lx += 30 + 7.0 * static_cast<double>(n.size());
   }
-  for (double v = 0; v <= axis_max + step * 1e-6; v += step)
+  for (int i = 0; i <= kMaxTicks; ++i) {
+    const double v = i * step;
+    if (!(v <= axis_max + step * 1e-6)) break;
     os << "<line x1=\"" << px(v * scale) << "\" x2=\"" << px(v * scale) << "\" y1=\"" << top - 4 << "\" y2=\""
        << height - 30 << "\" class=\"grid\"/><text x=\"" << px(v * scale) << "\" y=\"" << height - 16
        << "\" class=\"tick\" text-anchor=\"middle\">" << number(v) << "</text>\n";
+  }
   os << "<text x=\"" << left + pw << "\" y=\"" << height - 2 << "\" class=\"label\" text-anchor=\"end\">"
      << escape_xml(unit) << "</text>\n";
   for (size_t i = 0; i < bars.size(); ++i) {

@@ -6,23 +6,27 @@
 
 namespace loom::report {
 
-std::string expert_load_chart(const std::vector<nlohmann::json>& metrics, const std::vector<std::string>& colors) {
+std::string expert_load_chart(const Metrics& metrics, const std::vector<std::string>& colors) {
+  size_t most = 0;  // experts in the widest record
+  for (const MetricsRecord& r : metrics.records) most = std::max(most, r.moe_experts);
+  if (most == 0) return "";
+  // One expert's line at a time, downsampled at once: E full-length series of a long run
+  // would take E x 16 bytes per step.
   std::vector<Series> experts;
-  Series imbalance{"max / mean", colors.back(), {}};
-  for (const nlohmann::json& r : metrics) {
-    if (r.value("kind", "") != "train" || !r.contains("moe_load") || !r["moe_load"].is_array()) continue;
-    const std::vector<double> load = r["moe_load"].get<std::vector<double>>();
-    double total = 0;
-    for (double l : load) total += l;
-    if (total <= 0) continue;
-    const double step = r["step"].get<double>();
-    for (size_t e = experts.size(); e < load.size(); ++e)
-      experts.push_back({"expert " + std::to_string(e), colors[e % (colors.size() - 1)], {}});
-    for (size_t e = 0; e < load.size(); ++e) experts[e].points.emplace_back(step, 100.0 * load[e] / total);
-    imbalance.points.emplace_back(step, r.value("moe_load_imbalance", 0.0));
+  std::vector<std::pair<double, double>> points;
+  for (size_t e = 0; e < std::min(most, kMaxExpertLines); ++e) {
+    points.clear();
+    for (const MetricsRecord& r : metrics.records)
+      if (r.moe_experts > e) points.emplace_back(r.step, metrics.moe_share[r.moe_begin + e]);
+    experts.push_back({"expert " + std::to_string(e), colors[e % (colors.size() - 1)], downsample(points, kMaxLinePoints)});
   }
-  if (experts.empty()) return "";
-  return "<div class=\"row\">" + line_chart("load per expert", "step", "share of assignments (%)", experts) +
+  Series imbalance{"max / mean", colors.back(), {}};
+  for (const MetricsRecord& r : metrics.records)
+    if (r.moe_experts > 0) imbalance.points.emplace_back(r.step, r.moe_load_imbalance);
+  const std::string title = most > kMaxExpertLines ? "load per expert (the first " + std::to_string(kMaxExpertLines) +
+                                                         " of " + std::to_string(most) + ")"
+                                                   : std::string("load per expert");
+  return "<div class=\"row\">" + line_chart(title, "step", "share of assignments (%)", experts) +
          line_chart("load imbalance", "step", "max / mean", {imbalance}) + "</div>\n";
 }
 

@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "loom/report/metrics.hpp"
 
 namespace loom::report {
 
 // The chart's SVG, or "" when no record has moe_load (a dense model). colors: one per expert
-// (cycled), then the imbalance line's.
-std::string expert_load_chart(const std::vector<nlohmann::json>& metrics, const std::vector<std::string>& colors);
+// (cycled), then the imbalance line's. At most kMaxExpertLines experts are drawn.
+std::string expert_load_chart(const Metrics& metrics, const std::vector<std::string>& colors);
 
 }  // namespace loom::report

@@ -1,9 +1,11 @@
 #include "loom/report/run_report.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -13,7 +15,9 @@
 #include "loom/parallel/pipeline/timeline_svg.hpp"
 #include "loom/report/charts.hpp"
 #include "loom/report/expert_load.hpp"
+#include "loom/report/metrics.hpp"
 #include "loom/report/trace_summary.hpp"
+#include "loom/train/safetensors.hpp"
 
 namespace loom::report {
 
@@ -50,52 +54,6 @@ td, th { border-bottom: 1px solid #eee; padding: 3px 10px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 )";
 
-// A record as the sections read it: an object whose plotted fields have the types the
-// trainer writes, so a hand-edited or damaged line is named here rather than failing inside
-// a chart. A loss may be null: a non-finite loss (on_nan = "skip") is written as null.
-void check_metrics_record(const json& r, const fs::path& path, int line) {
-  const std::string where = path.string() + " line " + std::to_string(line);
-  check(r.is_object(), where, ": expected a JSON object, got ", r.dump());
-  auto typed = [&](const std::string& key, bool ok, const char* what) {
-    check(ok, where, ": field '", key, "' must be ", what, ", got ", r.at(key).dump());
-  };
-  if (r.contains("kind")) typed("kind", r["kind"].is_string(), "a string");
-  const std::string kind = r.value("kind", "");
-  if (kind == "train" || kind == "val") {
-    check(r.contains("step"), where, ": a ", kind, " record without a 'step'");
-    typed("step", r["step"].is_number(), "a number");
-  }
-  for (const auto& [key, value] : r.items()) {
-    if (key == "loss" || key.ends_with("_loss"))
-      typed(key, value.is_number() || value.is_null(), "a number (or null)");
-    else if (key == "tokens_per_s" || key == "mfu" || key == "comm_s" || key == "comm_exposed_s" ||
-             key == "moe_load_imbalance")
-      typed(key, value.is_number(), "a number");
-  }
-  if (r.contains("moe_load"))
-    typed("moe_load", r["moe_load"].is_array() && std::all_of(r["moe_load"].begin(), r["moe_load"].end(),
-                                                               [](const json& x) { return x.is_number(); }),
-          "an array of numbers");
-}
-
-std::vector<json> read_metrics(const fs::path& path) {
-  if (data::file_kind(path.string()) != "missing") data::check_input_file(path.string(), "metrics file");
-  std::ifstream in(path);
-  check(in.good(), "no metrics.jsonl in '", path.parent_path().string(), "' (is it a run directory, the out_dir of a loom train run?)");
-  std::vector<json> records;
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    if (line.empty()) continue;
-    try {
-      records.push_back(json::parse(line));
-    } catch (const json::exception& e) {
-      fail(path.string(), " line ", n, " is not JSON: ", e.what());
-    }
-    check_metrics_record(records.back(), path, n);
-  }
-  return records;
-}
-
 std::optional<json> read_json(const fs::path& path) {
   if (data::file_kind(path.string()) != "missing") data::check_input_file(path.string(), "run file");
   std::ifstream in(path);
@@ -103,7 +61,7 @@ std::optional<json> read_json(const fs::path& path) {
   try {
     return json::parse(in);
   } catch (const json::exception& e) {
-    fail(path.string(), " is not valid JSON: ", e.what());
+    fail(path.string(), " is not valid JSON: ", brief(e.what()));  // the parser quotes the token it read
   }
 }
 
@@ -119,29 +77,40 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-std::string loss_section(const std::vector<json>& metrics) {
-  Series train{"train loss", kPalette[0], {}}, val{"val loss", kPalette[1], {}};
-  for (const json& r : metrics) {
-    if (r.value("kind", "") == "train" && r.contains("loss") && r["loss"].is_number())
-      train.points.emplace_back(r["step"].get<double>(), r["loss"].get<double>());
-    if (r.value("kind", "") == "val" && r.contains("val_loss") && r["val_loss"].is_number())
-      val.points.emplace_back(r["step"].get<double>(), r["val_loss"].get<double>());
-  }
+// Series `name` through the records where y(r) is a number (not NaN), downsampled for
+// line_chart as it is made: a long run's series are held full-length one at a time.
+template <class Y>
+Series series(const std::string& name, const std::string& color, const Metrics& metrics, const Y& y) {
+  std::vector<std::pair<double, double>> points;
+  points.reserve(metrics.records.size());
+  for (const MetricsRecord& r : metrics.records)
+    if (const double v = y(r); !std::isnan(v)) points.emplace_back(r.step, v);
+  return {name, color, downsample(points, kMaxLinePoints)};
+}
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+using Kind = MetricsRecord::Kind;
+
+std::string loss_section(const Metrics& metrics) {
+  const Series train =
+      series("train loss", kPalette[0], metrics, [](const MetricsRecord& r) { return r.kind == Kind::Train ? r.loss : kNaN; });
+  const Series val =
+      series("val loss", kPalette[1], metrics, [](const MetricsRecord& r) { return r.kind == Kind::Val ? r.loss : kNaN; });
   if (train.points.empty() && val.points.empty())
     return section("loss", "Loss", "", missing("No loss records in metrics.jsonl."));
   std::string intro = "Cross-entropy in nats per token, as logged every log_every steps (train) and at each evaluation (val).";
-  if (!val.points.empty()) intro += " Final validation loss: <b>" + fixed(val.points.back().second, 4) + "</b>.";
+  if (!val.points.empty())  // the last point survives downsampling
+    intro += " Final validation loss: <b>" + fixed(val.points.back().second, 4) + "</b>.";
   return section("loss", "Loss", intro, line_chart("loss", "step", "nats / token", {train, val}));
 }
 
-std::string throughput_section(const std::vector<json>& metrics) {
-  Series tokens{"tokens/s", kPalette[4], {}}, mfu{"MFU", kPalette[6], {}};
-  for (const json& r : metrics)
-    if (r.value("kind", "") == "train" && r.contains("tokens_per_s")) {
-      tokens.points.emplace_back(r["step"].get<double>(), r["tokens_per_s"].get<double>());
-      mfu.points.emplace_back(r["step"].get<double>(), 100.0 * r.value("mfu", 0.0));
-    }
+std::string throughput_section(const Metrics& metrics) {
+  const Series tokens = series("tokens/s", kPalette[4], metrics,
+                               [](const MetricsRecord& r) { return r.kind == Kind::Train ? r.tokens_per_s : kNaN; });
   if (tokens.points.empty()) return section("throughput", "Throughput", "", missing("No throughput records in metrics.jsonl."));
+  const Series mfu = series("MFU", kPalette[6], metrics, [](const MetricsRecord& r) {
+    return r.kind == Kind::Train && !std::isnan(r.tokens_per_s) ? 100.0 * r.mfu : kNaN;
+  });
   return section("throughput", "Throughput",
                  "Tokens of the global batch per second of the logged step, and model FLOPs utilisation against the "
                  "measured matmul peak of all the job's processes.",
@@ -155,7 +124,8 @@ std::string memory_section(const std::optional<json>& memory) {
   std::ostringstream table;
   table << "<table><tr><th>rank</th><th>params</th><th>grads</th><th>optimizer</th><th>peak activations</th>"
            "<th>peak comm</th><th>peak total</th><th>formula (state + activations)</th></tr>\n";
-  auto mib = [](int64_t b) { return fixed(static_cast<double>(b) / (1 << 20), 2); };
+  // Doubles throughout: a damaged 1e300 read as an integer would overflow.
+  auto mib = [](double b) { return fixed(b / (1 << 20), 2); };
   for (const json& r : memory->at("ranks")) {
     const json &cur = r.at("current"), &peak = r.at("peak"), &f = r.at("formula");
     const std::string name = r.value("name", "rank " + std::to_string(r.at("rank").get<int>()));
@@ -165,12 +135,11 @@ std::string memory_section(const std::optional<json>& memory) {
                      {"other", peak.value("other", 0.0)}}});
     bars.push_back({"formula", {{"params", f.value("params", 0.0)}, {"grads", f.value("grads", 0.0)},
                                 {"optimizer", f.value("optimizer", 0.0)}, {"activations", f.value("activations", 0.0)}}});
-    table << "<tr><td>" << escape_xml(name) << "</td><td>" << mib(cur.value("params", 0)) << "</td><td>"
-          << mib(cur.value("grads", 0)) << "</td><td>" << mib(cur.value("optim", 0)) << "</td><td>"
-          << mib(peak.value("activations", 0)) << "</td><td>" << mib(peak.value("comm", 0)) << "</td><td>"
-          << mib(r.value("total_peak", 0)) << "</td><td>"
-          << mib(f.value("params", int64_t{0}) + f.value("grads", int64_t{0}) + f.value("optimizer", int64_t{0}) +
-                 f.value("activations", int64_t{0}))
+    table << "<tr><td>" << escape_xml(name) << "</td><td>" << mib(cur.value("params", 0.0)) << "</td><td>"
+          << mib(cur.value("grads", 0.0)) << "</td><td>" << mib(cur.value("optim", 0.0)) << "</td><td>"
+          << mib(peak.value("activations", 0.0)) << "</td><td>" << mib(peak.value("comm", 0.0)) << "</td><td>"
+          << mib(r.value("total_peak", 0.0)) << "</td><td>"
+          << mib(f.value("params", 0.0) + f.value("grads", 0.0) + f.value("optimizer", 0.0) + f.value("activations", 0.0))
           << "</td></tr>\n";
   }
   table << "</table>\n";
@@ -200,7 +169,7 @@ std::string pipeline_section(const std::optional<json>& trace) {
                      "</div>\n");
 }
 
-std::string comm_section(const std::optional<json>& trace, const std::vector<json>& metrics) {
+std::string comm_section(const std::optional<json>& trace, const Metrics& metrics) {
   if (!trace) return section("comm", "Communication and computation", "", missing("No trace.json: run with --trace to record one."));
   const std::vector<RankTime> ranks = rank_times(*trace);
   std::vector<Bar> bars;
@@ -216,8 +185,8 @@ std::string comm_section(const std::optional<json>& trace, const std::vector<jso
   }
   table << "</table>\n";
   double comm_s = 0, exposed_s = 0;
-  for (const json& r : metrics)
-    if (r.value("kind", "") == "train") comm_s += r.value("comm_s", 0.0), exposed_s += r.value("comm_exposed_s", 0.0);
+  for (const MetricsRecord& r : metrics.records)
+    if (r.kind == MetricsRecord::Kind::Train) comm_s += r.comm_s, exposed_s += r.comm_exposed_s;
   std::string intro = "From the trace's steps: time each rank computed (forward, backward, loss, optimizer, data; "
                       "waits excluded) and communicated (collectives on the communication threads, pipeline receives), "
                       "and the part of the communication that ran while the rank computed. A pipeline stage waiting "
@@ -232,7 +201,7 @@ std::string comm_section(const std::optional<json>& trace, const std::vector<jso
 }
 
 // A mixture of experts' routing; no section for a dense model.
-std::string experts_section(const std::vector<json>& metrics) {
+std::string experts_section(const Metrics& metrics) {
   const std::string chart = expert_load_chart(metrics, kPalette);
   if (chart.empty()) return "";
   return section("experts", "Mixture of experts",
@@ -247,7 +216,7 @@ std::string reading(const fs::path& file, const F& make) {
   try {
     return make();
   } catch (const json::exception& e) {
-    fail(file.string(), ": a field is missing or has the wrong type: ", e.what());
+    fail(file.string(), ": a field is missing or has the wrong type: ", brief(e.what()));
   } catch (const std::logic_error& e) {  // std::stoi of a malformed process name
     fail(file.string(), ": unexpected content: ", e.what());
   }
@@ -257,7 +226,7 @@ std::string reading(const fs::path& file, const F& make) {
 
 std::string run_report_html(const std::string& run_dir) {
   const fs::path dir(run_dir);
-  const std::vector<json> metrics = read_metrics(dir / "metrics.jsonl");
+  const Metrics metrics = read_metrics((dir / "metrics.jsonl").string());
   const std::optional<json> memory = read_json(dir / "memory.json"), trace = read_json(dir / "trace.json");
   const fs::path trace_file = dir / "trace.json";
   std::string layout;
@@ -282,9 +251,9 @@ std::string run_report_html(const std::string& run_dir) {
 std::string write_run_report(const std::string& run_dir) {
   const std::string html = run_report_html(run_dir);
   const std::string path = (fs::path(run_dir) / "report.html").string();
-  std::ofstream out(path);
-  out << html;
-  check(out.good(), "cannot write '", path, "'");
+  // A temporary file renamed over report.html once complete: a full disk leaves the last
+  // report as it was, and the message says why (strerror).
+  train::write_file_atomically(path, html);
   return path;
 }
 

@@ -25,6 +25,9 @@ def cases(fx):
         return d
 
     good = '{"kind": "train", "step": 1, "loss": 4.1, "tokens_per_s": 100.0, "mfu": 0.1}'
+    deep = "[" * 100000 + "]" * 100000
+    html_dir = run_dir("html-dir", [good])
+    os.makedirs(html_dir + "/report.html")
     one_layout = [*plan, "--model", "gpt2-small", "--dp", "8"]
 
     def bench_train(**given):  # the tiny model, with the given flags in place of its own
@@ -144,4 +147,31 @@ def cases(fx):
              r"--ranks 1000000 is more ranks than .*graph12 has nodes \(12\)"),
         Case("bench graph-balance: --layers 1000000000", ["bench", "graph-balance", "--data", graph, "--layers", "1000000000"],
              r"--layers must be <= 64 .*got 1000000000"),
+        # Values nested 100,000 deep: the message describes them (dumping one recursed off the stack).
+        Case("report: metrics.jsonl a line of 100000 nested arrays (crashed)", ["report", run_dir("m-deep", [deep])],
+             r"metrics.jsonl line 1: expected a JSON object, got an array$"),
+        Case("report: metrics.jsonl loss 100000 nested arrays (crashed)",
+             ["report", run_dir("m-deep-loss", [good, '{"kind":"train","step":2,"loss":' + deep + '}'])],
+             r"metrics.jsonl line 2: field 'loss' must be a number \(or null\), got an array$"),
+        Case("report: metrics.jsonl loss 5000 nested arrays", ["report", run_dir("m-deep-5000", ['{"kind":"train","step":1,"loss":' + "[" * 5000 + "]" * 5000 + '}'])],
+             r"metrics.jsonl line 1: field 'loss' must be a number \(or null\), got an array$"),
+        Case("report: metrics.jsonl moe_load holding 100000 nested arrays",
+             ["report", run_dir("m-deep-moe", ['{"kind":"train","step":1,"moe_load":[1,' + deep + ']}'])],
+             r"metrics.jsonl line 1: field 'moe_load' must be an array of numbers, got an array$"),
+        Case("report: metrics.jsonl step an object 100000 deep",
+             ["report", run_dir("m-deep-step", ['{"kind":"val","step":{"a":' + deep + '}}'])],
+             r"metrics.jsonl line 1: field 'step' must be a number, got an object$"),
+        Case("report: metrics.jsonl loss a 1 MB string", ["report", run_dir("m-long", ['{"kind":"train","step":1,"loss":"' + "x" * 1000000 + '"}'])],
+             r"field 'loss' must be a number \(or null\), got \"x{40}\.\.\.\" \(a string of 1000000 bytes\)$"),
+        Case("report: memory.json 100000 nested arrays", ["report", run_dir("mem-deep", [good], memory=deep)],
+             r"memory.json: a field is missing or has the wrong type"),
+        Case("report: trace.json otherData 100000 nested arrays",
+             ["report", run_dir("trace-deep", [good], trace='{"otherData":' + deep + ',"traceEvents":[]}')],
+             r"trace.json: a field is missing or has the wrong type"),
+        Case("report: metrics.jsonl a start record without a step", ["report", run_dir("m-start", [good, '{"kind":"start"}'])],
+             r"metrics.jsonl line 2: a start record without a 'step'"),
+        Case("report: metrics.jsonl a start record's step a string", ["report", run_dir("m-start-type", [good, '{"kind":"start","step":"10"}'])],
+             r"metrics.jsonl line 2: field 'step' must be a number, got \"10\""),
+        Case("report: report.html a directory (no reason given)", ["report", html_dir],
+             r"cannot rename '.*report.html.tmp.*' to '.*report.html': Is a directory"),
     ]
