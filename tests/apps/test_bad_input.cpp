@@ -135,7 +135,7 @@ TEST(CliBadInput, AFullDiskUnderTheMetricsIsAnError) {
   const fs::path dir2 = loom::testing::fresh_temp_dir("loom_bad_input_full_memory");
   fs::create_symlink("/dev/full", dir2 / "memory.json");
   expect_error("train " + kTiny + " --steps 2 --eval-batches 1 --out-dir " + dir2.string(),
-               "cannot write per-rank memory file '" + (dir2 / "memory.json").string() + "': No space left on device");
+               "cannot write '" + (dir2 / "memory.json").string() + "': No space left on device");
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ TEST(Metrics, AFullDiskFailsTheMemoryFileNamingTheFile) {
   auto world = loom::comm::ProcessGroup::single_process();
   const nlohmann::json record = loom::train::memory_record(0, "rank 0", {}, 0);
   EXPECT_EQ(error_of([&] { loom::train::write_memory_file("/dev/full", *world, record); }),
-            "cannot write per-rank memory file '/dev/full': No space left on device");
+            "cannot write '/dev/full': No space left on device");
   const std::filesystem::path dir = loom::testing::fresh_temp_dir("loom_memory_file");
   loom::train::write_memory_file((dir / "memory.json").string(), *world, record);
   EXPECT_NE(loom::testing::read_file(dir / "memory.json").find("\"ranks\""), std::string::npos);

@@ -7,7 +7,7 @@
 #include "loom/comm/byte_transport.hpp"
 #include "loom/error.hpp"
 #include "loom/tensor/memory_tracker.hpp"
-#include "loom/train/replacing_file.hpp"
+#include "loom/train/safetensors.hpp"
 #include "loom/train/sharded_checkpoint.hpp"
 
 namespace loom::train {
@@ -36,9 +36,7 @@ void write_memory_file(const std::string& path, comm::ProcessGroup& world, const
     if (world.rank() != 0) return;
     nlohmann::json file{{"ranks", nlohmann::json::array()}};
     for (const std::string& text : all) file["ranks"].push_back(nlohmann::json::parse(text));
-    ReplacingFile out(path, "per-rank memory file");
-    out.out() << file.dump(1) << "\n";
-    out.commit();
+    write_file_atomically(path, file.dump(1) + "\n");  // a kill leaves the previous file, not a cut one
   });
 }
 

@@ -62,6 +62,19 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  // A target that is no regular file (a device such as /dev/full, a FIFO, a link to one) has
+  // nothing to replace: it is written as it is.
+  std::error_code ec;
+  const fs::file_status status = fs::status(target, ec);
+  if (fs::exists(status) && !fs::is_regular_file(status)) {
+    std::ofstream out(path, std::ios::binary);
+    check(out.good(), "cannot open '", path, "': ", std::strerror(errno));
+    errno = 0;
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    check(!out.fail(), "cannot write '", path, "': ", errno != 0 ? std::strerror(errno) : "write failed");
+    return;
+  }
   const std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
   {
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

@@ -59,7 +59,9 @@ uint32_t crc32_of(uint32_t crc, const void* data, int64_t n);
 // fsyncs a directory, so a rename inside it (a published checkpoint) survives a crash.
 void sync_directory(const std::string& path);
 
-// Writes bytes to path atomically (temp file in the same directory, fsync, rename, fsync dir).
+// Writes bytes to path atomically (temp file in the same directory, fsync, rename, fsync dir):
+// a kill or a full disk leaves the previous file, never a cut one. A path that exists and is no
+// regular file (/dev/full, a FIFO) is written directly.
 void write_file_atomically(const std::string& path, const std::string& bytes);
 
 }  // namespace loom::train

@@ -3,11 +3,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "loom/comm/byte_transport.hpp"
 #include "loom/comm/mesh_layout.hpp"
 #include "loom/error.hpp"
-#include "loom/train/replacing_file.hpp"
+#include "loom/train/safetensors.hpp"
 
 namespace loom::train {
 
@@ -90,13 +91,12 @@ void TraceWindow::write() {
   const std::string mine = chrome_events(events, trace::row_names(), world_.rank(), process_name_);
   const std::vector<std::string> all = comm::gather_bytes(world_, mine);
   if (world_.rank() != 0) return;
-  ReplacingFile file(path_, "trace");
-  std::ofstream& out = file.out();
+  std::ostringstream out;
   out << "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"layout\": \"" << layout_ << "\", \"trace_steps\": \""
       << steps_.first << ":" << steps_.last << "\"},\n\"traceEvents\": [\n";
   for (size_t q = 0; q < all.size(); ++q) out << (q > 0 ? ",\n" : "") << all[q];
   out << "\n]}\n";
-  file.commit();
+  write_file_atomically(path_, out.str());  // a kill leaves no cut trace that readers refuse
   std::printf("wrote %s (steps %lld-%lld, %zu ranks; open it in https://ui.perfetto.dev or chrome://tracing)\n",
               path_.c_str(), static_cast<long long>(steps_.first), static_cast<long long>(steps_.last), all.size());
 }
