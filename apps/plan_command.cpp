@@ -18,6 +18,7 @@
 #include "local_cluster.hpp"
 #include "loom/error.hpp"
 #include "loom/data/graph.hpp"
+#include "loom/data/output_file.hpp"
 #include "loom/kernels/sparse.hpp"
 #include "loom/plan/gcn_cost.hpp"
 #include "loom/plan/layout_cost.hpp"
@@ -25,7 +26,6 @@
 #include "loom/plan/spec_files.hpp"
 #include "loom/plan/tensor_parallel_3d_layout.hpp"
 #include "loom/train/config.hpp"
-#include "loom/train/safetensors.hpp"
 
 namespace loom::apps {
 
@@ -308,7 +308,7 @@ Runner add_plan_command(CLI::App& sub) {
     // A preset or file's peak is its training precision's; the precision sets the memory prices.
     if (!a->precision.empty()) cluster.precision = plan::parse_plan_precision(a->precision);
     apply_link_flags(*a, cluster);
-    if (!a->save_cluster.empty()) train::write_file_atomically(a->save_cluster, plan::cluster_to_toml(cluster));
+    if (!a->save_cluster.empty()) data::write_file_atomically(a->save_cluster, plan::cluster_to_toml(cluster));
     if (a->crossover) {
       check(space.tensor_parallel_3d && a->dp == 0, "--crossover compares searches: give --tp-3d on and no --dp");
       print_crossover(model, cluster, *a, space);

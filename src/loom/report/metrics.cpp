@@ -17,7 +17,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // A record as the sections read it: an object whose plotted fields have the types the
 // trainer writes, so a hand-edited or damaged line is named here rather than failing inside

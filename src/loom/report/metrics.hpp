@@ -4,12 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace loom::report {
+
+// A field a record does not have (a val record's tokens/s): charts skip it.
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 struct MetricsRecord {
   enum class Kind : uint8_t { Train, Val };

@@ -11,13 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/data/input_file.hpp"
+#include "loom/data/output_file.hpp"
 #include "loom/error.hpp"
 #include "loom/parallel/pipeline/timeline_svg.hpp"
 #include "loom/report/charts.hpp"
 #include "loom/report/expert_load.hpp"
 #include "loom/report/metrics.hpp"
 #include "loom/report/trace_summary.hpp"
-#include "loom/train/safetensors.hpp"
 
 namespace loom::report {
 
@@ -88,7 +88,6 @@ Series series(const std::string& name, const std::string& color, const Metrics& 
   return {name, color, downsample(points, kMaxLinePoints)};
 }
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 using Kind = MetricsRecord::Kind;
 
 std::string loss_section(const Metrics& metrics) {
@@ -253,7 +252,7 @@ std::string write_run_report(const std::string& run_dir) {
   const std::string path = (fs::path(run_dir) / "report.html").string();
   // A temporary file renamed over report.html once complete: a full disk leaves the last
   // report as it was, and the message says why (strerror).
-  train::write_file_atomically(path, html);
+  data::write_file_atomically(path, html);
   return path;
 }
 

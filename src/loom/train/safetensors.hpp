@@ -9,6 +9,7 @@
 #include <vector>
 #include <string>
 
+#include "loom/data/output_file.hpp"
 #include "loom/tensor/tensor.hpp"
 
 namespace loom::train {
@@ -56,12 +57,8 @@ class TensorFileReader {
 // CRC-32 (zlib) of n bytes, continuing crc (start from 0).
 uint32_t crc32_of(uint32_t crc, const void* data, int64_t n);
 
-// fsyncs a directory, so a rename inside it (a published checkpoint) survives a crash.
-void sync_directory(const std::string& path);
-
-// Writes bytes to path atomically (temp file in the same directory, fsync, rename, fsync dir):
-// a kill or a full disk leaves the previous file, never a cut one. A path that exists and is no
-// regular file (/dev/full, a FIFO) is written directly.
-void write_file_atomically(const std::string& path, const std::string& bytes);
+// The atomic writers, for the checkpoint writers that use them with this header.
+using data::sync_directory;
+using data::write_file_atomically;
 
 }  // namespace loom::train

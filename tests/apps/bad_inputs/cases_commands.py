@@ -173,5 +173,5 @@ def cases(fx):
         Case("report: metrics.jsonl a start record's step a string", ["report", run_dir("m-start-type", [good, '{"kind":"start","step":"10"}'])],
              r"metrics.jsonl line 2: field 'step' must be a number, got \"10\""),
         Case("report: report.html a directory (no reason given)", ["report", html_dir],
-             r"cannot rename '.*report.html.tmp.*' to '.*report.html': Is a directory"),
+             r"cannot open '.*report.html': Is a directory"),
     ]

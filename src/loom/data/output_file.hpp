@@ -1,0 +1,18 @@
+// Files written whole or not at all: a temporary file beside the target, fsynced, renamed over
+// it, the directory fsynced. A kill or a full disk leaves the previous file (or none), never a
+// cut one; a checkpoint's rename survives a crash.
+#pragma once
+
+#include <string>
+
+namespace loom::data {
+
+// fsyncs a directory, so a rename inside it (a published checkpoint) survives a crash.
+void sync_directory(const std::string& path);
+
+// Writes bytes to path atomically (temp file in the same directory, fsync, rename, fsync dir).
+// A path that exists and is no regular file (/dev/full, a FIFO) is written directly: there is
+// nothing to replace.
+void write_file_atomically(const std::string& path, const std::string& bytes);
+
+}  // namespace loom::data
