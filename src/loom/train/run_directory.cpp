@@ -181,13 +181,24 @@ RunLock::~RunLock() {
   if (created_dir_ && fs::is_empty(dir_, ec)) fs::remove(dir_, ec);
 }
 
+namespace {
+// Whether metrics.jsonl holds a record besides the {"kind":"start",...} ones each run begins with.
+bool logs_a_step(const std::string& path) {
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line.rfind("{\"kind\":\"start\"", 0) != 0) return true;
+  return false;
+}
+}  // namespace
+
 std::vector<std::string> previous_run_files(const std::string& dir) {
   std::vector<std::string> out;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string n = entry.path().filename().string();
-    // An empty metrics.jsonl is a trainer that never logged a step (tests build such ones).
-    const bool logged = n == "metrics.jsonl" && entry.is_regular_file(ec) && entry.file_size(ec) > 0;
+    // A metrics.jsonl without a step's record is a trainer that never logged one (killed before
+    // its first step, or one a test built): nothing of a run to keep.
+    const bool logged = n == "metrics.jsonl" && entry.is_regular_file(ec) && logs_a_step(entry.path().string());
     if (checkpoint_step(n) >= 0 || n == "latest" || logged) out.push_back(n);
   }
   std::sort(out.begin(), out.end());

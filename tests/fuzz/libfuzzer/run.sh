@@ -25,7 +25,7 @@ printf 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { retu
 # the models), so the
 # targets build in about a minute; --gc-sections drops what they never call.
 sources=(src/loom/train/config.cpp src/loom/data/toml_text.cpp src/loom/nn/gpt_config.cpp src/loom/data/tokenizer.cpp
-         src/loom/comm/algorithm_names.cpp src/loom/train/safetensors.cpp src/loom/train/checkpoint_manifest.cpp
+         src/loom/comm/algorithm_names.cpp src/loom/train/safetensors.cpp src/loom/data/output_file.cpp src/loom/train/checkpoint_manifest.cpp
          src/loom/tensor/tensor.cpp src/loom/tensor/memory_tracker.cpp src/loom/tensor/allocator.cpp
          src/loom/nn/shard_spec.cpp src/loom/train/reshard.cpp src/loom/data/input_file.cpp src/loom/kernels/threads.cpp src/loom/train/trace_steps.cpp
          src/loom/data/graph.cpp src/loom/data/binary_graph.cpp src/loom/data/linqs_graph.cpp src/loom/data/text_graph.cpp src/loom/data/text_lines.cpp
