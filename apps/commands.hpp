@@ -64,7 +64,9 @@ std::shared_ptr<ConfigFlags> add_config_flags(CLI::App& sub, const train::TrainC
 
 // Started by mpirun/srun (their environment variables are set).
 bool launched_by_mpi();
-// Runs body on the MPI world; a loom::Error on any rank aborts the whole job with its message.
+// Runs body on the MPI world, whose waits are watched with startup_timeout_s (the run's
+// comm_timeout) from its first collective; a loom::Error on any rank aborts the whole job
+// with its message.
 int run_on_world(const std::function<void(comm::ProcessGroup&)>& body, double startup_timeout_s);
 
 // What main (and run_on_world, per rank) prints for an exception and the exit status: 1 for

@@ -198,6 +198,9 @@ int run_on_world(const std::function<void(comm::ProcessGroup&)>& body, double st
   auto watch = std::make_unique<comm::StartupWatch>(init_timeout_s, "MPI_Init and the world's communicators");
   comm::MpiRuntime mpi(nullptr, nullptr);
   watch.reset();
+  // The run's first collectives (the ranks' configuration check, the run lock) are watched
+  // with comm_timeout too, not with the library's default.
+  mpi.world().set_timeout(startup_timeout_s);
   try {
     body(mpi.world());
   } catch (const std::exception& e) {

@@ -75,6 +75,29 @@ TEST(Watchdog, NamesTheStoppedRankNotABystander) {
   FAIL() << "the watchdog did not fire";
 }
 
+// Rank 1 starts an all-reduce too large for MPI's eager path and stops inside it; rank 0 then
+// starts it as well and waits. Every member has started the collective, so no rank is late:
+// the report must still name rank 1, whose heartbeat stopped, not say that no rank holds it up.
+TEST(Watchdog, NamesARankThatStoppedInsideACollective) {
+  if (!watchdog_case("stop-inside")) GTEST_SKIP() << "run by the mpi.watchdog_stopped_inside CTest case";
+  ProcessGroup& g = world();
+  ASSERT_EQ(g.size(), 2);
+  g.set_timeout(2.0);
+  g.barrier();
+  std::vector<float> x(1 << 16, 1.0f);  // 256 KiB: the transport waits for the peer to take it
+  if (g.rank() == 1) {
+    Work started = g.all_reduce_async(x.data(), static_cast<int64_t>(x.size()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    std::raise(SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::seconds(60));  // continued only as the job ends
+    return;
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  g.all_reduce(x.data(), static_cast<int64_t>(x.size()));
+  g.all_reduce(x.data(), static_cast<int64_t>(x.size()));  // if the first got through, this one cannot
+  FAIL() << "the watchdog did not fire";
+}
+
 TEST(Watchdog, SplitGroupsInheritTheTimeout) {
   ProcessGroup& g = world();
   const double before = g.timeout();

@@ -1,6 +1,7 @@
 #include "loom/comm/watchdog.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -8,9 +9,11 @@
 #include <future>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "loom/comm/mpi_collectives.hpp"
 #include "loom/comm/mpi_util.hpp"
+#include "loom/comm/startup_watch.hpp"
 #include "loom/error.hpp"
 
 namespace loom::comm {
@@ -19,6 +22,7 @@ namespace {
 
 // The head of each rank's table: its heartbeat and what it has been waiting for.
 struct WaitRecord {
+  int64_t version;    // odd while the owner writes its table (Watchdog::begin_table_update)
   int64_t heartbeat;
   int64_t sequence;  // a collective's number in its group; 0: a transfer
   int32_t waiting;   // 1 while a wait longer than kPublishAfterSeconds lasts
@@ -108,9 +112,13 @@ Watchdog::Watchdog(MPI_Comm world) {
     local_table_.assign(kTableBytes, 0);
     table_ = local_table_.data();
   } else {
-    lock_own_table();
+    int* model = nullptr;
+    int found = 0;
+    MPI_Win_get_attr(window_, MPI_WIN_MODEL, &model, &found);
+    unified_ = found != 0 && *model == MPI_WIN_UNIFIED;
+    MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, window_);
     std::memset(table_, 0, kTableBytes);
-    unlock_own_table();
+    MPI_Win_unlock(rank_, window_);
     heartbeat_ = std::thread([this] { beat(); });
   }
   MPI_Barrier(world);  // every table is initialised before anyone may read it
@@ -134,18 +142,23 @@ void Watchdog::beat() {
   std::unique_lock<std::mutex> lock(beat_mutex_);
   while (!beat_cv_.wait_for(lock, std::chrono::duration<double>(kHeartbeatSeconds), [this] { return stopping_; })) {
     std::lock_guard<std::mutex> guard(table_mutex_);
-    lock_own_table();
+    begin_table_update();
     reinterpret_cast<WaitRecord*>(table_)->heartbeat += 1;
-    unlock_own_table();
+    end_table_update();
   }
 }
 
-void Watchdog::lock_own_table() {
-  if (window_ != MPI_WIN_NULL) MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, window_);
+void Watchdog::begin_table_update() {
+  if (window_ != MPI_WIN_NULL && !unified_) MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, window_);
+  std::atomic_ref<int64_t> version(reinterpret_cast<WaitRecord*>(table_)->version);
+  version.store(version.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
 }
 
-void Watchdog::unlock_own_table() {
-  if (window_ != MPI_WIN_NULL) MPI_Win_unlock(rank_, window_);
+void Watchdog::end_table_update() {
+  std::atomic_ref<int64_t> version(reinterpret_cast<WaitRecord*>(table_)->version);
+  version.store(version.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  if (window_ != MPI_WIN_NULL && !unified_) MPI_Win_unlock(rank_, window_);
 }
 
 Watchdog* Watchdog::instance() { return g_instance; }
@@ -156,49 +169,50 @@ int Watchdog::register_group(const std::string& key) {
   check(free_slot != slot_used_.end(), "more than ", kSlots, " live process groups on one rank");
   *free_slot = true;
   const int slot = static_cast<int>(free_slot - slot_used_.begin());
-  lock_own_table();
+  begin_table_update();
   char* entry = table_ + kHeadBytes + slot * kEntryBytes;
   copy_text(entry, key, kKeyBytes);
   std::memset(entry + kKeyBytes, 0, 8);
   copy_text(entry + kKeyBytes + 8, "(none yet)", kNameBytes);
-  unlock_own_table();
+  end_table_update();
   return slot;
 }
 
 void Watchdog::release_group(int slot) {
   std::lock_guard<std::mutex> guard(table_mutex_);
-  lock_own_table();
+  begin_table_update();
   std::memset(table_ + kHeadBytes + slot * kEntryBytes, 0, kEntryBytes);
-  unlock_own_table();
+  end_table_update();
   slot_used_[slot] = false;
 }
 
 void Watchdog::entered(int slot, int64_t sequence, const std::string& operation) {
   std::lock_guard<std::mutex> guard(table_mutex_);
-  lock_own_table();
+  begin_table_update();
+  stop_for_a_test("watchdog-table");
   char* entry = table_ + kHeadBytes + slot * kEntryBytes;
   std::memcpy(entry + kKeyBytes, &sequence, 8);
   copy_text(entry + kKeyBytes + 8, operation, kNameBytes);
-  unlock_own_table();
+  end_table_update();
 }
 
 void Watchdog::waiting(const WaitSite& site, const std::string& description) {
   std::lock_guard<std::mutex> guard(table_mutex_);
-  lock_own_table();
+  begin_table_update();
   auto* record = reinterpret_cast<WaitRecord*>(table_);
   record->sequence = site.sequence;
   record->peer = site.peer;
   copy_text(record->key, site.key, kKeyBytes);
   copy_text(record->what, description, sizeof record->what);
   record->waiting = 1;
-  unlock_own_table();
+  end_table_update();
 }
 
 void Watchdog::done_waiting() {
   std::lock_guard<std::mutex> guard(table_mutex_);
-  lock_own_table();
+  begin_table_update();
   reinterpret_cast<WaitRecord*>(table_)->waiting = 0;
-  unlock_own_table();
+  end_table_update();
 }
 
 std::vector<char> Watchdog::read_tables() {
@@ -208,16 +222,14 @@ std::vector<char> Watchdog::read_tables() {
     std::vector<char> all(static_cast<size_t>(size_) * kTableBytes);
     for (int q = 0; q < size_; ++q) {
       char* to = all.data() + static_cast<size_t>(q) * kTableBytes;
-      if (q == rank_) {  // under the one lock this process may hold on its own table
+      if (q == rank_) {  // its own writers held off, as for a write (one MPI lock at a time)
         std::lock_guard<std::mutex> guard(table_mutex_);
-        lock_own_table();
+        begin_table_update();
         std::memcpy(to, table_, kTableBytes);
-        unlock_own_table();
+        end_table_update();
         continue;
       }
-      MPI_Win_lock(MPI_LOCK_SHARED, q, 0, window_);
-      MPI_Get(to, kTableBytes, MPI_CHAR, q, 0, kTableBytes, MPI_CHAR, window_);
-      MPI_Win_unlock(q, window_);
+      read_table(q, to);
     }
     return all;
   });
@@ -225,6 +237,24 @@ std::vector<char> Watchdog::read_tables() {
   std::thread([tables] { (*tables)(); }).detach();
   if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) return {};
   return result.get();
+}
+
+void Watchdog::read_table(int q, char* to) {
+  // A write lasts microseconds: 100 readings 1 ms apart that all overlap one mean the owner
+  // stopped in it, and its table is taken as it is (its heartbeat shows it stopped).
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    MPI_Win_lock(MPI_LOCK_SHARED, q, 0, window_);
+    MPI_Get(to, kTableBytes, MPI_CHAR, q, 0, kTableBytes, MPI_CHAR, window_);
+    MPI_Win_unlock(q, window_);
+    int64_t after = 0;  // a second epoch: gets within one may complete in any order
+    MPI_Win_lock(MPI_LOCK_SHARED, q, 0, window_);
+    MPI_Get(&after, 1, MPI_INT64_T, q, 0, 1, MPI_INT64_T, window_);
+    MPI_Win_unlock(q, window_);
+    int64_t before = 0;
+    std::memcpy(&before, to, sizeof before);
+    if (before % 2 == 0 && before == after) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 void Watchdog::report_stuck(const WaitSite& site, const std::string& description, double timeout_s) {
@@ -265,6 +295,11 @@ void Watchdog::report_stuck(const WaitSite& site, const std::string& description
                << (it != now[q].groups.end() ? it->second.second : "(no collective started on this group)");
     }
     os << " Ranks that did not arrive at #" << site.sequence << ": [" << rank_list(first) << "]" << progress.str();
+    // Every member started it, yet it does not end: a member that stopped inside it (a frozen
+    // process the others wait on) holds it up.
+    if (first.empty())
+      for (const int q : site.members)
+        if (stopped(q)) first.push_back(q);
   }
 
   // Who waits for whom, from the ranks this one waits for: the ranks that hold the job up are

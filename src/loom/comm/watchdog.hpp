@@ -82,16 +82,24 @@ class Watchdog {
   }
 
  private:
-  // One lock of the own table at a time: each group's communication thread records its
-  // collectives here, and MPI forbids a process two concurrent locks on the same target.
-  void lock_own_table();  // the window's lock; nothing when the table is local
-  void unlock_own_table();
+  // Writes to the own table, one at a time (table_mutex_: each group's communication thread
+  // records its collectives here). Where the window's memory is the process's own (MPI's
+  // unified model) a write takes no MPI lock: it marks the table's version odd while it
+  // writes, and a reader retries a reading that saw an odd or changed version. So a rank
+  // stopped in the middle of a write cannot keep the others from reading its table, as it
+  // would holding the window's exclusive lock (which the separate model still needs).
+  void begin_table_update();
+  void end_table_update();
   void beat();  // the heartbeat thread's loop
   // Every rank's table, read through the window (empty when a rank's window did not answer
   // within 10 s).
   std::vector<char> read_tables();
+  // Rank q's table as one consistent version (after a few tries, as it is: q stopped
+  // while writing it).
+  void read_table(int q, char* to);
   std::mutex table_mutex_;
   MPI_Win window_ = MPI_WIN_NULL;  // MPI_WIN_NULL: no one-sided support, table_ is local_table_
+  bool unified_ = false;           // the window's memory model is MPI_WIN_UNIFIED
   std::vector<char> local_table_;
   char* table_ = nullptr;  // the wait record, then kSlots entries: key, int64 sequence, operation name
   int rank_ = 0, size_ = 1;
