@@ -59,6 +59,8 @@ double gemm_rate(int64_t M, int64_t N, int64_t K, kernels::Precision precision) 
 }
 
 int run_gemm(const BenchArgs& a) {
+  // Checked before the first row is printed; 0 is all cores, as for `loom train --threads`.
+  for (int t : a.threads) kernels::check_thread_count(t);
   struct Shape {
     const char* name;
     int64_t M, N, K;
@@ -82,7 +84,8 @@ int run_gemm(const BenchArgs& a) {
     for (const Shape& s : shapes) {
       const double fp32 = gemm_rate(s.M, s.N, s.K, kernels::Precision::F32);
       const double bf16 = gemm_rate(s.M, s.N, s.K, kernels::Precision::BF16);
-      std::printf("%-32s %8d %12.1f %12.1f %8.2f\n", s.name, t, fp32, bf16, bf16 / fp32);
+      std::printf("%-32s %8d %12.1f %12.1f %8.2f\n", s.name, kernels::num_threads(), fp32, bf16, bf16 / fp32);
+      std::fflush(stdout);  // a row as soon as it is measured, through a pipe too
     }
   }
   return 0;
@@ -150,7 +153,7 @@ Runner add_bench_command(CLI::App& sub) {
   auto args = std::make_shared<BenchArgs>();
   sub.require_subcommand(1);
   CLI::App* gemm = sub.add_subcommand("gemm", "fp32 and bf16 GEMM GFLOP/s on transformer shapes (example: loom bench gemm --threads 1,2)");
-  gemm->add_option("--threads", args->threads, "thread counts to measure")->delimiter(',');
+  gemm->add_option("--threads", args->threads, "thread counts to measure; 0 = all cores")->delimiter(',');
   gemm->allow_extras();
   CLI::App* tr = sub.add_subcommand("train", "median training-step time on random tokens, as JSON "
                                              "(example: loom bench train --n-layer 6 --n-embd 384 --n-head 6)");

@@ -24,6 +24,7 @@
 #include "loom/kernels/precision.hpp"
 #include "loom/kernels/threads.hpp"
 #include "loom/nn/cached_forward.hpp"
+#include "loom/train/memory_budget.hpp"
 #include "loom/train/sampler.hpp"
 #include "timing.hpp"
 
@@ -105,8 +106,6 @@ int run(const GenerateBenchArgs& a) {
   std::mt19937 rng(7);
   for (const std::string& name : a.models) {
     nn::GPTConfig cfg = shape_of(name);
-    check(a.prompt_tokens >= 1 && a.prompt_tokens + a.new_tokens < cfg.block_size,
-          "--prompt-tokens + --new-tokens must be below ", name, "'s context of ", cfg.block_size, " (one untimed decode step comes first)");
     MemoryScope scope(MemoryCategory::Activations);
     nn::GPT model(cfg, 1);
     std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(cfg.vocab_size - 1));
@@ -208,6 +207,40 @@ int run(const GenerateBenchArgs& a) {
   return 0;
 }
 
+// Every option checked before anything is measured (the copy bandwidth alone reads 512 MiB
+// for seconds): a value no row could use is an error, never a row left out or a rate of 0.
+void validate(const GenerateBenchArgs& a) {
+  kernels::check_thread_count(a.threads);
+  for (const std::string& p : a.precisions) kernels::parse_precision(p);
+  for (int64_t b : a.batches) check(b >= 1, "--batches must be >= 1, got ", b);
+  check(a.prompt_tokens >= 1, "--prompt-tokens must be >= 1, got ", a.prompt_tokens);
+  check(a.new_tokens >= 1, "--new-tokens must be >= 1, got ", a.new_tokens);
+  const int64_t max_batch = *std::max_element(a.batches.begin(), a.batches.end());
+  const bool bf16 = std::count(a.precisions.begin(), a.precisions.end(), "bf16") > 0;
+  for (const std::string& name : a.models) {
+    const nn::GPTConfig cfg = shape_of(name);
+    check(a.prompt_tokens < cfg.block_size && a.new_tokens < cfg.block_size - a.prompt_tokens,
+          "--prompt-tokens (", a.prompt_tokens, ") + --new-tokens (", a.new_tokens, ") must be below ", name,
+          "'s context of ", cfg.block_size, " (one untimed decode step comes first)");
+    train::check_fits_in_memory(train::inference_memory(cfg, max_batch, bf16), 1,
+                                "bench generate's " + name + " at --batches " + std::to_string(max_batch));
+  }
+  if (a.uncached_models.empty()) return;
+  for (const std::string& name : a.uncached_models) {
+    check(std::count(a.models.begin(), a.models.end(), name) > 0, "--vs-uncached '", name,
+          "' is not one of --models (the comparison is part of that model's batch-1 row)");
+    const nn::GPTConfig cfg = shape_of(name);
+    check(a.uncached_prompt_tokens >= 1 && a.uncached_prompt_tokens <= cfg.block_size,
+          "--uncached-prompt-tokens must be between 1 and ", name, "'s context of ", cfg.block_size, ", got ",
+          a.uncached_prompt_tokens);
+  }
+  check(std::count(a.batches.begin(), a.batches.end(), 1) > 0,
+        "--vs-uncached times the batch-1 row, but --batches does not hold 1");
+  // 0 tokens would time nothing and print a rate of 0.
+  check(a.uncached_tokens >= 1 && a.uncached_tokens <= train::kMaxSampleTokens,
+        "--uncached-tokens must be between 1 and ", train::kMaxSampleTokens, ", got ", a.uncached_tokens);
+}
+
 }  // namespace
 
 void add_generate_bench(CLI::App& bench, Runner& runner) {
@@ -224,15 +257,17 @@ void add_generate_bench(CLI::App& bench, Runner& runner) {
   sub->add_option("--vs-uncached", args->uncached_models,
                   "models (e.g. gpt-mini) whose batch-1 row also times `loom sample` cached and uncached")
       ->delimiter(',');
-  sub->add_option("--uncached-tokens", args->uncached_tokens, "tokens both samplers generate for --vs-uncached");
-  sub->add_option("--uncached-prompt-tokens", args->uncached_prompt_tokens, "their prompt's length in tokens");
+  const CLI::Option* uncached_tokens =
+      sub->add_option("--uncached-tokens", args->uncached_tokens, "tokens both samplers generate for --vs-uncached");
+  const CLI::Option* uncached_prompt =
+      sub->add_option("--uncached-prompt-tokens", args->uncached_prompt_tokens, "their prompt's length in tokens");
   sub->add_option("--precisions", args->precisions, "fp32, bf16: a row per precision")->delimiter(',');
-  runner = [args, sub]() {
+  runner = [args, sub, uncached_tokens, uncached_prompt]() {
     reject_unknown_flags(*sub);
-    for (int64_t b : args->batches) check(b >= 1, "--batches must be >= 1, got ", b);
-    check(args->new_tokens >= 1, "--new-tokens must be >= 1");
-    check(args->uncached_prompt_tokens >= 1, "--uncached-prompt-tokens must be >= 1");
-    for (const std::string& p : args->precisions) kernels::parse_precision(p);
+    check(!args->uncached_models.empty() || (uncached_tokens->count() == 0 && uncached_prompt->count() == 0),
+          "--uncached-tokens and --uncached-prompt-tokens set up the --vs-uncached comparison: name its models "
+          "(--vs-uncached gpt-mini)");
+    validate(*args);
     return run(*args);
   };
 }

@@ -81,6 +81,9 @@ Failure failure_of(const std::exception& e);
 
 // Throws loom::Error for arguments left over after parsing, suggesting the closest flag.
 void reject_unknown_flags(const CLI::App& sub);
+// Throws loom::Error for a number option given an empty value, which CLI11 reads as 0
+// (`loom sample --temperature ""` sampled greedily); sub and the subcommands parsed under it.
+void reject_empty_numbers(const CLI::App& sub);
 // A command that is not one of app's subcommands (argv[i] onwards), named with the nearest one.
 void reject_unknown_commands(const CLI::App& app, int argc, char** argv, int i);
 

@@ -2,7 +2,8 @@
 // file), as `loom sample --prompts-file` reads them; up to --batch sequences are decoded
 // together, a new request joins as soon as a sequence finishes, and each result is printed
 // as one JSON line when it finishes ({"id", "text", "tokens", "finish"}; a refused request
-// prints {"id", "error"}). The id is the request's number (0-based, blank lines not counted).
+// prints {"id", "error"} and the others go on). The id is the request's number (0-based;
+// blank lines, empty or only spaces and tabs, are no request and get no answer).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -143,12 +144,18 @@ int run_generate(const GenerateArgs& a) {
     while (!generator.full() && queue.pop(read, /*wait=*/generator.empty())) {
       std::string line = read.value_or("");
       if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (read && line.find_first_not_of(" \t") == std::string::npos) continue;
+      if (read && train::is_blank_request_line(line)) continue;
       const int64_t id = next_id++;
+      const std::string where = "request " + std::to_string(id);
       try {
-        check(read.has_value(), "request ", id, ": a line longer than ", LineQueue::kMaxLineBytes >> 20,
+        check(read.has_value(), where, ": a line longer than ", LineQueue::kMaxLineBytes >> 20,
               " MiB, more than any prompt a model's context holds");
-        generator.add(train::parse_request_line(line, defaults, id, "request " + std::to_string(id)), id);
+        const train::GenerationRequest request = train::parse_request_line(line, defaults, id, where);
+        try {  // the model's refusals (a prompt too long, a character it has no token for) name the request too
+          generator.add(request, id);
+        } catch (const Error& e) {
+          fail(where, ": ", e.what());
+        }
       } catch (const Error& e) {
         print_line(nlohmann::json{{"id", id}, {"error", e.what()}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         refused = true;

@@ -25,6 +25,16 @@ void reject_unknown_flags(const CLI::App& sub) {
        hint.empty() ? "" : " (did you mean '" + hint + "'?)", "; see 'loom ", sub.get_name(), " --help'");
 }
 
+void reject_empty_numbers(const CLI::App& sub) {
+  for (const CLI::Option* o : sub.get_options()) {
+    const std::string type = o->get_type_name();
+    if (type != "INT" && type != "UINT" && type != "FLOAT") continue;
+    for (const std::string& value : o->results())
+      check(!value.empty(), o->get_name(), ": expected a number, got ''");
+  }
+  for (const CLI::App* parsed : sub.get_subcommands()) reject_empty_numbers(*parsed);
+}
+
 // CLI11 says only "A subcommand is required" for a misspelt command (`loom trian`, `loom bench
 // gem`): name it, and the nearest one.
 void reject_unknown_commands(const CLI::App& app, int argc, char** argv, int i) {
@@ -102,6 +112,7 @@ int main(int argc, char** argv) {
     for (auto& [sub, run] : runners)
       if (sub->parsed()) {
         loom::apps::reject_unknown_flags(*sub);
+        loom::apps::reject_empty_numbers(*sub);
         const int status = run();
         // What a command printed is its result (generated text, a perplexity, a table): stdout
         // that could not take it (a full disk, /dev/full, a closed pipe) fails the command.

@@ -52,7 +52,8 @@ void sample_on(comm::ProcessGroup* tp, const SampleArgs& a) {
   }
   train::GenerationRequest defaults = a.options.request();
   defaults.stop = a.stop;
-  const auto requests = train::read_prompts_file(a.prompts_file, defaults, m.tokenizer.get());
+  const auto requests =
+      train::read_prompts_file(a.prompts_file, defaults, m.tokenizer.get(), m.model->config().block_size);
   MemoryScope scope(MemoryCategory::Activations);
   for (const train::Generated& g : train::generate(*m.model, *m.tokenizer, a.options.sampling(), requests, a.batch))
     if (printer)

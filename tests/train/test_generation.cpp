@@ -346,5 +346,36 @@ TEST(Generation, PromptsFileLinesAndErrors) {
   expect_error([&] { read_prompts_file(dir.string(), defaults); }, "is a directory");
 }
 
+TEST(Generation, RequestLinesIndentedRepeatedAndBlank) {
+  const GenerationRequest defaults{"", 20, "", 7};
+  // An indented object is JSON (it was taken as a prompt of braces); plain text keeps its spaces.
+  auto parse = [&](const std::string& line) { return parse_request_line(line, defaults, 4, "request 4"); };
+  const GenerationRequest json = parse(" \t{\"prompt\": \"ab\", \"tokens\": 3} ");
+  EXPECT_EQ(json.prompt, "ab");
+  EXPECT_EQ(json.max_tokens, 3);
+  EXPECT_EQ(parse("  ab").prompt, "  ab");
+  // A repeated key is refused (nlohmann keeps its last value unsaid); a nested one is not the request's.
+  EXPECT_EQ(testing::error_of([&] { parse(R"({"prompt": "a", "tokens": 1, "tokens": 9000})"); }),
+            "request 4: the key \"tokens\" is given twice");
+  EXPECT_EQ(testing::error_of([&] { parse(R"({"prompt": "a", "stop": {"x": 1, "x": 2}})"); }),
+            "request 4: \"stop\" must be a string");
+  // Blank lines, empty or only spaces, tabs and a CR, are no request and not numbered.
+  for (const char* blank : {"", " ", "\t \t", " \r"}) EXPECT_TRUE(is_blank_request_line(blank)) << blank;
+  EXPECT_FALSE(is_blank_request_line(" a"));
+  const auto dir = loom::testing::fresh_temp_dir("request_lines");
+  const std::string path = (dir / "p.txt").string();
+  std::ofstream(path) << "a\n \n\t\n  {\"prompt\": \"b\"}\n";
+  const auto requests = read_prompts_file(path, defaults);
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[1].prompt, "b");
+  EXPECT_EQ(requests[1].seed, 8u);  // request 1: the blank lines were not counted
+  // With the model's tokenizer and context, a prompt too long is named by its line before anything runs.
+  const data::CharTokenizer tokenizer = data::CharTokenizer::from_text("ab");
+  std::ofstream(path) << "ab\n" << std::string(17, 'a') << "\n";
+  EXPECT_EQ(testing::error_of([&] { read_prompts_file(path, defaults, &tokenizer, 16); }),
+            "prompts file '" + path + "' line 2: the prompt is 17 tokens, longer than the model's context of 16 tokens "
+            "(block_size)");
+}
+
 }  // namespace
 }  // namespace loom::train

@@ -20,6 +20,12 @@ void GenerationRequest::validate() const {
         ", got ", max_tokens);
 }
 
+void check_prompt_fits(const std::vector<int32_t>& prompt, int64_t block_size) {
+  check(!prompt.empty(), "the prompt must not be empty");
+  check(static_cast<int64_t>(prompt.size()) <= block_size, "the prompt is ", prompt.size(),
+        " tokens, longer than the model's context of ", block_size, " tokens (block_size)");
+}
+
 int32_t pick_token(const float* logits, int64_t V, const SamplingOptions& o, std::mt19937_64& rng) {
   // A model whose weights diverged yields NaN or inf logits: every pick would be arbitrary
   // (token 0 for greedy), so the text would look generated while meaning nothing.
@@ -77,10 +83,8 @@ void Generator::add(const GenerationRequest& request, int64_t id) {
   request.validate();
   check(!full(), "the generator's batch is full (", slots_.size(), " sequences)");
   std::vector<int32_t> prompt = tokenizer_.encode(request.prompt);
-  check(!prompt.empty(), "the prompt must not be empty");
+  check_prompt_fits(prompt, cache_.capacity());
   const int64_t n = static_cast<int64_t>(prompt.size());
-  check(n <= cache_.capacity(), "the prompt is ", n, " tokens, longer than the model's context of ",
-        cache_.capacity(), " tokens (block_size)");
   const int64_t slot = std::find(slots_.begin(), slots_.end(), nullptr) - slots_.begin();
   auto s = std::make_unique<Sequence>();
   s->id = id;

@@ -38,6 +38,11 @@ struct SamplingOptions {
 // softmax(logits / temperature).
 int32_t pick_token(const float* logits, int64_t V, const SamplingOptions& options, std::mt19937_64& rng);
 
+// loom::Error unless the prompt's tokens are 1 to block_size: the cached and the uncached
+// sampler both refuse a longer prompt rather than crop it silently (the window slides only
+// once generation runs past the context).
+void check_prompt_fits(const std::vector<int32_t>& prompt, int64_t block_size);
+
 struct GenerationRequest {
   std::string prompt;
   int64_t max_tokens = 200;  // at most kMaxSampleTokens

@@ -2,7 +2,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <set>
 
 #include "loom/data/input_file.hpp"
 #include "loom/error.hpp"
@@ -12,22 +12,44 @@ namespace loom::train {
 namespace {
 // A prompts file is text typed or generated for a run: 64 MiB is far more than a batch needs.
 constexpr int64_t kMaxPromptsBytes = int64_t{64} << 20;
+// JSON's whitespace but the newline, which ends the line.
+constexpr const char* kBlank = " \t\r";
+
+// The line as JSON; loom::Error for invalid JSON or a key the top-level object repeats
+// (nlohmann keeps the last value unsaid: {"tokens": 5, "tokens": 50000} would run 50000).
+nlohmann::json parse_json(const std::string& line, const std::string& where) {
+  std::set<std::string> keys;
+  std::string repeated;
+  const auto note_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !keys.insert(parsed.get<std::string>()).second &&
+        repeated.empty())
+      repeated = parsed.get<std::string>();
+    return true;
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line, note_keys);
+  } catch (const nlohmann::json::exception& e) {
+    fail(where, ": invalid JSON (", e.what(), ")");
+  }
+  check(repeated.empty(), where, ": the key \"", repeated, "\" is given twice");
+  return j;
+}
 }  // namespace
+
+bool is_blank_request_line(const std::string& line) { return line.find_first_not_of(kBlank) == std::string::npos; }
 
 GenerationRequest parse_request_line(const std::string& line, const GenerationRequest& defaults, int64_t index,
                                      const std::string& where) {
   GenerationRequest r = defaults;
   r.seed = defaults.seed + static_cast<uint64_t>(index);
-  if (line.empty() || line.front() != '{') {
+  // A JSON object may be indented; plain text keeps its spaces, which are part of the prompt.
+  const size_t first = line.find_first_not_of(kBlank);
+  if (first == std::string::npos || line[first] != '{') {
     r.prompt = line;
     return r;
   }
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::exception& e) {
-    fail(where, ": invalid JSON (", e.what(), ")");
-  }
+  const nlohmann::json j = parse_json(line, where);
   check(j.is_object(), where, ": expected a JSON object");
   check(j.contains("prompt"), where, ": the request has no \"prompt\"");
   for (const auto& [key, value] : j.items()) {
@@ -54,7 +76,7 @@ GenerationRequest parse_request_line(const std::string& line, const GenerationRe
 }
 
 std::vector<GenerationRequest> read_prompts_file(const std::string& path, const GenerationRequest& defaults,
-                                                 const data::Tokenizer* tokenizer) {
+                                                 const data::Tokenizer* tokenizer, int64_t block_size) {
   data::check_input_file(path, "prompts file", kMaxPromptsBytes);
   std::ifstream in(path);
   check(in.good(), "cannot open prompts file '", path, "'");
@@ -62,12 +84,13 @@ std::vector<GenerationRequest> read_prompts_file(const std::string& path, const 
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    if (is_blank_request_line(line)) continue;
     const std::string where = "prompts file '" + path + "' line " + std::to_string(number);
     requests.push_back(parse_request_line(line, defaults, static_cast<int64_t>(requests.size()), where));
     if (tokenizer != nullptr) {
       try {
-        (void)tokenizer->encode(requests.back().prompt);
+        const std::vector<int32_t> ids = tokenizer->encode(requests.back().prompt);
+        if (block_size > 0) check_prompt_fits(ids, block_size);
       } catch (const Error& e) {
         fail(where, ": ", e.what());
       }

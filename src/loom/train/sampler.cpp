@@ -17,9 +17,9 @@ namespace {
 // Every token re-runs the model over the last min(block_size, length) tokens.
 std::string sample_uncached(nn::GPT& model, const data::Tokenizer& tokenizer, const SampleOptions& o) {
   std::vector<int32_t> ids = tokenizer.encode(o.prompt);
-  check(!ids.empty(), "the prompt must not be empty");
-  const int64_t V = model.config().vocab_size, Vp = model.config().resolved_padded_vocab();
   const int64_t block = model.config().block_size;
+  check_prompt_fits(ids, block);
+  const int64_t V = model.config().vocab_size, Vp = model.config().resolved_padded_vocab();
   const SamplingOptions sampling = o.sampling();
   std::mt19937_64 rng(o.seed);
   for (int64_t n = 0; n < o.tokens; ++n) {

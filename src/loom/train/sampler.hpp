@@ -29,7 +29,7 @@ struct SampleOptions {
 };
 
 // Returns the prompt followed by the generated text. Throws if the prompt is empty, longer
-// than the context (cached), or has characters outside the tokenizer's vocabulary.
+// than the context (either path), or has characters outside the tokenizer's vocabulary.
 std::string sample_text(nn::GPT& model, const data::Tokenizer& tokenizer, const SampleOptions& options);
 
 }  // namespace loom::train
