@@ -1,7 +1,7 @@
 // `loom convert`: re-shards a checkpoint offline. To one file (a path ending in
 // .safetensors; one process): every tensor assembled from the checkpoint's pieces. To a run
-// directory for a layout (under mpirun, dp x pp x tp processes, or dp x R x C x D for a 3D
-// grid): the layout's trainer loads the checkpoint through the same re-sharding path a
+// directory for a layout (under mpirun, dp x pp x cp x tp processes, or dp x R x C x D for a 3D
+// grid; every degree not given is 1, whatever the stored run's was): the layout's trainer loads the checkpoint through the same re-sharding path a
 // resume takes and writes its own pieces as a sharded checkpoint, so a converted checkpoint
 // is exactly what that layout would save.
 // --from-gpt2 DIR: GPT-2's released weights and tokenizer into a Loom checkpoint (gpt2_import.hpp).
@@ -23,7 +23,7 @@ namespace loom::apps {
 namespace {
 struct ConvertArgs {
   std::string from, from_gpt2, to, data, tp_3d;
-  int64_t dp = 1, pp = 1, tp = 1, zero = 0, chunks = 1, hsdp_shard = 0;
+  int64_t dp = 1, pp = 1, tp = 1, cp = 1, ep = 1, zero = 0, chunks = 1, hsdp_shard = 0;
   bool sequence_parallel = false;
 };
 
@@ -42,6 +42,8 @@ train::TrainConfig target_config(const ConvertArgs& a, const std::string& from) 
   c.dp = a.dp;
   c.pp = a.pp;
   c.tp = a.tp;
+  c.cp = a.cp;  // the stored cp and ep belong to the old layout too
+  c.ep = a.ep;
   c.tp_3d = a.tp_3d;  // the stored grid belongs to the old layout, like its tp
   c.zero = a.zero;
   c.hsdp_shard = a.hsdp_shard;
@@ -73,11 +75,13 @@ Runner add_convert_command(CLI::App& sub) {
                  "loom train --resume");
   sub.add_option("--to", args->to,
                  "FILE.safetensors: one file in the serial layout; else a run directory to write a sharded "
-                 "checkpoint for the layout given (run under mpirun -np dp*pp*tp)")
+                 "checkpoint for the layout given (run under mpirun -np dp*pp*cp*tp)")
       ->required();
   sub.add_option("--dp", args->dp, "target data-parallel degree");
   sub.add_option("--pp", args->pp, "target pipeline-parallel degree");
   sub.add_option("--tp", args->tp, "target tensor-parallel degree");
+  sub.add_option("--cp", args->cp, "target context-parallel degree");
+  sub.add_option("--ep", args->ep, "target expert-parallel degree (a split of dp)");
   sub.add_option("--zero", args->zero, "target ZeRO stage (0-3)");
   sub.add_option("--chunks", args->chunks, "target model chunks per pipeline rank (interleaved)");
   sub.add_option("--hsdp-shard", args->hsdp_shard, "target hybrid-sharding group size");
@@ -88,11 +92,12 @@ Runner add_convert_command(CLI::App& sub) {
     check(!args->to.empty(), "--to is empty: give a FILE.safetensors or a run directory");
     // Before the product of the degrees is taken for processes (dp -1 x pp -1 would be one).
     for (const auto& [flag, value] :
-         {std::pair{"--dp", args->dp}, {"--pp", args->pp}, {"--tp", args->tp}, {"--chunks", args->chunks}})
+         {std::pair{"--dp", args->dp}, {"--pp", args->pp}, {"--tp", args->tp}, {"--cp", args->cp}, {"--ep", args->ep},
+          {"--chunks", args->chunks}})
       check(value >= 1, flag, " must be >= 1, got ", value);
     check(args->from.empty() != args->from_gpt2.empty(), "give one of --from (a Loom checkpoint) or --from-gpt2 DIR");
     if (!args->from_gpt2.empty()) {
-      check(args->dp * args->pp * args->tp == 1 && args->tp_3d.empty(),
+      check(args->dp * args->pp * args->tp * args->cp * args->ep == 1 && args->tp_3d.empty(),
             "--from-gpt2 writes the serial layout; re-shard the result with --from");
       const std::string path = train::convert_gpt2_checkpoint(args->from_gpt2, args->to);
       std::printf("wrote %s from the GPT-2 checkpoint %s\n", path.c_str(), args->from_gpt2.c_str());
@@ -100,9 +105,10 @@ Runner add_convert_command(CLI::App& sub) {
     }
     const std::string from = train::resolve_checkpoint_path(args->from);
     if (args->to.ends_with(".safetensors")) {
-      check(args->dp * args->pp * args->tp == 1 && args->tp_3d.empty(),
-            "converting to one file takes no layout; write a directory for dp(", args->dp, ") x pp(", args->pp, ") x tp(",
-            args->tp, ")", args->tp_3d.empty() ? "" : " x tp_3d(" + args->tp_3d + ")");
+      check(args->dp * args->pp * args->tp * args->cp * args->ep == 1 && args->tp_3d.empty(),
+            "converting to one file takes no layout; write a directory for dp(", args->dp, ") x pp(", args->pp, ") x cp(",
+            args->cp, ") x tp(", args->tp, ")", args->ep > 1 ? " with ep(" + std::to_string(args->ep) + ")" : "",
+            args->tp_3d.empty() ? "" : " x tp_3d(" + args->tp_3d + ")");
       std::error_code ec;
       check(!std::filesystem::exists(args->to, ec), "--to '", args->to,
             "' exists: convert writes a new file and replaces none (remove it or name another)");
@@ -123,13 +129,16 @@ Runner add_convert_command(CLI::App& sub) {
       train::Trainer trainer(config, true, world);
       const std::string path = trainer.save_checkpoint_now();
       if (world == nullptr || world->rank() == 0)
-        std::printf("wrote %s for dp %lld x pp %lld x tp %lld%s, zero %lld, step %lld\n", path.c_str(),
-                    static_cast<long long>(config.dp), static_cast<long long>(config.pp), static_cast<long long>(config.tp),
-                    config.tp_3d_on() ? (" x tp_3d " + config.tp_3d).c_str() : "", static_cast<long long>(config.zero),
-                    static_cast<long long>(trainer.step()));
+        std::printf("wrote %s for dp %lld x pp %lld x %stp %lld%s, %szero %lld, step %lld\n", path.c_str(),
+                    static_cast<long long>(config.dp), static_cast<long long>(config.pp),
+                    config.cp > 1 ? ("cp " + std::to_string(config.cp) + " x ").c_str() : "",
+                    static_cast<long long>(config.tp), config.tp_3d_on() ? (" x tp_3d " + config.tp_3d).c_str() : "",
+                    config.ep > 1 ? ("ep " + std::to_string(config.ep) + ", ").c_str() : "",
+                    static_cast<long long>(config.zero), static_cast<long long>(trainer.step()));
     };
     if (!launched_by_mpi()) {
-      check(config.world_ranks() == 1, "layout dp(", config.dp, ") x pp(", config.pp, ") x tp(", config.tp, ")",
+      check(config.world_ranks() == 1, "layout dp(", config.dp, ") x pp(", config.pp, ") x cp(", config.cp, ") x tp(",
+            config.tp, ")",
             config.tp_3d_on() ? " x tp_3d(" + config.tp_3d + ")" : "", " needs ", config.world_ranks(),
             " processes: start it with mpirun -np ", config.world_ranks(), " loom convert ...");
       convert(nullptr);

@@ -90,6 +90,11 @@ TEST(Trainer, MicroBatchesAccumulateToTheLargerBatch) {
   auto pa = ta.model().parameters(), pb = tb.model().parameters();
   for (size_t i = 0; i < pa.size(); ++i)
     EXPECT_TRUE(testing::all_close(pa[i]->value().f32(), pb[i]->value().f32(), pa[i]->numel(), 1e-4, 1e-6, pa[i]->name()));
+  // Validation reads the same global batches too: it once drew eval_batches micro-batches of
+  // batch_size rows, half the sequences here, so a run resumed with another split of its
+  // global batch logged another validation loss for the same weights.
+  const float va = ta.evaluate(), vb = tb.evaluate();
+  EXPECT_NEAR(va, vb, 1e-5 * std::fabs(vb)) << "validation loss, 2 micro-batches of 4 vs 1 of 8";
 }
 
 TEST(Trainer, NonFiniteLossStopsWithAClearError) {

@@ -91,7 +91,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"run", "out_dir", "run directory: metrics.jsonl, memory.json and checkpoints (`loom train` refuses an empty one)", &c.out_dir},
       {"run", "log_every", "print a progress line every N steps", &c.log_every},
       {"run", "eval_every", "validation loss every N steps; 0 = at the end only", &c.eval_every},
-      {"run", "eval_batches", "validation batches per evaluation", &c.eval_batches},
+      {"run", "eval_batches", "validation batches per evaluation, each a global batch (micro_batches micro-batches of batch_size sequences on every data-parallel rank): every layout of one global batch evaluates the same sequences", &c.eval_batches},
       {"run", "checkpoint_every", "save a checkpoint every N steps; 0 = at the end only", &c.checkpoint_every},
       {"run", "keep_checkpoints", "how many recent complete checkpoints to keep (older ones are removed only after a new one is complete)", &c.keep_checkpoints},
       {"run", "checkpoint_format", "'sharded' (a directory: each rank writes its own pieces, then a manifest), 'single' (one file in the serial layout, gathered to rank 0) or 'auto' (sharded when the job has more than one rank). Either loads into any layout", &c.checkpoint_format},

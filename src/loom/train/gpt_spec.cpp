@@ -106,9 +106,12 @@ data::Batch GptSpec::train_batch(int64_t step, int64_t m, int dp_rank) {
 }
 
 data::Batch GptSpec::eval_batch(int64_t i, int dp_rank) {
-  // A fixed seed and step = batch index: the same validation batches at every evaluation.
-  const int64_t B = config_.batch_size;
-  return context_chunks(dataset_.batch(data::Split::Val, 0, i, dp_rank * B, B, config_.model.block_size));
+  // This rank's B rows of micro-batch i % M of global validation batch i / M (M micro-batches
+  // of B * dp rows, as a training step's), so every split of the same global batch evaluates
+  // the same sequences. A fixed seed and step = batch index: the same at every evaluation.
+  const int64_t B = config_.batch_size, M = config_.micro_batches;
+  return context_chunks(dataset_.batch(data::Split::Val, 0, i / M, ((i % M) * config_.batch_shards() + dp_rank) * B, B,
+                                       config_.model.block_size));
 }
 
 std::string GptSpec::describe() const {

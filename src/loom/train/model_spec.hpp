@@ -67,7 +67,8 @@ class ModelSpec {
     (void)split;
   }
   // This data-parallel rank's rows of training micro-batch m of a step, and of validation
-  // batch i (the same at every evaluation); every layout reads the same global batch.
+  // micro-batch i (micro-batch i % micro_batches of validation batch i / micro_batches, the
+  // same at every evaluation); every layout reads the same global batch.
   virtual data::Batch train_batch(int64_t step, int64_t m, int dp_rank) = 0;
   virtual data::Batch eval_batch(int64_t i, int dp_rank) = 0;
   // The data's identity as checkpoints record it (the tokenizer's spec).

@@ -162,8 +162,10 @@ std::vector<StatePiece> SerialState::pieces() {
     for (const std::string& kind : optimizer_.state_kinds())
       add("optim." + kind + "." + p.name(), p, p.shape(), state.at(kind + "." + p.name()), piece.param_offset, true);
   }
-  for (nn::Parameter* p : unsharded()) {  // left whole by ZeRO (experts): replicas as without it
-    if (sharded_->stage() == 3) add("model." + p->name(), *p, p->shape(), p->value(), 0, false);
+  // Left whole by ZeRO (experts): replicas as without it. Their values were not added above
+  // wherever ZeRO keeps its own parameters only as shards (stage 3, or bf16 gathers at 1-2).
+  for (nn::Parameter* p : unsharded()) {
+    if (sharded_->parameters_in_shards()) add("model." + p->name(), *p, p->shape(), p->value(), 0, false);
     for (const std::string& kind : optimizer_.state_kinds())
       add("optim." + kind + "." + p->name(), *p, p->shape(), state.at(kind + "." + p->name()), 0, false);
   }

@@ -222,7 +222,11 @@ void Trainer::apply_update(StepResult& r) {
     r.tp_comm_exposed_seconds = waited_s;
 }
 
-float Trainer::evaluate() { return evaluate_on([&](int64_t i) { return spec_->eval_batch(i, batch_.rank()); }, config_.eval_batches); }
+float Trainer::evaluate() {
+  // eval_batches global batches, each the micro-batches a step draws (ModelSpec::eval_batch).
+  return evaluate_on([&](int64_t i) { return spec_->eval_batch(i, batch_.rank()); },
+                     config_.eval_batches * config_.micro_batches);
+}
 
 float Trainer::evaluate_test() {
   return evaluate_on([&](int64_t i) { return spec_->test_batch(i, batch_.rank()); }, spec_->test_batches());
