@@ -26,7 +26,6 @@
 namespace {
 
 namespace fs = std::filesystem;
-using loom::report::MetricsRecord;
 
 // A fresh run directory whose metrics.jsonl holds these lines (CTest runs cases in parallel).
 fs::path run_dir(const std::string& name, const std::vector<std::string>& lines) {
@@ -213,10 +212,9 @@ TEST(RunReport, AMillionStepRunGivesABoundedPage) {
   fs::remove_all(dir);
 }
 
-std::vector<double> steps_of(const loom::report::Metrics& m, MetricsRecord::Kind kind) {
+std::vector<double> steps_of(const loom::report::Metrics::Line& line) {
   std::vector<double> steps;
-  for (const MetricsRecord& r : m.records)
-    if (r.kind == kind) steps.push_back(r.step);
+  for (const auto& [step, value] : line) steps.push_back(step);
   return steps;
 }
 
@@ -236,8 +234,8 @@ TEST(ReportMetrics, AStartRecordDropsTheAbandonedAttempt) {
   for (int s = 11; s <= 15; ++s) lines.push_back(train(s, 10.0 - 0.1 * s));
   const fs::path dir = run_dir("resumed", lines);
   const auto m = loom::report::read_metrics((dir / "metrics.jsonl").string());
-  EXPECT_EQ(steps_of(m, MetricsRecord::Kind::Train), range(1, 15));
-  EXPECT_EQ(steps_of(m, MetricsRecord::Kind::Val), std::vector<double>{10});
+  EXPECT_EQ(steps_of(m.train_loss), range(1, 15));
+  EXPECT_EQ(steps_of(m.val_loss), std::vector<double>{10});
   // The chart: the train loss line through steps 1..15 once each, left to right.
   const std::string html = loom::report::run_report_html(dir.string());
   const auto drawn = polylines(html, kTrainLoss);
@@ -253,8 +251,7 @@ TEST(ReportMetrics, AStartRecordDropsTheAbandonedAttempt) {
   for (int s = 16; s <= 18; ++s) twice.push_back(train(s, 1));
   twice.push_back(R"({"kind":"start","step":12})");
   for (int s = 13; s <= 14; ++s) twice.push_back(train(s, 1));
-  EXPECT_EQ(steps_of(loom::report::read_metrics((run_dir("resumed", twice) / "metrics.jsonl").string()), MetricsRecord::Kind::Train),
-            range(1, 14));
+  EXPECT_EQ(steps_of(loom::report::read_metrics((run_dir("resumed", twice) / "metrics.jsonl").string()).train_loss), range(1, 14));
 
   // No start record (a file from before them): every record kept, in step order.
   std::vector<std::string> old;
@@ -263,8 +260,7 @@ TEST(ReportMetrics, AStartRecordDropsTheAbandonedAttempt) {
   std::vector<double> want = range(1, 20);
   for (int s = 11; s <= 15; ++s) want.push_back(s);
   std::sort(want.begin(), want.end());
-  EXPECT_EQ(steps_of(loom::report::read_metrics((run_dir("resumed", old) / "metrics.jsonl").string()), MetricsRecord::Kind::Train),
-            want);
+  EXPECT_EQ(steps_of(loom::report::read_metrics((run_dir("resumed", old) / "metrics.jsonl").string()).train_loss), want);
   // A start record is checked like the others.
   EXPECT_NE(report_error(run_dir("resumed", {train(1, 1), R"({"kind":"start"})"})).find("line 2: a start record without a 'step'"),
             std::string::npos);

@@ -77,24 +77,8 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-// Series `name` through the records where y(r) is a number (not NaN), downsampled for
-// line_chart as it is made: a long run's series are held full-length one at a time.
-template <class Y>
-Series series(const std::string& name, const std::string& color, const Metrics& metrics, const Y& y) {
-  std::vector<std::pair<double, double>> points;
-  points.reserve(metrics.records.size());
-  for (const MetricsRecord& r : metrics.records)
-    if (const double v = y(r); !std::isnan(v)) points.emplace_back(r.step, v);
-  return {name, color, downsample(points, kMaxLinePoints)};
-}
-
-using Kind = MetricsRecord::Kind;
-
 std::string loss_section(const Metrics& metrics) {
-  const Series train =
-      series("train loss", kPalette[0], metrics, [](const MetricsRecord& r) { return r.kind == Kind::Train ? r.loss : kNaN; });
-  const Series val =
-      series("val loss", kPalette[1], metrics, [](const MetricsRecord& r) { return r.kind == Kind::Val ? r.loss : kNaN; });
+  const Series train{"train loss", kPalette[0], metrics.train_loss}, val{"val loss", kPalette[1], metrics.val_loss};
   if (train.points.empty() && val.points.empty())
     return section("loss", "Loss", "", missing("No loss records in metrics.jsonl."));
   std::string intro = "Cross-entropy in nats per token, as logged every log_every steps (train) and at each evaluation (val).";
@@ -104,12 +88,9 @@ std::string loss_section(const Metrics& metrics) {
 }
 
 std::string throughput_section(const Metrics& metrics) {
-  const Series tokens = series("tokens/s", kPalette[4], metrics,
-                               [](const MetricsRecord& r) { return r.kind == Kind::Train ? r.tokens_per_s : kNaN; });
-  if (tokens.points.empty()) return section("throughput", "Throughput", "", missing("No throughput records in metrics.jsonl."));
-  const Series mfu = series("MFU", kPalette[6], metrics, [](const MetricsRecord& r) {
-    return r.kind == Kind::Train && !std::isnan(r.tokens_per_s) ? 100.0 * r.mfu : kNaN;
-  });
+  if (metrics.tokens_per_s.empty())
+    return section("throughput", "Throughput", "", missing("No throughput records in metrics.jsonl."));
+  const Series tokens{"tokens/s", kPalette[4], metrics.tokens_per_s}, mfu{"MFU", kPalette[6], metrics.mfu_percent};
   return section("throughput", "Throughput",
                  "Tokens of the global batch per second of the logged step, and model FLOPs utilisation against the "
                  "measured matmul peak of all the job's processes.",
@@ -183,9 +164,7 @@ std::string comm_section(const std::optional<json>& trace, const Metrics& metric
           << "</td><td>" << fixed(1e3 * r.window_s, 2) << "</td></tr>\n";
   }
   table << "</table>\n";
-  double comm_s = 0, exposed_s = 0;
-  for (const MetricsRecord& r : metrics.records)
-    if (r.kind == MetricsRecord::Kind::Train) comm_s += r.comm_s, exposed_s += r.comm_exposed_s;
+  const double comm_s = metrics.comm_s, exposed_s = metrics.comm_exposed_s;
   std::string intro = "From the trace's steps: time each rank computed (forward, backward, loss, optimizer, data; "
                       "waits excluded) and communicated (collectives on the communication threads, pipeline receives), "
                       "and the part of the communication that ran while the rank computed. A pipeline stage waiting "
