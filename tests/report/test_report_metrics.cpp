@@ -19,6 +19,7 @@
 
 #include "loom/error.hpp"
 #include "loom/report/charts.hpp"
+#include "loom/report/json_values.hpp"
 #include "loom/report/metrics.hpp"
 #include "loom/report/run_report.hpp"
 #include "test_util.hpp"

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "loom/error.hpp"
+#include "loom/report/json_values.hpp"
 #include "loom/report/metrics_fields.hpp"
 
 namespace loom::report {
@@ -49,26 +50,6 @@ float to_float(double v) {
 }
 
 }  // namespace
-
-std::string brief(const std::string& text, size_t max) {
-  if (text.size() <= max) return text;
-  size_t cut = max;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
-  return text.substr(0, cut) + "...";
-}
-
-std::string describe(const json& value) {
-  if (value.is_object()) return "an object";
-  if (value.is_array()) return value.empty() ? "an empty array" : "an array";
-  if (value.is_string()) {
-    const auto& s = value.get_ref<const std::string&>();
-    constexpr size_t kMax = 40;
-    if (s.size() <= kMax) return value.dump(-1, ' ', false, json::error_handler_t::replace);
-    return json(brief(s, kMax)).dump(-1, ' ', false, json::error_handler_t::replace) + " (a string of " +
-           std::to_string(s.size()) + " bytes)";
-  }
-  return value.dump();  // a number, true, false or null
-}
 
 MetricsRecord parse_metrics_record(std::string_view text, const std::string& path, int64_t line) {
   std::optional<RecordFields> f = fast_fields(text, kMaxExpertLines);

@@ -9,8 +9,6 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 namespace loom::report {
 
 // A field a record does not have (a val record's tokens/s): charts skip it.
@@ -37,12 +35,5 @@ struct MetricsRecord {
 // text is not JSON or a field the report reads has another type than the trainer writes. A
 // loss may be null: a non-finite loss (on_nan = "skip") is written as null.
 MetricsRecord parse_metrics_record(std::string_view text, const std::string& path, int64_t line);
-
-// A JSON value for a message: scalars as JSON (a long string cut, with its length), arrays and
-// objects by kind only; dumping a deeply nested value would recurse off the stack.
-std::string describe(const nlohmann::json& value);
-
-// text cut to at most max bytes (on a UTF-8 character boundary), "..." marking the cut.
-std::string brief(const std::string& text, size_t max = 200);
 
 }  // namespace loom::report

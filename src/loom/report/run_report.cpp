@@ -16,6 +16,7 @@
 #include "loom/parallel/pipeline/timeline_svg.hpp"
 #include "loom/report/charts.hpp"
 #include "loom/report/expert_load.hpp"
+#include "loom/report/json_values.hpp"
 #include "loom/report/metrics.hpp"
 #include "loom/report/trace_summary.hpp"
 
@@ -106,9 +107,11 @@ std::string memory_section(const std::optional<json>& memory) {
            "<th>peak comm</th><th>peak total</th><th>formula (state + activations)</th></tr>\n";
   // Doubles throughout: a damaged 1e300 read as an integer would overflow.
   auto mib = [](double b) { return fixed(b / (1 << 20), 2); };
+  size_t i = 0;
   for (const json& r : memory->at("ranks")) {
     const json &cur = r.at("current"), &peak = r.at("peak"), &f = r.at("formula");
-    const std::string name = r.value("name", "rank " + std::to_string(r.at("rank").get<int>()));
+    const int64_t rank = integer_field(r.at("rank"), 0, std::numeric_limits<int>::max(), "ranks[" + std::to_string(i++) + "]", "rank");
+    const std::string name = r.value("name", "rank " + std::to_string(rank));
     bars.push_back({name + " measured",
                     {{"params", cur.value("params", 0.0)}, {"grads", cur.value("grads", 0.0)}, {"optimizer", cur.value("optim", 0.0)},
                      {"activations", peak.value("activations", 0.0)}, {"comm buffers", peak.value("comm", 0.0)},
@@ -195,8 +198,8 @@ std::string reading(const fs::path& file, const F& make) {
     return make();
   } catch (const json::exception& e) {
     fail(file.string(), ": a field is missing or has the wrong type: ", brief(e.what()));
-  } catch (const std::logic_error& e) {  // std::stoi of a malformed process name
-    fail(file.string(), ": unexpected content: ", e.what());
+  } catch (const FieldError& e) {  // an id or index out of its range, named where it is
+    fail(file.string(), ": ", e.what());
   }
 }
 
