@@ -59,6 +59,20 @@ TEST(RunLock, ALiveOwnerKeepsASecondProcessOutNamingHostAndPid) {
             std::string::npos);
 }
 
+// A pid that is no process id names no owner, after the wait for a lock being written: 1e300
+// (its conversion was undefined) and 2^32 + 1 (kill() truncated it to init's 1, so the
+// directory was "in use by pid 4294967297" for good).
+TEST(RunLock, ALockWhosePidIsNoProcessIdNamesNoOwner) {
+  const fs::path dir = testing::fresh_temp_dir("loom_lock_no_pid");
+  for (const char* pid : {"1e300", "4294967297"}) {
+    std::ofstream(dir / kLockName) << R"({"host": ")" << host() << R"(", "pid": )" << pid << "}\n";
+    EXPECT_EQ(error_of([&] { RunLock lock(dir.string(), true); }),
+              "run directory '" + dir.string() + "' has a lock file '" + (dir / kLockName).string() +
+                  "' that names no owner; delete it if no run uses the directory")
+        << pid;
+  }
+}
+
 TEST(RunLock, AStaleLockIsTakenOverWithANotice) {
   const fs::path dir = testing::fresh_temp_dir("loom_lock_stale");
   const int64_t gone = dead_pid();
