@@ -244,6 +244,11 @@ TEST(ReportMetrics, AStartRecordDropsTheAbandonedAttempt) {
   ASSERT_EQ(drawn[0].size(), 15u);
   for (size_t i = 1; i < drawn[0].size(); ++i) EXPECT_LT(drawn[0][i - 1].first, drawn[0][i].first) << i;
   EXPECT_NE(html.find("Final validation loss: <b>9.5000</b>"), std::string::npos);
+  // The page says what it left out, and that the file keeps it.
+  EXPECT_NE(html.find("<p>Not drawn: 11 train and val records (steps 11 to 20) that an earlier attempt logged past the "
+                      "step a later run started from (a resume from an earlier checkpoint, or --resume auto starting "
+                      "afresh); metrics.jsonl keeps them.</p>"),
+            std::string::npos);
 
   // Resumed twice, the second time from further back: each start drops what came before it.
   std::vector<std::string> twice;

@@ -125,6 +125,8 @@ Metrics read_metrics(const std::string& path) {
   StepOrderSums sums;
   double bound = std::numeric_limits<double>::infinity();  // the least step of a start read so far
   bool damaged = false;
+  size_t abandoned = 0;
+  double first_abandoned = std::numeric_limits<double>::infinity(), last_abandoned = -first_abandoned;
   for_each_line_backward(path, size, [&](int64_t offset, std::string_view text) {
     if (text.empty()) return true;
     MetricsRecord r;
@@ -140,6 +142,10 @@ Metrics read_metrics(const std::string& path) {
     } else if (r.step <= bound) {
       if (r.kind == Kind::Train) sums.count(r.step);
       points_of(r, [&](size_t line, double) { lines[line].count(r.step); });
+    } else if (r.kind != Kind::Other) {
+      first_abandoned = std::min(first_abandoned, r.step);
+      last_abandoned = std::max(last_abandoned, r.step);
+      ++abandoned;
     }
     return true;
   });
@@ -151,6 +157,7 @@ Metrics read_metrics(const std::string& path) {
   for (size_t k = starts.size(); k-- > 0;) bound_after[k] = std::min(bound_after[k + 1], starts[k].second);
   for (LinePoints& l : lines) l.begin(kMaxLinePoints);
   Metrics m;
+  if (abandoned > 0) m.abandoned = abandoned, m.abandoned_first = first_abandoned, m.abandoned_last = last_abandoned;
   size_t next_start = 0;  // the first start after the record read
   int64_t n = 0;
   for_each_line(path, size, [&](int64_t offset, std::string_view text) {

@@ -19,6 +19,10 @@ struct Metrics {
   Line moe_imbalance;              // max / mean expert load, at each step that logged moe_load
   size_t moe_experts = 0;          // experts in the widest record; 0: a dense model
   double comm_s = 0, comm_exposed_s = 0;  // data-parallel gradient reduction, summed over the train records
+  // Train and val records a later start record abandoned (left out), and their least and
+  // greatest step.
+  size_t abandoned = 0;
+  double abandoned_first = 0, abandoned_last = 0;
 };
 
 // The lines of the metrics.jsonl at path; loom::Error naming the file (and line) when it is
