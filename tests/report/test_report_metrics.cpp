@@ -225,6 +225,29 @@ std::vector<double> range(int from, int to) {
   return v;
 }
 
+// The last line of a live run's metrics.jsonl may be half written, and a kill can leave one:
+// without its '\n' and not JSON it is no record (as the trainer's next append treats it), and
+// the page says it left it out. A line cut short anywhere else is still an error.
+TEST(ReportMetrics, AHalfWrittenLastLineIsNoRecord) {
+  const fs::path dir = run_dir("cut", {train(1, 4.0), train(2, 3.5)});
+  std::ofstream(dir / "metrics.jsonl", std::ios::app) << R"({"kind":"train","step":3,"lo)";
+  const auto m = loom::report::read_metrics((dir / "metrics.jsonl").string());
+  EXPECT_EQ(steps_of(m.train_loss), range(1, 2));
+  EXPECT_TRUE(m.last_line_cut);
+  EXPECT_NE(loom::report::run_report_html(dir.string())
+                .find("<p>Not drawn: the last line of metrics.jsonl, a record not yet complete (the run is writing "
+                      "it, or was killed while it did).</p>"),
+            std::string::npos);
+  // Complete (a file written without a final '\n'): a record like the others.
+  std::ofstream(dir / "metrics.jsonl", std::ios::app) << R"(ss":3.0})";
+  EXPECT_EQ(steps_of(loom::report::read_metrics((dir / "metrics.jsonl").string()).train_loss), range(1, 3));
+  // Cut before the last line: the file is damaged.
+  const fs::path damaged = run_dir("cut_inside", {train(1, 4.0), R"({"kind":"train","step":2,"lo)", train(3, 3.0)});
+  EXPECT_NE(report_error(damaged).find("metrics.jsonl line 2 is not JSON"), std::string::npos) << report_error(damaged);
+  fs::remove_all(dir);
+  fs::remove_all(damaged);
+}
+
 TEST(ReportMetrics, AStartRecordDropsTheAbandonedAttempt) {
   // Killed after step 20, resumed from the checkpoint of step 10: 11..20 logged twice.
   std::vector<std::string> lines{R"({"kind":"start","step":0})"};

@@ -150,6 +150,21 @@ TEST(RunDirectory, ATrainerHoldsTheLockWhileItLives) {
             std::string::npos);
 }
 
+// A metrics.jsonl is a run's only when it logged a step: start records (a run killed before its
+// first step) and a last line a kill cut short (no '\n': the next run drops it) are none.
+TEST(RunDirectory, AMetricsFileIsARunOnlyWithAStepLogged) {
+  const fs::path dir = testing::fresh_temp_dir("loom_run_dir_metrics");
+  auto with = [&](const std::string& text) {
+    std::ofstream(dir / "metrics.jsonl", std::ios::binary) << text;
+    return previous_run_files(dir.string());
+  };
+  const std::string start = "{\"kind\":\"start\",\"step\":0}\n";
+  EXPECT_EQ(with(start + start), std::vector<std::string>{});
+  EXPECT_EQ(with(start + "{\"kind\":\"train\",\"loss\":4.1,\"st"), std::vector<std::string>{});
+  EXPECT_EQ(with(start + "{\"kind\":\"train\",\"loss\":4.1,\"step\":1}\n"), std::vector<std::string>{"metrics.jsonl"});
+  fs::remove_all(dir);
+}
+
 TEST(RunDirectory, AFreshRunIntoAnotherRunIsRefusedAndOverwriteDeletesIt) {
   TrainConfig c = tiny_run("fresh_into_run");
   c.steps = 2;

@@ -8,6 +8,8 @@
 #include <optional>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "loom/data/input_file.hpp"
 #include "loom/error.hpp"
 #include "loom/report/charts.hpp"
@@ -116,7 +118,7 @@ class StepOrderSums {
 Metrics read_metrics(const std::string& path) {
   check(data::file_kind(path) != "missing", "no metrics.jsonl in '", fs::path(path).parent_path().string(),
         "' (is it a run directory, the out_dir of a loom train run?)");
-  const int64_t size = data::check_input_file(path, "metrics file");
+  int64_t size = data::check_input_file(path, "metrics file");
 
   // Last line first: a record's fate is known when it is read, the start records after it
   // having been read already. A bad line stops this read; the next names the first one.
@@ -127,8 +129,16 @@ Metrics read_metrics(const std::string& path) {
   bool damaged = false;
   size_t abandoned = 0;
   double first_abandoned = std::numeric_limits<double>::infinity(), last_abandoned = -first_abandoned;
-  for_each_line_backward(path, size, [&](int64_t offset, std::string_view text) {
+  bool cut = false;
+  for_each_line_backward(path, size, [&, end = size](int64_t offset, std::string_view text) {
     if (text.empty()) return true;
+    // A last line without its '\n' that is not JSON is a record being written (a live run) or
+    // one a kill cut short: no record, as the trainer's next append treats it (metrics_log.hpp).
+    if (offset + static_cast<int64_t>(text.size()) == end && !nlohmann::json::accept(text.begin(), text.end())) {
+      cut = true;
+      size = offset;
+      return true;
+    }
     MetricsRecord r;
     try {
       r = parse_metrics_record(text, path, 0);
@@ -157,6 +167,7 @@ Metrics read_metrics(const std::string& path) {
   for (size_t k = starts.size(); k-- > 0;) bound_after[k] = std::min(bound_after[k + 1], starts[k].second);
   for (LinePoints& l : lines) l.begin(kMaxLinePoints);
   Metrics m;
+  m.last_line_cut = cut;
   if (abandoned > 0) m.abandoned = abandoned, m.abandoned_first = first_abandoned, m.abandoned_last = last_abandoned;
   size_t next_start = 0;  // the first start after the record read
   int64_t n = 0;

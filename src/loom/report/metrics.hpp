@@ -23,13 +23,15 @@ struct Metrics {
   // greatest step.
   size_t abandoned = 0;
   double abandoned_first = 0, abandoned_last = 0;
+  bool last_line_cut = false;  // the file ended inside a record (being written, or cut by a kill): left out
 };
 
 // The lines of the metrics.jsonl at path; loom::Error naming the file (and line) when it is
 // missing or a line is not a record as the trainer writes it. A record {"kind": "start",
 // "step": S} (a run starting, S = 0 or the checkpoint it resumed from) drops the train and val
 // records before it whose step is above S: the attempt that logged them was killed or
-// abandoned, and the run logs those steps again.
+// abandoned, and the run logs those steps again. A last line without its '\n' that is not
+// JSON is no record (a live run writing it, or a kill cutting it short): left out.
 // The file is read twice, never held: last line first, which finds each record's fate (the
 // start records after it) and each line's count of points and first and last step; then first
 // line first, each line downsampled as its points come. A line whose steps run backwards (a

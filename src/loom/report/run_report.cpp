@@ -78,25 +78,31 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-// What a restart left out (read_metrics): the records stay in the file, so the page says so.
-std::string abandoned_note(const Metrics& metrics) {
-  if (metrics.abandoned == 0) return "";
-  char steps[96];
-  std::snprintf(steps, sizeof steps, "%.15g to %.15g", metrics.abandoned_first, metrics.abandoned_last);
-  return "<p>Not drawn: " + std::to_string(metrics.abandoned) + " train and val record" +
-         (metrics.abandoned == 1 ? "" : "s") + " (steps " + steps +
-         ") that an earlier attempt logged past the step a later run started from (a resume from an earlier "
-         "checkpoint, or --resume auto starting afresh); metrics.jsonl keeps them.</p>\n";
+// What read_metrics left out of metrics.jsonl: the page says so, since the file keeps it.
+std::string left_out_note(const Metrics& metrics) {
+  std::string note;
+  if (metrics.abandoned > 0) {
+    char steps[96];
+    std::snprintf(steps, sizeof steps, "%.15g to %.15g", metrics.abandoned_first, metrics.abandoned_last);
+    note += "<p>Not drawn: " + std::to_string(metrics.abandoned) + " train and val record" +
+            (metrics.abandoned == 1 ? "" : "s") + " (steps " + steps +
+            ") that an earlier attempt logged past the step a later run started from (a resume from an earlier "
+            "checkpoint, or --resume auto starting afresh); metrics.jsonl keeps them.</p>\n";
+  }
+  if (metrics.last_line_cut)
+    note += "<p>Not drawn: the last line of metrics.jsonl, a record not yet complete (the run is writing it, or "
+            "was killed while it did).</p>\n";
+  return note;
 }
 
 std::string loss_section(const Metrics& metrics) {
   const Series train{"train loss", kPalette[0], metrics.train_loss}, val{"val loss", kPalette[1], metrics.val_loss};
   if (train.points.empty() && val.points.empty())
-    return section("loss", "Loss", "", missing("No loss records in metrics.jsonl.") + abandoned_note(metrics));
+    return section("loss", "Loss", "", missing("No loss records in metrics.jsonl.") + left_out_note(metrics));
   std::string intro = "Cross-entropy in nats per token, as logged every log_every steps (train) and at each evaluation (val).";
   if (!val.points.empty())  // the last point survives downsampling
     intro += " Final validation loss: <b>" + fixed(val.points.back().second, 4) + "</b>.";
-  return section("loss", "Loss", intro, abandoned_note(metrics) + line_chart("loss", "step", "nats / token", {train, val}));
+  return section("loss", "Loss", intro, left_out_note(metrics) + line_chart("loss", "step", "nats / token", {train, val}));
 }
 
 std::string throughput_section(const Metrics& metrics) {

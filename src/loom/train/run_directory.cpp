@@ -194,9 +194,10 @@ RunLock::~RunLock() {
 
 namespace {
 // Whether metrics.jsonl holds a record besides the {"kind":"start",...} ones each run begins with.
+// A last line without its '\n' is a record a kill cut short, no step (MetricsLog drops it).
 bool logs_a_step(const std::string& path) {
   std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
+  for (std::string line; std::getline(in, line) && !in.eof();)
     if (!line.empty() && line.rfind("{\"kind\":\"start\"", 0) != 0) return true;
   return false;
 }
