@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -16,12 +15,8 @@
 namespace {
 
 using loom::report::Point;
+using loom::testing::same_points;
 using loom::testing::whole_vector_downsample;
-
-// Equal bit for bit (NaN equals NaN).
-bool same(const std::vector<Point>& a, const std::vector<Point>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(Point)) == 0);
-}
 
 TEST(ReportDownsample, StreamingKeepsWhatTheWholeVectorKept) {
   std::mt19937_64 rng(2026);
@@ -43,7 +38,7 @@ TEST(ReportDownsample, StreamingKeepsWhatTheWholeVectorKept) {
       else if (odd == 3) y = -0.0;
       points.emplace_back(x, y);
     }
-    ASSERT_TRUE(same(loom::report::downsample(points, max_points), whole_vector_downsample(points, max_points)))
+    ASSERT_TRUE(same_points(loom::report::downsample(points, max_points), whole_vector_downsample(points, max_points)))
         << "trial " << trial << ": " << n << " points, at most " << max_points;
   }
 }
@@ -55,7 +50,7 @@ TEST(ReportDownsample, AMillionPointsOneAtATime) {
   for (const Point& p : points) d.add(p);
   const std::vector<Point> kept = d.take();
   EXPECT_LE(kept.size(), 2000u);
-  EXPECT_TRUE(same(kept, whole_vector_downsample(points, 2000)));
+  EXPECT_TRUE(same_points(kept, whole_vector_downsample(points, 2000)));
   EXPECT_NE(std::find(kept.begin(), kept.end(), points[777777]), kept.end());  // the spike
 }
 

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -34,6 +33,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using loom::report::Metrics;
 using loom::report::Point;
+using loom::testing::same_points;
 
 // The reading read_metrics replaced: every record held, those a later start record abandons
 // dropped, the rest sorted by step (file order among equal steps), each line downsampled.
@@ -92,24 +92,20 @@ Metrics whole_file_reading(const std::vector<std::string>& lines) {
   return m;
 }
 
-bool same(const std::vector<Point>& a, const std::vector<Point>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(Point)) == 0);
-}
-
 void expect_same(const Metrics& got, const Metrics& want) {
-  EXPECT_TRUE(same(got.train_loss, want.train_loss)) << got.train_loss.size() << " vs " << want.train_loss.size();
-  EXPECT_TRUE(same(got.val_loss, want.val_loss)) << got.val_loss.size() << " vs " << want.val_loss.size();
-  EXPECT_TRUE(same(got.tokens_per_s, want.tokens_per_s));
-  EXPECT_TRUE(same(got.mfu_percent, want.mfu_percent));
-  EXPECT_TRUE(same(got.moe_imbalance, want.moe_imbalance));
+  EXPECT_TRUE(same_points(got.train_loss, want.train_loss)) << got.train_loss.size() << " vs " << want.train_loss.size();
+  EXPECT_TRUE(same_points(got.val_loss, want.val_loss)) << got.val_loss.size() << " vs " << want.val_loss.size();
+  EXPECT_TRUE(same_points(got.tokens_per_s, want.tokens_per_s));
+  EXPECT_TRUE(same_points(got.mfu_percent, want.mfu_percent));
+  EXPECT_TRUE(same_points(got.moe_imbalance, want.moe_imbalance));
   ASSERT_EQ(got.moe_experts, want.moe_experts);
   ASSERT_EQ(got.expert_share.size(), want.expert_share.size());
-  for (size_t e = 0; e < got.expert_share.size(); ++e) EXPECT_TRUE(same(got.expert_share[e], want.expert_share[e])) << e;
+  for (size_t e = 0; e < got.expert_share.size(); ++e) EXPECT_TRUE(same_points(got.expert_share[e], want.expert_share[e])) << e;
   EXPECT_EQ(got.comm_s, want.comm_s);
   EXPECT_EQ(got.comm_exposed_s, want.comm_exposed_s);
 }
 
-std::string write(const std::string& name, const std::vector<std::string>& lines) {
+std::string write_metrics(const std::string& name, const std::vector<std::string>& lines) {
   const fs::path dir = loom::testing::fresh_temp_dir("loom_metrics_" + name + "_" + std::to_string(::getpid()));
   std::ofstream out(dir / "metrics.jsonl");
   for (const std::string& l : lines) out << l << "\n";
@@ -149,18 +145,18 @@ TEST(ReportMetrics, TwoReadsGiveTheLinesOfTheWholeFile) {
   lines.push_back(R"({"kind":"start","step":14000})");
   run(14001, 20000);
   lines.push_back("");  // a blank line is no record
-  expect_same(loom::report::read_metrics(write("resumed", lines)), whole_file_reading(lines));
+  expect_same(loom::report::read_metrics(write_metrics("resumed", lines)), whole_file_reading(lines));
 
   // No start record (a file from before them), steps running backwards: held and sorted.
   std::vector<std::string> old;
   for (int s = 1; s <= 3000; ++s) old.push_back(train(s, rng));
   for (int s = 1; s <= 3000; ++s) old.push_back(train(s, rng));
-  expect_same(loom::report::read_metrics(write("old", old)), whole_file_reading(old));
+  expect_same(loom::report::read_metrics(write_metrics("old", old)), whole_file_reading(old));
 
   // A mixture of experts, more experts than lines drawn.
   std::vector<std::string> moe{R"({"kind":"start","step":0})"};
   for (int s = 1; s <= 3000; ++s) moe.push_back(train(s, rng, s < 2000 ? 8 : 70));
-  const Metrics m = loom::report::read_metrics(write("moe", moe));
+  const Metrics m = loom::report::read_metrics(write_metrics("moe", moe));
   expect_same(m, whole_file_reading(moe));
   EXPECT_EQ(m.moe_experts, 70u);
   EXPECT_EQ(m.expert_share.size(), loom::report::kMaxExpertLines);
@@ -184,7 +180,7 @@ TEST(ReportMetrics, ALongFileIsReadInMemoryThatDoesNotGrowWithIt) {
   std::mt19937_64 rng(5);
   std::vector<std::string> lines{R"({"kind":"start","step":0})"};
   for (int s = 1; s <= 250000; ++s) lines.push_back(train(s, rng));
-  const std::string path = write("long", lines);
+  const std::string path = write_metrics("long", lines);
   lines.clear();
   lines.shrink_to_fit();
   const pid_t child = ::fork();

@@ -1,9 +1,10 @@
 // The loop `loom report` drew its lines with before their points were streamed
 // (report/downsample.hpp): the slow, obviously correct twin the report's tests hold the
-// streaming Downsampler and the two-pass read of metrics.jsonl to.
+// streaming Downsampler and the two-pass read of metrics.jsonl to, and their comparison.
 #pragma once
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "loom/report/downsample.hpp"
@@ -31,6 +32,11 @@ inline std::vector<report::Point> whole_vector_downsample(const std::vector<repo
   }
   out.push_back(points.back());
   return out;
+}
+
+// Equal bit for bit (NaN equals NaN).
+inline bool same_points(const std::vector<report::Point>& a, const std::vector<report::Point>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(report::Point)) == 0);
 }
 
 }  // namespace loom::testing

@@ -11,9 +11,9 @@ namespace loom::report {
 
 namespace {
 
-constexpr int64_t kBlock = int64_t{1} << 20;
+constexpr int64_t kReadBlock = int64_t{1} << 20;
 
-std::ifstream open(const std::string& path) {
+std::ifstream open_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   check(in.good(), "cannot open '", path, "': ", std::strerror(errno));
   return in;
@@ -31,12 +31,12 @@ std::string read_block(std::ifstream& in, const std::string& path, int64_t at, i
 }  // namespace
 
 void for_each_line(const std::string& path, int64_t size, const LineVisitor& visit) {
-  std::ifstream in = open(path);
+  std::ifstream in = open_file(path);
   std::string window;  // bytes [begin, begin + window.size()), not yet given out
   int64_t begin = 0;
   for (int64_t read = 0; read < size;) {
     const size_t scanned = window.size();  // holds no '\n'
-    const int64_t n = std::min(kBlock, size - read);
+    const int64_t n = std::min(kReadBlock, size - read);
     window += read_block(in, path, read, n);
     read += n;
     size_t start = 0;
@@ -51,7 +51,7 @@ void for_each_line(const std::string& path, int64_t size, const LineVisitor& vis
 }
 
 void for_each_line_backward(const std::string& path, int64_t size, const LineVisitor& visit) {
-  std::ifstream in = open(path);
+  std::ifstream in = open_file(path);
   std::string window;  // bytes [begin, begin + window.size()): the start of the part still to give out
   int64_t begin = size;
   bool final_piece = true;  // the piece at window's end follows the file's last '\n'
@@ -65,7 +65,7 @@ void for_each_line_backward(const std::string& path, int64_t size, const LineVis
     window.resize(end);
     if (begin == 0) break;
     // At least as much as is held: a line longer than a block is read in time linear in it.
-    const int64_t n = std::min(std::max(kBlock, static_cast<int64_t>(window.size())), begin);
+    const int64_t n = std::min(std::max(kReadBlock, static_cast<int64_t>(window.size())), begin);
     begin -= n;
     window.insert(0, read_block(in, path, begin, n));
   }

@@ -44,7 +44,7 @@ void points_of(const MetricsRecord& r, const Emit& emit) {
   }
 }
 
-[[noreturn]] void changed(const std::string& path) {
+[[noreturn]] void changed_while_read(const std::string& path) {
   fail("'", path, "' changed while it was read (rewritten or cut): run loom report again");
 }
 
@@ -64,14 +64,14 @@ class LinePoints {
     if (in_order_) sampler_.emplace(n_, first_, last_, max_points);
   }
   void add(Point p, const std::string& path) {
-    if (added_ == n_ || (sampler_ && added_ > 0 && p.first < previous_x_)) changed(path);
+    if (added_ == n_ || (sampler_ && added_ > 0 && p.first < previous_x_)) changed_while_read(path);
     ++added_;
     previous_x_ = p.first;
     if (sampler_) sampler_->add(p);
     else held_.push_back(p);
   }
   std::vector<Point> take(const std::string& path) {
-    if (added_ != n_) changed(path);
+    if (added_ != n_) changed_while_read(path);
     if (sampler_) return sampler_->take();
     std::stable_sort(held_.begin(), held_.end(), [](const Point& a, const Point& b) { return a.first < b.first; });
     return downsample(held_, max_points_);
@@ -185,7 +185,7 @@ Metrics read_metrics(const std::string& path) {
     points_of(r, [&](size_t line, double y) { lines[line].add({r.step, y}, path); });
     return true;
   });
-  if (damaged) changed(path);  // the backward read saw a bad line the forward one did not
+  if (damaged) changed_while_read(path);  // the backward read saw a bad line the forward one did not
   sums.finish(m);
 
   m.train_loss = lines[kTrainLoss].take(path);

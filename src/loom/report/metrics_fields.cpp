@@ -7,20 +7,20 @@ namespace {
 using nlohmann::json;
 
 // The top-level keys whose values the report reads or checks.
-enum class Key { Kind, Step, Loss, ValLoss, TokensPerS, Mfu, CommS, CommExposedS, MoeLoadImbalance, MoeLoad, OtherLoss, Other };
+enum class RecordKey { Kind, Step, Loss, ValLoss, TokensPerS, Mfu, CommS, CommExposedS, MoeLoadImbalance, MoeLoad, OtherLoss, Other };
 
-Key key_of(const std::string& k) {
-  if (k == "kind") return Key::Kind;
-  if (k == "step") return Key::Step;
-  if (k == "loss") return Key::Loss;
-  if (k == "val_loss") return Key::ValLoss;
-  if (k == "tokens_per_s") return Key::TokensPerS;
-  if (k == "mfu") return Key::Mfu;
-  if (k == "comm_s") return Key::CommS;
-  if (k == "comm_exposed_s") return Key::CommExposedS;
-  if (k == "moe_load_imbalance") return Key::MoeLoadImbalance;
-  if (k == "moe_load") return Key::MoeLoad;
-  return k.ends_with("_loss") ? Key::OtherLoss : Key::Other;
+RecordKey record_key(const std::string& k) {
+  if (k == "kind") return RecordKey::Kind;
+  if (k == "step") return RecordKey::Step;
+  if (k == "loss") return RecordKey::Loss;
+  if (k == "val_loss") return RecordKey::ValLoss;
+  if (k == "tokens_per_s") return RecordKey::TokensPerS;
+  if (k == "mfu") return RecordKey::Mfu;
+  if (k == "comm_s") return RecordKey::CommS;
+  if (k == "comm_exposed_s") return RecordKey::CommExposedS;
+  if (k == "moe_load_imbalance") return RecordKey::MoeLoadImbalance;
+  if (k == "moe_load") return RecordKey::MoeLoad;
+  return k.ends_with("_loss") ? RecordKey::OtherLoss : RecordKey::Other;
 }
 
 // Each handler returns false to stop the parse when the line is not plainly well formed.
@@ -28,29 +28,29 @@ class FieldReader final : public nlohmann::json_sax<json> {
  public:
   FieldReader(RecordFields& f, size_t keep_experts) : f_(f), keep_experts_(keep_experts) {}
 
-  bool null() override { return depth_ == 1 ? key_ == Key::Loss || key_ == Key::ValLoss || key_ == Key::OtherLoss || key_ == Key::Other
+  bool null() override { return depth_ == 1 ? key_ == RecordKey::Loss || key_ == RecordKey::ValLoss || key_ == RecordKey::OtherLoss || key_ == RecordKey::Other
                                             : nested_scalar(false, 0); }
-  bool boolean(bool) override { return depth_ == 1 ? key_ == Key::Other : nested_scalar(false, 0); }
+  bool boolean(bool) override { return depth_ == 1 ? key_ == RecordKey::Other : nested_scalar(false, 0); }
   bool number_integer(number_integer_t v) override { return number(static_cast<double>(v)); }
   bool number_unsigned(number_unsigned_t v) override { return number(static_cast<double>(v)); }
   bool number_float(number_float_t v, const string_t&) override { return number(v); }
   bool string(string_t& s) override {
     if (depth_ != 1) return nested_scalar(false, 0);
-    if (key_ == Key::Kind) f_.kind = s;
-    return key_ == Key::Kind || key_ == Key::Other;
+    if (key_ == RecordKey::Kind) f_.kind = s;
+    return key_ == RecordKey::Kind || key_ == RecordKey::Other;
   }
   bool binary(binary_t&) override { return false; }  // not in JSON text
   bool key(string_t& k) override {
     if (depth_ != 1) return true;
-    key_ = key_of(k);
-    if (key_ == Key::OtherLoss || key_ == Key::Other) return true;
+    key_ = record_key(k);
+    if (key_ == RecordKey::OtherLoss || key_ == RecordKey::Other) return true;
     const unsigned bit = 1u << static_cast<unsigned>(key_);
     if (seen_ & bit) return false;  // the tree keeps the last value: let it decide
     seen_ |= bit;
     return true;
   }
   bool start_object(std::size_t) override {
-    if (depth_ == 1 && key_ != Key::Other) return false;
+    if (depth_ == 1 && key_ != RecordKey::Other) return false;
     if (depth_ == 2 && in_moe_load_) return false;
     ++depth_;
     return true;
@@ -60,9 +60,9 @@ class FieldReader final : public nlohmann::json_sax<json> {
     return true;
   }
   bool start_array(std::size_t) override {
-    if (depth_ == 0 || (depth_ == 1 && key_ != Key::MoeLoad && key_ != Key::Other) || (depth_ == 2 && in_moe_load_))
+    if (depth_ == 0 || (depth_ == 1 && key_ != RecordKey::MoeLoad && key_ != RecordKey::Other) || (depth_ == 2 && in_moe_load_))
       return false;
-    in_moe_load_ = depth_ == 1 && key_ == Key::MoeLoad;
+    in_moe_load_ = depth_ == 1 && key_ == RecordKey::MoeLoad;
     ++depth_;
     return true;
   }
@@ -76,16 +76,16 @@ class FieldReader final : public nlohmann::json_sax<json> {
   bool number(double v) {
     if (depth_ != 1) return nested_scalar(true, v);
     switch (key_) {
-      case Key::Kind: case Key::MoeLoad: return false;
-      case Key::Step: f_.step = v; break;
-      case Key::Loss: f_.loss = v; break;
-      case Key::ValLoss: f_.val_loss = v; break;
-      case Key::TokensPerS: f_.tokens_per_s = v; break;
-      case Key::Mfu: f_.mfu = v; break;
-      case Key::CommS: f_.comm_s = v; break;
-      case Key::CommExposedS: f_.comm_exposed_s = v; break;
-      case Key::MoeLoadImbalance: f_.moe_load_imbalance = v; break;
-      case Key::OtherLoss: case Key::Other: break;
+      case RecordKey::Kind: case RecordKey::MoeLoad: return false;
+      case RecordKey::Step: f_.step = v; break;
+      case RecordKey::Loss: f_.loss = v; break;
+      case RecordKey::ValLoss: f_.val_loss = v; break;
+      case RecordKey::TokensPerS: f_.tokens_per_s = v; break;
+      case RecordKey::Mfu: f_.mfu = v; break;
+      case RecordKey::CommS: f_.comm_s = v; break;
+      case RecordKey::CommExposedS: f_.comm_exposed_s = v; break;
+      case RecordKey::MoeLoadImbalance: f_.moe_load_imbalance = v; break;
+      case RecordKey::OtherLoss: case RecordKey::Other: break;
     }
     return true;
   }
@@ -103,7 +103,7 @@ class FieldReader final : public nlohmann::json_sax<json> {
   RecordFields& f_;
   size_t keep_experts_;
   int depth_ = 0;  // 1: in the record's object
-  Key key_ = Key::Other;
+  RecordKey key_ = RecordKey::Other;
   unsigned seen_ = 0;  // the Keys met
   bool in_moe_load_ = false;
 };
