@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/error.hpp"
+#include "loom/report/json_values.hpp"
 #include "loom/report/run_report.hpp"
 #include "loom/report/trace_summary.hpp"
 #include "run_command.hpp"
@@ -25,7 +26,7 @@ namespace fs = std::filesystem;
 
 const char* const kSections[] = {"loss", "throughput", "memory", "pipeline", "comm"};
 
-json span(int pid, int tid, const std::string& cat, const std::string& name, double ts_us, double dur_us, json args = {}) {
+json span(json pid, json tid, const std::string& cat, const std::string& name, double ts_us, double dur_us, json args = {}) {
   json e{{"ph", "X"}, {"pid", pid}, {"tid", tid}, {"cat", cat}, {"name", name}, {"ts", ts_us}, {"dur", dur_us}};
   if (!args.is_null()) e["args"] = args;
   return e;
@@ -72,6 +73,38 @@ TEST(TraceSummary, PipelineTimelineOfTheLastStep) {
   EXPECT_FALSE(loom::report::pipeline_timeline(json{{"traceEvents", json::array({process(0, "rank 0 (dp 0, pp 0, tp 0)")})}}));
 }
 
+// Ids and indices that are no int (1e300 converted to int is undefined; -1 indexed the
+// pipeline picture's colours, a pp stage of -3 its rows and crashed it, one of 99999999 made
+// as many rows) are refused naming the event and field; "NaN" and 3.5 as well, and 3.0 is 3.
+TEST(TraceSummary, IdsThatAreNoIndexAreRefusedByName) {
+  auto trace = [](json pid, json tid, json mb, json chunk, const std::string& stage = "0") {
+    return json{{"traceEvents",
+                 {process(0, "rank 0 (dp 0, pp " + stage + ", tp 0)"), process(1, "rank 1 (dp 0, pp 1, tp 0)"),
+                  span(pid, tid, "step", "step", 0, 100), span(0, 0, "pipeline", "F", 10, 10, {{"mb", mb}, {"chunk", chunk}})}}};
+  };
+  auto error = [](const json& t) {
+    try {
+      loom::report::rank_times(t);
+      loom::report::pipeline_timeline(t);
+    } catch (const loom::report::FieldError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  for (const json& bad : {json(1e300), json(-1), json(3.5), json("NaN"), json(4294967296)}) {
+    const std::string got = " must be an integer from 0 to 2147483646, got " + loom::report::describe(bad);
+    EXPECT_EQ(error(trace(bad, 0, 0, 0)), "traceEvents[2]: field 'pid'" + got);
+    EXPECT_EQ(error(trace(0, bad, 0, 0)), "traceEvents[2]: field 'tid'" + got);
+    EXPECT_EQ(error(trace(0, 0, bad, 0)), "traceEvents[3]: field 'args.mb'" + got);
+    EXPECT_EQ(error(trace(0, 0, 0, bad)), "traceEvents[3]: field 'args.chunk'" + got);
+  }
+  for (const char* stage : {"-3", "99999999", "2", "x"})
+    EXPECT_EQ(error(trace(0, 0, 0, 0, stage)), "process name 'rank 0 (dp 0, pp " + std::string(stage) +
+                                                   ", tp 0)': the pp stage must be an integer below 2, the processes the trace names");
+  EXPECT_EQ(error(trace(0, 0, 3.0, 0)), "no error");
+  EXPECT_EQ(loom::report::pipeline_timeline(trace(0, 0, 3.0, 0))->micro_batches, 4);
+}
+
 TEST(RunReport, MissingRunDirectoryIsAClearError) {
   try {
     loom::report::run_report_html("/nonexistent/run");
@@ -98,6 +131,25 @@ TEST(RunReport, SectionsWithoutDataSaySo) {
   std::ofstream(dir / "trace.json")
       << R"j({"traceEvents":[{"ph":"M","pid":0,"tid":0,"name":"process_name","args":{"name":"rank 0 (dp 0, pp 0, tp 0)"}}]})j";
   EXPECT_NE(loom::report::run_report_html(dir.string()).find("No pipeline in this run (pp = 1)."), std::string::npos);
+}
+
+// memory.json's rank as trace.json's ids: an integer from 0, named with the file and rank entry.
+TEST(RunReport, AMemoryRankThatIsNoIndexIsRefusedByName) {
+  const fs::path dir = loom::testing::fresh_temp_dir("loom_report_memory_rank_" + std::to_string(::getpid()));
+  std::ofstream(dir / "metrics.jsonl") << R"({"kind":"train","step":1,"loss":4.2})" << "\n";
+  for (const char* bad : {"1e300", "-1", "3.5", "\"NaN\"", "2147483648"}) {
+    std::ofstream(dir / "memory.json") << R"({"ranks": [{"rank": 0, "current": {}, "peak": {}, "formula": {}},)"
+                                       << R"( {"rank": )" << bad << R"(, "current": {}, "peak": {}, "formula": {}}]})";
+    try {
+      loom::report::run_report_html(dir.string());
+      ADD_FAILURE() << bad << ": no error";
+    } catch (const loom::Error& e) {
+      EXPECT_EQ(std::string(e.what()), (dir / "memory.json").string() +
+                                           ": ranks[1]: field 'rank' must be an integer from 0 to 2147483647, got " +
+                                           loom::report::describe(json::parse(bad)));
+    }
+  }
+  fs::remove_all(dir);
 }
 
 TEST(RunReport, ExpertLoadChartFromMoeMetrics) {

@@ -19,6 +19,7 @@
 
 #include "loom/error.hpp"
 #include "loom/report/charts.hpp"
+#include "loom/report/json_values.hpp"
 #include "loom/report/metrics.hpp"
 #include "loom/report/run_report.hpp"
 #include "test_util.hpp"
@@ -26,7 +27,6 @@
 namespace {
 
 namespace fs = std::filesystem;
-using loom::report::MetricsRecord;
 
 // A fresh run directory whose metrics.jsonl holds these lines (CTest runs cases in parallel).
 fs::path run_dir(const std::string& name, const std::vector<std::string>& lines) {
@@ -213,10 +213,9 @@ TEST(RunReport, AMillionStepRunGivesABoundedPage) {
   fs::remove_all(dir);
 }
 
-std::vector<double> steps_of(const loom::report::Metrics& m, MetricsRecord::Kind kind) {
+std::vector<double> steps_of(const loom::report::Metrics::Line& line) {
   std::vector<double> steps;
-  for (const MetricsRecord& r : m.records)
-    if (r.kind == kind) steps.push_back(r.step);
+  for (const auto& [step, value] : line) steps.push_back(step);
   return steps;
 }
 
@@ -224,6 +223,29 @@ std::vector<double> range(int from, int to) {
   std::vector<double> v;
   for (int s = from; s <= to; ++s) v.push_back(s);
   return v;
+}
+
+// The last line of a live run's metrics.jsonl may be half written, and a kill can leave one:
+// without its '\n' and not JSON it is no record (as the trainer's next append treats it), and
+// the page says it left it out. A line cut short anywhere else is still an error.
+TEST(ReportMetrics, AHalfWrittenLastLineIsNoRecord) {
+  const fs::path dir = run_dir("cut", {train(1, 4.0), train(2, 3.5)});
+  std::ofstream(dir / "metrics.jsonl", std::ios::app) << R"({"kind":"train","step":3,"lo)";
+  const auto m = loom::report::read_metrics((dir / "metrics.jsonl").string());
+  EXPECT_EQ(steps_of(m.train_loss), range(1, 2));
+  EXPECT_TRUE(m.last_line_cut);
+  EXPECT_NE(loom::report::run_report_html(dir.string())
+                .find("<p>Not drawn: the last line of metrics.jsonl, a record not yet complete (the run is writing "
+                      "it, or was killed while it did).</p>"),
+            std::string::npos);
+  // Complete (a file written without a final '\n'): a record like the others.
+  std::ofstream(dir / "metrics.jsonl", std::ios::app) << R"(ss":3.0})";
+  EXPECT_EQ(steps_of(loom::report::read_metrics((dir / "metrics.jsonl").string()).train_loss), range(1, 3));
+  // Cut before the last line: the file is damaged.
+  const fs::path damaged = run_dir("cut_inside", {train(1, 4.0), R"({"kind":"train","step":2,"lo)", train(3, 3.0)});
+  EXPECT_NE(report_error(damaged).find("metrics.jsonl line 2 is not JSON"), std::string::npos) << report_error(damaged);
+  fs::remove_all(dir);
+  fs::remove_all(damaged);
 }
 
 TEST(ReportMetrics, AStartRecordDropsTheAbandonedAttempt) {
@@ -236,8 +258,8 @@ TEST(ReportMetrics, AStartRecordDropsTheAbandonedAttempt) {
   for (int s = 11; s <= 15; ++s) lines.push_back(train(s, 10.0 - 0.1 * s));
   const fs::path dir = run_dir("resumed", lines);
   const auto m = loom::report::read_metrics((dir / "metrics.jsonl").string());
-  EXPECT_EQ(steps_of(m, MetricsRecord::Kind::Train), range(1, 15));
-  EXPECT_EQ(steps_of(m, MetricsRecord::Kind::Val), std::vector<double>{10});
+  EXPECT_EQ(steps_of(m.train_loss), range(1, 15));
+  EXPECT_EQ(steps_of(m.val_loss), std::vector<double>{10});
   // The chart: the train loss line through steps 1..15 once each, left to right.
   const std::string html = loom::report::run_report_html(dir.string());
   const auto drawn = polylines(html, kTrainLoss);
@@ -245,6 +267,11 @@ TEST(ReportMetrics, AStartRecordDropsTheAbandonedAttempt) {
   ASSERT_EQ(drawn[0].size(), 15u);
   for (size_t i = 1; i < drawn[0].size(); ++i) EXPECT_LT(drawn[0][i - 1].first, drawn[0][i].first) << i;
   EXPECT_NE(html.find("Final validation loss: <b>9.5000</b>"), std::string::npos);
+  // The page says what it left out, and that the file keeps it.
+  EXPECT_NE(html.find("<p>Not drawn: 11 train and val records (steps 11 to 20) that an earlier attempt logged past the "
+                      "step a later run started from (a resume from an earlier checkpoint, or --resume auto starting "
+                      "afresh); metrics.jsonl keeps them.</p>"),
+            std::string::npos);
 
   // Resumed twice, the second time from further back: each start drops what came before it.
   std::vector<std::string> twice;
@@ -253,8 +280,7 @@ TEST(ReportMetrics, AStartRecordDropsTheAbandonedAttempt) {
   for (int s = 16; s <= 18; ++s) twice.push_back(train(s, 1));
   twice.push_back(R"({"kind":"start","step":12})");
   for (int s = 13; s <= 14; ++s) twice.push_back(train(s, 1));
-  EXPECT_EQ(steps_of(loom::report::read_metrics((run_dir("resumed", twice) / "metrics.jsonl").string()), MetricsRecord::Kind::Train),
-            range(1, 14));
+  EXPECT_EQ(steps_of(loom::report::read_metrics((run_dir("resumed", twice) / "metrics.jsonl").string()).train_loss), range(1, 14));
 
   // No start record (a file from before them): every record kept, in step order.
   std::vector<std::string> old;
@@ -263,8 +289,7 @@ TEST(ReportMetrics, AStartRecordDropsTheAbandonedAttempt) {
   std::vector<double> want = range(1, 20);
   for (int s = 11; s <= 15; ++s) want.push_back(s);
   std::sort(want.begin(), want.end());
-  EXPECT_EQ(steps_of(loom::report::read_metrics((run_dir("resumed", old) / "metrics.jsonl").string()), MetricsRecord::Kind::Train),
-            want);
+  EXPECT_EQ(steps_of(loom::report::read_metrics((run_dir("resumed", old) / "metrics.jsonl").string()).train_loss), want);
   // A start record is checked like the others.
   EXPECT_NE(report_error(run_dir("resumed", {train(1, 1), R"({"kind":"start"})"})).find("line 2: a start record without a 'step'"),
             std::string::npos);

@@ -59,6 +59,20 @@ TEST(RunLock, ALiveOwnerKeepsASecondProcessOutNamingHostAndPid) {
             std::string::npos);
 }
 
+// A pid that is no process id names no owner, after the wait for a lock being written: 1e300
+// (its conversion was undefined) and 2^32 + 1 (kill() truncated it to init's 1, so the
+// directory was "in use by pid 4294967297" for good).
+TEST(RunLock, ALockWhosePidIsNoProcessIdNamesNoOwner) {
+  const fs::path dir = testing::fresh_temp_dir("loom_lock_no_pid");
+  for (const char* pid : {"1e300", "4294967297"}) {
+    std::ofstream(dir / kLockName) << R"({"host": ")" << host() << R"(", "pid": )" << pid << "}\n";
+    EXPECT_EQ(error_of([&] { RunLock lock(dir.string(), true); }),
+              "run directory '" + dir.string() + "' has a lock file '" + (dir / kLockName).string() +
+                  "' that names no owner; delete it if no run uses the directory")
+        << pid;
+  }
+}
+
 TEST(RunLock, AStaleLockIsTakenOverWithANotice) {
   const fs::path dir = testing::fresh_temp_dir("loom_lock_stale");
   const int64_t gone = dead_pid();
@@ -134,6 +148,21 @@ TEST(RunDirectory, ATrainerHoldsTheLockWhileItLives) {
   c.resume = "auto";
   EXPECT_NE(error_of([&] { Trainer t(c, true); }).find("is in use by pid " + std::to_string(getppid())),
             std::string::npos);
+}
+
+// A metrics.jsonl is a run's only when it logged a step: start records (a run killed before its
+// first step) and a last line a kill cut short (no '\n': the next run drops it) are none.
+TEST(RunDirectory, AMetricsFileIsARunOnlyWithAStepLogged) {
+  const fs::path dir = testing::fresh_temp_dir("loom_run_dir_metrics");
+  auto with = [&](const std::string& text) {
+    std::ofstream(dir / "metrics.jsonl", std::ios::binary) << text;
+    return previous_run_files(dir.string());
+  };
+  const std::string start = "{\"kind\":\"start\",\"step\":0}\n";
+  EXPECT_EQ(with(start + start), std::vector<std::string>{});
+  EXPECT_EQ(with(start + "{\"kind\":\"train\",\"loss\":4.1,\"st"), std::vector<std::string>{});
+  EXPECT_EQ(with(start + "{\"kind\":\"train\",\"loss\":4.1,\"step\":1}\n"), std::vector<std::string>{"metrics.jsonl"});
+  fs::remove_all(dir);
 }
 
 TEST(RunDirectory, AFreshRunIntoAnotherRunIsRefusedAndOverwriteDeletesIt) {

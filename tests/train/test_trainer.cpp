@@ -141,6 +141,31 @@ TEST(Trainer, ResumeAutoStartsFreshWithoutACheckpoint) {
   EXPECT_EQ(t.step(), 0);
 }
 
+// An attempt killed before its first checkpoint: `--resume auto` starts afresh after its
+// records, which stay in metrics.jsonl as they were, and says so.
+TEST(Trainer, ResumeAutoStartingFreshKeepsTheEarlierAttemptsRecords) {
+  TrainConfig c = tiny_run("resume_auto_fresh_records");
+  c.resume = "auto";
+  fs::create_directories(c.out_dir);
+  const std::string earlier = "{\"kind\":\"start\",\"step\":0}\n{\"kind\":\"train\",\"loss\":4.5,\"step\":1}\n";
+  std::ofstream(fs::path(c.out_dir) / "metrics.jsonl") << earlier;
+  ::testing::internal::CaptureStdout();
+  {
+    Trainer t(c, false);
+    EXPECT_EQ(t.step(), 0);
+    t.run();
+  }
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("resume auto: no complete checkpoint in '" + c.out_dir +
+                     "', starting fresh at step 0 (metrics.jsonl keeps the steps an earlier attempt logged; loom report "
+                     "draws this run's and counts those it leaves out)\n"),
+            std::string::npos)
+      << out;
+  const std::string metrics = testing::read_file(fs::path(c.out_dir) / "metrics.jsonl");
+  EXPECT_EQ(metrics.substr(0, earlier.size()), earlier);
+  EXPECT_EQ(metrics.substr(earlier.size(), 25), "{\"kind\":\"start\",\"step\":0}");
+}
+
 // A newer checkpoint damaged by a crash is skipped: the run continues bit-exactly from the
 // one before it.
 TEST(Trainer, ResumeAutoPicksTheNewestCompleteCheckpoint) {

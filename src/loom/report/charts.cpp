@@ -52,32 +52,6 @@ std::string escape_xml(const std::string& text) {
   return out;
 }
 
-std::vector<std::pair<double, double>> downsample(const std::vector<std::pair<double, double>>& points,
-                                                  size_t max_points) {
-  if (points.size() <= max_points) return points;
-  const size_t buckets = (std::max<size_t>(max_points, 4) - 2) / 2;
-  const double x0 = points.front().first, x1 = points.back().first;
-  const size_t last = points.size() - 1;
-  std::vector<std::pair<double, double>> out{points.front()};
-  out.reserve(2 * buckets + 2);
-  size_t i = 1;
-  for (size_t b = 0; b < buckets && i < last; ++b) {
-    // The last bucket takes the rest: rounding never leaves a point out.
-    const bool rest = b + 1 == buckets;
-    const double end = x0 + (x1 - x0) * static_cast<double>(b + 1) / static_cast<double>(buckets);
-    if (!rest && !(points[i].first < end)) continue;  // no point in this bucket
-    size_t lo = i, hi = i;
-    for (; i < last && (rest || points[i].first < end); ++i) {
-      if (points[i].second < points[lo].second) lo = i;
-      if (points[i].second > points[hi].second) hi = i;
-    }
-    out.push_back(points[std::min(lo, hi)]);
-    if (lo != hi) out.push_back(points[std::max(lo, hi)]);
-  }
-  out.push_back(points.back());
-  return out;
-}
-
 std::string line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
                        const std::vector<Series>& series) {
   double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "loom/report/downsample.hpp"
+
 namespace loom::report {
 
 // "<" ">" "&" '"' as entities.
@@ -21,13 +23,6 @@ struct Series {
 constexpr size_t kMaxLinePoints = 2000;
 std::string line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
                        const std::vector<Series>& series);
-
-// At most max_points (>= 4) of points (x increasing) tracing the same line: the x range cut
-// into (max_points - 2) / 2 equal buckets, each keeping its lowest and highest point in x
-// order, so a one-step spike stays visible; the first and last points are kept. points itself
-// when it has no more than max_points.
-std::vector<std::pair<double, double>> downsample(const std::vector<std::pair<double, double>>& points,
-                                                  size_t max_points);
 
 struct Segment {
   std::string name;  // the legend's key: same name, same colour

@@ -1,53 +1,41 @@
-// What the run report reads from metrics.jsonl: of each train and val record only the
-// fields it plots, so a million-line file is held in tens of MB rather than as a JSON tree
-// per line. Records of a resumed run's abandoned attempt are dropped (see read_metrics).
+// What the run report draws from metrics.jsonl, read in memory that does not grow with the
+// file: each line (train and val loss, tokens/s, MFU, a mixture of experts' shares and
+// imbalance) downsampled to at most kMaxLinePoints as it is read, and the sums the report
+// quotes. Records of a resumed run's abandoned attempt are left out (see read_metrics).
 #pragma once
 
-#include <cstdint>
-#include <limits>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "loom/report/downsample.hpp"
+#include "loom/report/metrics_record.hpp"
 
 namespace loom::report {
 
-// A field a record does not have (a val record's tokens/s): charts skip it.
-inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-struct MetricsRecord {
-  enum class Kind : uint8_t { Train, Val };
-  Kind kind = Kind::Train;
-  double step = 0;
-  double loss = 0;  // train: "loss", val: "val_loss"; NaN when absent or null (a skipped step)
-  double tokens_per_s = 0;  // NaN when absent
-  double mfu = 0, comm_s = 0, comm_exposed_s = 0, moe_load_imbalance = 0;  // 0 when absent
-  // moe_load's experts (0: none, or no assignment routed); the first kMaxExpertLines of their
-  // shares are Metrics::moe_share[moe_begin, ...).
-  size_t moe_experts = 0, moe_begin = 0;
-};
-
-// Experts whose share is kept (and drawn) at most, each a line of its own: a damaged record
-// with a million-entry moe_load must not make a million-line chart.
-constexpr size_t kMaxExpertLines = 64;
-
 struct Metrics {
-  std::vector<MetricsRecord> records;  // train and val records, sorted by step (file order among equal steps)
-  std::vector<float> moe_share;        // train records' expert shares of the assignments, in %
+  using Line = std::vector<Point>;  // (step, value) in step order, file order among equal steps
+  Line train_loss, val_loss, tokens_per_s, mfu_percent;
+  std::vector<Line> expert_share;  // the first kMaxExpertLines experts' shares of the routed assignments, in %
+  Line moe_imbalance;              // max / mean expert load, at each step that logged moe_load
+  size_t moe_experts = 0;          // experts in the widest record; 0: a dense model
+  double comm_s = 0, comm_exposed_s = 0;  // data-parallel gradient reduction, summed over the train records
+  // Train and val records a later start record abandoned (left out), and their least and
+  // greatest step.
+  size_t abandoned = 0;
+  double abandoned_first = 0, abandoned_last = 0;
+  bool last_line_cut = false;  // the file ended inside a record (being written, or cut by a kill): left out
 };
 
-// The records of the metrics.jsonl at path; loom::Error naming the file (and line) when it is
+// The lines of the metrics.jsonl at path; loom::Error naming the file (and line) when it is
 // missing or a line is not a record as the trainer writes it. A record {"kind": "start",
 // "step": S} (a run starting, S = 0 or the checkpoint it resumed from) drops the train and val
 // records before it whose step is above S: the attempt that logged them was killed or
-// abandoned, and the run logs those steps again.
+// abandoned, and the run logs those steps again. A last line without its '\n' that is not
+// JSON is no record (a live run writing it, or a kill cutting it short): left out.
+// The file is read twice, never held: last line first, which finds each record's fate (the
+// start records after it) and each line's count of points and first and last step; then first
+// line first, each line downsampled as its points come. A line whose steps run backwards (a
+// file without start records, or edited by hand) is held whole and sorted by step instead.
 Metrics read_metrics(const std::string& path);
-
-// A JSON value for a message: scalars as JSON (a long string cut, with its length), arrays and
-// objects by kind only; dumping a deeply nested value would recurse off the stack.
-std::string describe(const nlohmann::json& value);
-
-// text cut to at most max bytes (on a UTF-8 character boundary), "..." marking the cut.
-std::string brief(const std::string& text, size_t max = 200);
 
 }  // namespace loom::report

@@ -16,6 +16,7 @@
 #include "loom/parallel/pipeline/timeline_svg.hpp"
 #include "loom/report/charts.hpp"
 #include "loom/report/expert_load.hpp"
+#include "loom/report/json_values.hpp"
 #include "loom/report/metrics.hpp"
 #include "loom/report/trace_summary.hpp"
 
@@ -77,39 +78,37 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-// Series `name` through the records where y(r) is a number (not NaN), downsampled for
-// line_chart as it is made: a long run's series are held full-length one at a time.
-template <class Y>
-Series series(const std::string& name, const std::string& color, const Metrics& metrics, const Y& y) {
-  std::vector<std::pair<double, double>> points;
-  points.reserve(metrics.records.size());
-  for (const MetricsRecord& r : metrics.records)
-    if (const double v = y(r); !std::isnan(v)) points.emplace_back(r.step, v);
-  return {name, color, downsample(points, kMaxLinePoints)};
+// What read_metrics left out of metrics.jsonl: the page says so, since the file keeps it.
+std::string left_out_note(const Metrics& metrics) {
+  std::string note;
+  if (metrics.abandoned > 0) {
+    char steps[96];
+    std::snprintf(steps, sizeof steps, "%.15g to %.15g", metrics.abandoned_first, metrics.abandoned_last);
+    note += "<p>Not drawn: " + std::to_string(metrics.abandoned) + " train and val record" +
+            (metrics.abandoned == 1 ? "" : "s") + " (steps " + steps +
+            ") that an earlier attempt logged past the step a later run started from (a resume from an earlier "
+            "checkpoint, or --resume auto starting afresh); metrics.jsonl keeps them.</p>\n";
+  }
+  if (metrics.last_line_cut)
+    note += "<p>Not drawn: the last line of metrics.jsonl, a record not yet complete (the run is writing it, or "
+            "was killed while it did).</p>\n";
+  return note;
 }
 
-using Kind = MetricsRecord::Kind;
-
 std::string loss_section(const Metrics& metrics) {
-  const Series train =
-      series("train loss", kPalette[0], metrics, [](const MetricsRecord& r) { return r.kind == Kind::Train ? r.loss : kNaN; });
-  const Series val =
-      series("val loss", kPalette[1], metrics, [](const MetricsRecord& r) { return r.kind == Kind::Val ? r.loss : kNaN; });
+  const Series train{"train loss", kPalette[0], metrics.train_loss}, val{"val loss", kPalette[1], metrics.val_loss};
   if (train.points.empty() && val.points.empty())
-    return section("loss", "Loss", "", missing("No loss records in metrics.jsonl."));
+    return section("loss", "Loss", "", missing("No loss records in metrics.jsonl.") + left_out_note(metrics));
   std::string intro = "Cross-entropy in nats per token, as logged every log_every steps (train) and at each evaluation (val).";
   if (!val.points.empty())  // the last point survives downsampling
     intro += " Final validation loss: <b>" + fixed(val.points.back().second, 4) + "</b>.";
-  return section("loss", "Loss", intro, line_chart("loss", "step", "nats / token", {train, val}));
+  return section("loss", "Loss", intro, left_out_note(metrics) + line_chart("loss", "step", "nats / token", {train, val}));
 }
 
 std::string throughput_section(const Metrics& metrics) {
-  const Series tokens = series("tokens/s", kPalette[4], metrics,
-                               [](const MetricsRecord& r) { return r.kind == Kind::Train ? r.tokens_per_s : kNaN; });
-  if (tokens.points.empty()) return section("throughput", "Throughput", "", missing("No throughput records in metrics.jsonl."));
-  const Series mfu = series("MFU", kPalette[6], metrics, [](const MetricsRecord& r) {
-    return r.kind == Kind::Train && !std::isnan(r.tokens_per_s) ? 100.0 * r.mfu : kNaN;
-  });
+  if (metrics.tokens_per_s.empty())
+    return section("throughput", "Throughput", "", missing("No throughput records in metrics.jsonl."));
+  const Series tokens{"tokens/s", kPalette[4], metrics.tokens_per_s}, mfu{"MFU", kPalette[6], metrics.mfu_percent};
   return section("throughput", "Throughput",
                  "Tokens of the global batch per second of the logged step, and model FLOPs utilisation against the "
                  "measured matmul peak of all the job's processes.",
@@ -125,9 +124,11 @@ std::string memory_section(const std::optional<json>& memory) {
            "<th>peak comm</th><th>peak total</th><th>formula (state + activations)</th></tr>\n";
   // Doubles throughout: a damaged 1e300 read as an integer would overflow.
   auto mib = [](double b) { return fixed(b / (1 << 20), 2); };
+  size_t i = 0;
   for (const json& r : memory->at("ranks")) {
     const json &cur = r.at("current"), &peak = r.at("peak"), &f = r.at("formula");
-    const std::string name = r.value("name", "rank " + std::to_string(r.at("rank").get<int>()));
+    const int64_t rank = integer_field(r.at("rank"), 0, std::numeric_limits<int>::max(), "ranks[" + std::to_string(i++) + "]", "rank");
+    const std::string name = r.value("name", "rank " + std::to_string(rank));
     bars.push_back({name + " measured",
                     {{"params", cur.value("params", 0.0)}, {"grads", cur.value("grads", 0.0)}, {"optimizer", cur.value("optim", 0.0)},
                      {"activations", peak.value("activations", 0.0)}, {"comm buffers", peak.value("comm", 0.0)},
@@ -183,9 +184,7 @@ std::string comm_section(const std::optional<json>& trace, const Metrics& metric
           << "</td><td>" << fixed(1e3 * r.window_s, 2) << "</td></tr>\n";
   }
   table << "</table>\n";
-  double comm_s = 0, exposed_s = 0;
-  for (const MetricsRecord& r : metrics.records)
-    if (r.kind == MetricsRecord::Kind::Train) comm_s += r.comm_s, exposed_s += r.comm_exposed_s;
+  const double comm_s = metrics.comm_s, exposed_s = metrics.comm_exposed_s;
   std::string intro = "From the trace's steps: time each rank computed (forward, backward, loss, optimizer, data; "
                       "waits excluded) and communicated (collectives on the communication threads, pipeline receives), "
                       "and the part of the communication that ran while the rank computed. A pipeline stage waiting "
@@ -216,8 +215,8 @@ std::string reading(const fs::path& file, const F& make) {
     return make();
   } catch (const json::exception& e) {
     fail(file.string(), ": a field is missing or has the wrong type: ", brief(e.what()));
-  } catch (const std::logic_error& e) {  // std::stoi of a malformed process name
-    fail(file.string(), ": unexpected content: ", e.what());
+  } catch (const FieldError& e) {  // an id or index out of its range, named where it is
+    fail(file.string(), ": ", e.what());
   }
 }
 

@@ -1,13 +1,18 @@
 #include "loom/report/trace_summary.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <limits>
 #include <map>
 #include <set>
+
+#include "loom/report/json_values.hpp"
 
 namespace loom::report {
 
 namespace {
 
+using nlohmann::json;
 using Intervals = std::vector<std::pair<double, double>>;  // seconds, sorted, disjoint after merge
 
 Intervals merged(Intervals v) {
@@ -52,30 +57,59 @@ struct ParsedSpan {
   int pid, tid;
   std::string cat, name;
   double start, end;  // seconds
-  const nlohmann::json* event;
+  const json* event;
+  size_t index;  // in traceEvents
 };
 
-std::vector<ParsedSpan> spans(const nlohmann::json& trace) {
+std::string event_at(size_t i) { return "traceEvents[" + std::to_string(i) + "]"; }
+
+// An event's process or thread id, or an index in its args; below int's top, so that a count
+// (the index + 1) fits too.
+int event_int(const json& value, size_t i, const char* name) {
+  return static_cast<int>(integer_field(value, 0, std::numeric_limits<int>::max() - 1, event_at(i), name));
+}
+
+std::vector<ParsedSpan> spans(const json& trace) {
   std::vector<ParsedSpan> out;
-  for (const nlohmann::json& e : trace.at("traceEvents"))
+  size_t i = 0;
+  for (const json& e : trace.at("traceEvents")) {
     if (e.value("ph", "") == "X") {
       const double ts = e.at("ts").get<double>() * 1e-6;
-      out.push_back({e.at("pid"), e.at("tid"), e.value("cat", ""), e.value("name", ""), ts,
-                     ts + e.at("dur").get<double>() * 1e-6, &e});
+      out.push_back({event_int(e.at("pid"), i, "pid"), event_int(e.at("tid"), i, "tid"), e.value("cat", ""),
+                     e.value("name", ""), ts, ts + e.at("dur").get<double>() * 1e-6, &e, i});
     }
+    ++i;
+  }
   return out;
 }
 
-std::map<int, std::string> process_names(const nlohmann::json& trace) {
+std::map<int, std::string> process_names(const json& trace) {
   std::map<int, std::string> names;
-  for (const nlohmann::json& e : trace.at("traceEvents"))
-    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name") names[e.at("pid")] = e.at("args").at("name");
+  size_t i = 0;
+  for (const json& e : trace.at("traceEvents")) {
+    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name")
+      names[event_int(e.at("pid"), i, "pid")] = e.at("args").at("name");
+    ++i;
+  }
   return names;
+}
+
+// The pp stage a process name gives ("rank 3 (dp 0, pp 1, tp 0)", digits from `at`): a
+// pipeline of S stages has S processes at least, so a larger stage is a damaged name (and
+// would size the picture by it).
+int pp_stage(const std::string& name, size_t at, size_t processes) {
+  size_t end = at;
+  while (end < name.size() && end - at < 10 && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
+  const int64_t stage = end > at ? std::stoll(name.substr(at, end - at)) : -1;
+  if (stage < 0 || stage >= static_cast<int64_t>(processes))
+    throw FieldError("process name '" + brief(name, 80) + "': the pp stage must be an integer below " +
+                     std::to_string(processes) + ", the processes the trace names");
+  return static_cast<int>(stage);
 }
 
 }  // namespace
 
-std::vector<RankTime> rank_times(const nlohmann::json& trace) {
+std::vector<RankTime> rank_times(const json& trace) {
   static const std::set<std::string> kCompute{"forward", "backward", "loss", "optimizer", "data", "pipeline"};
   std::map<int, Intervals> compute, waits, comm;
   std::map<int, std::pair<double, double>> window;
@@ -104,14 +138,15 @@ std::vector<RankTime> rank_times(const nlohmann::json& trace) {
   return out;
 }
 
-std::optional<parallel::pipeline::Timeline> pipeline_timeline(const nlohmann::json& trace) {
+std::optional<parallel::pipeline::Timeline> pipeline_timeline(const json& trace) {
   namespace pl = parallel::pipeline;
   // The pipeline ranks of replica 0: names "(dp 0, pp j, tp 0)", in pp order.
   std::map<int, int> stage_of_pid;
-  for (const auto& [pid, name] : process_names(trace)) {
+  const std::map<int, std::string> names = process_names(trace);
+  for (const auto& [pid, name] : names) {
     const size_t at = name.find("(dp 0, pp ");
     if (at != std::string::npos && name.find(", tp 0)") != std::string::npos)
-      stage_of_pid[pid] = std::stoi(name.substr(at + 10));
+      stage_of_pid[pid] = pp_stage(name, at + 10, names.size());
   }
   const std::vector<ParsedSpan> all = spans(trace);
   std::map<int, std::pair<double, double>> last_step;  // per pid
@@ -129,8 +164,8 @@ std::optional<parallel::pipeline::Timeline> pipeline_timeline(const nlohmann::js
     if (s.start < last_step[s.pid].first || s.end > last_step[s.pid].second) continue;
     pl::TimedAction a;
     a.action.kind = s.name == "F" ? pl::ActionKind::Forward : pl::ActionKind::Backward;
-    a.action.micro_batch = s.event->at("args").at("mb").get<int>();
-    a.action.chunk = s.event->at("args").at("chunk").get<int>();
+    a.action.micro_batch = event_int(s.event->at("args").at("mb"), s.index, "args.mb");
+    a.action.chunk = event_int(s.event->at("args").at("chunk"), s.index, "args.chunk");
     a.start = s.start * 1e3;
     a.end = s.end * 1e3;
     origin = std::min(origin, a.start);

@@ -3,7 +3,8 @@
 // rank computed (overlapped); and the pipeline timeline of the last traced step.
 // Compute is the compute thread's forward, backward, loss, optimizer and data spans minus
 // the waits inside them; communication is every communication thread's spans plus the
-// pipeline's receives.
+// pipeline's receives. A process or thread id, micro-batch or chunk that is no index (1e300,
+// -1, 3.5, "NaN"), or a pp stage past the trace's processes, is a FieldError naming the event.
 #pragma once
 
 #include <optional>

@@ -8,6 +8,7 @@
 #include "loom/error.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/model_identity.hpp"
+#include "loom/train/run_directory.hpp"
 
 namespace loom::train {
 
@@ -95,7 +96,15 @@ std::string choose_auto_resume(const std::vector<StatePiece>& needed, const Trai
     if (damage.empty()) return fs::canonical(path).string();
     if (speak) std::printf("resume auto: skipping %s: %s\n", name.c_str(), damage.c_str());
   }
-  if (speak) std::printf("resume auto: no complete checkpoint in '%s', starting fresh\n", dir.c_str());
+  if (!speak) return "";
+  // An attempt that died before its first checkpoint keeps its records: this run appends its
+  // own after them, from a start record at step 0, and `loom report` draws this run's.
+  const std::vector<std::string> previous = previous_run_files(dir);
+  const bool logged = std::find(previous.begin(), previous.end(), "metrics.jsonl") != previous.end();
+  std::printf("resume auto: no complete checkpoint in '%s', starting fresh%s\n", dir.c_str(),
+              logged ? " at step 0 (metrics.jsonl keeps the steps an earlier attempt logged; loom report draws this "
+                       "run's and counts those it leaves out)"
+                     : "");
   return "";
 }
 

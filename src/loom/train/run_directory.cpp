@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -73,13 +74,23 @@ bool write_owner(int fd, const std::string& text) {
   return ::ftruncate(fd, 0) == 0 && ::pwrite(fd, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size());
 }
 
+// A lock file's pid: a positive pid_t, else 0 (no process). Converting 1e300 is undefined, and
+// kill() would have truncated 2^32 + 1 to init's pid 1, which always lives.
+int64_t pid_in(const nlohmann::json& pid) {
+  constexpr uint64_t kMaxPid = std::numeric_limits<pid_t>::max();
+  if (pid.is_number_unsigned()) return pid.get<uint64_t>() <= kMaxPid ? static_cast<int64_t>(pid.get<uint64_t>()) : 0;
+  return pid.is_number_integer() && pid.get<int64_t>() > 0 && pid.get<int64_t>() <= static_cast<int64_t>(kMaxPid)
+             ? pid.get<int64_t>()
+             : 0;
+}
+
 Owner read_owner(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
   try {
     const nlohmann::json j = nlohmann::json::parse(text.str());
-    return {j.at("host").get<std::string>(), j.at("pid").get<int64_t>()};
+    return {j.at("host").get<std::string>(), pid_in(j.at("pid"))};
   } catch (const nlohmann::json::exception&) {
     return {};
   }
@@ -183,9 +194,10 @@ RunLock::~RunLock() {
 
 namespace {
 // Whether metrics.jsonl holds a record besides the {"kind":"start",...} ones each run begins with.
+// A last line without its '\n' is a record a kill cut short, no step (MetricsLog drops it).
 bool logs_a_step(const std::string& path) {
   std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
+  for (std::string line; std::getline(in, line) && !in.eof();)
     if (!line.empty() && line.rfind("{\"kind\":\"start\"", 0) != 0) return true;
   return false;
 }

@@ -25,6 +25,15 @@ def cases(fx):
         return d
 
     good = '{"kind": "train", "step": 1, "loss": 4.1, "tokens_per_s": 100.0, "mfu": 0.1}'
+
+    def memory_rank(rank):  # memory.json with one rank entry whose "rank" is this JSON text
+        return '{"ranks": [{"rank": %s, "current": {}, "peak": {}, "formula": {}}]}' % rank
+
+    def pipeline_trace(pid="0", tid="0", mb="0", chunk="0", stage="0"):  # one stage, one forward in its step
+        return ('{"traceEvents": [{"ph": "M", "pid": 0, "tid": 0, "name": "process_name", "args": {"name": "rank 0 (dp 0, pp %s, tp 0)"}},'
+                ' {"ph": "X", "pid": %s, "tid": %s, "cat": "step", "name": "step", "ts": 0, "dur": 100},'
+                ' {"ph": "X", "pid": 0, "tid": 0, "cat": "pipeline", "name": "F", "ts": 10, "dur": 10, "args": {"mb": %s, "chunk": %s}}]}'
+                % (stage, pid, tid, mb, chunk))
     deep = "[" * 100000 + "]" * 100000
     html_dir = run_dir("html-dir", [good])
     os.makedirs(html_dir + "/report.html")
@@ -105,8 +114,8 @@ def cases(fx):
         Case("report: metrics.jsonl moe_load not numbers", ["report", run_dir("m-moe", ['{"kind": "train", "step": 1, "moe_load": ["x"]}'])],
              r"metrics.jsonl line 1: field 'moe_load' must be an array of numbers"),
         Case("report: memory.json a rank's number a string",
-             ["report", run_dir("mem-type", [good], memory='{"ranks": [{"rank": "zero", "current": {}, "peak": {}, "formula": {}}]}')],
-             r"memory.json: a field is missing or has the wrong type"),
+             ["report", run_dir("mem-type", [good], memory=memory_rank('"zero"'))],
+             r"memory.json: ranks\[0\]: field 'rank' must be an integer from 0 to 2147483647, got \"zero\"$"),
         Case("report: memory.json an array", ["report", run_dir("mem-array", [good], memory="[]")],
              r"memory.json: a field is missing or has the wrong type"),
         Case("report: trace.json an event's ts a string",
@@ -205,4 +214,22 @@ def cases(fx):
              r"bench generate's gpt-mini at --batches 1000000000 needs .* more than the"),
             ("--threads -1", ["--threads", "-1"], r"threads \(-1\) must be between 0"),
         ]],
+        # Integer fields converted unchecked: 1e300 to int is undefined, -1 indexed arrays.
+        Case("report: memory.json rank 1e300", ["report", run_dir("mem-rank-huge", [good], memory=memory_rank("1e300"))],
+             r"memory.json: ranks\[0\]: field 'rank' must be an integer from 0 to 2147483647, got 1e\+300$"),
+        Case("report: memory.json rank -1", ["report", run_dir("mem-rank-neg", [good], memory=memory_rank("-1"))],
+             r"memory.json: ranks\[0\]: field 'rank' must be an integer from 0 to 2147483647, got -1$"),
+        Case("report: trace.json pid 1e300", ["report", run_dir("trace-pid", [good], trace=pipeline_trace(pid="1e300"))],
+             r"trace.json: traceEvents\[1\]: field 'pid' must be an integer from 0 to 2147483646, got 1e\+300$"),
+        Case("report: trace.json tid \"NaN\"", ["report", run_dir("trace-tid", [good], trace=pipeline_trace(tid='"NaN"'))],
+             r"trace.json: traceEvents\[1\]: field 'tid' must be an integer from 0 to 2147483646, got \"NaN\"$"),
+        Case("report: trace.json micro-batch 3.5", ["report", run_dir("trace-mb", [good], trace=pipeline_trace(mb="3.5"))],
+             r"trace.json: traceEvents\[2\]: field 'args.mb' must be an integer from 0 to 2147483646, got 3.5$"),
+        Case("report: trace.json chunk -1 (indexed the colours)", ["report", run_dir("trace-chunk", [good], trace=pipeline_trace(chunk="-1"))],
+             r"trace.json: traceEvents\[2\]: field 'args.chunk' must be an integer from 0 to 2147483646, got -1$"),
+        Case("report: trace.json pp stage -3 (crashed)", ["report", run_dir("trace-stage-neg", [good], trace=pipeline_trace(stage="-3"))],
+             r"trace.json: process name 'rank 0 \(dp 0, pp -3, tp 0\)': the pp stage must be an integer below 1, the processes the trace names$"),
+        Case("report: trace.json pp stage 99999999 (ran out of time)",
+             ["report", run_dir("trace-stage-huge", [good], trace=pipeline_trace(stage="99999999"))],
+             r"trace.json: process name 'rank 0 \(dp 0, pp 99999999, tp 0\)': the pp stage must be an integer below 1"),
     ]
