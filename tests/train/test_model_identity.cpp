@@ -61,6 +61,24 @@ TEST(ModelIdentity, VocabularyAndTokenizerAreNamed) {
             (std::vector<std::string>{"padded_vocab_size 64 (checkpoint) vs 128 (config)"}));
 }
 
+// A graph's digest covers its split: a changed split is named as one, not as two digests
+// that read the same but for their CRCs; a changed graph is still named as the data.
+TEST(ModelIdentity, AGraphsChangedSplitIsNamed) {
+  TrainConfig was = resolved(7), now = resolved(7);
+  was.split = "0:140,200:500,500:1500";
+  now.split = "0:100,200:500,500:1500";
+  const std::string graph_a = "graph:2708 nodes,5429 edges,1433 features,7 classes,crc32 4095cc82";
+  const std::string graph_b = "graph:2708 nodes,5429 edges,1433 features,7 classes,crc32 63f7f7ff";
+  EXPECT_EQ(model_differences(stored(was, graph_a), now, graph_b),
+            (std::vector<std::string>{"split '0:140,200:500,500:1500' (checkpoint) vs '0:100,200:500,500:1500' (config)"}));
+  const std::string bigger = "graph:3000 nodes,5429 edges,1433 features,7 classes,crc32 12345678";
+  EXPECT_EQ(model_differences(stored(was, graph_a), now, bigger),
+            (std::vector<std::string>{"split '0:140,200:500,500:1500' (checkpoint) vs '0:100,200:500,500:1500' (config)",
+                                      "data " + graph_a + " vs " + bigger}));
+  EXPECT_EQ(model_differences(stored(was, graph_a), was, graph_b),
+            (std::vector<std::string>{"data " + graph_a + " (checkpoint) vs " + graph_b + " (config)"}));
+}
+
 TEST(ModelIdentity, LayoutTrainingKeysAndRecomputeMayDiffer) {
   TrainConfig saved = resolved(256), now = resolved(256);
   saved.tp = 4;

@@ -49,7 +49,15 @@ std::vector<std::string> model_differences(const CheckpointInfo& checkpoint, con
          std::to_string(config.model.resolved_padded_vocab()));
   const std::unique_ptr<data::Tokenizer> ours_tokenizer = tokenizer_of(tokenizer_spec);
   if (checkpoint.tokenizer_spec != tokenizer_spec && (!stored_tokenizer || !ours_tokenizer)) {
-    differ("data", checkpoint.tokenizer_spec, tokenizer_spec);  // a graph: its digest
+    // A graph: its digest covers the split too, so a changed split is named as one (the two
+    // digests would read the same but for their CRCs); the graph is named where its sizes
+    // differ too, or the split is the same.
+    auto without_crc = [](const std::string& digest) { return digest.substr(0, digest.find(",crc32 ")); };
+    const bool split_differs = stored.split != config.split;
+    if (split_differs && !stored_tokenizer && !ours_tokenizer)
+      differ("split", "'" + stored.split + "'", "'" + config.split + "'");
+    if (!split_differs || without_crc(checkpoint.tokenizer_spec) != without_crc(tokenizer_spec))
+      differ("data", checkpoint.tokenizer_spec, tokenizer_spec);
   } else if (checkpoint.tokenizer_spec != tokenizer_spec) {
     const std::string a = describe_tokenizer(checkpoint.tokenizer_spec, *stored_tokenizer);
     std::string b = describe_tokenizer(tokenizer_spec, *ours_tokenizer);
