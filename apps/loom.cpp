@@ -1,5 +1,6 @@
 // loom: one binary, one subcommand per task (train, sample, bench, schedule, convert, config-reference).
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -122,7 +123,14 @@ int main(int argc, char** argv) {
         return status;
       }
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 1;  // --help is a "parse error" that succeeds; CLI11's own codes are not Loom's
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help is a "parse error" that succeeds
+    // Worded as Loom's own errors (CLI11's codes and "Run with --help" are not Loom's).
+    const std::vector<CLI::App*> parsed = app.get_subcommands();
+    const std::string command = parsed.empty() ? "loom" : "loom " + parsed.front()->get_name();
+    std::string message = e.what();
+    if (!message.empty()) message[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(message[0])));
+    std::fprintf(stderr, "loom: error: %s; see '%s --help'\n", message.c_str(), command.c_str());
+    return 1;
   } catch (const std::exception& e) {
     const loom::apps::Failure f = loom::apps::failure_of(e);
     std::fprintf(stderr, "loom: %s: %s\n", f.kind.c_str(), f.message.c_str());

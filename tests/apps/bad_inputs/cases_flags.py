@@ -10,7 +10,11 @@ def cases(fx):
         return Case(what, ["train", *args, "--dry-run"], expect)
 
     return [
-        Case("no subcommand", [], r"subcommand"),
+        Case("no subcommand", [], r"^loom: error: a subcommand is required; see 'loom --help'"),
+        # The parser's own refusals read as Loom's, naming the command's help.
+        Case("a bool flag given a word", ["sample", "--checkpoint", "x", "--no-kv-cache=foo"],
+             r"^loom: error: could not convert: --no-kv-cache = foo; see 'loom sample --help'$"),
+        Case("a required flag missing", ["sample"], r"^loom: error: --checkpoint is required; see 'loom sample --help'$"),
         Case("unknown subcommand", ["trian"], r"trian"),
         flag("unknown flag (typo)", ["--n-layers", "2"], r"unknown argument '--n-layers'.*did you mean '--n-layer'"),
         flag("unknown flag far from any", ["--frobnicate"], r"unknown argument '--frobnicate'"),
