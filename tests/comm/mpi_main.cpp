@@ -1,8 +1,11 @@
 // Test main for multi-rank tests, run by CTest under mpirun with 1 to 8 ranks. Every rank
 // runs every test; rank 0 prints the usual report and a summary naming every skipped test,
 // other ranks print only their failures (prefixed with the rank); all ranks agree on the exit
-// code. MPI missing or unusable is a failure, never a skip.
+// code. MPI missing or unusable is a failure, never a skip. The job has its own TMPDIR, named
+// by rank 0.
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
@@ -11,6 +14,7 @@
 #include "comm/mpi_test_env.hpp"
 #include "loom/comm/mpi_runtime.hpp"
 #include "loom/kernels/threads.hpp"
+#include "private_temp_dir.hpp"
 
 namespace {
 
@@ -68,6 +72,10 @@ int main(int argc, char** argv) {
   g_world = &mpi.world();
   loom::kernels::set_num_threads(1);
   const int rank = mpi.world().rank(), size = mpi.world().size();
+  long job = ::getpid();  // rank 0's pid names the job's directory
+  MPI_Bcast(&job, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  auto temp = std::make_unique<loom::testing::PrivateTempDir>(
+      loom::testing::PrivateTempDir::path_for("loom-mpi-tests", job), rank == 0);
   if (rank != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
@@ -82,5 +90,7 @@ int main(int argc, char** argv) {
     if (failed_ranks == 0) std::printf("[mpi] all %d ranks passed\n", size);
     else std::printf("[mpi] FAILED on %d of %d ranks\n", failed_ranks, size);
   }
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank is done with the directory before rank 0 removes it
+  temp.reset();
   return failed_ranks == 0 ? 0 : 1;
 }
