@@ -1,6 +1,7 @@
 #include "loom/nn/cached_forward.hpp"
 
 #include <map>
+#include <string>
 
 #include "loom/error.hpp"
 #include "loom/kernels/cached_attention.hpp"
@@ -9,6 +10,7 @@
 #include "loom/kernels/packed_weights.hpp"
 #include "loom/kernels/precision.hpp"
 #include "loom/kernels/residual.hpp"
+#include "loom/nn/moe.hpp"
 
 namespace loom::nn {
 
@@ -57,6 +59,15 @@ Tensor head_logits(GPT& model, const Tensor& x, const std::vector<int64_t>& rows
 
 }  // namespace
 
+void check_kv_cacheable(GPT& model) {
+  for (const auto& block : model.blocks()) {
+    if (block->moe() == nullptr) continue;
+    const std::string why = block->moe()->kv_cacheable();
+    check(why.empty(), "block '", block->name(), "' is a mixture of experts: ", why,
+          "; generate with --no-kv-cache (the whole context re-run for every token, as training's forward runs it)");
+  }
+}
+
 Tensor forward_cached(GPT& model, KVCache& cache, const std::vector<int32_t>& tokens, const std::vector<int64_t>& slots,
                       const std::vector<int64_t>& logit_rows, kernels::PackedWeights* packed) {
   const int64_t N = static_cast<int64_t>(tokens.size());
@@ -64,6 +75,7 @@ Tensor forward_cached(GPT& model, KVCache& cache, const std::vector<int32_t>& to
         slots.size(), " slots)");
   check(cache.dtype() == DType::F32 || kernels::compute_precision() == kernels::Precision::BF16,
         "a bf16 KV cache holds bf16 decoding's keys and values; fp32 decoding needs an fp32 cache");
+  check_kv_cacheable(model);
   const std::vector<int64_t> positions = claim_positions(cache, slots);
   Context ctx;
   ctx.set_inference(true);
@@ -85,7 +97,8 @@ Tensor forward_cached(GPT& model, KVCache& cache, const std::vector<int32_t>& to
       attend(cache.keys(b).f32(), cache.values(b).f32());
     Tensor a = block.attn().proj().forward(heads, ctx);  // (N, C), summed over the tp group
     kernels::residual_forward(a.f32(), a.f32(), x.f32(), a.numel());
-    Tensor m = block.mlp().forward(block.ln2().forward(a, ctx), ctx);
+    const Tensor h = block.ln2().forward(a, ctx);  // (N, C)
+    Tensor m = block.moe() != nullptr ? block.moe()->forward_tokens(h, ctx) : block.mlp().forward(h, ctx);
     kernels::residual_forward(m.f32(), m.f32(), a.f32(), m.numel());
     x = m;
     ctx.clear();

@@ -4,7 +4,9 @@
 // token of each sequence in the batch. Inference only: nothing is saved for a backward, and
 // the projections of a decode step use the few-rows kernel (kernels/gemv.hpp).
 // The layers are the model's own, so a tensor-parallel model splits heads and MLP here as
-// in training, each rank caching its heads.
+// in training, each rank caching its heads. A mixture-of-experts block routes each new token
+// alone (MoE::forward_tokens: dropless routing is per token); its experts are replicated
+// over tp as in training, so every tp rank runs them on the same rows.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,11 @@
 #include "loom/nn/kv_cache.hpp"
 
 namespace loom::nn {
+
+// loom::Error unless the model's forward over a sequence gives each token what it gives
+// the token's prefix alone (every model but one whose experts drop tokens over capacity);
+// forward_cached checks it too, before it claims any position.
+void check_kv_cacheable(GPT& model);
 
 // tokens[n] belongs to the sequence in slots[n] and takes its next position. Returns the
 // logits (R, V) of the rows listed in logit_rows (every rank gets the whole vocabulary).

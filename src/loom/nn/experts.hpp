@@ -19,7 +19,9 @@ class Experts : public Module {
   Parameter& fc_weight() { return *fc_w_; }
   Parameter& proj_weight() { return *proj_w_; }
 
-  // x (R, C) grouped by local expert, counts[le] rows each. Saves what backward needs.
+  // x (R, C) grouped by local expert, counts[le] rows each. Saves what backward needs. In an
+  // inference context an expert's few rows (a decode step's) go through the GEMV or the
+  // context's packed weights, as a dense Linear's.
   Tensor forward_grouped(const Tensor& x, const std::vector<int64_t>& counts, Context& ctx);
   // dy (R, C) -> dx (R, C); adds every expert's weight gradients (also for an expert given no
   // rows: each parameter reports its gradient once per backward, so data-parallel hooks fire).

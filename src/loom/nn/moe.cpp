@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "loom/error.hpp"
 #include "loom/nn/routing.hpp"
@@ -40,6 +41,29 @@ Tensor encode_plan(const DispatchPlan& plan) {
 DispatchPlan decode_plan(const Tensor& t, int64_t ranks) {
   const int64_t E = t.numel() / 2;
   return make_plan(std::vector<int64_t>(t.i32(), t.i32() + E), std::vector<int64_t>(t.i32() + E, t.i32() + 2 * E), ranks);
+}
+
+// (R, C) each kept assignment's token of x (N, C), grouped by expert as routing numbered them.
+Tensor gather_rows(const Tensor& x, const Routing& routing, int64_t K) {
+  const int64_t N = routing.row.size(0), C = x.size(-1);
+  const int32_t* row = routing.row.i32();
+  Tensor rows = Tensor::empty({N * K - routing.dropped, C});  // (R, C)
+  for (int64_t a = 0; a < N * K; ++a)
+    if (row[a] >= 0) std::copy_n(x.f32() + (a / K) * C, C, rows.f32() + row[a] * C);
+  return rows;
+}
+
+// y (N, C) += over each token's kept choices, in choice order, gate x its expert's output row.
+void combine_rows(Tensor& y, const Tensor& outs, const Routing& routing, int64_t K) {
+  const int64_t N = routing.row.size(0), C = y.size(-1);
+  const int32_t* row = routing.row.i32();
+  for (int64_t a = 0; a < N * K; ++a) {
+    if (row[a] < 0) continue;
+    const float g = routing.gate.f32()[a];
+    const float* o = outs.f32() + row[a] * C;
+    float* yn = y.f32() + (a / K) * C;
+    for (int64_t c = 0; c < C; ++c) yn[c] += g * o[c];
+  }
 }
 
 }  // namespace
@@ -103,25 +127,14 @@ Tensor MoE::forward_impl(const Tensor& x, Context& ctx) {
   const Tensor logits = router_->forward(x, ctx);  // (B, T, E)
   const Tensor probs = softmax_rows(logits.view({N, config_.experts}));  // (N, E)
   Routing routing = route_tokens(probs, B, T, K, config_.capacity_factor, parts_);
-  const int32_t* row = routing.row.i32();
-  const int64_t R = N * K - routing.dropped;
-
-  Tensor rows = Tensor::empty({R, C});  // (R, C) each kept assignment's token, grouped by expert
-  for (int64_t a = 0; a < N * K; ++a)
-    if (row[a] >= 0) std::copy_n(x.f32() + (a / K) * C, C, rows.f32() + row[a] * C);
+  const Tensor rows = gather_rows(x, routing, K);  // (R, C)
   const DispatchPlan plan = make_plan(routing.counts, dispatcher_.exchange_counts(routing.counts, experts_->local_experts()),
                                       dispatcher_.ranks());
   const Tensor local = dispatcher_.dispatch(rows, plan);                                // (received, C)
   const Tensor outs = dispatcher_.combine(experts_->forward_grouped(local, plan.local_counts, ctx), plan);  // (R, C)
 
   Tensor y = Tensor::zeros({B, T, C});  // (B, T, C) sum over kept choices of gate x expert output
-  for (int64_t a = 0; a < N * K; ++a) {
-    if (row[a] < 0) continue;
-    const float g = routing.gate.f32()[a];
-    const float* o = outs.f32() + row[a] * C;
-    float* yn = y.f32() + (a / K) * C;
-    for (int64_t c = 0; c < C; ++c) yn[c] += g * o[c];
-  }
+  combine_rows(y, outs, routing, K);
   MoeStats s;
   s.load = routing.counts;
   s.assignments = N * K;
@@ -132,6 +145,32 @@ Tensor MoE::forward_impl(const Tensor& x, Context& ctx) {
   // The experts' outputs are kept for the gates' gradient: as a bf16 copy under mixed
   // precision, like every activation a layer keeps (autocast's experts return them in bf16).
   ctx.save(this, {probs, routing.expert, routing.gate, routing.row, encode_plan(plan), saved_activation(outs, ctx)});
+  return y;
+}
+
+std::string MoE::kv_cacheable() const {
+  if (config_.capacity_factor <= 0.0) return "";
+  std::ostringstream why;
+  why << "its experts drop tokens over capacity (moe_capacity_factor " << config_.capacity_factor
+      << "), decided over each whole sequence: a token's choices may be dropped for tokens after it, and the capacity "
+         "grows with the context, so earlier tokens' outputs change as the text grows and a KV cache cannot hold them";
+  return why.str();
+}
+
+Tensor MoE::forward_tokens(const Tensor& x, Context& ctx) {
+  check(x.ndim() == 2, "MoE::forward_tokens expects (N, C), got ", shape_str(x.shape()));
+  const std::string why = kv_cacheable();
+  check(why.empty(), "MoE '", name(), "' cannot route tokens one at a time: ", why);
+  check(dispatcher_.ranks() == 1, "MoE::forward_tokens runs local experts, not experts sharded over ep (",
+        dispatcher_.ranks(), ")");
+  const int64_t N = x.size(0), C = x.size(1), K = config_.top_k;
+  const Tensor probs = softmax_rows(router_->forward(x, ctx));  // (N, E)
+  // Dropless, routing is per token, so the N tokens may be taken as one sequence: a prefill
+  // groups its rows as forward groups the same prompt's.
+  const Routing routing = route_tokens(probs, 1, N, K, 0.0);
+  const Tensor outs = experts_->forward_grouped(gather_rows(x, routing, K), routing.counts, ctx);  // (R, C)
+  Tensor y = Tensor::zeros({N, C});  // (N, C)
+  combine_rows(y, outs, routing, K);
   return y;
 }
 

@@ -4,8 +4,11 @@
 // MLPs run on their rows (experts.hpp), and the outputs are summed with the renormalised
 // gate weights. The load-balancing loss adds its gradient to the router in backward.
 // The dispatcher decides where experts live (expert_dispatch.hpp): the layer is the same
-// serially and under expert parallelism.
+// serially and under expert parallelism. Generation routes each new token alone
+// (forward_tokens): the same routing, gates and experts, for a dropless layer only.
 #pragma once
+
+#include <string>
 
 #include "loom/nn/experts.hpp"
 #include "loom/nn/expert_dispatch.hpp"
@@ -44,6 +47,16 @@ class MoE : public Module {
   // The statistics since the last call, reset.
   MoeStats take_stats();
   const ExpertDispatcher& dispatcher() const { return dispatcher_; }
+
+  // Inference (generation's cached forward): x (N, C) new tokens of any sequences -> (N, C),
+  // each routed alone by forward's rule (top-k of the router's softmax, gates renormalised
+  // over the chosen experts) through local experts; no statistics, no load-balancing loss,
+  // no backward. Dropless layers only: capacity is decided over a whole sequence (kv_cacheable).
+  Tensor forward_tokens(const Tensor& x, Context& ctx);
+  // Empty when forward_tokens gives every token what forward gives it within its sequence,
+  // whatever the other tokens; else why not. With capacity (f > 0) a token's choices may be
+  // dropped for tokens after it, and the capacity grows with the sequence's length.
+  std::string kv_cacheable() const;
 
  protected:
   Tensor forward_impl(const Tensor& x, Context& ctx) override;  // (B, T, C) -> (B, T, C)

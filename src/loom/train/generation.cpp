@@ -66,6 +66,7 @@ Generator::Generator(nn::GPT& model, const data::Tokenizer& tokenizer, const Sam
                      int64_t max_batch)
     : model_(model), tokenizer_(tokenizer), options_(options), cache_(model, max_batch) {
   options_.validate();
+  nn::check_kv_cacheable(model_);  // refused here, not at every request's prefill
   slots_.resize(static_cast<size_t>(max_batch));
 }
 
