@@ -5,16 +5,21 @@
 // gathered from and split over any ep), 3D tensor-parallel grids (a weight split twice and
 // sharded over depth; with dp: 4D; saved as one file or as each grid rank's own pieces) and
 // the serial process, at 1..8 ranks; a pair runs at the rank counts its layouts fit (serial
-// fits every count: each rank alone, rank 0 saves).
+// fits every count: each rank alone, rank 0 saves). bf16 pairs (the parameters and moments
+// checkpoints hold stay fp32) follow the serial bf16 run within kBf16Tolerances. Every pair's
+// resumed state, before it trains, is the saved state bit for bit: loading copies fp32
+// values, and the bf16 bounds alone would pass a tensor left at its initial values.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <sstream>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "comm/mpi_test_env.hpp"
 #include "loom/train/checkpoint.hpp"
@@ -35,6 +40,7 @@ struct Layout {
   int64_t hsdp_shard = 0;
   int64_t ep = 1, experts = 0;  // a mixture of experts in every block when experts > 0
   std::string tp_3d{};          // a 3D tensor-parallel grid "R,C,D"
+  std::string precision = "fp32";
   std::array<int64_t, 3> grid() const {
     TrainConfig c;
     c.tp_3d = tp_3d;
@@ -51,6 +57,7 @@ std::ostream& operator<<(std::ostream& os, const Layout& l) {
   if (l.hsdp_shard > 0) os << " hsdp" << l.hsdp_shard;
   if (l.experts > 0) os << " moe" << l.experts << " ep" << l.ep;
   if (!l.tp_3d.empty()) os << " tp_3d " << l.tp_3d;
+  if (l.precision != "fp32") os << " " << l.precision;
   return os << " (" << l.format << ")";
 }
 
@@ -76,6 +83,7 @@ TrainConfig config_of(const Layout& l, int64_t rows, int64_t micro) {
   c.ep = l.ep;
   c.model.moe.experts = l.experts;
   c.tp_3d = l.tp_3d;
+  c.precision = l.precision;
   c.checkpoint_format = l.format;
   c.steps = 10;
   c.decay_steps = 10;  // the same schedule for the 5-step first half
@@ -93,6 +101,15 @@ void under(const Layout& l, F&& body) {
   }
 }
 
+// Every tensor of the serial state (parameters and optimizer state), as state_dict() gathers it.
+using State = std::map<std::string, std::vector<float>>;
+
+State state_of(Trainer& t) {
+  State out;
+  for (auto& [name, value] : t.state_dict()) out[name].assign(value.f32(), value.f32() + value.numel());
+  return out;
+}
+
 class Reshard : public ::testing::TestWithParam<Pair> {};
 
 TEST_P(Reshard, ResumesUnderAnotherLayoutLikeTheUninterruptedSerialRun) {
@@ -103,15 +120,18 @@ TEST_P(Reshard, ResumesUnderAnotherLayoutLikeTheUninterruptedSerialRun) {
   if (pair.from.ranks() == 1 && pair.to.ranks() == 1 && p > 1) GTEST_SKIP() << "serial to serial runs at 1 rank";
   const int64_t rows = std::lcm(pair.from.batch_shards(), pair.to.batch_shards()) * 2;
   const int64_t micro = std::max<int64_t>(2, std::max(pair.from.pp, pair.to.pp));
+  ASSERT_EQ(pair.from.precision, pair.to.precision) << "a pair trains in one precision";
 
   Layout serial;
   serial.experts = pair.from.experts;
+  serial.precision = pair.from.precision;
   TrainConfig reference = config_of(serial, rows, micro);
   Trainer straight(reference, true);
   const TrainingRun want = run(straight);
   const std::vector<float> last_five(want.losses.end() - 5, want.losses.end());
 
   const std::string dir = fresh_shared_dir("loom_reshard", world());
+  State saved_state;
   under(pair.from, [&](comm::ProcessGroup* g) {
     TrainConfig c = config_of(pair.from, rows, micro);
     c.steps = 5;
@@ -120,6 +140,7 @@ TEST_P(Reshard, ResumesUnderAnotherLayoutLikeTheUninterruptedSerialRun) {
     Trainer saver(c, true, g);
     run(saver);
     if (g != nullptr || world().rank() == 0) saver.save_checkpoint_now();
+    saved_state = state_of(saver);
   });
   world().barrier();
   // The format on disk is the one asked for.
@@ -133,6 +154,16 @@ TEST_P(Reshard, ResumesUnderAnotherLayoutLikeTheUninterruptedSerialRun) {
     EXPECT_EQ(resumed.step(), 5);
     std::ostringstream what;
     what << pair.from << " -> " << pair.to;
+    const State loaded = state_of(resumed);
+    EXPECT_EQ(loaded.size(), saved_state.size()) << what.str();
+    for (const auto& [name, values] : saved_state) {
+      const auto it = loaded.find(name);
+      if (it == loaded.end()) {
+        ADD_FAILURE() << what.str() << ": the resumed state has no " << name;
+        continue;
+      }
+      EXPECT_TRUE(loom::testing::all_close(it->second, values, 0, 0, what.str() + " resumed " + name));
+    }
     // A mixture of experts' expert gradients are sums over the tokens routed to each expert,
     // reduced over another set of ranks under each ep (expert_dp = dp / ep), so they differ
     // from the serial run's in the last bits; AdamW divides each element's step by its own
@@ -140,8 +171,8 @@ TEST_P(Reshard, ResumesUnderAnotherLayoutLikeTheUninterruptedSerialRun) {
     // into its value at up to ~1e-4 of its tensor's scale after 10 steps (measured 1.6e-4 on
     // an AVX-512 host, ep 2 -> ep 4). A resharding mistake (an expert's rows loaded into
     // another's place) moves values by their own size, far above 1e-3 of the scale.
-    Tolerances tol;
-    if (pair.from.experts > 0) tol.param = 1e-3;
+    Tolerances tol = pair.from.precision == "bf16" ? kBf16Tolerances : Tolerances{};
+    if (pair.from.experts > 0 && pair.from.precision != "bf16") tol.param = 1e-3;
     expect_equivalent(run(resumed), {last_five, want.names, want.params}, c, what.str(), tol);
   });
   remove_shared_dir(dir, world());
@@ -172,6 +203,11 @@ Layout grid3d(const std::string& grid, int64_t dp = 1) {
 
 Layout sharded(Layout l) {
   l.format = "sharded";
+  return l;
+}
+
+Layout bf16(Layout l) {
+  l.precision = "bf16";
   return l;
 }
 
@@ -209,7 +245,12 @@ INSTANTIATE_TEST_SUITE_P(
         Pair{sharded(grid3d("1,1,2")), sharded(grid3d("2,1,1"))}, Pair{sharded(grid3d("2,2,2")), L(2, 2, 2, 1)},
         // ... composed: ZeRO (the experts whole beside the dense shards), pp and tp
         Pair{moe(L(2, 1, 1, 3), 2), moe(kSerial, 1)}, Pair{moe(L(3, 1, 1, 1), 3, 6), moe(L(3, 1, 1, 3), 3, 6)},
-        Pair{moe(L(2, 2, 1, 0), 2), moe(L(2, 1, 2, 2), 2)}),
+        Pair{moe(L(2, 2, 1, 0), 2), moe(L(2, 1, 2, 2), 2)},
+        // bf16: the fp32 parameters (under ZeRO the shards its gathers read) and moments, with
+        // the experts ZeRO leaves whole beside the dense shards
+        Pair{bf16(moe(L(2, 1, 1, 1), 2)), bf16(moe(kSerial, 1))}, Pair{bf16(L(2, 1, 1, 2)), bf16(L(1, 1, 2, 0))},
+        Pair{bf16(L(2, 1, 1, 3)), bf16(L(1, 2, 1, 0))}, Pair{bf16(sharded(grid3d("2,1,1"))), bf16(L(2, 1, 1, 0))},
+        Pair{bf16(moe(L(2, 1, 1, 2, 1, false, "single"), 2)), bf16(moe(L(2, 1, 1, 1), 2))}),
     [](const auto& info) { return "pair" + std::to_string(info.index); });
 
 // Under the same 3D grid a resume continues bit for bit from either format: a single file

@@ -150,6 +150,21 @@ TEST(Reshard, PiecesThatDoNotTileATensorAreNamed) {
             std::string::npos);
 }
 
+// A checkpoint against the tensors the model has: the missing ones named (the first four,
+// then a count) with their shapes, a shape that differs named with both; extra tensors pass.
+TEST(ShardedCheckpoint, TensorsTheModelHasAndACheckpointLacksAreNamed) {
+  const StateShapes held{{"model.a", {4}}, {"model.b", {2, 3}}, {"model.extra", {1}}};
+  EXPECT_EQ(error_of([&] { check_holds_every_tensor(held, {{"model.a", {4}}, {"model.b", {2, 3}}}, "ckpt"); }),
+            "(no error)");
+  StateShapes expected = held;
+  for (const char* name : {"optim.m.a", "optim.m.b", "optim.v.a", "optim.v.b", "optim.v.c"}) expected[name] = {4};
+  EXPECT_EQ(error_of([&] { check_holds_every_tensor(held, expected, "ckpt", "; nothing saved"); }),
+            "ckpt has no tensor 'optim.m.a' (4), 'optim.m.b' (4), 'optim.v.a' (4), 'optim.v.b' (4) and 1 more "
+            "(5 of the 8 tensors of the model and optimizer state); nothing saved");
+  EXPECT_EQ(error_of([&] { check_holds_every_tensor(held, {{"model.b", {3, 2}}}, "ckpt"); }),
+            "ckpt: tensor 'model.b' is (2, 3), the model expects (3, 2)");
+}
+
 TrainConfig sharded_run(const std::string& name) {
   TrainConfig c = tiny_run("sharded_" + name);
   c.checkpoint_format = "sharded";

@@ -124,6 +124,16 @@ std::map<std::string, Tensor> SerialState::gather_pipeline(std::map<std::string,
   return all;
 }
 
+StateShapes SerialState::shapes() const {
+  StateShapes out;
+  for (const nn::Parameter* p : model_.parameters()) {
+    const Shape full = p->shard_spec().full_shape(p->shape());
+    out.emplace("model." + p->name(), full);
+    for (const std::string& kind : optimizer_.state_kinds()) out.emplace("optim." + kind + "." + p->name(), full);
+  }
+  return out;
+}
+
 std::vector<StatePiece> SerialState::pieces() {
   const int tp_rank = tp_.rank(), dp_rank = dp_.rank();
   std::vector<StatePiece> out;

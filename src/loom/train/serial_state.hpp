@@ -40,6 +40,11 @@ class SerialState {
   // Collective: the averaged gradient of every parameter ("grad.<name>") in the serial layout.
   std::map<std::string, Tensor> gradient_dict();
   std::vector<StatePiece> pieces();
+  // The tensors this rank's part of the model contributes to the serial state, with their
+  // full shapes: every parameter and each of its optimizer state kinds, whichever rank owns
+  // their elements. Derived from the parameters alone, never from pieces(), so a checkpoint
+  // (saved or loaded) is checked against it.
+  StateShapes shapes() const;
 
  private:
   // The tensor-parallel split of a state tensor ("model.<param>", "optim.<kind>.<param>").

@@ -61,11 +61,54 @@ int64_t rank_file_size(const std::string& dir, const std::string& name) {
   return data::check_input_file(file, "checkpoint '" + dir + "': rank file");
 }
 
+json shapes_json(const StateShapes& shapes) {
+  json out = json::object();
+  for (const auto& [name, shape] : shapes) out[name] = shape;
+  return out;
+}
+
+// One rank's expected tensors added to all; two ranks giving one tensor two shapes is a bug.
+void merge_expected(StateShapes& all, const json& rank_shapes, size_t rank) {
+  for (const auto& [name, shape] : rank_shapes.items()) {
+    const auto [it, added] = all.emplace(name, shape.get<Shape>());
+    check(added || it->second == shape.get<Shape>(), "rank ", rank, " has tensor '", name, "' as ",
+          shape_str(shape.get<Shape>()), ", an earlier rank as ", shape_str(it->second));
+  }
+}
+
+// What a save that finds a tensor missing says after naming it.
+std::string unsaved_note(const std::string& run_dir) {
+  return ": no rank's pieces hold it (a bug in this layout's checkpoint pieces); nothing was saved and the previous "
+         "checkpoint of '" +
+         run_dir + "' stays latest";
+}
+
 }  // namespace
 
+void check_holds_every_tensor(const StateShapes& held, const StateShapes& expected, const std::string& what,
+                              const std::string& note) {
+  std::vector<std::string> missing;
+  for (const auto& [name, shape] : expected) {
+    const auto it = held.find(name);
+    if (it == held.end()) {
+      missing.push_back("'" + name + "' " + shape_str(shape));
+      continue;
+    }
+    check(it->second == shape, what, ": tensor '", name, "' is ", shape_str(it->second), ", the model expects ",
+          shape_str(shape), note);
+  }
+  if (missing.empty()) return;
+  constexpr size_t kShown = 4;
+  std::string list;
+  for (size_t i = 0; i < std::min(missing.size(), kShown); ++i) list += (i > 0 ? ", " : "") + missing[i];
+  if (missing.size() > kShown) list += " and " + std::to_string(missing.size() - kShown) + " more";
+  fail(what, " has no tensor ", list, " (", missing.size(), " of the ", expected.size(),
+       " tensors of the model and optimizer state)", note);
+}
+
 std::string save_sharded_checkpoint(const std::string& run_dir, const std::vector<StatePiece>& pieces,
-                                    const CheckpointInfo& info, const CheckpointLayout& layout, int64_t keep,
-                                    comm::ProcessGroup& world) {
+                                    const StateShapes& expected, const CheckpointInfo& info,
+                                    const CheckpointLayout& layout, int64_t keep, comm::ProcessGroup& world) {
   const int rank = world.rank();
   const std::string name = checkpoint_dir_name(info.step);
   const fs::path final_dir = fs::path(run_dir) / name, tmp_dir = fs::path(run_dir) / (name + ".tmp");
@@ -76,8 +119,9 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const std::vecto
     fs::create_directory(tmp_dir);
   }));
 
-  // Each rank writes the pieces it alone holds, and reports them (or its error).
-  json report = json::object();
+  // Each rank writes the pieces it alone holds, and reports them (or its error) with the
+  // tensors its part of the model has: rank 0 learns both from the one gather.
+  json report = {{"expected", shapes_json(expected)}};
   const std::string error = attempt([&] {
     TensorFile file;
     json listed = json::array();
@@ -96,10 +140,10 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const std::vecto
     file.metadata["step"] = std::to_string(info.step);
     const std::string bytes = encode_tensor_file(file);
     write_file_atomically((tmp_dir / rank_file_name(rank)).string(), bytes);  // fsynced
-    report = {{"file", rank_file_name(rank)},
-              {"bytes", bytes.size()},
-              {"crc32", crc32_of(crc32_of(0, nullptr, 0), bytes.data(), static_cast<int64_t>(bytes.size()))},
-              {"pieces", listed}};
+    report["file"] = rank_file_name(rank);
+    report["bytes"] = bytes.size();
+    report["crc32"] = crc32_of(crc32_of(0, nullptr, 0), bytes.data(), static_cast<int64_t>(bytes.size()));
+    report["pieces"] = listed;
   });
   const std::vector<std::string> reports = all_gather_strings(world, error.empty() ? report.dump() : "");
   agree(world, error);
@@ -109,8 +153,10 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const std::vecto
     Manifest m;
     m.layout = layout;
     m.info = info;
-    for (const std::string& text : reports) {
-      const json r = json::parse(text);
+    StateShapes all_expected;
+    for (size_t rank_of_report = 0; rank_of_report < reports.size(); ++rank_of_report) {
+      const json r = json::parse(reports[rank_of_report]);
+      merge_expected(all_expected, r.at("expected"), rank_of_report);
       if (!r.contains("file")) continue;
       const std::string file = r["file"].get<std::string>();
       m.files[file] = {r["bytes"].get<int64_t>(), r["crc32"].get<uint32_t>()};
@@ -124,9 +170,15 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const std::vecto
         t.pieces.push_back(piece);
       }
     }
-    const std::string text = manifest_to_json(m);
     // What a loader will check, checked before anything is published: a layout whose
     // owners do not tile every tensor is a bug named here, not a checkpoint that fails later.
+    // Tiling sees only the tensors some rank wrote; one that no rank's pieces hold (every
+    // rank leaving it out alike) is found against what the ranks' models have.
+    StateShapes held;
+    for (const auto& [tensor_name, t] : m.tensors) held.emplace(tensor_name, t.shape);
+    check_holds_every_tensor(held, all_expected, "the checkpoint being written for step " + std::to_string(info.step),
+                             unsaved_note(run_dir));
+    const std::string text = manifest_to_json(m);
     parse_manifest(text, "the manifest being written for step " + std::to_string(info.step));
     write_file_atomically((tmp_dir / kManifestName).string(), text);
     fs::remove_all(final_dir);  // the same step saved again
@@ -138,6 +190,25 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const std::vecto
 }
 
 void on_every_rank(comm::ProcessGroup& world, const std::function<void()>& f) { agree(world, attempt(f)); }
+
+std::string save_single_checkpoint(const std::string& run_dir, const std::map<std::string, Tensor>& tensors,
+                                   const StateShapes& expected, const CheckpointInfo& info, int64_t keep,
+                                   comm::ProcessGroup& world) {
+  // Rank 0 learns every rank's expected tensors (another stage's among them); the others
+  // wait for its write, so none runs ahead of a checkpoint it may need to resume from.
+  const std::vector<std::string> reports = all_gather_strings(world, shapes_json(expected).dump());
+  std::string path;
+  on_every_rank(world, [&] {
+    if (world.rank() != 0) return;
+    StateShapes all_expected, held;
+    for (size_t r = 0; r < reports.size(); ++r) merge_expected(all_expected, json::parse(reports[r]), r);
+    for (const auto& [name, t] : tensors) held.emplace(name, t.shape());
+    check_holds_every_tensor(held, all_expected, "the checkpoint being written for step " + std::to_string(info.step),
+                             unsaved_note(run_dir));
+    path = save_checkpoint(run_dir, tensors, info, keep);
+  });
+  return path;
+}
 
 CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   sharded_ = fs::is_directory(path);
@@ -240,7 +311,7 @@ void CheckpointReader::load_into(const std::vector<StatePiece>& destinations) {
 }
 
 CheckpointInfo load_state(const std::string& path, const std::vector<StatePiece>& destinations,
-                          const std::string& optimizer_name) {
+                          const std::string& optimizer_name, const StateShapes& expected) {
   CheckpointReader reader(path);
   const CheckpointInfo& info = reader.info();
   bool wants_optimizer = false;
@@ -250,6 +321,11 @@ CheckpointInfo load_state(const std::string& path, const std::vector<StatePiece>
           "', this run uses '", optimizer_name, "'");
     check(info.optimizer_steps >= 0, "checkpoint '", path, "' has no valid optimizer step count");
   }
+  // Every tensor the model has, even one no destination asks for: a checkpoint without it
+  // would leave its initial values in place without a word.
+  StateShapes held;
+  for (const auto& [name, t] : reader.manifest().tensors) held.emplace(name, t.shape);
+  check_holds_every_tensor(held, expected, "checkpoint '" + path + "'");
   reader.load_into(destinations);
   return info;
 }

@@ -27,12 +27,33 @@ struct StatePiece {
   bool owner = true;   // the one holder of these elements that writes them (no replica does)
 };
 
+// The tensors of the serial model and optimizer state ("model.<param>",
+// "optim.<kind>.<param>") and their full shapes: what a checkpoint must hold. Each rank
+// names those of its own part of the model, derived from its parameters and the
+// optimizer's state kinds, never from its pieces, so a checkpoint can be checked against it.
+using StateShapes = std::map<std::string, Shape>;
+
+// loom::Error unless held has every tensor of expected with its shape: "<what> has no tensor
+// '<name>' <shape>..." (the first few missing, and how many) followed by note.
+void check_holds_every_tensor(const StateShapes& held, const StateShapes& expected, const std::string& what,
+                              const std::string& note = "");
+
 // Collective over world. Writes <run_dir>/checkpoint-<step>/ as above;
 // returns its path on every rank. A failure on any rank is a loom::Error on every rank,
-// and leaves the previous checkpoint and `latest` untouched.
+// and leaves the previous checkpoint and `latest` untouched. expected: this rank's
+// StateShapes; the union of every rank's pieces must hold the union of every rank's
+// expected tensors (rank 0 checks it as it assembles the manifest), else nothing is written.
 std::string save_sharded_checkpoint(const std::string& run_dir, const std::vector<StatePiece>& pieces,
-                                    const CheckpointInfo& info, const CheckpointLayout& layout, int64_t keep,
-                                    comm::ProcessGroup& world);
+                                    const StateShapes& expected, const CheckpointInfo& info,
+                                    const CheckpointLayout& layout, int64_t keep, comm::ProcessGroup& world);
+
+// Collective over world: rank 0 writes tensors (the whole serial state, gathered on it) as
+// <run_dir>/checkpoint-<step>.safetensors and publishes it; returns its path there, "" on the
+// other ranks. When tensors lack one of any rank's expected tensors, or rank 0 fails to
+// write, every rank throws the loom::Error and the previous checkpoint stays `latest`.
+std::string save_single_checkpoint(const std::string& run_dir, const std::map<std::string, Tensor>& tensors,
+                                   const StateShapes& expected, const CheckpointInfo& info, int64_t keep,
+                                   comm::ProcessGroup& world);
 
 // A checkpoint to load from: a sharded directory (its manifest validated) or a single file
 // (seen as a manifest of whole tensors, so loading has one code path). A name
@@ -73,9 +94,11 @@ std::vector<std::string> all_gather_strings(comm::ProcessGroup& world, const std
 void on_every_rank(comm::ProcessGroup& world, const std::function<void()>& f);
 
 // Loads destinations from the checkpoint at path; with "optim." destinations the checkpoint's
-// optimizer must be optimizer_name. Returns the checkpoint's metadata.
+// optimizer must be optimizer_name. The checkpoint must hold every tensor of expected (a
+// resume's StateShapes) with its shape, whether or not a destination asks for it: a
+// loom::Error naming the first it lacks. Returns the checkpoint's metadata.
 CheckpointInfo load_state(const std::string& path, const std::vector<StatePiece>& destinations,
-                          const std::string& optimizer_name);
+                          const std::string& optimizer_name, const StateShapes& expected = {});
 
 // Every tensor of the checkpoint in full, for one process (`loom convert`, `loom sample`).
 std::map<std::string, Tensor> read_full_state(CheckpointReader& reader);

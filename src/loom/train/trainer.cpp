@@ -91,7 +91,7 @@ void Trainer::resume_from(const std::string& path) {
   // A rank that cannot read its pieces fails the resume on every rank.
   CheckpointInfo info;
   check_resume_model(path, config_, spec_->data_identity(), world_);
-  on_every_rank(world_, [&] { info = load_state(path, local_state(), config_.optimizer); });
+  on_every_rank(world_, [&] { info = load_state(path, local_state(), config_.optimizer, serial_state_->shapes()); });
   p_.gradient_sync->after_optimizer_step();  // ZeRO: the loaded shards reach the model's parameters
   optimizer_->set_steps_taken(info.optimizer_steps);
   check(info.tokenizer_spec == spec_->data_identity(), "checkpoint '", path,
@@ -264,14 +264,12 @@ std::string Trainer::save_checkpoint_now() {
   const bool sharded_format =
       config_.checkpoint_format == "sharded" || (config_.checkpoint_format == "auto" && world_.size() > 1);
   if (sharded_format)
-    return save_sharded_checkpoint(config_.out_dir, local_state(), info, layout(), config_.keep_checkpoints, world_);
-  // Single file: the serial layout gathered (collective), rank 0 writes; the others wait so
-  // none runs ahead of a checkpoint it may need to resume from.
-  const std::map<std::string, Tensor> tensors = state_dict();
-  std::string path;
-  if (world_.rank() == 0) path = save_checkpoint(config_.out_dir, tensors, info, config_.keep_checkpoints);
-  world_.barrier();
-  return path;  // "" on other ranks: rank 0's file, which this rank may not even see
+    return save_sharded_checkpoint(config_.out_dir, local_state(), serial_state_->shapes(), info, layout(),
+                                   config_.keep_checkpoints, world_);
+  // Single file: the serial layout gathered (collective), rank 0 writes. "" on other ranks:
+  // rank 0's file, which this rank may not even see.
+  return save_single_checkpoint(config_.out_dir, state_dict(), serial_state_->shapes(), info, config_.keep_checkpoints,
+                                world_);
 }
 
 std::string Trainer::memory_report() const { return train::memory_report(world_.rank(), state_formula(), sharded()); }

@@ -60,6 +60,9 @@ class Trainer {
   std::string save_checkpoint_now();
   // This rank's pieces of the logical (serial-layout) model and optimizer state (serial_state.hpp).
   std::vector<StatePiece> local_state() { return serial_state_->pieces(); }
+  // The tensors (full shapes) of the serial state this rank's part of the model has: what
+  // a checkpoint must hold, checked on saving and resuming.
+  StateShapes state_shapes() const { return serial_state_->shapes(); }
   // The layout a sharded checkpoint records.
   CheckpointLayout layout() const;
   std::string memory_report() const;

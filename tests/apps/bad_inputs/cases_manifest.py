@@ -20,6 +20,18 @@ def cases(fx):
     def edit(what, change, expect):
         sample(what, fx.edit_manifest(what, change), expect)
 
+    def resume(what, change, expect):
+        """train --resume latest from the sharded run whose manifest went through change."""
+        run = fx.edit_manifest(what, change)
+        rows.append(Case(what + " (train --resume latest)", ["train", *fx.tiny, "--steps", "2", "--checkpoint-format",
+                                                             "sharded", "--out-dir", run, "--resume", "latest"], expect))
+
+    def drop(name):
+        def change(m):
+            del m["tensors"][name]
+            return m
+        return change
+
     def replace_file(what, make, expect):
         """The manifest replaced by what make(path) leaves at its path."""
         run = fx.trained("sharded")
@@ -63,6 +75,12 @@ def cases(fx):
     edit("no tensors", set_in(["tensors"], {}), r"model\.")
     edit("a tensor missing", lambda m: m["tensors"].pop(next(iter(m["tensors"]))) and m, r"model\.blocks\.0\.attn\.proj\.bias")
     edit("tensors a list", set_in(["tensors"], []), r"has no tensor 'model\.")
+    # A resume needs the optimizer state too: a tensor taken out is named, never left at its
+    # initial values.
+    resume("a parameter missing", drop("model.blocks.0.mlp.fc.weight"),
+           r"checkpoint '.*' has no tensor 'model\.blocks\.0\.mlp\.fc\.weight' \(64, 16\)")
+    resume("an AdamW moment missing", drop("optim.exp_avg_sq.ln_f.bias"),
+           r"checkpoint '.*' has no tensor 'optim\.exp_avg_sq\.ln_f\.bias' \(16\)")
     edit("a tensor's shape negative", lambda m: (first(m).__setitem__("shape", [-16]), m)[1], where)
     edit("a tensor's shape of 2^62 elements", lambda m: (first(m).__setitem__("shape", [1 << 31, 1 << 31]), m)[1], where)
     edit("a piece past its tensor's end", set_in([piece, "end"], 1 << 40), where)
