@@ -38,7 +38,9 @@ std::string ranks_have(const std::vector<int>& ranks) {
   for (size_t i = 0; i < ranks.size();) {
     size_t j = i;
     while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    runs.push_back(std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : ""));
+    std::string run = std::to_string(ranks[i]);
+    if (j > i) run += '-' + std::to_string(ranks[j]);
+    runs.push_back(run);
     i = j + 1;
   }
   std::string text = ranks.size() == 1 ? "rank " : "ranks ";
