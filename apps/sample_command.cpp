@@ -129,12 +129,15 @@ Runner add_sample_command(CLI::App& sub) {
     }
     check(launched_by_mpi(), "--tp ", args->tp, " needs ", args->tp, " processes: mpirun -np ", args->tp, " loom sample --tp ",
           args->tp, " ...");
+    // sample has no config: LOOM_COMM_TIMEOUT, else the default. run_on_world sets the world's
+    // timeout to this, so the variable must be read here, as train's config resolution reads it.
+    const double timeout_s = comm::timeout_from_environment().value_or(train::TrainConfig{}.comm_timeout);
     return run_on_world([&](comm::ProcessGroup& world) {
       check(world.size() == args->tp, "loom sample --tp ", args->tp, " needs exactly ", args->tp,
             " ranks, the job has ", world.size());
       check(args->options.kv_cache || args->tp == 1, "--no-kv-cache runs on one process");
       sample_on(&world, *args);
-    }, train::TrainConfig{}.comm_timeout);  // sample has no config: the default start-up deadline
+    }, timeout_s);
   };
 }
 

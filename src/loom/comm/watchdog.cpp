@@ -242,17 +242,21 @@ std::vector<char> Watchdog::read_tables() {
 void Watchdog::read_table(int q, char* to) {
   // A write lasts microseconds: 100 readings 1 ms apart that all overlap one mean the owner
   // stopped in it, and its table is taken as it is (its heartbeat shows it stopped).
+  // The version is read in an epoch of its own before the table and after it: the bytes of
+  // one get may be read in any order, so the copy's own version word may postdate the rest.
+  auto read_version = [&] {
+    int64_t version = 0;
+    MPI_Win_lock(MPI_LOCK_SHARED, q, 0, window_);
+    MPI_Get(&version, 1, MPI_INT64_T, q, 0, 1, MPI_INT64_T, window_);
+    MPI_Win_unlock(q, window_);
+    return version;
+  };
   for (int attempt = 0; attempt < 100; ++attempt) {
+    const int64_t before = read_version();
     MPI_Win_lock(MPI_LOCK_SHARED, q, 0, window_);
     MPI_Get(to, kTableBytes, MPI_CHAR, q, 0, kTableBytes, MPI_CHAR, window_);
     MPI_Win_unlock(q, window_);
-    int64_t after = 0;  // a second epoch: gets within one may complete in any order
-    MPI_Win_lock(MPI_LOCK_SHARED, q, 0, window_);
-    MPI_Get(&after, 1, MPI_INT64_T, q, 0, 1, MPI_INT64_T, window_);
-    MPI_Win_unlock(q, window_);
-    int64_t before = 0;
-    std::memcpy(&before, to, sizeof before);
-    if (before % 2 == 0 && before == after) return;
+    if (before % 2 == 0 && before == read_version()) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
