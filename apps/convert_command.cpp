@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "loom/comm/process_group.hpp"
 #include "loom/error.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/gpt2_import.hpp"
@@ -144,7 +145,9 @@ Runner add_convert_command(CLI::App& sub) {
       convert(nullptr);
       return 0;
     }
-    return run_on_world([&](comm::ProcessGroup& world) { convert(&world); }, config.comm_timeout);
+    // The stored run's comm_timeout, unless LOOM_COMM_TIMEOUT gives another (as for train).
+    return run_on_world([&](comm::ProcessGroup& world) { convert(&world); },
+                        comm::timeout_from_environment().value_or(config.comm_timeout));
   };
 }
 

@@ -89,6 +89,7 @@ TEST_P(CheckpointCompleteness, SavingRefusesATensorNoRankHolds) {
   EXPECT_EQ(fs::read_symlink(fs::path(dir) / "latest").string(), previous);
   EXPECT_FALSE(fs::exists(fs::path(dir) / checkpoint_dir_name(1)));
   EXPECT_FALSE(fs::exists(fs::path(dir) / (checkpoint_dir_name(1) + ".safetensors")));
+  EXPECT_FALSE(fs::exists(fs::path(dir) / (checkpoint_dir_name(1) + ".tmp")));  // the rank files written are removed
   c.resume = dir;
   Trainer resumed(c, true, &world());
   EXPECT_EQ(resumed.step(), 0);

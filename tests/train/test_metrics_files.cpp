@@ -35,6 +35,14 @@ TEST(Metrics, ARecordCutByAKilledRunIsDroppedBeforeTheNextIsAppended) {
   std::ofstream(dir / "cut.jsonl") << "{\"kind\":\"tr";  // nothing but the fragment
   loom::train::MetricsLog((dir / "cut.jsonl").string()).write({{"step", 1}});
   EXPECT_EQ(loom::testing::read_file(dir / "cut.jsonl"), "{\"step\":1}\n");
+  // A whole record that lost only its '\n' is a record (loom report reads it): kept and ended.
+  // A fragment longer than the 4 KiB the end is searched by at a time goes as a whole.
+  std::ofstream(dir / "whole.jsonl") << "{\"step\":1}\n{\"step\":2}";
+  loom::train::MetricsLog((dir / "whole.jsonl").string()).write({{"step", 3}});
+  EXPECT_EQ(loom::testing::read_file(dir / "whole.jsonl"), "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n");
+  std::ofstream(dir / "long.jsonl") << "{\"step\":1}\n{\"note\":\"" << std::string(10000, 'x');
+  loom::train::MetricsLog((dir / "long.jsonl").string()).write({{"step", 2}});
+  EXPECT_EQ(loom::testing::read_file(dir / "long.jsonl"), "{\"step\":1}\n{\"step\":2}\n");
 }
 
 TEST(Metrics, AFullDiskFailsTheMemoryFileNamingTheFile) {

@@ -151,7 +151,7 @@ TEST(RunDirectory, ATrainerHoldsTheLockWhileItLives) {
 }
 
 // A metrics.jsonl is a run's only when it logged a step: start records (a run killed before its
-// first step) and a last line a kill cut short (no '\n': the next run drops it) are none.
+// first step) and a last line a kill cut short (no '\n' and not whole: the next run drops it) are none.
 TEST(RunDirectory, AMetricsFileIsARunOnlyWithAStepLogged) {
   const fs::path dir = testing::fresh_temp_dir("loom_run_dir_metrics");
   auto with = [&](const std::string& text) {
@@ -162,6 +162,8 @@ TEST(RunDirectory, AMetricsFileIsARunOnlyWithAStepLogged) {
   EXPECT_EQ(with(start + start), std::vector<std::string>{});
   EXPECT_EQ(with(start + "{\"kind\":\"train\",\"loss\":4.1,\"st"), std::vector<std::string>{});
   EXPECT_EQ(with(start + "{\"kind\":\"train\",\"loss\":4.1,\"step\":1}\n"), std::vector<std::string>{"metrics.jsonl"});
+  // A whole record without its '\n' is kept by the next run, so it is a step logged.
+  EXPECT_EQ(with(start + "{\"kind\":\"train\",\"loss\":4.1,\"step\":1}"), std::vector<std::string>{"metrics.jsonl"});
   fs::remove_all(dir);
 }
 

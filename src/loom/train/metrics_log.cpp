@@ -1,10 +1,13 @@
 #include "loom/train/metrics_log.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "loom/error.hpp"
 
@@ -13,22 +16,36 @@ namespace loom::train {
 namespace {
 // A run killed while it wrote a record leaves a partial last line; the next run appending to
 // the file would glue its first record onto it, and every reader would then fail at that
-// line. The fragment is no record (it never ended): it goes before anything is appended.
+// line. The fragment is no record (it never ended): it goes before anything is appended. A
+// last line that is a whole record but for its '\n' is kept and ended, as `loom report`
+// reads it.
 void drop_partial_last_line(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in.good()) return;
   const std::streamoff size = in.tellg();
   if (size <= 0) return;
+  // The last line's start: the byte after the last '\n', found a block at a time from the end.
   std::streamoff keep = size;
-  char c = 0;
-  while (keep > 0) {
-    in.seekg(keep - 1);
-    in.get(c);
-    if (c == '\n') break;
-    --keep;
+  std::string block;
+  for (bool found = false; keep > 0 && !found;) {
+    const std::streamoff n = std::min<std::streamoff>(keep, 4096);
+    block.resize(static_cast<size_t>(n));
+    in.seekg(keep - n);
+    in.read(block.data(), n);
+    const size_t newline = block.rfind('\n');
+    found = newline != std::string::npos;
+    keep = found ? keep - n + static_cast<std::streamoff>(newline) + 1 : keep - n;
   }
   if (keep == size) return;
+  std::string last(static_cast<size_t>(size - keep), '\0');
+  in.clear();
+  in.seekg(keep);
+  in.read(last.data(), size - keep);
   in.close();
+  if (nlohmann::json::accept(last)) {
+    std::ofstream(path, std::ios::binary | std::ios::app) << '\n';
+    return;
+  }
   std::error_code ec;
   std::filesystem::resize_file(path, static_cast<std::uintmax_t>(keep), ec);
 }

@@ -197,8 +197,11 @@ namespace {
 // A last line without its '\n' is a record a kill cut short, no step (MetricsLog drops it).
 bool logs_a_step(const std::string& path) {
   std::ifstream in(path);
-  for (std::string line; std::getline(in, line) && !in.eof();)
-    if (!line.empty() && line.rfind("{\"kind\":\"start\"", 0) != 0) return true;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line.rfind("{\"kind\":\"start\"", 0) == 0) continue;
+    // An unended last line is a record only when whole (metrics_log.cpp keeps it then).
+    if (!in.eof() || nlohmann::json::accept(line)) return true;
+  }
   return false;
 }
 }  // namespace

@@ -146,10 +146,21 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const std::vecto
     report["pieces"] = listed;
   });
   const std::vector<std::string> reports = all_gather_strings(world, error.empty() ? report.dump() : "");
-  agree(world, error);
+  // A refused save leaves nothing behind: every rank is done writing (the gather above), and
+  // rank 0 removes what they wrote.
+  auto agree_or_discard = [&](const std::string& e) {
+    try {
+      agree(world, e);
+    } catch (...) {
+      std::error_code ignored;
+      if (rank == 0) fs::remove_all(tmp_dir, ignored);
+      throw;
+    }
+  };
+  agree_or_discard(error);
 
   // Rank 0: the manifest, last; then the directory becomes visible under its final name.
-  agree(world, rank != 0 ? "" : attempt([&] {
+  agree_or_discard(rank != 0 ? "" : attempt([&] {
     Manifest m;
     m.layout = layout;
     m.info = info;
