@@ -2,9 +2,7 @@
 
 #include "loom/error.hpp"
 #include "loom/kernels/gelu.hpp"
-#include "loom/kernels/gemv.hpp"
 #include "loom/kernels/matmul.hpp"
-#include "loom/kernels/packed_weights.hpp"
 #include "loom/kernels/precision.hpp"
 #include "loom/kernels/residual.hpp"
 #include "loom/nn/gemm_input.hpp"
@@ -13,24 +11,6 @@
 namespace loom::nn {
 
 using kernels::Trans;
-
-namespace {
-
-// y (n, out) = rows [offset, offset + n) of x (., in) times W^T, + bias: in an inference
-// context a decode step's few rows go through the GEMV or the packed copies of W, as a dense
-// Linear's do (Linear::project); otherwise, and for a prefill's rows, oneDNN's matmul.
-void project_rows(const Tensor& x, int64_t offset, kernels::Operand w, const float* bias, float* y, int64_t n,
-                  int64_t out, int64_t in, const Context& ctx) {
-  const bool few_rows = ctx.inference() && x.dtype() == DType::F32;
-  if (few_rows && n <= kernels::kGemvMaxRows)
-    kernels::gemv_rows(x.f32() + offset, w, bias, y, n, out, in);
-  else if (few_rows && ctx.packed_weights() != nullptr && n <= kernels::kPackedMaxRows)
-    ctx.packed_weights()->matmul(x.f32() + offset, w, bias, y, n, out, in);
-  else
-    kernels::matmul(gemm_input(x, offset), Trans::N, w, Trans::T, y, n, out, in, bias);
-}
-
-}  // namespace
 
 Experts::Experts(int64_t El, int64_t C, int64_t first, int64_t E) : El_(El), C_(C) {
   fc_w_ = &register_parameter("fc_weight", {El, 4 * C, C}, /*weight_decay=*/true);
@@ -64,13 +44,15 @@ Tensor Experts::forward_grouped(const Tensor& x, const std::vector<int64_t>& cou
   for (int64_t e = 0; e < El_; ++e) {
     const int64_t n = counts[static_cast<size_t>(e)];
     if (n == 0) continue;
-    project_rows(input, r0 * C, fc_w.at(e * H * C), fc_b_->value().f32() + e * H, h.f32() + r0 * H, n, H, C, ctx);
+    project_rows(input, r0 * C, fc_w.at(e * H * C), fc_b_->value().f32() + e * H, h.f32() + r0 * H, n, H, C,
+                 ctx.inference(), ctx.packed_weights());
     if (bf16) {
       kernels::gelu_forward(a_kept.bf16() + r0 * H, h_kept.bf16() + r0 * H, h.f32() + r0 * H, n * H);
     } else {
       kernels::gelu_forward(a.f32() + r0 * H, h.f32() + r0 * H, n * H);
     }
-    project_rows(a_kept, r0 * H, proj_w.at(e * C * H), proj_b_->value().f32() + e * C, y.f32() + r0 * C, n, C, H, ctx);
+    project_rows(a_kept, r0 * H, proj_w.at(e * C * H), proj_b_->value().f32() + e * C, y.f32() + r0 * C, n, C, H,
+                 ctx.inference(), ctx.packed_weights());
     r0 += n;
   }
   check(r0 == R, "experts: row counts sum to ", r0, ", got ", R, " rows");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "loom/kernels/matmul.hpp"
+#include "loom/kernels/packed_weights.hpp"
 #include "loom/tensor/tensor.hpp"
 
 namespace loom::nn {
@@ -10,6 +11,13 @@ namespace loom::nn {
 kernels::Operand gemm_input(const Tensor& t);
 // The same from element `offset` on (the rows of a piece of t).
 kernels::Operand gemm_input(const Tensor& t, int64_t offset);
+
+// y (rows, out) = x's rows from element `offset` on times W^T (W: out x in), + bias (or none):
+// a decode step's few fp32 rows (few_rows: an inference context) through the GEMV or the
+// packed copies of W, everything else through oneDNN's matmul. Every layer's product with a
+// weight takes this one choice (Linear, the experts).
+void project_rows(const Tensor& x, int64_t offset, kernels::Operand w, const float* bias, float* y, int64_t rows,
+                  int64_t out, int64_t in, bool few_rows, kernels::PackedWeights* packed);
 
 // x itself in fp32 (or when already bf16); in bf16 mixed precision a bf16 copy, made once
 // where several GEMMs read x or backward keeps it (half the memory of the fp32 one).

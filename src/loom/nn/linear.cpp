@@ -3,7 +3,6 @@
 #include <optional>
 
 #include "loom/error.hpp"
-#include "loom/kernels/gemv.hpp"
 #include "loom/kernels/matmul.hpp"
 #include "loom/kernels/precision.hpp"
 #include "loom/nn/gemm_input.hpp"
@@ -48,16 +47,8 @@ Tensor Linear::project(const Tensor& x, bool add_bias, bool few_rows, kernels::P
   out_shape.back() = out_;
   Tensor y = Tensor::empty(out_shape);  // (N, OC)
   const float* b = bias_ && add_bias ? bias_->value().f32() : nullptr;
-  const kernels::Operand w = weight_->gemm_operand();  // bf16 in bf16 precision
-  if (few_rows && N <= kernels::kGemvMaxRows && x.dtype() == DType::F32) {
-    kernels::gemv_rows(x.f32(), w, b, y.f32(), N, out_, in_);
-    return y;
-  }
-  if (few_rows && packed != nullptr && N <= kernels::kPackedMaxRows && x.dtype() == DType::F32) {
-    packed->matmul(x.f32(), w, b, y.f32(), N, out_, in_);
-    return y;
-  }
-  kernels::matmul(gemm_input(x), Trans::N, w, Trans::T, y.f32(), N, out_, in_, b);
+  // The weight's operand is bf16 in bf16 precision.
+  nn::project_rows(x, 0, weight_->gemm_operand(), b, y.f32(), N, out_, in_, few_rows, packed);
   return y;
 }
 
