@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "loom/train/resume_auto.hpp"
 #include "loom/train/trainer.hpp"
 #include "test_util.hpp"
 #include "train/tiny_run.hpp"
@@ -73,6 +74,32 @@ INSTANTIATE_TEST_SUITE_P(
         Damage{"step_mismatch", [](json& m) { m["step"] = 3; }, "records step 3, its name says step 4"},
         Damage{"bad_tokenizer", [](json& m) { m["tokenizer"] = "bogus"; }, "unknown tokenizer spec 'bogus'"}),
     [](const auto& info) { return info.param.name; });
+
+// A tensor the model has and the checkpoint lacks is damage even when none of this rank's
+// pieces asks for it (a layout whose pieces left it out, as bf16 ZeRO-1/2 once left out the
+// experts): judged against the rank's StateShapes, auto falls back past it instead of
+// choosing it and failing in the resume.
+TEST(ResumeAutoJudge, ATensorNoPieceAsksForIsStillRequired) {
+  TrainConfig c = tiny_run("resume_auto_judge");
+  c.checkpoint_format = "sharded";
+  Trainer t(c, true);
+  losses_of(t, 2);
+  t.save_checkpoint_now();
+  const fs::path dir = fs::path(c.out_dir) / "checkpoint-00000002";
+  json manifest = json::parse(testing::read_file(dir / "manifest.json"));
+  manifest["tensors"].erase("optim.exp_avg.ln_f.bias");
+  std::ofstream(dir / "manifest.json") << manifest.dump(1);
+  std::vector<StatePiece> asked;
+  for (const StatePiece& p : t.local_state())
+    if (p.name != "optim.exp_avg.ln_f.bias") asked.push_back(p);
+  const std::string spec = t.spec().data_identity();
+  EXPECT_EQ(judge_checkpoint(dir.string(), asked, c, spec).damage, "");  // the pieces alone see nothing
+  const CheckpointVerdict verdict = judge_checkpoint(dir.string(), asked, c, spec, t.state_shapes());
+  EXPECT_EQ(verdict.misfit, "");
+  EXPECT_NE(verdict.damage.find("checkpoint '" + dir.string() + "' has no tensor 'optim.exp_avg.ln_f.bias'"),
+            std::string::npos)
+      << verdict.damage;
+}
 
 TEST(ResumeAutoBranch, FollowsLatestOverAHigherStepARunAbandoned) {
   // A run to step 4, then one resumed from step 2 (a training key changed, as a resume may)

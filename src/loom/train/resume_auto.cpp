@@ -47,7 +47,8 @@ std::string joined(const std::vector<std::string>& names) {
 }  // namespace
 
 CheckpointVerdict judge_checkpoint(const std::string& path, const std::vector<StatePiece>& needed,
-                                   const TrainConfig& config, const std::string& tokenizer_spec) {
+                                   const TrainConfig& config, const std::string& tokenizer_spec,
+                                   const StateShapes& expected) {
   try {
     CheckpointReader reader(path);  // the header or manifest, and the step against the name
     const CheckpointInfo& info = reader.info();
@@ -64,6 +65,9 @@ CheckpointVerdict judge_checkpoint(const std::string& path, const std::vector<St
       check(it->second.shape == p.full_shape, "checkpoint '", path, "': tensor '", p.name, "' is ",
             shape_str(it->second.shape), ", the model expects ", shape_str(p.full_shape));
     }
+    StateShapes held;
+    for (const auto& [name, t] : reader.manifest().tensors) held.emplace(name, t.shape);
+    check_holds_every_tensor(held, expected, "checkpoint '" + path + "'");
     reader.verify_files();
     read_full_state(reader);  // every piece with its CRC-32
   } catch (const Error& e) {
@@ -73,7 +77,8 @@ CheckpointVerdict judge_checkpoint(const std::string& path, const std::vector<St
 }
 
 std::string choose_auto_resume(const std::vector<StatePiece>& needed, const TrainConfig& config,
-                               const std::string& tokenizer_spec, comm::ProcessGroup& world, bool speak) {
+                               const std::string& tokenizer_spec, comm::ProcessGroup& world, bool speak,
+                               const StateShapes& expected) {
   const std::string& dir = config.out_dir;
   // Every rank scans the (shared) run directory; they must all judge the same candidates.
   const std::vector<std::string> names = candidates_in(dir);
@@ -83,7 +88,7 @@ std::string choose_auto_resume(const std::vector<StatePiece>& needed, const Trai
           " sees [", lists[r], "]; is out_dir on a file system all ranks share?");
   for (const std::string& name : names) {
     const std::string path = (fs::path(dir) / name).string();
-    const CheckpointVerdict mine = judge_checkpoint(path, needed, config, tokenizer_spec);
+    const CheckpointVerdict mine = judge_checkpoint(path, needed, config, tokenizer_spec, expected);
     const std::vector<std::string> verdicts =
         all_gather_strings(world, nlohmann::json{{"misfit", mine.misfit}, {"damage", mine.damage}}.dump());
     std::string damage;

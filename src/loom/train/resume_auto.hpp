@@ -23,14 +23,18 @@ struct CheckpointVerdict {
 };
 
 // One rank's verdict on the checkpoint at path for a run of config (vocabulary resolved)
-// whose rank holds `needed` (names and full shapes), with the tokenizer tokenizer_spec.
+// whose rank holds `needed` (names and full shapes), with the tokenizer tokenizer_spec. A
+// checkpoint without a tensor of `expected` (the rank's StateShapes, whatever its pieces ask
+// for) is damaged: written without it, it would resume with that tensor's initial values.
 CheckpointVerdict judge_checkpoint(const std::string& path, const std::vector<StatePiece>& needed,
-                                   const TrainConfig& config, const std::string& tokenizer_spec);
+                                   const TrainConfig& config, const std::string& tokenizer_spec,
+                                   const StateShapes& expected = {});
 
 // Collective over world: every rank judges the candidates of config.out_dir
 // newest first, and all take the first that every rank found sound; "" when none is (start
 // fresh). speak: print each skipped checkpoint and why, and a fresh start.
 std::string choose_auto_resume(const std::vector<StatePiece>& needed, const TrainConfig& config,
-                               const std::string& tokenizer_spec, comm::ProcessGroup& world, bool speak);
+                               const std::string& tokenizer_spec, comm::ProcessGroup& world, bool speak,
+                               const StateShapes& expected = {});
 
 }  // namespace loom::train

@@ -102,7 +102,7 @@ void Trainer::resume_from(const std::string& path) {
 
 void Trainer::resume_auto() {
   const std::string path =
-      choose_auto_resume(local_state(), config_, spec_->data_identity(), world_, !progress_->quiet());
+      choose_auto_resume(local_state(), config_, spec_->data_identity(), world_, !progress_->quiet(), state_shapes());
   if (!path.empty()) resume_from(path);
 }
 
