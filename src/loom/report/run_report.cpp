@@ -55,8 +55,16 @@ td, th { border-bottom: 1px solid #eee; padding: 3px 10px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 )";
 
+// memory.json and trace.json are read whole into a JSON tree, about ten times the file's size
+// in memory: a trace of a few hundred steps of a large layout is far below this bound.
+constexpr int64_t kMaxRunJsonBytes = int64_t{256} << 20;
+
 std::optional<json> read_json(const fs::path& path) {
-  if (data::file_kind(path.string()) != "missing") data::check_input_file(path.string(), "run file");
+  if (data::file_kind(path.string()) != "missing") {
+    const int64_t bytes = data::check_input_file(path.string(), "run file");
+    check(bytes <= kMaxRunJsonBytes, "run file '", path.string(), "' is ", bytes >> 20,
+          " MiB, more than the 256 MiB loom report reads (a trace of fewer steps: trace_steps)");
+  }
   std::ifstream in(path);
   if (!in.good()) return std::nullopt;
   try {

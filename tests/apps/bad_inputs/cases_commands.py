@@ -35,6 +35,9 @@ def cases(fx):
                 ' {"ph": "X", "pid": 0, "tid": 0, "cat": "pipeline", "name": "F", "ts": 10, "dur": 10, "args": {"mb": %s, "chunk": %s}}]}'
                 % (stage, pid, tid, mb, chunk))
     deep = "[" * 100000 + "]" * 100000
+    huge_trace = run_dir("huge-trace", [good])  # a 300 MiB trace.json (sparse): read whole, it would need GBs
+    with open(huge_trace + "/trace.json", "wb") as f:
+        f.truncate(300 << 20)
     html_dir = run_dir("html-dir", [good])
     os.makedirs(html_dir + "/report.html")
     one_layout = [*plan, "--model", "gpt2-small", "--dp", "8"]
@@ -102,6 +105,8 @@ def cases(fx):
                                                         "/nonexistent/dir/s.svg"], r"/nonexistent/dir/s.svg"),
         Case("report: missing directory", ["report", "/nonexistent/run"], r"no metrics.jsonl in '/nonexistent/run'"),
         Case("report: metrics.jsonl not JSON", ["report", metrics], r"metrics.jsonl line 1 is not JSON"),
+        Case("report: trace.json of 300 MiB", ["report", huge_trace],
+             r"run file '.*trace.json' is 300 MiB, more than the 256 MiB loom report reads"),
         Case("report: metrics.jsonl a FIFO", ["report", fifo_metrics], r"metrics file '.*metrics.jsonl' is a FIFO"),
         Case("report: metrics.jsonl loss a string", ["report", run_dir("m-type", [good, '{"kind": "train", "step": 2, "loss": "abc"}'])],
              r"metrics.jsonl line 2: field 'loss' must be a number \(or null\), got \"abc\""),
