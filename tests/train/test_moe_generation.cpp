@@ -190,8 +190,9 @@ TEST(MoeGeneration, ExpertsWithCapacityAreRefusedByTheKvCache) {
   const std::string message =
       "block 'blocks.0' is a mixture of experts: its experts drop tokens over capacity (moe_capacity_factor 1.25), "
       "decided over each whole sequence: a token's choices may be dropped for tokens after it, and the capacity grows "
-      "with the context, so earlier tokens' outputs change as the text grows and a KV cache cannot hold them; generate "
-      "with --no-kv-cache (the whole context re-run for every token, as training's forward runs it)";
+      "with the context, so earlier tokens' outputs change as the text grows and a KV cache cannot hold them; sample it "
+      "with `loom sample --prompt TEXT --no-kv-cache` on one process (the whole context re-run for every token, as "
+      "training's forward runs it): loom generate, --prompts-file and --tp need the KV cache";
   EXPECT_EQ(loom::testing::error_of([&] { generate(m.model, m.tokenizer, {0.0, 0, 1.0}, {{"ab", 5, "", 1}}, 1); }),
             message);
   nn::KVCache cache(m.model, 1);

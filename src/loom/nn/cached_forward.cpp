@@ -64,7 +64,8 @@ void check_kv_cacheable(GPT& model) {
     if (block->moe() == nullptr) continue;
     const std::string why = block->moe()->kv_cacheable();
     check(why.empty(), "block '", block->name(), "' is a mixture of experts: ", why,
-          "; generate with --no-kv-cache (the whole context re-run for every token, as training's forward runs it)");
+          "; sample it with `loom sample --prompt TEXT --no-kv-cache` on one process (the whole context re-run for "
+          "every token, as training's forward runs it): loom generate, --prompts-file and --tp need the KV cache");
   }
 }
 

@@ -6,6 +6,8 @@ CLASS = "sample options"
 
 def cases(fx):
     run = fx.trained("single")
+    capacity = fx.trained("single", "moe-capacity", ["--moe-experts", "2", "--moe-top-k", "1",
+                                                     "--moe-capacity-factor", "1"])
 
     def sample(what, args, expect, checkpoint=None):
         return Case(what, ["sample", "--checkpoint", checkpoint or run, *args], expect)
@@ -79,6 +81,16 @@ def cases(fx):
         Case("generate: a prompt outside the vocabulary (request not named)",
              ["generate", "--checkpoint", run, "--input", fx.file("wide-gen.txt", "a\n\n  \nab~\n")],
              r"request 1: character U\+007E at byte offset 2 is not in the tokenizer's vocabulary"),
+        # A mixture of experts with capacity: the cached paths name the one way to sample it, which
+        # none of them takes (the message said "--no-kv-cache", a flag generate lacks and
+        # --prompts-file refuses).
+        Case("generate: a mixture of experts with capacity",
+             ["generate", "--checkpoint", capacity, "--input", fx.file("moe-gen.txt", "a\n")],
+             r"block 'blocks.0' is a mixture of experts: its experts drop tokens over capacity .*; sample it with "
+             r"`loom sample --prompt TEXT --no-kv-cache` on one process .*: loom generate, --prompts-file and --tp "
+             r"need the KV cache"),
+        sample("--prompts-file: a mixture of experts with capacity", ["--prompts-file", fx.file("moe-prompts.txt", "a\n")],
+               r"sample it with `loom sample --prompt TEXT --no-kv-cache` on one process", checkpoint=capacity),
         sample("a batch whose KV cache cannot fit", ["--prompts-file", fx.file("prompts.txt", "a\n"), "--batch", "1000000000000"],
                r"KV cache .*--batch"),
     ]

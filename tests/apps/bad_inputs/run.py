@@ -116,19 +116,21 @@ class Fixtures:
     def out(self, name="run"):
         return ["--out-dir", self.path(name)]
 
-    def trained(self, fmt):
+    def trained(self, fmt, name="", args=()):
         """A run directory holding one checkpoint of the tiny model ('single' or 'sharded'),
-        trained once per format; each call returns a fresh copy the case may damage."""
+        trained once per format (and per name, a variant trained with these extra args); each
+        call returns a fresh copy the case may damage."""
+        key = fmt + (f"-{name}" if name else "")
         with self._lock:
-            if fmt not in self._trained:
-                d = self.work / f"trained-{fmt}"
-                r = subprocess.run([self.loom, "train", *self.tiny, "--steps", "1", "--checkpoint-format", fmt,
+            if key not in self._trained:
+                d = self.work / f"trained-{key}"
+                r = subprocess.run([self.loom, "train", *self.tiny, *args, "--steps", "1", "--checkpoint-format", fmt,
                                     "--out-dir", str(d)], capture_output=True, text=True)
                 if r.returncode != 0:
-                    raise RuntimeError(f"training the {fmt} fixture failed:\n{r.stdout}{r.stderr}")
-                self._trained[fmt] = d
-        copy = self.path(f"run-{fmt}")
-        shutil.copytree(self._trained[fmt], copy, symlinks=True)
+                    raise RuntimeError(f"training the {key} fixture failed:\n{r.stdout}{r.stderr}")
+                self._trained[key] = d
+        copy = self.path(f"run-{key}")
+        shutil.copytree(self._trained[key], copy, symlinks=True)
         return copy
 
     def trained_gcn(self):
