@@ -7,12 +7,15 @@
 // every one of them, naming the ranks and the keys before any other collective.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "comm/mpi_test_env.hpp"
 #include "loom/error.hpp"
+#include "loom/kernels/threads.hpp"
 #include "loom/train/parallelize.hpp"
+#include "loom/train/trainer.hpp"
 #include "tiny_config.hpp"
 
 namespace loom::train::parallelize_test {
@@ -114,6 +117,25 @@ TEST(ParallelizeMesh, EveryGroupWaitsWithTheConfiguredTimeout) {
   for (const char* name : {"dp", "pp", "tp", "shard", "replicate", "embedding"})
     EXPECT_EQ(mesh->group(name).timeout(), 17.0) << name;
   world().set_timeout(before);
+}
+
+// threads 0 shares the node's cores among the job's ranks on it (each taking them all ran
+// every core several times over: 3 ranks on 2 cores took 1.7 s a step instead of 10 ms); a
+// count given is kept.
+TEST(Parallelize, ThreadsZeroSharesTheNodesCoresAmongItsRanks) {
+  TrainConfig c = testing::tiny_config();
+  c.dp = world().size();
+  c.threads = 0;
+  kernels::set_num_threads(0);
+  const int64_t usable = kernels::num_threads();  // the cores this rank may run on
+  const int64_t share = std::max<int64_t>(1, std::min(usable, kernels::cpu_count() / world().ranks_on_node()));
+  {
+    Trainer t(c, true, &world());
+    EXPECT_EQ(kernels::num_threads(), world().ranks_on_node() > 1 ? share : usable);
+  }
+  c.threads = 1;
+  Trainer t(c, true, &world());
+  EXPECT_EQ(kernels::num_threads(), 1);
 }
 
 TEST(Parallelize, RanksThatDisagreeStopOnEveryRank) {

@@ -95,7 +95,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"run", "checkpoint_every", "save a checkpoint every N steps; 0 = at the end only", &c.checkpoint_every},
       {"run", "keep_checkpoints", "how many recent complete checkpoints to keep (older ones are removed only after a new one is complete)", &c.keep_checkpoints},
       {"run", "checkpoint_format", "'sharded' (a directory: each rank writes its own pieces, then a manifest), 'single' (one file in the serial layout, gathered to rank 0) or 'auto' (sharded when the job has more than one rank). Either loads into any layout", &c.checkpoint_format},
-      {"run", "threads", "compute threads; 0 = all cores; at most " + std::to_string(kernels::kMaxThreadsPerCpu) + " x the machine's CPUs", &c.threads},
+      {"run", "threads", "compute threads; 0 = all cores (under mpirun: the cores of the node shared among its ranks); at most " + std::to_string(kernels::kMaxThreadsPerCpu) + " x the machine's CPUs", &c.threads},
       {"run", "peak_gflops", "peak GFLOP/s for MFU; 0 = measure a GEMM at start-up", &c.peak_gflops},
       {"run", "pipeline_svg", "with pp > 1, write the last step's measured pipeline timeline (ranks x time) to this SVG file", &c.pipeline_svg},
       {"run", "trace", "write a Chrome trace-event file of trace_steps to out_dir/trace.json (open it in Perfetto)", &c.trace},

@@ -1,5 +1,6 @@
 #include "loom/train/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -37,7 +38,14 @@ TrainConfig started(TrainConfig config, comm::ProcessGroup* world) {
   check(ranks == world_size, "layout dp(", config.dp, ") x pp(", config.pp, ") x cp(", config.cp, ") x tp(", config.tp, ")",
         config.tp_3d_on() ? " x tp_3d(" + config.tp_3d + ")" : "", " = ", ranks, " != world size ", world_size,
         world == nullptr ? " (start it with mpirun -np N loom train ...)" : "");
-  kernels::set_num_threads(static_cast<int>(config.threads));
+  kernels::set_num_threads(config.threads);  // 0: the cores this process may run on
+  // threads 0 under mpirun: the node's cores shared among the job's ranks on it (never more
+  // than a rank bound to fewer may use). Every rank taking them all runs each core several
+  // times over, and the ranks' compute threads wait on each other (3 ranks on 2 cores: 1.7 s
+  // a step instead of 10 ms).
+  if (config.threads == 0 && world != nullptr && world->ranks_on_node() > 1)
+    kernels::set_num_threads(std::max<int64_t>(
+        1, std::min<int64_t>(kernels::num_threads(), kernels::cpu_count() / world->ranks_on_node())));
   return config;
 }
 
