@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -74,6 +75,16 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& a, const s
 
 // d loss / d x by central differences, restoring x. x is moved to x +- float(h) in fp32, and
 // the difference is divided by the float-rounded step actually taken, in double.
+// Largest |got - want| over the largest |want| (a whole vector's error relative to its scale).
+inline double relative_error(const float* got, const float* want, int64_t n) {
+  double diff = 0.0, scale = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+  }
+  return diff / scale;
+}
+
 inline double central_difference(float& x, double h, const std::function<double()>& loss) {
   const float step = static_cast<float>(h);
   const float p0 = x, hi = p0 + step, lo = p0 - step;

@@ -181,26 +181,37 @@ TEST(MixedPrecisionMoeMemory, TrackerMeasuresTheFormula) {
               0.02 * static_cast<double>(want.params));
 }
 
-TEST(ZeroCheckpoint, Bf16GathersResumeBitExactly) {
-  // With bf16 gathers the fp32 master exists only as shards (ZeRO-2 here): the checkpoint holds
-  // them, and a resumed run rebuilds the bf16 weights from them exactly as the straight run had.
-  const int p = world().size();
-  const std::string dir = fresh_shared_dir("loom_zero_bf16_checkpoint", world());
-  train::TrainConfig c = tiny(p, 2, 1);
+// The bf16 ZeRO run the checkpoint tests below share: 6 steps, the decay over them.
+train::TrainConfig bf16_six_steps(int ranks, int stage) {
+  train::TrainConfig c = tiny(ranks, 2, 1);
   c.steps = 6;
   c.decay_steps = 6;
   c.warmup_steps = 2;  // before decay_steps, as the config requires
-  c.zero = 2;
+  c.zero = stage;
   c.precision = "bf16";
-  train::Trainer straight(c, true, &world());
-  const TrainingRun want = run(straight);
-  train_and_checkpoint(c, 3, dir, world());
+  return c;
+}
+
+// c resumed from dir's step-3 checkpoint ends as the straight run `want` did, bit for bit.
+void expect_resume_at_3_continues(const train::TrainConfig& c, const std::string& dir, const TrainingRun& want) {
   train::TrainConfig resumed = c;
   resumed.resume = dir;
   train::Trainer again(resumed, true, &world());
   ASSERT_EQ(again.step(), 3);
   const std::vector<float> losses = run(again).losses;
   EXPECT_EQ(losses, std::vector<float>(want.losses.end() - 3, want.losses.end()));
+}
+
+TEST(ZeroCheckpoint, Bf16GathersResumeBitExactly) {
+  // With bf16 gathers the fp32 master exists only as shards (ZeRO-2 here): the checkpoint holds
+  // them, and a resumed run rebuilds the bf16 weights from them exactly as the straight run had.
+  const int p = world().size();
+  const std::string dir = fresh_shared_dir("loom_zero_bf16_checkpoint", world());
+  const train::TrainConfig c = bf16_six_steps(p, 2);
+  train::Trainer straight(c, true, &world());
+  const TrainingRun want = run(straight);
+  train_and_checkpoint(c, 3, dir, world());
+  expect_resume_at_3_continues(c, dir, want);
   remove_shared_dir(dir, world());
 }
 
@@ -216,12 +227,7 @@ TEST_P(ZeroExpertCheckpoint, Bf16GathersResumeBitExactly) {
   if (p % 2 != 0) GTEST_SKIP() << "ep 2 needs an even number of ranks";
   const auto [stage, format] = GetParam();
   const std::string dir = fresh_shared_dir("loom_zero_bf16_moe_checkpoint", world());
-  train::TrainConfig c = tiny(p, 2, 1);
-  c.steps = 6;
-  c.decay_steps = 6;
-  c.warmup_steps = 2;  // before decay_steps, as the config requires
-  c.zero = stage;
-  c.precision = "bf16";
+  train::TrainConfig c = bf16_six_steps(p, stage);
   c.model.moe.experts = 4;
   c.ep = 2;
   c.checkpoint_format = format;
@@ -233,12 +239,7 @@ TEST_P(ZeroExpertCheckpoint, Bf16GathersResumeBitExactly) {
     const train::Manifest manifest = train::read_manifest(saved);
     EXPECT_TRUE(manifest.tensors.count("model.blocks.0.moe.experts.fc_weight")) << saved << " holds no expert weights";
   }
-  train::TrainConfig resumed = c;
-  resumed.resume = dir;
-  train::Trainer again(resumed, true, &world());
-  ASSERT_EQ(again.step(), 3);
-  const std::vector<float> losses = run(again).losses;
-  EXPECT_EQ(losses, std::vector<float>(want.losses.end() - 3, want.losses.end()));
+  expect_resume_at_3_continues(c, dir, want);
   remove_shared_dir(dir, world());
 }
 

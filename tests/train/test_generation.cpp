@@ -24,6 +24,8 @@
 namespace loom::train {
 namespace {
 
+using loom::testing::relative_error;
+
 // Weights scaled up (x4) from the GPT-2 init so the logits are far from ties: greedy decoding then
 // does not flip on rounding, and a mismatch means a real difference.
 struct Model {
@@ -35,16 +37,6 @@ struct Model {
       for (int64_t i = 0; i < p->value().numel(); ++i) p->value().f32()[i] *= 4.0f;
   }
 };
-
-// Largest |got - want| over the largest |want|.
-double relative_error(const float* got, const float* want, int64_t n) {
-  double diff = 0.0, scale = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
-  }
-  return diff / scale;
-}
 
 TEST(Generation, NonFiniteLogitsAreAnErrorNotAToken) {
   // A diverged model's logits: greedy would pick token 0 and sampling an arbitrary one, and

@@ -25,6 +25,8 @@
 namespace loom::train {
 namespace {
 
+using loom::testing::relative_error;
+
 struct Moe {
   int64_t top_k, every;
 };
@@ -53,16 +55,6 @@ std::string scientific(double x) {
 
 std::string name(Moe r) { return "top-" + std::to_string(r.top_k) + ", moe_every " + std::to_string(r.every); }
 
-// Largest |got - want| over the largest |want|.
-double relative_error(const float* got, const float* want, int64_t n) {
-  double diff = 0.0, scale = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
-  }
-  return diff / scale;
-}
-
 // The cached decode fed `ids` (a prompt of `prompt` tokens, then one at a time) against a
 // full forward over the same tokens at every step: the worst relative logit error. Also
 // checks that the full forwards sent tokens to more than one expert of each MoE block.
@@ -90,15 +82,21 @@ double cached_vs_full(nn::GPT& model, const std::vector<int32_t>& ids, int64_t p
 
 const Moe kRoutings[] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}};
 
+// 120 greedy tokens after "the cat" through the KV cache equal the uncached sampler's; the
+// text's tokens, for comparing logits along it.
+std::vector<int32_t> greedy_uncached_equals_cached(MoeModel& m, Moe r) {
+  const SampleOptions o{"the cat", 120, 0.0, 0, 1};
+  SampleOptions uncached = o;
+  uncached.kv_cache = false;
+  const std::string reference = sample_text(m.model, m.tokenizer, uncached);
+  EXPECT_EQ(sample_text(m.model, m.tokenizer, o), reference) << name(r);
+  return m.tokenizer.encode(reference);
+}
+
 TEST(MoeGeneration, CachedGreedyEqualsUncachedLogitsWithin1e5) {
   for (const Moe r : kRoutings) {
     MoeModel m(r);
-    const SampleOptions o{"the cat", 120, 0.0, 0, 1};
-    SampleOptions uncached = o;
-    uncached.kv_cache = false;
-    const std::string reference = sample_text(m.model, m.tokenizer, uncached);
-    EXPECT_EQ(sample_text(m.model, m.tokenizer, o), reference) << name(r);
-    const std::vector<int32_t> ids = m.tokenizer.encode(reference);
+    const std::vector<int32_t> ids = greedy_uncached_equals_cached(m, r);
     const double worst = cached_vs_full(m.model, ids, 7);
     EXPECT_LT(worst, 1e-5) << name(r);
     RecordProperty("worst_relative_logit_error_" + std::to_string(r.top_k) + "_" + std::to_string(r.every),
@@ -110,12 +108,7 @@ TEST(MoeGeneration, Bf16CachedEqualsUncachedBf16) {
   for (const Moe r : kRoutings) {
     MoeModel m(r);
     const kernels::PrecisionScope bf16(kernels::Precision::BF16);
-    const SampleOptions o{"the cat", 120, 0.0, 0, 1};
-    SampleOptions uncached = o;
-    uncached.kv_cache = false;
-    const std::string reference = sample_text(m.model, m.tokenizer, uncached);
-    EXPECT_EQ(sample_text(m.model, m.tokenizer, o), reference) << name(r);
-    const std::vector<int32_t> ids = m.tokenizer.encode(reference);
+    const std::vector<int32_t> ids = greedy_uncached_equals_cached(m, r);
     const double worst = cached_vs_full(m.model, {ids.begin(), ids.begin() + 7 + 48}, 7);
     EXPECT_LT(worst, 1.2e-2) << name(r);
     RecordProperty("worst_relative_logit_error_bf16_" + std::to_string(r.top_k) + "_" + std::to_string(r.every),
