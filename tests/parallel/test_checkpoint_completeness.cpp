@@ -17,6 +17,7 @@
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/checkpoint_manifest.hpp"
 #include "loom/train/sharded_checkpoint.hpp"
+#include "loom/train/state_coverage.hpp"
 #include "loom/train/trainer.hpp"
 #include "parallel/equivalence.hpp"
 
@@ -124,6 +125,42 @@ TEST(CheckpointManifestCompleteness, LoadingRefusesAManifestWithoutATensorTheMod
   c.resume = dir;
   const std::string resume_error = error_of([&] { Trainer resumed(c, true, &world()); });
   EXPECT_NE(resume_error.find("has no tensor 'model.blocks.0.attn.proj.bias'"), std::string::npos) << resume_error;
+  remove_shared_dir(dir, world());
+}
+
+// A resume checks the pieces it is about to load, before loading: a tensor that no rank's
+// pieces ask for (a layout bug on the loading side, which the checkpoint cannot show) would
+// keep its initial values; so would the elements of a shard that no owner loads.
+TEST(ResumeCoverage, RefusesPiecesThatLeaveATensorOut) {
+  const std::string dir = fresh_shared_dir("loom_coverage_whole", world());
+  Trainer t(config_for(dir, "sharded"), true, &world());
+  check_owners_tile_state(t.local_state(), t.state_shapes(), "resuming", world());  // the real pieces pass
+  const std::string error = error_of(
+      [&] { check_owners_tile_state(without(t.local_state(), kDropped), t.state_shapes(), "resuming", world()); });
+  EXPECT_NE(error.find("resuming has no tensor 'model.blocks.0.attn.proj.bias' (16)"), std::string::npos) << error;
+  EXPECT_NE(error.find("no rank's pieces load it"), std::string::npos) << error;
+  remove_shared_dir(dir, world());
+}
+
+TEST(ResumeCoverage, RefusesPiecesThatLeaveAShardOut) {
+  if (world().size() == 1) GTEST_SKIP() << "one rank's pieces are whole tensors: no shard to leave out";
+  const std::string dir = fresh_shared_dir("loom_coverage_shard", world());
+  Trainer t(config_for(dir, "sharded"), true, &world());  // ZeRO-1: the optimizer state in shards
+  std::vector<StatePiece> pieces = t.local_state();
+  std::string dropped;  // the last rank leaves out its shard of the first optimizer tensor
+  for (const StatePiece& p : pieces)
+    if (p.owner && p.name.starts_with("optim.") && p.layout.numel() > 0) {
+      dropped = p.name;
+      break;
+    }
+  if (world().rank() == world().size() - 1) {
+    ASSERT_FALSE(dropped.empty());
+    pieces = without(pieces, dropped);
+  }
+  const std::string error = error_of([&] { check_owners_tile_state(pieces, t.state_shapes(), "resuming", world()); });
+  EXPECT_NE(error.find("resuming: the pieces this layout loads do not cover tensor 'optim."), std::string::npos)
+      << error;
+  EXPECT_NE(error.find(") are in no piece"), std::string::npos) << error;
   remove_shared_dir(dir, world());
 }
 

@@ -61,21 +61,6 @@ int64_t rank_file_size(const std::string& dir, const std::string& name) {
   return data::check_input_file(file, "checkpoint '" + dir + "': rank file");
 }
 
-json shapes_json(const StateShapes& shapes) {
-  json out = json::object();
-  for (const auto& [name, shape] : shapes) out[name] = shape;
-  return out;
-}
-
-// One rank's expected tensors added to all; two ranks giving one tensor two shapes is a bug.
-void merge_expected(StateShapes& all, const json& rank_shapes, size_t rank) {
-  for (const auto& [name, shape] : rank_shapes.items()) {
-    const auto [it, added] = all.emplace(name, shape.get<Shape>());
-    check(added || it->second == shape.get<Shape>(), "rank ", rank, " has tensor '", name, "' as ",
-          shape_str(shape.get<Shape>()), ", an earlier rank as ", shape_str(it->second));
-  }
-}
-
 // What a save that finds a tensor missing says after naming it.
 std::string unsaved_note(const std::string& run_dir) {
   return ": no rank's pieces hold it (a bug in this layout's checkpoint pieces); nothing was saved and the previous "
@@ -84,27 +69,6 @@ std::string unsaved_note(const std::string& run_dir) {
 }
 
 }  // namespace
-
-void check_holds_every_tensor(const StateShapes& held, const StateShapes& expected, const std::string& what,
-                              const std::string& note) {
-  std::vector<std::string> missing;
-  for (const auto& [name, shape] : expected) {
-    const auto it = held.find(name);
-    if (it == held.end()) {
-      missing.push_back("'" + name + "' " + shape_str(shape));
-      continue;
-    }
-    check(it->second == shape, what, ": tensor '", name, "' is ", shape_str(it->second), ", the model expects ",
-          shape_str(shape), note);
-  }
-  if (missing.empty()) return;
-  constexpr size_t kShown = 4;
-  std::string list;
-  for (size_t i = 0; i < std::min(missing.size(), kShown); ++i) list += (i > 0 ? ", " : "") + missing[i];
-  if (missing.size() > kShown) list += " and " + std::to_string(missing.size() - kShown) + " more";
-  fail(what, " has no tensor ", list, " (", missing.size(), " of the ", expected.size(),
-       " tensors of the model and optimizer state)", note);
-}
 
 std::string save_sharded_checkpoint(const std::string& run_dir, const std::vector<StatePiece>& pieces,
                                     const StateShapes& expected, const CheckpointInfo& info,
@@ -130,9 +94,8 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const std::vecto
       check(p.data.numel() == p.layout.numel(), "piece of '", p.name, "' holds ", p.data.numel(), " elements, its layout ",
             p.layout.numel());
       check(file.tensors.emplace(p.name, p.data).second, "two pieces of '", p.name, "' on one rank");
-      json piece = {{"name", p.name}, {"shape", p.full_shape}, {"begin", p.layout.begin}, {"end", p.layout.end},
-                    {"crc32", crc_of(p.data)}};
-      if (p.layout.spec.sharded()) piece["slice"] = slice_to_json(p.layout.spec);
+      json piece = piece_json(p);
+      piece["crc32"] = crc_of(p.data);
       listed.push_back(piece);
     }
     if (file.tensors.empty()) return;  // a pure replica: nothing of its own
@@ -174,11 +137,8 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const std::vecto
       for (const json& p : r["pieces"]) {
         ManifestTensor& t = m.tensors[p["name"].get<std::string>()];
         t.shape = p["shape"].get<Shape>();
-        ManifestPiece piece{file, p["name"].get<std::string>(), {}, p["crc32"].get<uint32_t>()};
-        piece.layout.begin = p["begin"].get<int64_t>();
-        piece.layout.end = p["end"].get<int64_t>();
-        if (p.contains("slice")) piece.layout.spec = slice_from_json(p["slice"], "rank file " + file);
-        t.pieces.push_back(piece);
+        t.pieces.push_back({file, p["name"].get<std::string>(), piece_layout_from_json(p, "rank file " + file),
+                            p["crc32"].get<uint32_t>()});
       }
     }
     // What a loader will check, checked before anything is published: a layout whose

@@ -15,28 +15,9 @@
 #include "loom/comm/process_group.hpp"
 #include "loom/train/checkpoint_manifest.hpp"
 #include "loom/train/safetensors.hpp"
+#include "loom/train/state_coverage.hpp"
 
 namespace loom::train {
-
-// One piece of this rank's state: what it writes (when owner) and where a load puts it.
-struct StatePiece {
-  std::string name;    // "model.<param>" or "optim.<kind>.<param>"
-  Shape full_shape;    // the logical tensor's
-  PieceLayout layout;  // which of its elements this piece holds
-  Tensor data;         // a view of this rank's storage, layout.numel() elements
-  bool owner = true;   // the one holder of these elements that writes them (no replica does)
-};
-
-// The tensors of the serial model and optimizer state ("model.<param>",
-// "optim.<kind>.<param>") and their full shapes: what a checkpoint must hold. Each rank
-// names those of its own part of the model, derived from its parameters and the
-// optimizer's state kinds, never from its pieces, so a checkpoint can be checked against it.
-using StateShapes = std::map<std::string, Shape>;
-
-// loom::Error unless held has every tensor of expected with its shape: "<what> has no tensor
-// '<name>' <shape>..." (the first few missing, and how many) followed by note.
-void check_holds_every_tensor(const StateShapes& held, const StateShapes& expected, const std::string& what,
-                              const std::string& note = "");
 
 // Collective over world. Writes <run_dir>/checkpoint-<step>/ as above;
 // returns its path on every rank. A failure on any rank is a loom::Error on every rank,

@@ -99,6 +99,8 @@ void Trainer::resume_from(const std::string& path) {
   // A rank that cannot read its pieces fails the resume on every rank.
   CheckpointInfo info;
   check_resume_model(path, config_, spec_->data_identity(), world_);
+  // What the pieces would not load would keep its initial values without a word: checked first.
+  check_owners_tile_state(local_state(), serial_state_->shapes(), "resuming from '" + path + "'", world_);
   on_every_rank(world_, [&] { info = load_state(path, local_state(), config_.optimizer, serial_state_->shapes()); });
   p_.gradient_sync->after_optimizer_step();  // ZeRO: the loaded shards reach the model's parameters
   optimizer_->set_steps_taken(info.optimizer_steps);
