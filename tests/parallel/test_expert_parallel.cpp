@@ -317,5 +317,43 @@ TEST(ExpertParallelPlan, AllToAllBytesMatchTheMeasuredStep) {
   }
 }
 
+// The planner's expert-gradient bytes (moe_cost.hpp) against what the expert_dp group's
+// collectives counted in a real step: under ep 2 of dp 4, with ZeRO-3 sharding the dense
+// parameters, the experts' DDP all-reduces each rank's experts' gradients over the 2 ranks
+// holding the same experts once a step, though the step has 2 micro-batches (they accumulate).
+// Their gradients are fp32 in both precisions (4 bytes a value: plan::value_bytes of fp32 and
+// Loom's bf16). ZeRO-1 moves the same.
+TEST(ExpertParallelPlan, ExpertGradientBytesMatchTheMeasuredStep) {
+  const int64_t p = world().size();
+  if (p != 4) GTEST_SKIP() << "on " << p << " ranks: runs on 4 (ep 2 x expert_dp 2)";
+  for (const int64_t zero : {3, 1})
+    for (const std::string precision : {"fp32", "bf16"}) {
+      Case k{.name = "expert_bytes", .ep = 2, .experts = 4, .micro_batches = 2, .zero = zero};
+      train::TrainConfig c = moe_config(k, p, 2);
+      c.ep = 2;
+      c.zero = zero;
+      c.model.moe.every = 2;  // block 1 of 2
+      c.precision = precision;
+      train::Trainer t(c, true, &world());
+      comm::ProcessGroup& expert_dp = t.parallelized().group("expert_dp");
+      ASSERT_EQ(expert_dp.size(), 2);
+      expert_dp.reset_stats();
+      t.compute_gradients();
+      plan::ModelSpec m;
+      m.layers = c.model.n_layer;
+      m.hidden = c.model.n_embd;
+      m.seq = c.model.block_size;
+      m.moe = {.experts = 4, .top_k = 2, .every = 2};
+      plan::Layout l;
+      l.dp = p;
+      l.ep = 2;
+      l.zero = static_cast<int>(zero);
+      l.micro_batch = c.batch_size;
+      const std::string what = "zero " + std::to_string(zero) + ", " + precision;
+      EXPECT_GT(plan::expert_gradient_bytes_per_step(m, l, 4), 0) << what;
+      EXPECT_EQ(expert_dp.stats().bytes, plan::expert_gradient_bytes_per_step(m, l, 4)) << what;
+    }
+}
+
 }  // namespace
 }  // namespace loom::parallel::expert_parallel_test

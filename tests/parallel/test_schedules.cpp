@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <map>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -330,6 +331,61 @@ TEST(ScheduleTimeline, SvgDrawsEveryComputeBox) {
   EXPECT_EQ(count("fill=\"#4e79a7\"") + count("fill=\"#a0cbe8\""), 16u + 1u);
   EXPECT_EQ(count("fill=\"#f28e2b\"") + count("fill=\"#ffbe7d\""), 16u + 1u);
   EXPECT_NE(svg.find(">3.1</text>"), std::string::npos);
+}
+
+// Every rank is a row of its own (pp rows, top to bottom by rank), each with one box per
+// forward and backward of that rank, left to right in the order its schedule runs them, each
+// labelled with its micro-batch (and chunk): read back from the SVG's boxes and labels by
+// their row, for each schedule kind.
+TEST(ScheduleTimeline, SvgDrawsEachRankInItsScheduleOrder) {
+  for (const auto& [kind, p, m, v] : {std::tuple{ScheduleKind::GPipe, 3, 4, 1}, std::tuple{ScheduleKind::OneFOneB, 4, 8, 1},
+                                      std::tuple{ScheduleKind::Interleaved, 2, 4, 2}}) {
+    const Schedule s = build_schedule(kind, p, m, v), compute = without_transfers(s);
+    const std::string svg = timeline_svg(simulate(s), "rows");
+    // y of a row -> its boxes' (x of the centre, "F" or "B") and its labels' (x, "3.1"), read
+    // from the SVG's lines (one element each).
+    std::map<double, std::vector<std::pair<double, std::string>>> boxes, labels;
+    auto attribute = [](const std::string& line, const std::string& name) {
+      const size_t at = line.find(" " + name + "=\"") + name.size() + 3;
+      return line.substr(at, line.find('"', at) - at);
+    };
+    std::istringstream lines(svg);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("<rect ", 0) == 0 && line.find("stroke=\"white\"") != std::string::npos) {
+        const std::string fill = attribute(line, "fill");
+        const bool forward = fill == "#4e79a7" || fill == "#a0cbe8";
+        ASSERT_TRUE(forward || fill == "#f28e2b" || fill == "#ffbe7d") << fill;
+        boxes[std::stod(attribute(line, "y"))].emplace_back(
+            std::stod(attribute(line, "x")) + std::stod(attribute(line, "width")) / 2, forward ? "F" : "B");
+      } else if (line.rfind("<text ", 0) == 0 && line.find("text-anchor=\"middle\">") != std::string::npos &&
+                 line.find("fill=") == std::string::npos) {  // the axis' ticks are grey
+        const size_t open = line.find('>') + 1;
+        labels[std::stod(attribute(line, "y"))].emplace_back(std::stod(attribute(line, "x")),
+                                                              line.substr(open, line.find('<', open) - open));
+      }
+    }
+    ASSERT_EQ(boxes.size(), static_cast<size_t>(p)) << "one row of boxes per rank";
+    ASSERT_EQ(labels.size(), static_cast<size_t>(p));
+    auto box_row = boxes.begin();
+    auto label_row = labels.begin();
+    for (int r = 0; r < p; ++r, ++box_row, ++label_row) {
+      std::vector<std::string> want;
+      for (const Action& a : compute.ranks[static_cast<size_t>(r)]) want.push_back(to_string(a));
+      ASSERT_EQ(want.size(), static_cast<size_t>(2 * m * v));
+      auto& row = box_row->second;
+      auto& text = label_row->second;
+      std::sort(row.begin(), row.end());
+      std::sort(text.begin(), text.end());
+      ASSERT_EQ(row.size(), want.size()) << "rank " << r;
+      ASSERT_EQ(text.size(), want.size()) << "rank " << r;
+      std::vector<std::string> got;
+      for (size_t i = 0; i < row.size(); ++i) {
+        EXPECT_NEAR(row[i].first, text[i].first, 0.5) << "rank " << r << ": a label off its box";
+        got.push_back(row[i].second + text[i].second);
+      }
+      EXPECT_EQ(got, want) << "rank " << r;
+    }
+  }
 }
 
 }  // namespace

@@ -42,6 +42,13 @@ TEST(PlanMoe, ExpertsPerDeviceAndAllToAllBytes) {
   EXPECT_EQ(all_to_all_bytes_per_step(m, l, 3, 2), int64_t{4} * 2 * 2048 * 2 * 1024 * 2 * 2 * 3);
   l.ep = 1;
   EXPECT_EQ(all_to_all_bytes_per_step(m, l, 3, 2), 0);
+  // Expert gradients reduced over expert_dp, once a step: this device's experts' (all 8 under ep
+  // 1, 8 / 4 under ep 4), none when ep = dp leaves each expert on one rank.
+  EXPECT_EQ(expert_gradient_bytes_per_step(m, l, 4), 4 * 2 * 8 * (8 * 1024 * 1024 + 5 * 1024));
+  l.ep = 4;
+  EXPECT_EQ(expert_gradient_bytes_per_step(m, l, 4), 4 * 2 * 2 * (8 * 1024 * 1024 + 5 * 1024));
+  l.ep = 8;
+  EXPECT_EQ(expert_gradient_bytes_per_step(m, l, 4), 0);
 }
 
 TEST(PlanMoe, SearchTriesEveryEpAndPricesItsExchanges) {
@@ -118,27 +125,52 @@ TEST(PlanMoe, TensorParallelismPricesTheExpertsBySequenceParallelism) {
 }
 
 // The experts' gradients are reduced over expert_dp (the dp / ep ranks holding the same
-// experts) beside the dense ones over dp: with ep 2 of dp 8 the step's data-parallel
-// communication grows by at least one all-reduce of this device's expert weights over 4
-// ranks; with ep 8 no rank shares its experts and nothing more moves. Adam steps the experts
-// a device holds too.
+// experts) beside the dense ones over dp, under DDP and every ZeRO stage (ZeRO leaves the
+// experts of ep > 1 out: DDP reduces them, ZeRO-3 included): with ep 2 of dp 8 the step's
+// data-parallel communication grows by at least one all-reduce of this device's expert
+// weights over 4 ranks; with ep 8 no rank shares its experts and nothing more moves. Adam
+// steps the experts a device holds too. (The bytes against a real step's counters:
+// tests/parallel/test_expert_parallel.cpp.)
 TEST(PlanMoe, ExpertGradientsAreReducedOverExpertDataParallelism) {
+  const ModelSpec m = moe_model();
+  const ClusterSpec c = cluster_preset("dgx-a100");
+  auto data_parallel = [](const StepTime& t) { return t.dp_comm_s + t.overlapped_comm_s; };
+  for (const int zero : {0, 1, 2, 3}) {
+    Layout l;
+    l.dp = 8;
+    l.zero = zero;
+    l.recompute = false;
+    l.sequence_parallel = false;
+    const int64_t params = m.parameters();
+    l.ep = 8;
+    const StepTime alone = step_time(m, c, l, 2, params);
+    l.ep = 2;
+    const StepTime shared = step_time(m, c, l, 2, params);
+    const double experts = static_cast<double>(expert_parameters_per_device(m, l) * 2);  // bf16 gradients
+    EXPECT_GE(data_parallel(shared) - data_parallel(alone), 0.999 * hierarchical_all_reduce_seconds(experts, 4, 4, c))
+        << "zero " << zero;
+    EXPECT_GT(shared.optimizer_s, alone.optimizer_s) << "zero " << zero;  // 4 of the experts here, 1 with ep 8
+  }
+}
+
+// Under ZeRO-3 the experts' all-reduce runs beside the dense reduce-scatters and gathers: when
+// backward is too short to hide it (a pipeline reduces after its last backward), it is exposed.
+TEST(PlanMoe, ZeroThreeExposesTheExpertReductionBackwardCannotHide) {
   const ModelSpec m = moe_model();
   const ClusterSpec c = cluster_preset("dgx-a100");
   Layout l;
   l.dp = 8;
-  l.zero = 0;
+  l.pp = 2;
+  l.zero = 3;
   l.recompute = false;
   l.sequence_parallel = false;
-  const int64_t params = m.parameters();
-  auto data_parallel = [](const StepTime& t) { return t.dp_comm_s + t.overlapped_comm_s; };
+  const int64_t params = m.parameters() / 2;
   l.ep = 8;
-  const StepTime alone = step_time(m, c, l, 1, params);
+  const StepTime alone = step_time(m, c, l, 4, params);
   l.ep = 2;
-  const StepTime shared = step_time(m, c, l, 1, params);
-  const double experts = static_cast<double>(expert_parameters_per_device(m, l) * 2);  // bf16 gradients
-  EXPECT_GE(data_parallel(shared) - data_parallel(alone), 0.999 * hierarchical_all_reduce_seconds(experts, 4, 4, c));
-  EXPECT_GT(shared.optimizer_s, alone.optimizer_s);  // 4 of the experts here, 1 with ep 8
+  const StepTime shared = step_time(m, c, l, 4, params);
+  const double experts = static_cast<double>(expert_parameters_per_device(m, l) * 2);
+  EXPECT_GE(shared.dp_comm_s - alone.dp_comm_s, 0.999 * hierarchical_all_reduce_seconds(experts, 4, 4, c));
 }
 
 }  // namespace

@@ -23,6 +23,11 @@ int64_t expert_parameters_per_device(const ModelSpec& model, const Layout& layou
   return moe_layers(model) / layout.pp * (model.moe.experts / layout.ep) * expert_mlp_parameters(model.hidden);
 }
 
+int64_t expert_gradient_bytes_per_step(const ModelSpec& model, const Layout& layout, int64_t value_bytes) {
+  if (layout.dp / layout.ep <= 1) return 0;
+  return expert_parameters_per_device(model, layout) * value_bytes;
+}
+
 int64_t all_to_all_bytes_per_step(const ModelSpec& model, const Layout& layout, int64_t micro_batches,
                                   int64_t value_bytes) {
   if (model.moe.experts == 0 || layout.ep == 1) return 0;

@@ -25,6 +25,12 @@ int64_t total_parameters(const ModelSpec& model);
 int64_t active_parameters(const ModelSpec& model);
 // Expert parameters on one device: E / ep experts of each MoE layer of its pipeline stage.
 int64_t expert_parameters_per_device(const ModelSpec& model, const Layout& layout);
+// Bytes of expert gradients one device reduces over expert_dp (the dp / ep ranks holding the
+// same experts) in a step, `value_bytes` a gradient value: its experts' (expert_parameters_per_
+// device), once (they accumulate over micro-batches; parallel/expert_parallel's DDP reduces
+// them in the last backward, or after a pipeline); 0 without experts or when expert_dp is
+// one rank. Under ZeRO-3 too: ZeRO leaves the experts of ep > 1 out.
+int64_t expert_gradient_bytes_per_step(const ModelSpec& model, const Layout& layout, int64_t value_bytes);
 // Bytes one device hands to its all-to-alls in a step of `micro_batches` micro-batches, all
 // rows routed (dropless; capacity only drops some): per MoE layer of its stage and
 // micro-batch, micro_batch x seq x K rows of h values, four times (dispatch and combine,

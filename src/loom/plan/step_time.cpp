@@ -239,35 +239,41 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
       // The mean over cp runs in the gradients' hooks, on the compute thread.
       comm = exposed = hierarchical_all_reduce_seconds(grad_bytes, l.cp, std::min(l.cp, c.devices_per_node), c);
     }
+    // A mixture of experts' weights (moe_cost.hpp): under ep ZeRO leaves them out and DDP's
+    // buckets reduce them over the expert_dp ranks holding the same experts, once a step, each
+    // block's ready when its MLP's backward ends, about two thirds into the block's (the MLP
+    // holds 8 of its 12 h^2), sharing the link with the dense reduction. Without ep they are
+    // replicated parameters: ZeRO-3 shards them with the rest; otherwise they are priced as
+    // buckets over dp too.
+    const int64_t expert_bytes = expert_gradient_bytes_per_step(m, l, bpv);
+    const bool experts_in_zero3 = zero == 3 && l.ep == 1;
+    std::vector<ReadyReduction> expert_buckets;
+    if (expert_bytes > 0 && !experts_in_zero3) {
+      GradientTimeline experts = timeline;
+      experts.head = experts.embedding = {};
+      experts.layer = {static_cast<double>(expert_bytes) / static_cast<double>(std::max<int64_t>(1, timeline.layers))};
+      experts.first_s -= experts.layer_s / 3.0;
+      const int64_t expert_dp = l.dp / l.ep, expert_per_node = std::max<int64_t>(1, per_node / l.ep);
+      expert_buckets = ddp_buckets(experts, static_cast<double>(l.bucket_bytes), [&](double b) {
+        return hierarchical_all_reduce_seconds(b, expert_dp, expert_per_node, c);
+      });
+    }
+    const double experts_s = total_seconds(expert_buckets);
     if (zero == 3) {
       // ZeRO-3 also gathers the parameters before each forward and backward, prefetched
-      // under the compute of the previous unit: all of it hides under the step's compute.
-      const double sharded = 0.5 * all_reduce(grad_bytes) * mb +
-                             mb * (2.0 + re) * 0.5 * hierarchical_all_reduce_seconds(grad_bytes, l.dp, dp_per_node, c);
-      comm += sharded;
-      exposed += std::max(0.0, sharded - st.compute_s);
+      // under the compute of the previous unit: all of it hides under the step's compute,
+      // but for what the experts' buckets leave past the end of backward.
+      const double bytes = grad_bytes + (experts_in_zero3 ? static_cast<double>(expert_bytes) : 0.0);
+      const double sharded = 0.5 * all_reduce(bytes) * mb +
+                             mb * (2.0 + re) * 0.5 * hierarchical_all_reduce_seconds(bytes, l.dp, dp_per_node, c);
+      comm += sharded + experts_s;
+      exposed += std::max({0.0, sharded + experts_s - st.compute_s, exposed_reduction_seconds(expert_buckets, backward_s)});
     } else {
       std::vector<ReadyReduction> reductions =
           zero == 0 ? ddp_buckets(timeline, static_cast<double>(l.bucket_bytes), all_reduce)
                     : zero_units(timeline, [&](double bytes) { return 0.5 * all_reduce(bytes); });
       const double one_backward = total_seconds(reductions);
-      double experts_s = 0;
-      if (const int64_t expert_dp = l.dp / l.ep; expert_dp > 1 && m.moe.experts > 0) {
-        // A mixture of experts' weights: DDP's buckets over the expert_dp ranks holding the
-        // same experts (parallel/expert_parallel: ep apart), each block's ready when its MLP's
-        // backward ends, about two thirds into the block's (the MLP holds 8 of its 12 h^2).
-        // They share the link with the dense reduction.
-        GradientTimeline experts = timeline;
-        experts.head = experts.embedding = {};
-        experts.layer = {static_cast<double>(expert_parameters_per_device(m, l) * bpv) /
-                         static_cast<double>(std::max<int64_t>(1, timeline.layers))};
-        experts.first_s -= experts.layer_s / 3.0;
-        const int64_t expert_per_node = std::max<int64_t>(1, per_node / l.ep);
-        const std::vector<ReadyReduction> expert_buckets =
-            ddp_buckets(experts, static_cast<double>(l.bucket_bytes), [&](double bytes) {
-              return hierarchical_all_reduce_seconds(bytes, expert_dp, expert_per_node, c);
-            });
-        experts_s = total_seconds(expert_buckets);
+      if (!expert_buckets.empty()) {
         reductions.insert(reductions.end(), expert_buckets.begin(), expert_buckets.end());
         std::stable_sort(reductions.begin(), reductions.end(),
                          [](const ReadyReduction& a, const ReadyReduction& b) { return a.ready_s < b.ready_s; });
