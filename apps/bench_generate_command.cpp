@@ -243,7 +243,8 @@ void validate(const GenerateBenchArgs& a) {
           "--prompt-tokens (", a.prompt_tokens, ") + --new-tokens (", a.new_tokens, ") must be below ", name,
           "'s context of ", cfg.block_size, " (one untimed decode step comes first)");
     train::check_fits_in_memory(train::inference_memory(cfg, max_batch, bf16), 1,
-                                "bench generate's " + name + " at --batches " + std::to_string(max_batch));
+                                "bench generate's " + name + " at --batches " + std::to_string(max_batch),
+                                {"loom bench generate", "--batches"});
   }
   if (a.uncached_models.empty()) return;
   for (const std::string& name : a.uncached_models) {
