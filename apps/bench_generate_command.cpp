@@ -1,14 +1,17 @@
 // `loom bench generate`: prefill and decode tokens/s of KV-cached generation at several batch
-// sizes for the gpt-mini and gpt2-small shapes (random weights and tokens), next to the
-// bound memory bandwidth sets on decode (every weight and the batch's cached keys and values
-// read once per step, over this machine's measured copy bandwidth), the few-rows GEMV kernel
-// against oneDNN at M = 1, and (--vs-uncached) the cached sampler against the uncached one
-// (today's fp32 re-run of the whole context, the reference) on the same prompt. --precisions
-// fp32,bf16: a row per precision (bf16: the weights read as their bf16 copies).
+// sizes for the gpt-mini, gpt2-small and gpt-mini-moe shapes (the last gpt-mini with every MLP
+// 8 experts, top-2; random weights and tokens), next to the bound memory bandwidth sets on
+// decode (every weight and the batch's cached keys and values read once per step, over this
+// machine's measured copy bandwidth; of a mixture's experts, those a step's tokens reach),
+// the few-rows GEMV kernel against oneDNN at M = 1, and (--vs-uncached) the cached sampler
+// against the uncached one (today's fp32 re-run of the whole context, the reference) on the
+// same prompt. --precisions fp32,bf16: a row per precision (bf16: the weights read as their
+// bf16 copies).
 // JSON lines, one per (model, batch), for bench/generate_vs_pytorch.sh.
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <cstring>
@@ -53,9 +56,15 @@ struct GenerateBenchArgs {
 };
 
 nn::GPTConfig shape_of(const std::string& name) {
-  if (name == "gpt-mini") return {.vocab_size = 65, .block_size = 256, .n_layer = 6, .n_head = 6, .n_embd = 384};
+  const nn::GPTConfig mini{.vocab_size = 65, .block_size = 256, .n_layer = 6, .n_head = 6, .n_embd = 384};
+  if (name == "gpt-mini") return mini;
   if (name == "gpt2-small") return {.vocab_size = 50257, .block_size = 1024, .n_layer = 12, .n_head = 12, .n_embd = 768};
-  fail("unknown model shape '", name, "' (expected gpt-mini or gpt2-small)");
+  if (name == "gpt-mini-moe") {  // dropless: the KV cache serves it
+    nn::GPTConfig moe = mini;
+    moe.moe = {.experts = 8, .top_k = 2};
+    return moe;
+  }
+  fail("unknown model shape '", name, "' (expected gpt-mini, gpt2-small or gpt-mini-moe)");
 }
 
 // Bytes read plus written per second copying a buffer far larger than the caches (STREAM's
@@ -115,10 +124,14 @@ int run(const GenerateBenchArgs& a) {
       const bool bf16 = kernels::compute_precision() == kernels::Precision::BF16;
       // Every parameter is read once per decode step except the position table (one row);
       // in bf16 the matrices are read as their bf16 copies, the vectors (biases, norms) in fp32.
-      double weight_bytes = 0.0;
+      // Experts are stacked (weights (E, out, in), biases (E, out)) and counted apart: a step
+      // reads only the experts its tokens were routed to.
+      double weight_bytes = 0.0, expert_bytes = 0.0;
       for (nn::Parameter* p : model.parameters()) {
         if (p->name().find("wpe") != std::string::npos) continue;
-        weight_bytes += static_cast<double>(p->value().numel()) * (bf16 && p->value().ndim() == 2 ? 2.0 : 4.0);
+        const bool expert = p->name().find(".experts.") != std::string::npos;
+        const bool matrix = p->value().ndim() == (expert ? 3 : 2);
+        (expert ? expert_bytes : weight_bytes) += static_cast<double>(p->value().numel()) * (bf16 && matrix ? 2.0 : 4.0);
       }
       {
         // Untimed: the weights' bf16 copies are made on first use, and oneDNN's primitives.
@@ -150,9 +163,15 @@ int run(const GenerateBenchArgs& a) {
         }
         double decode_s = 0.0;
         for (double s : steps) decode_s += s;
-        // The bound at the mean context of the decode steps.
+        // The bound at the mean context of the decode steps. A mixture's B tokens, each routed to
+        // K of E experts, reach E (1 - (1 - K / E)^B) of them on average when routing is uniform
+        // (random weights route about so, as a balanced router does): exactly K at batch 1. Not
+        // min(E, B K): at batch 4 of top-2 of 8 that counts 8 where about 5.5 are read.
         const int64_t mean_length = a.prompt_tokens + a.new_tokens / 2;
-        const double step_bytes = weight_bytes + static_cast<double>(B * cache.bytes_read(mean_length));
+        const double E = static_cast<double>(cfg.moe.experts), K = static_cast<double>(cfg.moe.top_k);
+        const double experts_read = cfg.moe.enabled() ? E * (1.0 - std::pow(1.0 - K / E, static_cast<double>(B))) : 0.0;
+        const double step_bytes = weight_bytes + (cfg.moe.enabled() ? experts_read / E * expert_bytes : 0.0) +
+                                  static_cast<double>(B * cache.bytes_read(mean_length));
         const double bound = static_cast<double>(B) * bandwidth / step_bytes;
         const double decode = static_cast<double>(B * a.new_tokens) / decode_s;
         nlohmann::json out = {{"impl", "loom"},
@@ -173,6 +192,7 @@ int run(const GenerateBenchArgs& a) {
                               {"fraction_of_bound", decode / bound},
                               {"gemv_m1_gb_s", gemv_gbs},
                               {"onednn_m1_gb_s", onednn_gbs}};
+        if (cfg.moe.enabled()) out["moe_experts_read_per_block"] = experts_read;  // in the bound, of moe_experts
         if (B == 1 && std::count(a.uncached_models.begin(), a.uncached_models.end(), name) > 0) {
           // `loom sample` on the same prompt, cached (in this precision) and uncached (today's
           // fp32 sampler): the prompt's tokens through a tokenizer of vocab_size code points
@@ -223,7 +243,8 @@ void validate(const GenerateBenchArgs& a) {
           "--prompt-tokens (", a.prompt_tokens, ") + --new-tokens (", a.new_tokens, ") must be below ", name,
           "'s context of ", cfg.block_size, " (one untimed decode step comes first)");
     train::check_fits_in_memory(train::inference_memory(cfg, max_batch, bf16), 1,
-                                "bench generate's " + name + " at --batches " + std::to_string(max_batch));
+                                "bench generate's " + name + " at --batches " + std::to_string(max_batch),
+                                {"loom bench generate", "--batches"});
   }
   if (a.uncached_models.empty()) return;
   for (const std::string& name : a.uncached_models) {
@@ -249,7 +270,8 @@ void add_generate_bench(CLI::App& bench, Runner& runner) {
       "generate", "KV-cached prefill and decode tokens/s next to the memory-bandwidth bound, as JSON lines "
                   "(example: loom bench generate --models gpt2-small --batches 1,4,16 --threads 2)");
   sub->allow_extras();
-  sub->add_option("--models", args->models, "model shapes: gpt-mini, gpt2-small")->delimiter(',');
+  sub->add_option("--models", args->models, "model shapes: gpt-mini, gpt2-small, gpt-mini-moe (8 experts, top-2)")
+      ->delimiter(',');
   sub->add_option("--batches", args->batches, "sequences decoded together")->delimiter(',');
   sub->add_option("--prompt-tokens", args->prompt_tokens, "prompt length (prefill) per sequence");
   sub->add_option("--new-tokens", args->new_tokens, "decode steps timed");

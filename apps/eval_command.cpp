@@ -38,7 +38,7 @@ Runner add_eval_command(CLI::App& sub) {
           " ranks: run it without mpirun");
     kernels::set_num_threads(args->threads);
     use_precision(args->precision);
-    train::InferenceModel m = train::load_inference_model(args->checkpoint, nullptr);
+    train::InferenceModel m = train::load_inference_model(args->checkpoint, nullptr, 1, {"loom eval", ""});
     train::Perplexity p;
     if (data::is_token_file(args->data)) {
       const data::TokenFile file(args->data);

@@ -131,7 +131,7 @@ void print_line(const std::string& line) {
 }
 
 int run_generate(const GenerateArgs& a) {
-  train::InferenceModel m = train::load_inference_model(a.checkpoint, nullptr, a.batch);
+  train::InferenceModel m = train::load_inference_model(a.checkpoint, nullptr, a.batch, {"loom generate", "--batch"});
   train::GenerationRequest defaults = a.options.request();
   defaults.stop = a.stop;
   MemoryScope scope(MemoryCategory::Activations);

@@ -30,7 +30,9 @@ struct SampleArgs {
 };
 
 void sample_on(comm::ProcessGroup* tp, const SampleArgs& a) {
-  train::InferenceModel m = train::load_inference_model(a.checkpoint, tp, a.prompts_file.empty() ? 1 : a.batch);
+  const bool batched = !a.prompts_file.empty();  // one prompt: --batch is refused
+  train::InferenceModel m =
+      train::load_inference_model(a.checkpoint, tp, batched ? a.batch : 1, {"loom sample", batched ? "--batch" : ""});
   const bool printer = tp == nullptr || tp->rank() == 0;
   if (a.prompts_file.empty()) {
     try {  // the tokenizer's message (a character, an offset) does not say it is the prompt's

@@ -2,8 +2,9 @@
 // request (a repeated key, a prompt longer than the context) is answered with an error naming
 // it while the others are generated; blank lines get none; an indented JSON line is a request.
 // On a mixture-of-experts checkpoint `loom generate` and `loom sample` (KV cache, fp32 and bf16)
-// give the texts of the uncached sampler; one whose experts drop tokens over capacity is
-// refused by the cached paths with the way out, and sampled by `--no-kv-cache`.
+// give the texts of the uncached sampler; one whose experts may drop tokens over capacity is
+// refused by the cached paths with the way out, and sampled by `--no-kv-cache`; one whose
+// capacity can never drop is sampled through the KV cache.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -95,10 +96,17 @@ TEST(GenerateCommand, MixtureOfExpertsCheckpointGeneratesTheUncachedSamplersText
                                         "--steps 2 --eval-batches 1 --out-dir " + dir + "/capped");
   ASSERT_EQ(capped.exit_code, 0) << capped.output;
   const std::string refused = "block 'blocks.0' is a mixture of experts: its experts drop tokens over capacity "
-                              "(moe_capacity_factor 1.25)";
+                              "(moe_capacity_factor 1.25, below moe_experts / moe_top_k = 2";
   expect_error("sample --checkpoint " + dir + "/capped --tokens 4 --threads 1", refused);
   expect_error("generate --checkpoint " + dir + "/capped --tokens 4 --threads 1 --input " + requests, refused);
   EXPECT_EQ(sampled("--checkpoint " + dir + "/capped --tokens 4 --threads 1 --prompt AB --no-kv-cache").size(), 7u);
+
+  // A capacity of E / K can never drop: cached like a dropless checkpoint.
+  const CommandResult roomy = run_loom("train " + kTiny + " --moe-experts 4 --moe-top-k 2 --moe-capacity-factor 2 "
+                                       "--steps 2 --eval-batches 1 --out-dir " + dir + "/roomy");
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.output;
+  const std::string args = " --checkpoint " + dir + "/roomy --tokens 12 --temperature 1 --seed 5 --threads 1 --prompt AB";
+  EXPECT_EQ(sampled(args), sampled(args + " --no-kv-cache"));
 }
 
 }  // namespace

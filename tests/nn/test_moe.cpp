@@ -1,6 +1,6 @@
 // The mixture of experts serially: the load-balancing loss's closed form under uniform
 // routing, capacity dropping (which tokens, in which order, decided per sequence so any
-// split of the batch drops the same ones), deterministic tie-breaking, and the GPT's MoE
+// split of the batch drops the same ones; the factor from which none can), deterministic tie-breaking, and the GPT's MoE
 // blocks (parameter count, the dense MLP accessor refusing), and one expert against the dense
 // MLP in fp32 and bf16 (what it keeps, and its numbers bit for bit), and what the layer keeps
 // under mixed precision. Exact comparisons: routing is integer bookkeeping; the aux loss of a
@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <barrier>
+#include <cmath>
 #include <string>
 #include <thread>
 #include <variant>
@@ -68,6 +69,34 @@ TEST(MoeRouting, CapacityDropsLaterTokensAndSecondChoicesFirst) {
   EXPECT_EQ(r.dropped, 4);
   EXPECT_EQ(expert_capacity(0.0, 2, 4, 2), 0) << "f = 0 is dropless";
   EXPECT_EQ(route_tokens(probs, 1, 4, 2, 0.0).dropped, 0);
+}
+
+// An expert gets at most T of a sequence's assignments (a token's K choices are distinct):
+// from f = E / K on, every length's capacity holds them all, in doubles too (E / K not
+// representable, or f K rounded up to E from just below); under it some length drops.
+TEST(MoeRouting, CapacityFromEOverKNeverDropsBelowItSomeLengthCan) {
+  struct Row {
+    double f;
+    int64_t K, E;
+  };
+  const double just_below_10_3 = std::nextafter(10.0 / 3.0, 0.0);
+  for (const Row r : {Row{2.0, 2, 4}, Row{4.0, 1, 4}, Row{10.0 / 3.0, 3, 10}, Row{just_below_10_3, 3, 10},
+                      Row{8.0 / 3.0, 3, 8}, Row{3.5, 2, 7}, Row{0.0, 2, 4}, Row{5.0, 2, 4}}) {
+    ASSERT_TRUE(capacity_never_drops(r.f, r.K, r.E)) << r.f << " " << r.K << " " << r.E;
+    for (int64_t T = 1; T <= 100000; ++T)
+      if (r.f > 0.0) ASSERT_GE(expert_capacity(r.f, r.K, T, r.E), T) << r.f << " " << r.K << " " << r.E;
+  }
+  for (const Row r : {Row{1.9, 2, 4}, Row{1.0, 1, 2}, Row{3.3, 3, 10}, Row{0.01, 2, 4}}) {
+    EXPECT_FALSE(capacity_never_drops(r.f, r.K, r.E)) << r.f << " " << r.K << " " << r.E;
+    int64_t T = 1;
+    while (T < 1000 && expert_capacity(r.f, r.K, T, r.E) >= T) ++T;
+    EXPECT_LT(T, 1000) << r.f << " " << r.K << " " << r.E << ": some length should drop";
+  }
+  // A sequence of 20 tokens all choosing experts 0 and 1: capacity 19 at f = 1.9 drops one
+  // assignment of each, capacity 20 at f = 2 none.
+  const Tensor probs = probs_of(std::vector<std::vector<float>>(20, {0.5f, 0.3f, 0.1f, 0.1f}));
+  EXPECT_EQ(route_tokens(probs, 1, 20, 2, 1.9).dropped, 2);
+  EXPECT_EQ(route_tokens(probs, 1, 20, 2, 2.0).dropped, 0);
 }
 
 TEST(MoeRouting, EachSequenceIsRoutedAloneSoAnySplitDropsTheSameTokens) {

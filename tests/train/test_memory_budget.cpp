@@ -1,7 +1,10 @@
 // The memory check that runs before a model is built: its prediction is the planner's (what
 // `loom train --dry-run` prints), absurd sizes are counted without overflow, and a model
-// larger than the machine is refused naming both numbers.
+// larger than the machine is refused naming both numbers, the command whose prediction it is
+// and (generating) that command's batch flag.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "loom/nn/kv_cache.hpp"
 #include "loom/plan/memory_model.hpp"
@@ -33,14 +36,15 @@ TEST(MemoryBudget, AbsurdSizesAreCountedWithoutOverflowAndRefused) {
   const MemoryNeed need = training_memory(c);
   EXPECT_GT(need.total(), 1e26);  // 16 bytes x 12 x 10^6 layers x (2 x 10^9)^2
   EXPECT_EQ(describe(need).rfind("more than 1 EiB (state more than 1 EiB", 0), 0u) << describe(need);
-  const std::string error = loom::testing::error_of([&] { check_fits_in_memory(need, 2, "the model"); });
+  const std::string error =
+      loom::testing::error_of([&] { check_fits_in_memory(need, 2, "the model", {"loom train --dry-run", ""}); });
   EXPECT_EQ(error.rfind("the model needs more than 1 EiB", 0), 0u) << error;
   EXPECT_NE(error.find(" per rank x 2 ranks on this host, as `loom train --dry-run` predicts, more than the "),
             std::string::npos)
       << error;
   EXPECT_NE(error.find(" this machine has available ("), std::string::npos) << error;
   EXPECT_GT(available_memory().bytes, 0);
-  EXPECT_EQ(loom::testing::error_of([] { check_fits_in_memory({1024.0, 0.0}, 1, "a small model"); }), "(no error)");
+  EXPECT_EQ(loom::testing::error_of([] { check_fits_in_memory({1024.0, 0.0}, 1, "a small model", {}); }), "(no error)");
 }
 
 // Generation holds its KV cache beside the model: layers x 2 x batch x context x width
@@ -60,11 +64,27 @@ TEST(MemoryBudget, GenerationCountsTheKvCacheOfItsBatch) {
   EXPECT_EQ(inference_memory(m, 5).state, 2.0 * one.state);
   EXPECT_EQ(inference_memory(m, 5, /*bf16=*/true).state, 2.0 * one.state);
   EXPECT_NE(describe(many).find(" + KV cache "), std::string::npos) << describe(many);
-  // A batch whose cache the machine cannot hold is refused before anything is allocated.
+  // A batch whose cache the machine cannot hold is refused before anything is allocated,
+  // naming the command whose prediction it is and that command's batch flag.
+  const MemoryNeed huge = inference_memory(m, int64_t{1} << 40);
   const std::string error =
-      loom::testing::error_of([&] { check_fits_in_memory(inference_memory(m, int64_t{1} << 40), 1, "the model"); });
+      loom::testing::error_of([&] { check_fits_in_memory(huge, 1, "the model", {"loom generate", "--batch"}); });
   EXPECT_NE(error.find("KV cache"), std::string::npos) << error;
-  EXPECT_NE(error.find("generate fewer sequences together (--batch)"), std::string::npos) << error;
+  EXPECT_NE(error.find(" per rank, as `loom generate` predicts, more than the "), std::string::npos) << error;
+  EXPECT_EQ(error.find("loom train"), std::string::npos) << error;
+  const std::string tail = "shard it over more ranks, or generate fewer sequences together (--batch)";
+  EXPECT_EQ(error.substr(error.size() - std::min(error.size(), tail.size())), tail) << error;
+  const std::string bench = loom::testing::error_of(
+      [&] { check_fits_in_memory(huge, 1, "the model", {"loom bench generate", "--batches"}); });
+  EXPECT_NE(bench.find(", as `loom bench generate` predicts, "), std::string::npos) << bench;
+  EXPECT_NE(bench.find("generate fewer sequences together (--batches)"), std::string::npos) << bench;
+  // A command without a batch flag (eval, one prompt) is not told to generate fewer; a
+  // checkpoint's bytes are no command's prediction.
+  const std::string eval = loom::testing::error_of([&] { check_fits_in_memory(huge, 1, "the model", {"loom eval", ""}); });
+  EXPECT_NE(eval.find(", as `loom eval` predicts, "), std::string::npos) << eval;
+  EXPECT_EQ(eval.find("fewer sequences"), std::string::npos) << eval;
+  const std::string bytes = loom::testing::error_of([&] { check_fits_in_memory(huge, 1, "checkpoint 'x'", {}); });
+  EXPECT_EQ(bytes.find("predicts"), std::string::npos) << bytes;
 }
 
 }  // namespace

@@ -5,20 +5,24 @@
 // within 1e-5 of the largest (fp32: the cached path sums attention, the decode GEMVs and an
 // expert's few rows in another order, a few ulps) or 1.2e-2 (bf16: Generation's bound and
 // reason, a last-bit difference moving one bf16 operand by 2^-8). The routing is checked to
-// spread tokens over the experts, so an expert or gate taken wrongly would show. A model whose
-// experts drop tokens over capacity is refused by name (the uncached path still samples it).
+// spread tokens over the experts, so an expert or gate taken wrongly would show. Experts with a
+// capacity that can never drop (moe_capacity_factor >= E / K) are cached like dropless ones; a
+// model whose experts may drop tokens over capacity is refused by name (the uncached path still
+// samples it), even for a request too short to drop any.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "loom/error.hpp"
 #include "loom/kernels/gemv.hpp"
 #include "loom/kernels/precision.hpp"
 #include "loom/nn/cached_forward.hpp"
 #include "loom/nn/moe.hpp"
+#include "loom/nn/routing.hpp"
 #include "loom/train/sampler.hpp"
 #include "test_util.hpp"
 
@@ -29,6 +33,7 @@ using loom::testing::relative_error;
 
 struct Moe {
   int64_t top_k, every;
+  double capacity_factor = 0.0;
 };
 
 // 2 layers, 4 experts. Weights scaled up (x3) from the GPT-2 init so the logits and the
@@ -37,9 +42,9 @@ struct Moe {
 struct MoeModel {
   data::CharTokenizer tokenizer = data::CharTokenizer::from_text("abcdefghijklmnopqrstuvwxyz .,\n");
   nn::GPT model;
-  MoeModel(Moe r, double capacity_factor = 0.0, int64_t block_size = 160)
+  MoeModel(Moe r, int64_t block_size = 160)
       : model({.vocab_size = 30, .block_size = block_size, .n_layer = 2, .n_head = 2, .n_embd = 16,
-               .moe = {.experts = 4, .top_k = r.top_k, .capacity_factor = capacity_factor, .every = r.every}},
+               .moe = {.experts = 4, .top_k = r.top_k, .capacity_factor = r.capacity_factor, .every = r.every}},
               7) {
     for (nn::Parameter* p : model.parameters())
       for (int64_t i = 0; i < p->value().numel(); ++i) p->value().f32()[i] *= 3.0f;
@@ -53,7 +58,16 @@ std::string scientific(double x) {
   return text;
 }
 
-std::string name(Moe r) { return "top-" + std::to_string(r.top_k) + ", moe_every " + std::to_string(r.every); }
+std::string name(Moe r) {
+  return "top-" + std::to_string(r.top_k) + ", moe_every " + std::to_string(r.every) +
+         (r.capacity_factor > 0.0 ? ", capacity factor " + scientific(r.capacity_factor) : "");
+}
+
+// A property name's suffix for the row.
+std::string tag(Moe r) {
+  return std::to_string(r.top_k) + "_" + std::to_string(r.every) +
+         (r.capacity_factor > 0.0 ? "_f" + scientific(r.capacity_factor) : "");
+}
 
 // The cached decode fed `ids` (a prompt of `prompt` tokens, then one at a time) against a
 // full forward over the same tokens at every step: the worst relative logit error. Also
@@ -80,7 +94,9 @@ double cached_vs_full(nn::GPT& model, const std::vector<int32_t>& ids, int64_t p
   return worst;
 }
 
-const Moe kRoutings[] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}};
+// The last two with capacities that can never drop (f K = E = 4): ceil(f K T / E) = T, the most
+// one expert can get of a sequence of T tokens.
+const Moe kRoutings[] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {2, 1, 2.0}, {1, 2, 4.0}};
 
 // 120 greedy tokens after "the cat" through the KV cache equal the uncached sampler's; the
 // text's tokens, for comparing logits along it.
@@ -99,8 +115,7 @@ TEST(MoeGeneration, CachedGreedyEqualsUncachedLogitsWithin1e5) {
     const std::vector<int32_t> ids = greedy_uncached_equals_cached(m, r);
     const double worst = cached_vs_full(m.model, ids, 7);
     EXPECT_LT(worst, 1e-5) << name(r);
-    RecordProperty("worst_relative_logit_error_" + std::to_string(r.top_k) + "_" + std::to_string(r.every),
-                   scientific(worst));
+    RecordProperty("worst_relative_logit_error_" + tag(r), scientific(worst));
   }
 }
 
@@ -111,8 +126,7 @@ TEST(MoeGeneration, Bf16CachedEqualsUncachedBf16) {
     const std::vector<int32_t> ids = greedy_uncached_equals_cached(m, r);
     const double worst = cached_vs_full(m.model, {ids.begin(), ids.begin() + 7 + 48}, 7);
     EXPECT_LT(worst, 1.2e-2) << name(r);
-    RecordProperty("worst_relative_logit_error_bf16_" + std::to_string(r.top_k) + "_" + std::to_string(r.every),
-                   scientific(worst));
+    RecordProperty("worst_relative_logit_error_bf16_" + tag(r), scientific(worst));
   }
 }
 
@@ -127,8 +141,8 @@ TEST(MoeGeneration, BatchedPromptsOfDifferentLengthsEqualTheUncachedSampler) {
   for (const kernels::Precision precision : {kernels::Precision::F32, kernels::Precision::BF16}) {
     const kernels::PrecisionScope scope(precision);
     const std::string p = precision == kernels::Precision::F32 ? "fp32" : "bf16";
-    for (const Moe r : {Moe{1, 1}, Moe{2, 2}}) {
-      MoeModel m(r, 0.0, /*block_size=*/32);  // the longer ones slide their window
+    for (const Moe r : {Moe{1, 1}, Moe{2, 2}, Moe{2, 1, 2.0}}) {
+      MoeModel m(r, /*block_size=*/32);  // the longer ones slide their window
       for (const int64_t batch : {6, 2}) {
         const auto greedy = generate(m.model, m.tokenizer, {0.0, 0, 1.0}, requests, batch);
         for (size_t i = 0; i < requests.size(); ++i) {
@@ -150,9 +164,10 @@ TEST(MoeGeneration, BatchedPromptsOfDifferentLengthsEqualTheUncachedSampler) {
 // Routed alone, a block of tokens gets what the layer's training forward gives it as one
 // sequence: bit for bit in a training context (the same rows grouped by expert in the same
 // order, the same GEMMs), within 1e-6 in an inference one (an expert's few rows through the GEMV).
+// Dropless, and with the smallest capacity factor that can never drop (E / K).
 TEST(MoeGeneration, ForwardTokensIsTheLayersForward) {
-  for (const int64_t K : {1, 2}) {
-    nn::MoeConfig config{.experts = 4, .top_k = K};
+  for (const auto [K, f] : {std::pair<int64_t, double>{1, 0.0}, {2, 0.0}, {1, 4.0}, {2, 2.0}}) {
+    nn::MoeConfig config{.experts = 4, .top_k = K, .capacity_factor = f};
     nn::MoE moe(16, config);
     uint64_t seed = 3;
     for (nn::Parameter* p : moe.parameters()) {
@@ -169,22 +184,38 @@ TEST(MoeGeneration, ForwardTokensIsTheLayersForward) {
     const Tensor plain = moe.forward_tokens(x.view({T, 16}), plain_ctx);
     const Tensor few_rows = moe.forward_tokens(x.view({T, 16}), inference_ctx);
     ASSERT_EQ(plain.shape(), (Shape{T, 16}));
-    EXPECT_EQ(0, std::memcmp(plain.raw(), want.raw(), want.nbytes())) << "K " << K;
-    EXPECT_TRUE(loom::testing::all_close(few_rows.f32(), want.f32(), want.numel(), 1e-6, 1e-6)) << "K " << K;
-    EXPECT_EQ(moe.take_stats().forwards, 1) << "forward_tokens records no statistics";
+    EXPECT_EQ(0, std::memcmp(plain.raw(), want.raw(), want.nbytes())) << "K " << K << ", f " << f;
+    EXPECT_TRUE(loom::testing::all_close(few_rows.f32(), want.f32(), want.numel(), 1e-6, 1e-6)) << "K " << K << ", f " << f;
+    const nn::MoeStats stats = moe.take_stats();
+    EXPECT_EQ(stats.forwards, 1) << "forward_tokens records no statistics";
+    EXPECT_EQ(stats.dropped, 0) << "K " << K << ", f " << f;
   }
 }
 
 // Capacity is decided over each whole sequence, so a cached token's output would change as the
 // text grows: the KV cache refuses such a model, naming the block and the way out, before it
-// claims a position; the uncached sampler runs it as training's forward does.
-TEST(MoeGeneration, ExpertsWithCapacityAreRefusedByTheKvCache) {
-  MoeModel m({2, 1}, /*capacity_factor=*/1.25);
+// claims a position; the uncached sampler runs it as training's forward does. Any factor below
+// E / K is refused, even one whose capacity drops nothing for the request at hand: f = 1.9
+// (capacity ceil(0.95 T)) drops only from T = 20 on, and "ab" + 5 tokens is 7.
+TEST(MoeGeneration, ExpertsWithCapacityThatCanDropAreRefusedByTheKvCache) {
+  for (const Moe r : {Moe{2, 1, 1.9}, Moe{1, 2, 3.9}}) {
+    MoeModel m(r);
+    for (int64_t T = 1; T <= 7; ++T)
+      ASSERT_GE(nn::expert_capacity(r.capacity_factor, r.top_k, T, 4), T) << name(r) << ": nothing drops here";
+    const std::string refused = loom::testing::error_of(
+        [&] { generate(m.model, m.tokenizer, {0.0, 0, 1.0}, {{"ab", 5, "", 1}}, 1); });
+    EXPECT_NE(refused.find("its experts drop tokens over capacity (moe_capacity_factor " +
+                           scientific(r.capacity_factor) + ", below moe_experts / moe_top_k = " +
+                           std::to_string(4 / r.top_k) + ", from which none can drop)"),
+              std::string::npos)
+        << name(r) << ": " << refused;
+  }
+  MoeModel m({2, 1, 1.25});
   const std::string message =
-      "block 'blocks.0' is a mixture of experts: its experts drop tokens over capacity (moe_capacity_factor 1.25), "
-      "decided over each whole sequence: a token's choices may be dropped for tokens after it, and the capacity grows "
-      "with the context, so earlier tokens' outputs change as the text grows and a KV cache cannot hold them; sample it "
-      "with `loom sample --prompt TEXT --no-kv-cache` on one process (the whole context re-run for every token, as "
+      "block 'blocks.0' is a mixture of experts: its experts drop tokens over capacity (moe_capacity_factor 1.25, "
+      "below moe_experts / moe_top_k = 2, from which none can drop), decided over each whole sequence: a token's "
+      "choices may be dropped for tokens after it, and the capacity grows with the context, so earlier tokens' outputs "
+      "change as the text grows and a KV cache cannot hold them; sample it with `loom sample --prompt TEXT --no-kv-cache` on one process (the whole context re-run for every token, as "
       "training's forward runs it): loom generate, --prompts-file and --tp need the KV cache";
   EXPECT_EQ(loom::testing::error_of([&] { generate(m.model, m.tokenizer, {0.0, 0, 1.0}, {{"ab", 5, "", 1}}, 1); }),
             message);

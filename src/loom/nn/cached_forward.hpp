@@ -5,7 +5,7 @@
 // the projections of a decode step use the few-rows kernel (kernels/gemv.hpp).
 // The layers are the model's own, so a tensor-parallel model splits heads and MLP here as
 // in training, each rank caching its heads. A mixture-of-experts block routes each new token
-// alone (MoE::forward_tokens: dropless routing is per token); its experts are replicated
+// alone (MoE::forward_tokens: routing that cannot drop is per token); its experts are replicated
 // over tp as in training, so every tp rank runs them on the same rows.
 #pragma once
 
@@ -19,7 +19,8 @@
 namespace loom::nn {
 
 // loom::Error unless the model's forward over a sequence gives each token what it gives
-// the token's prefix alone (every model but one whose experts drop tokens over capacity);
+// the token's prefix alone (every model but one whose experts may drop tokens over capacity:
+// 0 < moe_capacity_factor < E / K);
 // forward_cached checks it too, before it claims any position.
 void check_kv_cacheable(GPT& model);
 

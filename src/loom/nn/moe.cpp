@@ -149,11 +149,16 @@ Tensor MoE::forward_impl(const Tensor& x, Context& ctx) {
 }
 
 std::string MoE::kv_cacheable() const {
-  if (config_.capacity_factor <= 0.0) return "";
+  // A capacity that can never drop leaves every token its top-k, as dropless routing does:
+  // the same per-token routing, so a cached token's output cannot change as the text grows.
+  const int64_t E = config_.experts, K = config_.top_k;
+  if (capacity_never_drops(config_.capacity_factor, K, E)) return "";
   std::ostringstream why;
   why << "its experts drop tokens over capacity (moe_capacity_factor " << config_.capacity_factor
-      << "), decided over each whole sequence: a token's choices may be dropped for tokens after it, and the capacity "
-         "grows with the context, so earlier tokens' outputs change as the text grows and a KV cache cannot hold them";
+      << ", below moe_experts / moe_top_k = " << static_cast<double>(E) / static_cast<double>(K)
+      << ", from which none can drop), decided over each whole sequence: a token's choices may be dropped for "
+         "tokens after it, and the capacity grows with the context, so earlier tokens' outputs change as the text "
+         "grows and a KV cache cannot hold them";
   return why.str();
 }
 
@@ -165,8 +170,8 @@ Tensor MoE::forward_tokens(const Tensor& x, Context& ctx) {
         dispatcher_.ranks(), ")");
   const int64_t N = x.size(0), C = x.size(1), K = config_.top_k;
   const Tensor probs = softmax_rows(router_->forward(x, ctx));  // (N, E)
-  // Dropless, routing is per token, so the N tokens may be taken as one sequence: a prefill
-  // groups its rows as forward groups the same prompt's.
+  // Nothing can drop (kv_cacheable), so routing is per token and the N tokens may be taken as
+  // one dropless sequence: a prefill groups its rows as forward groups the same prompt's.
   const Routing routing = route_tokens(probs, 1, N, K, 0.0);
   const Tensor outs = experts_->forward_grouped(gather_rows(x, routing, K), routing.counts, ctx);  // (R, C)
   Tensor y = Tensor::zeros({N, C});  // (N, C)

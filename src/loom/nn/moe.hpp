@@ -5,7 +5,7 @@
 // gate weights. The load-balancing loss adds its gradient to the router in backward.
 // The dispatcher decides where experts live (expert_dispatch.hpp): the layer is the same
 // serially and under expert parallelism. Generation routes each new token alone
-// (forward_tokens): the same routing, gates and experts, for a dropless layer only.
+// (forward_tokens): the same routing, gates and experts, for a layer that cannot drop only.
 #pragma once
 
 #include <string>
@@ -51,11 +51,12 @@ class MoE : public Module {
   // Inference (generation's cached forward): x (N, C) new tokens of any sequences -> (N, C),
   // each routed alone by forward's rule (top-k of the router's softmax, gates renormalised
   // over the chosen experts) through local experts; no statistics, no load-balancing loss,
-  // no backward. Dropless layers only: capacity is decided over a whole sequence (kv_cacheable).
+  // no backward. Layers that cannot drop only: capacity is decided over a whole sequence (kv_cacheable).
   Tensor forward_tokens(const Tensor& x, Context& ctx);
   // Empty when forward_tokens gives every token what forward gives it within its sequence,
-  // whatever the other tokens; else why not. With capacity (f > 0) a token's choices may be
-  // dropped for tokens after it, and the capacity grows with the sequence's length.
+  // whatever the other tokens; else why not. With a capacity that can drop (0 < f < E / K) a
+  // token's choices may be dropped for tokens after it, and the capacity grows with the
+  // sequence's length; f >= E / K never drops (capacity_never_drops).
   std::string kv_cacheable() const;
 
  protected:

@@ -12,6 +12,12 @@ int64_t expert_capacity(double capacity_factor, int64_t K, int64_t T, int64_t E)
   return static_cast<int64_t>(std::ceil(capacity_factor * static_cast<double>(K * T) / static_cast<double>(E)));
 }
 
+bool capacity_never_drops(double capacity_factor, int64_t K, int64_t E) {
+  // In doubles, f K >= E may round up from just below, but expert_capacity's ceil still
+  // reaches T while f K T / E stays above T - 1: for any T short of 2^50.
+  return capacity_factor <= 0.0 || capacity_factor * static_cast<double>(K) >= static_cast<double>(E);
+}
+
 namespace {
 
 // Which of the (B, T, K) assignments `expert` fit their expert's capacity (1: kept), each

@@ -24,6 +24,11 @@ struct Routing {
 // Per-expert capacity of one sequence of T tokens: ceil(f K T / E); 0 (no limit) when f = 0.
 int64_t expert_capacity(double capacity_factor, int64_t K, int64_t T, int64_t E);
 
+// True when no sequence of any length can drop a token: an expert gets at most one of a
+// token's K (distinct) choices, so at most T of a sequence's, and f K >= E makes every
+// capacity ceil(f K T / E) >= T (f = 0 has none). Then routing is per token.
+bool capacity_never_drops(double capacity_factor, int64_t K, int64_t E);
+
 // probs (B*T, E) row-wise softmax. Within a sequence, first choices take capacity before
 // second choices, and earlier tokens before later ones; kept rows are numbered expert by
 // expert in (sequence, choice, token) order.

@@ -34,7 +34,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       // Mixture of experts (nn/moe.hpp).
       {"model", "moe_experts", "experts (E) of each mixture-of-experts block; 0 = dense MLPs only", &m.moe.experts},
       {"model", "moe_top_k", "experts each token is routed to (K), its gates renormalised over them", &m.moe.top_k},
-      {"model", "moe_capacity_factor", "each expert takes at most ceil(f K T / E) tokens of a sequence (first choices, then earlier tokens, first), the rest pass by on the residual; 0 = dropless. Decided over the whole sequence under cp and sequence_parallel too, so every layout drops what the serial run drops", &m.moe.capacity_factor},
+      {"model", "moe_capacity_factor", "each expert takes at most ceil(f K T / E) tokens of a sequence (first choices, then earlier tokens, first), the rest pass by on the residual; 0 = dropless, and so is f >= E / K (a token's K choices are distinct, so an expert gets at most T: the KV cache serves such a model; a smaller f > 0 it refuses). Decided over the whole sequence under cp and sequence_parallel too, so every layout drops what the serial run drops", &m.moe.capacity_factor},
       {"model", "moe_every", "every N-th block (N-1, 2N-1, ...) has a mixture of experts instead of its MLP", &m.moe.every},
       {"model", "moe_aux_loss_coef", "weight of the Switch load-balancing loss E sum_i f_i P_i (per sequence, 1 when balanced)", &m.moe.aux_loss_coef},
       {"model", "gcn_layers", "gcn: graph convolution layers", &c.gcn.layers},

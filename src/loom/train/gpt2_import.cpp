@@ -197,7 +197,8 @@ Gpt2Checkpoint read_gpt2_checkpoint(const std::string& dir) {
   check(tokenizer.vocab_size() == c.model.vocab_size, "'", abs_dir, "/config.json' says vocab_size ", c.model.vocab_size,
         ", its vocab.json has ", tokenizer.vocab_size(), " tokens");
   c.model.validate();
-  check_fits_in_memory(inference_memory(c.model), 1, "the GPT-2 model of '" + abs_dir + "'");
+  check_fits_in_memory(inference_memory(c.model), 1, "the GPT-2 model of '" + abs_dir + "'",
+                       {"loom convert --from-gpt2", ""});
 
   const int64_t C = c.model.n_embd, V = c.model.vocab_size;
   nn::GPT model(c.model, 0);

@@ -9,7 +9,8 @@
 
 namespace loom::train {
 
-InferenceModel load_inference_model(const std::string& checkpoint, comm::ProcessGroup* tp, int64_t batch) {
+InferenceModel load_inference_model(const std::string& checkpoint, comm::ProcessGroup* tp, int64_t batch,
+                                    const MemoryCheckBy& by) {
   InferenceModel m;
   const std::string path = resolve_checkpoint_path(checkpoint);
   const CheckpointInfo info = read_checkpoint_info(path);
@@ -23,7 +24,7 @@ InferenceModel load_inference_model(const std::string& checkpoint, comm::Process
   // The stored configuration is input like any other: bounded before the model is built.
   const bool bf16 = kernels::compute_precision() == kernels::Precision::BF16;
   check_fits_in_memory(inference_memory(m.config.model, batch, bf16), tp != nullptr ? tp->size() : 1,
-                       "the model of checkpoint '" + path + "'");
+                       "the model of checkpoint '" + path + "'", by);
   if (tp != nullptr && tp->size() > 1)
     m.layers = std::make_unique<parallel::tp::TensorParallelLayers>(*tp, /*sequence_parallel=*/false);
   m.model = std::make_unique<nn::GPT>(m.config.model, 0, m.layers ? *m.layers : nn::serial_layers());

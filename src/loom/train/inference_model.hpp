@@ -10,6 +10,7 @@
 #include "loom/data/tokenizer.hpp"
 #include "loom/nn/gpt.hpp"
 #include "loom/train/config.hpp"
+#include "loom/train/memory_budget.hpp"
 
 namespace loom::train {
 
@@ -23,7 +24,9 @@ struct InferenceModel {
 // checkpoint: a file, a checkpoint directory or a run directory (its latest). tp: the
 // tensor-parallel group (every rank calls this; null or a group of one: serial). batch: the
 // sequences generated together, whose KV cache the memory check counts with the model (in
-// bf16 compute precision, kernels/precision.hpp, with the weights' bf16 copies).
-InferenceModel load_inference_model(const std::string& checkpoint, comm::ProcessGroup* tp, int64_t batch = 1);
+// bf16 compute precision, kernels/precision.hpp, with the weights' bf16 copies); by: the
+// command and its batch flag, which a refusal names.
+InferenceModel load_inference_model(const std::string& checkpoint, comm::ProcessGroup* tp, int64_t batch,
+                                    const MemoryCheckBy& by);
 
 }  // namespace loom::train

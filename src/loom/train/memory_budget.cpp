@@ -164,15 +164,16 @@ std::string describe(const MemoryNeed& need) {
          (need.kv_cache > 0 ? " + KV cache " + format(need.kv_cache) : "") + ")";
 }
 
-void check_fits_in_memory(const MemoryNeed& need, int ranks_on_host, const std::string& what) {
+void check_fits_in_memory(const MemoryNeed& need, int ranks_on_host, const std::string& what, const MemoryCheckBy& by) {
   const AvailableMemory available = available_memory();
   const double wanted = need.total() * std::max(1, ranks_on_host);
   check(wanted <= static_cast<double>(available.bytes), what, " needs ", describe(need), " per rank",
         ranks_on_host > 1 ? " x " + std::to_string(ranks_on_host) + " ranks on this host" : "",
-        ", as `loom train --dry-run` predicts, more than the ", format_bytes(available.bytes),
-        " this machine has available (", available.source,
+        by.command.empty() ? "" : ", as `" + by.command + "` predicts", ", more than the ",
+        format_bytes(available.bytes), " this machine has available (", available.source,
         "); make the model smaller (n_layer, n_embd, block_size, batch_size) or shard it over more ranks",
-        need.kv_cache > 0 ? ", or generate fewer sequences together (--batch)" : "");
+        need.kv_cache > 0 && !by.batch_flag.empty() ? ", or generate fewer sequences together (" + by.batch_flag + ")"
+                                                    : "");
 }
 
 }  // namespace loom::train

@@ -53,8 +53,16 @@ AvailableMemory available_memory();
 // "12.0 GiB (state 11.9 GiB + activations 96.0 MiB)"
 std::string describe(const MemoryNeed& need);
 
+// Who checks, for the refusal's wording: the command whose prediction the need is ("loom train
+// --dry-run" prints training's; empty: the need is no command's prediction, a checkpoint's
+// bytes) and the flag setting how many sequences it generates together (empty: none).
+struct MemoryCheckBy {
+  std::string command;
+  std::string batch_flag;
+};
+
 // loom::Error naming what, the need and the memory available when ranks_on_host x need
 // exceeds it.
-void check_fits_in_memory(const MemoryNeed& need, int ranks_on_host, const std::string& what);
+void check_fits_in_memory(const MemoryNeed& need, int ranks_on_host, const std::string& what, const MemoryCheckBy& by);
 
 }  // namespace loom::train

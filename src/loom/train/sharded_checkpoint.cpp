@@ -309,7 +309,7 @@ std::map<std::string, Tensor> read_full_state(CheckpointReader& reader) {
     for (const int64_t d : t.shape) n *= static_cast<double>(d);
     bytes += n;
   }
-  check_fits_in_memory({bytes, 0.0}, 1, "checkpoint '" + reader.path() + "'");
+  check_fits_in_memory({bytes, 0.0}, 1, "checkpoint '" + reader.path() + "'", {});  // its tensors' bytes
   std::map<std::string, Tensor> out;
   std::vector<StatePiece> whole;
   for (const auto& [name, t] : reader.manifest().tensors) {

@@ -209,14 +209,16 @@ def cases(fx):
              r"--uncached-prompt-tokens must be between 1 and gpt-mini's context of 256, got 257"),
             ("--uncached-tokens without --vs-uncached (ignored)", ["--uncached-tokens", "64"],
              r"--uncached-tokens and --uncached-prompt-tokens set up the --vs-uncached comparison"),
-            ("--models foo (after the bandwidth run)", ["--models", "foo"], r"unknown model shape 'foo'"),
+            ("--models foo (after the bandwidth run)", ["--models", "foo"],
+             r"unknown model shape 'foo' \(expected gpt-mini, gpt2-small or gpt-mini-moe\)"),
             ("--prompt-tokens 0", ["--prompt-tokens", "0"], r"--prompt-tokens must be >= 1, got 0"),
             ("--prompt-tokens + --new-tokens past the context", ["--models", "gpt-mini", "--prompt-tokens", "200",
                                                                  "--new-tokens", "100"],
              r"--prompt-tokens \(200\) \+ --new-tokens \(100\) must be below gpt-mini's context of 256"),
             ("--new-tokens ''", ["--new-tokens", ""], r"--new-tokens: expected a number, got ''"),
             ("--batches 10^9 (a KV cache of 4 PiB)", ["--models", "gpt-mini", "--batches", "1000000000"],
-             r"bench generate's gpt-mini at --batches 1000000000 needs .* more than the"),
+             r"bench generate's gpt-mini at --batches 1000000000 needs .*, as `loom bench generate` predicts, more than "
+             r"the .*generate fewer sequences together \(--batches\)$"),
             ("--threads -1", ["--threads", "-1"], r"threads \(-1\) must be between 0"),
         ]],
         # Integer fields converted unchecked: 1e300 to int is undefined, -1 indexed arrays.

@@ -91,6 +91,11 @@ def cases(fx):
              r"need the KV cache"),
         sample("--prompts-file: a mixture of experts with capacity", ["--prompts-file", fx.file("moe-prompts.txt", "a\n")],
                r"sample it with `loom sample --prompt TEXT --no-kv-cache` on one process", checkpoint=capacity),
+        # The memory check names the command whose prediction it is and its batch flag (it said
+        # "as `loom train --dry-run` predicts" for every command).
         sample("a batch whose KV cache cannot fit", ["--prompts-file", fx.file("prompts.txt", "a\n"), "--batch", "1000000000000"],
-               r"KV cache .*--batch"),
+               r"KV cache .*, as `loom sample` predicts, .*generate fewer sequences together \(--batch\)$"),
+        Case("generate: a batch whose KV cache cannot fit",
+             ["generate", "--checkpoint", run, "--batch", "1000000000000", "--input", fx.file("one-gen.txt", "a\n")],
+             r"KV cache .*, as `loom generate` predicts, .*generate fewer sequences together \(--batch\)$"),
     ]
