@@ -244,7 +244,7 @@ void validate(const GenerateBenchArgs& a) {
           "'s context of ", cfg.block_size, " (one untimed decode step comes first)");
     train::check_fits_in_memory(train::inference_memory(cfg, max_batch, bf16), 1,
                                 "bench generate's " + name + " at --batches " + std::to_string(max_batch),
-                                {"loom bench generate", "--batches"});
+                                {"loom bench generate", "--batches", "leave the largest shapes out of --models"});
   }
   if (a.uncached_models.empty()) return;
   for (const std::string& name : a.uncached_models) {

@@ -32,7 +32,9 @@ struct SampleArgs {
 void sample_on(comm::ProcessGroup* tp, const SampleArgs& a) {
   const bool batched = !a.prompts_file.empty();  // one prompt: --batch is refused
   train::InferenceModel m =
-      train::load_inference_model(a.checkpoint, tp, batched ? a.batch : 1, {"loom sample", batched ? "--batch" : ""});
+      train::load_inference_model(a.checkpoint, tp, batched ? a.batch : 1, {"loom sample", batched ? "--batch" : "",
+                                     "run it where more memory is free, or split it over more processes "
+                                     "(`mpirun -np N loom sample --tp N`)"});
   const bool printer = tp == nullptr || tp->rank() == 0;
   if (a.prompts_file.empty()) {
     try {  // the tokenizer's message (a character, an offset) does not say it is the prompt's

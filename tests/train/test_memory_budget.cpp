@@ -72,12 +72,23 @@ TEST(MemoryBudget, GenerationCountsTheKvCacheOfItsBatch) {
   EXPECT_NE(error.find("KV cache"), std::string::npos) << error;
   EXPECT_NE(error.find(" per rank, as `loom generate` predicts, more than the "), std::string::npos) << error;
   EXPECT_EQ(error.find("loom train"), std::string::npos) << error;
-  const std::string tail = "shard it over more ranks, or generate fewer sequences together (--batch)";
+  // A checkpoint's model is what it is: the remedy is memory, or fewer sequences, never a smaller model.
+  const std::string tail = "); run it where more memory is free, or generate fewer sequences together (--batch)";
   EXPECT_EQ(error.substr(error.size() - std::min(error.size(), tail.size())), tail) << error;
+  const std::string training = loom::testing::error_of(
+      [&] { check_fits_in_memory(huge, 1, "the model", {"loom train --dry-run", "", kTrainingMemoryRemedy}); });
+  EXPECT_NE(training.find("); make the model smaller (n_layer, n_embd, block_size, batch_size) or shard it over more "
+                          "ranks"),
+            std::string::npos)
+      << training;
   const std::string bench = loom::testing::error_of(
       [&] { check_fits_in_memory(huge, 1, "the model", {"loom bench generate", "--batches"}); });
   EXPECT_NE(bench.find(", as `loom bench generate` predicts, "), std::string::npos) << bench;
   EXPECT_NE(bench.find("generate fewer sequences together (--batches)"), std::string::npos) << bench;
+  const std::string bench_remedy = loom::testing::error_of([&] {
+    check_fits_in_memory(huge, 1, "the model", {"loom bench generate", "--batches", "leave the largest shapes out"});
+  });
+  EXPECT_NE(bench_remedy.find("); leave the largest shapes out, or generate fewer"), std::string::npos) << bench_remedy;
   // A command without a batch flag (eval, one prompt) is not told to generate fewer; a
   // checkpoint's bytes are no command's prediction.
   const std::string eval = loom::testing::error_of([&] { check_fits_in_memory(huge, 1, "the model", {"loom eval", ""}); });

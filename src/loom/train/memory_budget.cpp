@@ -171,7 +171,7 @@ void check_fits_in_memory(const MemoryNeed& need, int ranks_on_host, const std::
         ranks_on_host > 1 ? " x " + std::to_string(ranks_on_host) + " ranks on this host" : "",
         by.command.empty() ? "" : ", as `" + by.command + "` predicts", ", more than the ",
         format_bytes(available.bytes), " this machine has available (", available.source,
-        "); make the model smaller (n_layer, n_embd, block_size, batch_size) or shard it over more ranks",
+        "); ", by.remedy.empty() ? "run it where more memory is free" : by.remedy,
         need.kv_cache > 0 && !by.batch_flag.empty() ? ", or generate fewer sequences together (" + by.batch_flag + ")"
                                                     : "");
 }

@@ -55,11 +55,16 @@ std::string describe(const MemoryNeed& need);
 
 // Who checks, for the refusal's wording: the command whose prediction the need is ("loom train
 // --dry-run" prints training's; empty: the need is no command's prediction, a checkpoint's
-// bytes) and the flag setting how many sequences it generates together (empty: none).
+// bytes), the flag setting how many sequences it generates together (empty: none) and what
+// the user can change (empty: only the memory: a checkpoint's model is what it is).
 struct MemoryCheckBy {
   std::string command;
   std::string batch_flag;
+  std::string remedy;
 };
+// Training's remedy: a run's model and layout are the user's to choose.
+inline constexpr const char* kTrainingMemoryRemedy =
+    "make the model smaller (n_layer, n_embd, block_size, batch_size) or shard it over more ranks";
 
 // loom::Error naming what, the need and the memory available when ranks_on_host x need
 // exceeds it.

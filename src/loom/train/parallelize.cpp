@@ -170,7 +170,7 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   // would call collectives of different sizes.
   check_ranks_agree(config, world);
   // Before any model tensor: a model that cannot fit is refused, not allocated until it fails.
-  check_fits_in_memory(spec.memory_need(), world.ranks_on_node(), "the model", {"loom train --dry-run", ""});
+  check_fits_in_memory(spec.memory_need(), world.ranks_on_node(), "the model", {"loom train --dry-run", "", kTrainingMemoryRemedy});
   Parallelized p;
   // 0. Placement: oversubscribed one-thread ranks pinned to cores, a stage's ranks apart.
   if (config.pin_ranks == "auto" && config.threads == 1) {
