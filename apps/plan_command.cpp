@@ -341,7 +341,7 @@ Runner add_plan_command(CLI::App& sub) {
                        {"state_bytes", c.state_bytes}, {"activation_bytes", c.activation_bytes},
                        {"step_s", c.valid ? c.step_s() : 0.0}, {"undisturbed_step_s", c.valid ? undisturbed_s : 0.0},
                        {"tflops_per_device", c.flops_per_device / 1e12}, {"micro_batches", c.micro_batches},
-                       {"ep", l.ep}, {"expert_state_bytes_per_device", 16 * plan::expert_parameters_per_device(model, l)},  // 16 B of state each
+                       {"ep", l.ep}, {"expert_state_bytes_per_device", c.expert_state_bytes},
                        {"all_to_all_bytes_per_step", plan::all_to_all_bytes_per_step(model, l, c.micro_batches, plan::wire_bytes(cluster.precision))},
                        {"time_s", {{"compute", c.time.compute_s}, {"tp_comm", c.time.tp_comm_s},
                                    {"bubble", c.time.bubble_s}, {"pp_comm", c.time.pp_comm_s},

@@ -42,10 +42,17 @@ TEST(PlanMoe, ExpertsPerDeviceAndAllToAllBytes) {
   EXPECT_EQ(all_to_all_bytes_per_step(m, l, 3, 2), int64_t{4} * 2 * 2048 * 2 * 1024 * 2 * 2 * 3);
   l.ep = 1;
   EXPECT_EQ(all_to_all_bytes_per_step(m, l, 3, 2), 0);
-  // Expert gradients reduced over expert_dp, once a step: this device's experts' (all 8 under ep
-  // 1, 8 / 4 under ep 4), none when ep = dp leaves each expert on one rank.
+  // Expert gradients all-reduced apart from ZeRO, once a step: this device's experts' (all 8
+  // under ep 1 and DDP, 8 / 4 under ep 4 over expert_dp), none when ep = dp leaves each expert
+  // on one rank, nor under ep 1 with ZeRO, which shards them with the rest.
+  EXPECT_EQ(expert_gradient_bytes_per_step(m, l, 4), 0);
+  EXPECT_TRUE(experts_sharded_by_zero(m, l));
+  l.zero = 0;
+  EXPECT_FALSE(experts_sharded_by_zero(m, l));
   EXPECT_EQ(expert_gradient_bytes_per_step(m, l, 4), 4 * 2 * 8 * (8 * 1024 * 1024 + 5 * 1024));
+  l.zero = 1;
   l.ep = 4;
+  EXPECT_FALSE(experts_sharded_by_zero(m, l));
   EXPECT_EQ(expert_gradient_bytes_per_step(m, l, 4), 4 * 2 * 2 * (8 * 1024 * 1024 + 5 * 1024));
   l.ep = 8;
   EXPECT_EQ(expert_gradient_bytes_per_step(m, l, 4), 0);
@@ -65,7 +72,9 @@ TEST(PlanMoe, SearchTriesEveryEpAndPricesItsExchanges) {
     }
   }
   for (int ep : {1, 2, 4, 8}) EXPECT_TRUE(saw_ep[ep]) << "ep " << ep;
-  // Each device holds E / ep experts: the state shrinks as ep grows.
+  // Each device holds E / ep experts: the state shrinks as ep grows. Under ZeRO-1 (mixed
+  // precision) ep 1 shards all 4 x 8 experts' master weights and moments with the rest (4 + 12 / 8
+  // bytes a value), ep 8 keeps its 4 x 1 whole (16).
   Layout l;
   l.dp = 8;
   l.micro_batch = 1;
@@ -73,7 +82,10 @@ TEST(PlanMoe, SearchTriesEveryEpAndPricesItsExchanges) {
   l.ep = 8;
   const LayoutCost eight = predict(m, c, l, 64);
   ASSERT_TRUE(one.valid && eight.valid) << one.why_not << eight.why_not;
-  EXPECT_EQ(one.state_bytes - eight.state_bytes, int64_t{16} * 4 * 7 * (8 * 1024 * 1024 + 5 * 1024));
+  const int64_t mlp = 8 * 1024 * 1024 + 5 * 1024;
+  EXPECT_EQ(one.state_bytes - eight.state_bytes, (4 * 32 + 12 * 32 / 8 - 16 * 4) * mlp);
+  EXPECT_EQ(one.expert_state_bytes, (4 * 32 + 12 * 32 / 8) * mlp);
+  EXPECT_EQ(eight.expert_state_bytes, 16 * 4 * mlp);
   l.ep = 3;
   EXPECT_EQ(predict(m, c, l, 64).why_not.rfind("experts:", 0), 0u);
 }
@@ -171,6 +183,34 @@ TEST(PlanMoe, ZeroThreeExposesTheExpertReductionBackwardCannotHide) {
   const StepTime shared = step_time(m, c, l, 4, params);
   const double experts = static_cast<double>(expert_parameters_per_device(m, l) * 2);
   EXPECT_GE(shared.dp_comm_s - alone.dp_comm_s, 0.999 * hierarchical_all_reduce_seconds(experts, 4, 4, c));
+}
+
+// Without ep the experts are parameters like the rest: ZeRO 1-3 reduce-scatter their gradients
+// and gather them with the dense ones (no all-reduce over dp of their own) and Adam steps a
+// dp-th of them, as for a dense model holding the experts' parameters besides its own. (The
+// bytes against a real step's counters: tests/parallel/test_expert_parallel.cpp.)
+TEST(PlanMoe, WithoutEpZeroPricesTheExpertsAsShardedParameters) {
+  const ModelSpec m = moe_model();
+  ModelSpec dense = m;
+  dense.moe.experts = 0;
+  const ClusterSpec c = cluster_preset("dgx-a100");
+  for (const int zero : {1, 2, 3}) {
+    Layout l;
+    l.dp = 8;
+    l.zero = zero;
+    l.recompute = false;
+    l.sequence_parallel = false;
+    const int64_t params = dense_parameters_per_device(m, l), experts = expert_parameters_per_device(m, l);
+    const StepTime moe = step_time(m, c, l, 2, params), plain = step_time(dense, c, l, 2, params + experts);
+    EXPECT_DOUBLE_EQ(moe.dp_comm_s, plain.dp_comm_s) << "zero " << zero;
+    EXPECT_DOUBLE_EQ(moe.overlapped_comm_s, plain.overlapped_comm_s) << "zero " << zero;
+    EXPECT_DOUBLE_EQ(moe.optimizer_s, plain.optimizer_s) << "zero " << zero;
+    const ZeroBytes bytes = zero_bytes_per_step(m, l, 2, params, 2, 2);
+    EXPECT_EQ(bytes.reduced, (zero == 1 ? 1 : 2) * 2 * (params + experts)) << "zero " << zero;
+    // Under ep the experts stay out: ZeRO moves the dense parameters only.
+    l.ep = 2;
+    EXPECT_EQ(zero_bytes_per_step(m, l, 2, params, 2, 2).reduced, (zero == 1 ? 1 : 2) * 2 * params) << "zero " << zero;
+  }
 }
 
 }  // namespace

@@ -23,6 +23,29 @@ int64_t state_bytes(const ClusterSpec& c, int64_t params, int64_t dp, int zero) 
 
 }  // namespace
 
+int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l,
+                                     int64_t params_here, bool with_experts) {
+  const int zero = l.dp > 1 ? l.zero : 0;
+  // A mixture of experts' experts: without ep ZeRO shards them with the rest (one
+  // ShardedDataParallel over every parameter); under ep (or without ZeRO) a device keeps its
+  // E / ep whole, reduced by DDP.
+  const int64_t experts = with_experts ? expert_parameters_per_device(model, l) : 0;
+  const bool sharded_experts = experts_sharded_by_zero(model, l);
+  const int64_t sharded = params_here + (sharded_experts ? experts : 0);
+  int64_t bytes = 0;
+  if (cluster.precision == Precision::Bf16) {
+    // Only Linear weights are read by GEMMs alone: attention's in every block, the MLP's in a
+    // dense block (experts are stacked tensors, routers kept in fp32).
+    const int64_t h = model.hidden, blocks = model.layers / l.pp, moe = moe_layers(model) / l.pp;
+    const int64_t gemm_only = (blocks * 4 * h * h + (blocks - moe) * 8 * h * h) / l.tp;
+    bytes = bf16_state_bytes(sharded, gemm_only, l.dp, zero, moe * h * model.moe.experts);
+  } else {
+    bytes = state_bytes(cluster, sharded, l.dp, zero);
+  }
+  if (!sharded_experts) bytes += state_bytes(cluster, experts, 1, 0);
+  return bytes;
+}
+
 double layer_activation_bytes(const ModelSpec& m, const ClusterSpec& c, const Layout& l, bool recompute) {
   const double s = static_cast<double>(m.seq / l.cp), b = static_cast<double>(l.micro_batch),
                h = static_cast<double>(m.hidden), a = static_cast<double>(m.heads), t = static_cast<double>(l.tp);
@@ -75,18 +98,17 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
   // Memory: the first stage's model state (its layers, the token table split over tp and the
   // position table) and activations.
   // A mixture of experts (moe_cost.hpp): its blocks' MLPs become a router; the experts are
-  // added whole below.
+  // added below.
   const int64_t moe_swap = moe_layers(model) / l.pp * (model.hidden * model.moe.experts - expert_mlp_parameters(model.hidden) / l.tp);
-  const int64_t params = model.parameters() / (l.tp * l.pp) + moe_swap;
+  const int64_t params = dense_parameters_per_device(model, l);
   const int64_t first_stage_params =
       (model.layers / l.pp) * (12 * model.hidden * model.hidden + 13 * model.hidden) / l.tp +
       model.vocab * model.hidden / l.tp + model.seq * model.hidden + moe_swap;
   const int zero = l.dp > 1 ? l.zero : 0;
   const int64_t params_here = l.pp > 1 ? first_stage_params : params;
-  c.state_bytes = cluster.precision == Precision::Bf16
-                      ? bf16_state_bytes(params_here, (model.layers / l.pp) * 12 * model.hidden * model.hidden / l.tp, l.dp, zero)
-                      : state_bytes(cluster, params_here, l.dp, zero);
-  c.state_bytes += state_bytes(cluster, expert_parameters_per_device(model, l), 1, 0);  // not sharded by ZeRO
+  c.state_bytes = model_state_bytes_per_device(model, cluster, l, params_here, false);
+  c.expert_state_bytes = model_state_bytes_per_device(model, cluster, l, params_here, true) - c.state_bytes;
+  c.state_bytes += c.expert_state_bytes;
   const double layers = static_cast<double>(model.layers / l.pp);
   // In flight on stage 0: 1 without a pipeline, p under 1F1B, p (1 + (p-1)/(p v)) interleaved.
   double in_flight = 1.0;
@@ -119,9 +141,16 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
   if (zero == 3) {
     // Gathered whole while in use: the root unit (embeddings, final LayerNorm) and a layer
     // plus the prefetched next one, weights and their gradients before the reduce-scatter.
+    // Without ep an MoE block's unit holds its router and all its experts.
     const int64_t layer = (12 * model.hidden * model.hidden + 13 * model.hidden) / l.tp;
     const int64_t root = model.vocab * model.hidden / l.tp + model.seq * model.hidden + 2 * model.hidden;
-    c.state_bytes += 2 * value_bytes(cluster.precision) * (root + 2 * layer);
+    int64_t pair = 2 * layer;
+    if (experts_sharded_by_zero(model, l)) {
+      const int64_t mlp = expert_mlp_parameters(model.hidden);
+      const int64_t moe_block = layer - mlp / l.tp + model.hidden * model.moe.experts + model.moe.experts * mlp;
+      pair = model.moe.every == 1 ? 2 * moe_block : moe_block + layer;
+    }
+    c.state_bytes += 2 * value_bytes(cluster.precision) * (root + pair);
   }
   const int64_t usable = cluster.memory_bytes - cluster.reserved_bytes;
   if (c.memory_bytes() > usable)

@@ -22,6 +22,7 @@ struct LayoutCost {
   int64_t micro_batches = 0;  // per pipeline per step
   // Bytes per device.
   int64_t state_bytes = 0;       // parameters, gradients, optimizer state
+  int64_t expert_state_bytes = 0;  // a mixture of experts' share of state_bytes (its experts')
   int64_t activation_bytes = 0;  // the most a stage holds (the first stage under 1F1B)
   int64_t memory_bytes() const { return state_bytes + activation_bytes; }
   StepTime time;
@@ -36,6 +37,15 @@ struct LayoutCost {
 // only the layer's input, s b h values (split t ways with sequence parallelism). Context
 // parallelism keeps s / cp tokens and ring attention no probabilities (the 5as/h term).
 double layer_activation_bytes(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, bool recompute);
+
+// The model state (parameters, gradients, optimizer state) of a device holding `params_here`
+// parameters besides its experts (dense_parameters_per_device, or a pipeline's first stage),
+// ZeRO-sharded over dp, with its experts (expert_parameters_per_device) when `with_experts`:
+// sharded with the rest without ep (experts_sharded_by_zero), whole under ep. In bf16 the
+// blocks' Linear weights have no fp32 value under ZeRO-1/2 and the routers no bf16 copy
+// (mixed_precision_cost.hpp). Without ZeRO-3's gathered units (predict adds them).
+int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                                     int64_t params_here, bool with_experts = true);
 
 // Memory and time of one layout for a global batch of sequences.
 LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, int64_t global_batch);

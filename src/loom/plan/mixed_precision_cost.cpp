@@ -20,8 +20,10 @@ StateBytes mixed_precision_state_bytes(int64_t params, int64_t fp32_read_params,
   return s;
 }
 
-int64_t bf16_state_bytes(int64_t params_here, int64_t gemm_only_params, int64_t dp, int zero_stage) {
-  return mixed_precision_state_bytes(params_here, params_here - gemm_only_params, static_cast<int>(dp), zero_stage, 8)
+int64_t bf16_state_bytes(int64_t params_here, int64_t gemm_only_params, int64_t dp, int zero_stage,
+                         int64_t kept_params) {
+  return mixed_precision_state_bytes(params_here, params_here - gemm_only_params - kept_params, static_cast<int>(dp),
+                                     zero_stage, 8, kept_params)
       .total();
 }
 

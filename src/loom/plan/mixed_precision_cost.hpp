@@ -27,8 +27,10 @@ StateBytes mixed_precision_state_bytes(int64_t params, int64_t fp32_read_params,
                                        int64_t optimizer_bytes_per_param, int64_t kept_params = 0);
 
 // `loom plan --precision bf16`: the model state of a device holding params_here parameters, of
-// which gemm_only_params are blocks' Linear weights (the rest read outside GEMMs), over dp.
-int64_t bf16_state_bytes(int64_t params_here, int64_t gemm_only_params, int64_t dp, int zero_stage);
+// which gemm_only_params are blocks' Linear weights and kept_params kept in fp32 (a mixture of
+// experts' routers; the rest read outside GEMMs), over dp.
+int64_t bf16_state_bytes(int64_t params_here, int64_t gemm_only_params, int64_t dp, int zero_stage,
+                         int64_t kept_params = 0);
 
 // Rows of the logits' gradient the LM head's backward converts to bf16 at a time
 // (nn::GPT::kHeadGradientRows; a test keeps the two equal).

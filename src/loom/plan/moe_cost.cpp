@@ -18,13 +18,22 @@ int64_t active_parameters(const ModelSpec& model) {
   return model.parameters() + moe_layers(model) * ((model.moe.top_k - 1) * mlp + model.hidden * model.moe.experts);
 }
 
+int64_t dense_parameters_per_device(const ModelSpec& model, const Layout& layout) {
+  const int64_t swap = model.hidden * model.moe.experts - expert_mlp_parameters(model.hidden) / layout.tp;
+  return model.parameters() / (layout.tp * layout.pp) + moe_layers(model) / layout.pp * swap;
+}
+
 int64_t expert_parameters_per_device(const ModelSpec& model, const Layout& layout) {
   if (model.moe.experts == 0) return 0;
   return moe_layers(model) / layout.pp * (model.moe.experts / layout.ep) * expert_mlp_parameters(model.hidden);
 }
 
+bool experts_sharded_by_zero(const ModelSpec& model, const Layout& layout) {
+  return model.moe.experts > 0 && layout.ep == 1 && layout.dp > 1 && layout.zero >= 1;
+}
+
 int64_t expert_gradient_bytes_per_step(const ModelSpec& model, const Layout& layout, int64_t value_bytes) {
-  if (layout.dp / layout.ep <= 1) return 0;
+  if (layout.dp / layout.ep <= 1 || experts_sharded_by_zero(model, layout)) return 0;
   return expert_parameters_per_device(model, layout) * value_bytes;
 }
 

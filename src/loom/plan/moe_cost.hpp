@@ -2,9 +2,11 @@
 // every `every`-th block's MLP is E expert MLPs and a router, a token runs through K of them.
 // Total parameters count every expert, active ones what a token uses (K experts); under
 // expert parallelism a device holds E / ep experts of each of its stage's MoE layers, whole
-// (tp replicates them; ZeRO shards only the dense parameters, as Loom's ep does), and each
-// MoE layer exchanges its routed rows with all-to-alls: dispatch and combine in forward, the
-// same two in backward.
+// (tp replicates them; ZeRO shards only the dense parameters, as Loom's ep does: its
+// ExpertDataParallel all-reduces them over expert_dp), and each MoE layer exchanges its routed
+// rows with all-to-alls: dispatch and combine in forward, the same two in backward. Without
+// expert parallelism (ep 1) the experts are parameters like any other: ZeRO shards them with
+// the rest (experts_sharded_by_zero).
 #pragma once
 
 #include <cstdint>
@@ -23,13 +25,22 @@ int64_t moe_layers(const ModelSpec& model);
 int64_t total_parameters(const ModelSpec& model);
 // What one token computes with: K experts per MoE block (and its router).
 int64_t active_parameters(const ModelSpec& model);
+// A device's parameters but its experts, as the planner spreads them: the dense model's over
+// tp x pp with each MoE block's MLP replaced by its router (h E, replicated over tp); what
+// step_time takes as params_per_device.
+int64_t dense_parameters_per_device(const ModelSpec& model, const Layout& layout);
 // Expert parameters on one device: E / ep experts of each MoE layer of its pipeline stage.
 int64_t expert_parameters_per_device(const ModelSpec& model, const Layout& layout);
-// Bytes of expert gradients one device reduces over expert_dp (the dp / ep ranks holding the
-// same experts) in a step, `value_bytes` a gradient value: its experts' (expert_parameters_per_
-// device), once (they accumulate over micro-batches; parallel/expert_parallel's DDP reduces
-// them in the last backward, or after a pipeline); 0 without experts or when expert_dp is
-// one rank. Under ZeRO-3 too: ZeRO leaves the experts of ep > 1 out.
+// Whether ZeRO shards a device's experts with its dense parameters: ep 1 under ZeRO 1-3 over
+// dp > 1 (train/parallelize builds one ShardedDataParallel over every parameter then; under
+// ep > 1 it leaves the experts out).
+bool experts_sharded_by_zero(const ModelSpec& model, const Layout& layout);
+// Bytes of expert gradients one device all-reduces apart from ZeRO in a step, `value_bytes` a
+// gradient value: under ep its experts' (expert_parameters_per_device) over expert_dp (the
+// dp / ep ranks holding the same experts; parallel/expert_parallel's DDP, beside ZeRO 1-3 too),
+// without ep DDP's over dp (zero 0), once (they accumulate over micro-batches; reduced in the
+// last backward, or after a pipeline); 0 without experts, when expert_dp is one rank, or when
+// ZeRO shards the experts with the rest (ep 1: its reduce-scatters carry them).
 int64_t expert_gradient_bytes_per_step(const ModelSpec& model, const Layout& layout, int64_t value_bytes);
 // Bytes one device hands to its all-to-alls in a step of `micro_batches` micro-batches, all
 // rows routed (dropless; capacity only drops some): per MoE layer of its stage and

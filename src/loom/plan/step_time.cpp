@@ -142,6 +142,19 @@ double core_sharing_seconds(const StepTime& dedicated, int64_t ranks, const Clus
   return std::max(0.0, shared - dedicated.total());
 }
 
+ZeroBytes zero_bytes_per_step(const ModelSpec& m, const Layout& l, int64_t micro_batches, int64_t params_per_device,
+                              int64_t grad_bytes, int64_t gather_bytes) {
+  if (l.dp <= 1 || l.zero < 1) return {};
+  const int64_t sharded = params_per_device + (experts_sharded_by_zero(m, l) ? expert_parameters_per_device(m, l) : 0);
+  // The root unit's share of the device's parameters, as params_per_device counts them.
+  const int64_t root = std::min(sharded, ((m.vocab + m.seq) * m.hidden + 2 * m.hidden) / (l.tp * l.pp));
+  ZeroBytes z;
+  z.reduced = (l.zero >= 2 ? micro_batches : 1) * sharded * grad_bytes;
+  const int64_t block_gathers = l.recompute ? 3 : 2;
+  z.gathered = (l.zero == 3 ? micro_batches * (block_gathers * (sharded - root) + root) : sharded) * gather_bytes;
+  return z;
+}
+
 StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, int64_t micro_batches,
                    int64_t params_per_device) {
   const int64_t bpv = value_bytes(c.precision);
@@ -205,7 +218,12 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
 
   const int zero = l.dp > 1 ? l.zero : 0;
   const int64_t dp_per_node = std::max<int64_t>(1, std::min(l.dp, c.devices_per_node / std::min(l.tp, c.devices_per_node)));
-  const double grad_bytes = static_cast<double>(params_per_device * bpv);
+  // A mixture of experts' weights (moe_cost.hpp): without ep ZeRO shards them with the rest,
+  // reduce-scatters and gathers included; under ep it leaves them whole to the experts' DDP.
+  const int64_t experts_here = expert_parameters_per_device(m, l);
+  const bool experts_in_zero = experts_sharded_by_zero(m, l);
+  const int64_t sharded_params = params_per_device + (experts_in_zero ? experts_here : 0);
+  const double grad_bytes = static_cast<double>(sharded_params * bpv);
   if (l.dp * l.cp > 1) {
     // DDP averages the gradients over dp x cp (the cp ranks saw different tokens), bucket by
     // bucket as the last micro-batch's backward readies them; ZeRO over dp, unit by unit,
@@ -223,7 +241,7 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
     // embeddings and final LayerNorm (a mixture of experts' router in place of the MLP).
     const double outside = (static_cast<double>(m.vocab + m.seq) * h + 2.0 * h) / (t * static_cast<double>(l.pp));
     const double per_layer =
-        std::max(0.0, static_cast<double>(params_per_device) - outside) / static_cast<double>(std::max<int64_t>(1, timeline.layers));
+        std::max(0.0, static_cast<double>(sharded_params) - outside) / static_cast<double>(std::max<int64_t>(1, timeline.layers));
     timeline.layer = block_gradients(m.hidden, l.tp, per_layer * b);
     timeline.embedding = {static_cast<double>(m.seq) * h * b, static_cast<double>(m.vocab) * h / t * b};  // wpe, wte
     if (l.pp == 1) {
@@ -239,16 +257,13 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
       // The mean over cp runs in the gradients' hooks, on the compute thread.
       comm = exposed = hierarchical_all_reduce_seconds(grad_bytes, l.cp, std::min(l.cp, c.devices_per_node), c);
     }
-    // A mixture of experts' weights (moe_cost.hpp): under ep ZeRO leaves them out and DDP's
-    // buckets reduce them over the expert_dp ranks holding the same experts, once a step, each
-    // block's ready when its MLP's backward ends, about two thirds into the block's (the MLP
-    // holds 8 of its 12 h^2), sharing the link with the dense reduction. Without ep they are
-    // replicated parameters: ZeRO-3 shards them with the rest; otherwise they are priced as
-    // buckets over dp too.
+    // Under ep ZeRO leaves the experts out and DDP's buckets reduce them over the expert_dp
+    // ranks holding the same experts, once a step, each block's ready when its MLP's backward
+    // ends, about two thirds into the block's (the MLP holds 8 of its 12 h^2), sharing the link
+    // with the dense reduction; without ep and ZeRO, DDP's buckets over dp likewise.
     const int64_t expert_bytes = expert_gradient_bytes_per_step(m, l, bpv);
-    const bool experts_in_zero3 = zero == 3 && l.ep == 1;
     std::vector<ReadyReduction> expert_buckets;
-    if (expert_bytes > 0 && !experts_in_zero3) {
+    if (expert_bytes > 0) {
       GradientTimeline experts = timeline;
       experts.head = experts.embedding = {};
       experts.layer = {static_cast<double>(expert_bytes) / static_cast<double>(std::max<int64_t>(1, timeline.layers))};
@@ -259,13 +274,15 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
       });
     }
     const double experts_s = total_seconds(expert_buckets);
+    const ZeroBytes zero_bytes = zero_bytes_per_step(m, l, micro_batches, params_per_device, bpv, wire_bytes(c.precision));
     if (zero == 3) {
       // ZeRO-3 also gathers the parameters before each forward and backward, prefetched
       // under the compute of the previous unit: all of it hides under the step's compute,
       // but for what the experts' buckets leave past the end of backward.
-      const double bytes = grad_bytes + (experts_in_zero3 ? static_cast<double>(expert_bytes) : 0.0);
-      const double sharded = 0.5 * all_reduce(bytes) * mb +
-                             mb * (2.0 + re) * 0.5 * hierarchical_all_reduce_seconds(bytes, l.dp, dp_per_node, c);
+      const double gathers = mb * (2.0 + re);
+      const double sharded =
+          mb * 0.5 * all_reduce(static_cast<double>(zero_bytes.reduced) / mb) +
+          gathers * 0.5 * hierarchical_all_reduce_seconds(static_cast<double>(zero_bytes.gathered) / gathers, l.dp, dp_per_node, c);
       comm += sharded + experts_s;
       exposed += std::max({0.0, sharded + experts_s - st.compute_s, exposed_reduction_seconds(expert_buckets, backward_s)});
     } else {
@@ -285,8 +302,8 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
       if (zero >= 1) {
         // ZeRO-1/2 all-gather the updated parameters after the optimizer step, nothing to hide
         // them under (bf16 copies under mixed precision).
-        const double gather = 0.5 * hierarchical_all_reduce_seconds(
-                                        static_cast<double>(params_per_device * wire_bytes(c.precision)), l.dp, dp_per_node, c);
+        const double gather =
+            0.5 * hierarchical_all_reduce_seconds(static_cast<double>(zero_bytes.gathered), l.dp, dp_per_node, c);
         comm += gather;
         exposed += gather;
       }
@@ -297,9 +314,9 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
   // Adam reads gradient, master weight and two moments and writes the last three and the
   // working copy: 28 bytes a parameter in both precisions, memory-bound; clipping reads the
   // fp32 gradients once more for their norm and the next step zeroes them: 8 more. A mixture
-  // of experts' E / ep experts a device holds are never sharded by ZeRO.
-  const double sharded = static_cast<double>(params_per_device) / (zero >= 1 ? static_cast<double>(l.dp) : 1.0) +
-                         static_cast<double>(expert_parameters_per_device(m, l));
+  // of experts' E / ep experts a device holds are sharded with the rest under ep 1, whole under ep.
+  const double sharded = static_cast<double>(sharded_params) / (zero >= 1 ? static_cast<double>(l.dp) : 1.0) +
+                         static_cast<double>(experts_in_zero ? 0 : experts_here);
   st.optimizer_s = 36.0 * sharded / c.memory_bandwidth;
   st.sharing_s = core_sharing_seconds(st, l.dp * l.pp * l.tp * l.cp, c);
   return st;

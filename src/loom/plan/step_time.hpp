@@ -86,8 +86,25 @@ double hierarchical_all_reduce_seconds(double bytes, int64_t ranks, int64_t per_
 // that. 0 on devices of their own (GPUs).
 double core_sharing_seconds(const StepTime& dedicated, int64_t ranks, const ClusterSpec& cluster);
 
+// Bytes of the whole tensors one device's ZeRO (stage layout.zero over dp > 1) reduce-scatters
+// and all-gathers in a step of `micro_batches`, as comm::CommStats counts them, over the
+// parameters it shards: its `params_per_device` (as step_time takes them) and, without expert
+// parallelism, its experts (experts_sharded_by_zero; under ep ExpertDataParallel all-reduces
+// them instead). Their gradients, `grad_bytes` a value, once (ZeRO-1) or every micro-batch
+// (2-3); their values, `gather_bytes` a value, once after the step (1-2), or under ZeRO-3 every
+// micro-batch each block before its forward, again before its backward (and before a
+// recomputed forward) and the root unit (token and position tables, final LayerNorm) once.
+// Units unpadded (ZeRO pads each to a multiple of dp). 0 below ZeRO-1 or at dp 1.
+struct ZeroBytes {
+  int64_t reduced = 0, gathered = 0;
+  int64_t total() const { return reduced + gathered; }
+};
+ZeroBytes zero_bytes_per_step(const ModelSpec& model, const Layout& layout, int64_t micro_batches,
+                              int64_t params_per_device, int64_t grad_bytes, int64_t gather_bytes);
+
 // The step of `layout` with `micro_batches` micro-batches per pipeline and `params_per_device`
-// parameters on each device (before ZeRO sharding).
+// parameters on each device (before ZeRO sharding), a mixture of experts' routers in place of
+// its MLPs and its experts not included (expert_parameters_per_device adds them).
 StepTime step_time(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, int64_t micro_batches,
                    int64_t params_per_device);
 

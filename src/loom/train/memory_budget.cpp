@@ -99,14 +99,19 @@ plan::StateBytes training_state(const TrainConfig& c, int64_t params, int64_t la
   const int64_t optimizer = c.optimizer == "adamw" ? 8 : 4;
   if (c.precision != "bf16")
     return plan::model_state_bytes(params, static_cast<int>(c.shard_size()), static_cast<int>(c.zero), optimizer);
-  // The blocks' Linear weights are read by GEMMs only (held in bf16 alone under ZeRO-1/2);
-  // every other parameter keeps an fp32 value. 3D tensor parallelism's weights keep theirs (no
-  // ZeRO under 3D), experts are not Linear layers.
+  // The blocks' Linear weights are read by GEMMs only (held in bf16 alone under ZeRO-1/2):
+  // attention's in every block, the MLP's in a dense one; every other parameter keeps an fp32
+  // value. 3D tensor parallelism's weights keep theirs (no ZeRO under 3D), experts are not
+  // Linear layers, and a mixture of experts' router is kept in fp32 alone (no bf16 copy).
   const nn::GPTConfig& m = c.model;
-  const int64_t gemm_only =
-      c.tp_3d.empty() ? layers * (4 + (m.moe.enabled() ? 0 : 8)) * m.n_embd * m.n_embd / c.tp : 0;
-  return plan::mixed_precision_state_bytes(params, params - std::min(params, gemm_only), static_cast<int>(c.shard_size()),
-                                           static_cast<int>(c.zero), optimizer);
+  int64_t moe_blocks = 0;
+  for (int64_t l = 0; l < m.n_layer; ++l) moe_blocks += m.moe.is_moe_block(l) ? 1 : 0;
+  const int64_t moe_here = m.n_layer > 0 ? moe_blocks * layers / m.n_layer : 0;  // exact without a pipeline
+  const int64_t C = m.n_embd;
+  const int64_t gemm_only = c.tp_3d.empty() ? (layers * 4 + (layers - moe_here) * 8) * C * C / c.tp : 0;
+  const int64_t kept = std::min(params, moe_here * C * m.moe.experts);
+  return plan::mixed_precision_state_bytes(params, params - std::min(params, gemm_only + kept),
+                                           static_cast<int>(c.shard_size()), static_cast<int>(c.zero), optimizer, kept);
 }
 
 int64_t moe_extra_layer_activation_bytes(const TrainConfig& c) {
