@@ -1,8 +1,8 @@
 // `loom verify`: the equivalence harness as a user command. It trains the same small model
 // twice from the same seed and global batch: serially (on every rank, locally) and under the
 // requested layout (any dp x pp x tp, ZeRO stage, schedule, sequence parallelism), and prints
-// per step the loss difference and the gradient (before clipping) and parameter tensors that
-// differ most. Exit status 1 when any goes past its tolerance: the check users (and CI) can
+// per step the loss difference, the gradient (before clipping) and parameter tensors that
+// differ most, and the gradient norms before clipping. Exit status 1 when any goes past its tolerance: the check users (and CI) can
 // run on any combination.
 #include <algorithm>
 #include <cmath>
@@ -23,10 +23,17 @@ namespace {
 // starts at zero (a bias) is only ~lr large, and elements whose gradient is near zero move by
 // an amount that amplifies reduction-order rounding; a real bug (a missing sum, a wrong
 // slice) shows as errors of order 1.
+//
+// The global gradient norm before clipping (what clipping scales by) is compared too: a norm
+// summed over the wrong group or counting a replica twice leaves every gradient right, and
+// AdamW normalises a clipped gradient's constant factor away, so only the norm shows it.
+// fp32 norms differ by reduction order alone: within 1.3e-7 over 237 steps of 1-8 rank
+// layouts (dp, ZeRO, tp, sp, pp, cp, ep, tp_3d).
 struct Tolerances {
   double loss_rtol = 1e-5;
   double grad_rtol = 1e-3;
   double param_rtol = 1e-3;
+  double norm_rtol = 1e-5;
 };
 
 // Mixed precision against the serial bf16 run: both round the same GEMM operands to bf16,
@@ -40,8 +47,9 @@ struct Tolerances {
 // wires in bf16 add one rounding per crossing (2^-9 relative at most): gradients then within
 // 7.1e-3 at step 1 (same parameters) and, once AdamW's drift has moved the parameters apart,
 // 5.2e-2 (tp 2, step 2), 3.7e-2 (pp 2). Bounds: 1e-4, 6e-2, 1e-1. A real bug (a missing or
-// doubled sum, a wrong slice) shows as errors of order 1 in the gradients.
-const Tolerances kBf16Tolerances{1e-4, 6e-2, 1e-1};
+// doubled sum, a wrong slice) shows as errors of order 1 in the gradients. Gradient norms:
+// within 1.9e-3 (a mixture of experts whose tokens changed expert, cp 2 x ep 4), bound 1e-2.
+const Tolerances kBf16Tolerances{1e-4, 6e-2, 1e-1, 1e-2};
 
 // The layout's twin without any parallelism: the same global batch on one process.
 // resumed: the layout's run resumed from a checkpoint (config.resume), which the twin then loads too.
@@ -130,19 +138,19 @@ int verify(const train::TrainConfig& config, const Tolerances& tol, comm::Proces
                                                    (moe.capacity_factor > 0 ? " with capacity" : " dropless") + " over ep " +
                                                    std::to_string(config.ep);
   if (speaks && config.family == "gcn")  // one batch a step (the whole graph), serial or on a 3D grid
-    std::printf("verify: %s, gcn on %s%s; tolerances: loss %.0e, gradients %.0e, parameters %.0e (relative)\n",
+    std::printf("verify: %s, gcn on %s%s; tolerances: loss %.0e, gradients %.0e, parameters %.0e, gradient norm %.0e (relative)\n",
                 config.precision.c_str(), config.data.c_str(), config.tp_3d_on() ? (", tp_3d " + config.tp_3d).c_str() : "",
-                tol.loss_rtol, tol.grad_rtol, tol.param_rtol);
+                tol.loss_rtol, tol.grad_rtol, tol.param_rtol, tol.norm_rtol);
   else if (speaks)
     std::printf("verify: %s, dp %lld x pp %lld x cp %lld x tp %lld, zero %lld%s%s%s%s, %lld micro-batch(es) of %lld; tolerances: loss "
-                "%.0e, gradients %.0e, parameters %.0e (relative)\n",
+                "%.0e, gradients %.0e, parameters %.0e, gradient norm %.0e (relative)\n",
                 config.precision.c_str(), static_cast<long long>(config.dp), static_cast<long long>(config.pp),
                 static_cast<long long>(config.cp), static_cast<long long>(config.tp),
                 static_cast<long long>(config.zero), config.sequence_parallel ? ", sequence parallel" : "",
                 config.tp_3d_on() ? (", tp_3d " + config.tp_3d).c_str() : "",
                 config.pp > 1 ? (", schedule " + (config.schedule_file.empty() ? config.schedule : config.schedule_file)).c_str() : "",
                 experts.c_str(), static_cast<long long>(config.micro_batches), static_cast<long long>(config.batch_size), tol.loss_rtol,
-                tol.grad_rtol, tol.param_rtol);
+                tol.grad_rtol, tol.param_rtol, tol.norm_rtol);
   bool ok = true;
   for (int64_t step = 1; step <= config.steps; ++step) {
     train::StepResult want_step = serial.compute_gradients(), got_step = parallel.compute_gradients();
@@ -155,13 +163,15 @@ int verify(const train::TrainConfig& config, const Tolerances& tol, comm::Proces
     const double loss_error = std::fabs(static_cast<double>(got) - want) / std::max(1e-12, std::fabs(static_cast<double>(want)));
     const Worst worst = worst_difference(parallel.state_dict(), serial.state_dict(), "model.", config, step,
                                          adam_noise_scale(config, step, tol.param_rtol));
-    const bool step_ok = loss_error <= tol.loss_rtol && grad.error <= tol.grad_rtol && worst.error <= tol.param_rtol;
+    const double norm_error = std::fabs(got_step.grad_norm - want_step.grad_norm) / std::max(1e-12, want_step.grad_norm);
+    const bool step_ok = loss_error <= tol.loss_rtol && grad.error <= tol.grad_rtol && worst.error <= tol.param_rtol &&
+                         norm_error <= tol.norm_rtol;
     ok = ok && step_ok;
     if (speaks)
       std::printf("step %3lld | loss %.6f vs serial %.6f (rel %.1e) | worst gradient %s (rel %.1e) | worst parameter "
-                  "%s (rel %.1e)%s\n",
+                  "%s (rel %.1e) | norm %.6f vs serial %.6f (rel %.1e)%s\n",
                   static_cast<long long>(step), got, want, loss_error, grad.name.c_str(), grad.error, worst.name.c_str(), worst.error,
-                  step_ok ? "" : "  <-- past tolerance");
+                  got_step.grad_norm, want_step.grad_norm, norm_error, step_ok ? "" : "  <-- past tolerance");
   }
   if (speaks) std::printf(ok ? "verify: equivalent to the serial run\n" : "verify: NOT equivalent to the serial run\n");
   std::fflush(stdout);
@@ -192,8 +202,10 @@ Runner add_verify_command(CLI::App& sub) {
                  "gradient tolerance, relative to each tensor's largest magnitude [default 1e-3" + bf16 + fmt(kBf16Tolerances.grad_rtol) + "]");
   auto* param = sub.add_option("--param-rtol", tol->param_rtol,
                  "parameter tolerance, relative to each tensor's largest magnitude [default 1e-3" + bf16 + fmt(kBf16Tolerances.param_rtol) + "]");
+  auto* norm = sub.add_option("--norm-rtol", tol->norm_rtol,
+                 "relative tolerance of the global gradient norm before clipping per step [default 1e-5" + bf16 + fmt(kBf16Tolerances.norm_rtol) + "]");
   std::shared_ptr<ConfigFlags> flags = add_config_flags(sub, defaults);
-  return [flags, tol, defaults, loss, grad, param]() {
+  return [flags, tol, defaults, loss, grad, param, norm]() {
     train::TrainConfig config = flags->resolve(defaults);
     if (config.family == "gcn") {  // one batch a step, the whole graph: no micro-batches to split it into
       train::TrainConfig gcn_defaults = defaults;
@@ -204,10 +216,11 @@ Runner add_verify_command(CLI::App& sub) {
       if (loss->count() == 0) tol->loss_rtol = kBf16Tolerances.loss_rtol;
       if (grad->count() == 0) tol->grad_rtol = kBf16Tolerances.grad_rtol;
       if (param->count() == 0) tol->param_rtol = kBf16Tolerances.param_rtol;
+      if (norm->count() == 0) tol->norm_rtol = kBf16Tolerances.norm_rtol;
     }
     // inf passes anything, nan or a negative fails everything: neither compares the runs.
     for (const auto& [flag, value] : {std::pair{"--loss-rtol", tol->loss_rtol}, {"--grad-rtol", tol->grad_rtol},
-                                      {"--param-rtol", tol->param_rtol}})
+                                      {"--param-rtol", tol->param_rtol}, {"--norm-rtol", tol->norm_rtol}})
       check(std::isfinite(value) && value > 0, flag, " must be a finite number > 0, got ", value);
     check(config.steps >= 1, "--steps must be >= 1 (verify compares steps), got ", config.steps);
     const int64_t ranks = config.world_ranks();

@@ -134,6 +134,7 @@ def cases(fx):
         Case("verify: --loss-rtol -1", ["verify", "--loss-rtol", "-1"], r"--loss-rtol must be a finite number > 0, got -1"),
         Case("verify: --loss-rtol nan", ["verify", "--loss-rtol", "nan"], r"--loss-rtol must be a finite number > 0, got nan"),
         Case("verify: --param-rtol 0", ["verify", "--param-rtol", "0"], r"--param-rtol must be a finite number > 0, got 0"),
+        Case("verify: --norm-rtol 0", ["verify", "--norm-rtol", "0"], r"--norm-rtol must be a finite number > 0, got 0"),
         Case("verify: --steps 0 (compares nothing)", ["verify", "--steps", "0"], r"--steps must be >= 1 .*got 0"),
         Case("convert: no --from", ["convert", "--to", fx.path("c")], r"--from"),
         Case("convert: --tp 0", ["convert", "--from", fx.trained("sharded"), "--to", fx.path("conv"), "--tp", "0"], r"tp"),
