@@ -81,8 +81,9 @@ uint32_t Graph::nodes_crc() const {
 }
 
 std::string Graph::identity(const EdgeDigest& edges, uint32_t nodes_crc) const {
-  const auto node_bytes = static_cast<z_off_t>(features.size() * sizeof(float) + labels.size() * sizeof(int32_t) +
-                                               split.size() * sizeof(NodeSplit));
+  // From the sizes: a caller may have let the features go since it took nodes_crc.
+  const auto node_bytes = static_cast<z_off_t>(num_nodes * num_features * sizeof(float) +
+                                               labels.size() * sizeof(int32_t) + split.size() * sizeof(NodeSplit));
   const uLong crc = crc32_combine(edges.crc(), nodes_crc, node_bytes);
   std::ostringstream os;
   os << "graph:" << num_nodes << " nodes," << edges.count() << " edges," << num_features << " features," << num_classes

@@ -37,7 +37,7 @@ struct Graph {
   // checkpoint records so a resume on another graph is refused.
   std::string identity() const;
   // The same from its parts, for a graph whose edges were streamed past (their digest) and
-  // whose features have changed since nodes_crc() was taken of them as read.
+  // whose features have changed, or gone, since nodes_crc() was taken of them as read.
   uint32_t nodes_crc() const;  // of features, labels, split
   std::string identity(const EdgeDigest& edges, uint32_t nodes_crc) const;
 };

@@ -52,6 +52,7 @@ GcnSpec::GcnSpec(TrainConfig& config) : config_(config) {
   data::row_normalize_features(graph_);
   features_ = Tensor::empty({graph_.num_nodes, graph_.num_features}, DType::F32, MemoryCategory::Other);
   std::copy(graph_.features.begin(), graph_.features.end(), features_.f32());
+  graph_.features = {};  // held once: features_
   train_targets_ = targets_of(data::NodeSplit::Train);
   val_targets_ = targets_of(data::NodeSplit::Val);
   test_targets_ = targets_of(data::NodeSplit::Test);

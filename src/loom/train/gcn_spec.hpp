@@ -47,7 +47,8 @@ class GcnSpec : public ModelSpec {
   int64_t activation_bytes(nn::Module&) override { return activation_estimate(); }
   std::vector<Metric> last_metrics() const override { return metrics_; }
 
-  // The graph's nodes, and its edges where it was read whole (not on a grid).
+  // The graph's nodes (its features moved into the model's input), and its edges where it was
+  // read whole (not on a grid).
   const data::Graph& graph() const { return graph_; }
   const nn::GraphOperator& graph_operator() const { return *operator_; }
   // Bytes of the graph's structure this rank holds: the edges and the whole Â (with Âᵀ) when

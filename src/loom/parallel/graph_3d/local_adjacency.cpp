@@ -64,6 +64,14 @@ LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3
     const auto [c0, c1] = part_range(N, grid.size(r.outer), grid.rank(r.outer));
     cuts.push_back(Cut{&orders.position[l % 2], &orders.position[(l + 1) % 2], r0, r1, c0, c1, {}});
   }
+  // A block's expected share of the entries, reserved when the source knows its edges: growing
+  // by doubling would leave up to twice the block's bytes at the peak.
+  if (const int64_t E = source.known_edges(); E >= 0)
+    for (int64_t l = 0; l < static_cast<int64_t>(cuts.size()); ++l) {
+      const Roles r = Roles::of(l);
+      const int64_t blocks = grid.size(r.depth) * grid.size(r.outer);
+      cuts[static_cast<size_t>(l)].entries.reserve(static_cast<size_t>((2 * E + N) / blocks * 11 / 10));
+    }
   // Both directions of every edge and the self-loops, as gcn_normalized_adjacency takes them.
   std::exception_ptr failed;
   try {
