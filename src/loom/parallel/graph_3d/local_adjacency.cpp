@@ -33,7 +33,7 @@ struct Cut {
   }
 };
 
-// Sums v over the whole grid (all three axes in turn).
+// v reduced by op over the whole grid (its three axes in turn).
 void sum_over_grid(const tp3d::Grid3D& grid, std::vector<float>& v, comm::ReduceOp op) {
   if (v.empty()) return;
   for (const Axis a : {Axis::Row, Axis::Col, Axis::Depth})
@@ -64,17 +64,17 @@ LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3
     const auto [c0, c1] = part_range(N, grid.size(r.outer), grid.rank(r.outer));
     cuts.push_back(Cut{&orders.position[l % 2], &orders.position[(l + 1) % 2], r0, r1, c0, c1, {}});
   }
-  // A block's expected share of the entries, reserved when the source knows its edges: growing
-  // by doubling would leave up to twice the block's bytes at the peak.
-  if (const int64_t E = source.known_edges(); E >= 0)
-    for (int64_t l = 0; l < static_cast<int64_t>(cuts.size()); ++l) {
-      const Roles r = Roles::of(l);
-      const int64_t blocks = grid.size(r.depth) * grid.size(r.outer);
-      cuts[static_cast<size_t>(l)].entries.reserve(static_cast<size_t>((2 * E + N) / blocks * 11 / 10));
-    }
-  // Both directions of every edge and the self-loops, as gcn_normalized_adjacency takes them.
   std::exception_ptr failed;
   try {
+    // A block's expected share of the entries, reserved when the source knows its edges:
+    // growing by doubling would leave up to twice the block's bytes at the peak.
+    if (const int64_t E = source.known_edges(); E >= 0)
+      for (int64_t l = 0; l < static_cast<int64_t>(cuts.size()); ++l) {
+        const Roles r = Roles::of(l);
+        const int64_t blocks = grid.size(r.depth) * grid.size(r.outer);
+        cuts[static_cast<size_t>(l)].entries.reserve(static_cast<size_t>((2 * E + N) / blocks * 11 / 10));
+      }
+    // Both directions of every edge and the self-loops, as gcn_normalized_adjacency takes them.
     source.for_each_edge([&](int64_t s, int64_t d) {
       digest.add(s, d);
       for (Cut& cut : cuts) cut.keep(s, d), cut.keep(d, s);
