@@ -27,7 +27,8 @@ namespace {
 
 // A GCN's size comes from its graph (features, classes), so its dry run reads the graph.
 void print_gcn_dry_run(train::TrainConfig config) {
-  const train::GcnSpec spec(config);
+  train::GcnSpec spec(config);
+  spec.read_whole_graph();  // a grid's spec reads its edges when it builds the model, which a dry run does not
   std::printf("# model: %s\n", spec.describe().c_str());
   const train::MemoryNeed need = spec.memory_need();
   const train::AvailableMemory available = train::available_memory();

@@ -8,6 +8,7 @@
 //               labels (N int32, -1 = unlabelled), split (N int8: 0 none, 1 train, 2 val, 3 test)
 // The reader checks the header, that the file holds exactly these bytes, and every value's
 // range (features finite), naming the file and what is wrong.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -48,56 +49,89 @@ void write_binary_graph(const Graph& g, const std::string& path) {
   check(out.good(), "cannot write graph '", path, "' (disk full?)");
 }
 
-Graph read_binary_graph(const std::string& path) {
-  const int64_t size = check_input_file(path, "graph file", kMaxGraphFileBytes);
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), "cannot open graph file '", path, "'");
-  check(size >= kHeaderBytes, path, ": ", size, " bytes, shorter than the ", kHeaderBytes, "-byte header of a Loom binary graph");
-  char magic[8];
-  uint32_t head[2];
-  int64_t sizes[4];
-  in.read(magic, 8);
-  in.read(reinterpret_cast<char*>(head), sizeof head);
-  in.read(reinterpret_cast<char*>(sizes), sizeof sizes);
-  check(std::memcmp(magic, kMagic, 8) == 0, path, ": not a Loom binary graph (its first 8 bytes are not \"LOOMGRPH\")");
-  check(head[0] == kVersion, path, ": binary graph version ", head[0], ", this Loom reads version ", kVersion);
-  const int64_t N = sizes[0], E = sizes[1], F = sizes[2], K = sizes[3];
-  check(N > 0 && E >= 0 && F > 0 && K > 0 && N < (int64_t{1} << 31) && F < (int64_t{1} << 31) && K <= kMaxGraphClasses &&
-            E < (int64_t{1} << 40),
-        path, ": impossible sizes in the header: N ", N, ", E ", E, ", F ", F, ", K ", K, " (at most ", kMaxGraphClasses,
-        " classes)");
-  const int64_t want = kHeaderBytes + 16 * E + 4 * N * F + 4 * N + N;
-  check(size == want, path, ": ", size, " bytes, but a graph of N ", N, ", E ", E, ", F ", F, " takes ", want,
-        " (truncated or not this format)");
-  Graph g;
-  g.name = path;
-  g.num_nodes = N, g.num_features = F, g.num_classes = K;
-  g.src.resize(static_cast<size_t>(E)), g.dst.resize(static_cast<size_t>(E));
-  g.features.resize(static_cast<size_t>(N * F)), g.labels.resize(static_cast<size_t>(N));
-  g.split.resize(static_cast<size_t>(N));
-  in.read(reinterpret_cast<char*>(g.src.data()), 8 * E);
-  in.read(reinterpret_cast<char*>(g.dst.data()), 8 * E);
-  in.read(reinterpret_cast<char*>(g.features.data()), 4 * N * F);
-  in.read(reinterpret_cast<char*>(g.labels.data()), 4 * N);
-  in.read(reinterpret_cast<char*>(g.split.data()), N);
-  check(in.good(), path, ": read failed");
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t s = g.src[static_cast<size_t>(e)], d = g.dst[static_cast<size_t>(e)];
-    check(s >= 0 && s < N && d >= 0 && d < N, path, ": edge ", e, " (", s, " -> ", d, ") names a node outside 0..", N - 1);
-  }
-  // As the text formats refuse them: a NaN or inf feature makes every loss NaN.
-  for (int64_t i = 0; i < N; ++i)
-    for (int64_t f = 0; f < F; ++f) {
-      const float x = g.features[static_cast<size_t>(i * F + f)];
-      check(std::isfinite(x), path, ": node ", i, " has feature ", f, " = ", x, ", not a finite number");
+namespace {
+
+// The nodes' arrays read at open; the edges streamed from their two arrays in chunks.
+class BinarySource : public GraphSource {
+ public:
+  explicit BinarySource(const std::string& path) : path_(path) {
+    const int64_t size = check_input_file(path, "graph file", kMaxGraphFileBytes);
+    std::ifstream in(path, std::ios::binary);
+    check(in.good(), "cannot open graph file '", path, "'");
+    check(size >= kHeaderBytes, path, ": ", size, " bytes, shorter than the ", kHeaderBytes,
+          "-byte header of a Loom binary graph");
+    char magic[8];
+    uint32_t head[2];
+    int64_t sizes[4];
+    in.read(magic, 8);
+    in.read(reinterpret_cast<char*>(head), sizeof head);
+    in.read(reinterpret_cast<char*>(sizes), sizeof sizes);
+    check(std::memcmp(magic, kMagic, 8) == 0, path, ": not a Loom binary graph (its first 8 bytes are not \"LOOMGRPH\")");
+    check(head[0] == kVersion, path, ": binary graph version ", head[0], ", this Loom reads version ", kVersion);
+    const int64_t N = sizes[0], E = sizes[1], F = sizes[2], K = sizes[3];
+    check(N > 0 && E >= 0 && F > 0 && K > 0 && N < (int64_t{1} << 31) && F < (int64_t{1} << 31) &&
+              K <= kMaxGraphClasses && E < (int64_t{1} << 40),
+          path, ": impossible sizes in the header: N ", N, ", E ", E, ", F ", F, ", K ", K, " (at most ", kMaxGraphClasses,
+          " classes)");
+    const int64_t want = kHeaderBytes + 16 * E + 4 * N * F + 4 * N + N;
+    check(size == want, path, ": ", size, " bytes, but a graph of N ", N, ", E ", E, ", F ", F, " takes ", want,
+          " (truncated or not this format)");
+    Graph& g = nodes_;
+    g.name = path;
+    g.num_nodes = N, g.num_features = F, g.num_classes = K;
+    edges_ = E;
+    g.features.resize(static_cast<size_t>(N * F)), g.labels.resize(static_cast<size_t>(N));
+    g.split.resize(static_cast<size_t>(N));
+    in.seekg(kHeaderBytes + 16 * E);
+    in.read(reinterpret_cast<char*>(g.features.data()), 4 * N * F);
+    in.read(reinterpret_cast<char*>(g.labels.data()), 4 * N);
+    in.read(reinterpret_cast<char*>(g.split.data()), N);
+    check(in.good(), path, ": read failed");
+    // As the text formats refuse them: a NaN or inf feature makes every loss NaN.
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t f = 0; f < F; ++f) {
+        const float x = g.features[static_cast<size_t>(i * F + f)];
+        check(std::isfinite(x), path, ": node ", i, " has feature ", f, " = ", x, ", not a finite number");
+      }
+    for (int64_t i = 0; i < N; ++i) {
+      const int32_t l = g.labels[static_cast<size_t>(i)];
+      const auto sp = static_cast<int8_t>(g.split[static_cast<size_t>(i)]);
+      check(l >= -1 && l < K, path, ": node ", i, " has label ", l, ", outside -1..", K - 1);
+      check(sp >= 0 && sp <= 3, path, ": node ", i, " has split ", static_cast<int>(sp), ", not 0 (none) .. 3 (test)");
     }
-  for (int64_t i = 0; i < N; ++i) {
-    const int32_t l = g.labels[static_cast<size_t>(i)];
-    const auto sp = static_cast<int8_t>(g.split[static_cast<size_t>(i)]);
-    check(l >= -1 && l < K, path, ": node ", i, " has label ", l, ", outside -1..", K - 1);
-    check(sp >= 0 && sp <= 3, path, ": node ", i, " has split ", static_cast<int>(sp), ", not 0 (none) .. 3 (test)");
   }
-  return g;
-}
+
+  int64_t known_edges() const override { return edges_; }
+
+  void for_each_edge(const std::function<void(int64_t, int64_t)>& edge) override {
+    std::ifstream src(path_, std::ios::binary), dst(path_, std::ios::binary);
+    check(src.good() && dst.good(), "cannot open graph file '", path_, "'");
+    src.seekg(kHeaderBytes);
+    dst.seekg(kHeaderBytes + 8 * edges_);
+    constexpr int64_t kChunk = 1 << 16;
+    std::vector<int64_t> s(kChunk), d(kChunk);
+    const int64_t N = nodes_.num_nodes;
+    for (int64_t e0 = 0; e0 < edges_; e0 += kChunk) {
+      const int64_t n = std::min(kChunk, edges_ - e0);
+      src.read(reinterpret_cast<char*>(s.data()), 8 * n);
+      dst.read(reinterpret_cast<char*>(d.data()), 8 * n);
+      check(src.good() && dst.good(), path_, ": read failed");
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t a = s[static_cast<size_t>(k)], b = d[static_cast<size_t>(k)];
+        check(a >= 0 && a < N && b >= 0 && b < N, path_, ": edge ", e0 + k, " (", a, " -> ", b,
+              ") names a node outside 0..", N - 1);
+        edge(a, b);
+      }
+    }
+  }
+
+ private:
+  std::string path_;
+  int64_t edges_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<GraphSource> open_binary_graph(const std::string& path) { return std::make_unique<BinarySource>(path); }
 
 }  // namespace loom::data

@@ -37,22 +37,56 @@ int64_t Graph::count(NodeSplit s) const {
   return n;
 }
 
-std::string Graph::summary() const {
+std::string Graph::summary(int64_t edges) const {
   std::ostringstream os;
-  os << name << ": " << num_nodes << " nodes, " << src.size() << " edges, " << num_features << " features, "
+  os << name << ": " << num_nodes << " nodes, " << edges << " edges, " << num_features << " features, "
      << num_classes << " classes; train " << count(NodeSplit::Train) << ", val " << count(NodeSplit::Val) << ", test "
      << count(NodeSplit::Test);
   return os.str();
 }
 
-std::string Graph::identity() const {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (const auto* v : {&src, &dst}) crc = crc_of(crc, *v);
-  crc = crc_of(crc, features);
+void EdgeDigest::add(int64_t src, int64_t dst) {
+  src_buf_.push_back(src);
+  dst_buf_.push_back(dst);
+  ++count_;
+  if (src_buf_.size() >= 4096) flush();
+}
+
+void EdgeDigest::flush() const {
+  src_crc_ = static_cast<uint32_t>(crc_of(src_crc_, src_buf_));
+  dst_crc_ = static_cast<uint32_t>(crc_of(dst_crc_, dst_buf_));
+  src_buf_.clear();
+  dst_buf_.clear();
+}
+
+uint32_t EdgeDigest::crc() const {
+  flush();
+  return static_cast<uint32_t>(crc32_combine(src_crc_, dst_crc_, static_cast<z_off_t>(count_ * 8)));
+}
+
+EdgeDigest EdgeDigest::of(const std::vector<int64_t>& src, const std::vector<int64_t>& dst) {
+  EdgeDigest d;
+  d.src_crc_ = static_cast<uint32_t>(crc_of(0, src));
+  d.dst_crc_ = static_cast<uint32_t>(crc_of(0, dst));
+  d.count_ = static_cast<int64_t>(src.size());
+  return d;
+}
+
+std::string Graph::identity() const { return identity(EdgeDigest::of(src, dst), nodes_crc()); }
+
+uint32_t Graph::nodes_crc() const {
+  uLong crc = crc_of(0, features);
   crc = crc_of(crc, labels);
-  crc = crc_of(crc, split);
+  return static_cast<uint32_t>(crc_of(crc, split));
+}
+
+std::string Graph::identity(const EdgeDigest& edges, uint32_t nodes_crc) const {
+  // From the sizes: a caller may have let the features go since it took nodes_crc.
+  const auto node_bytes = static_cast<z_off_t>(num_nodes * num_features * sizeof(float) +
+                                               labels.size() * sizeof(int32_t) + split.size() * sizeof(NodeSplit));
+  const uLong crc = crc32_combine(edges.crc(), nodes_crc, node_bytes);
   std::ostringstream os;
-  os << "graph:" << num_nodes << " nodes," << src.size() << " edges," << num_features << " features," << num_classes
+  os << "graph:" << num_nodes << " nodes," << edges.count() << " edges," << num_features << " features," << num_classes
      << " classes,crc32 " << std::hex << crc;
   return os.str();
 }
@@ -94,24 +128,46 @@ void row_normalize_features(Graph& g) {
   }
 }
 
-Graph load_graph(const std::string& data, const std::string& split) {
-  Graph g;
+Graph GraphSource::take_nodes() {
+  Graph g = std::move(nodes_);
+  nodes_ = Graph{};
+  nodes_.name = g.name;
+  nodes_.num_nodes = g.num_nodes, nodes_.num_features = g.num_features, nodes_.num_classes = g.num_classes;
+  return g;
+}
+
+void read_edges(GraphSource& source, Graph& g) {
+  if (const int64_t E = source.known_edges(); E >= 0) g.src.reserve(static_cast<size_t>(E)), g.dst.reserve(static_cast<size_t>(E));
+  source.for_each_edge([&g](int64_t s, int64_t d) { g.src.push_back(s), g.dst.push_back(d); });
+}
+
+Graph read_whole(GraphSource& source) {
+  Graph g = source.take_nodes();
+  read_edges(source, g);
+  return g;
+}
+
+Graph load_graph(const std::string& data, const std::string& split) { return read_whole(*open_graph(data, split)); }
+
+std::unique_ptr<GraphSource> open_graph(const std::string& data, const std::string& split) {
+  std::unique_ptr<GraphSource> source;
   std::string labels_from = data;  // where the labels were read, for messages
   if (data.rfind("rmat:", 0) == 0) {
-    g = make_rmat_graph(parse_rmat_spec(data));
+    source = open_rmat_graph(parse_rmat_spec(data));
   } else if (data.size() > 7 && data.ends_with(".lgraph")) {
-    g = read_binary_graph(data);
+    source = open_binary_graph(data);
   } else if (file_kind(data + ".content") != "missing") {
-    g = read_linqs_graph(data);
+    source = open_linqs_graph(data);
     labels_from = data + ".content";
-    if (split.empty()) apply_split_ranges(g, kPygcnSplit);
+    if (split.empty()) apply_split_ranges(source->nodes(), kPygcnSplit);
   } else if (file_kind(data + ".edges") != "missing") {
-    g = read_text_graph(data);
+    source = open_text_graph(data);
     labels_from = data + ".labels";
   } else {
     fail("no graph at '", data, "': expected ", data, ".content and ", data, ".cites (LINQS), ", data, ".edges, ", data,
          ".features and ", data, ".labels (Loom's text format, docs/graphs.md), or 'rmat:scale=S,...'");
   }
+  Graph& g = source->nodes();
   if (!split.empty()) apply_split_ranges(g, split);
   check(g.count(NodeSplit::Train) > 0, g.name, ": no training nodes (set split, or mark nodes 'train' in the labels file)");
   // One class is nothing to classify: training would reach loss 0 and report success.
@@ -121,7 +177,7 @@ Graph load_graph(const std::string& data, const std::string& split) {
     if (l >= 0 && !present[static_cast<size_t>(l)]) present[static_cast<size_t>(l)] = true, ++classes;
   check(classes >= 2, labels_from, ": the labelled nodes hold ", classes,
         classes == 1 ? " class" : " classes", "; node classification needs at least 2");
-  return g;
+  return source;
 }
 
 }  // namespace loom::data

@@ -6,10 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace loom::data {
+
+class EdgeDigest;
 
 enum class NodeSplit : int8_t { None = 0, Train = 1, Val = 2, Test = 3 };
 
@@ -25,11 +29,54 @@ struct Graph {
   std::vector<std::string> class_names; // (K) when the source names them (LINQS)
 
   int64_t count(NodeSplit s) const;
-  // "cora: 2708 nodes, 5429 edges, 1433 features, 7 classes; train 140, val 300, test 1000"
-  std::string summary() const;
+  // "cora: 2708 nodes, 5429 edges, 1433 features, 7 classes; train 140, val 300, test 1000";
+  // edges: how many, for a graph whose edges were streamed past (GraphSource) and not kept.
+  std::string summary() const { return summary(static_cast<int64_t>(src.size())); }
+  std::string summary(int64_t edges) const;
   // A digest of everything the model sees (sizes, edges, features, labels, split), which a
   // checkpoint records so a resume on another graph is refused.
   std::string identity() const;
+  // The same from its parts, for a graph whose edges were streamed past (their digest) and
+  // whose features have changed, or gone, since nodes_crc() was taken of them as read.
+  uint32_t nodes_crc() const;  // of features, labels, split
+  std::string identity(const EdgeDigest& edges, uint32_t nodes_crc) const;
+};
+
+// The edges' part of Graph::identity, one edge at a time: the crc32 of every src, then every
+// dst (as the arrays lie in memory), joined with crc32_combine at the end.
+class EdgeDigest {
+ public:
+  void add(int64_t src, int64_t dst);
+  int64_t count() const { return count_; }
+  uint32_t crc() const;  // of src then dst; flushes what add() buffered
+  static EdgeDigest of(const std::vector<int64_t>& src, const std::vector<int64_t>& dst);
+
+ private:
+  void flush() const;
+  mutable uint32_t src_crc_ = 0, dst_crc_ = 0;
+  mutable std::vector<int64_t> src_buf_, dst_buf_;  // crc32 per 8 bytes is slow: batched
+  int64_t count_ = 0;
+};
+
+// A graph read in two passes, so that a caller can keep only some of its edges: the source
+// reads the nodes (features, labels, split) when opened, then for_each_edge hands each edge,
+// in file order, to a callback and keeps none. Errors name the file and line (or the edge's
+// index) of the first bad record; every reader of the same file meets the same one.
+class GraphSource {
+ public:
+  virtual ~GraphSource() = default;
+  // The nodes: a Graph whose src and dst are empty.
+  const Graph& nodes() const { return nodes_; }
+  Graph& nodes() { return nodes_; }
+  // The nodes, moved out; nodes() keeps the name and sizes (the edges still stream).
+  Graph take_nodes();
+  // Every edge, src -> dst, in the order the source holds them. Once.
+  virtual void for_each_edge(const std::function<void(int64_t src, int64_t dst)>& edge) = 0;
+  // How many edges for_each_edge will hand out, when known before (-1: not).
+  virtual int64_t known_edges() const { return -1; }
+
+ protected:
+  Graph nodes_;
 };
 
 // The largest graph file read (features as text are ~2-10 bytes per value).
@@ -46,6 +93,9 @@ constexpr int64_t kMaxGraphClasses = 65536;
 // (train, val, test); a LINQS graph without one gets pygcn's split of Cora. loom::Error names
 // the file and line of the first bad record.
 Graph load_graph(const std::string& data, const std::string& split);
+// The same graph as a GraphSource (its nodes read and checked, split applied, its edges not
+// yet read): load_graph is this with every edge kept.
+std::unique_ptr<GraphSource> open_graph(const std::string& data, const std::string& split);
 
 // Sets the split from "A:B,C:D,E:F" (train, val, test node ranges, half-open, in file order).
 void apply_split_ranges(Graph& graph, const std::string& ranges);
@@ -55,11 +105,14 @@ void apply_split_ranges(Graph& graph, const std::string& ranges);
 void row_normalize_features(Graph& graph);
 
 // Readers, each checking every file through check_input_file first.
-Graph read_linqs_graph(const std::string& prefix);
-Graph read_text_graph(const std::string& prefix);
+std::unique_ptr<GraphSource> open_linqs_graph(const std::string& prefix);
+std::unique_ptr<GraphSource> open_text_graph(const std::string& prefix);
 // Loom's binary format (binary_graph.cpp: a "LOOMGRPH" header with a version, then the arrays),
 // read when `data` ends in ".lgraph"; write_binary_graph makes one from any graph.
-Graph read_binary_graph(const std::string& path);
+std::unique_ptr<GraphSource> open_binary_graph(const std::string& path);
 void write_binary_graph(const Graph& graph, const std::string& path);
+// The source's nodes with every edge kept; read_edges appends the edges to g.
+Graph read_whole(GraphSource& source);
+void read_edges(GraphSource& source, Graph& g);
 
 }  // namespace loom::data

@@ -1,6 +1,7 @@
 #include "loom/data/rmat.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <charconv>
 #include <numeric>
 #include <random>
@@ -11,51 +12,78 @@
 
 namespace loom::data {
 
-Graph make_rmat_graph(const RmatOptions& o) {
-  check(o.scale >= 1 && o.scale <= 30, "rmat scale must be in 1..30, got ", o.scale);
-  check(o.edge_factor >= 1 && o.edge_factor <= 1024, "rmat edge_factor must be in 1..1024, got ", o.edge_factor);
-  check(o.features >= 1 && o.features <= 65536, "rmat features must be in 1..65536, got ", o.features);
-  check(o.classes >= 2 && o.classes <= kMaxGraphClasses, "rmat classes must be in 2..", kMaxGraphClasses, ", got ",
-        o.classes);
-  Graph g;
-  g.num_nodes = int64_t{1} << o.scale;
-  g.num_features = o.features;
-  g.num_classes = o.classes;
-  const int64_t N = g.num_nodes, E = o.edge_factor * N;
-  std::mt19937_64 rng(static_cast<uint64_t>(o.seed));
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  std::vector<int64_t> relabel(static_cast<size_t>(N));
-  std::iota(relabel.begin(), relabel.end(), 0);
-  std::shuffle(relabel.begin(), relabel.end(), rng);
-  g.src.resize(static_cast<size_t>(E));
-  g.dst.resize(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e) {
-    int64_t row = 0, col = 0;
-    for (int64_t bit = 0; bit < o.scale; ++bit) {
-      const double r = unit(rng);
-      const bool down = r >= o.a + o.b, right = (r >= o.a && r < o.a + o.b) || r >= o.a + o.b + o.c;
-      row = (row << 1) | (down ? 1 : 0);
-      col = (col << 1) | (right ? 1 : 0);
+namespace {
+
+class RmatSource : public GraphSource {
+ public:
+  explicit RmatSource(const RmatOptions& o) : o_(o) {
+    check(o.scale >= 1 && o.scale <= 30, "rmat scale must be in 1..30, got ", o.scale);
+    check(o.edge_factor >= 1 && o.edge_factor <= 1024, "rmat edge_factor must be in 1..1024, got ", o.edge_factor);
+    check(o.features >= 1 && o.features <= 65536, "rmat features must be in 1..65536, got ", o.features);
+    check(o.classes >= 2 && o.classes <= kMaxGraphClasses, "rmat classes must be in 2..", kMaxGraphClasses, ", got ",
+          o.classes);
+    Graph& g = nodes_;
+    g.num_nodes = int64_t{1} << o.scale;
+    g.num_features = o.features;
+    g.num_classes = o.classes;
+    const int64_t N = g.num_nodes;
+    std::mt19937_64 rng(static_cast<uint64_t>(o.seed));
+    relabel_.resize(static_cast<size_t>(N));
+    std::iota(relabel_.begin(), relabel_.end(), 0);
+    std::shuffle(relabel_.begin(), relabel_.end(), rng);
+    edges_rng_ = rng;
+    for_each_draw(rng, [](int64_t, int64_t) {});  // the features' draws come after the edges'
+    g.features.resize(static_cast<size_t>(N * o.features));
+    std::uniform_real_distribution<float> feature(0.0f, 1.0f);
+    for (float& x : g.features) x = feature(rng);
+    std::uniform_int_distribution<int32_t> label(0, static_cast<int32_t>(o.classes - 1));
+    g.labels.resize(static_cast<size_t>(N));
+    g.split.resize(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) {
+      g.labels[static_cast<size_t>(i)] = label(rng);
+      g.split[static_cast<size_t>(i)] = 10 * i < N ? NodeSplit::Train : (10 * i < 2 * N ? NodeSplit::Val : NodeSplit::Test);
     }
-    g.src[static_cast<size_t>(e)] = relabel[static_cast<size_t>(row)];
-    g.dst[static_cast<size_t>(e)] = relabel[static_cast<size_t>(col)];
+    std::ostringstream name;
+    name << "rmat:scale=" << o.scale << ",edge_factor=" << o.edge_factor << ",features=" << o.features
+         << ",classes=" << o.classes << ",seed=" << o.seed;
+    g.name = name.str();
   }
-  g.features.resize(static_cast<size_t>(N * o.features));
-  std::uniform_real_distribution<float> feature(0.0f, 1.0f);
-  for (float& x : g.features) x = feature(rng);
-  std::uniform_int_distribution<int32_t> label(0, static_cast<int32_t>(o.classes - 1));
-  g.labels.resize(static_cast<size_t>(N));
-  g.split.resize(static_cast<size_t>(N));
-  for (int64_t i = 0; i < N; ++i) {
-    g.labels[static_cast<size_t>(i)] = label(rng);
-    g.split[static_cast<size_t>(i)] = 10 * i < N ? NodeSplit::Train : (10 * i < 2 * N ? NodeSplit::Val : NodeSplit::Test);
+
+  int64_t known_edges() const override { return o_.edge_factor * nodes_.num_nodes; }
+
+  void for_each_edge(const std::function<void(int64_t, int64_t)>& edge) override {
+    std::mt19937_64 rng = edges_rng_;
+    for_each_draw(rng, edge);
   }
-  std::ostringstream name;
-  name << "rmat:scale=" << o.scale << ",edge_factor=" << o.edge_factor << ",features=" << o.features
-       << ",classes=" << o.classes << ",seed=" << o.seed;
-  g.name = name.str();
-  return g;
-}
+
+ private:
+  // The E edges' draws from rng, each edge (relabelled) to f.
+  template <class F>
+  void for_each_draw(std::mt19937_64& rng, const F& f) const {
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    const int64_t E = o_.edge_factor * nodes_.num_nodes;
+    for (int64_t e = 0; e < E; ++e) {
+      int64_t row = 0, col = 0;
+      for (int64_t bit = 0; bit < o_.scale; ++bit) {
+        const double r = unit(rng);
+        const bool down = r >= o_.a + o_.b, right = (r >= o_.a && r < o_.a + o_.b) || r >= o_.a + o_.b + o_.c;
+        row = (row << 1) | (down ? 1 : 0);
+        col = (col << 1) | (right ? 1 : 0);
+      }
+      f(relabel_[static_cast<size_t>(row)], relabel_[static_cast<size_t>(col)]);
+    }
+  }
+
+  RmatOptions o_;
+  std::vector<int64_t> relabel_;  // the shuffle of node labels
+  std::mt19937_64 edges_rng_;     // the engine as the edges' draws start
+};
+
+}  // namespace
+
+std::unique_ptr<GraphSource> open_rmat_graph(const RmatOptions& o) { return std::make_unique<RmatSource>(o); }
+
+Graph make_rmat_graph(const RmatOptions& o) { return read_whole(*open_rmat_graph(o)); }
 
 RmatOptions parse_rmat_spec(const std::string& spec) {
   check(spec.rfind("rmat:", 0) == 0, "an R-MAT graph is named 'rmat:scale=S,...', got '", spec, "'");

@@ -22,6 +22,9 @@ struct RmatOptions {
 };
 
 Graph make_rmat_graph(const RmatOptions& options);
+// The same graph as a GraphSource: its edges generated again as they are streamed (the
+// features come after them in the random stream, so opening draws past them once).
+std::unique_ptr<GraphSource> open_rmat_graph(const RmatOptions& options);
 // "rmat:scale=16,edge_factor=8,features=128,classes=16,seed=3" (any subset of the keys after
 // "rmat:", each at most once); loom::Error naming an unknown or repeated key or a bad value.
 RmatOptions parse_rmat_spec(const std::string& spec);

@@ -7,6 +7,8 @@
 #include "loom/kernels/residual.hpp"
 #include "loom/parallel/graph_3d/class_parallel_loss.hpp"
 #include "loom/parallel/graph_3d/graph_conv_3d.hpp"
+#include "loom/parallel/graph_3d/graph_layers_3d.hpp"
+#include "loom/parallel/graph_3d/local_adjacency.hpp"
 #include "loom/trace/recorder.hpp"
 
 namespace loom::train {
@@ -43,16 +45,35 @@ GcnSpec::GcnSpec(TrainConfig& config) : config_(config) {
   check(!config.model.recompute, "recompute re-runs a GPT's blocks in backward; the gcn model does not recompute");
   config.gcn.validate();
   config.eval_batches = 1;
-  graph_ = data::load_graph(config.data, config.split);
-  identity_ = graph_.identity();  // of the graph as read, before normalisation
+  edges_source_ = data::open_graph(config.data, config.split);
+  graph_ = edges_source_->take_nodes();
+  nodes_crc_ = graph_.nodes_crc();  // of the graph as read, before normalisation
+  if (!config.tp_3d_on()) read_whole_graph();
   data::row_normalize_features(graph_);
-  operator_ = nn::GraphOperator::from(kernels::gcn_normalized_adjacency(graph_.num_nodes, graph_.src, graph_.dst));
   features_ = Tensor::empty({graph_.num_nodes, graph_.num_features}, DType::F32, MemoryCategory::Other);
   std::copy(graph_.features.begin(), graph_.features.end(), features_.f32());
+  graph_.features = {};  // held once: features_
   train_targets_ = targets_of(data::NodeSplit::Train);
   val_targets_ = targets_of(data::NodeSplit::Val);
   test_targets_ = targets_of(data::NodeSplit::Test);
   check(graph_.count(data::NodeSplit::Val) > 0, graph_.name, ": no validation nodes (set split, or mark nodes 'val')");
+}
+
+void GcnSpec::read_whole_graph() {
+  if (!edges_source_) return;  // read already
+  data::read_edges(*edges_source_, graph_);
+  edges_source_.reset();
+  identity_ = graph_.identity(data::EdgeDigest::of(graph_.src, graph_.dst), nodes_crc_);
+  operator_ = nn::GraphOperator::from(kernels::gcn_normalized_adjacency(graph_.num_nodes, graph_.src, graph_.dst));
+  edges_ = static_cast<int64_t>(graph_.src.size());
+  nnz_ = operator_->adjacency.nnz();
+}
+
+int64_t GcnSpec::structure_bytes() const {
+  int64_t bytes = static_cast<int64_t>((graph_.src.capacity() + graph_.dst.capacity()) * sizeof(int64_t));
+  if (operator_)
+    bytes += parallel::graph3d::csr_bytes(operator_->adjacency) + parallel::graph3d::csr_bytes(operator_->transposed);
+  return bytes;
 }
 
 Tensor GcnSpec::targets_of(data::NodeSplit split) const {
@@ -63,6 +84,18 @@ Tensor GcnSpec::targets_of(data::NodeSplit split) const {
 }
 
 std::vector<std::unique_ptr<nn::Module>> GcnSpec::build(const nn::LayerBuilder& layers, int64_t) {
+  if (edges_source_) {  // a grid: its layers read their blocks alone, or, on any other builder, the whole graph
+    if (const auto* grid = dynamic_cast<const parallel::graph3d::GraphLayers3D*>(&layers)) {
+      data::EdgeDigest digest;
+      const parallel::graph3d::LocalAdjacency& local = grid->read_graph(*edges_source_, digest);
+      edges_source_.reset();
+      identity_ = graph_.identity(digest, nodes_crc_);
+      edges_ = digest.count();
+      nnz_ = local.nnz;
+    } else {
+      read_whole_graph();
+    }
+  }
   auto model = std::make_unique<nn::GCN>(config_.gcn, graph_.num_features, classes(), operator_,
                                          static_cast<uint64_t>(config_.seed), layers);
   model_ = model.get();
@@ -121,15 +154,14 @@ std::string GcnSpec::describe() const {
   std::ostringstream os;
   os << config_.gcn.num_parameters(graph_.num_features, classes()) << " parameters | GCN " << graph_.num_features;
   for (const auto& [in, out] : layer_widths(config_.gcn, graph_.num_features, classes())) os << " -> " << out;
-  os << ", dropout " << config_.gcn.dropout << " | " << graph_.summary() << ", " << operator_->adjacency.nnz()
-     << " non-zeros in Â";
+  os << ", dropout " << config_.gcn.dropout << " | " << graph_.summary(edges_) << ", " << nnz_ << " non-zeros in Â";
   return os.str();
 }
 
 StepWork GcnSpec::step_work() const {
   // Per epoch, each layer: forward GEMM + SpMM (on the narrower side), backward dW GEMM +
   // SpMM, and dX GEMM except on the first layer.
-  const double N = static_cast<double>(graph_.num_nodes), nnz = static_cast<double>(operator_->adjacency.nnz());
+  const double N = static_cast<double>(graph_.num_nodes), nnz = static_cast<double>(nnz_);
   double flops = 0.0;
   bool first = true;
   for (const auto& [in, out] : layer_widths(config_.gcn, graph_.num_features, classes())) {
@@ -141,14 +173,15 @@ StepWork GcnSpec::step_work() const {
 }
 
 plan::GcnShape GcnSpec::plan_shape() const {
-  return {.N = graph_.num_nodes, .nnz = operator_->adjacency.nnz(), .F = graph_.num_features, .H = config_.gcn.hidden,
+  return {.N = graph_.num_nodes, .nnz = nnz_, .F = graph_.num_features, .H = config_.gcn.hidden,
           .K = classes(), .L = config_.gcn.layers, .labelled = graph_.count(data::NodeSplit::Train),
           .weight_decay = config_.weight_decay > 0, .bf16 = config_.precision == "bf16"};
 }
 
 MemoryNeed GcnSpec::memory_need() const {
   const double params = static_cast<double>(config_.gcn.num_parameters(graph_.num_features, classes()));
-  const double csr = 2.0 * static_cast<double>(operator_->adjacency.nnz()) * 8.0 + 16.0 * static_cast<double>(graph_.num_nodes);
+  // Â and Âᵀ; on a grid, before build() has read them, not yet known (the blocks are a rank's share).
+  const double csr = 2.0 * static_cast<double>(nnz_) * 8.0 + 16.0 * static_cast<double>(graph_.num_nodes);
   // fp32 value, gradient and Adam's two moments; bf16 mixed precision adds the GEMMs' bf16 copy.
   const double state_bytes = config_.precision == "bf16" ? 18.0 : 16.0;
   return {state_bytes * params, static_cast<double>(activation_estimate()) + csr};

@@ -6,7 +6,9 @@
 // decoupled decay, which no GCN parameter takes). Asking for a batch sets the model's mode:
 // a training batch of step s turns dropout on with masks keyed by (seed, s), an evaluation
 // batch turns it off. Serial, or Plexus's 3D grid (tp_3d: parallel/graph_3d); any other
-// parallel layout is refused by name.
+// parallel layout is refused by name. On a grid the spec reads only the nodes when made, and
+// build() streams the edges once into the rank's blocks of Â (GraphLayers3D::read_graph): no
+// rank holds the whole edge list or Â.
 #pragma once
 
 #include <memory>
@@ -23,7 +25,8 @@ namespace loom::train {
 class GcnSpec : public ModelSpec {
  public:
   // Reads the graph config.data names (split: config.split), normalises its features by row
-  // and builds Â; evaluates the whole validation split as one batch (eval_batches = 1).
+  // and builds Â (on a grid: reads the nodes, build() the edges); evaluates the whole
+  // validation split as one batch (eval_batches = 1).
   explicit GcnSpec(TrainConfig& config);
 
   std::vector<std::unique_ptr<nn::Module>> build(const nn::LayerBuilder& layers, int64_t pp_rank) override;
@@ -44,8 +47,16 @@ class GcnSpec : public ModelSpec {
   int64_t activation_bytes(nn::Module&) override { return activation_estimate(); }
   std::vector<Metric> last_metrics() const override { return metrics_; }
 
+  // The graph's nodes (its features moved into the model's input), and its edges where it was
+  // read whole (not on a grid).
   const data::Graph& graph() const { return graph_; }
   const nn::GraphOperator& graph_operator() const { return *operator_; }
+  // Bytes of the graph's structure this rank holds: the edges and the whole Â (with Âᵀ) when
+  // read whole; 0 on a grid, whose layers hold their blocks (GraphConv3D::block()).
+  int64_t structure_bytes() const;
+  // Reads the edges into graph() and builds the whole Â now (a grid's spec reads them in
+  // build()): for a dry run, which describes the whole graph without building a model.
+  void read_whole_graph();
   // The run as Plexus's cost model (plan/gcn_cost.hpp) reads it: graph, widths, precision.
   plan::GcnShape plan_shape() const;
 
@@ -57,8 +68,11 @@ class GcnSpec : public ModelSpec {
 
   const TrainConfig& config_;
   data::Graph graph_;
+  std::unique_ptr<data::GraphSource> edges_source_;  // on a grid, until build() reads the edges
+  uint32_t nodes_crc_ = 0;                           // of the nodes as read, for identity_
   std::string identity_;
-  std::shared_ptr<const nn::GraphOperator> operator_;
+  std::shared_ptr<const nn::GraphOperator> operator_;  // null on a grid
+  int64_t edges_ = 0, nnz_ = 0;                        // the graph's edges and Â's non-zeros
   Tensor features_;  // (N, F), or what a parallel model's first layer reads of them
   Tensor train_targets_, val_targets_, test_targets_;  // (N) i32
   nn::GCN* model_ = nullptr;  // what build() made

@@ -38,13 +38,14 @@ LocalWidths LocalWidths::of(int64_t in, int64_t out, int64_t layer, const Grid3D
   return {.in = in_pad / Gi, .out = out_pad / Go, .shard = out_pad / (Go * Gd)};
 }
 
-GraphConv3D::GraphConv3D(int64_t in, int64_t out, int64_t layer, std::shared_ptr<const nn::GraphOperator> graph,
+GraphConv3D::GraphConv3D(int64_t in, int64_t out, int64_t layer, int64_t nodes, kernels::CsrMatrix block,
                          bool input_gradient, const Grid3D& grid, std::shared_ptr<const NodeOrders> orders,
                          int64_t aggregation_chunks)
-    : nn::GraphConv(in, out, graph, input_gradient,
+    : nn::GraphConv(in, out, nullptr, input_gradient,  // Â only as this block
                     {LocalWidths::of(in, out, layer, grid).in, LocalWidths::of(in, out, layer, grid).shard},
                     LocalWidths::of(in, out, layer, grid).shard),
       grid_(grid),
+      nodes_(nodes),
       aggregation_chunks_(aggregation_chunks),
       roles_(Roles::of(layer)),
       first_(layer == 0),
@@ -57,12 +58,12 @@ GraphConv3D::GraphConv3D(int64_t in, int64_t out, int64_t layer, std::shared_ptr
   shard_ = w.shard;
   in0_ = ri * in_local_;
   out0_ = ro * out_local_;
-  const kernels::CsrMatrix& A = graph->adjacency;
-  const int64_t N = A.rows;
-  row_nodes_ = nodes_at(orders_->rows_of(layer), part_range(N, Gd, rd));
-  const std::pair<int64_t, int64_t> cols = part_range(N, Go, ro);
-  col_nodes_ = nodes_at(orders_->columns_of(layer), cols);
-  block_ = adjacency_block(A, row_nodes_, orders_->column_positions_of(layer), cols.first, cols.second);
+  row_nodes_ = nodes_at(orders_->rows_of(layer), part_range(nodes, Gd, rd));
+  col_nodes_ = nodes_at(orders_->columns_of(layer), part_range(nodes, Go, ro));
+  block_ = std::move(block);
+  check(block_.rows == static_cast<int64_t>(row_nodes_.size()) && block_.cols == static_cast<int64_t>(col_nodes_.size()),
+        "GraphConv3D '", name(), "': a block of ", block_.rows, " x ", block_.cols, " for ", row_nodes_.size(), " x ",
+        col_nodes_.size(), " nodes");
   block_t_ = kernels::csr_transpose(block_);
   if (first_) shard_rows_ = padded(block_.cols, Gd) / Gd;
   // W: rows over inner, columns over outer x depth (every rank a different piece); b: over
@@ -179,8 +180,8 @@ void GraphConv3D::reduce_scatter_gradients(const Tensor& dw, const Tensor& db) {
 
 Tensor GraphConv3D::input_shard(const Tensor& whole) const {
   check(first_, "GraphConv3D '", name(), "': only the first layer reads the features");
-  check(whole.ndim() == 2 && whole.size(0) == graph_->adjacency.rows && whole.size(1) == in_, "GraphConv3D '", name(),
-        "' shards (", graph_->adjacency.rows, ", ", in_, ") features, got ", shape_str(whole.shape()));
+  check(whole.ndim() == 2 && whole.size(0) == nodes_ && whole.size(1) == in_, "GraphConv3D '", name(),
+        "' shards (", nodes_, ", ", in_, ") features, got ", shape_str(whole.shape()));
   Tensor shard = Tensor::zeros({shard_rows_, in_local_}, DType::F32, MemoryCategory::Other);
   const int64_t first_row = grid_.rank(roles_.depth) * shard_rows_, width = whole.size(1);
   const int64_t rows = std::clamp<int64_t>(block_.cols - first_row, 0, shard_rows_);

@@ -54,11 +54,12 @@ struct LocalWidths {
 
 class GraphConv3D : public nn::GraphConv {
  public:
-  // aggregation_chunks: the row ranges of Plexus's blocked aggregation (aggregate()); 1: one
-  // SpMM, then one sum.
-  GraphConv3D(int64_t in, int64_t out, int64_t layer, std::shared_ptr<const nn::GraphOperator> graph,
-              bool input_gradient, const Grid3D& grid, std::shared_ptr<const NodeOrders> orders,
-              int64_t aggregation_chunks = 1);
+  // block: this rank's block of Â for the layer (rows: its depth part of orders' rows, columns:
+  // its outer part of the columns), of a graph of `nodes` nodes: cut from the whole Â
+  // (adjacency_block) or read alone (local_adjacency.hpp). aggregation_chunks: the row ranges
+  // of Plexus's blocked aggregation (aggregate()); 1: one SpMM, then one sum.
+  GraphConv3D(int64_t in, int64_t out, int64_t layer, int64_t nodes, kernels::CsrMatrix block, bool input_gradient,
+              const Grid3D& grid, std::shared_ptr<const NodeOrders> orders, int64_t aggregation_chunks = 1);
 
   OutputBlock output_block() const override;
   void set_weight(const Tensor& whole) override;
@@ -70,7 +71,7 @@ class GraphConv3D : public nn::GraphConv {
   const kernels::CsrMatrix& block() const { return block_; }
   const Roles& roles() const { return roles_; }
   const Grid3D& grid() const { return grid_; }
-  int64_t graph_nodes() const { return graph_->adjacency.rows; }
+  int64_t graph_nodes() const { return nodes_; }
 
  protected:
   Tensor forward_impl(const Tensor& x, nn::Context& ctx) override;
@@ -95,6 +96,7 @@ class GraphConv3D : public nn::GraphConv {
   void aggregate(const kernels::CsrMatrix& A, const Tensor& in, Tensor& out, Axis a) const;
 
   const Grid3D& grid_;
+  int64_t nodes_;  // N
   int64_t aggregation_chunks_;
   Roles roles_;
   bool first_;

@@ -1,0 +1,161 @@
+#include "loom/parallel/graph_3d/local_adjacency.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <utility>
+
+#include "loom/error.hpp"
+#include "loom/parallel/graph_3d/graph_conv_3d.hpp"
+
+namespace loom::parallel::graph3d {
+
+using tp3d::Axis;
+
+namespace {
+
+// Layers l and l + 6 have the same roles and orders, so the same block.
+constexpr int64_t kDistinctLayers = 6;
+
+// One layer's block as it is being read: its rows' and columns' ranges of positions and the
+// (row, column) pairs, local to the block, that fell in it.
+struct Cut {
+  const std::vector<int64_t>* row_position;
+  const std::vector<int64_t>* col_position;
+  int64_t r0, r1, c0, c1;
+  std::vector<std::pair<int32_t, int32_t>> entries;
+
+  void keep(int64_t u, int64_t v) {
+    const int64_t r = (*row_position)[static_cast<size_t>(u)];
+    if (r < r0 || r >= r1) return;
+    const int64_t c = (*col_position)[static_cast<size_t>(v)];
+    if (c >= c0 && c < c1) entries.emplace_back(static_cast<int32_t>(r - r0), static_cast<int32_t>(c - c0));
+  }
+};
+
+// v reduced by op over the whole grid (its three axes in turn).
+void sum_over_grid(const tp3d::Grid3D& grid, std::vector<float>& v, comm::ReduceOp op) {
+  if (v.empty()) return;
+  for (const Axis a : {Axis::Row, Axis::Col, Axis::Depth})
+    if (grid.size(a) > 1) grid.group(a).all_reduce(v.data(), static_cast<int64_t>(v.size()), op);
+}
+
+}  // namespace
+
+int64_t csr_bytes(const kernels::CsrMatrix& a) {
+  return static_cast<int64_t>(a.row_ptr.size() * sizeof(int64_t) + a.col.size() * sizeof(int32_t) +
+                              a.val.size() * sizeof(float));
+}
+
+int64_t LocalAdjacency::bytes() const {
+  int64_t b = 0;
+  for (const kernels::CsrMatrix& block : blocks) b += csr_bytes(block);
+  return b;
+}
+
+LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3D& grid, const NodeOrders& orders,
+                                    int64_t layers, data::EdgeDigest& digest) {
+  const int64_t N = source.nodes().num_nodes;
+  check(N > 0 && N < (int64_t{1} << 31), "a graph needs 1..2^31-1 nodes, got ", N);
+  std::vector<Cut> cuts;
+  for (int64_t l = 0; l < std::min(layers, kDistinctLayers); ++l) {
+    const Roles r = Roles::of(l);
+    const auto [r0, r1] = part_range(N, grid.size(r.depth), grid.rank(r.depth));
+    const auto [c0, c1] = part_range(N, grid.size(r.outer), grid.rank(r.outer));
+    cuts.push_back(Cut{&orders.position[l % 2], &orders.position[(l + 1) % 2], r0, r1, c0, c1, {}});
+  }
+  std::exception_ptr failed;
+  try {
+    // A block's expected share of the entries, reserved when the source knows its edges:
+    // growing by doubling would leave up to twice the block's bytes at the peak.
+    if (const int64_t E = source.known_edges(); E >= 0)
+      for (int64_t l = 0; l < static_cast<int64_t>(cuts.size()); ++l) {
+        const Roles r = Roles::of(l);
+        const int64_t blocks = grid.size(r.depth) * grid.size(r.outer);
+        cuts[static_cast<size_t>(l)].entries.reserve(static_cast<size_t>((2 * E + N) / blocks * 11 / 10));
+      }
+    // Both directions of every edge and the self-loops, as gcn_normalized_adjacency takes them.
+    source.for_each_edge([&](int64_t s, int64_t d) {
+      digest.add(s, d);
+      for (Cut& cut : cuts) cut.keep(s, d), cut.keep(d, s);
+    });
+    for (int64_t i = 0; i < N; ++i)
+      for (Cut& cut : cuts) cut.keep(i, i);
+    for (Cut& cut : cuts) {
+      std::sort(cut.entries.begin(), cut.entries.end());
+      cut.entries.erase(std::unique(cut.entries.begin(), cut.entries.end()), cut.entries.end());
+    }
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  // Every rank read the same file, so a bad record fails them all alike; anything else (memory)
+  // fails one, and the rest must not wait for it in the sums below.
+  std::vector<float> failing = {failed ? static_cast<float>(grid.grid_rank() + 1) : 0.0f};
+  sum_over_grid(grid, failing, comm::ReduceOp::Max);
+  if (failed) std::rethrow_exception(failed);
+  check(failing[0] == 0.0f, "grid rank ", static_cast<int>(failing[0]) - 1, " failed reading the edges of ",
+        source.nodes().name, " (its error says why); this rank read them without one");
+
+  // Degrees in A + I: layer 0's block rows' distinct non-zeros, counted once per block (by its
+  // first inner rank), summed over the grid. In two floats (count / 4096 and count % 4096) so
+  // every sum stays an integer below 2^24, exact, for any N < 2^31.
+  std::vector<float> degree(static_cast<size_t>(2 * N), 0.0f);
+  if (grid.rank(Roles::of(0).inner) == 0) {
+    const Cut& cut = cuts.front();
+    std::vector<int64_t> row_count(static_cast<size_t>(cut.r1 - cut.r0), 0);
+    for (const auto& [r, c] : cut.entries) ++row_count[static_cast<size_t>(r)];
+    const std::vector<int64_t>& rows = orders.rows_of(0);
+    for (int64_t r = 0; r < cut.r1 - cut.r0; ++r) {
+      const int64_t n = row_count[static_cast<size_t>(r)], u = rows[static_cast<size_t>(cut.r0 + r)];
+      degree[static_cast<size_t>(2 * u)] = static_cast<float>(n / 4096);
+      degree[static_cast<size_t>(2 * u + 1)] = static_cast<float>(n % 4096);
+    }
+  }
+  sum_over_grid(grid, degree, comm::ReduceOp::Sum);
+  LocalAdjacency out;
+  out.nodes = N;
+  std::vector<float> inv_sqrt_degree(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t d = static_cast<int64_t>(degree[static_cast<size_t>(2 * i)]) * 4096 +
+                      static_cast<int64_t>(degree[static_cast<size_t>(2 * i + 1)]);
+    out.nnz += d;
+    inv_sqrt_degree[static_cast<size_t>(i)] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  }
+  degree = {};
+
+  out.blocks.reserve(static_cast<size_t>(layers));
+  for (int64_t l = 0; l < static_cast<int64_t>(cuts.size()); ++l) {
+    Cut& cut = cuts[static_cast<size_t>(l)];
+    const std::vector<int64_t>&rows = orders.rows_of(l), &cols = orders.columns_of(l);
+    kernels::CsrMatrix b;
+    b.rows = cut.r1 - cut.r0;
+    b.cols = cut.c1 - cut.c0;
+    b.row_ptr.assign(static_cast<size_t>(b.rows + 1), 0);
+    b.col.reserve(cut.entries.size());
+    b.val.reserve(cut.entries.size());
+    for (const auto& [r, c] : cut.entries) {
+      ++b.row_ptr[static_cast<size_t>(r) + 1];
+      b.col.push_back(c);
+      b.val.push_back(inv_sqrt_degree[static_cast<size_t>(rows[static_cast<size_t>(cut.r0 + r)])] *
+                      inv_sqrt_degree[static_cast<size_t>(cols[static_cast<size_t>(cut.c0 + c)])]);
+    }
+    for (int64_t r = 0; r < b.rows; ++r) b.row_ptr[static_cast<size_t>(r + 1)] += b.row_ptr[static_cast<size_t>(r)];
+    cut.entries = {};
+    out.blocks.push_back(std::move(b));
+  }
+  for (int64_t l = kDistinctLayers; l < layers; ++l) out.blocks.push_back(out.blocks[static_cast<size_t>(l % kDistinctLayers)]);
+
+  // Plexus's load imbalance: the largest block's non-zeros over the mean (max / mean).
+  std::vector<float> most(static_cast<size_t>(layers));
+  for (int64_t l = 0; l < layers; ++l)
+    most[static_cast<size_t>(l)] = static_cast<float>(out.blocks[static_cast<size_t>(l)].nnz());
+  sum_over_grid(grid, most, comm::ReduceOp::Max);
+  for (int64_t l = 0; l < layers; ++l) {
+    const Roles r = Roles::of(l);
+    const double blocks = static_cast<double>(grid.size(r.depth)) * static_cast<double>(grid.size(r.outer));
+    out.imbalance.push_back(static_cast<double>(most[static_cast<size_t>(l)]) / (static_cast<double>(out.nnz) / blocks));
+  }
+  return out;
+}
+
+}  // namespace loom::parallel::graph3d

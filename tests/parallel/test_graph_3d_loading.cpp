@@ -1,0 +1,151 @@
+// Plexus's point at load time: on a 3D grid no rank holds the whole graph's structure. A
+// rank reads the edges once, streamed, and keeps only its layers' blocks of Â
+// (graph_3d/local_adjacency.hpp): the spec keeps no edge list and no whole Â, each block
+// equals the one cut from the whole Â bit for bit (so the grid trains as before), and the
+// graph's identity is the whole graph's. A bad edge file fails every rank with its file and
+// line; an error on one rank alone fails the others too, naming it, instead of a hang in the
+// degrees' sum.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "comm/mpi_test_env.hpp"
+#include "loom/comm/device_mesh.hpp"
+#include "loom/data/graph.hpp"
+#include "loom/error.hpp"
+#include "loom/kernels/sparse.hpp"
+#include "loom/nn/gcn.hpp"
+#include "loom/parallel/graph_3d/graph_conv_3d.hpp"
+#include "loom/parallel/graph_3d/local_adjacency.hpp"
+#include "loom/train/gcn_spec.hpp"
+#include "loom/train/trainer.hpp"
+#include "parallel/equivalence.hpp"
+#include "test_util.hpp"
+
+namespace loom::parallel::graph3d {
+namespace {
+
+using loom::testing::world;
+
+train::TrainConfig gcn_config(const std::string& data, int64_t layers) {
+  train::TrainConfig c;
+  c.family = "gcn";
+  c.data = data;
+  c.gcn.layers = layers;
+  c.gcn.hidden = 8;
+  c.steps = 1;
+  c.threads = 1;
+  c.log_every = 100;
+  c.eval_every = 0;
+  c.checkpoint_every = 0;
+  c.out_dir = "";
+  return c;
+}
+
+std::string grid_for(int size) { return size == 8 ? "2,2,2" : "2,1,2"; }
+
+TEST(Graph3DLoading, EachRankHoldsOnlyItsBlocksOfA) {
+  if (world().size() != 4 && world().size() != 8) GTEST_SKIP() << "runs on 4 or 8 ranks";
+  // Three layers: every rotation of the axes' roles, both node orders.
+  train::TrainConfig c = gcn_config("rmat:scale=9,edge_factor=8,features=6,classes=3,seed=5", 3);
+  c.tp_3d = grid_for(world().size());
+  train::Trainer t(c, true, &world());
+  auto& spec = dynamic_cast<train::GcnSpec&>(t.spec());
+  EXPECT_TRUE(spec.graph().src.empty() && spec.graph().dst.empty());
+  EXPECT_EQ(spec.structure_bytes(), 0);
+
+  // The whole graph and Â, read here only to compare with.
+  const data::Graph whole = data::load_graph(c.data, c.split);
+  const kernels::CsrMatrix A = kernels::gcn_normalized_adjacency(whole.num_nodes, whole.src, whole.dst);
+  EXPECT_EQ(spec.data_identity(), whole.identity());
+  EXPECT_EQ(spec.plan_shape().nnz, A.nnz());
+  const auto orders = node_orders(whole.num_nodes, c.graph_permute, static_cast<uint64_t>(c.seed));
+  const auto& model = dynamic_cast<nn::GCN&>(*t.parallelized().chunks.front());
+  int64_t held = 0;
+  for (size_t l = 0; l < model.convs().size(); ++l) {
+    SCOPED_TRACE("layer " + std::to_string(l));
+    const auto& conv = dynamic_cast<const GraphConv3D&>(*model.convs()[l]);
+    const Roles r = conv.roles();
+    const auto [r0, r1] = part_range(A.rows, conv.grid().size(r.depth), conv.grid().rank(r.depth));
+    const auto [c0, c1] = part_range(A.rows, conv.grid().size(r.outer), conv.grid().rank(r.outer));
+    const std::vector<int64_t>& rows = orders->rows_of(static_cast<int64_t>(l));
+    const kernels::CsrMatrix want = adjacency_block(A, {rows.begin() + r0, rows.begin() + r1},
+                                                    orders->column_positions_of(static_cast<int64_t>(l)), c0, c1);
+    const kernels::CsrMatrix& got = conv.block();
+    EXPECT_EQ(got.rows, want.rows);
+    EXPECT_EQ(got.cols, want.cols);
+    EXPECT_EQ(got.row_ptr, want.row_ptr);
+    EXPECT_EQ(got.col, want.col);
+    EXPECT_EQ(got.val, want.val);  // bit for bit
+    // Its share of Â: one of the layer's depth x outer blocks (the permutation evens them out
+    // to within a few percent on R-MAT; 1.5 leaves room).
+    const int64_t blocks = conv.grid().size(r.depth) * conv.grid().size(r.outer);
+    EXPECT_GT(got.nnz(), 0);
+    EXPECT_LE(got.nnz() * blocks, A.nnz() * 3 / 2) << got.nnz() << " of " << A.nnz() << " non-zeros, " << blocks
+                                                   << " blocks";
+    held += csr_bytes(got);
+  }
+  // Reading the whole graph held its edges, Â and Âᵀ; the blocks are a fraction of that.
+  const int64_t whole_bytes = static_cast<int64_t>(16 * whole.src.size()) + 2 * csr_bytes(A);
+  EXPECT_LT(2 * held, whole_bytes) << "held " << held << " bytes of blocks";
+}
+
+TEST(Graph3DLoading, ABadEdgeFileFailsEveryRankNamingFileAndLine) {
+  if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
+  const std::string dir = testing::equivalence::fresh_shared_dir("loom_graph3d_bad_edges", world());
+  const std::string prefix = dir + "/g";
+  if (world().rank() == 0) {
+    std::filesystem::create_directories(dir);
+    std::ofstream(prefix + ".features") << "1 0\n0 1\n1 1\n0 0\n";
+    std::ofstream(prefix + ".labels") << "0 train\n1 val\n0 test\n1 train\n";
+    std::ofstream(prefix + ".edges") << "0 1\n1 2\n2 7\n";
+  }
+  world().barrier();
+  train::TrainConfig c = gcn_config(prefix, 2);
+  c.tp_3d = "2,1,2";
+  EXPECT_EQ(testing::error_of([&] { train::Trainer t(c, true, &world()); }),
+            prefix + ".edges:3: node 7 is out of range: the graph has 4 nodes (0..3)");
+  testing::equivalence::remove_shared_dir(dir, world());
+}
+
+// A source whose edges fail on one rank only (as running out of memory would).
+class FailingOnOneRank : public data::GraphSource {
+ public:
+  explicit FailingOnOneRank(int failing_rank) : failing_rank_(failing_rank) {
+    nodes_.name = "graph-x";
+    nodes_.num_nodes = 16;
+  }
+  void for_each_edge(const std::function<void(int64_t, int64_t)>& edge) override {
+    for (int64_t i = 0; i + 1 < 16; ++i) edge(i, i + 1);
+    if (world().rank() == failing_rank_) fail("graph-x: out of memory on this rank");
+  }
+
+ private:
+  int failing_rank_;
+};
+
+TEST(Graph3DLoading, AnErrorOnOneRankFailsEveryRankBeforeTheDegreeSum) {
+  if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
+  comm::DeviceMesh mesh(world(), {{"depth", 2}, {"row", 2}, {"col", 1}});
+  const tp3d::Grid3D grid(mesh.group("row"), mesh.group("col"), mesh.group("depth"));
+  const auto orders = node_orders(16, true, 1);
+  FailingOnOneRank source(2);
+  data::EdgeDigest digest;
+  const std::string error = testing::error_of([&] { read_local_adjacency(source, grid, *orders, 2, digest); });
+  if (world().rank() == 2)
+    EXPECT_EQ(error, "graph-x: out of memory on this rank");
+  else
+    EXPECT_EQ(error, "grid rank " + std::to_string(2) + " failed reading the edges of graph-x (its error says why); "
+                     "this rank read them without one");
+  // And with no error every rank reads its blocks (the sums run on all of them).
+  FailingOnOneRank fine(-1);
+  data::EdgeDigest d2;
+  const LocalAdjacency local = read_local_adjacency(fine, grid, *orders, 2, d2);
+  EXPECT_EQ(local.nnz, 15 * 2 + 16);
+  EXPECT_EQ(d2.count(), 15);
+}
+
+}  // namespace
+}  // namespace loom::parallel::graph3d
