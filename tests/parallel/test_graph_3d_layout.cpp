@@ -45,7 +45,7 @@ TEST(Graph3DLayout, BlocksTogetherAreTheAdjacency) {
   const std::vector<float> dense = kernels::csr_to_dense(A);
   const int64_t N = A.rows;
   for (const bool permute : {false, true})
-    for (const auto [row_parts, col_parts] : {std::pair<int64_t, int64_t>{3, 2}, {1, 5}, {100, 1}}) {
+    for (const auto& [row_parts, col_parts] : {std::pair<int64_t, int64_t>{3, 2}, {1, 5}, {100, 1}}) {
       const auto orders = node_orders(N, permute, 3);
       std::vector<float> rebuilt(static_cast<size_t>(N * N), 0.0f);
       for (int64_t rp = 0; rp < row_parts; ++rp)
@@ -67,7 +67,7 @@ TEST(Graph3DLayout, BlocksTogetherAreTheAdjacency) {
 TEST(Graph3DLayout, PermutationBalancesRmat2To16OnEightRanks) {
   const kernels::CsrMatrix A = rmat_adjacency(16, 8);
   // Layer 0's blocks: rows over depth, columns over row (outer); 2x2x2 has 4 distinct blocks.
-  for (const auto [depth, outer] : {std::pair<int64_t, int64_t>{2, 2}, {8, 1}, {1, 8}}) {
+  for (const auto& [depth, outer] : {std::pair<int64_t, int64_t>{2, 2}, {8, 1}, {1, 8}}) {
     const double permuted = block_imbalance(A, *node_orders(A.rows, true, 1), 0, depth, outer);
     const double file_order = block_imbalance(A, *node_orders(A.rows, false, 1), 0, depth, outer);
     std::cout << "[imbalance] R-MAT 2^16, " << depth << " x " << outer << " blocks: file order " << file_order
