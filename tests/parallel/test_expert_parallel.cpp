@@ -359,70 +359,86 @@ TEST(ExpertParallelPlan, ExpertGradientBytesMatchTheMeasuredStep) {
     }
 }
 
-// Without expert parallelism (ep 1) ZeRO shards the experts with every other parameter: one
-// ShardedDataParallel over the whole model, no expert_dp DDP. The planner's model state per
-// device (plan::model_state_bytes_per_device) and the --dry-run's (train::rank_training_state)
-// against the memory tracker between steps, and the planner's ZeRO bytes per step
-// (plan::zero_bytes_per_step) against ZeRO's counters, at dp 4, ZeRO 1-3, 2 micro-batches,
-// every other block a mixture of 4 experts. Every unit's size is a multiple of 4 (no padding),
-// so the figures are exact. The planner once counted the experts whole (16 bytes a value: at
-// ZeRO-1 in fp32 204512 bytes where the run holds 153440, at ZeRO-3 163520 for 61376) and
-// priced their gradients as an all-reduce over dp beside ZeRO's reduce-scatters; in bf16 the
-// --dry-run took the dense block's MLP weights and the router for fp32-read parameters (ZeRO-1:
-// 191280 for 182896). Bytes in fp32 only: in bf16 the routers are gathered in fp32 beside the
-// bf16 rest, which the planner does not tell apart.
-TEST(ExpertParallelPlan, WithoutEpZeroShardsTheExpertsAsThePlannerPrices) {
+// The model state a rank holds, between steps, as the memory tracker measures it, against the
+// planner's (plan::model_state_bytes_per_device), --dry-run's (train::rank_training_state) and
+// memory.json's formula (Trainer::state_formula), at dp 4, ep 1 and 2, ZeRO 0-3, fp32 and bf16,
+// every other block a mixture of 4 experts. Without ep ZeRO shards the experts with every other
+// parameter (one ShardedDataParallel over the whole model, no expert_dp DDP); under ep a rank
+// keeps E / ep experts whole outside ZeRO (ExpertDataParallel): 16 bytes a parameter, 18 in
+// bf16 with their bf16 copy. Every unit's size is a multiple of 4 (no padding), so the figures
+// are exact. Once the planner counted the experts whole without ep (ZeRO-1 fp32: 204512 bytes
+// for 153440) and 16 bytes in bf16 under ep (8192 short), --dry-run sharded all E experts over
+// dp under ep (ZeRO-3 fp32: 61376 for 95424; ZeRO-0 245504 for 177408) and the formula E / ep
+// of them (ZeRO-1 fp32: 110880 for 136416). Also, without ep, the planner's ZeRO bytes per step
+// (plan::zero_bytes_per_step) against ZeRO's counters, in fp32 only: in bf16 the routers are
+// gathered in fp32 beside the bf16 rest, which the planner does not tell apart. ZeRO-0 in bf16
+// is over by the dense part's LayerNorms, biases and position table (2 B each; see below).
+TEST(ExpertParallelPlan, StateEqualsTheTrackersOverEpZeroAndPrecision) {
   const int64_t p = world().size();
-  if (p != 4) GTEST_SKIP() << "on " << p << " ranks: runs on 4 (dp 4, ep 1)";
+  if (p != 4) GTEST_SKIP() << "on " << p << " ranks: runs on 4 (dp 4, ep 1 and 2)";
   MemoryTracker& tracker = MemoryTracker::instance();
-  for (const int64_t zero : {1, 2, 3})
-    for (const std::string precision : {"fp32", "bf16"}) {
-      Case k{.name = "zero_experts", .ep = 1, .experts = 4, .micro_batches = 2, .zero = zero};
-      train::TrainConfig c = moe_config(k, p, 2);
-      c.ep = 1;
-      c.zero = zero;
-      c.model.moe.every = 2;  // block 1 of 2
-      c.precision = precision;
-      const int64_t params0 = tracker.current(MemoryCategory::Parameters),
-                    grads0 = tracker.current(MemoryCategory::Gradients),
-                    optimizer0 = tracker.current(MemoryCategory::OptimizerState);
-      train::Trainer t(c, true, &world());
-      ShardedDataParallel& z = *t.sharded();
-      comm::ProcessGroup& expert_dp = t.parallelized().group("expert_dp");
-      t.train_step();
-      z.reset_comm_stats();
-      expert_dp.reset_stats();
-      t.train_step();
-      // Between steps: no unit gathered, no full gradient held (stages 2-3).
-      const int64_t measured = tracker.current(MemoryCategory::Parameters) - params0 +
-                               tracker.current(MemoryCategory::Gradients) - grads0 +
-                               tracker.current(MemoryCategory::OptimizerState) - optimizer0;
-      plan::ModelSpec m{"moe", c.model.n_layer, c.model.n_embd, c.model.n_head, c.model.block_size,
-                        c.model.padded_vocab_size};
-      m.moe = {.experts = 4, .top_k = 2, .every = 2};
-      plan::Layout l;
-      l.dp = p;
-      l.zero = static_cast<int>(zero);
-      l.micro_batch = c.batch_size;
-      l.recompute = false;
-      l.sequence_parallel = false;
-      plan::ClusterSpec cluster = plan::cluster_preset("local-default");
-      cluster.precision = precision == "bf16" ? plan::Precision::Bf16 : plan::Precision::Fp32;
-      const int64_t dense = plan::dense_parameters_per_device(m, l);
-      ASSERT_EQ(dense + plan::expert_parameters_per_device(m, l), t.model().num_parameters());
-      const std::string what = "zero " + std::to_string(zero) + ", " + precision;
-      EXPECT_TRUE(plan::experts_sharded_by_zero(m, l)) << what;
-      EXPECT_EQ(plan::model_state_bytes_per_device(m, cluster, l, dense), measured) << what;
-      EXPECT_EQ(train::rank_training_state(c).total(), measured) << what << ": --dry-run";
-      // No DDP over expert_dp: ZeRO's reduce-scatters carry the experts' gradients.
-      EXPECT_EQ(plan::expert_gradient_bytes_per_step(m, l, 4), 0) << what;
-      EXPECT_EQ(expert_dp.stats().bytes, 0) << what;
-      if (precision == "fp32") {
-        // The step's reduce-scatters and gathers, and the gradient norm's one float.
-        const plan::ZeroBytes want = plan::zero_bytes_per_step(m, l, c.micro_batches, dense, 4, 4);
-        EXPECT_EQ(z.comm_stats().bytes, want.total() + 4) << what;
+  for (const int64_t ep : {1, 2})
+    for (const int64_t zero : {0, 1, 2, 3})
+      for (const std::string precision : {"fp32", "bf16"}) {
+        Case k{.name = "state", .ep = ep, .experts = 4, .micro_batches = 2, .zero = zero};
+        train::TrainConfig c = moe_config(k, p, 2);
+        c.ep = ep;
+        c.zero = zero;
+        c.model.moe.every = 2;  // block 1 of 2
+        c.precision = precision;
+        const int64_t params0 = tracker.current(MemoryCategory::Parameters),
+                      grads0 = tracker.current(MemoryCategory::Gradients),
+                      optimizer0 = tracker.current(MemoryCategory::OptimizerState);
+        train::Trainer t(c, true, &world());
+        ShardedDataParallel* z = t.sharded();
+        comm::ProcessGroup& expert_dp = t.parallelized().group("expert_dp");
+        t.train_step();
+        if (z) z->reset_comm_stats();
+        expert_dp.reset_stats();
+        t.train_step();
+        // Between steps: no unit gathered, no full gradient held (stages 2-3).
+        const int64_t measured = tracker.current(MemoryCategory::Parameters) - params0 +
+                                 tracker.current(MemoryCategory::Gradients) - grads0 +
+                                 tracker.current(MemoryCategory::OptimizerState) - optimizer0;
+        plan::ModelSpec m{"moe", c.model.n_layer, c.model.n_embd, c.model.n_head, c.model.block_size,
+                          c.model.padded_vocab_size};
+        m.moe = {.experts = 4, .top_k = 2, .every = 2};
+        plan::Layout l;
+        l.dp = p;
+        l.ep = ep;
+        l.zero = static_cast<int>(zero);
+        l.micro_batch = c.batch_size;
+        l.recompute = false;
+        l.sequence_parallel = false;
+        plan::ClusterSpec cluster = plan::cluster_preset("local-default");
+        cluster.precision = precision == "bf16" ? plan::Precision::Bf16 : plan::Precision::Fp32;
+        const int64_t dense = plan::dense_parameters_per_device(m, l);
+        ASSERT_EQ(dense + plan::expert_parameters_per_device(m, l), t.model().num_parameters());
+        const std::string what = "ep " + std::to_string(ep) + ", zero " + std::to_string(zero) + ", " + precision;
+        const bool sharded_experts = ep == 1 && zero >= 1;
+        EXPECT_EQ(plan::experts_sharded_by_zero(m, l), sharded_experts) << what;
+        // Known, dense models too: DDP in bf16 converts only what GEMMs read, but the formulas
+        // give every LayerNorm, bias and position-table value a bf16 copy (2 B each).
+        const int64_t C = c.model.n_embd, dense_blocks = c.model.n_layer / 2;
+        const int64_t uncopied = c.model.n_layer * 8 * C + dense_blocks * 5 * C + c.model.block_size * C + 2 * C;
+        const int64_t want = measured + (zero == 0 && precision == "bf16" ? 2 * uncopied : 0);
+        EXPECT_EQ(plan::model_state_bytes_per_device(m, cluster, l, dense), want) << what << ": planner";
+        EXPECT_EQ(train::rank_training_state(c).total(), want) << what << ": --dry-run";
+        EXPECT_EQ(t.state_formula().total(), want) << what << ": memory.json's formula";
+        const nlohmann::json formula = t.memory_json()["formula"];
+        EXPECT_EQ(formula["params"].get<int64_t>() + formula["grads"].get<int64_t>() + formula["optimizer"].get<int64_t>(),
+                  want)
+            << what << ": memory.json";
+        if (!sharded_experts) continue;
+        // No DDP over expert_dp: ZeRO's reduce-scatters carry the experts' gradients.
+        EXPECT_EQ(plan::expert_gradient_bytes_per_step(m, l, 4), 0) << what;
+        EXPECT_EQ(expert_dp.stats().bytes, 0) << what;
+        if (precision == "fp32") {
+          // The step's reduce-scatters and gathers, and the gradient norm's one float.
+          const plan::ZeroBytes want = plan::zero_bytes_per_step(m, l, c.micro_batches, dense, 4, 4);
+          EXPECT_EQ(z->comm_stats().bytes, want.total() + 4) << what;
+        }
       }
-    }
 }
 
 }  // namespace

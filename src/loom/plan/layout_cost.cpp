@@ -42,7 +42,10 @@ int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& 
   } else {
     bytes = state_bytes(cluster, sharded, l.dp, zero);
   }
-  if (!sharded_experts) bytes += state_bytes(cluster, experts, 1, 0);
+  // Whole, a bf16 copy of each expert's weights (8 h^2 of an expert's parameters) in bf16.
+  const int64_t expert_weights = experts / expert_mlp_parameters(model.hidden) * 8 * model.hidden * model.hidden;
+  if (!sharded_experts)
+    bytes += unsharded_state_bytes(experts, cluster.precision == Precision::Bf16 ? expert_weights : 0).total();
   return bytes;
 }
 

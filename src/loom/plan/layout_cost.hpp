@@ -41,7 +41,8 @@ double layer_activation_bytes(const ModelSpec& model, const ClusterSpec& cluster
 // The model state (parameters, gradients, optimizer state) of a device holding `params_here`
 // parameters besides its experts (dense_parameters_per_device, or a pipeline's first stage),
 // ZeRO-sharded over dp, with its experts (expert_parameters_per_device) when `with_experts`:
-// sharded with the rest without ep (experts_sharded_by_zero), whole under ep. In bf16 the
+// sharded with the rest without ep (experts_sharded_by_zero), whole under ep
+// (unsharded_state_bytes, with their bf16 copy in bf16). In bf16 the
 // blocks' Linear weights have no fp32 value under ZeRO-1/2 and the routers no bf16 copy
 // (mixed_precision_cost.hpp). Without ZeRO-3's gathered units (predict adds them).
 int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,

@@ -20,6 +20,12 @@ StateBytes mixed_precision_state_bytes(int64_t params, int64_t fp32_read_params,
   return s;
 }
 
+StateBytes unsharded_state_bytes(int64_t params, int64_t bf16_copies, int64_t optimizer_bytes_per_param) {
+  StateBytes s = model_state_bytes(params, 1, 0, optimizer_bytes_per_param);
+  s.params += 2 * bf16_copies;
+  return s;
+}
+
 int64_t bf16_state_bytes(int64_t params_here, int64_t gemm_only_params, int64_t dp, int zero_stage,
                          int64_t kept_params) {
   return mixed_precision_state_bytes(params_here, params_here - gemm_only_params - kept_params, static_cast<int>(dp),

@@ -26,6 +26,13 @@ namespace loom::plan {
 StateBytes mixed_precision_state_bytes(int64_t params, int64_t fp32_read_params, int shards, int zero_stage,
                                        int64_t optimizer_bytes_per_param, int64_t kept_params = 0);
 
+// The model state of `params` parameters a device keeps whole, outside ZeRO (a mixture of
+// experts' E / ep experts under ep, which ExpertDataParallel all-reduces over expert_dp): 16 B
+// a parameter under fp32 Adam, and 2 more for each of the `bf16_copies` a GEMM reads in bf16
+// (the experts' weights; their biases are read in fp32 and get no copy). What the planner,
+// --dry-run and memory.json's formula add.
+StateBytes unsharded_state_bytes(int64_t params, int64_t bf16_copies, int64_t optimizer_bytes_per_param = 8);
+
 // `loom plan --precision bf16`: the model state of a device holding params_here parameters, of
 // which gemm_only_params are blocks' Linear weights and kept_params kept in fp32 (a mixture of
 // experts' routers; the rest read outside GEMMs), over dp.

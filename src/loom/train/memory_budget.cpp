@@ -60,7 +60,22 @@ int64_t read_number(const std::string& path, const std::string& key) {
 int64_t pipeline_rank_layers(const TrainConfig& c) { return (c.model.n_layer + c.pp - 1) / c.pp; }
 
 plan::StateBytes rank_training_state(const TrainConfig& c) {
-  return training_state(c, c.model.num_parameters(c.tp) / c.pp, pipeline_rank_layers(c));
+  const nn::GPTConfig& m = c.model;
+  const int64_t params = m.num_parameters(c.tp) / c.pp, layers = pipeline_rank_layers(c);
+  // Under ep (or DDP) a rank keeps E / ep experts of each MoE block whole, outside ZeRO
+  // (ExpertDataParallel); without ep ZeRO shards them with the rest (plan::experts_sharded_by_zero).
+  if ((c.ep == 1 && c.zero >= 1) || !m.moe.enabled()) return training_state(c, params, layers);
+  int64_t moe_blocks = 0;
+  for (int64_t l = 0; l < m.n_layer; ++l) moe_blocks += m.moe.is_moe_block(l) ? 1 : 0;
+  const int64_t expert = plan::expert_mlp_parameters(m.n_embd);
+  const int64_t all_experts = moe_blocks * m.moe.experts * expert / c.pp;
+  const int64_t experts_here = moe_blocks * (m.moe.experts / c.ep) * expert / c.pp;
+  // In bf16 the experts' weights get a bf16 copy, their biases none.
+  const int64_t weights_here = moe_blocks * (m.moe.experts / c.ep) * 8 * m.n_embd * m.n_embd / c.pp;
+  const plan::StateBytes dense = training_state(c, params - all_experts, layers);
+  const plan::StateBytes experts = plan::unsharded_state_bytes(experts_here, c.precision == "bf16" ? weights_here : 0,
+                                                               c.optimizer == "adamw" ? 8 : 4);
+  return {dense.params + experts.params, dense.grads + experts.grads, dense.optimizer + experts.optimizer};
 }
 
 MemoryNeed training_memory(const TrainConfig& c) {

@@ -285,19 +285,31 @@ std::string Trainer::save_checkpoint_now() {
 std::string Trainer::memory_report() const { return train::memory_report(world_.rank(), state_formula(), sharded()); }
 
 plan::StateBytes Trainer::state_formula() const {
-  const int64_t params = p_.model->num_parameters(), optimizer_bytes = config_.optimizer == "adamw" ? 8 : 4;
-  if (config_.precision == "bf16") {
-    int64_t fp32_read = 0;  // the parameters that keep an fp32 value beside the bf16 copy under ZeRO-1/2
-    int64_t kept = 0;       // those with no bf16 copy at all (a router's weight)
-    for (const nn::Parameter* q : p_.model->parameters()) {
-      if (q->kept_in_fp32()) kept += q->numel();
-      else if (!q->read_only_by_gemms()) fp32_read += q->numel();
+  const int64_t optimizer_bytes = config_.optimizer == "adamw" ? 8 : 4;
+  const bool bf16 = config_.precision == "bf16";
+  // Under ep (or DDP) this rank's experts stay whole, outside ZeRO (ExpertDataParallel); without
+  // ep they carry no expert shard spec, only their module's name (nn::MoE's "experts").
+  int64_t params = 0, experts = 0, expert_copies = 0;
+  int64_t fp32_read = 0;  // the parameters that keep an fp32 value beside the bf16 copy under ZeRO-1/2
+  int64_t kept = 0;       // those with no bf16 copy at all (a router's weight)
+  for (const nn::Parameter* q : p_.model->parameters()) {
+    const bool expert = parallel::ep::is_expert_parameter(*q) || q->name().find(".experts.") != std::string::npos;
+    if ((config_.ep > 1 || config_.zero == 0) && expert) {
+      experts += q->numel();
+      if (q->weight_decay()) expert_copies += q->numel();  // a weight, GEMM-read in bf16; a bias gets no copy
+      continue;
     }
-    return plan::mixed_precision_state_bytes(params, fp32_read, static_cast<int>(config_.shard_size()),
-                                             static_cast<int>(config_.zero), optimizer_bytes, kept);
+    params += q->numel();
+    if (q->kept_in_fp32()) kept += q->numel();
+    else if (!q->read_only_by_gemms()) fp32_read += q->numel();
   }
-  return plan::model_state_bytes(params, static_cast<int>(config_.shard_size()), static_cast<int>(config_.zero),
-                                 optimizer_bytes);
+  const plan::StateBytes dense =
+      bf16 ? plan::mixed_precision_state_bytes(params, fp32_read, static_cast<int>(config_.shard_size()),
+                                               static_cast<int>(config_.zero), optimizer_bytes, kept)
+           : plan::model_state_bytes(params, static_cast<int>(config_.shard_size()), static_cast<int>(config_.zero),
+                                     optimizer_bytes);
+  const plan::StateBytes whole = plan::unsharded_state_bytes(experts, bf16 ? expert_copies : 0, optimizer_bytes);
+  return {dense.params + whole.params, dense.grads + whole.grads, dense.optimizer + whole.optimizer};
 }
 
 nlohmann::json Trainer::memory_json() const {
