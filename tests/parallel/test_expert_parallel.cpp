@@ -89,6 +89,14 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
+// The planner's view of a run's model: 4 experts, top-2, in every other block.
+plan::ModelSpec planned_moe(const train::TrainConfig& c) {
+  plan::ModelSpec m{"moe", c.model.n_layer, c.model.n_embd, c.model.n_head, c.model.block_size,
+                    c.model.padded_vocab_size};
+  m.moe = {.experts = 4, .top_k = 2, .every = 2};
+  return m;
+}
+
 train::TrainConfig moe_config(const Case& k, int64_t dp, int64_t batch) {
   train::TrainConfig c = tiny(dp, batch, k.micro_batches);
   c.steps = k.steps;
@@ -301,11 +309,7 @@ TEST(ExpertParallelPlan, AllToAllBytesMatchTheMeasuredStep) {
     ep.reset_stats();
     t.compute_gradients();
     const int64_t layers = c.model.n_layer / c.model.moe.every, counts = layers * c.micro_batches * 4 * (4 / p);
-    plan::ModelSpec m;
-    m.layers = c.model.n_layer;
-    m.hidden = c.model.n_embd;
-    m.seq = c.model.block_size;
-    m.moe = {.experts = 4, .top_k = 2, .every = 2};
+    const plan::ModelSpec m = planned_moe(c);
     plan::Layout l;
     l.dp = p;
     l.ep = p;
@@ -343,11 +347,7 @@ TEST(ExpertParallelPlan, ExpertGradientBytesMatchTheMeasuredStep) {
       ASSERT_EQ(expert_dp.size(), 2);
       expert_dp.reset_stats();
       t.compute_gradients();
-      plan::ModelSpec m;
-      m.layers = c.model.n_layer;
-      m.hidden = c.model.n_embd;
-      m.seq = c.model.block_size;
-      m.moe = {.experts = 4, .top_k = 2, .every = 2};
+      const plan::ModelSpec m = planned_moe(c);
       plan::Layout l;
       l.dp = p;
       l.ep = 2;
@@ -400,9 +400,7 @@ TEST(ExpertParallelPlan, StateEqualsTheTrackersOverEpZeroAndPrecision) {
         const int64_t measured = tracker.current(MemoryCategory::Parameters) - params0 +
                                  tracker.current(MemoryCategory::Gradients) - grads0 +
                                  tracker.current(MemoryCategory::OptimizerState) - optimizer0;
-        plan::ModelSpec m{"moe", c.model.n_layer, c.model.n_embd, c.model.n_head, c.model.block_size,
-                          c.model.padded_vocab_size};
-        m.moe = {.experts = 4, .top_k = 2, .every = 2};
+        const plan::ModelSpec m = planned_moe(c);
         plan::Layout l;
         l.dp = p;
         l.ep = ep;
