@@ -2,8 +2,8 @@
 // twice from the same seed and global batch: serially (on every rank, locally) and under the
 // requested layout (any dp x pp x tp, ZeRO stage, schedule, sequence parallelism), and prints
 // per step the loss difference, the gradient (before clipping) and parameter tensors that
-// differ most, and the gradient norms before clipping. Exit status 1 when any goes past its tolerance: the check users (and CI) can
-// run on any combination.
+// differ most, and the gradient norms before clipping. Exit status 1 when any goes past its
+// tolerance: the check users (and CI) can run on any combination.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
