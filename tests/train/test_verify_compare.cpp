@@ -71,7 +71,7 @@ TEST(VerifyBound, ExcusesATinyGradientElementAndNotAnOrdinaryOne) {
   std::vector<float> tiny_off = serial;
   tiny_off[0] += static_cast<float>(off);
   const ParameterComparison excused =
-      compare_parameters({{"model.b", tensor_of(tiny_off)}}, want, c, 1, 0.0, param_rtol, bound.allowances());
+      compare_parameters({{"model.b", tensor_of(tiny_off)}}, want, param_rtol, bound.allowances());
   EXPECT_LE(excused.worst.error, param_rtol);
   EXPECT_EQ(excused.excused.elements, 1);
   EXPECT_EQ(excused.excused.worst.name, "b");
@@ -80,14 +80,14 @@ TEST(VerifyBound, ExcusesATinyGradientElementAndNotAnOrdinaryOne) {
   std::vector<float> ordinary_off = serial;
   ordinary_off[1] += static_cast<float>(off);
   const ParameterComparison failed =
-      compare_parameters({{"model.b", tensor_of(ordinary_off)}}, want, c, 1, 0.0, param_rtol, bound.allowances());
+      compare_parameters({{"model.b", tensor_of(ordinary_off)}}, want, param_rtol, bound.allowances());
   EXPECT_GT(failed.worst.error, param_rtol);
   EXPECT_NEAR(failed.worst.error, 2.8e-3, 1e-4);
   EXPECT_EQ(failed.worst.name, "b");
   EXPECT_EQ(failed.excused.elements, 0);
 
   // Without the bound (SGD, or no allowances) the tiny-gradient element fails as before.
-  EXPECT_GT(compare_parameters({{"model.b", tensor_of(tiny_off)}}, want, c, 1, 0.0, param_rtol, {}).worst.error, param_rtol);
+  EXPECT_GT(compare_parameters({{"model.b", tensor_of(tiny_off)}}, want, param_rtol, {}).worst.error, param_rtol);
   TrainConfig sgd = c;
   sgd.optimizer = "sgd";
   AdamWBound none;
@@ -119,7 +119,7 @@ TEST(VerifyBound, APerturbedParameterWithAnOrdinaryGradientFails) {
   const std::map<std::string, Tensor> want = serial.state_dict();
   std::map<std::string, Tensor> got;
   for (const auto& [key, t] : layout.state_dict()) got[key] = t.clone();
-  const ParameterComparison same = compare_parameters(got, want, c, c.steps, 0.0, param_rtol, bound.allowances());
+  const ParameterComparison same = compare_parameters(got, want, param_rtol, bound.allowances());
   EXPECT_EQ(same.worst.error, 0.0);
   EXPECT_EQ(same.excused.elements, 0);
 
@@ -131,10 +131,10 @@ TEST(VerifyBound, APerturbedParameterWithAnOrdinaryGradientFails) {
     if (std::fabs(g.f32()[i]) > std::fabs(g.f32()[largest])) largest = i;
   for (int64_t i = 0; i < g.numel(); ++i) scale = std::max(scale, std::fabs(want.at("model." + name).f32()[i]));
   got.at("model." + name).f32()[largest] += 3e-3f * scale;
-  const ParameterComparison perturbed = compare_parameters(got, want, c, c.steps, 0.0, param_rtol, bound.allowances());
+  const ParameterComparison perturbed = compare_parameters(got, want, param_rtol, bound.allowances());
   EXPECT_EQ(perturbed.worst.name, name);
   EXPECT_GT(perturbed.worst.error, param_rtol);
-  EXPECT_NEAR(perturbed.worst.error, 3e-3, 3e-4);
+  EXPECT_LE(perturbed.worst.error, 3e-3 * (1 + 1e-4));  // its allowance, if any, only lowers it
   EXPECT_EQ(perturbed.excused.elements, 0);
 }
 

@@ -32,19 +32,17 @@ struct Excused {
 };
 
 struct ParameterComparison {
-  Worst worst;  // relative to the tensor's scale, each element's allowance taken off first
+  Worst worst;  // what each element's allowance leaves of its difference, relative to the tensor's scale
   Excused excused;
 };
 
 // Gradients ("grad.<name>", gradient_dict()): the tensor whose element differs most.
 Worst worst_gradient_difference(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want);
 
-// Parameters ("model.<name>", state_dict()) after `steps` steps. min_scale: the smallest scale a
-// parameter is measured against (apps/verify_command.cpp: bf16's noise floor); param_rtol: the
-// tolerance an element past which counts as excused when its allowance brings it back within.
+// Parameters ("model.<name>", state_dict()). param_rtol: the tolerance an element past which
+// counts as excused when its allowance brings it back within.
 ParameterComparison compare_parameters(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want,
-                                       const TrainConfig& c, int64_t steps, double min_scale, double param_rtol,
-                                       const Allowances& allowances);
+                                       double param_rtol, const Allowances& allowances);
 
 // The allowances under AdamW: each step, each element's update spread (adamw_update_spread) over
 // gradients within grad_rtol of the gradient tensor's scale. Principled where a looser global
