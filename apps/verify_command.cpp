@@ -180,7 +180,7 @@ Runner add_verify_command(CLI::App& sub) {
   auto* grad = sub.add_option("--grad-rtol", tol->grad_rtol,
                  "gradient tolerance, relative to each tensor's largest magnitude [default 1e-3" + bf16 + fmt(kBf16Tolerances.grad_rtol) + "]");
   auto* param = sub.add_option("--param-rtol", tol->param_rtol,
-                 "parameter tolerance, relative to each tensor's largest magnitude [default 1e-3" + bf16 + fmt(kBf16Tolerances.param_rtol) + "]");
+                 "parameter tolerance, relative to each tensor's largest magnitude, on what the AdamW bound (README) leaves of each element's difference [default 1e-3" + bf16 + fmt(kBf16Tolerances.param_rtol) + "]");
   auto* norm = sub.add_option("--norm-rtol", tol->norm_rtol,
                  "relative tolerance of the global gradient norm before clipping per step [default 1e-5" + bf16 + fmt(kBf16Tolerances.norm_rtol) + "]");
   std::shared_ptr<ConfigFlags> flags = add_config_flags(sub, defaults);
