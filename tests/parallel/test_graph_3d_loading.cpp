@@ -25,6 +25,7 @@
 #include "loom/parallel/graph_3d/graph_conv_3d.hpp"
 #include "loom/parallel/graph_3d/local_adjacency.hpp"
 #include "loom/parallel/graph_3d/local_features.hpp"
+#include "loom/tensor/memory_tracker.hpp"
 #include "loom/train/gcn_spec.hpp"
 #include "loom/train/trainer.hpp"
 #include "parallel/equivalence.hpp"
@@ -156,7 +157,11 @@ TEST(Graph3DLoading, AnErrorOnOneRankFailsEveryRankBeforeTheDegreeSum) {
 // The grid's batch of `split` equals the whole graph's features (normalised by row) and
 // targets cut as its first and last layers take them.
 void expect_node_blocks_cut_from_the_whole(const train::TrainConfig& c, data::NodeSplit split) {
+  MemoryTracker& tracker = MemoryTracker::instance();
+  tracker.reset_peaks();
+  const int64_t held_before = tracker.total_current();
   train::Trainer t(c, true, &world());
+  const int64_t peak_while_loading = tracker.total_peak() - held_before;
   auto& spec = dynamic_cast<train::GcnSpec&>(t.spec());
   const data::Batch mine = split == data::NodeSplit::Train ? spec.train_batch(0, 0, 0) : spec.eval_batch(0, 0);
   data::Graph whole = data::load_graph(c.data, c.split);
@@ -181,13 +186,16 @@ void expect_node_blocks_cut_from_the_whole(const train::TrainConfig& c, data::No
   EXPECT_TRUE(spec.graph().features.empty());
   EXPECT_TRUE(spec.graph().labels.empty());
   EXPECT_LT(2 * mine.inputs.numel(), N * F) << "holds " << mine.inputs.numel() << " of " << N * F << " features";
+  // Nor did it while the model was built (every tensor it made, the model's included).
+  EXPECT_LT(peak_while_loading, N * F * static_cast<int64_t>(sizeof(float)))
+      << "a peak of " << peak_while_loading << " tensor bytes while loading";
   EXPECT_LE(2 * mine.targets.numel(), N);  // its part over the last layer's depth axis
   EXPECT_EQ(spec.data_identity(), identity);  // a checkpoint's graph identity as before
 }
 
 TEST(Graph3DLoading, EachRankHoldsOnlyItsNodeBlocks) {
   if (world().size() != 4 && world().size() != 8) GTEST_SKIP() << "runs on 4 or 8 ranks";
-  for (const std::string data : {std::string("rmat:scale=9,edge_factor=8,features=7,classes=3,seed=5"),
+  for (const std::string data : {std::string("rmat:scale=9,edge_factor=8,features=40,classes=3,seed=5"),
                                  std::string(LOOM_SOURCE_DIR "/data/cora")}) {
     SCOPED_TRACE(data);
     train::TrainConfig c = gcn_config(data, 3);
