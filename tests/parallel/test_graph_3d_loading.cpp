@@ -117,20 +117,31 @@ TEST(Graph3DLoading, ABadEdgeFileFailsEveryRankNamingFileAndLine) {
   testing::equivalence::remove_shared_dir(dir, world());
 }
 
-// A source whose edges fail on one rank only (as running out of memory would).
+// A source whose edges (or, read again, its features) fail on one rank only (as running out of
+// memory, or a file changed between the reads, would).
 class FailingOnOneRank : public data::GraphSource {
  public:
-  explicit FailingOnOneRank(int failing_rank) : failing_rank_(failing_rank) {
-    nodes_.name = "graph-x";
+  explicit FailingOnOneRank(int failing_rank, bool in_features = false)
+      : failing_rank_(failing_rank), in_features_(in_features) {
+    nodes_.name = in_features ? "graph-y" : "graph-x";
     nodes_.num_nodes = 16;
+    nodes_.num_features = 2;
   }
   void for_each_edge(const std::function<void(int64_t, int64_t)>& edge) override {
     for (int64_t i = 0; i + 1 < 16; ++i) edge(i, i + 1);
-    if (world().rank() == failing_rank_) fail("graph-x: out of memory on this rank");
+    if (!in_features_ && world().rank() == failing_rank_) fail("graph-x: out of memory on this rank");
+  }
+  void for_each_feature_row(const std::function<bool(int64_t)>& wanted,
+                            const std::function<void(int64_t, const float*)>& row) override {
+    const float values[2] = {1.0f, 2.0f};
+    for (int64_t i = 0; i < 16; ++i)
+      if (wanted(i)) row(i, values);
+    if (in_features_ && world().rank() == failing_rank_) fail("graph-y.features:9: changed since it was opened");
   }
 
  private:
   int failing_rank_;
+  bool in_features_;
 };
 
 TEST(Graph3DLoading, AnErrorOnOneRankFailsEveryRankBeforeTheDegreeSum) {
@@ -232,37 +243,13 @@ TEST(Graph3DLoading, ABadNodeFileFailsEveryRankNamingFileAndLine) {
   testing::equivalence::remove_shared_dir(dir, world());
 }
 
-// A source whose features, read again, fail on one rank only (a file changed between the reads,
-// or memory).
-class FeaturesFailingOnOneRank : public data::GraphSource {
- public:
-  explicit FeaturesFailingOnOneRank(int failing_rank) : failing_rank_(failing_rank) {
-    nodes_.name = "graph-y";
-    nodes_.num_nodes = 16;
-    nodes_.num_features = 2;
-  }
-  void for_each_edge(const std::function<void(int64_t, int64_t)>& edge) override {
-    for (int64_t i = 0; i + 1 < 16; ++i) edge(i, i + 1);
-  }
-  void for_each_feature_row(const std::function<bool(int64_t)>& wanted,
-                            const std::function<void(int64_t, const float*)>& row) override {
-    const float values[2] = {1.0f, 2.0f};
-    for (int64_t i = 0; i < 16; ++i)
-      if (wanted(i)) row(i, values);
-    if (world().rank() == failing_rank_) fail("graph-y.features:9: changed since it was opened");
-  }
-
- private:
-  int failing_rank_;
-};
-
 TEST(Graph3DLoading, AFeatureErrorOnOneRankFailsEveryRank) {
   if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
   comm::DeviceMesh mesh(world(), {{"depth", 2}, {"row", 2}, {"col", 1}});
   const tp3d::Grid3D grid(mesh.group("row"), mesh.group("col"), mesh.group("depth"));
   const auto orders = node_orders(16, true, 1);
   for (const int failing : {1, -1}) {
-    FeaturesFailingOnOneRank source(failing);
+    FailingOnOneRank source(failing, /*in_features=*/true);
     data::EdgeDigest digest;
     LocalAdjacency local = read_local_adjacency(source, grid, *orders, 1, digest);
     const GraphConv3D first(2, 4, 0, 16, std::move(local.blocks[0]), false, grid, orders);
