@@ -2,11 +2,15 @@
 // rank reads the edges once, streamed, and keeps only its layers' blocks of Â
 // (graph_3d/local_adjacency.hpp): the spec keeps no edge list and no whole Â, each block
 // equals the one cut from the whole Â bit for bit (so the grid trains as before), and the
-// graph's identity is the whole graph's. A bad edge file fails every rank with its file and
-// line; an error on one rank alone fails the others too, naming it, instead of a hang in the
-// degrees' sum.
+// graph's identity is the whole graph's. Likewise the node data: a rank reads the features
+// streamed and keeps its first layer's shard alone, and the targets of its last layer's rows
+// alone, each equal to the one cut from the whole. A bad edge or node file fails every rank
+// with its file and line; an error on one rank alone fails the others too, naming it, instead
+// of a hang in the degrees' sum or the next collective.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -17,8 +21,11 @@
 #include "loom/error.hpp"
 #include "loom/kernels/sparse.hpp"
 #include "loom/nn/gcn.hpp"
+#include "loom/parallel/graph_3d/class_parallel_loss.hpp"
 #include "loom/parallel/graph_3d/graph_conv_3d.hpp"
 #include "loom/parallel/graph_3d/local_adjacency.hpp"
+#include "loom/parallel/graph_3d/local_features.hpp"
+#include "loom/tensor/memory_tracker.hpp"
 #include "loom/train/gcn_spec.hpp"
 #include "loom/train/trainer.hpp"
 #include "parallel/equivalence.hpp"
@@ -110,20 +117,31 @@ TEST(Graph3DLoading, ABadEdgeFileFailsEveryRankNamingFileAndLine) {
   testing::equivalence::remove_shared_dir(dir, world());
 }
 
-// A source whose edges fail on one rank only (as running out of memory would).
+// A source whose edges (or, read again, its features) fail on one rank only (as running out of
+// memory, or a file changed between the reads, would).
 class FailingOnOneRank : public data::GraphSource {
  public:
-  explicit FailingOnOneRank(int failing_rank) : failing_rank_(failing_rank) {
-    nodes_.name = "graph-x";
+  explicit FailingOnOneRank(int failing_rank, bool in_features = false)
+      : failing_rank_(failing_rank), in_features_(in_features) {
+    nodes_.name = in_features ? "graph-y" : "graph-x";
     nodes_.num_nodes = 16;
+    nodes_.num_features = 2;
   }
   void for_each_edge(const std::function<void(int64_t, int64_t)>& edge) override {
     for (int64_t i = 0; i + 1 < 16; ++i) edge(i, i + 1);
-    if (world().rank() == failing_rank_) fail("graph-x: out of memory on this rank");
+    if (!in_features_ && world().rank() == failing_rank_) fail("graph-x: out of memory on this rank");
+  }
+  void for_each_feature_row(const std::function<bool(int64_t)>& wanted,
+                            const std::function<void(int64_t, const float*)>& row) override {
+    const float values[2] = {1.0f, 2.0f};
+    for (int64_t i = 0; i < 16; ++i)
+      if (wanted(i)) row(i, values);
+    if (in_features_ && world().rank() == failing_rank_) fail("graph-y.features:9: changed since it was opened");
   }
 
  private:
   int failing_rank_;
+  bool in_features_;
 };
 
 TEST(Graph3DLoading, AnErrorOnOneRankFailsEveryRankBeforeTheDegreeSum) {
@@ -145,6 +163,106 @@ TEST(Graph3DLoading, AnErrorOnOneRankFailsEveryRankBeforeTheDegreeSum) {
   const LocalAdjacency local = read_local_adjacency(fine, grid, *orders, 2, d2);
   EXPECT_EQ(local.nnz, 15 * 2 + 16);
   EXPECT_EQ(d2.count(), 15);
+}
+
+// The grid's batch of `split` equals the whole graph's features (normalised by row) and
+// targets cut as its first and last layers take them.
+void expect_node_blocks_cut_from_the_whole(const train::TrainConfig& c, data::NodeSplit split) {
+  MemoryTracker& tracker = MemoryTracker::instance();
+  tracker.reset_peaks();
+  const int64_t held_before = tracker.total_current();
+  train::Trainer t(c, true, &world());
+  const int64_t peak_while_loading = tracker.total_peak() - held_before;
+  auto& spec = dynamic_cast<train::GcnSpec&>(t.spec());
+  const data::Batch mine = split == data::NodeSplit::Train ? spec.train_batch(0, 0, 0) : spec.eval_batch(0, 0);
+  data::Graph whole = data::load_graph(c.data, c.split);
+  const int64_t N = whole.num_nodes, F = whole.num_features;
+  const std::string identity = whole.identity();  // of the graph as read
+  data::row_normalize_features(whole);
+  Tensor features = Tensor::empty({N, F}), targets = Tensor::empty({N}, DType::I32);
+  std::copy(whole.features.begin(), whole.features.end(), features.f32());
+  for (int64_t i = 0; i < N; ++i)
+    targets.i32()[i] = whole.split[static_cast<size_t>(i)] == split ? whole.labels[static_cast<size_t>(i)] : -1;
+  const auto& model = dynamic_cast<nn::GCN&>(*t.parallelized().chunks.front());
+  const auto& first = dynamic_cast<const GraphConv3D&>(*model.convs().front());
+  const Tensor want_inputs = first.input_shard(features);
+  ASSERT_EQ(mine.inputs.shape(), want_inputs.shape());
+  EXPECT_EQ(std::memcmp(mine.inputs.raw(), want_inputs.raw(), static_cast<size_t>(want_inputs.nbytes())), 0)
+      << "the features' shard differs from the one cut from the whole matrix";
+  const Tensor want_targets = targets_for(*model.convs().back(), targets);
+  ASSERT_EQ(mine.targets.shape(), want_targets.shape());
+  EXPECT_EQ(std::memcmp(mine.targets.raw(), want_targets.raw(), static_cast<size_t>(want_targets.nbytes())), 0);
+
+  // What the rank holds of the nodes: its shard and its rows' targets, no whole matrix or labels.
+  EXPECT_TRUE(spec.graph().features.empty());
+  EXPECT_TRUE(spec.graph().labels.empty());
+  EXPECT_LT(2 * mine.inputs.numel(), N * F) << "holds " << mine.inputs.numel() << " of " << N * F << " features";
+  // Nor did it while the model was built (every tensor it made, the model's included).
+  EXPECT_LT(peak_while_loading, N * F * static_cast<int64_t>(sizeof(float)))
+      << "a peak of " << peak_while_loading << " tensor bytes while loading";
+  EXPECT_LE(2 * mine.targets.numel(), N);  // its part over the last layer's depth axis
+  EXPECT_EQ(spec.data_identity(), identity);  // a checkpoint's graph identity as before
+}
+
+TEST(Graph3DLoading, EachRankHoldsOnlyItsNodeBlocks) {
+  if (world().size() != 4 && world().size() != 8) GTEST_SKIP() << "runs on 4 or 8 ranks";
+  for (const std::string data : {std::string("rmat:scale=9,edge_factor=8,features=40,classes=3,seed=5"),
+                                 std::string(LOOM_SOURCE_DIR "/data/cora")}) {
+    SCOPED_TRACE(data);
+    train::TrainConfig c = gcn_config(data, 3);
+    c.tp_3d = grid_for(world().size());
+    expect_node_blocks_cut_from_the_whole(c, data::NodeSplit::Train);
+    c.graph_permute = false;
+    expect_node_blocks_cut_from_the_whole(c, data::NodeSplit::Val);
+  }
+}
+
+TEST(Graph3DLoading, ABadNodeFileFailsEveryRankNamingFileAndLine) {
+  if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
+  const std::string dir = testing::equivalence::fresh_shared_dir("loom_graph3d_bad_nodes", world());
+  const std::string prefix = dir + "/g";
+  train::TrainConfig c = gcn_config(prefix, 2);
+  c.tp_3d = "2,1,2";
+  const auto error_with = [&](const std::string& features, const std::string& labels) {
+    world().barrier();
+    if (world().rank() == 0) {
+      std::filesystem::create_directories(dir);
+      std::ofstream(prefix + ".features") << features;
+      std::ofstream(prefix + ".labels") << labels;
+      std::ofstream(prefix + ".edges") << "0 1\n1 2\n2 3\n";
+    }
+    world().barrier();
+    return testing::error_of([&] { train::Trainer t(c, true, &world()); });
+  };
+  const std::string labels = "0 train\n1 val\n0 test\n1 train\n";
+  // A row that only some ranks' shards hold: every rank still names it.
+  EXPECT_EQ(error_with("1 0\n0 1\n1 x\n0 0\n", labels), prefix + ".features:3: feature must be a finite number, got 'x'");
+  EXPECT_EQ(error_with("1 0\n0 1\n1 1\n0\n", labels), prefix + ".features:4: 1 feature values, expected 2 (as on line 1)");
+  EXPECT_EQ(error_with("1 0\n0 1\n1 1\n0 0\n", "0 train\n1 val\n0 tset\n1 train\n"),
+            prefix + ".labels:3: split must be train, val, test or none, got 'tset'");
+  testing::equivalence::remove_shared_dir(dir, world());
+}
+
+TEST(Graph3DLoading, AFeatureErrorOnOneRankFailsEveryRank) {
+  if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
+  comm::DeviceMesh mesh(world(), {{"depth", 2}, {"row", 2}, {"col", 1}});
+  const tp3d::Grid3D grid(mesh.group("row"), mesh.group("col"), mesh.group("depth"));
+  const auto orders = node_orders(16, true, 1);
+  for (const int failing : {1, -1}) {
+    FailingOnOneRank source(failing, /*in_features=*/true);
+    data::EdgeDigest digest;
+    LocalAdjacency local = read_local_adjacency(source, grid, *orders, 1, digest);
+    const GraphConv3D first(2, 4, 0, 16, std::move(local.blocks[0]), false, grid, orders);
+    const auto keep = [](float*, int64_t) {};
+    const std::string error = testing::error_of([&] { read_input_shard(first, source, keep); });
+    if (failing < 0)
+      EXPECT_EQ(error, "(no error)");
+    else if (world().rank() == failing)
+      EXPECT_EQ(error, "graph-y.features:9: changed since it was opened");
+    else
+      EXPECT_EQ(error, "grid rank " + std::to_string(failing) + " failed reading the features of graph-y (its error "
+                       "says why); this rank read them without one");
+  }
 }
 
 }  // namespace

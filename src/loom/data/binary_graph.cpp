@@ -51,10 +51,12 @@ void write_binary_graph(const Graph& g, const std::string& path) {
 
 namespace {
 
-// The nodes' arrays read at open; the edges streamed from their two arrays in chunks.
+// The nodes' arrays read at open (the features checked a chunk of rows at a time, kept or
+// not); the edges streamed from their two arrays in chunks, the features likewise.
 class BinarySource : public GraphSource {
  public:
-  explicit BinarySource(const std::string& path) : path_(path) {
+  BinarySource(const std::string& path, bool keep_features) : path_(path) {
+    keep_features_ = keep_features;
     const int64_t size = check_input_file(path, "graph file", kMaxGraphFileBytes);
     std::ifstream in(path, std::ios::binary);
     check(in.good(), "cannot open graph file '", path, "'");
@@ -80,19 +82,14 @@ class BinarySource : public GraphSource {
     g.name = path;
     g.num_nodes = N, g.num_features = F, g.num_classes = K;
     edges_ = E;
-    g.features.resize(static_cast<size_t>(N * F)), g.labels.resize(static_cast<size_t>(N));
+    if (keep_features) g.features.reserve(static_cast<size_t>(N * F));
+    for_each_feature_row([](int64_t) { return true; }, [this](int64_t, const float* row) { add_feature_row(row); });
+    g.labels.resize(static_cast<size_t>(N));
     g.split.resize(static_cast<size_t>(N));
-    in.seekg(kHeaderBytes + 16 * E);
-    in.read(reinterpret_cast<char*>(g.features.data()), 4 * N * F);
+    in.seekg(kHeaderBytes + 16 * E + 4 * N * F);
     in.read(reinterpret_cast<char*>(g.labels.data()), 4 * N);
     in.read(reinterpret_cast<char*>(g.split.data()), N);
     check(in.good(), path, ": read failed");
-    // As the text formats refuse them: a NaN or inf feature makes every loss NaN.
-    for (int64_t i = 0; i < N; ++i)
-      for (int64_t f = 0; f < F; ++f) {
-        const float x = g.features[static_cast<size_t>(i * F + f)];
-        check(std::isfinite(x), path, ": node ", i, " has feature ", f, " = ", x, ", not a finite number");
-      }
     for (int64_t i = 0; i < N; ++i) {
       const int32_t l = g.labels[static_cast<size_t>(i)];
       const auto sp = static_cast<int8_t>(g.split[static_cast<size_t>(i)]);
@@ -102,6 +99,29 @@ class BinarySource : public GraphSource {
   }
 
   int64_t known_edges() const override { return edges_; }
+
+  void for_each_feature_row(const std::function<bool(int64_t)>& wanted,
+                            const std::function<void(int64_t, const float*)>& keep) override {
+    std::ifstream in(path_, std::ios::binary);
+    check(in.good(), "cannot open graph file '", path_, "'");
+    in.seekg(kHeaderBytes + 16 * edges_);
+    const int64_t N = nodes_.num_nodes, F = nodes_.num_features;
+    const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 20) / F);  // rows: about 4 MiB
+    std::vector<float> rows(static_cast<size_t>(std::min(chunk, N) * F));
+    for (int64_t i0 = 0; i0 < N; i0 += chunk) {
+      const int64_t n = std::min(chunk, N - i0);
+      in.read(reinterpret_cast<char*>(rows.data()), 4 * n * F);
+      check(in.good(), path_, ": read failed");
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t i = i0 + k;
+        const float* row = rows.data() + k * F;
+        // As the text formats refuse them: a NaN or inf feature makes every loss NaN.
+        for (int64_t f = 0; f < F; ++f)
+          check(std::isfinite(row[f]), path_, ": node ", i, " has feature ", f, " = ", row[f], ", not a finite number");
+        if (wanted(i)) keep(i, row);
+      }
+    }
+  }
 
   void for_each_edge(const std::function<void(int64_t, int64_t)>& edge) override {
     std::ifstream src(path_, std::ios::binary), dst(path_, std::ios::binary);
@@ -132,6 +152,8 @@ class BinarySource : public GraphSource {
 
 }  // namespace
 
-std::unique_ptr<GraphSource> open_binary_graph(const std::string& path) { return std::make_unique<BinarySource>(path); }
+std::unique_ptr<GraphSource> open_binary_graph(const std::string& path, bool keep_features) {
+  return std::make_unique<BinarySource>(path, keep_features);
+}
 
 }  // namespace loom::data

@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -16,10 +17,8 @@ namespace {
 // pygcn's split of Cora by file order: 140 train, 300 validation, 1000 test nodes.
 constexpr const char* kPygcnSplit = "0:140,200:500,500:1500";
 
-template <class T>
-uLong crc_of(uLong crc, const std::vector<T>& v) {
-  const auto* bytes = reinterpret_cast<const Bytef*>(v.data());
-  size_t left = v.size() * sizeof(T);
+uLong crc_of_bytes(uLong crc, const void* data, size_t left) {
+  const auto* bytes = static_cast<const Bytef*>(data);
   while (left > 0) {  // crc32 takes at most 4 GiB at a time
     const uInt n = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
     crc = crc32(crc, bytes, n);
@@ -27,6 +26,11 @@ uLong crc_of(uLong crc, const std::vector<T>& v) {
     left -= n;
   }
   return crc;
+}
+
+template <class T>
+uLong crc_of(uLong crc, const std::vector<T>& v) {
+  return crc_of_bytes(crc, v.data(), v.size() * sizeof(T));
 }
 
 }  // namespace
@@ -74,9 +78,10 @@ EdgeDigest EdgeDigest::of(const std::vector<int64_t>& src, const std::vector<int
 
 std::string Graph::identity() const { return identity(EdgeDigest::of(src, dst), nodes_crc()); }
 
-uint32_t Graph::nodes_crc() const {
-  uLong crc = crc_of(0, features);
-  crc = crc_of(crc, labels);
+uint32_t Graph::nodes_crc() const { return nodes_crc(static_cast<uint32_t>(crc_of(0, features))); }
+
+uint32_t Graph::nodes_crc(uint32_t features_crc) const {
+  const uLong crc = crc_of(features_crc, labels);  // crc32 continues where the features' left off
   return static_cast<uint32_t>(crc_of(crc, split));
 }
 
@@ -117,15 +122,31 @@ void apply_split_ranges(Graph& g, const std::string& ranges) {
   g.split = std::move(split);
 }
 
+void row_normalize(float* row, int64_t F) {
+  double sum = 0.0;
+  for (int64_t f = 0; f < F; ++f) sum += std::fabs(row[f]);
+  if (sum > 0.0)
+    for (int64_t f = 0; f < F; ++f) row[f] = static_cast<float>(row[f] / sum);
+}
+
 void row_normalize_features(Graph& g) {
-  const int64_t F = g.num_features;
-  for (int64_t i = 0; i < g.num_nodes; ++i) {
-    float* row = g.features.data() + i * F;
-    double sum = 0.0;
-    for (int64_t f = 0; f < F; ++f) sum += std::fabs(row[f]);
-    if (sum > 0.0)
-      for (int64_t f = 0; f < F; ++f) row[f] = static_cast<float>(row[f] / sum);
-  }
+  if (g.features.empty()) return;  // not kept
+  for (int64_t i = 0; i < g.num_nodes; ++i) row_normalize(g.features.data() + i * g.num_features, g.num_features);
+}
+
+void GraphSource::add_feature_row(const float* values) {
+  const auto F = static_cast<size_t>(nodes_.num_features);
+  features_crc_ = static_cast<uint32_t>(crc_of_bytes(features_crc_, values, F * sizeof(float)));
+  if (keep_features_) nodes_.features.insert(nodes_.features.end(), values, values + F);
+}
+
+void GraphSource::for_each_feature_row(const std::function<bool(int64_t)>& wanted,
+                                       const std::function<void(int64_t, const float*)>& row) {
+  const int64_t N = nodes_.num_nodes, F = nodes_.num_features;
+  check(static_cast<int64_t>(nodes_.features.size()) == N * F, nodes_.name,
+        ": its features were not kept when it was opened, and this source cannot read them again");
+  for (int64_t i = 0; i < N; ++i)
+    if (wanted(i)) row(i, nodes_.features.data() + i * F);
 }
 
 Graph GraphSource::take_nodes() {
@@ -136,6 +157,14 @@ Graph GraphSource::take_nodes() {
   return g;
 }
 
+void read_features(GraphSource& source, Graph& g) {
+  if (!g.features.empty()) return;
+  g.features.resize(static_cast<size_t>(g.num_nodes * g.num_features));
+  source.for_each_feature_row([](int64_t) { return true; }, [&g](int64_t i, const float* values) {
+    std::copy_n(values, g.num_features, g.features.data() + i * g.num_features);
+  });
+}
+
 void read_edges(GraphSource& source, Graph& g) {
   if (const int64_t E = source.known_edges(); E >= 0) g.src.reserve(static_cast<size_t>(E)), g.dst.reserve(static_cast<size_t>(E));
   source.for_each_edge([&g](int64_t s, int64_t d) { g.src.push_back(s), g.dst.push_back(d); });
@@ -143,25 +172,26 @@ void read_edges(GraphSource& source, Graph& g) {
 
 Graph read_whole(GraphSource& source) {
   Graph g = source.take_nodes();
+  read_features(source, g);
   read_edges(source, g);
   return g;
 }
 
 Graph load_graph(const std::string& data, const std::string& split) { return read_whole(*open_graph(data, split)); }
 
-std::unique_ptr<GraphSource> open_graph(const std::string& data, const std::string& split) {
+std::unique_ptr<GraphSource> open_graph(const std::string& data, const std::string& split, bool keep_features) {
   std::unique_ptr<GraphSource> source;
   std::string labels_from = data;  // where the labels were read, for messages
   if (data.rfind("rmat:", 0) == 0) {
-    source = open_rmat_graph(parse_rmat_spec(data));
+    source = open_rmat_graph(parse_rmat_spec(data), keep_features);
   } else if (data.size() > 7 && data.ends_with(".lgraph")) {
-    source = open_binary_graph(data);
+    source = open_binary_graph(data, keep_features);
   } else if (file_kind(data + ".content") != "missing") {
-    source = open_linqs_graph(data);
+    source = open_linqs_graph(data, keep_features);
     labels_from = data + ".content";
     if (split.empty()) apply_split_ranges(source->nodes(), kPygcnSplit);
   } else if (file_kind(data + ".edges") != "missing") {
-    source = open_text_graph(data);
+    source = open_text_graph(data, keep_features);
     labels_from = data + ".labels";
   } else {
     fail("no graph at '", data, "': expected ", data, ".content and ", data, ".cites (LINQS), ", data, ".edges, ", data,

@@ -39,6 +39,8 @@ struct Graph {
   // The same from its parts, for a graph whose edges were streamed past (their digest) and
   // whose features have changed, or gone, since nodes_crc() was taken of them as read.
   uint32_t nodes_crc() const;  // of features, labels, split
+  // The same, the features' part given (GraphSource::features_crc, for features not kept).
+  uint32_t nodes_crc(uint32_t features_crc) const;
   std::string identity(const EdgeDigest& edges, uint32_t nodes_crc) const;
 };
 
@@ -58,25 +60,40 @@ class EdgeDigest {
   int64_t count_ = 0;
 };
 
-// A graph read in two passes, so that a caller can keep only some of its edges: the source
-// reads the nodes (features, labels, split) when opened, then for_each_edge hands each edge,
-// in file order, to a callback and keeps none. Errors name the file and line (or the edge's
-// index) of the first bad record; every reader of the same file meets the same one.
+// A graph read in passes, so that a caller can keep only some of its edges and of its nodes'
+// features: the source reads the nodes (labels, split, and every feature, checked and
+// digested; kept unless opened without them) when opened, then for_each_edge hands each edge,
+// in file order, to a callback and keeps none, and for_each_feature_row reads the features
+// again, handing out the rows a caller wants. Errors name the file and line (or the edge's or
+// node's index) of the first bad record; every reader of the same file meets the same one.
 class GraphSource {
  public:
   virtual ~GraphSource() = default;
-  // The nodes: a Graph whose src and dst are empty.
+  // The nodes: a Graph whose src and dst are empty, and its features too when not kept.
   const Graph& nodes() const { return nodes_; }
   Graph& nodes() { return nodes_; }
-  // The nodes, moved out; nodes() keeps the name and sizes (the edges still stream).
+  // The nodes, moved out; nodes() keeps the name and sizes (the edges and features still stream).
   Graph take_nodes();
   // Every edge, src -> dst, in the order the source holds them. Once.
   virtual void for_each_edge(const std::function<void(int64_t src, int64_t dst)>& edge) = 0;
   // How many edges for_each_edge will hand out, when known before (-1: not).
   virtual int64_t known_edges() const { return -1; }
+  // The crc32 of every feature as read (N x F, row-major), taken at open: what nodes_crc
+  // digests of the features, for a caller that keeps only some of them.
+  uint32_t features_crc() const { return features_crc_; }
+  // Each node's F features as read, in node order, to row(node, values) for the nodes that
+  // wanted(node) keeps (the others may be passed over unparsed). The readers read their file
+  // again; this default hands out the rows kept at open (failing when there are none).
+  virtual void for_each_feature_row(const std::function<bool(int64_t node)>& wanted,
+                                    const std::function<void(int64_t node, const float* values)>& row);
 
  protected:
+  // A row of num_features values read at open: into features_crc, and kept unless the
+  // source was opened without its features.
+  void add_feature_row(const float* values);
   Graph nodes_;
+  bool keep_features_ = true;
+  uint32_t features_crc_ = 0;
 };
 
 // The largest graph file read (features as text are ~2-10 bytes per value).
@@ -94,25 +111,28 @@ constexpr int64_t kMaxGraphClasses = 65536;
 // the file and line of the first bad record.
 Graph load_graph(const std::string& data, const std::string& split);
 // The same graph as a GraphSource (its nodes read and checked, split applied, its edges not
-// yet read): load_graph is this with every edge kept.
-std::unique_ptr<GraphSource> open_graph(const std::string& data, const std::string& split);
+// yet read; its features kept when keep_features): load_graph is this with every edge kept.
+std::unique_ptr<GraphSource> open_graph(const std::string& data, const std::string& split, bool keep_features = true);
 
 // Sets the split from "A:B,C:D,E:F" (train, val, test node ranges, half-open, in file order).
 void apply_split_ranges(Graph& graph, const std::string& ranges);
 
 // Divides each feature row by the sum of its absolute values (rows of zeros stay zero): the
-// row normalisation Kipf & Welling apply to bag-of-words features.
+// row normalisation Kipf & Welling apply to bag-of-words features. row_normalize: one row.
 void row_normalize_features(Graph& graph);
+void row_normalize(float* row, int64_t features);
 
-// Readers, each checking every file through check_input_file first.
-std::unique_ptr<GraphSource> open_linqs_graph(const std::string& prefix);
-std::unique_ptr<GraphSource> open_text_graph(const std::string& prefix);
+// Readers, each checking every file through check_input_file first; keep_features as in open_graph.
+std::unique_ptr<GraphSource> open_linqs_graph(const std::string& prefix, bool keep_features = true);
+std::unique_ptr<GraphSource> open_text_graph(const std::string& prefix, bool keep_features = true);
 // Loom's binary format (binary_graph.cpp: a "LOOMGRPH" header with a version, then the arrays),
 // read when `data` ends in ".lgraph"; write_binary_graph makes one from any graph.
-std::unique_ptr<GraphSource> open_binary_graph(const std::string& path);
+std::unique_ptr<GraphSource> open_binary_graph(const std::string& path, bool keep_features = true);
 void write_binary_graph(const Graph& graph, const std::string& path);
-// The source's nodes with every edge kept; read_edges appends the edges to g.
+// The source's nodes with every edge and feature kept; read_edges appends the edges to g,
+// read_features the features (when g has none).
 Graph read_whole(GraphSource& source);
 void read_edges(GraphSource& source, Graph& g);
+void read_features(GraphSource& source, Graph& g);
 
 }  // namespace loom::data

@@ -7,43 +7,24 @@
 #include <unordered_map>
 
 #include "loom/data/graph.hpp"
+#include "loom/data/feature_rows.hpp"
 #include "loom/data/text_lines.hpp"
 
 namespace loom::data {
 
 namespace {
 
-// The content file read at open (its ids kept to number the cites' ends); the cites file read
-// when the edges are streamed.
+// The content file read at open (its ids kept to number the cites' ends), and again when the
+// features are streamed; the cites file read when the edges are.
 class LinqsSource : public GraphSource {
  public:
-  explicit LinqsSource(const std::string& prefix) : prefix_(prefix) {
+  LinqsSource(const std::string& prefix, bool keep_features) : prefix_(prefix) {
+    keep_features_ = keep_features;
     Graph& g = nodes_;
     g.name = prefix;
     std::vector<std::string> class_of_node;
-    {
-      TextLines content(prefix + ".content", "graph content file", kMaxGraphFileBytes);
-      std::vector<std::string_view> fields;
-      int64_t first_line = 0;
-      while (content.next(fields)) {
-        if (fields.size() < 3)
-          content.fail_here("expected '<paper id> <features...> <class>', got ", fields.size(), " field(s)");
-        const int64_t F = static_cast<int64_t>(fields.size()) - 2;
-        if (g.num_nodes == 0) {
-          g.num_features = F;
-          first_line = content.line_number();
-        } else if (F != g.num_features) {
-          content.fail_here(F, " feature values, expected ", g.num_features, " (as on line ", first_line, ")");
-        }
-        const int64_t id = content.to_int(fields[0], "paper id");
-        const auto [it, fresh] = index_of_.emplace(id, g.num_nodes);
-        if (!fresh) content.fail_here("paper id ", id, " appears twice (first as node ", it->second, ")");
-        for (int64_t f = 0; f < F; ++f) g.features.push_back(content.to_float(fields[static_cast<size_t>(f + 1)], "feature"));
-        class_of_node.emplace_back(fields.back());
-        ++g.num_nodes;
-      }
-      check(g.num_nodes > 0, prefix, ".content: empty graph (no nodes)");
-    }
+    read_content([](int64_t) { return true; }, [this](int64_t, const float* row) { add_feature_row(row); },
+                 &class_of_node);
     g.class_names = class_of_node;
     std::sort(g.class_names.begin(), g.class_names.end());
     g.class_names.erase(std::unique(g.class_names.begin(), g.class_names.end()), g.class_names.end());
@@ -52,6 +33,33 @@ class LinqsSource : public GraphSource {
       g.labels.push_back(static_cast<int32_t>(
           std::lower_bound(g.class_names.begin(), g.class_names.end(), name) - g.class_names.begin()));
     g.split.assign(static_cast<size_t>(g.num_nodes), NodeSplit::None);
+  }
+
+  // At open (num_nodes 0: numbering the ids, collecting the class names into classes) and
+  // again when the features are streamed.
+  void read_content(const std::function<bool(int64_t)>& wanted, const std::function<void(int64_t, const float*)>& keep,
+                    std::vector<std::string>* classes) {
+    TextLines content(prefix_ + ".content", "graph content file", kMaxGraphFileBytes);
+    FeatureRows rows(nodes_, wanted, keep);
+    std::vector<std::string_view> fields;
+    while (content.next(fields)) {
+      if (fields.size() < 3)
+        content.fail_here("expected '<paper id> <features...> <class>', got ", fields.size(), " field(s)");
+      rows.check_width(content, static_cast<int64_t>(fields.size()) - 2);  // before the id's checks
+      if (rows.opening()) {
+        const int64_t id = content.to_int(fields[0], "paper id");
+        const auto [it, fresh] = index_of_.emplace(id, rows.node());
+        if (!fresh) content.fail_here("paper id ", id, " appears twice (first as node ", it->second, ")");
+        classes->emplace_back(fields.back());
+      }
+      rows.add(content, fields, 1, 2);
+    }
+    rows.finish(content);
+  }
+
+  void for_each_feature_row(const std::function<bool(int64_t)>& wanted,
+                            const std::function<void(int64_t, const float*)>& keep) override {
+    read_content(wanted, keep, nullptr);
   }
 
   void for_each_edge(const std::function<void(int64_t, int64_t)>& edge) override {
@@ -77,6 +85,8 @@ class LinqsSource : public GraphSource {
 
 }  // namespace
 
-std::unique_ptr<GraphSource> open_linqs_graph(const std::string& prefix) { return std::make_unique<LinqsSource>(prefix); }
+std::unique_ptr<GraphSource> open_linqs_graph(const std::string& prefix, bool keep_features) {
+  return std::make_unique<LinqsSource>(prefix, keep_features);
+}
 
 }  // namespace loom::data

@@ -16,7 +16,8 @@ namespace {
 
 class RmatSource : public GraphSource {
  public:
-  explicit RmatSource(const RmatOptions& o) : o_(o) {
+  RmatSource(const RmatOptions& o, bool keep_features) : o_(o) {
+    keep_features_ = keep_features;
     check(o.scale >= 1 && o.scale <= 30, "rmat scale must be in 1..30, got ", o.scale);
     check(o.edge_factor >= 1 && o.edge_factor <= 1024, "rmat edge_factor must be in 1..1024, got ", o.edge_factor);
     check(o.features >= 1 && o.features <= 65536, "rmat features must be in 1..65536, got ", o.features);
@@ -32,10 +33,16 @@ class RmatSource : public GraphSource {
     std::iota(relabel_.begin(), relabel_.end(), 0);
     std::shuffle(relabel_.begin(), relabel_.end(), rng);
     edges_rng_ = rng;
-    for_each_draw(rng, [](int64_t, int64_t) {});  // the features' draws come after the edges'
-    g.features.resize(static_cast<size_t>(N * o.features));
-    std::uniform_real_distribution<float> feature(0.0f, 1.0f);
-    for (float& x : g.features) x = feature(rng);
+    // The features' draws come after the edges': `scale` uniform doubles an edge, each one
+    // engine output (generate_canonical takes ceil(53 / 64) = 1 word of a 64-bit engine).
+    rng.discard(static_cast<unsigned long long>(known_edges() * o.scale));
+    features_rng_ = rng;
+    std::vector<float> row(static_cast<size_t>(o.features));
+    if (keep_features) g.features.reserve(static_cast<size_t>(N * o.features));
+    for (int64_t i = 0; i < N; ++i) {
+      draw_row(rng, row.data());
+      add_feature_row(row.data());
+    }
     std::uniform_int_distribution<int32_t> label(0, static_cast<int32_t>(o.classes - 1));
     g.labels.resize(static_cast<size_t>(N));
     g.split.resize(static_cast<size_t>(N));
@@ -56,7 +63,26 @@ class RmatSource : public GraphSource {
     for_each_draw(rng, edge);
   }
 
+  void for_each_feature_row(const std::function<bool(int64_t)>& wanted,
+                            const std::function<void(int64_t, const float*)>& keep) override {
+    std::mt19937_64 rng = features_rng_;
+    std::vector<float> row(static_cast<size_t>(o_.features));
+    for (int64_t i = 0; i < nodes_.num_nodes; ++i) {
+      if (!wanted(i)) {
+        rng.discard(static_cast<unsigned long long>(o_.features));  // a float feature: one engine word
+        continue;
+      }
+      draw_row(rng, row.data());
+      keep(i, row.data());
+    }
+  }
+
  private:
+  void draw_row(std::mt19937_64& rng, float* row) const {
+    std::uniform_real_distribution<float> feature(0.0f, 1.0f);
+    for (int64_t f = 0; f < o_.features; ++f) row[f] = feature(rng);
+  }
+
   // The E edges' draws from rng, each edge (relabelled) to f.
   template <class F>
   void for_each_draw(std::mt19937_64& rng, const F& f) const {
@@ -77,11 +103,14 @@ class RmatSource : public GraphSource {
   RmatOptions o_;
   std::vector<int64_t> relabel_;  // the shuffle of node labels
   std::mt19937_64 edges_rng_;     // the engine as the edges' draws start
+  std::mt19937_64 features_rng_;  // and as the features' draws start
 };
 
 }  // namespace
 
-std::unique_ptr<GraphSource> open_rmat_graph(const RmatOptions& o) { return std::make_unique<RmatSource>(o); }
+std::unique_ptr<GraphSource> open_rmat_graph(const RmatOptions& o, bool keep_features) {
+  return std::make_unique<RmatSource>(o, keep_features);
+}
 
 Graph make_rmat_graph(const RmatOptions& o) { return read_whole(*open_rmat_graph(o)); }
 

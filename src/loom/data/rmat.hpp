@@ -22,9 +22,10 @@ struct RmatOptions {
 };
 
 Graph make_rmat_graph(const RmatOptions& options);
-// The same graph as a GraphSource: its edges generated again as they are streamed (the
-// features come after them in the random stream, so opening draws past them once).
-std::unique_ptr<GraphSource> open_rmat_graph(const RmatOptions& options);
+// The same graph as a GraphSource: its edges generated as they are streamed, its features
+// again when they are (for_each_feature_row). The features come after the edges in the random
+// stream: opening skips the edges' draws without making the edges (the engine's discard).
+std::unique_ptr<GraphSource> open_rmat_graph(const RmatOptions& options, bool keep_features = true);
 // "rmat:scale=16,edge_factor=8,features=128,classes=16,seed=3" (any subset of the keys after
 // "rmat:", each at most once); loom::Error naming an unknown or repeated key or a bad value.
 RmatOptions parse_rmat_spec(const std::string& spec);

@@ -6,6 +6,7 @@
 // Blank lines and lines starting with '#' are skipped. N is the number of feature rows, K
 // one more than the largest class.
 #include "loom/data/graph.hpp"
+#include "loom/data/feature_rows.hpp"
 #include "loom/data/text_lines.hpp"
 
 namespace loom::data {
@@ -20,29 +21,16 @@ NodeSplit parse_split(const TextLines& lines, std::string_view word) {
   lines.fail_here("split must be train, val, test or none, got '", word, "'");
 }
 
-// The features and labels read at open; the edges file read when they are streamed.
+// The features and labels read at open; the edges file read when they are streamed, the
+// features file again when the features are.
 class TextSource : public GraphSource {
  public:
-  explicit TextSource(const std::string& prefix) : prefix_(prefix) {
+  TextSource(const std::string& prefix, bool keep_features) : prefix_(prefix) {
+    keep_features_ = keep_features;
     Graph& g = nodes_;
     g.name = prefix;
     std::vector<std::string_view> fields;
-    {
-      TextLines features(prefix + ".features", "graph features file", kMaxGraphFileBytes);
-      int64_t first_line = 0;
-      while (features.next(fields)) {
-        const int64_t F = static_cast<int64_t>(fields.size());
-        if (g.num_nodes == 0) {
-          g.num_features = F;
-          first_line = features.line_number();
-        } else if (F != g.num_features) {
-          features.fail_here(F, " feature values, expected ", g.num_features, " (as on line ", first_line, ")");
-        }
-        for (std::string_view f : fields) g.features.push_back(features.to_float(f, "feature"));
-        ++g.num_nodes;
-      }
-      check(g.num_nodes > 0, prefix, ".features: empty graph (no nodes)");
-    }
+    read_features([](int64_t) { return true; }, [this](int64_t, const float* row) { add_feature_row(row); });
     {
       TextLines labels(prefix + ".labels", "graph labels file", kMaxGraphFileBytes);
       while (labels.next(fields)) {
@@ -63,6 +51,20 @@ class TextSource : public GraphSource {
             " labels for the ", g.num_nodes, " nodes of ", prefix, ".features (missing from line ",
             labels.line_number() + 1, ")");
     }
+  }
+
+  // At open (num_nodes 0: counting the rows and their width) and again when streamed.
+  void read_features(const std::function<bool(int64_t)>& wanted, const std::function<void(int64_t, const float*)>& keep) {
+    TextLines features(prefix_ + ".features", "graph features file", kMaxGraphFileBytes);
+    FeatureRows rows(nodes_, wanted, keep);
+    std::vector<std::string_view> fields;
+    while (features.next(fields)) rows.add(features, fields, 0, 0);
+    rows.finish(features);
+  }
+
+  void for_each_feature_row(const std::function<bool(int64_t)>& wanted,
+                            const std::function<void(int64_t, const float*)>& keep) override {
+    read_features(wanted, keep);
   }
 
   void for_each_edge(const std::function<void(int64_t, int64_t)>& edge) override {
@@ -87,6 +89,8 @@ class TextSource : public GraphSource {
 
 }  // namespace
 
-std::unique_ptr<GraphSource> open_text_graph(const std::string& prefix) { return std::make_unique<TextSource>(prefix); }
+std::unique_ptr<GraphSource> open_text_graph(const std::string& prefix, bool keep_features) {
+  return std::make_unique<TextSource>(prefix, keep_features);
+}
 
 }  // namespace loom::data

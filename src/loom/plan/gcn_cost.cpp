@@ -64,7 +64,8 @@ Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& s, int64_t R, int64_t C, int6
     if (l + 1 == s.L) {  // the class-parallel loss
       const int64_t m = labelled_rows >= 0 ? labelled_rows : ceil_div(s.labelled * rows, s.N);
       if (m > 0) add(p.o, 4 * 4 * m);
-      add(p.d, 4 * 2);
+      add(p.d, 4 * 2);  // the labelled count (two floats, exact)
+      add(p.d, 4 * 2);  // the loss and correct count
     }
     add(p.d, scattered);  // backward: dW and db reduce-scattered
     if (l > 0) add(p.d, gathered), add(p.o, act * rows * p.in_local), add(p.d, act * cols * p.in_local);

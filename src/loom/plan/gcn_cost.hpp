@@ -32,7 +32,8 @@ struct GcnShape {
 //   features in shards of ceil(n_o / depth) rows); all-reduce of Â X over outer (n_d in'), of
 //   X W over inner (n_d out'); the loss on the last layer's blocks: per training node among its n_d
 //   rows (m of them), the max logit, the sum of exponentials and the target's logit, the
-//   predicted class over outer (4 m), the loss and correct count over depth (2);
+//   predicted class over outer (4 m), the split's labelled count (2: the rank holds its rows'
+//   targets only) and the loss and correct count over depth (2);
 //   backward: reduce-scatter of dW and db over depth (P); for l > 0 the all-gather of P again,
 //   dAGG over outer (n_d in') and dX over depth (n_o in'); the first layer's ||W||² over
 //   outer, inner and depth (1 float each). A collective counts its whole buffer (P for the

@@ -9,6 +9,7 @@
 #include "loom/parallel/graph_3d/graph_conv_3d.hpp"
 #include "loom/parallel/graph_3d/graph_layers_3d.hpp"
 #include "loom/parallel/graph_3d/local_adjacency.hpp"
+#include "loom/parallel/graph_3d/local_features.hpp"
 #include "loom/trace/recorder.hpp"
 
 namespace loom::train {
@@ -45,14 +46,14 @@ GcnSpec::GcnSpec(TrainConfig& config) : config_(config) {
   check(!config.model.recompute, "recompute re-runs a GPT's blocks in backward; the gcn model does not recompute");
   config.gcn.validate();
   config.eval_batches = 1;
-  edges_source_ = data::open_graph(config.data, config.split);
+  // On a grid the features are read again in build(), each rank keeping its shard alone.
+  edges_source_ = data::open_graph(config.data, config.split, /*keep_features=*/!config.tp_3d_on());
   graph_ = edges_source_->take_nodes();
-  nodes_crc_ = graph_.nodes_crc();  // of the graph as read, before normalisation
-  if (!config.tp_3d_on()) read_whole_graph();
-  data::row_normalize_features(graph_);
-  features_ = Tensor::empty({graph_.num_nodes, graph_.num_features}, DType::F32, MemoryCategory::Other);
-  std::copy(graph_.features.begin(), graph_.features.end(), features_.f32());
-  graph_.features = {};  // held once: features_
+  nodes_crc_ = graph_.nodes_crc(edges_source_->features_crc());  // of the graph as read, before normalisation
+  if (!config.tp_3d_on()) {
+    read_whole_graph();
+    take_whole_features();
+  }
   train_targets_ = targets_of(data::NodeSplit::Train);
   val_targets_ = targets_of(data::NodeSplit::Val);
   test_targets_ = targets_of(data::NodeSplit::Test);
@@ -61,12 +62,20 @@ GcnSpec::GcnSpec(TrainConfig& config) : config_(config) {
 
 void GcnSpec::read_whole_graph() {
   if (!edges_source_) return;  // read already
+  data::read_features(*edges_source_, graph_);
   data::read_edges(*edges_source_, graph_);
   edges_source_.reset();
   identity_ = graph_.identity(data::EdgeDigest::of(graph_.src, graph_.dst), nodes_crc_);
   operator_ = nn::GraphOperator::from(kernels::gcn_normalized_adjacency(graph_.num_nodes, graph_.src, graph_.dst));
   edges_ = static_cast<int64_t>(graph_.src.size());
   nnz_ = operator_->adjacency.nnz();
+}
+
+void GcnSpec::take_whole_features() {
+  data::row_normalize_features(graph_);
+  features_ = Tensor::empty({graph_.num_nodes, graph_.num_features}, DType::F32, MemoryCategory::Other);
+  std::copy(graph_.features.begin(), graph_.features.end(), features_.f32());
+  graph_.features = {};  // held once: features_
 }
 
 int64_t GcnSpec::structure_bytes() const {
@@ -84,23 +93,37 @@ Tensor GcnSpec::targets_of(data::NodeSplit split) const {
 }
 
 std::vector<std::unique_ptr<nn::Module>> GcnSpec::build(const nn::LayerBuilder& layers, int64_t) {
-  if (edges_source_) {  // a grid: its layers read their blocks alone, or, on any other builder, the whole graph
+  // A grid: its layers read their blocks of Â alone, and its first layer its shard of the
+  // features; or, on any other builder, the whole graph.
+  std::unique_ptr<data::GraphSource> nodes_source;
+  if (edges_source_) {
     if (const auto* grid = dynamic_cast<const parallel::graph3d::GraphLayers3D*>(&layers)) {
       data::EdgeDigest digest;
       const parallel::graph3d::LocalAdjacency& local = grid->read_graph(*edges_source_, digest);
-      edges_source_.reset();
+      nodes_source = std::move(edges_source_);
       identity_ = graph_.identity(digest, nodes_crc_);
       edges_ = digest.count();
       nnz_ = local.nnz;
     } else {
       read_whole_graph();
+      take_whole_features();
     }
   }
   auto model = std::make_unique<nn::GCN>(config_.gcn, graph_.num_features, classes(), operator_,
                                          static_cast<uint64_t>(config_.seed), layers);
   model_ = model.get();
-  loss_ = parallel::graph3d::node_loss_for(*model->convs().back());
-  features_ = parallel::graph3d::model_input_for(*model->convs().front(), features_);  // a parallel rank's shard
+  const nn::GraphConv& last = *model->convs().back();
+  loss_ = parallel::graph3d::node_loss_for(last);
+  for (Tensor* targets : {&train_targets_, &val_targets_, &test_targets_})
+    *targets = parallel::graph3d::targets_for(last, *targets);  // a parallel rank's rows'
+  if (nodes_source) {
+    graph_.labels = {};  // in the targets now, as far as this rank's rows go (split stays: the counts)
+    features_ = parallel::graph3d::read_input_shard(
+        dynamic_cast<const parallel::graph3d::GraphConv3D&>(*model->convs().front()), *nodes_source,
+        data::row_normalize);
+  } else {
+    features_ = parallel::graph3d::model_input_for(*model->convs().front(), features_);  // a parallel rank's shard
+  }
   std::vector<std::unique_ptr<nn::Module>> chunks;
   chunks.push_back(std::move(model));
   return chunks;

@@ -54,8 +54,9 @@ class GcnSpec : public ModelSpec {
   // Bytes of the graph's structure this rank holds: the edges and the whole Â (with Âᵀ) when
   // read whole; 0 on a grid, whose layers hold their blocks (GraphConv3D::block()).
   int64_t structure_bytes() const;
-  // Reads the edges into graph() and builds the whole Â now (a grid's spec reads them in
-  // build()): for a dry run, which describes the whole graph without building a model.
+  // Reads the edges (and the features, when not kept) into graph() and builds the whole Â now
+  // (a grid's spec reads them in build()): for a dry run, which describes the whole graph
+  // without building a model.
   void read_whole_graph();
   // The run as Plexus's cost model (plan/gcn_cost.hpp) reads it: graph, widths, precision.
   plan::GcnShape plan_shape() const;
@@ -63,17 +64,19 @@ class GcnSpec : public ModelSpec {
  private:
   // (N) i32: each node's class when it is in `split`, else -1.
   Tensor targets_of(data::NodeSplit split) const;
+  // graph()'s whole features, normalised by row, into features_ (graph() keeps none).
+  void take_whole_features();
   int64_t classes() const { return graph_.num_classes; }
   int64_t activation_estimate() const;
 
   const TrainConfig& config_;
   data::Graph graph_;
-  std::unique_ptr<data::GraphSource> edges_source_;  // on a grid, until build() reads the edges
+  std::unique_ptr<data::GraphSource> edges_source_;  // on a grid, until build() reads the edges and features
   uint32_t nodes_crc_ = 0;                           // of the nodes as read, for identity_
   std::string identity_;
   std::shared_ptr<const nn::GraphOperator> operator_;  // null on a grid
   int64_t edges_ = 0, nnz_ = 0;                        // the graph's edges and Â's non-zeros
-  Tensor features_;  // (N, F), or what a parallel model's first layer reads of them
+  Tensor features_;  // (N, F), or what a parallel model's first layer reads of them (on a grid: read in build())
   Tensor train_targets_, val_targets_, test_targets_;  // (N) i32
   nn::GCN* model_ = nullptr;  // what build() made
   std::unique_ptr<nn::NodeCrossEntropy> loss_;  // on the model's output as its layers lay it out

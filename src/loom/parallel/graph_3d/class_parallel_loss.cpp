@@ -11,27 +11,31 @@ namespace loom::parallel::graph3d {
 nn::NodeLoss ClassParallelNodeLoss::operator()(Tensor& logits, const Tensor& targets, bool backward, float scale) const {
   const nn::GraphConv::OutputBlock block = last_.output_block();
   const std::vector<int64_t>& nodes = *block.nodes;
-  const int64_t rows = static_cast<int64_t>(nodes.size()), K = last_.out_features(), N = last_.graph_nodes();
-  check(logits.ndim() == 2 && logits.size(0) == rows && targets.dtype() == DType::I32 && targets.numel() == N,
-        "node cross-entropy: logits block ", shape_str(logits.shape()), " does not match ", rows, " nodes of targets ",
-        shape_str(targets.shape()));
+  const int64_t rows = static_cast<int64_t>(nodes.size()), K = last_.out_features();
+  check(logits.ndim() == 2 && logits.size(0) == rows && targets.dtype() == DType::I32 && targets.numel() == rows,
+        "node cross-entropy: logits block ", shape_str(logits.shape()), " does not match the targets of its ", rows,
+        " nodes ", shape_str(targets.shape()), " (targets_for)");
   const int64_t cols = logits.size(1), real = std::clamp<int64_t>(K - block.col0, 0, cols);  // past real: padding
   const int32_t* t = targets.i32();
-  nn::NodeLoss out;
-  for (int64_t i = 0; i < N; ++i) {
-    check(t[i] >= -1 && t[i] < K, "node ", i, ": class ", t[i], " out of range [0, ", K, ")");
-    out.count += t[i] >= 0 ? 1 : 0;
-  }
-  check(out.count > 0, "node cross-entropy: no labelled node in this split");
   std::vector<int64_t> picked;  // this rank's labelled rows (the same on every outer rank)
-  for (int64_t r = 0; r < rows; ++r)
-    if (t[nodes[static_cast<size_t>(r)]] >= 0) picked.push_back(r);
+  for (int64_t r = 0; r < rows; ++r) {
+    check(t[r] >= -1 && t[r] < K, "node ", nodes[static_cast<size_t>(r)], ": class ", t[r], " out of range [0, ", K, ")");
+    if (t[r] >= 0) picked.push_back(r);
+  }
   const auto M = static_cast<int64_t>(picked.size());
   const Grid3D& grid = last_.grid();
+  // The split's labelled nodes: the depth ranks' rows tile the graph. In two floats (count /
+  // 4096 and count % 4096), each sum an integer below 2^24, exact for any N < 2^31.
+  nn::NodeLoss out;
+  Tensor count = Tensor::empty({2});
+  count.f32()[0] = static_cast<float>(M / 4096), count.f32()[1] = static_cast<float>(M % 4096);
+  grid.all_reduce(count, last_.roles().depth);
+  out.count = static_cast<int64_t>(count.f32()[0]) * 4096 + static_cast<int64_t>(count.f32()[1]);
+  check(out.count > 0, "node cross-entropy: no labelled node in this split");
   comm::ProcessGroup& classes = grid.group(last_.roles().outer);
   const float* x = logits.f32();
   const auto row = [&](int64_t m) { return x + picked[static_cast<size_t>(m)] * cols; };
-  const auto target = [&](int64_t m) { return static_cast<int64_t>(t[nodes[static_cast<size_t>(picked[static_cast<size_t>(m)])]]); };
+  const auto target = [&](int64_t m) { return static_cast<int64_t>(t[picked[static_cast<size_t>(m)]]); };
 
   std::vector<float> max(static_cast<size_t>(M), -INFINITY);
   for (int64_t m = 0; m < M; ++m)
@@ -84,6 +88,17 @@ nn::NodeLoss ClassParallelNodeLoss::operator()(Tensor& logits, const Tensor& tar
     std::copy_n(grad.f32(), grad.numel(), logits.f32());
   }
   return out;
+}
+
+Tensor targets_for(const nn::GraphConv& last, const Tensor& whole) {
+  const auto* conv = dynamic_cast<const GraphConv3D*>(&last);
+  if (conv == nullptr) return whole;
+  const std::vector<int64_t>& nodes = *conv->output_block().nodes;
+  check(whole.dtype() == DType::I32 && whole.numel() == conv->graph_nodes(), "targets_for: (", conv->graph_nodes(),
+        ") i32 targets expected, got ", shape_str(whole.shape()));
+  Tensor block = Tensor::empty({static_cast<int64_t>(nodes.size())}, DType::I32, MemoryCategory::Other);
+  for (size_t r = 0; r < nodes.size(); ++r) block.i32()[r] = whole.i32()[nodes[r]];
+  return block;
 }
 
 std::unique_ptr<nn::NodeCrossEntropy> node_loss_for(const nn::GraphConv& last) {

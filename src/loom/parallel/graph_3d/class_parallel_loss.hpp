@@ -5,7 +5,8 @@
 // exponentials and the target's logit, and the first class reaching the max (the prediction,
 // as the serial loss takes the first); the depth ranks sum their nodes' losses and correct
 // counts. Every rank gets the serial loss and accuracy; backward leaves each rank's block of
-// dlogits in place.
+// dlogits in place. The targets are its rows' alone (targets_for), in the block's row order:
+// no rank holds the whole graph's labels.
 #pragma once
 
 #include <memory>
@@ -29,5 +30,8 @@ class ClassParallelNodeLoss : public nn::NodeCrossEntropy {
 // The loss for a GCN whose last layer is `last`: on its blocks when it is a GraphConv3D, else
 // the serial loss on the whole logits.
 std::unique_ptr<nn::NodeCrossEntropy> node_loss_for(const nn::GraphConv& last);
+// The targets that loss takes, from the whole graph's (N) i32: a GraphConv3D's rows'
+// (output_block().nodes, in order), else the whole.
+Tensor targets_for(const nn::GraphConv& last, const Tensor& whole);
 
 }  // namespace loom::parallel::graph3d

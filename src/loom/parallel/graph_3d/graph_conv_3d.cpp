@@ -179,16 +179,27 @@ void GraphConv3D::reduce_scatter_gradients(const Tensor& dw, const Tensor& db) {
 }
 
 Tensor GraphConv3D::input_shard(const Tensor& whole) const {
-  check(first_, "GraphConv3D '", name(), "': only the first layer reads the features");
   check(whole.ndim() == 2 && whole.size(0) == nodes_ && whole.size(1) == in_, "GraphConv3D '", name(),
         "' shards (", nodes_, ", ", in_, ") features, got ", shape_str(whole.shape()));
+  return input_shard([&](const std::function<bool(int64_t)>& wanted, const std::function<void(int64_t, const float*)>& keep) {
+    for (int64_t i = 0; i < nodes_; ++i)
+      if (wanted(i)) keep(i, whole.f32() + i * in_);
+  });
+}
+
+Tensor GraphConv3D::input_shard(const RowStream& rows) const {
+  check(first_, "GraphConv3D '", name(), "': only the first layer reads the features");
   Tensor shard = Tensor::zeros({shard_rows_, in_local_}, DType::F32, MemoryCategory::Other);
-  const int64_t first_row = grid_.rank(roles_.depth) * shard_rows_, width = whole.size(1);
-  const int64_t rows = std::clamp<int64_t>(block_.cols - first_row, 0, shard_rows_);
-  const int64_t n = std::clamp<int64_t>(width - in0_, 0, in_local_);  // past `in`: padding
-  for (int64_t r = 0; r < rows; ++r)
-    std::copy_n(whole.f32() + col_nodes_[static_cast<size_t>(first_row + r)] * width + in0_, n,
-                shard.f32() + r * in_local_);
+  // Its rows are its block's input rows first_row .. first_row + count - 1: the nodes at
+  // positions p0 .. p0 + count - 1 of the input order.
+  const int64_t first_row = grid_.rank(roles_.depth) * shard_rows_;
+  const int64_t count = std::clamp<int64_t>(block_.cols - first_row, 0, shard_rows_);
+  const int64_t p0 = part_range(nodes_, grid_.size(roles_.outer), grid_.rank(roles_.outer)).first + first_row;
+  const int64_t n = std::clamp<int64_t>(in_ - in0_, 0, in_local_);  // past `in`: padding
+  const std::vector<int64_t>& position = orders_->column_positions_of(0);
+  const auto row_of = [&](int64_t node) { return position[static_cast<size_t>(node)] - p0; };
+  rows([&](int64_t node) { const int64_t r = row_of(node); return r >= 0 && r < count; },
+       [&](int64_t node, const float* values) { std::copy_n(values + in0_, n, shard.f32() + row_of(node) * in_local_); });
   return shard;
 }
 

@@ -22,6 +22,7 @@
 // reduce-scatter, b and the loss stay fp32.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -67,6 +68,12 @@ class GraphConv3D : public nn::GraphConv {
   // its block's input rows (over outer) split over depth, padded to equal parts with zero
   // rows, and its features (over inner).
   Tensor input_shard(const Tensor& whole) const;
+  // The same from rows streamed past, no whole matrix held: rows(wanted, keep) calls keep(node,
+  // its `in` values) for each node wanted(node) asks for, in any order (the shape of
+  // data::GraphSource::for_each_feature_row).
+  using RowStream = std::function<void(const std::function<bool(int64_t node)>& wanted,
+                                       const std::function<void(int64_t node, const float* values)>& keep)>;
+  Tensor input_shard(const RowStream& rows) const;
   double weight_sum_squares() override;
   const kernels::CsrMatrix& block() const { return block_; }
   const Roles& roles() const { return roles_; }

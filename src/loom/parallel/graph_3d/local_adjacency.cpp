@@ -7,6 +7,7 @@
 
 #include "loom/error.hpp"
 #include "loom/parallel/graph_3d/graph_conv_3d.hpp"
+#include "loom/parallel/graph_3d/read_agreement.hpp"
 
 namespace loom::parallel::graph3d {
 
@@ -32,13 +33,6 @@ struct Cut {
     if (c >= c0 && c < c1) entries.emplace_back(static_cast<int32_t>(r - r0), static_cast<int32_t>(c - c0));
   }
 };
-
-// v reduced by op over the whole grid (its three axes in turn).
-void sum_over_grid(const tp3d::Grid3D& grid, std::vector<float>& v, comm::ReduceOp op) {
-  if (v.empty()) return;
-  for (const Axis a : {Axis::Row, Axis::Col, Axis::Depth})
-    if (grid.size(a) > 1) grid.group(a).all_reduce(v.data(), static_cast<int64_t>(v.size()), op);
-}
 
 }  // namespace
 
@@ -88,13 +82,8 @@ LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3
   } catch (...) {
     failed = std::current_exception();
   }
-  // Every rank read the same file, so a bad record fails them all alike; anything else (memory)
-  // fails one, and the rest must not wait for it in the sums below.
-  std::vector<float> failing = {failed ? static_cast<float>(grid.grid_rank() + 1) : 0.0f};
-  sum_over_grid(grid, failing, comm::ReduceOp::Max);
-  if (failed) std::rethrow_exception(failed);
-  check(failing[0] == 0.0f, "grid rank ", static_cast<int>(failing[0]) - 1, " failed reading the edges of ",
-        source.nodes().name, " (its error says why); this rank read them without one");
+  // Before the sums below, which a failed rank would leave the others waiting in.
+  agree_on_read(grid, failed, "the edges of " + source.nodes().name);
 
   // Degrees in A + I: layer 0's block rows' distinct non-zeros, counted once per block (by its
   // first inner rank), summed over the grid. In two floats (count / 4096 and count % 4096) so
@@ -111,7 +100,7 @@ LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3
       degree[static_cast<size_t>(2 * u + 1)] = static_cast<float>(n % 4096);
     }
   }
-  sum_over_grid(grid, degree, comm::ReduceOp::Sum);
+  reduce_over_grid(grid, degree, comm::ReduceOp::Sum);
   LocalAdjacency out;
   out.nodes = N;
   std::vector<float> inv_sqrt_degree(static_cast<size_t>(N));
@@ -149,7 +138,7 @@ LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3
   std::vector<float> most(static_cast<size_t>(layers));
   for (int64_t l = 0; l < layers; ++l)
     most[static_cast<size_t>(l)] = static_cast<float>(out.blocks[static_cast<size_t>(l)].nnz());
-  sum_over_grid(grid, most, comm::ReduceOp::Max);
+  reduce_over_grid(grid, most, comm::ReduceOp::Max);
   for (int64_t l = 0; l < layers; ++l) {
     const Roles r = Roles::of(l);
     const double blocks = static_cast<double>(grid.size(r.depth)) * static_cast<double>(grid.size(r.outer));
