@@ -3,7 +3,9 @@
 // requested layout (any dp x pp x tp, ZeRO stage, schedule, sequence parallelism), and prints
 // per step the loss difference, the gradient (before clipping) and parameter tensors that
 // differ most, and the gradient norms before clipping. Exit status 1 when any goes past its
-// tolerance: the check users (and CI) can run on any combination.
+// tolerance: the check users (and CI) can run on any combination. By default the serial run
+// takes the layout's state after each step (re-anchored), so each step is compared from the
+// same parameters and moments; --no-reanchor lets the two drift apart.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
