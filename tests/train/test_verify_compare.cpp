@@ -138,5 +138,58 @@ TEST(VerifyBound, APerturbedParameterWithAnOrdinaryGradientFails) {
   EXPECT_EQ(perturbed.excused.elements, 0);
 }
 
+// `loom verify --reanchor`: the moments after a step from the same state are allowed what a
+// gradient within the tolerance moves them by, and no more (a layout corrupting its moments).
+TEST(VerifyMoments, AllowWhatTheGradientToleranceMovesThemByAndNoMore) {
+  const TrainConfig c = adamw_config();  // no clipping
+  const double grad_rtol = 1e-3, norm_rtol = 0.0, delta = grad_rtol * 0.5;
+  const std::vector<float> g{0.5f, -0.3f, 0.0f};
+  const std::map<std::string, Tensor> grads{{"grad.b", tensor_of(g)}};
+  // The first step from zero moments: m = (1 - beta1) g, v = (1 - beta2) g^2.
+  std::vector<float> m(3), v(3);
+  for (size_t i = 0; i < 3; ++i) {
+    m[i] = static_cast<float>((1 - c.beta1) * g[i]);
+    v[i] = static_cast<float>((1 - c.beta2) * g[i] * g[i]);
+  }
+  const std::map<std::string, Tensor> want{{"optim.exp_avg.b", tensor_of(m)}, {"optim.exp_avg_sq.b", tensor_of(v)}};
+  auto with = [&](double g2_shift) {  // the moments of the gradient with its element 2 moved by g2_shift
+    std::vector<float> m2 = m, v2 = v;
+    const double g2 = g[2] + g2_shift;
+    m2[2] = static_cast<float>((1 - c.beta1) * g2);
+    v2[2] = static_cast<float>((1 - c.beta2) * g2 * g2);
+    return std::map<std::string, Tensor>{{"optim.exp_avg.b", tensor_of(m2)}, {"optim.exp_avg_sq.b", tensor_of(v2)}};
+  };
+  EXPECT_EQ(worst_moment_difference(c, want, want, grads, 0.58, grad_rtol, norm_rtol).error, 0.0);
+  EXPECT_EQ(worst_moment_difference(c, with(0.9 * delta), want, grads, 0.58, grad_rtol, norm_rtol).error, 0.0);
+  const Worst past = worst_moment_difference(c, with(3 * delta), want, grads, 0.58, grad_rtol, norm_rtol);
+  EXPECT_EQ(past.name, "exp_avg.b");  // 2 delta past, relative to m's scale 0.05: 2e-3
+  EXPECT_NEAR(past.error, (1 - c.beta1) * 2 * delta / ((1 - c.beta1) * 0.5), 1e-5);
+}
+
+// load_state_dict sets what state_dict gathers: a run set to another's state continues as it.
+TEST(VerifyMoments, LoadStateDictTakesTheOtherRunsState) {
+  TrainConfig c = adamw_config();
+  c.batch_size = 2;
+  c.steps = 3;
+  c.threads = 1;
+  Trainer ahead(c, /*quiet=*/true), behind(c, true);
+  ahead.train_step();
+  behind.train_step();
+  std::map<std::string, Tensor> off;  // every parameter and moment 1% off
+  for (const auto& [key, t] : ahead.state_dict()) {
+    off[key] = t.clone();
+    for (int64_t i = 0; i < t.numel(); ++i) off[key].f32()[i] *= 1.01f;
+  }
+  behind.load_state_dict(off);
+  EXPECT_NEAR(compare_parameters(behind.state_dict(), ahead.state_dict(), 1e-6, {}).worst.error, 1e-2, 1e-4);
+  behind.load_state_dict(ahead.state_dict());
+  ahead.train_step();
+  behind.train_step();
+  const std::map<std::string, Tensor> want = ahead.state_dict(), got = behind.state_dict();
+  EXPECT_EQ(compare_parameters(got, want, 0.0, {}).worst.error, 0.0);
+  for (const auto& [key, t] : want)
+    for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(got.at(key).f32()[i], t.f32()[i]) << key;
+}
+
 }  // namespace
 }  // namespace loom::train

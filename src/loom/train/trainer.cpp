@@ -22,6 +22,7 @@
 #include "loom/train/memory_file.hpp"
 #include "loom/train/model_identity.hpp"
 #include "loom/train/moe_metrics.hpp"
+#include "loom/train/reshard.hpp"
 #include "loom/train/resume_auto.hpp"
 
 namespace loom::train {
@@ -108,6 +109,18 @@ void Trainer::resume_from(const std::string& path) {
         "' was trained with a different tokenizer/vocabulary than '", config_.data, "'");
   step_ = info.step;
   progress_->say("resumed from " + path + " at step " + std::to_string(step_));
+}
+
+void Trainer::load_state_dict(const std::map<std::string, Tensor>& state) {
+  kernels::weights_overwritten();  // masters change outside the optimizer: no bf16 copy stays current
+  for (const StatePiece& piece : local_state()) {
+    const auto it = state.find(piece.name);
+    check(it != state.end(), "load_state_dict: no tensor '", piece.name, "'");
+    check(it->second.shape() == piece.full_shape, "load_state_dict: '", piece.name, "' is ", shape_str(it->second.shape()),
+          ", the model expects ", shape_str(piece.full_shape));
+    copy_overlap(piece.full_shape, whole_piece(piece.full_shape), it->second.f32(), piece.layout, piece.data.f32());
+  }
+  p_.gradient_sync->after_optimizer_step();  // ZeRO: the loaded shards reach the model's parameters
 }
 
 void Trainer::resume_auto() {

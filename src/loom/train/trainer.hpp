@@ -74,6 +74,10 @@ class Trainer {
   // checkpoint holds and `loom verify` compares).
   std::map<std::string, Tensor> state_dict() { return serial_state_->state_dict(); }
   std::map<std::string, Tensor> gradient_dict() { return serial_state_->gradient_dict(); }
+  // Collective: the inverse of state_dict(): every piece this rank holds set from the full
+  // tensors ("model.<name>", "optim.<kind>.<name>"; all of them needed), as a checkpoint load
+  // sets them (`loom verify --reanchor` sets the serial twin to the layout's state).
+  void load_state_dict(const std::map<std::string, Tensor>& state);
 
   // The GPT family's model, or this rank's first pipeline chunk of it.
   nn::GPT& model() { return dynamic_cast<nn::GPT&>(*p_.chunks.front()); }

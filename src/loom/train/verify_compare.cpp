@@ -66,6 +66,32 @@ ParameterComparison compare_parameters(const std::map<std::string, Tensor>& got,
   return out;
 }
 
+Worst worst_moment_difference(const TrainConfig& c, const std::map<std::string, Tensor>& got,
+                              const std::map<std::string, Tensor>& want, const std::map<std::string, Tensor>& want_grads,
+                              double grad_norm, double grad_rtol, double norm_rtol) {
+  const bool adamw = c.optimizer == "adamw";
+  const double clip = optim::clip_factor(grad_norm, static_cast<float>(c.grad_clip));
+  const double first_share = adamw ? 1.0 - c.beta1 : 1.0;
+  Worst worst;
+  for (const auto& [key, w] : want) {
+    if (key.rfind("optim.", 0) != 0) continue;
+    const size_t kind_end = key.find('.', 6);
+    const std::string kind = key.substr(6, kind_end - 6), name = key.substr(kind_end + 1);
+    const bool second = kind == "exp_avg_sq";
+    const Tensor &m = got.at(key), &g = want_grads.at("grad." + name);
+    check_same_shape(key, m, w);
+    const double delta = grad_rtol * scale_of(g), scale = std::max(1e-30, scale_of(w));
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      const double gi = std::fabs(static_cast<double>(g.f32()[i]));
+      const double d = delta + (second ? 2.0 : 1.0) * norm_rtol * gi;
+      const double allowed = second ? (1.0 - c.beta2) * clip * clip * (2.0 * gi + d) * d : first_share * clip * d;
+      const double error = std::max(0.0, std::fabs(static_cast<double>(m.f32()[i]) - w.f32()[i]) - allowed) / scale;
+      if (error > worst.error) worst = {kind + "." + name, error};
+    }
+  }
+  return worst;
+}
+
 void AdamWBound::add_step(const TrainConfig& c, const std::map<std::string, Tensor>& grads,
                           const std::map<std::string, Tensor>& state, float lr, double grad_norm, int64_t step,
                           double grad_rtol) {

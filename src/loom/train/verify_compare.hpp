@@ -44,6 +44,18 @@ Worst worst_gradient_difference(const std::map<std::string, Tensor>& got, const 
 ParameterComparison compare_parameters(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want,
                                        double param_rtol, const Allowances& allowances);
 
+// Optimizer moments after the step ("optim.<kind>.<name>", state_dict()), compared where both
+// runs started the step from the same state (`loom verify --reanchor`): there nothing but the
+// step's gradients separates them, so each element is allowed what gradients within grad_rtol
+// of the gradient tensor's scale, clipped by a factor within norm_rtol, move it by: a first
+// moment (AdamW's exp_avg, SGD's momentum) by (1 - beta1) clip (delta + norm_rtol |g|)
+// (SGD: factor 1), exp_avg_sq by (1 - beta2) clip^2 (2 |g| + d) d, d = delta + 2 norm_rtol |g|.
+// What is left, relative to the moment tensor's largest magnitude, is the error: a layout
+// that corrupts its moments would otherwise pass, its state taken over by the serial run.
+Worst worst_moment_difference(const TrainConfig& c, const std::map<std::string, Tensor>& got,
+                              const std::map<std::string, Tensor>& want, const std::map<std::string, Tensor>& want_grads,
+                              double grad_norm, double grad_rtol, double norm_rtol);
+
 // The allowances under AdamW: each step, each element's update spread (adamw_update_spread) over
 // gradients within grad_rtol of the gradient tensor's scale. Principled where a looser global
 // tolerance is not: an element whose gradient is of ordinary size gets next to nothing (its
