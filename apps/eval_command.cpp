@@ -38,7 +38,10 @@ Runner add_eval_command(CLI::App& sub) {
           " ranks: run it without mpirun");
     kernels::set_num_threads(args->threads);
     use_precision(args->precision);
-    train::InferenceModel m = train::load_inference_model(args->checkpoint, nullptr, 1, {"loom eval", ""});
+    check(args->batch >= 1, "--batch must be >= 1, got ", args->batch);
+    train::InferenceModel m =
+        train::load_inference_model(args->checkpoint, nullptr, args->batch,
+                                    {"loom eval", "--batch"}, train::InferenceUse::Scoring);
     train::Perplexity p;
     if (data::is_token_file(args->data)) {
       const data::TokenFile file(args->data);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # KV-cached generation, Loom vs PyTorch, from one run on the same machine with the same
 # threads: prefill and decode tokens/s at batch 1, 4 and 16 for gpt-mini and the gpt2-small
-# shape, in fp32 and bf16 (Loom: the weights' bf16 copies; PyTorch: the model and cache in
+# shape (MODELS may add gpt-mini-moe: gpt-mini with 8 experts top-2), in fp32 and bf16 (Loom: the weights' bf16 copies; PyTorch: the model and cache in
 # bf16), Loom's decode next to the memory-bandwidth bound (`loom bench generate`), and the
 # speed-up at batch 1 of `loom sample` (cached, in each precision) over today's uncached fp32
 # sampler (`--no-kv-cache`, the whole context re-run per token) on the same 256 new tokens
@@ -10,7 +10,7 @@
 # machine), with more, wall time. Benchmarks never gate anything: the exit status is 0 whatever the figures.
 #
 # Usage: bench/generate_vs_pytorch.sh [build dir]     (default: build)
-# Environment (optional): THREADS=1  MODELS=gpt-mini,gpt2-small  BATCHES=1,4,16
+# Environment (optional): THREADS=1  MODELS=gpt-mini,gpt2-small[,gpt-mini-moe]  BATCHES=1,4,16
 #   PRECISIONS=fp32,bf16  PROMPT=64 NEW=64 (prompt and decoded tokens per sequence)
 #   UNCACHED_PROMPT=1 (the prompt of the cached-vs-uncached comparison, in tokens)  PYTHON=/usr/bin/python3
 #   UNCACHED=gpt-mini (models whose cached sampler is timed against the uncached one on 256
@@ -50,13 +50,13 @@ torch = {(r["model"], r["precision"], r["batch"]): r for r in rows if r["impl"] 
 first = next(iter(loom.values()))
 print(f"ISA (oneDNN): {first['isa']}   threads: {first['threads']} ({first['clock']} time)   copy bandwidth: {first['copy_bandwidth_gb_s']:.1f} GB/s"
       f"   M=1 GEMV: Loom's kernel {first['gemv_m1_gb_s']:.1f} GB/s, oneDNN {first['onednn_m1_gb_s']:.1f} GB/s")
-print(f"{'model':11} {'prec':4} {'B':>3} {'prefill tok/s':>14} {'torch prefill':>14} {'decode tok/s':>13} {'torch decode':>13}"
+print(f"{'model':12} {'prec':4} {'B':>3} {'prefill tok/s':>14} {'torch prefill':>14} {'decode tok/s':>13} {'torch decode':>13}"
       f" {'x torch':>8} {'bound tok/s':>12} {'% bound':>8} {'x uncached':>11}")
 for key, r in loom.items():
     t = torch.get(key, {})
     ratio = r["decode_tokens_per_s"] / t["decode_tokens_per_s"] if t else float("nan")
     unc = r.get("speedup_vs_uncached")
-    print(f"{key[0]:11} {key[1]:4} {key[2]:>3} {r['prefill_tokens_per_s']:>14.1f} {t.get('prefill_tokens_per_s', float('nan')):>14.1f}"
+    print(f"{key[0]:12} {key[1]:4} {key[2]:>3} {r['prefill_tokens_per_s']:>14.1f} {t.get('prefill_tokens_per_s', float('nan')):>14.1f}"
           f" {r['decode_tokens_per_s']:>13.1f} {t.get('decode_tokens_per_s', float('nan')):>13.1f} {ratio:>8.2f}"
           f" {r['bandwidth_bound_tokens_per_s']:>12.1f} {100 * r['fraction_of_bound']:>7.0f}%"
           f" {(f'{unc:.1f}' if unc else '-'):>11}")

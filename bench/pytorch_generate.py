@@ -2,7 +2,9 @@
 
 The model is GPT-2's (pre-LayerNorm blocks, tied head), random weights; the cache is a
 preallocated (B, NH, T, HS) tensor per layer written in place, the usual KV-cache
-implementation. bf16: the model and its cache in torch.bfloat16 (PyTorch's usual bf16
+implementation. gpt-mini-moe: gpt-mini with every MLP a dropless mixture of 8 experts, top-2
+(softmax router, gates renormalised over the top 2), run as the usual eager implementation
+does: per expert, gather the rows routed to it, its MLP, scatter-add the gated output. bf16: the model and its cache in torch.bfloat16 (PyTorch's usual bf16
 inference). Prints one JSON line per (model, precision, batch) with the same fields as
 Loom's prefill_tokens_per_s and decode_tokens_per_s. Usage:
   pytorch_generate.py --models gpt-mini,gpt2-small --batches 1,4,16 --prompt-tokens 64 --new-tokens 64 --threads 1 --precisions fp32,bf16
@@ -18,19 +20,49 @@ import torch.nn.functional as F
 SHAPES = {
     "gpt-mini": dict(V=65, T=256, L=6, NH=6, C=384),
     "gpt2-small": dict(V=50257, T=1024, L=12, NH=12, C=768),
+    "gpt-mini-moe": dict(V=65, T=256, L=6, NH=6, C=384, E=8, K=2),
 }
 
 
+class MLP(torch.nn.Module):
+    def __init__(self, C):
+        super().__init__()
+        self.fc = torch.nn.Linear(C, 4 * C)
+        self.out = torch.nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        return self.out(F.gelu(self.fc(x), approximate="tanh"))
+
+
+class MoE(torch.nn.Module):
+    def __init__(self, C, E, K):
+        super().__init__()
+        self.K = K
+        self.router = torch.nn.Linear(C, E, bias=False)
+        self.experts = torch.nn.ModuleList(MLP(C) for _ in range(E))
+
+    def forward(self, x):
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        top_p, top_e = torch.topk(torch.softmax(self.router(x).float(), dim=-1), self.K, dim=-1)
+        gates = (top_p / top_p.sum(-1, keepdim=True)).to(x.dtype)
+        y = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            rows, slot = torch.where(top_e == e)
+            if rows.numel():
+                y.index_add_(0, rows, expert(x[rows]) * gates[rows, slot].unsqueeze(-1))
+        return y.reshape(shape)
+
+
 class Block(torch.nn.Module):
-    def __init__(self, C, NH):
+    def __init__(self, C, NH, E=0, K=0):
         super().__init__()
         self.NH = NH
         self.ln1 = torch.nn.LayerNorm(C)
         self.qkv = torch.nn.Linear(C, 3 * C)
         self.proj = torch.nn.Linear(C, C)
         self.ln2 = torch.nn.LayerNorm(C)
-        self.fc = torch.nn.Linear(C, 4 * C)
-        self.out = torch.nn.Linear(4 * C, C)
+        self.mlp = MoE(C, E, K) if E else MLP(C)
 
     def forward(self, x, k_cache, v_cache, pos):
         B, T, C = x.shape
@@ -46,15 +78,15 @@ class Block(torch.nn.Module):
             att = att.masked_fill(~mask, float("-inf"))
         y = torch.softmax(att, dim=-1) @ values
         x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
-        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+        return x + self.mlp(self.ln2(x))
 
 
 class GPT(torch.nn.Module):
-    def __init__(self, V, T, L, NH, C):
+    def __init__(self, V, T, L, NH, C, E=0, K=0):
         super().__init__()
         self.wte = torch.nn.Embedding(V, C)
         self.wpe = torch.nn.Embedding(T, C)
-        self.blocks = torch.nn.ModuleList(Block(C, NH) for _ in range(L))
+        self.blocks = torch.nn.ModuleList(Block(C, NH, E, K) for _ in range(L))
         self.ln_f = torch.nn.LayerNorm(C)
 
     def forward(self, idx, caches, pos):

@@ -136,11 +136,18 @@ TEST(MemoryBudget, GenerationCountsTheKvCacheOfItsBatch) {
     check_fits_in_memory(huge, 1, "the model", {"loom bench generate", "--batches", "leave the largest shapes out"});
   });
   EXPECT_NE(bench_remedy.find("); leave the largest shapes out, or generate fewer"), std::string::npos) << bench_remedy;
-  // A command without a batch flag (eval, one prompt) is not told to generate fewer; a
+  // A command without a batch flag (one prompt) is not told to generate fewer; a
   // checkpoint's bytes are no command's prediction.
-  const std::string eval = loom::testing::error_of([&] { check_fits_in_memory(huge, 1, "the model", {"loom eval", ""}); });
+  const std::string single = loom::testing::error_of([&] { check_fits_in_memory(huge, 1, "the model", {"loom sample", ""}); });
+  EXPECT_NE(single.find(", as `loom sample` predicts, "), std::string::npos) << single;
+  EXPECT_EQ(single.find("fewer"), std::string::npos) << single;
+  // Scoring (no KV cache) runs windows at once: fewer of those, not fewer sequences.
+  const std::string eval = loom::testing::error_of(
+      [&] { check_fits_in_memory(scoring_memory(m, int64_t{1} << 40), 1, "the model", {"loom eval", "--batch"}); });
   EXPECT_NE(eval.find(", as `loom eval` predicts, "), std::string::npos) << eval;
-  EXPECT_EQ(eval.find("fewer sequences"), std::string::npos) << eval;
+  EXPECT_EQ(eval.find("KV cache"), std::string::npos) << eval;
+  const std::string eval_tail = "); run it where more memory is free, or score fewer windows at once (--batch)";
+  EXPECT_EQ(eval.substr(eval.size() - std::min(eval.size(), eval_tail.size())), eval_tail) << eval;
   const std::string bytes = loom::testing::error_of([&] { check_fits_in_memory(huge, 1, "checkpoint 'x'", {}); });
   EXPECT_EQ(bytes.find("predicts"), std::string::npos) << bytes;
 }

@@ -8,6 +8,8 @@
 
 #include "loom/error.hpp"
 #include "loom/nn/context.hpp"
+#include "loom/tensor/memory_tracker.hpp"
+#include "loom/train/memory_budget.hpp"
 #include "loom/train/perplexity.hpp"
 
 namespace loom::train {
@@ -46,6 +48,32 @@ TEST(Perplexity, EqualsTheDirectComputation) {
     EXPECT_NEAR(p.bits_per_byte, nats / std::log(2.0) / 61, 1e-5 * nats / 61);
   }
   EXPECT_THROW(evaluate_perplexity(model, tokenizer, "x"), Error);
+}
+
+// `loom eval --batch B` holds B windows' activations and logits at once; its memory check
+// (scoring_memory) must count them, not one window's: the prediction is a lower bound of the
+// tracker's peak at each batch, and it grows with the batch as the peak does.
+TEST(Perplexity, MemoryCheckCountsEveryWindowOfTheBatch) {
+  data::ByteTokenizer tokenizer;
+  const nn::GPTConfig m{.vocab_size = 256, .block_size = 32, .n_layer = 2, .n_head = 2, .n_embd = 16};
+  nn::GPT model(m, 5);
+  const std::string text(32 * 16 + 1, 'a');  // 16 full windows
+  MemoryTracker& tracker = MemoryTracker::instance();
+  int64_t last_peak = 0;
+  for (const int64_t batch : {1, 4, 16}) {
+    tracker.reset_peaks();
+    const int64_t before = tracker.current(MemoryCategory::Activations);
+    evaluate_perplexity(model, tokenizer, text, batch);
+    const int64_t peak = tracker.peak(MemoryCategory::Activations) - before;
+    const double predicted = scoring_memory(m, batch).activations;
+    EXPECT_LE(predicted, static_cast<double>(peak)) << "batch " << batch;
+    EXPECT_GE(predicted, 0.5 * static_cast<double>(peak)) << "batch " << batch;
+    EXPECT_GT(peak, last_peak);
+    last_peak = peak;
+  }
+  EXPECT_EQ(scoring_memory(m, 4).activations, 4 * scoring_memory(m, 1).activations);
+  EXPECT_EQ(scoring_memory(m, 4).state, inference_memory(m, 1).state);
+  EXPECT_EQ(scoring_memory(m, 4).kv_cache, 0.0);
 }
 
 }  // namespace

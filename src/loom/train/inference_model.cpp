@@ -10,7 +10,7 @@
 namespace loom::train {
 
 InferenceModel load_inference_model(const std::string& checkpoint, comm::ProcessGroup* tp, int64_t batch,
-                                    const MemoryCheckBy& by) {
+                                    const MemoryCheckBy& by, InferenceUse use) {
   InferenceModel m;
   const std::string path = resolve_checkpoint_path(checkpoint);
   const CheckpointInfo info = read_checkpoint_info(path);
@@ -23,7 +23,9 @@ InferenceModel load_inference_model(const std::string& checkpoint, comm::Process
   m.config.model.validate();
   // The stored configuration is input like any other: bounded before the model is built.
   const bool bf16 = kernels::compute_precision() == kernels::Precision::BF16;
-  check_fits_in_memory(inference_memory(m.config.model, batch, bf16), tp != nullptr ? tp->size() : 1,
+  const MemoryNeed need = use == InferenceUse::Scoring ? scoring_memory(m.config.model, batch, bf16)
+                                                       : inference_memory(m.config.model, batch, bf16);
+  check_fits_in_memory(need, tp != nullptr ? tp->size() : 1,
                        "the model of checkpoint '" + path + "'", by);
   if (tp != nullptr && tp->size() > 1)
     m.layers = std::make_unique<parallel::tp::TensorParallelLayers>(*tp, /*sequence_parallel=*/false);

@@ -21,12 +21,17 @@ struct InferenceModel {
   std::unique_ptr<nn::GPT> model;
 };
 
+// What the model is loaded for, which sets what the memory check counts beside it: generation
+// (a KV cache of `batch` sequences, one sequence's activations) or scoring (`batch` windows
+// through one forward pass, their activations and logits; no cache).
+enum class InferenceUse { Generation, Scoring };
+
 // checkpoint: a file, a checkpoint directory or a run directory (its latest). tp: the
 // tensor-parallel group (every rank calls this; null or a group of one: serial). batch: the
-// sequences generated together, whose KV cache the memory check counts with the model (in
-// bf16 compute precision, kernels/precision.hpp, with the weights' bf16 copies); by: the
+// sequences run together, whose memory (as `use` needs it) the check counts with the model
+// (in bf16 compute precision, kernels/precision.hpp, with the weights' bf16 copies); by: the
 // command and its batch flag, which a refusal names.
 InferenceModel load_inference_model(const std::string& checkpoint, comm::ProcessGroup* tp, int64_t batch,
-                                    const MemoryCheckBy& by);
+                                    const MemoryCheckBy& by, InferenceUse use = InferenceUse::Generation);
 
 }  // namespace loom::train

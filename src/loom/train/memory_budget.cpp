@@ -199,6 +199,22 @@ double kv_cache_bytes(const nn::GPTConfig& m, int64_t batch, bool bf16) {
          static_cast<double>(m.n_embd) * (bf16 ? 2.0 : 4.0);
 }
 
+namespace {
+
+// A model's fp32 parameters, in bytes.
+double parameter_bytes(const nn::GPTConfig& m) {
+  return static_cast<double>(plan::model_state_bytes(m.num_parameters(), 1, 0, 0).params);
+}
+
+// What a forward pass of `batch` sequences of block_size tokens keeps: every layer's
+// activations (as training keeps them) and the logits.
+double forward_activations(const nn::GPTConfig& m, int64_t batch) {
+  const int64_t layer = plan::activation_bytes_per_layer(batch, m.block_size, m.n_embd, m.n_head, 1, false);
+  return static_cast<double>(layer * m.n_layer + 4 * batch * m.block_size * m.resolved_padded_vocab());
+}
+
+}  // namespace
+
 MemoryNeed inference_memory(const nn::GPTConfig& m, int64_t batch, bool bf16) {
   // fp32 values, plus their bf16 copies, plus (a batch past the GEMV's rows) the decode
   // step's packed copies in the product's precision (kernels/packed_weights.hpp).
@@ -207,11 +223,14 @@ MemoryNeed inference_memory(const nn::GPTConfig& m, int64_t batch, bool bf16) {
   const double rough = copies * rough_parameters(m) + rough_activations(m, 1.0);
   const double cache = kv_cache_bytes(m, batch, bf16);
   if (!(rough < kExactLimit)) return {.state = rough, .activations = 0.0, .kv_cache = cache};
-  const int64_t layer = plan::activation_bytes_per_layer(1, m.block_size, m.n_embd, m.n_head, 1, false);
-  const double params = static_cast<double>(plan::model_state_bytes(m.num_parameters(), 1, 0, 0).params);
-  return {.state = params * copies / 4.0,
-          .activations = static_cast<double>(layer * m.n_layer + 4 * m.block_size * m.resolved_padded_vocab()),
-          .kv_cache = cache};
+  return {.state = parameter_bytes(m) * copies / 4.0, .activations = forward_activations(m, 1), .kv_cache = cache};
+}
+
+MemoryNeed scoring_memory(const nn::GPTConfig& m, int64_t batch, bool bf16) {
+  const double copies = bf16 ? 6.0 : 4.0;
+  const double rough = copies * rough_parameters(m) + rough_activations(m, static_cast<double>(batch));
+  if (!(rough < kExactLimit)) return {.state = rough, .activations = 0.0};
+  return {.state = parameter_bytes(m) * copies / 4.0, .activations = forward_activations(m, batch)};
 }
 
 AvailableMemory available_memory() {
@@ -243,8 +262,9 @@ void check_fits_in_memory(const MemoryNeed& need, int ranks_on_host, const std::
         by.command.empty() ? "" : ", as `" + by.command + "` predicts", ", more than the ",
         format_bytes(available.bytes), " this machine has available (", available.source,
         "); ", by.remedy.empty() ? "run it where more memory is free" : by.remedy,
-        need.kv_cache > 0 && !by.batch_flag.empty() ? ", or generate fewer sequences together (" + by.batch_flag + ")"
-                                                    : "");
+        by.batch_flag.empty() ? ""
+        : need.kv_cache > 0   ? ", or generate fewer sequences together (" + by.batch_flag + ")"
+                              : ", or score fewer windows at once (" + by.batch_flag + ")");
 }
 
 }  // namespace loom::train

@@ -38,6 +38,10 @@ int64_t moe_extra_layer_activation_bytes(const TrainConfig& config);
 // when bf16, and the decode step's packed copies past kernels::kGemvMaxRows sequences), one
 // sequence's activations and logits, and the KV cache.
 MemoryNeed inference_memory(const nn::GPTConfig& model, int64_t batch = 1, bool bf16 = false);
+// To score `batch` windows of block_size tokens in one forward pass (loom eval): the
+// parameters (and their bf16 copies when bf16), and every layer's activations and the logits
+// of the whole batch, which the forward's context keeps until the loss is taken. No KV cache.
+MemoryNeed scoring_memory(const nn::GPTConfig& model, int64_t batch, bool bf16 = false);
 // The KV cache of `batch` sequences of block_size tokens: n_layer x 2 (keys, values) x batch
 // x block_size x n_embd values (KVCache's allocation), fp32, or bf16 in a bf16 run.
 double kv_cache_bytes(const nn::GPTConfig& model, int64_t batch, bool bf16 = false);
@@ -54,12 +58,13 @@ std::string describe(const MemoryNeed& need);
 
 // Who checks, for the refusal's wording: the command whose prediction the need is ("loom train
 // --dry-run" prints training's; empty: the need is no command's prediction, a checkpoint's
-// bytes), the flag setting how many sequences it generates together (empty: none) and what
-// the user can change (empty: only the memory: a checkpoint's model is what it is).
+// bytes), the flag setting how many sequences it runs together (empty: none: generating with
+// a KV cache, its sequences; without, the windows scored at once) and what the user can change
+// (empty: only the memory: a checkpoint's model is what it is).
 struct MemoryCheckBy {
-  std::string command;
-  std::string batch_flag;
-  std::string remedy;
+  std::string command{};
+  std::string batch_flag{};
+  std::string remedy{};
 };
 // Training's remedy: a run's model and layout are the user's to choose.
 inline constexpr const char* kTrainingMemoryRemedy =

@@ -98,4 +98,11 @@ def cases(fx):
         Case("generate: a batch whose KV cache cannot fit",
              ["generate", "--checkpoint", run, "--batch", "1000000000000", "--input", fx.file("one-gen.txt", "a\n")],
              r"KV cache .*, as `loom generate` predicts, .*generate fewer sequences together \(--batch\)$"),
+        # loom eval scores --batch windows in one forward pass; its check counted one window.
+        Case("eval: a batch of windows whose activations cannot fit",
+             ["eval", "--checkpoint", run, "--data", fx.data, "--batch", "1000000000000"],
+             r"the model of checkpoint .* needs .*activations .*, as `loom eval` predicts, .*; run it where more "
+             r"memory is free, or score fewer windows at once \(--batch\)$"),
+        Case("eval: --batch 0", ["eval", "--checkpoint", run, "--data", fx.data, "--batch", "0"],
+             r"--batch must be >= 1, got 0"),
     ]
