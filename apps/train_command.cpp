@@ -60,8 +60,7 @@ void print_dry_run(train::TrainConfig& config) {
               config.tokenizer.c_str());
   const plan::StateBytes state = train::rank_training_state(config);
   const char* mode[] = {"DDP, replicated", "ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP"};
-  const std::string stage_share =
-      config.pp > 1 ? ", a pipeline rank's 1/" + std::to_string(config.pp) + " of the model" : "";
+  const std::string stage_share = config.pp > 1 ? ", the pipeline rank holding the most" : "";
   std::printf("# predicted state memory per rank (%s, %s, %s, sharded over %lld ranks%s): params %s + grads %s + "
               "optimizer %s = %s%s\n",
               config.precision == "bf16" ? "bf16 mixed precision: bf16 weights, fp32 master, gradients and moments" : "fp32",
@@ -135,6 +134,10 @@ void print_dry_run(train::TrainConfig& config) {
                   static_cast<long long>(s.first_block), static_cast<long long>(s.end_block - 1),
                   s.embedding ? " + embedding" : "", s.head ? " + final norm and LM head" : "");
     }
+    std::printf("\n# predicted state memory per pipeline rank:");
+    for (int64_t r = 0; r < config.pp; ++r)
+      std::printf("%s pp rank %lld %s", r ? ";" : "", static_cast<long long>(r),
+                  format_bytes(train::rank_training_state(config, r).total()).c_str());
     std::printf("\n");
   }
   std::printf("\n# %s\n", config.mesh_layout().rank_map().c_str());

@@ -32,6 +32,13 @@ TEST(MixedPrecisionState, PublishedFormulasWhenEveryParameterIsBf16) {
   EXPECT_EQ(mixed_precision_state_bytes(P, 1000, N, 1, 8).total(), 6 * P + 12 * P / N + 4000);
   EXPECT_EQ(mixed_precision_state_bytes(P, 1000, N, 0, 8).total(), 18 * P);
   EXPECT_EQ(mixed_precision_state_bytes(P, 1000, N, 3, 8).total(), 18 * P / N);
+  // Those no GEMM reads (LayerNorms, biases, the position table) have no bf16 copy under DDP,
+  // which converts only what its GEMMs read; ZeRO's bf16 gathers hold every parameter in bf16.
+  const int64_t F = 600;
+  EXPECT_EQ(mixed_precision_state_bytes(P, 1000, N, 0, 8, 0, F).total(), 18 * P - 2 * F);
+  EXPECT_EQ(mixed_precision_state_bytes(P, 1000, N, 1, 8, 0, F).total(), 6 * P + 12 * P / N + 4000);
+  EXPECT_EQ(mixed_precision_state_bytes(P, 1000, N, 2, 8, 0, F).total(), 2 * P + 16 * P / N + 4000);
+  EXPECT_EQ(mixed_precision_state_bytes(P, 1000, N, 3, 8, 0, F).total(), 18 * P / N);
   // Parameters kept in fp32 (routers): no bf16 copy, whole in fp32 under DDP and ZeRO-1/2, 4 bytes
   // sharded under ZeRO-3, instead of 2 + 4 / N (and 6 / N).
   const int64_t K = 4096;
@@ -53,7 +60,10 @@ TEST(PlanBf16, MemoryOfASerialLayoutByHand) {
   const LayoutCost c = predict(m, cpu_bf16(), l, 8), f = predict(m, fp32, l, 8);
   ASSERT_TRUE(c.valid) << c.why_not;
   const int64_t P = 12 * 4 * 128 * 128 + 13 * 4 * 128 + 128 * 128 + 128 * 128 + 2 * 128;
-  EXPECT_EQ(c.state_bytes, 18 * P);
+  // No bf16 copy of what no GEMM reads: the blocks' biases and LayerNorms, the position table
+  // and the final LayerNorm (the tied token table has one: the LM head's GEMMs read it).
+  const int64_t gemm_free = 13 * 4 * 128 + 128 * 128 + 2 * 128;
+  EXPECT_EQ(c.state_bytes, 18 * P - 2 * gemm_free);
   // Each layer keeps bf16 copies of its 16 B T C values (2 bytes less each) and no
   // probabilities (NH B T^2 values of 4 bytes), only their rows' fp32 log-sum-exp (NH B T
   // values); outside the layers the embedding's output is

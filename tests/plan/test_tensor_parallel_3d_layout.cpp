@@ -152,7 +152,8 @@ TEST(Plan3D, CountsTheGatheredBlocksInMemory) {
 // Under Loom's bf16 a grid's layers keep bf16 copies as a 1D tensor-parallel layer over row
 // does (mixed_precision_cost.hpp), not the published mixed-precision layer: against fp32 only
 // the layers differ (the residual stream and the logits stay fp32, as do the gathered weight
-// blocks).
+// blocks). The state adds a bf16 copy of what GEMMs read, each weight shard and the tied token
+// table, none of the biases, LayerNorms and position table (once 2 B each of those too).
 TEST(Plan3D, PricesBf16ActivationsAsLoomKeepsThem) {
   const ModelSpec m{"m", 2, 256, 4, 64, 128};
   ClusterSpec c = cluster_preset("local-default");
@@ -165,6 +166,8 @@ TEST(Plan3D, PricesBf16ActivationsAsLoomKeepsThem) {
   const int64_t layers = 2 * (bf16_activation_bytes_per_layer(2, 64, 256, 4, 2, false) -
                               activation_bytes_per_layer(2, 64, 256, 4, 2, false));
   EXPECT_EQ(bf16.activation_bytes - fp32.activation_bytes, layers);
+  const int64_t h = 256, weight_shards = 2 * 12 * h * h / (2 * 1 * 2), table = 128 * h;
+  EXPECT_EQ(bf16.state_bytes - fp32.state_bytes, 2 * (weight_shards + table));
 }
 
 // On a CPU whose ranks take turns on its cores (4 ranks on 2, each core at a tenth of its

@@ -146,9 +146,7 @@ TEST(GcnTraining, Bf16TracksFp32OnCoraWithTheFormulasWeightCopies) {
     const int64_t params0 = m.current(MemoryCategory::Parameters);
     Trainer t(c, true);
     t.run();
-    const int64_t got = m.current(MemoryCategory::Parameters) - params0, want = t.state_formula().params;
-    EXPECT_NEAR(static_cast<double>(got), static_cast<double>(want), 0.02 * static_cast<double>(want))
-        << precision << ": parameters measured " << got << " bytes, formula " << want;
+    EXPECT_EQ(m.current(MemoryCategory::Parameters) - params0, t.state_formula().params) << precision;
     const float val = t.evaluate();
     t.evaluate_test();
     result[precision] = {val, t.spec().last_metrics().at(0).value};

@@ -17,6 +17,7 @@ Experts::Experts(int64_t El, int64_t C, int64_t first, int64_t E) : El_(El), C_(
   fc_b_ = &register_parameter("fc_bias", {El, 4 * C}, /*weight_decay=*/false);
   proj_w_ = &register_parameter("proj_weight", {El, C, 4 * C}, /*weight_decay=*/true);
   proj_b_ = &register_parameter("proj_bias", {El, C}, /*weight_decay=*/false);
+  for (Parameter* w : {fc_w_, proj_w_}) w->set_read_by_gemms(true);  // the biases are added in fp32
   if (El < E) {  // expert parallel: this rank's block of experts
     // Designated: a positional kExpertAxis would land in a field added before `axis` (dim2).
     const ShardSpec spec{.dim = 0, .parts = E / El, .index = first / El, .blocks = 1, .axis = ShardSpec::kExpertAxis};

@@ -26,6 +26,7 @@ GraphConv::GraphConv(int64_t in_features, int64_t out_features, std::shared_ptr<
                      bool input_gradient, const Shape& weight_shape, int64_t bias_size)
     : in_(in_features), out_(out_features), graph_(std::move(graph)), input_gradient_(input_gradient) {
   weight_ = &register_parameter("weight", weight_shape, /*weight_decay=*/false);
+  weight_->set_read_by_gemms(true);  // (a sparse input's product keeps it in fp32 instead: kept_in_fp32)
   bias_ = &register_parameter("bias", {bias_size}, /*weight_decay=*/false);
 }
 

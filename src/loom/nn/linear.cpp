@@ -14,6 +14,7 @@ using kernels::Trans;
 
 Linear::Linear(int64_t in_features, int64_t out_features, bool bias) : in_(in_features), out_(out_features) {
   weight_ = &register_parameter("weight", {out_, in_}, /*weight_decay=*/true);
+  weight_->set_read_by_gemms(true);
   weight_->set_read_only_by_gemms(true);  // (generation's fp32 decode reads value(), outside training)
   bias_ = bias ? &register_parameter("bias", {out_}, /*weight_decay=*/false) : nullptr;
 }

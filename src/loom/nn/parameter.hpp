@@ -68,6 +68,12 @@ class Parameter {
   // current by the gathers after each step; value() is released. Only for a parameter that
   // nothing but GEMMs reads (read_only_by_gemms()).
   void bind_bf16_only(Tensor view);
+  // Set by a layer whose GEMMs read this parameter through gemm_operand() or gemm_value() while
+  // training (a Linear's weight, the LM head's table, the experts' weights): under DDP in bf16
+  // it holds a bf16 copy of its own; one no GEMM reads (a LayerNorm's, a bias, the position
+  // table) holds none, whereas ZeRO's bf16 gathers hold every parameter in bf16.
+  void set_read_by_gemms(bool on) { read_by_gemms_ = on; }
+  bool read_by_gemms() const { return read_by_gemms_; }
   // Set by a layer whose weight nothing reads but gemm_operand() while training (a Linear's).
   void set_read_only_by_gemms(bool on) { read_only_by_gemms_ = on; }
   bool read_only_by_gemms() const { return read_only_by_gemms_; }
@@ -103,6 +109,7 @@ class Parameter {
   bool bf16_refreshed_ = false;  // written by the optimizer with the value's last update
   uint64_t bf16_refresh_epoch_ = 0;
   int64_t bf16_conversions_ = 0;
+  bool read_by_gemms_ = false;
   bool read_only_by_gemms_ = false;
   bool kept_in_fp32_ = false;
   bool weight_decay_;

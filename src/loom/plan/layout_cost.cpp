@@ -32,18 +32,24 @@ int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& 
   const int64_t experts = with_experts ? expert_parameters_per_device(model, l) : 0;
   const bool sharded_experts = experts_sharded_by_zero(model, l);
   const int64_t sharded = params_here + (sharded_experts ? experts : 0);
+  // Each expert's weights (8 h^2 of its parameters), which its GEMMs read.
+  const int64_t expert_weights = experts / expert_mlp_parameters(model.hidden) * 8 * model.hidden * model.hidden;
   int64_t bytes = 0;
   if (cluster.precision == Precision::Bf16) {
     // Only Linear weights are read by GEMMs alone: attention's in every block, the MLP's in a
-    // dense block (experts are stacked tensors, routers kept in fp32).
+    // dense block (experts are stacked tensors, routers kept in fp32). GEMMs also read the
+    // token table on a stage with the LM head (the device priced is a pipeline's first stage,
+    // which only looks rows up) and the experts' weights; the rest (LayerNorms, biases, the
+    // position table) no GEMM reads, and DDP gives them no bf16 copy.
     const int64_t h = model.hidden, blocks = model.layers / l.pp, moe = moe_layers(model) / l.pp;
     const int64_t gemm_only = (blocks * 4 * h * h + (blocks - moe) * 8 * h * h) / l.tp;
-    bytes = bf16_state_bytes(sharded, gemm_only, l.dp, zero, moe * h * model.moe.experts);
+    const int64_t kept = moe * h * model.moe.experts, head = l.pp == 1 ? model.vocab * h / l.tp : 0;
+    const int64_t gemm_read = gemm_only + head + (sharded_experts ? expert_weights : 0);
+    bytes = bf16_state_bytes(sharded, gemm_only, l.dp, zero, kept, std::max<int64_t>(0, sharded - kept - gemm_read));
   } else {
     bytes = state_bytes(cluster, sharded, l.dp, zero);
   }
-  // Whole, a bf16 copy of each expert's weights (8 h^2 of an expert's parameters) in bf16.
-  const int64_t expert_weights = experts / expert_mlp_parameters(model.hidden) * 8 * model.hidden * model.hidden;
+  // Whole, with a bf16 copy of each expert's weights in bf16.
   if (!sharded_experts)
     bytes += unsharded_state_bytes(experts, cluster.precision == Precision::Bf16 ? expert_weights : 0).total();
   return bytes;

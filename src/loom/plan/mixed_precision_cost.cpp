@@ -5,11 +5,12 @@
 namespace loom::plan {
 
 StateBytes mixed_precision_state_bytes(int64_t params, int64_t fp32_read_params, int shards, int zero_stage,
-                                       int64_t optimizer_bytes_per_param, int64_t kept_params) {
-  const int64_t n = shards > 0 ? shards : 1, rounded = params - kept_params;  // those with a bf16 copy
+                                       int64_t optimizer_bytes_per_param, int64_t kept_params,
+                                       int64_t gemm_free_params) {
+  const int64_t n = shards > 0 ? shards : 1, rounded = params - kept_params;  // those with a bf16 value
   StateBytes s;
   if (zero_stage == 0) {
-    s.params = 4 * params + 2 * rounded;
+    s.params = 4 * params + 2 * (rounded - gemm_free_params);  // a copy of what the GEMMs read
   } else if (zero_stage < 3) {
     s.params = 2 * rounded + 4 * fp32_read_params + 4 * rounded / n + 4 * kept_params;
   } else {
@@ -27,9 +28,9 @@ StateBytes unsharded_state_bytes(int64_t params, int64_t bf16_copies, int64_t op
 }
 
 int64_t bf16_state_bytes(int64_t params_here, int64_t gemm_only_params, int64_t dp, int zero_stage,
-                         int64_t kept_params) {
+                         int64_t kept_params, int64_t gemm_free_params) {
   return mixed_precision_state_bytes(params_here, params_here - gemm_only_params - kept_params, static_cast<int>(dp),
-                                     zero_stage, 8, kept_params)
+                                     zero_stage, 8, kept_params, gemm_free_params)
       .total();
 }
 

@@ -1,15 +1,19 @@
 // Mixed precision (bf16 compute, fp32 master weights) as Loom holds it: the model state per
 // rank by ZeRO stage, and what `loom plan --precision bf16` prices. Psi parameters, of which
 // Psi_32 are read outside GEMMs (embeddings, LayerNorm gains, biases) and so keep an fp32
-// value on every rank; sharded over N ranks:
-//   DDP:    fp32 master 4 Psi + bf16 copy 2 Psi, fp32 gradients 4 Psi, moments 8 Psi   = 18 Psi
+// value on every rank, and Psi_0 of those no GEMM reads at all (LayerNorms, biases, the
+// position table: not the token table, which the LM head's GEMMs read); sharded over N ranks:
+//   DDP:    fp32 master 4 Psi + bf16 copy 2 (Psi - Psi_0), fp32 gradients 4 Psi, moments 8 Psi
+//                                                             = 18 Psi - 2 Psi_0
 //   ZeRO-1: bf16 copy 2 Psi + fp32 values 4 Psi_32 + master 4 Psi/N, gradients 4 Psi,
 //           moments 8 Psi/N                                   = 6 Psi + 12 Psi/N + 4 Psi_32
 //   ZeRO-2: as ZeRO-1 with gradients 4 Psi/N                  = 2 Psi + 16 Psi/N + 4 Psi_32
 //   ZeRO-3: master 4 Psi/N + its bf16 copy 2 Psi/N, gradients 4 Psi/N, moments 8 Psi/N
 //                                                             = 18 Psi/N (+ the gathered units)
-// The published formulas (ZeRO, Megatron's distributed optimizer) are these with Psi_32 = 0:
-// their embeddings and LayerNorms compute in bf16 too. Psi_k parameters kept in fp32 (a mixture
+// DDP converts only what its GEMMs read (nn::Parameter::read_by_gemms), while ZeRO's bf16
+// gathers give every parameter a bf16 value. The published formulas (ZeRO, Megatron's
+// distributed optimizer) are these with Psi_32 = Psi_0 = 0: their embeddings and LayerNorms
+// compute in bf16 too. Psi_k parameters kept in fp32 (a mixture
 // of experts' routers: nn::Parameter::kept_in_fp32) have no bf16 copy and are gathered in fp32:
 // 4 Psi_k whole in DDP and ZeRO-1/2 (the master a view of it), 4 Psi_k/N under ZeRO-3, in
 // place of their share of the bf16 terms above (Psi and Psi_32 then count the others).
@@ -22,9 +26,11 @@
 namespace loom::plan {
 
 // optimizer_bytes_per_param: 8 for AdamW, 4 for SGD with momentum (fp32 either way).
-// params counts every parameter, kept_params those kept in fp32 (not counted in fp32_read_params).
+// params counts every parameter, kept_params those kept in fp32 (not counted in fp32_read_params),
+// gemm_free_params those of fp32_read_params no GEMM reads (Psi_0: no bf16 copy under DDP).
 StateBytes mixed_precision_state_bytes(int64_t params, int64_t fp32_read_params, int shards, int zero_stage,
-                                       int64_t optimizer_bytes_per_param, int64_t kept_params = 0);
+                                       int64_t optimizer_bytes_per_param, int64_t kept_params = 0,
+                                       int64_t gemm_free_params = 0);
 
 // The model state of `params` parameters a device keeps whole, outside ZeRO (a mixture of
 // experts' E / ep experts under ep, which ExpertDataParallel all-reduces over expert_dp): 16 B
@@ -34,10 +40,10 @@ StateBytes mixed_precision_state_bytes(int64_t params, int64_t fp32_read_params,
 StateBytes unsharded_state_bytes(int64_t params, int64_t bf16_copies, int64_t optimizer_bytes_per_param = 8);
 
 // `loom plan --precision bf16`: the model state of a device holding params_here parameters, of
-// which gemm_only_params are blocks' Linear weights and kept_params kept in fp32 (a mixture of
-// experts' routers; the rest read outside GEMMs), over dp.
+// which gemm_only_params are blocks' Linear weights, kept_params kept in fp32 (a mixture of
+// experts' routers; the rest read outside GEMMs) and gemm_free_params read by no GEMM, over dp.
 int64_t bf16_state_bytes(int64_t params_here, int64_t gemm_only_params, int64_t dp, int zero_stage,
-                         int64_t kept_params = 0);
+                         int64_t kept_params = 0, int64_t gemm_free_params = 0);
 
 // Rows of the logits' gradient the LM head's backward converts to bf16 at a time
 // (nn::GPT::kHeadGradientRows; a test keeps the two equal).

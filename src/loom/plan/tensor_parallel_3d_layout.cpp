@@ -62,10 +62,12 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   // replicated), plus the whole LM head's logits.
   const int64_t params = params_per_rank(m, R, C, D);
   const int64_t bpv = value_bytes(c.precision);
-  // Loom's bf16: 18 bytes a parameter (each weight shard's bf16 copy, which the depth gather
-  // sends, beside the fp32 master, gradient and moments); mixed: the 16 of the literature.
+  // Loom's bf16: 18 bytes a GEMM-read parameter (each weight shard's bf16 copy, which the depth
+  // gather sends, and the token table's, beside the fp32 master, gradient and moments), 16 for
+  // the biases, LayerNorms and position table no GEMM reads; mixed: the 16 of the literature.
+  const int64_t gemm_free = m.layers * (7 * h / R + 2 * h / C + 4 * h) + m.seq * h + 2 * h;
   cost.state_bytes = c.precision == Precision::Fp32   ? model_state_bytes(params, 1, 0, 8).total()
-                     : c.precision == Precision::Bf16 ? bf16_state_bytes(params, 0, 1, 0)
+                     : c.precision == Precision::Bf16 ? bf16_state_bytes(params, 0, 1, 0, 0, gemm_free)
                                                       : 16 * params;
   const double s = static_cast<double>(m.seq), b = static_cast<double>(l.micro_batch), hd = static_cast<double>(h),
                a = static_cast<double>(m.heads), r = static_cast<double>(R);

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "loom/error.hpp"
 #include "loom/kernels/gemv.hpp"
+#include "loom/parallel/pipeline/partition.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/plan/moe_cost.hpp"
@@ -56,26 +58,94 @@ int64_t read_number(const std::string& path, const std::string& key) {
 
 }  // namespace
 
-// A pipeline rank holds about 1/pp of the blocks and of the parameters.
+// A pipeline rank holds about 1/pp of the blocks (the activations' count).
 int64_t pipeline_rank_layers(const TrainConfig& c) { return (c.model.n_layer + c.pp - 1) / c.pp; }
 
-plan::StateBytes rank_training_state(const TrainConfig& c) {
+namespace {
+
+// The virtual stages in model order: the whole model without a pipeline, else the partition the
+// trainer builds (GptSpec::build: chunk k of pipeline rank r is virtual stage k pp + r).
+std::vector<nn::GPTStage> virtual_stages(const TrainConfig& c) {
+  if (c.pp == 1) return {nn::GPTStage{0, c.model.n_layer, true, true}};
+  return parallel::pipeline::partition_stages(c.model, c.pp, c.chunks, c.pipeline_layers());
+}
+
+// The parameters one rank holds (its tensor-parallel share), as the state formulas tell them apart.
+struct RankParameters {
+  int64_t dense = 0;           // every parameter but the experts
+  int64_t linear_weights = 0;  // of dense: the blocks' Linear weights, which only GEMMs read
+  int64_t kept = 0;            // of dense: the routers' weights, kept in fp32
+  int64_t gemm_free = 0;       // of dense: what no GEMM reads (no bf16 copy under DDP)
+  int64_t experts = 0;         // E / ep experts of each of its MoE blocks (all E without ep)
+  int64_t expert_weights = 0;  // of experts: their weights, which their GEMMs read
+};
+
+// Counted over the stages the rank owns, so a stage's MoE blocks are those among its own layers
+// (nn::MoeConfig::is_moe_block: block l when l + 1 is a multiple of `every`) and the tables sit
+// on the first and last stages.
+RankParameters rank_parameters(const TrainConfig& c, const std::vector<nn::GPTStage>& stages, int64_t pp_rank) {
   const nn::GPTConfig& m = c.model;
-  const int64_t params = m.num_parameters(c.tp) / c.pp, layers = pipeline_rank_layers(c);
-  // Under ep (or DDP) a rank keeps E / ep experts of each MoE block whole, outside ZeRO
-  // (ExpertDataParallel); without ep ZeRO shards them with the rest (plan::experts_sharded_by_zero).
-  if ((c.ep == 1 && c.zero >= 1) || !m.moe.enabled()) return training_state(c, params, layers);
-  int64_t moe_blocks = 0;
-  for (int64_t l = 0; l < m.n_layer; ++l) moe_blocks += m.moe.is_moe_block(l) ? 1 : 0;
-  const int64_t expert = plan::expert_mlp_parameters(m.n_embd);
-  const int64_t all_experts = moe_blocks * m.moe.experts * expert / c.pp;
-  const int64_t experts_here = moe_blocks * (m.moe.experts / c.ep) * expert / c.pp;
-  // In bf16 the experts' weights get a bf16 copy, their biases none.
-  const int64_t weights_here = moe_blocks * (m.moe.experts / c.ep) * 8 * m.n_embd * m.n_embd / c.pp;
-  const plan::StateBytes dense = training_state(c, params - all_experts, layers);
-  const plan::StateBytes experts = plan::unsharded_state_bytes(experts_here, c.precision == "bf16" ? weights_here : 0,
+  const int64_t C = m.n_embd, t = c.tp, table = m.resolved_padded_vocab() / t * C;
+  const int64_t local_experts = m.moe.enabled() ? m.moe.experts / c.ep : 0;
+  RankParameters r;
+  for (size_t k = static_cast<size_t>(pp_rank); k < stages.size(); k += static_cast<size_t>(c.pp)) {
+    const nn::GPTStage& s = stages[k];
+    const int64_t blocks = s.end_block - s.first_block;
+    const int64_t moe = m.moe.enabled() ? s.end_block / m.moe.every - s.first_block / m.moe.every : 0;
+    // Every block: attention's qkv (split over tp with its bias) and proj (split, its bias
+    // replicated), two LayerNorms. A dense block's MLP: fc (split with its bias) and proj (split,
+    // its bias replicated). An MoE block's: a router (no bias) and the experts, replicated over tp.
+    r.linear_weights += blocks * 4 * C * C / t + (blocks - moe) * 8 * C * C / t;
+    r.gemm_free += blocks * (3 * C / t + C + 4 * C) + (blocks - moe) * (4 * C / t + C);
+    r.kept += moe * m.moe.experts * C;
+    r.experts += moe * local_experts * plan::expert_mlp_parameters(C);
+    r.expert_weights += moe * local_experts * 8 * C * C;
+    // The token table: the LM head's GEMMs read it; a first stage without the head only looks
+    // rows up. The position table and the final LayerNorm no GEMM reads.
+    if (s.head) r.dense += table;
+    if (s.embedding) r.gemm_free += m.block_size * C + (s.head ? 0 : table);
+    if (s.head) r.gemm_free += 2 * C;
+  }
+  r.dense += r.linear_weights + r.kept + r.gemm_free;
+  return r;
+}
+
+// The model state of `params` parameters ZeRO shards (or DDP replicates), in the run's precision:
+// plan::model_state_bytes in fp32, the mixed-precision formulas (plan/mixed_precision_cost.hpp)
+// in bf16, of which gemm_only only GEMMs read, kept stay fp32 and gemm_free no GEMM reads.
+plan::StateBytes sharded_state(const TrainConfig& c, int64_t params, int64_t gemm_only, int64_t kept,
+                               int64_t gemm_free) {
+  const int64_t optimizer = c.optimizer == "adamw" ? 8 : 4;
+  const int shards = static_cast<int>(c.shard_size()), zero = static_cast<int>(c.zero);
+  if (c.precision != "bf16") return plan::model_state_bytes(params, shards, zero, optimizer);
+  return plan::mixed_precision_state_bytes(params, params - gemm_only - kept, shards, zero, optimizer, kept, gemm_free);
+}
+
+plan::StateBytes rank_state(const TrainConfig& c, const RankParameters& r) {
+  // 3D tensor parallelism's weights keep their fp32 value (no ZeRO under 3D to hold them in bf16 only).
+  const int64_t gemm_only = c.tp_3d.empty() ? r.linear_weights : 0;
+  // Without ep ZeRO shards the experts with the rest (plan::experts_sharded_by_zero); under ep
+  // (or DDP) a rank keeps its E / ep experts of each MoE block whole, outside ZeRO
+  // (ExpertDataParallel), with a bf16 copy of their weights in bf16 (their biases are read in fp32).
+  if (c.ep == 1 && c.zero >= 1)
+    return sharded_state(c, r.dense + r.experts, gemm_only, r.kept, r.gemm_free + r.experts - r.expert_weights);
+  const plan::StateBytes dense = sharded_state(c, r.dense, gemm_only, r.kept, r.gemm_free);
+  const plan::StateBytes experts = plan::unsharded_state_bytes(r.experts, c.precision == "bf16" ? r.expert_weights : 0,
                                                                c.optimizer == "adamw" ? 8 : 4);
   return {dense.params + experts.params, dense.grads + experts.grads, dense.optimizer + experts.optimizer};
+}
+
+}  // namespace
+
+plan::StateBytes rank_training_state(const TrainConfig& c, int64_t pp_rank) {
+  const std::vector<nn::GPTStage> stages = virtual_stages(c);
+  if (pp_rank >= 0) return rank_state(c, rank_parameters(c, stages, pp_rank));
+  plan::StateBytes most;  // the pipeline rank holding the most
+  for (int64_t r = 0; r < c.pp; ++r) {
+    const plan::StateBytes here = rank_state(c, rank_parameters(c, stages, r));
+    if (r == 0 || here.total() > most.total()) most = here;
+  }
+  return most;
 }
 
 MemoryNeed training_memory(const TrainConfig& c) {
@@ -108,25 +178,6 @@ MemoryNeed training_memory(const TrainConfig& c) {
                                  ? plan::bf16_attention_backward_bytes(c.batch_size, m.block_size, C, m.n_head, c.tp)
                                  : 0;
   return {static_cast<double>(state.total()), static_cast<double>(kept + logits + ring + recomputed)};
-}
-
-plan::StateBytes training_state(const TrainConfig& c, int64_t params, int64_t layers) {
-  const int64_t optimizer = c.optimizer == "adamw" ? 8 : 4;
-  if (c.precision != "bf16")
-    return plan::model_state_bytes(params, static_cast<int>(c.shard_size()), static_cast<int>(c.zero), optimizer);
-  // The blocks' Linear weights are read by GEMMs only (held in bf16 alone under ZeRO-1/2):
-  // attention's in every block, the MLP's in a dense one; every other parameter keeps an fp32
-  // value. 3D tensor parallelism's weights keep theirs (no ZeRO under 3D), experts are not
-  // Linear layers, and a mixture of experts' router is kept in fp32 alone (no bf16 copy).
-  const nn::GPTConfig& m = c.model;
-  int64_t moe_blocks = 0;
-  for (int64_t l = 0; l < m.n_layer; ++l) moe_blocks += m.moe.is_moe_block(l) ? 1 : 0;
-  const int64_t moe_here = m.n_layer > 0 ? moe_blocks * layers / m.n_layer : 0;  // exact without a pipeline
-  const int64_t C = m.n_embd;
-  const int64_t gemm_only = c.tp_3d.empty() ? (layers * 4 + (layers - moe_here) * 8) * C * C / c.tp : 0;
-  const int64_t kept = std::min(params, moe_here * C * m.moe.experts);
-  return plan::mixed_precision_state_bytes(params, params - std::min(params, gemm_only + kept),
-                                           static_cast<int>(c.shard_size()), static_cast<int>(c.zero), optimizer, kept);
 }
 
 int64_t moe_extra_layer_activation_bytes(const TrainConfig& c) {

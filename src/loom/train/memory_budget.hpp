@@ -23,13 +23,12 @@ struct MemoryNeed {
 
 // Per rank, to train config under its layout, ZeRO stage and optimizer.
 MemoryNeed training_memory(const TrainConfig& config);
-// The model state (parameters, gradients, optimizer) of a rank holding `params` parameters
-// of `layers` transformer blocks, in the run's precision: plan::model_state_bytes in fp32, the mixed-precision formulas
-// (plan/mixed_precision_cost.hpp) in bf16.
-plan::StateBytes training_state(const TrainConfig& config, int64_t params, int64_t layers);
-// The model state of one rank of config's layout: its tensor-parallel share of the parameters,
-// and under a pipeline about 1/pp of them and of the blocks (training_memory's state).
-plan::StateBytes rank_training_state(const TrainConfig& config);
+// The model state (parameters, gradients, optimizer) of a rank of pipeline rank pp_rank in
+// config's layout, in the run's precision (plan::model_state_bytes in fp32, the mixed-precision
+// formulas of plan/mixed_precision_cost.hpp in bf16): its tensor-parallel share of the
+// parameters of the blocks and tables its stages own (the partition the trainer builds), and
+// of its MoE blocks' experts. pp_rank -1: the pipeline rank holding the most (training_memory's state).
+plan::StateBytes rank_training_state(const TrainConfig& config, int64_t pp_rank = -1);
 // The activations one transformer layer keeps for backward per micro-batch on this rank, in
 // the run's precision (plan::activation_bytes_per_layer, plan::bf16_activation_bytes_per_layer).
 int64_t layer_activation_bytes(const TrainConfig& config);

@@ -305,20 +305,22 @@ plan::StateBytes Trainer::state_formula() const {
   int64_t params = 0, experts = 0, expert_copies = 0;
   int64_t fp32_read = 0;  // the parameters that keep an fp32 value beside the bf16 copy under ZeRO-1/2
   int64_t kept = 0;       // those with no bf16 copy at all (a router's weight)
+  int64_t gemm_free = 0;  // of fp32_read, those no GEMM reads: no bf16 copy under DDP
   for (const nn::Parameter* q : p_.model->parameters()) {
     const bool expert = parallel::ep::is_expert_parameter(*q) || q->name().find(".experts.") != std::string::npos;
     if ((config_.ep > 1 || config_.zero == 0) && expert) {
       experts += q->numel();
-      if (q->weight_decay()) expert_copies += q->numel();  // a weight, GEMM-read in bf16; a bias gets no copy
+      if (q->read_by_gemms()) expert_copies += q->numel();  // a weight, GEMM-read in bf16; a bias gets no copy
       continue;
     }
     params += q->numel();
     if (q->kept_in_fp32()) kept += q->numel();
     else if (!q->read_only_by_gemms()) fp32_read += q->numel();
+    if (!q->kept_in_fp32() && !q->read_by_gemms()) gemm_free += q->numel();
   }
   const plan::StateBytes dense =
       bf16 ? plan::mixed_precision_state_bytes(params, fp32_read, static_cast<int>(config_.shard_size()),
-                                               static_cast<int>(config_.zero), optimizer_bytes, kept)
+                                               static_cast<int>(config_.zero), optimizer_bytes, kept, gemm_free)
            : plan::model_state_bytes(params, static_cast<int>(config_.shard_size()), static_cast<int>(config_.zero),
                                      optimizer_bytes);
   const plan::StateBytes whole = plan::unsharded_state_bytes(experts, bf16 ? expert_copies : 0, optimizer_bytes);

@@ -10,25 +10,31 @@ namespace loom::parallel::pipeline {
 
 namespace {
 
-// Blocks per stage minimising the largest stage cost (contiguous partition, small DP).
+// The smallest largest stage of l blocks over s stages of one unit a block, each holding at
+// least one: ceil(l / s); infinite when some stage would be empty.
+double spread(int64_t l, int64_t s) {
+  if (s == 0) return l == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+  if (l < s) return std::numeric_limits<double>::infinity();
+  return static_cast<double>((l + s - 1) / s);
+}
+
+// Blocks per stage minimising the largest stage cost (contiguous partition), the last stage
+// costing head_cost more. Stage by stage from the last: the fewest blocks k that minimise the
+// larger of its cost and the best spread of the rest over the stages before it (a small DP
+// over every (stages, blocks) gave the same cuts, in O(S L^2) time and O(S L) memory: hours and
+// gigabytes for an absurd block count, which the memory check must refuse in an instant).
 std::vector<int64_t> balanced(int64_t L, int64_t S, double head_cost) {
-  // best[s][l]: the smallest possible max cost of the first s stages holding the first l blocks.
-  const double inf = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<double>> best(S + 1, std::vector<double>(L + 1, inf));
-  std::vector<std::vector<int64_t>> cut(S + 1, std::vector<int64_t>(L + 1, 0));
-  best[0][0] = 0.0;
-  for (int64_t s = 1; s <= S; ++s)
-    for (int64_t l = 0; l <= L; ++l)
-      for (int64_t k = 1; k <= l; ++k) {  // every stage holds at least one block
-        const double cost = static_cast<double>(k) + (s == S ? head_cost : 0.0);
-        const double worst = std::max(best[s - 1][l - k], cost);
-        if (worst < best[s][l]) {
-          best[s][l] = worst;
-          cut[s][l] = k;
-        }
-      }
   std::vector<int64_t> blocks(S);
-  for (int64_t s = S, l = L; s >= 1; l -= blocks[s - 1], --s) blocks[s - 1] = cut[s][l];
+  for (int64_t s = S, l = L; s >= 1; l -= blocks[s - 1], --s) {
+    double best = std::numeric_limits<double>::infinity();
+    for (int64_t k = 1; k <= l; ++k) {  // every stage holds at least one block
+      const double worst = std::max(spread(l - k, s - 1), static_cast<double>(k) + (s == S ? head_cost : 0.0));
+      if (worst < best) {
+        best = worst;
+        blocks[s - 1] = k;
+      }
+    }
+  }
   return blocks;
 }
 
