@@ -70,14 +70,16 @@ void GcnSpec::read_whole_graph() {
   operator_ = nn::GraphOperator::from(kernels::gcn_normalized_adjacency(graph_.num_nodes, graph_.src, graph_.dst));
   edges_ = static_cast<int64_t>(graph_.src.size());
   nnz_ = operator_->adjacency.nnz();
-  graph_.src = {}, graph_.dst = {};  // in Â now (identity_ and edges_ keep what else they said)
+  // In Â now (identity_ and edges_ keep what else they said). Swapped with empty vectors: `= {}`
+  // assigns an empty list and keeps the capacity.
+  std::vector<int64_t>().swap(graph_.src), std::vector<int64_t>().swap(graph_.dst);
 }
 
 void GcnSpec::take_whole_features() {
   data::row_normalize_features(graph_);
   features_ = Tensor::empty({graph_.num_nodes, graph_.num_features}, DType::F32, MemoryCategory::Other);
   std::copy(graph_.features.begin(), graph_.features.end(), features_.f32());
-  graph_.features = {};  // held once: features_
+  std::vector<float>().swap(graph_.features);  // held once: features_
 }
 
 int64_t GcnSpec::structure_bytes() const {
@@ -119,7 +121,8 @@ std::vector<std::unique_ptr<nn::Module>> GcnSpec::build(const nn::LayerBuilder& 
   for (Tensor* targets : {&train_targets_, &val_targets_, &test_targets_})
     *targets = parallel::graph3d::targets_for(last, *targets);  // a parallel rank's rows'
   if (nodes_source) {
-    graph_.labels = {};  // in the targets now, as far as this rank's rows go (split stays: the counts)
+    // In the targets now, as far as this rank's rows go (split stays: the counts).
+    std::vector<int32_t>().swap(graph_.labels);
     features_ = parallel::graph3d::read_input_shard(
         dynamic_cast<const parallel::graph3d::GraphConv3D&>(*model->convs().front()), *nodes_source,
         data::row_normalize);
@@ -270,7 +273,7 @@ GraphDataBytes GcnSpec::data_need(std::array<int64_t, 3> at) const {
 
 GraphDataBytes GcnSpec::data_held() const {
   GraphDataBytes held;
-  held.features = features_.nbytes();
+  held.features = features_.nbytes() + static_cast<int64_t>(graph_.features.capacity() * sizeof(float));
   held.nodes = train_targets_.nbytes() + val_targets_.nbytes() + test_targets_.nbytes() +
                static_cast<int64_t>(graph_.labels.capacity() * sizeof(int32_t) +
                                     graph_.split.capacity() * sizeof(data::NodeSplit));
