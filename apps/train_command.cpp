@@ -32,13 +32,21 @@ void print_gcn_dry_run(train::TrainConfig config) {
   std::printf("# model: %s\n", spec.describe().c_str());
   const train::MemoryNeed need = spec.memory_need();
   const train::AvailableMemory available = train::available_memory();
-  std::printf("# predicted memory on one rank (%s%s): %s; this machine has %s available (%s)\n", config.precision.c_str(),
+  std::printf("# predicted memory on %s (%s%s): %s; this machine has %s available (%s)\n",
+              config.tp_3d_on() ? "grid rank (0,0,0), the largest parts" : "one rank", config.precision.c_str(),
               config.precision == "bf16" ? ": 18 bytes a parameter at most, a weight only a sparse product reads has no "
                                            "bf16 copy"
                                          : "",
               train::describe(need).c_str(), format_bytes(available.bytes).c_str(), available.source.c_str());
-  if (config.tp_3d.empty()) return;
   const std::array<int64_t, 3> g = config.tp_3d_grid();
+  const train::GraphDataBytes data = spec.data_need();
+  const bool exact = !config.tp_3d_on();  // a grid's blocks are cut from Â's non-zeros as its edges are read
+  std::printf("# graph data per rank: features %s + per-node arrays %s + Â %s (%s) = %s\n",
+              format_bytes(data.features).c_str(), format_bytes(data.nodes).c_str(),
+              format_bytes(data.adjacency).c_str(),
+              exact ? "exact" : "its blocks' even share of the non-zeros; each holds it to within the layer's imbalance",
+              format_bytes(data.total()).c_str());
+  if (config.tp_3d.empty()) return;
   const plan::GcnShape shape = spec.plan_shape();
   const plan::Grid3DBytes bytes = plan::gcn_3d_bytes_per_epoch(shape, g[0], g[1], g[2]);
   std::printf("# 3D grid %s (Plexus): rank 0 holds about %s and moves per epoch row %s, col %s, depth %s\n",

@@ -78,13 +78,13 @@ Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& s, int64_t R, int64_t C, int6
 int64_t gcn_3d_memory_bytes(const GcnShape& s, int64_t R, int64_t C, int64_t D) {
   const std::array<int64_t, 3> size{R, C, D};
   const auto csr = [](int64_t rows, int64_t nnz) { return 8 * (rows + 1) + 8 * nnz; };  // row_ptr, col + val
-  int64_t bytes = 2 * csr(s.N, s.nnz);
+  int64_t bytes = 33 * s.N;  // the node orders (four N-long i64 arrays) and the split; no whole Â (read as blocks)
   int64_t in = s.F;
   for (int64_t l = 0; l < s.L; ++l) {
     const int64_t out = l + 1 == s.L ? s.K : s.H;
     const LayerSplit p = split_of(size, l, in, out);
     const int64_t rows = part(s.N, p.Gd, 0), cols = part(s.N, p.Go, 0), nnz = ceil_div(s.nnz, p.Go * p.Gd);
-    bytes += csr(rows, nnz) + csr(cols, nnz);
+    bytes += csr(rows, nnz) + csr(cols, nnz) + 8 * (rows + cols);  // and the lists of their rows' and columns' nodes
     const int64_t kept = s.bf16 ? 2 : 4;                       // a GEMM operand's bytes (W's copy, Â X kept)
     bytes += 4 * 4 * p.parameter_piece();                      // W and b shards: value, gradient, Adam's m and v
     if (s.bf16) bytes += 2 * p.in_local * p.shard;             // W's shard's bf16 copy

@@ -46,9 +46,9 @@ Grid3DBytes gcn_3d_bytes_per_epoch(const GcnShape& shape, int64_t R, int64_t C, 
                                    std::array<int64_t, 3> at = {0, 0, 0}, int64_t labelled_rows = -1);
 
 // Bytes rank 0 holds while training on an R x C x D grid (an estimate, as Plexus's
-// mem_model.py gives one): Â and Âᵀ in CSR (every rank loads the graph), the first layer's
-// shard of the features and its block gathered, each layer's blocks of Â and Âᵀ (nnz /
-// (outer x depth) non-zeros), its W and b shards with their gradients and Adam's two moments,
+// mem_model.py gives one): the node orders and split (33 bytes a node; no rank holds the
+// whole Â), the first layer's shard of the features and its block gathered, each layer's
+// blocks of Â and Âᵀ (nnz / (outer x depth) non-zeros) and their nodes' lists, its W and b shards with their gradients and Adam's two moments,
 // the block gathered over depth, and the activations backward keeps (Â X and X W + b per
 // layer, ReLU/dropout's mask between layers, the loss's copy of its rows' logits); under bf16
 // W's shards' bf16 copies, and the gathered W and the kept Â X in bf16.

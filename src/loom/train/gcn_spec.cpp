@@ -49,6 +49,7 @@ GcnSpec::GcnSpec(TrainConfig& config) : config_(config) {
   // On a grid the features are read again in build(), each rank keeping its shard alone.
   edges_source_ = data::open_graph(config.data, config.split, /*keep_features=*/!config.tp_3d_on());
   graph_ = edges_source_->take_nodes();
+  graph_.labels.shrink_to_fit(), graph_.split.shrink_to_fit();  // held while training: N of each, as data_need() counts
   nodes_crc_ = graph_.nodes_crc(edges_source_->features_crc());  // of the graph as read, before normalisation
   if (!config.tp_3d_on()) {
     read_whole_graph();
@@ -69,13 +70,16 @@ void GcnSpec::read_whole_graph() {
   operator_ = nn::GraphOperator::from(kernels::gcn_normalized_adjacency(graph_.num_nodes, graph_.src, graph_.dst));
   edges_ = static_cast<int64_t>(graph_.src.size());
   nnz_ = operator_->adjacency.nnz();
+  // In Â now (identity_ and edges_ keep what else they said). Swapped with empty vectors: `= {}`
+  // assigns an empty list and keeps the capacity.
+  std::vector<int64_t>().swap(graph_.src), std::vector<int64_t>().swap(graph_.dst);
 }
 
 void GcnSpec::take_whole_features() {
   data::row_normalize_features(graph_);
   features_ = Tensor::empty({graph_.num_nodes, graph_.num_features}, DType::F32, MemoryCategory::Other);
   std::copy(graph_.features.begin(), graph_.features.end(), features_.f32());
-  graph_.features = {};  // held once: features_
+  std::vector<float>().swap(graph_.features);  // held once: features_
 }
 
 int64_t GcnSpec::structure_bytes() const {
@@ -117,7 +121,8 @@ std::vector<std::unique_ptr<nn::Module>> GcnSpec::build(const nn::LayerBuilder& 
   for (Tensor* targets : {&train_targets_, &val_targets_, &test_targets_})
     *targets = parallel::graph3d::targets_for(last, *targets);  // a parallel rank's rows'
   if (nodes_source) {
-    graph_.labels = {};  // in the targets now, as far as this rank's rows go (split stays: the counts)
+    // In the targets now, as far as this rank's rows go (split stays: the counts).
+    std::vector<int32_t>().swap(graph_.labels);
     features_ = parallel::graph3d::read_input_shard(
         dynamic_cast<const parallel::graph3d::GraphConv3D&>(*model->convs().front()), *nodes_source,
         data::row_normalize);
@@ -203,18 +208,92 @@ plan::GcnShape GcnSpec::plan_shape() const {
 
 MemoryNeed GcnSpec::memory_need() const {
   const double params = static_cast<double>(config_.gcn.num_parameters(graph_.num_features, classes()));
-  // Â and Âᵀ; on a grid, before build() has read them, not yet known (the blocks are a rank's share).
-  const double csr = 2.0 * static_cast<double>(nnz_) * 8.0 + 16.0 * static_cast<double>(graph_.num_nodes);
   // fp32 value, gradient and Adam's two moments; bf16 mixed precision adds the GEMMs' bf16 copy.
   const double state_bytes = config_.precision == "bf16" ? 18.0 : 16.0;
-  return {state_bytes * params, static_cast<double>(activation_estimate()) + csr};
+  // The graph data: on a grid, grid position (0, 0, 0)'s, which holds the largest parts.
+  return {.state = state_bytes * params, .activations = static_cast<double>(activation_estimate()),
+          .data = static_cast<double>(data_need().total())};
+}
+
+GcnSpec::BlockNnz GcnSpec::block_nnz_estimate(int64_t blocks) const {
+  // memory_need() is asked before build() (parallelize's check, before any model tensor), and
+  // on a grid build() is what streams the edges into the blocks: which of Â's non-zeros fall
+  // in this rank's block is known only then. Before, the best known is the whole Â's count
+  // shared evenly over the blocks: exact as a count when the graph was read whole (serially, or
+  // a dry run), else 2E + N from a source that knows its E edges before reading them (both
+  // directions and the self-loops; an upper bound, duplicates and edges listed both ways fold),
+  // else the N self-loops alone (a lower bound: a text file's edges are counted as read). A
+  // block holds the even share to within the layer's imbalance (GraphLayers3D::describe()),
+  // which the random node orders keep to a few percent.
+  const auto share = [&](int64_t nnz) { return (nnz + blocks - 1) / blocks; };
+  if (nnz_ > 0) return {share(nnz_), blocks == 1};
+  const int64_t N = graph_.num_nodes, E = edges_source_ ? edges_source_->known_edges() : -1;
+  return {share(E >= 0 ? 2 * E + N : N), false};
+}
+
+GraphDataBytes GcnSpec::data_need(std::array<int64_t, 3> at) const {
+  const int64_t N = graph_.num_nodes, F = graph_.num_features;
+  const auto csr = [](int64_t rows, int64_t nnz) { return 8 * (rows + 1) + 8 * nnz; };  // row_ptr; col + val
+  GraphDataBytes need;
+  if (!config_.tp_3d_on()) {
+    need.features = 4 * N * F;
+    need.nodes = 3 * 4 * N + 4 * N + N;  // the targets (i32), labels (i32), split (1 byte)
+    need.adjacency = 2 * csr(N, block_nnz_estimate(1).nnz);
+    return need;
+  }
+  // A grid rank: per layer (roles rotating, graph_conv_3d.hpp) its rows (its depth part of
+  // N), its columns (its outer part), Â's block and the transpose, and the lists of both's
+  // nodes; the first layer's input shard (its columns over depth, padded, x its inner part of
+  // F, padded); the last layer's rows' targets; the node orders (four N-long i64 arrays) and
+  // the split (labels go once the targets are cut).
+  const std::array<int64_t, 3> sizes = config_.tp_3d_grid();
+  const auto part = [&](parallel::tp3d::Axis a) {
+    const auto [begin, end] = parallel::graph3d::part_range(N, sizes[static_cast<size_t>(a)], at[static_cast<size_t>(a)]);
+    return end - begin;
+  };
+  need.nodes = 32 * N + N;
+  const auto widths = layer_widths(config_.gcn, F, classes());
+  for (size_t l = 0; l < widths.size(); ++l) {
+    const auto layer = static_cast<int64_t>(l);
+    const parallel::graph3d::Roles r = parallel::graph3d::Roles::of(layer);
+    const int64_t rows = part(r.depth), cols = part(r.outer);
+    const int64_t blocks = sizes[static_cast<size_t>(r.depth)] * sizes[static_cast<size_t>(r.outer)];
+    const int64_t nnz = block_nnz_estimate(blocks).nnz;
+    need.adjacency += csr(rows, nnz) + csr(cols, nnz);
+    need.nodes += 8 * (rows + cols);
+    if (l == 0) {
+      const int64_t depth = sizes[static_cast<size_t>(r.depth)];
+      const int64_t in_local = parallel::graph3d::LocalWidths::of(F, widths[0].second, 0, sizes).in;
+      need.features = 4 * parallel::graph3d::padded(cols, depth) / depth * in_local;
+    }
+    if (l + 1 == widths.size()) need.nodes += 3 * 4 * rows;
+  }
+  return need;
+}
+
+GraphDataBytes GcnSpec::data_held() const {
+  GraphDataBytes held;
+  held.features = features_.nbytes() + static_cast<int64_t>(graph_.features.capacity() * sizeof(float));
+  held.nodes = train_targets_.nbytes() + val_targets_.nbytes() + test_targets_.nbytes() +
+               static_cast<int64_t>(graph_.labels.capacity() * sizeof(int32_t) +
+                                    graph_.split.capacity() * sizeof(data::NodeSplit));
+  held.adjacency = structure_bytes();
+  if (model_ == nullptr) return held;
+  for (const nn::GraphConv* conv : model_->convs())
+    if (const auto* grid = dynamic_cast<const parallel::graph3d::GraphConv3D*>(conv)) {
+      held.adjacency += grid->block_bytes();
+      held.nodes += grid->node_list_bytes();
+    }
+  if (const auto* first = dynamic_cast<const parallel::graph3d::GraphConv3D*>(model_->convs().front()))
+    held.nodes += first->orders().bytes();  // one set, shared by the layers
+  return held;
 }
 
 int64_t GcnSpec::activation_estimate() const {
-  // The features; each layer keeps its saved input (N x the narrower width; in bf16 under
+  // Each layer keeps its saved input (N x the narrower width; in bf16 under
   // mixed precision) and its output (N x out); a hidden layer's ReLU/dropout also its mask.
   const int64_t saved = config_.precision == "bf16" ? 2 : 4;
-  int64_t bytes = 4 * graph_.num_nodes * graph_.num_features;
+  int64_t bytes = 0;
   const auto widths = layer_widths(config_.gcn, graph_.num_features, classes());
   for (size_t l = 0; l < widths.size(); ++l) {
     const auto [in, out] = widths[l];

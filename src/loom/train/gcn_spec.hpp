@@ -11,6 +11,7 @@
 // rank holds the whole edge list or Â.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,16 @@
 #include "loom/train/model_spec.hpp"
 
 namespace loom::train {
+
+// Bytes of a graph's data one rank holds while it trains, by part.
+struct GraphDataBytes {
+  int64_t features = 0;   // the model's input: the whole N x F features, or a grid rank's first layer's shard
+  int64_t nodes = 0;      // per-node arrays: the three splits' targets, labels and split, and on a grid the
+                          // node orders (32 bytes a node) and each layer's lists of its rows' and columns' nodes
+  int64_t adjacency = 0;  // Â and Âᵀ in CSR (row pointers, columns, values), or on a grid each layer's block of Â
+                          // and its transpose
+  int64_t total() const { return features + nodes + adjacency; }
+};
 
 class GcnSpec : public ModelSpec {
  public:
@@ -51,9 +62,24 @@ class GcnSpec : public ModelSpec {
   // read whole (not on a grid).
   const data::Graph& graph() const { return graph_; }
   const nn::GraphOperator& graph_operator() const { return *operator_; }
-  // Bytes of the graph's structure this rank holds: the edges and the whole Â (with Âᵀ) when
-  // read whole; 0 on a grid, whose layers hold their blocks (GraphConv3D::block()).
+  // Bytes of the graph's structure this rank holds: the whole Â (with Âᵀ) when read whole
+  // (the edges as read are let go once Â is built); 0 on a grid, whose layers hold their
+  // blocks (GraphConv3D::block()).
   int64_t structure_bytes() const;
+  // The graph data the rank at grid position `at` = {row, col, depth} holds once build() has
+  // made the model (serially: the one rank), predicted from the sizes known when the spec is
+  // made, as memory_need() counts it. Exact but for a grid's blocks of Â before its edges are
+  // read (block_nnz_estimate()). Position {0, 0, 0} holds the largest part of every split.
+  GraphDataBytes data_need(std::array<int64_t, 3> at = {0, 0, 0}) const;
+  // What this rank holds of it after build(), measured from its tensors and arrays (allocated
+  // bytes: capacities).
+  GraphDataBytes data_held() const;
+  // Non-zeros of one of `blocks` blocks of Â, and whether that is exact.
+  struct BlockNnz {
+    int64_t nnz = 0;
+    bool exact = false;
+  };
+  BlockNnz block_nnz_estimate(int64_t blocks) const;
   // Reads the edges (and the features, when not kept) into graph() and builds the whole Â now
   // (a grid's spec reads them in build()): for a dry run, which describes the whole graph
   // without building a model.

@@ -251,7 +251,8 @@ AvailableMemory available_memory() {
 
 std::string describe(const MemoryNeed& need) {
   return format(need.total()) + " (state " + format(need.state) + " + activations " + format(need.activations) +
-         (need.kv_cache > 0 ? " + KV cache " + format(need.kv_cache) : "") + ")";
+         (need.kv_cache > 0 ? " + KV cache " + format(need.kv_cache) : "") +
+         (need.data > 0 ? " + graph data " + format(need.data) : "") + ")";
 }
 
 void check_fits_in_memory(const MemoryNeed& need, int ranks_on_host, const std::string& what, const MemoryCheckBy& by) {

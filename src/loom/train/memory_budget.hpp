@@ -18,7 +18,8 @@ struct MemoryNeed {
   double state = 0;        // bytes: parameters, gradients and optimizer state (sampling: parameters)
   double activations = 0;  // bytes: one micro-batch's through this rank's blocks, and its logits
   double kv_cache = 0;     // bytes: generation's cached keys and values (kv_cache_bytes)
-  double total() const { return state + activations + kv_cache; }
+  double data = 0;         // bytes: input data the model holds whole (a GCN's graph: features, Â, per-node arrays)
+  double total() const { return state + activations + kv_cache + data; }
 };
 
 // Per rank, to train config under its layout, ZeRO stage and optimizer.

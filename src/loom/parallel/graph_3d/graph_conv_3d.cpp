@@ -9,6 +9,7 @@
 #include "loom/kernels/spmm.hpp"
 #include "loom/nn/gemm_input.hpp"
 #include "loom/nn/saved_activation.hpp"
+#include "loom/parallel/graph_3d/local_adjacency.hpp"
 
 namespace loom::parallel::graph3d {
 
@@ -30,8 +31,13 @@ std::vector<int64_t> nodes_at(const std::vector<int64_t>& order, std::pair<int64
 }  // namespace
 
 LocalWidths LocalWidths::of(int64_t in, int64_t out, int64_t layer, const Grid3D& grid) {
+  return of(in, out, layer, {grid.size(Axis::Row), grid.size(Axis::Col), grid.size(Axis::Depth)});
+}
+
+LocalWidths LocalWidths::of(int64_t in, int64_t out, int64_t layer, const std::array<int64_t, 3>& sizes) {
   const Roles r = Roles::of(layer);
-  const int64_t Go = grid.size(r.outer), Gi = grid.size(r.inner), Gd = grid.size(r.depth);
+  const auto size = [&](Axis a) { return sizes[static_cast<size_t>(a)]; };
+  const int64_t Go = size(r.outer), Gi = size(r.inner), Gd = size(r.depth);
   // A hidden layer's input is the previous layer's output, padded to that layer's outer x
   // depth, which are this layer's inner x outer.
   const int64_t in_pad = layer == 0 ? padded(in, Gi) : padded(in, Gi * Go), out_pad = padded(out, Go * Gd);
@@ -176,6 +182,12 @@ void GraphConv3D::reduce_scatter_gradients(const Tensor& dw, const Tensor& db) {
   grid_.group(roles_.depth).reduce_scatter(all, mine, comm::ReduceOp::Sum);
   kernels::add_inplace(weight_->grad().f32(), mine.f32(), in_local_ * shard_);
   kernels::add_inplace(bias_->grad().f32(), mine.f32() + in_local_ * shard_, shard_);
+}
+
+int64_t GraphConv3D::block_bytes() const { return csr_bytes(block_) + csr_bytes(block_t_); }
+
+int64_t GraphConv3D::node_list_bytes() const {
+  return static_cast<int64_t>((row_nodes_.capacity() + col_nodes_.capacity()) * sizeof(int64_t));
 }
 
 Tensor GraphConv3D::input_shard(const Tensor& whole) const {

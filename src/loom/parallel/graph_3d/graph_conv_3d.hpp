@@ -22,6 +22,7 @@
 // reduce-scatter, b and the loss stay fp32.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -51,6 +52,8 @@ inline int64_t padded(int64_t x, int64_t parts) { return (x + parts - 1) / parts
 struct LocalWidths {
   int64_t in, out, shard;
   static LocalWidths of(int64_t in, int64_t out, int64_t layer, const Grid3D& grid);
+  // The same from the grid's sizes {row, col, depth} alone (before the grid exists).
+  static LocalWidths of(int64_t in, int64_t out, int64_t layer, const std::array<int64_t, 3>& sizes);
 };
 
 class GraphConv3D : public nn::GraphConv {
@@ -76,6 +79,11 @@ class GraphConv3D : public nn::GraphConv {
   Tensor input_shard(const RowStream& rows) const;
   double weight_sum_squares() override;
   const kernels::CsrMatrix& block() const { return block_; }
+  // Bytes this layer holds of the graph: its block of Â and the transpose (CSR), and the lists
+  // of its output and input rows' nodes.
+  int64_t block_bytes() const;
+  int64_t node_list_bytes() const;
+  const NodeOrders& orders() const { return *orders_; }
   const Roles& roles() const { return roles_; }
   const Grid3D& grid() const { return grid_; }
   int64_t graph_nodes() const { return nodes_; }

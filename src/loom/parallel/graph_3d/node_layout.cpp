@@ -21,6 +21,12 @@ std::vector<int64_t> random_order(int64_t N, std::mt19937_64& rng) {
 
 }  // namespace
 
+int64_t NodeOrders::bytes() const {
+  size_t n = 0;
+  for (int k = 0; k < 2; ++k) n += order[k].capacity() + position[k].capacity();
+  return static_cast<int64_t>(n * sizeof(int64_t));
+}
+
 std::shared_ptr<const NodeOrders> node_orders(int64_t N, bool permute, uint64_t seed) {
   auto o = std::make_shared<NodeOrders>();
   std::mt19937_64 rng(seed ^ 0x9E3779B97F4A7C15ull);

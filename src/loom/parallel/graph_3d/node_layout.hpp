@@ -23,6 +23,8 @@ struct NodeOrders {
   const std::vector<int64_t>& rows_of(int64_t layer) const { return order[layer % 2]; }
   const std::vector<int64_t>& columns_of(int64_t layer) const { return order[(layer + 1) % 2]; }
   const std::vector<int64_t>& column_positions_of(int64_t layer) const { return position[(layer + 1) % 2]; }
+  // Bytes the four N-long arrays hold (32 a node), drawn or the identity.
+  int64_t bytes() const;
 };
 
 // Two random permutations drawn from seed (the same on every rank), or the identity twice.
