@@ -209,7 +209,7 @@ void expect_node_blocks_cut_from_the_whole(const train::TrainConfig& c, data::No
 
 TEST(Graph3DLoading, EachRankHoldsOnlyItsNodeBlocks) {
   if (world().size() != 4 && world().size() != 8) GTEST_SKIP() << "runs on 4 or 8 ranks";
-  for (const std::string data : {std::string("rmat:scale=9,edge_factor=8,features=40,classes=3,seed=5"),
+  for (const std::string& data : {std::string("rmat:scale=9,edge_factor=8,features=40,classes=3,seed=5"),
                                  std::string(LOOM_SOURCE_DIR "/data/cora")}) {
     SCOPED_TRACE(data);
     train::TrainConfig c = gcn_config(data, 3);

@@ -110,7 +110,7 @@ LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3
     out.nnz += d;
     inv_sqrt_degree[static_cast<size_t>(i)] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   }
-  degree = {};
+  decltype(degree)().swap(degree);  // released, not just emptied (`= {}` keeps the capacity)
 
   out.blocks.reserve(static_cast<size_t>(layers));
   for (int64_t l = 0; l < static_cast<int64_t>(cuts.size()); ++l) {
@@ -129,7 +129,7 @@ LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3
                       inv_sqrt_degree[static_cast<size_t>(cols[static_cast<size_t>(cut.c0 + c)])]);
     }
     for (int64_t r = 0; r < b.rows; ++r) b.row_ptr[static_cast<size_t>(r + 1)] += b.row_ptr[static_cast<size_t>(r)];
-    cut.entries = {};
+    decltype(cut.entries)().swap(cut.entries);  // this block's edges are in b now: released
     out.blocks.push_back(std::move(b));
   }
   for (int64_t l = kDistinctLayers; l < layers; ++l) out.blocks.push_back(out.blocks[static_cast<size_t>(l % kDistinctLayers)]);
