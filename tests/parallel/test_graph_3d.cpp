@@ -246,11 +246,13 @@ TEST_P(Graph3DBytes, MeasuredBytesPerAxisEqualTheModel) {
   const std::array<int64_t, 3> g = c.tp_3d_grid();
   const data::Graph& graph = spec.graph();
   const plan::GcnShape shape = spec.plan_shape();
-  // The loss's traffic depends on how many training nodes this rank's last-layer rows hold.
+  // The loss's traffic depends on how many training nodes this rank's last-layer rows hold
+  // (a node in a split has a label: the reader refuses one without; a grid rank keeps no labels).
   const nn::GraphConv& last = *dynamic_cast<nn::GCN&>(*pz.chunks.front()).convs().back();
+  ASSERT_TRUE(graph.labels.empty()) << "a grid rank keeps its rows' targets, not the N labels";
   int64_t labelled_rows = 0;
   for (const int64_t node : *last.output_block().nodes)
-    labelled_rows += graph.split[static_cast<size_t>(node)] == data::NodeSplit::Train && graph.labels[static_cast<size_t>(node)] >= 0;
+    labelled_rows += graph.split[static_cast<size_t>(node)] == data::NodeSplit::Train;
   const plan::Grid3DBytes want = plan::gcn_3d_bytes_per_epoch(
       shape, g[0], g[1], g[2], {pz.group("row").rank(), pz.group("col").rank(), pz.group("depth").rank()}, labelled_rows);
   EXPECT_EQ(pz.group("row").stats().bytes, want.row) << "row";
