@@ -30,21 +30,26 @@ void print_gcn_dry_run(train::TrainConfig config) {
   train::GcnSpec spec(config);
   spec.read_whole_graph();  // a grid's spec reads its edges when it builds the model, which a dry run does not
   std::printf("# model: %s\n", spec.describe().c_str());
-  const train::MemoryNeed need = spec.memory_need();
+  const std::array<int64_t, 3> at = spec.largest_position();
+  const train::MemoryNeed need = spec.memory_need_at(at);
   const train::AvailableMemory available = train::available_memory();
-  std::printf("# predicted memory on %s (%s%s): %s; this machine has %s available (%s)\n",
-              config.tp_3d_on() ? "grid rank (0,0,0), the largest parts" : "one rank", config.precision.c_str(),
-              config.precision == "bf16" ? ": 18 bytes a parameter at most, a weight only a sparse product reads has no "
-                                           "bf16 copy"
-                                         : "",
+  const std::string where = config.tp_3d_on() ? "grid rank (" + std::to_string(at[0]) + "," + std::to_string(at[1]) +
+                                                    "," + std::to_string(at[2]) + "), the one holding the most"
+                                              : "one rank";
+  std::printf("# predicted memory on %s (%s%s): %s; this machine has %s available (%s)\n", where.c_str(),
+              config.precision.c_str(),
+              config.precision == "bf16" && !config.tp_3d_on()
+                  ? ": 18 bytes a parameter at most, a weight only a sparse product reads has no bf16 copy"
+                  : "",
               train::describe(need).c_str(), format_bytes(available.bytes).c_str(), available.source.c_str());
   const std::array<int64_t, 3> g = config.tp_3d_grid();
-  const train::GraphDataBytes data = spec.data_need();
-  const bool exact = !config.tp_3d_on();  // a grid's blocks are cut from Â's non-zeros as its edges are read
+  const train::GraphDataBytes data = spec.data_need(at);
   std::printf("# graph data per rank: features %s + per-node arrays %s + Â %s (%s) = %s\n",
               format_bytes(data.features).c_str(), format_bytes(data.nodes).c_str(),
               format_bytes(data.adjacency).c_str(),
-              exact ? "exact" : "its blocks' even share of the non-zeros; each holds it to within the layer's imbalance",
+              spec.adjacency_exact() ? "exact"
+                                     : "at most: the entries counted into its blocks, the edges listed twice (either "
+                                       "way) and the self-loops the file lists fold",
               format_bytes(data.total()).c_str());
   if (config.tp_3d.empty()) return;
   const plan::GcnShape shape = spec.plan_shape();

@@ -94,15 +94,17 @@ TEST(Cli, DryRunPrintsTheResolvedConfig) {
 }
 
 // A GCN's dry run describes the GCN its graph sizes (not a GPT of the default widths), the
-// graph data a rank holds (on a 3D grid its share), and on a grid what rank 0 moves per epoch
-// along each axis; a GPT layout for it is refused.
+// graph data a rank holds (on a 3D grid the share of the rank holding the most), and on a grid
+// what rank 0 moves per epoch along each axis; a GPT layout for it is refused.
 TEST(Cli, GcnDryRunDescribesTheGraphsModel) {
   const std::string cora = "train --config " LOOM_SOURCE_DIR "/configs/cora.toml --data " LOOM_SOURCE_DIR "/data/cora";
   const Result r = run_loom(cora + " --precision bf16 --tp-3d 2,1,2 --dry-run");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("# model: 23063 parameters | GCN 1433 -> 16 -> 7"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("predicted memory on grid rank (0,0,0), the largest parts (bf16"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("predicted memory on grid rank ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("), the one holding the most (bf16)"), std::string::npos) << r.output;
+  // Cora's cites list some links twice (either way): its blocks' entries bound them from above.
+  EXPECT_NE(r.output.find(" (at most: the entries counted into its blocks"), std::string::npos) << r.output;
   // Its share of the graph: (2708 / 2 / 2) x 1433 features, not the whole 2708 x 1433 a rank
   // alone holds.
   EXPECT_NE(r.output.find("# graph data per rank: features 3.7 MiB + "), std::string::npos) << r.output;

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "loom/tensor/memory_tracker.hpp"
 #include "loom/train/gcn_spec.hpp"
 #include "loom/train/trainer.hpp"
@@ -167,6 +169,30 @@ TEST(GcnTraining, ABadGraphFileEndsTheRunNamingFileAndLine) {
             std::string::npos)
       << r.output;
   std::filesystem::remove_all(dir);
+}
+
+// memory.json records a GCN's graph data, predicted as the memory check counts it and held, in
+// the same record a GPT's run writes (whose input data the model does not hold: 0 and 0).
+TEST(GcnTraining, MemoryJsonRecordsTheGraphDataPredictedAndHeld) {
+  TrainConfig c = tiny_gcn("memory_json");
+  c.steps = 1;
+  Trainer t(c, true);
+  t.run();
+  const auto file = nlohmann::json::parse(testing::read_file(std::filesystem::path(c.out_dir) / "memory.json"));
+  const nlohmann::json& record = file.at("ranks").at(0);
+  const auto& spec = dynamic_cast<const GcnSpec&>(t.spec());
+  EXPECT_GT(spec.data_held().total(), 0);
+  EXPECT_EQ(record.at("formula").at("data").get<int64_t>(), spec.data_need().total());
+  EXPECT_EQ(record.at("data_held").get<int64_t>(), spec.data_held().total());
+  EXPECT_EQ(spec.data_need().total(), spec.data_held().total());  // serially exact
+  for (const char* key : {"params", "grads", "optimizer", "activations"}) EXPECT_TRUE(record.at("formula").contains(key));
+
+  const TrainConfig g = tiny_run("memory_json_gpt");
+  const nlohmann::json gpt_record = Trainer(g, true).memory_json();
+  EXPECT_EQ(gpt_record.at("formula").at("data").get<int64_t>(), 0);
+  EXPECT_EQ(gpt_record.at("data_held").get<int64_t>(), 0);
+  std::filesystem::remove_all(c.out_dir);
+  std::filesystem::remove_all(g.out_dir);
 }
 
 }  // namespace

@@ -74,7 +74,8 @@ class GraphSource {
   Graph& nodes() { return nodes_; }
   // The nodes, moved out; nodes() keeps the name and sizes (the edges and features still stream).
   Graph take_nodes();
-  // Every edge, src -> dst, in the order the source holds them. Once.
+  // Every edge, src -> dst, in the order the source holds them; each call streams them again
+  // (a grid's GCN counts them at open and reads them into its blocks in build()).
   virtual void for_each_edge(const std::function<void(int64_t src, int64_t dst)>& edge) = 0;
   // How many edges for_each_edge will hand out, when known before (-1: not).
   virtual int64_t known_edges() const { return -1; }

@@ -129,7 +129,7 @@ std::string memory_section(const std::optional<json>& memory) {
   std::vector<Bar> bars;
   std::ostringstream table;
   table << "<table><tr><th>rank</th><th>params</th><th>grads</th><th>optimizer</th><th>peak activations</th>"
-           "<th>peak comm</th><th>peak total</th><th>formula (state + activations)</th></tr>\n";
+           "<th>peak comm</th><th>peak total</th><th>formula (state + activations + data)</th></tr>\n";
   // Doubles throughout: a damaged 1e300 read as an integer would overflow.
   auto mib = [](double b) { return fixed(b / (1 << 20), 2); };
   size_t i = 0;
@@ -142,20 +142,22 @@ std::string memory_section(const std::optional<json>& memory) {
                      {"activations", peak.value("activations", 0.0)}, {"comm buffers", peak.value("comm", 0.0)},
                      {"other", peak.value("other", 0.0)}}});
     bars.push_back({"formula", {{"params", f.value("params", 0.0)}, {"grads", f.value("grads", 0.0)},
-                                {"optimizer", f.value("optimizer", 0.0)}, {"activations", f.value("activations", 0.0)}}});
+                                {"optimizer", f.value("optimizer", 0.0)}, {"activations", f.value("activations", 0.0)},
+                                {"data", f.value("data", 0.0)}}});
     table << "<tr><td>" << escape_xml(name) << "</td><td>" << mib(cur.value("params", 0.0)) << "</td><td>"
           << mib(cur.value("grads", 0.0)) << "</td><td>" << mib(cur.value("optim", 0.0)) << "</td><td>"
           << mib(peak.value("activations", 0.0)) << "</td><td>" << mib(peak.value("comm", 0.0)) << "</td><td>"
           << mib(r.value("total_peak", 0.0)) << "</td><td>"
-          << mib(f.value("params", 0.0) + f.value("grads", 0.0) + f.value("optimizer", 0.0) + f.value("activations", 0.0))
+          << mib(f.value("params", 0.0) + f.value("grads", 0.0) + f.value("optimizer", 0.0) + f.value("activations", 0.0) +
+                 f.value("data", 0.0))
           << "</td></tr>\n";
   }
   table << "</table>\n";
   return section("memory", "Memory per rank",
                  "Each rank's tensors by category (model state held at the end of the run, peaks of the rest) next to "
                  "the prediction: the ZeRO formula for parameters, gradients and optimizer state, and activations per "
-                 "layer (Korthikanti et al. for Loom's fp32 layers) times the layers and micro-batches the rank holds. "
-                 "MiB.",
+                 "layer (Korthikanti et al. for Loom's fp32 layers) times the layers and micro-batches the rank holds, "
+                 "and the input data the model holds beside its batches (a GCN's graph). MiB.",
                  "<div class=\"scroll\">" + stacked_bars("memory by category", bars, kPalette, "MiB", 1 << 20) + "</div>\n" +
                      table.str());
 }

@@ -54,6 +54,11 @@ GcnSpec::GcnSpec(TrainConfig& config) : config_(config) {
   if (!config.tp_3d_on()) {
     read_whole_graph();
     take_whole_features();
+  } else {
+    // What each block of Â will receive, for the memory check before build() reads the edges
+    // into the blocks (over the same orders, handed to it).
+    orders_ = parallel::graph3d::node_orders(graph_.num_nodes, config.graph_permute, static_cast<uint64_t>(config.seed));
+    block_entries_ = parallel::graph3d::count_block_entries(*edges_source_, config.tp_3d_grid(), *orders_, config.gcn.layers);
   }
   train_targets_ = targets_of(data::NodeSplit::Train);
   val_targets_ = targets_of(data::NodeSplit::Val);
@@ -103,7 +108,10 @@ std::vector<std::unique_ptr<nn::Module>> GcnSpec::build(const nn::LayerBuilder& 
   if (edges_source_) {
     if (const auto* grid = dynamic_cast<const parallel::graph3d::GraphLayers3D*>(&layers)) {
       data::EdgeDigest digest;
-      const parallel::graph3d::LocalAdjacency& local = grid->read_graph(*edges_source_, digest);
+      check(grid->permute() == config_.graph_permute && grid->seed() == static_cast<uint64_t>(config_.seed),
+            "graph_3d: the layer builder's node orders differ from the run's (graph_permute, seed)");
+      const parallel::graph3d::LocalAdjacency& local =
+          grid->read_graph(*edges_source_, digest, std::move(orders_), &block_entries_);
       nodes_source = std::move(edges_source_);
       identity_ = graph_.identity(digest, nodes_crc_);
       edges_ = digest.count();
@@ -206,29 +214,58 @@ plan::GcnShape GcnSpec::plan_shape() const {
           .weight_decay = config_.weight_decay > 0, .bf16 = config_.precision == "bf16"};
 }
 
-MemoryNeed GcnSpec::memory_need() const {
-  const double params = static_cast<double>(config_.gcn.num_parameters(graph_.num_features, classes()));
-  // fp32 value, gradient and Adam's two moments; bf16 mixed precision adds the GEMMs' bf16 copy.
-  const double state_bytes = config_.precision == "bf16" ? 18.0 : 16.0;
-  // The graph data: on a grid, grid position (0, 0, 0)'s, which holds the largest parts.
-  return {.state = state_bytes * params, .activations = static_cast<double>(activation_estimate()),
-          .data = static_cast<double>(data_need().total())};
+double GcnSpec::state_bytes() const {
+  // fp32 value and gradient, the optimizer's state (AdamW's two moments, SGD's momentum), and
+  // under bf16 mixed precision the GEMMs' bf16 copy of a weight.
+  const double per_parameter = 8.0 + (config_.optimizer == "adamw" ? 8.0 : 4.0);
+  const bool bf16 = config_.precision == "bf16";
+  if (!config_.tp_3d_on()) {  // at most: a bias, or a weight a sparse product reads, has no copy
+    const auto params = static_cast<double>(config_.gcn.num_parameters(graph_.num_features, classes()));
+    return (per_parameter + (bf16 ? 2.0 : 0.0)) * params;
+  }
+  // A grid rank's shards, equal on every rank: W (in/inner x out/(outer x depth)) and b's
+  // columns; every W is read by a GEMM (a grid aggregates first), so each has its copy.
+  double weights = 0.0, biases = 0.0;
+  const auto widths = layer_widths(config_.gcn, graph_.num_features, classes());
+  for (size_t l = 0; l < widths.size(); ++l) {
+    const auto w = parallel::graph3d::LocalWidths::of(widths[l].first, widths[l].second, static_cast<int64_t>(l),
+                                                      config_.tp_3d_grid());
+    weights += static_cast<double>(w.in * w.shard);
+    biases += static_cast<double>(w.shard);
+  }
+  return per_parameter * (weights + biases) + (bf16 ? 2.0 * weights : 0.0);
 }
 
-GcnSpec::BlockNnz GcnSpec::block_nnz_estimate(int64_t blocks) const {
-  // memory_need() is asked before build() (parallelize's check, before any model tensor), and
-  // on a grid build() is what streams the edges into the blocks: which of Â's non-zeros fall
-  // in this rank's block is known only then. Before, the best known is the whole Â's count
-  // shared evenly over the blocks: exact as a count when the graph was read whole (serially, or
-  // a dry run), else 2E + N from a source that knows its E edges before reading them (both
-  // directions and the self-loops; an upper bound, duplicates and edges listed both ways fold),
-  // else the N self-loops alone (a lower bound: a text file's edges are counted as read). A
-  // block holds the even share to within the layer's imbalance (GraphLayers3D::describe()),
-  // which the random node orders keep to a few percent.
-  const auto share = [&](int64_t nnz) { return (nnz + blocks - 1) / blocks; };
-  if (nnz_ > 0) return {share(nnz_), blocks == 1};
-  const int64_t N = graph_.num_nodes, E = edges_source_ ? edges_source_->known_edges() : -1;
-  return {share(E >= 0 ? 2 * E + N : N), false};
+MemoryNeed GcnSpec::memory_need_at(std::array<int64_t, 3> at) const {
+  return {.state = state_bytes(), .activations = static_cast<double>(activation_estimate(at)),
+          .data = static_cast<double>(data_need(at).total())};
+}
+
+std::array<int64_t, 3> GcnSpec::largest_position() const {
+  std::array<int64_t, 3> largest{0, 0, 0};
+  if (!config_.tp_3d_on()) return largest;
+  const std::array<int64_t, 3> g = config_.tp_3d_grid();
+  double most = -1.0;
+  for (int64_t r = 0; r < g[0]; ++r)
+    for (int64_t c = 0; c < g[1]; ++c)
+      for (int64_t d = 0; d < g[2]; ++d)
+        if (const double total = memory_need_at({r, c, d}).total(); total > most) most = total, largest = {r, c, d};
+  return largest;
+}
+
+MemoryNeed GcnSpec::memory_need() const { return memory_need_at(largest_position()); }
+
+std::array<int64_t, 3> GcnSpec::position() const {
+  std::array<int64_t, 3> at{0, 0, 0};
+  if (model_ == nullptr) return at;
+  if (const auto* conv = dynamic_cast<const parallel::graph3d::GraphConv3D*>(model_->convs().front()))
+    for (const parallel::tp3d::Axis a : {parallel::tp3d::Axis::Row, parallel::tp3d::Axis::Col, parallel::tp3d::Axis::Depth})
+      at[static_cast<size_t>(a)] = conv->grid().rank(a);
+  return at;
+}
+
+bool GcnSpec::adjacency_exact() const {
+  return !config_.tp_3d_on() || (nnz_ > 0 && block_entries_.total(graph_.num_nodes) == nnz_);
 }
 
 GraphDataBytes GcnSpec::data_need(std::array<int64_t, 3> at) const {
@@ -238,14 +275,15 @@ GraphDataBytes GcnSpec::data_need(std::array<int64_t, 3> at) const {
   if (!config_.tp_3d_on()) {
     need.features = 4 * N * F;
     need.nodes = 3 * 4 * N + 4 * N + N;  // the targets (i32), labels (i32), split (1 byte)
-    need.adjacency = 2 * csr(N, block_nnz_estimate(1).nnz);
+    need.adjacency = 2 * csr(N, nnz_);   // Â built at open: its non-zeros counted
     return need;
   }
   // A grid rank: per layer (roles rotating, graph_conv_3d.hpp) its rows (its depth part of
-  // N), its columns (its outer part), Â's block and the transpose, and the lists of both's
-  // nodes; the first layer's input shard (its columns over depth, padded, x its inner part of
-  // F, padded); the last layer's rows' targets; the node orders (four N-long i64 arrays) and
-  // the split (labels go once the targets are cut).
+  // N), its columns (its outer part), Â's block and the transpose (at most the entries counted
+  // into the block: duplicates fold), and the lists of both's nodes; the first layer's input
+  // shard (its columns over depth, padded, x its inner part of F, padded); the last layer's
+  // rows' targets; the node orders (four N-long i64 arrays) and the split (labels go once the
+  // targets are cut).
   const std::array<int64_t, 3> sizes = config_.tp_3d_grid();
   const auto part = [&](parallel::tp3d::Axis a) {
     const auto [begin, end] = parallel::graph3d::part_range(N, sizes[static_cast<size_t>(a)], at[static_cast<size_t>(a)]);
@@ -257,8 +295,7 @@ GraphDataBytes GcnSpec::data_need(std::array<int64_t, 3> at) const {
     const auto layer = static_cast<int64_t>(l);
     const parallel::graph3d::Roles r = parallel::graph3d::Roles::of(layer);
     const int64_t rows = part(r.depth), cols = part(r.outer);
-    const int64_t blocks = sizes[static_cast<size_t>(r.depth)] * sizes[static_cast<size_t>(r.outer)];
-    const int64_t nnz = block_nnz_estimate(blocks).nnz;
+    const int64_t nnz = block_entries_.of(layer, at);
     need.adjacency += csr(rows, nnz) + csr(cols, nnz);
     need.nodes += 8 * (rows + cols);
     if (l == 0) {
@@ -289,15 +326,31 @@ GraphDataBytes GcnSpec::data_held() const {
   return held;
 }
 
-int64_t GcnSpec::activation_estimate() const {
-  // Each layer keeps its saved input (N x the narrower width; in bf16 under
-  // mixed precision) and its output (N x out); a hidden layer's ReLU/dropout also its mask.
+int64_t GcnSpec::activation_estimate(std::array<int64_t, 3> at) const {
   const int64_t saved = config_.precision == "bf16" ? 2 : 4;
-  int64_t bytes = 0;
   const auto widths = layer_widths(config_.gcn, graph_.num_features, classes());
+  int64_t bytes = 0;
+  if (!config_.tp_3d_on()) {
+    // Each layer keeps its saved input (N x the narrower width; in bf16 under mixed precision)
+    // and its output (N x out); a hidden layer's ReLU/dropout also its mask.
+    for (size_t l = 0; l < widths.size(); ++l) {
+      const auto [in, out] = widths[l];
+      bytes += graph_.num_nodes * (saved * std::min(in, out) + 4 * out + (l + 1 < widths.size() ? 4 * out : 0));
+    }
+    return bytes;
+  }
+  // A grid rank once its forward is done: each layer's Â X block (its rows x its input
+  // features; bf16 under mixed precision), each hidden layer's mask (its rows x its output
+  // features) and the last layer's output, the logits' block. The rest (a layer's output, the
+  // first layer's gathered input) is let go within the forward.
+  const std::array<int64_t, 3> sizes = config_.tp_3d_grid();
   for (size_t l = 0; l < widths.size(); ++l) {
-    const auto [in, out] = widths[l];
-    bytes += graph_.num_nodes * (saved * std::min(in, out) + 4 * out + (l + 1 < widths.size() ? 4 * out : 0));
+    const auto layer = static_cast<int64_t>(l);
+    const parallel::graph3d::Roles r = parallel::graph3d::Roles::of(layer);
+    const auto [begin, end] = parallel::graph3d::part_range(graph_.num_nodes, sizes[static_cast<size_t>(r.depth)],
+                                                            at[static_cast<size_t>(r.depth)]);
+    const auto w = parallel::graph3d::LocalWidths::of(widths[l].first, widths[l].second, layer, sizes);
+    bytes += (end - begin) * (saved * w.in + 4 * w.out);  // Â X; the mask, or the logits
   }
   return bytes;
 }

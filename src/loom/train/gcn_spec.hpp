@@ -6,9 +6,10 @@
 // decoupled decay, which no GCN parameter takes). Asking for a batch sets the model's mode:
 // a training batch of step s turns dropout on with masks keyed by (seed, s), an evaluation
 // batch turns it off. Serial, or Plexus's 3D grid (tp_3d: parallel/graph_3d); any other
-// parallel layout is refused by name. On a grid the spec reads only the nodes when made, and
-// build() streams the edges once into the rank's blocks of Â (GraphLayers3D::read_graph): no
-// rank holds the whole edge list or Â.
+// parallel layout is refused by name. On a grid the spec reads the nodes when made and counts
+// the entries of Â each block will receive (a pass over the edges that keeps none), and build()
+// streams the edges again into the rank's blocks of Â (GraphLayers3D::read_graph): no rank
+// holds the whole edge list or Â.
 #pragma once
 
 #include <array>
@@ -18,6 +19,7 @@
 #include "loom/data/graph.hpp"
 #include "loom/nn/gcn.hpp"
 #include "loom/nn/node_cross_entropy.hpp"
+#include "loom/parallel/graph_3d/block_entries.hpp"
 #include "loom/plan/gcn_cost.hpp"
 #include "loom/train/model_spec.hpp"
 
@@ -55,7 +57,8 @@ class GcnSpec : public ModelSpec {
   std::string describe() const override;
   StepWork step_work() const override;
   MemoryNeed memory_need() const override;
-  int64_t activation_bytes(nn::Module&) override { return activation_estimate(); }
+  int64_t activation_bytes(nn::Module&) override { return activation_estimate(position()); }
+  DataBytes data_bytes() const override { return {data_need(position()).total(), data_held().total()}; }
   std::vector<Metric> last_metrics() const override { return metrics_; }
 
   // The graph's nodes (its features moved into the model's input), and its edges where it was
@@ -67,19 +70,24 @@ class GcnSpec : public ModelSpec {
   // blocks (GraphConv3D::block()).
   int64_t structure_bytes() const;
   // The graph data the rank at grid position `at` = {row, col, depth} holds once build() has
-  // made the model (serially: the one rank), predicted from the sizes known when the spec is
-  // made, as memory_need() counts it. Exact but for a grid's blocks of Â before its edges are
-  // read (block_nnz_estimate()). Position {0, 0, 0} holds the largest part of every split.
+  // made the model (serially: the one rank), predicted from what is known when the spec is
+  // made, as memory_need() counts it. Exact but for a grid's blocks of Â, which are bounded
+  // from above by the entries counted into each at open (block_entries.hpp): equal where the
+  // graph lists no edge twice (either way) and no self-loop (adjacency_exact()).
   GraphDataBytes data_need(std::array<int64_t, 3> at = {0, 0, 0}) const;
   // What this rank holds of it after build(), measured from its tensors and arrays (allocated
   // bytes: capacities).
   GraphDataBytes data_held() const;
-  // Non-zeros of one of `blocks` blocks of Â, and whether that is exact.
-  struct BlockNnz {
-    int64_t nnz = 0;
-    bool exact = false;
-  };
-  BlockNnz block_nnz_estimate(int64_t blocks) const;
+  // Whether data_need's Â is exact: serially, or once the whole Â's non-zeros are known (after
+  // build(), or a dry run's read_whole_graph()) and equal to the entries counted.
+  bool adjacency_exact() const;
+  // The memory of the rank at grid position `at`: its parameters' shards with their gradients,
+  // optimizer state (and bf16 copies), its activations and its graph data.
+  MemoryNeed memory_need_at(std::array<int64_t, 3> at) const;
+  // The grid position whose memory_need_at is the largest ({0, 0, 0} serially): memory_need()'s.
+  std::array<int64_t, 3> largest_position() const;
+  // This rank's grid position once build() has made the model ({0, 0, 0} serially or before).
+  std::array<int64_t, 3> position() const;
   // Reads the edges (and the features, when not kept) into graph() and builds the whole Â now
   // (a grid's spec reads them in build()): for a dry run, which describes the whole graph
   // without building a model.
@@ -93,11 +101,16 @@ class GcnSpec : public ModelSpec {
   // graph()'s whole features, normalised by row, into features_ (graph() keeps none).
   void take_whole_features();
   int64_t classes() const { return graph_.num_classes; }
-  int64_t activation_estimate() const;
+  // What the forward keeps for backward at grid position `at`, and the logits.
+  int64_t activation_estimate(std::array<int64_t, 3> at) const;
+  // Bytes of parameter state at any grid position (the shards are equal).
+  double state_bytes() const;
 
   const TrainConfig& config_;
   data::Graph graph_;
   std::unique_ptr<data::GraphSource> edges_source_;  // on a grid, until build() reads the edges and features
+  std::shared_ptr<const parallel::graph3d::NodeOrders> orders_;  // on a grid, drawn at open, until build()
+  parallel::graph3d::BlockEntries block_entries_;                 // on a grid: counted at open
   uint32_t nodes_crc_ = 0;                           // of the nodes as read, for identity_
   std::string identity_;
   std::shared_ptr<const nn::GraphOperator> operator_;  // null on a grid

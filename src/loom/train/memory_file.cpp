@@ -12,7 +12,8 @@
 
 namespace loom::train {
 
-nlohmann::json memory_record(int rank, const std::string& name, const plan::StateBytes& state, int64_t activations) {
+nlohmann::json memory_record(int rank, const std::string& name, const plan::StateBytes& state, int64_t activations,
+                             int64_t data_predicted, int64_t data_held) {
   const MemorySnapshot m = MemoryTracker::instance().snapshot();
   nlohmann::json current, peak;
   for (int c = 0; c < kMemoryCategoryCount; ++c) {
@@ -25,7 +26,10 @@ nlohmann::json memory_record(int rank, const std::string& name, const plan::Stat
           {"current", current},
           {"peak", peak},
           {"total_peak", m.total_peak},
-          {"formula", {{"params", state.params}, {"grads", state.grads}, {"optimizer", state.optimizer}, {"activations", activations}}}};
+          {"formula",
+           {{"params", state.params}, {"grads", state.grads}, {"optimizer", state.optimizer},
+            {"activations", activations}, {"data", data_predicted}}},
+          {"data_held", data_held}};
 }
 
 void write_memory_file(const std::string& path, comm::ProcessGroup& world, const nlohmann::json& mine) {

@@ -81,6 +81,14 @@ class ModelSpec {
   // activations of one micro-batch through `chunk` (memory.json's formula).
   virtual MemoryNeed memory_need() const = 0;
   virtual int64_t activation_bytes(nn::Module& chunk) = 0;
+  // The input data this rank holds beside its batches (a GCN's graph: features, Â, per-node
+  // arrays), predicted as the memory check counts it for this rank and measured after build:
+  // memory.json's "formula" "data" and "data_held". None for the GPT, which reads its batches
+  // from the dataset as it goes.
+  struct DataBytes {
+    int64_t predicted = 0, held = 0;
+  };
+  virtual DataBytes data_bytes() const { return {}; }
   // What the last loss() measured besides the loss, named by the split of the batch it was
   // given ("train_acc", "val_acc"); none for the GPT.
   virtual std::vector<Metric> last_metrics() const { return {}; }

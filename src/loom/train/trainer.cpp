@@ -332,7 +332,9 @@ nlohmann::json Trainer::memory_json() const {
   // chunk) pairs a pipeline schedule holds at once (1 without a pipeline).
   const int64_t in_flight = p_.pipeline ? last_timeline_.peak_activations.at(static_cast<size_t>(pp_.rank())) : 1;
   const int64_t activations = spec_->activation_bytes(*p_.chunks.front()) * in_flight;
-  nlohmann::json record = memory_record(world_.rank(), rank_name(config_, world_.rank()), state_formula(), activations);
+  const ModelSpec::DataBytes data = spec_->data_bytes();
+  nlohmann::json record =
+      memory_record(world_.rank(), rank_name(config_, world_.rank()), state_formula(), activations, data.predicted, data.held);
   record["cpus"] = comm::allowed_cpus();  // where the rank could run: one CPU when pinned
   return record;
 }

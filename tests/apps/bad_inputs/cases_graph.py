@@ -31,17 +31,17 @@ def cases(fx):
                 Path(p).write_text(content)
         return prefix
 
-    def train(what, prefix, expect, split="0:1,1:2,2:3"):
+    def train(what, prefix, expect, split="0:1,1:2,2:3", extra=()):
         split_args = ["--split", split] if split else []
         return Case(what, ["train", "--model", "gcn", "--data", prefix, "--steps", "1", "--threads", "1",
-                           *split_args, *fx.out()], expect)
+                           *split_args, *extra, *fx.out()], expect)
 
-    def linqs(what, content=CONTENT, cites=CITES, expect=""):
-        return train("LINQS: " + what, graph("linqs", {"content": content, "cites": cites}), expect)
+    def linqs(what, content=CONTENT, cites=CITES, expect="", extra=()):
+        return train("LINQS: " + what, graph("linqs", {"content": content, "cites": cites}), expect, extra=extra)
 
-    def text(what, features=FEATURES, labels=LABELS, edges=EDGES, expect="", split="0:1,1:2,2:3"):
+    def text(what, features=FEATURES, labels=LABELS, edges=EDGES, expect="", split="0:1,1:2,2:3", extra=()):
         return train("text graph: " + what, graph("tg", {"features": features, "labels": labels, "edges": edges}),
-                     expect, split)
+                     expect, split, extra)
 
     def lgraph(what, expect, features=(1, 0, 0, 1, 1, 1), labels=(0, 1, 0), split=(1, 2, 3), classes=2):
         """A 3-node, 2-feature binary graph (edges 0-1, 1-2) with these values."""
@@ -87,6 +87,13 @@ def cases(fx):
         text("an edge from a negative node", edges="-1 0\n", expect=r"node -1 is out of range"),
         text("an edge with one end", edges="0\n", expect=r"\.edges.*expected '<src> <dst>', got 1 field"),
         text("an edge end that is not a number", edges="0 one\n", expect=r"node index must be an integer, got 'one'"),
+        # A grid counts each block's entries when the graph is opened: that pass meets them first.
+        text("an edge to node N, on a 3D grid", edges="0 1\n1 3\n", extra=("--tp-3d", "1,1,1"),
+             expect=r"\.edges:2: node 3 is out of range: the graph has 3 nodes"),
+        text("an edge with one end, on a 3D grid", edges="0 1\n0\n", extra=("--tp-3d", "1,1,1"),
+             expect=r"\.edges:2: expected '<src> <dst>', got 1 field"),
+        linqs("a cited paper not in .content, on a 3D grid", cites="10 20\n20 40\n", extra=("--tp-3d", "1,1,1"),
+              expect=r"\.cites:2: paper id 40 is not in .*linqs\.content"),
         train("text graph: .features is a directory", graph("tgdir", {"features": "dir", "labels": LABELS, "edges": EDGES}), r"\.features' is a directory, not a regular file"),
         train("text graph: .edges is a FIFO (would block)", graph("tgfifo", {"features": FEATURES, "labels": LABELS, "edges": "fifo"}), r"\.edges' is a FIFO \(named pipe\), not a regular file"),
         text("a split range past the graph", expect=r"range 2:9 goes past the 3", split="0:1,1:2,2:9"),

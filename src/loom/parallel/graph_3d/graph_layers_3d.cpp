@@ -7,9 +7,14 @@
 
 namespace loom::parallel::graph3d {
 
-const LocalAdjacency& GraphLayers3D::read_graph(data::GraphSource& source, data::EdgeDigest& digest) const {
-  orders_ = node_orders(source.nodes().num_nodes, permute_, seed_);
-  local_ = std::make_unique<LocalAdjacency>(read_local_adjacency(source, grid(), *orders_, layers_, digest));
+const LocalAdjacency& GraphLayers3D::read_graph(data::GraphSource& source, data::EdgeDigest& digest,
+                                                std::shared_ptr<const NodeOrders> orders,
+                                                const BlockEntries* counted) const {
+  const int64_t N = source.nodes().num_nodes;
+  orders_ = orders ? std::move(orders) : node_orders(N, permute_, seed_);
+  check(static_cast<int64_t>(orders_->order[0].size()) == N, "graph_3d: node orders of ", orders_->order[0].size(),
+        " nodes for a graph of ", N);
+  local_ = std::make_unique<LocalAdjacency>(read_local_adjacency(source, grid(), *orders_, layers_, digest, counted));
   return *local_;
 }
 

@@ -28,9 +28,15 @@ class GraphLayers3D : public tp3d::Layers3D {
         aggregation_chunks_(aggregation_chunks) {}
 
   // Streams source's edges once, keeping this rank's block of Â for each layer
-  // (read_local_adjacency; every edge also to digest), and draws the node orders. Collective
-  // over the grid. The model may then be built with no GraphOperator (null).
-  const LocalAdjacency& read_graph(data::GraphSource& source, data::EdgeDigest& digest) const;
+  // (read_local_adjacency; every edge also to digest), over the node orders drawn here, or
+  // `orders` when given (drawn by node_orders with this builder's permute and seed), each block
+  // reserving its `counted` entries when given. Collective over the grid. The model may then
+  // be built with no GraphOperator (null).
+  const LocalAdjacency& read_graph(data::GraphSource& source, data::EdgeDigest& digest,
+                                   std::shared_ptr<const NodeOrders> orders = nullptr,
+                                   const BlockEntries* counted = nullptr) const;
+  bool permute() const { return permute_; }
+  uint64_t seed() const { return seed_; }
 
   std::unique_ptr<nn::GraphConv> graph_conv(int64_t in, int64_t out, int64_t layer,
                                             std::shared_ptr<const nn::GraphOperator> graph,

@@ -1,6 +1,7 @@
 #include "loom/parallel/graph_3d/local_adjacency.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <exception>
 #include <utility>
@@ -48,7 +49,7 @@ int64_t LocalAdjacency::bytes() const {
 }
 
 LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3D& grid, const NodeOrders& orders,
-                                    int64_t layers, data::EdgeDigest& digest) {
+                                    int64_t layers, data::EdgeDigest& digest, const BlockEntries* counted) {
   const int64_t N = source.nodes().num_nodes;
   check(N > 0 && N < (int64_t{1} << 31), "a graph needs 1..2^31-1 nodes, got ", N);
   std::vector<Cut> cuts;
@@ -60,9 +61,14 @@ LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3
   }
   std::exception_ptr failed;
   try {
-    // A block's expected share of the entries, reserved when the source knows its edges:
-    // growing by doubling would leave up to twice the block's bytes at the peak.
-    if (const int64_t E = source.known_edges(); E >= 0)
+    // Each block's entries reserved, exactly when counted before, else its expected share when
+    // the source knows its edges: growing by doubling would leave up to twice the block's bytes
+    // at the peak.
+    if (counted != nullptr) {
+      const std::array<int64_t, 3> at{grid.rank(Axis::Row), grid.rank(Axis::Col), grid.rank(Axis::Depth)};
+      for (int64_t l = 0; l < static_cast<int64_t>(cuts.size()); ++l)
+        cuts[static_cast<size_t>(l)].entries.reserve(static_cast<size_t>(counted->of(l, at)));
+    } else if (const int64_t E = source.known_edges(); E >= 0)
       for (int64_t l = 0; l < static_cast<int64_t>(cuts.size()); ++l) {
         const Roles r = Roles::of(l);
         const int64_t blocks = grid.size(r.depth) * grid.size(r.outer);

@@ -13,6 +13,7 @@
 
 #include "loom/data/graph.hpp"
 #include "loom/kernels/sparse.hpp"
+#include "loom/parallel/graph_3d/block_entries.hpp"
 #include "loom/parallel/graph_3d/node_layout.hpp"
 #include "loom/parallel/tensor_parallel_3d/grid.hpp"
 
@@ -29,9 +30,11 @@ struct LocalAdjacency {
 
 // The blocks of `layers` layers over `orders`; every edge also goes to digest (the graph's
 // identity). An error reading the edges on any rank fails every rank (the others naming the
-// grid rank that failed) before the grid sums the degrees, so none waits in that sum.
+// grid rank that failed) before the grid sums the degrees, so none waits in that sum. counted:
+// the entries each block receives (block_entries.hpp), when counted before, which each block
+// reserves exactly; else the even share of a source's known edges, or nothing.
 LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3D& grid, const NodeOrders& orders,
-                                    int64_t layers, data::EdgeDigest& digest);
+                                    int64_t layers, data::EdgeDigest& digest, const BlockEntries* counted = nullptr);
 
 // Bytes a CSR matrix holds (row pointers, columns, values).
 int64_t csr_bytes(const kernels::CsrMatrix& a);

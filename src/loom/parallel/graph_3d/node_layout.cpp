@@ -48,6 +48,11 @@ std::pair<int64_t, int64_t> part_range(int64_t n, int64_t parts, int64_t k) {
   return {n * k / parts, n * (k + 1) / parts};
 }
 
+int64_t part_of(int64_t n, int64_t parts, int64_t p) {
+  // The largest k with part_range(n, parts, k).first = floor(n k / parts) <= p.
+  return std::min(parts - 1, ((p + 1) * parts - 1) / std::max<int64_t>(n, 1));
+}
+
 kernels::CsrMatrix adjacency_block(const kernels::CsrMatrix& A, const std::vector<int64_t>& row_nodes,
                                    const std::vector<int64_t>& col_position, int64_t c0, int64_t c1) {
   kernels::CsrMatrix b;
@@ -74,18 +79,11 @@ double block_imbalance(const kernels::CsrMatrix& A, const NodeOrders& orders, in
   const std::vector<int64_t>& rows = orders.rows_of(layer);
   const std::vector<int64_t>& col_position = orders.column_positions_of(layer);
   std::vector<int64_t> counts(static_cast<size_t>(row_parts * col_parts), 0);
-  // Block of a position: the part whose range holds it (part_range's inverse).
-  const auto part_of = [N](int64_t p, int64_t parts) {
-    int64_t k = p * parts / std::max<int64_t>(N, 1);
-    while (k + 1 < parts && part_range(N, parts, k + 1).first <= p) ++k;
-    while (k > 0 && part_range(N, parts, k).first > p) --k;
-    return k;
-  };
   for (int64_t r = 0; r < N; ++r) {
-    const int64_t u = rows[static_cast<size_t>(r)], rp = part_of(r, row_parts);
+    const int64_t u = rows[static_cast<size_t>(r)], rp = part_of(N, row_parts, r);
     for (int64_t e = A.row_ptr[static_cast<size_t>(u)]; e < A.row_ptr[static_cast<size_t>(u) + 1]; ++e)
       ++counts[static_cast<size_t>(rp * col_parts +
-                                   part_of(col_position[static_cast<size_t>(A.col[static_cast<size_t>(e)])], col_parts))];
+                                   part_of(N, col_parts, col_position[static_cast<size_t>(A.col[static_cast<size_t>(e)])]))];
   }
   const double total = static_cast<double>(A.nnz());
   if (total == 0.0) return 1.0;

@@ -32,6 +32,8 @@ std::shared_ptr<const NodeOrders> node_orders(int64_t N, bool permute, uint64_t 
 
 // Part k of [0, n) split into `parts` contiguous ranges as evenly as possible: [begin, end).
 std::pair<int64_t, int64_t> part_range(int64_t n, int64_t parts, int64_t k);
+// The part k whose range part_range(n, parts, k) holds position p (0 <= p < n).
+int64_t part_of(int64_t n, int64_t parts, int64_t p);
 
 // The block of A with the rows row_nodes (in that order) and the columns at positions
 // [c0, c1) of an order whose inverse is col_position (local column j: position c0 + j).
