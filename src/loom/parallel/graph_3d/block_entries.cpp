@@ -6,12 +6,8 @@
 
 namespace loom::parallel::graph3d {
 
-namespace {
-constexpr int64_t kDistinctLayers = 6;  // as read_local_adjacency cuts them
-}  // namespace
-
 int64_t BlockEntries::of(int64_t layer, const std::array<int64_t, 3>& at) const {
-  const auto l = static_cast<size_t>(layer % kDistinctLayers);
+  const auto l = static_cast<size_t>(layer % kDistinctBlockLayers);
   const Roles r = Roles::of(layer);
   return counts[l][static_cast<size_t>(at[static_cast<size_t>(r.depth)] * outer_parts[l] +
                                        at[static_cast<size_t>(r.outer)])];
@@ -22,7 +18,8 @@ BlockEntries count_block_entries(data::GraphSource& source, const std::array<int
   const int64_t N = source.nodes().num_nodes;
   // Per distinct layer: the row and column positions' orders and the parts they split into.
   struct Cut {
-    const std::vector<int64_t>*row_position, *col_position;
+    const std::vector<int64_t>* row_position;
+    const std::vector<int64_t>* col_position;
     int64_t depth_parts, outer_parts;
     std::vector<int64_t>* counts;
     void keep(int64_t n, int64_t u, int64_t v) const {
@@ -32,7 +29,7 @@ BlockEntries count_block_entries(data::GraphSource& source, const std::array<int
     }
   };
   BlockEntries out;
-  const int64_t distinct = std::min(layers, kDistinctLayers);
+  const int64_t distinct = std::min(layers, kDistinctBlockLayers);
   out.counts.resize(static_cast<size_t>(distinct));
   std::vector<Cut> cuts;
   for (int64_t l = 0; l < distinct; ++l) {

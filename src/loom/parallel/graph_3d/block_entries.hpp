@@ -17,6 +17,9 @@
 
 namespace loom::parallel::graph3d {
 
+// Layers l and l + 6 have the same roles (period 3) and node orders (period 2): the same blocks.
+constexpr int64_t kDistinctBlockLayers = 6;
+
 struct BlockEntries {
   int64_t edges = 0;  // the edges streamed: E
   // Per distinct layer: depth_parts x outer_parts counts, the depth part's row first.

@@ -16,9 +16,6 @@ using tp3d::Axis;
 
 namespace {
 
-// Layers l and l + 6 have the same roles and orders, so the same block.
-constexpr int64_t kDistinctLayers = 6;
-
 // One layer's block as it is being read: its rows' and columns' ranges of positions and the
 // (row, column) pairs, local to the block, that fell in it.
 struct Cut {
@@ -53,7 +50,7 @@ LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3
   const int64_t N = source.nodes().num_nodes;
   check(N > 0 && N < (int64_t{1} << 31), "a graph needs 1..2^31-1 nodes, got ", N);
   std::vector<Cut> cuts;
-  for (int64_t l = 0; l < std::min(layers, kDistinctLayers); ++l) {
+  for (int64_t l = 0; l < std::min(layers, kDistinctBlockLayers); ++l) {
     const Roles r = Roles::of(l);
     const auto [r0, r1] = part_range(N, grid.size(r.depth), grid.rank(r.depth));
     const auto [c0, c1] = part_range(N, grid.size(r.outer), grid.rank(r.outer));
@@ -138,7 +135,8 @@ LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3
     decltype(cut.entries)().swap(cut.entries);  // this block's edges are in b now: released
     out.blocks.push_back(std::move(b));
   }
-  for (int64_t l = kDistinctLayers; l < layers; ++l) out.blocks.push_back(out.blocks[static_cast<size_t>(l % kDistinctLayers)]);
+  for (int64_t l = kDistinctBlockLayers; l < layers; ++l)
+    out.blocks.push_back(out.blocks[static_cast<size_t>(l % kDistinctBlockLayers)]);
 
   // Plexus's load imbalance: the largest block's non-zeros over the mean (max / mean).
   std::vector<float> most(static_cast<size_t>(layers));
