@@ -288,6 +288,13 @@ TEST(GcnMemoryNeed, PredictsTheGraphDataTheBuiltRankHolds) {
         EXPECT_TRUE(before.adjacency_exact());
         continue;
       }
+      // Once built, a grid rank's per-node arrays are the split, its layers' lists of nodes and
+      // its rows' targets: no N-long node orders (the layers keep their lists, not the orders).
+      const auto& model = dynamic_cast<nn::GCN&>(*t.parallelized().chunks.front());
+      int64_t lists = 0;
+      for (const nn::GraphConv* conv : model.convs()) lists += dynamic_cast<const GraphConv3D&>(*conv).node_list_bytes();
+      const data::Batch batch = const_cast<train::GcnSpec&>(spec).eval_batch(0, 0);
+      EXPECT_EQ(held.nodes, spec.graph().num_nodes + lists + 3 * batch.targets.nbytes());
       // A grid's blocks: at most the entries counted into them at open (duplicates fold).
       EXPECT_LE(held.adjacency, predicted.adjacency);
       EXPECT_FALSE(before.adjacency_exact());  // unknown before the blocks are read
@@ -383,7 +390,7 @@ TEST(Graph3DLoading, AFeatureErrorOnOneRankFailsEveryRank) {
     FailingOnOneRank source(failing, /*in_features=*/true);
     data::EdgeDigest digest;
     LocalAdjacency local = read_local_adjacency(source, grid, *orders, 1, digest);
-    const GraphConv3D first(2, 4, 0, 16, std::move(local.blocks[0]), false, grid, orders);
+    const GraphConv3D first(2, 4, 0, 16, std::move(local.blocks[0]), false, grid, *orders);
     const auto keep = [](float*, int64_t) {};
     const std::string error = testing::error_of([&] { read_input_shard(first, source, keep); });
     if (failing < 0)

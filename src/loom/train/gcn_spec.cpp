@@ -111,7 +111,9 @@ std::vector<std::unique_ptr<nn::Module>> GcnSpec::build(const nn::LayerBuilder& 
       check(grid->permute() == config_.graph_permute && grid->seed() == static_cast<uint64_t>(config_.seed),
             "graph_3d: the layer builder's node orders differ from the run's (graph_permute, seed)");
       const parallel::graph3d::LocalAdjacency& local =
-          grid->read_graph(*edges_source_, digest, std::move(orders_), &block_entries_);
+          grid->read_graph(*edges_source_, digest, orders_, &block_entries_);
+      orders_handed_ = orders_;
+      orders_.reset();  // the layers' now, which let them go once built
       nodes_source = std::move(edges_source_);
       identity_ = graph_.identity(digest, nodes_crc_);
       edges_ = digest.count();
@@ -282,14 +284,14 @@ GraphDataBytes GcnSpec::data_need(std::array<int64_t, 3> at) const {
   // N), its columns (its outer part), Â's block and the transpose (at most the entries counted
   // into the block: duplicates fold), and the lists of both's nodes; the first layer's input
   // shard (its columns over depth, padded, x its inner part of F, padded); the last layer's
-  // rows' targets; the node orders (four N-long i64 arrays) and the split (labels go once the
-  // targets are cut).
+  // rows' targets; the split (labels go once the targets are cut, the node orders once the
+  // layers hold their lists of nodes).
   const std::array<int64_t, 3> sizes = config_.tp_3d_grid();
   const auto part = [&](parallel::tp3d::Axis a) {
     const auto [begin, end] = parallel::graph3d::part_range(N, sizes[static_cast<size_t>(a)], at[static_cast<size_t>(a)]);
     return end - begin;
   };
-  need.nodes = 32 * N + N;
+  need.nodes = N;
   const auto widths = layer_widths(config_.gcn, F, classes());
   for (size_t l = 0; l < widths.size(); ++l) {
     const auto layer = static_cast<int64_t>(l);
@@ -321,8 +323,8 @@ GraphDataBytes GcnSpec::data_held() const {
       held.adjacency += grid->block_bytes();
       held.nodes += grid->node_list_bytes();
     }
-  if (const auto* first = dynamic_cast<const parallel::graph3d::GraphConv3D*>(model_->convs().front()))
-    held.nodes += first->orders().bytes();  // one set, shared by the layers
+  // The node orders, while anything holds them (the spec until build(), then the layer builder).
+  if (const auto orders = orders_ ? orders_ : orders_handed_.lock()) held.nodes += orders->bytes();
   return held;
 }
 

@@ -28,8 +28,8 @@ namespace loom::train {
 // Bytes of a graph's data one rank holds while it trains, by part.
 struct GraphDataBytes {
   int64_t features = 0;   // the model's input: the whole N x F features, or a grid rank's first layer's shard
-  int64_t nodes = 0;      // per-node arrays: the three splits' targets, labels and split, and on a grid the
-                          // node orders (32 bytes a node) and each layer's lists of its rows' and columns' nodes
+  int64_t nodes = 0;      // per-node arrays: the three splits' targets, labels and split; on a grid each layer's
+                          // lists of its rows' and columns' nodes (and the node orders, 32 bytes a node, while held)
   int64_t adjacency = 0;  // Â and Âᵀ in CSR (row pointers, columns, values), or on a grid each layer's block of Â
                           // and its transpose
   int64_t total() const { return features + nodes + adjacency; }
@@ -110,6 +110,7 @@ class GcnSpec : public ModelSpec {
   data::Graph graph_;
   std::unique_ptr<data::GraphSource> edges_source_;  // on a grid, until build() reads the edges and features
   std::shared_ptr<const parallel::graph3d::NodeOrders> orders_;  // on a grid, drawn at open, until build()
+  std::weak_ptr<const parallel::graph3d::NodeOrders> orders_handed_;  // to build()'s layers, for data_held()
   parallel::graph3d::BlockEntries block_entries_;                 // on a grid: counted at open
   uint32_t nodes_crc_ = 0;                           // of the nodes as read, for identity_
   std::string identity_;

@@ -45,7 +45,7 @@ LocalWidths LocalWidths::of(int64_t in, int64_t out, int64_t layer, const std::a
 }
 
 GraphConv3D::GraphConv3D(int64_t in, int64_t out, int64_t layer, int64_t nodes, kernels::CsrMatrix block,
-                         bool input_gradient, const Grid3D& grid, std::shared_ptr<const NodeOrders> orders,
+                         bool input_gradient, const Grid3D& grid, const NodeOrders& orders,
                          int64_t aggregation_chunks)
     : nn::GraphConv(in, out, nullptr, input_gradient,  // Â only as this block
                     {LocalWidths::of(in, out, layer, grid).in, LocalWidths::of(in, out, layer, grid).shard},
@@ -54,8 +54,7 @@ GraphConv3D::GraphConv3D(int64_t in, int64_t out, int64_t layer, int64_t nodes, 
       nodes_(nodes),
       aggregation_chunks_(aggregation_chunks),
       roles_(Roles::of(layer)),
-      first_(layer == 0),
-      orders_(std::move(orders)) {
+      first_(layer == 0) {
   const int64_t Go = grid.size(roles_.outer), Gi = grid.size(roles_.inner), Gd = grid.size(roles_.depth);
   const int64_t ro = grid.rank(roles_.outer), ri = grid.rank(roles_.inner), rd = grid.rank(roles_.depth);
   const LocalWidths w = LocalWidths::of(in, out, layer, grid);
@@ -64,8 +63,8 @@ GraphConv3D::GraphConv3D(int64_t in, int64_t out, int64_t layer, int64_t nodes, 
   shard_ = w.shard;
   in0_ = ri * in_local_;
   out0_ = ro * out_local_;
-  row_nodes_ = nodes_at(orders_->rows_of(layer), part_range(nodes, Gd, rd));
-  col_nodes_ = nodes_at(orders_->columns_of(layer), part_range(nodes, Go, ro));
+  row_nodes_ = nodes_at(orders.rows_of(layer), part_range(nodes, Gd, rd));
+  col_nodes_ = nodes_at(orders.columns_of(layer), part_range(nodes, Go, ro));
   block_ = std::move(block);
   check(block_.rows == static_cast<int64_t>(row_nodes_.size()) && block_.cols == static_cast<int64_t>(col_nodes_.size()),
         "GraphConv3D '", name(), "': a block of ", block_.rows, " x ", block_.cols, " for ", row_nodes_.size(), " x ",
@@ -202,15 +201,20 @@ Tensor GraphConv3D::input_shard(const Tensor& whole) const {
 Tensor GraphConv3D::input_shard(const RowStream& rows) const {
   check(first_, "GraphConv3D '", name(), "': only the first layer reads the features");
   Tensor shard = Tensor::zeros({shard_rows_, in_local_}, DType::F32, MemoryCategory::Other);
-  // Its rows are its block's input rows first_row .. first_row + count - 1: the nodes at
-  // positions p0 .. p0 + count - 1 of the input order.
+  // Its rows are its block's input rows first_row .. first_row + count - 1, whose nodes its
+  // input list holds; looked up by node through a copy sorted by node (count long, not N).
   const int64_t first_row = grid_.rank(roles_.depth) * shard_rows_;
   const int64_t count = std::clamp<int64_t>(block_.cols - first_row, 0, shard_rows_);
-  const int64_t p0 = part_range(nodes_, grid_.size(roles_.outer), grid_.rank(roles_.outer)).first + first_row;
   const int64_t n = std::clamp<int64_t>(in_ - in0_, 0, in_local_);  // past `in`: padding
-  const std::vector<int64_t>& position = orders_->column_positions_of(0);
-  const auto row_of = [&](int64_t node) { return position[static_cast<size_t>(node)] - p0; };
-  rows([&](int64_t node) { const int64_t r = row_of(node); return r >= 0 && r < count; },
+  std::vector<std::pair<int64_t, int64_t>> row_of_node;  // (node, row)
+  row_of_node.reserve(static_cast<size_t>(count));
+  for (int64_t r = 0; r < count; ++r) row_of_node.emplace_back(col_nodes_[static_cast<size_t>(first_row + r)], r);
+  std::sort(row_of_node.begin(), row_of_node.end());
+  const auto row_of = [&](int64_t node) {
+    const auto it = std::lower_bound(row_of_node.begin(), row_of_node.end(), std::pair<int64_t, int64_t>{node, -1});
+    return it != row_of_node.end() && it->first == node ? it->second : int64_t{-1};
+  };
+  rows([&](int64_t node) { return row_of(node) >= 0; },
        [&](int64_t node, const float* values) { std::copy_n(values + in0_, n, shard.f32() + row_of(node) * in_local_); });
   return shard;
 }

@@ -62,8 +62,9 @@ class GraphConv3D : public nn::GraphConv {
   // its outer part of the columns), of a graph of `nodes` nodes: cut from the whole Â
   // (adjacency_block) or read alone (local_adjacency.hpp). aggregation_chunks: the row ranges
   // of Plexus's blocked aggregation (aggregate()); 1: one SpMM, then one sum.
+  // The layer keeps its rows' and columns' lists of nodes, not the orders.
   GraphConv3D(int64_t in, int64_t out, int64_t layer, int64_t nodes, kernels::CsrMatrix block, bool input_gradient,
-              const Grid3D& grid, std::shared_ptr<const NodeOrders> orders, int64_t aggregation_chunks = 1);
+              const Grid3D& grid, const NodeOrders& orders, int64_t aggregation_chunks = 1);
 
   OutputBlock output_block() const override;
   void set_weight(const Tensor& whole) override;
@@ -83,7 +84,6 @@ class GraphConv3D : public nn::GraphConv {
   // of its output and input rows' nodes.
   int64_t block_bytes() const;
   int64_t node_list_bytes() const;
-  const NodeOrders& orders() const { return *orders_; }
   const Roles& roles() const { return roles_; }
   const Grid3D& grid() const { return grid_; }
   int64_t graph_nodes() const { return nodes_; }
@@ -116,7 +116,6 @@ class GraphConv3D : public nn::GraphConv {
   Roles roles_;
   bool first_;
   int64_t shard_rows_ = 0;  // the first layer: rows of its input shard, cols / depth rounded up
-  std::shared_ptr<const NodeOrders> orders_;
   int64_t in_local_, out_local_;  // this rank's widths: in_pad / inner, out_pad / outer
   int64_t shard_;                 // its columns of the W block: out_local / depth
   int64_t in0_, out0_;            // its first input and output feature

@@ -24,8 +24,8 @@ std::unique_ptr<nn::GraphConv> GraphLayers3D::graph_conv(int64_t in, int64_t out
   kernels::CsrMatrix block;
   int64_t nodes = 0;
   if (local_) {
-    check(layer < static_cast<int64_t>(local_->blocks.size()), "graph_3d: layer ", layer, " of a GCN read for ",
-          local_->blocks.size(), " layers");
+    check(layer < static_cast<int64_t>(local_->blocks.size()) && orders_, "graph_3d: layer ", layer,
+          " of a GCN read for ", local_->blocks.size(), " layers, each asked for once");
     nodes = local_->nodes;
     block = std::move(local_->blocks[static_cast<size_t>(layer)]);  // the layer's, asked for once
   } else {
@@ -39,8 +39,11 @@ std::unique_ptr<nn::GraphConv> GraphLayers3D::graph_conv(int64_t in, int64_t out
     const std::vector<int64_t>& rows = orders_->rows_of(layer);
     block = adjacency_block(A, {rows.begin() + r0, rows.begin() + r1}, orders_->column_positions_of(layer), c0, c1);
   }
-  auto conv = std::make_unique<GraphConv3D>(in, out, layer, nodes, std::move(block), input_gradient, grid(), orders_,
+  auto conv = std::make_unique<GraphConv3D>(in, out, layer, nodes, std::move(block), input_gradient, grid(), *orders_,
                                              aggregation_chunks_);
+  // Read alone, the last layer asked for: every layer holds its lists of nodes now, and nothing
+  // needs the N-long orders again (32 bytes a node, released).
+  if (local_ && layer + 1 == layers_) orders_.reset();
   // Each layer reduces its own gradients over depth (backward_impl).
   keep_gradient_over_depth(conv->weight());
   keep_gradient_over_depth(conv->bias());
