@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "loom/error.hpp"
 #include "loom/kernels/gemv.hpp"
 #include "loom/parallel/pipeline/partition.hpp"
+#include "loom/parallel/tensor_parallel_3d/layers_3d.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/plan/moe_cost.hpp"
@@ -80,6 +82,22 @@ struct RankParameters {
   int64_t expert_weights = 0;  // of experts: their weights, which their GEMMs read
 };
 
+// A block's four Linears on a 3D grid: attention's qkv (3 blocks) and proj, the MLP's fc and
+// proj, each pair's first a column-parallel request and its second a row-parallel one.
+struct Linear3DBlock {
+  int64_t weights = 0, biases = 0;
+};
+Linear3DBlock linear_3d_block(int64_t C, const std::array<int64_t, 3>& grid) {
+  using parallel::tp3d::Layers3D;
+  Linear3DBlock b;
+  for (const Layers3D::Share s : {Layers3D::share(C, 3 * C, 3, true, grid), Layers3D::share(C, C, 1, false, grid),
+                                  Layers3D::share(C, 4 * C, 1, true, grid), Layers3D::share(4 * C, C, 1, false, grid)}) {
+    b.weights += s.weight;
+    b.biases += s.bias;
+  }
+  return b;
+}
+
 // Counted over the stages the rank owns, so a stage's MoE blocks are those among its own layers
 // (nn::MoeConfig::is_moe_block: block l when l + 1 is a multiple of `every`) and the tables sit
 // on the first and last stages.
@@ -95,8 +113,16 @@ RankParameters rank_parameters(const TrainConfig& c, const std::vector<nn::GPTSt
     // Every block: attention's qkv (split over tp with its bias) and proj (split, its bias
     // replicated), two LayerNorms. A dense block's MLP: fc (split with its bias) and proj (split,
     // its bias replicated). An MoE block's: a router (no bias) and the experts, replicated over tp.
-    r.linear_weights += blocks * 4 * C * C / t + (blocks - moe) * 8 * C * C / t;
-    r.gemm_free += blocks * (3 * C / t + C + 4 * C) + (blocks - moe) * (4 * C / t + C);
+    if (c.tp_3d_on()) {
+      // A grid rank holds its shard of each Linear3D and the layers the grid cannot split whole
+      // (Layers3D::share); no mixture of experts under a grid.
+      const Linear3DBlock b = linear_3d_block(C, c.tp_3d_grid());
+      r.linear_weights += blocks * b.weights;
+      r.gemm_free += blocks * (b.biases + 4 * C);
+    } else {
+      r.linear_weights += blocks * 4 * C * C / t + (blocks - moe) * 8 * C * C / t;
+      r.gemm_free += blocks * (3 * C / t + C + 4 * C) + (blocks - moe) * (4 * C / t + C);
+    }
     r.kept += moe * m.moe.experts * C;
     r.experts += moe * local_experts * plan::expert_mlp_parameters(C);
     r.expert_weights += moe * local_experts * 8 * C * C;
