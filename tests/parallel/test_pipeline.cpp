@@ -105,6 +105,16 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PipelineEquivalence,
                                   (info.param.sequence_parallel ? "_sp" : "") + (info.param.recompute ? "_recompute" : "");
                          });
 
+// The most activation bytes a step of t holds at once on this rank (the tracker's category),
+// after a warm step in which caches and buffers settle.
+int64_t step_activation_peak(train::Trainer& t) {
+  t.train_step();
+  MemoryTracker::instance().reset_peaks();
+  const int64_t before = MemoryTracker::instance().current(MemoryCategory::Activations);
+  t.train_step();
+  return MemoryTracker::instance().peak(MemoryCategory::Activations) - before;
+}
+
 TEST(Pipeline, OneFOneBHoldsFewerMicroBatchesThanGPipe) {
   // Stage 0 keeps every micro-batch's activations under GPipe (m of them) but at most p
   // under 1F1B: the tracker's activation peak shows the ratio m / p.
@@ -118,11 +128,7 @@ TEST(Pipeline, OneFOneBHoldsFewerMicroBatchesThanGPipe) {
     c.pp = p;
     c.schedule = schedule;
     train::Trainer t(c, true, &world());
-    t.train_step();  // warm: caches and buffers settle
-    MemoryTracker::instance().reset_peaks();
-    const int64_t before = MemoryTracker::instance().current(MemoryCategory::Activations);
-    t.train_step();
-    return MemoryTracker::instance().peak(MemoryCategory::Activations) - before;
+    return step_activation_peak(t);
   };
   const double gpipe = static_cast<double>(peak_activations("gpipe"));
   const double one_f_one_b = static_cast<double>(peak_activations("1f1b"));
@@ -163,11 +169,7 @@ TEST(Pipeline, EachRanksActivationPeakIsTheMemoryChecksFigure) {
       if (schedule == "interleaved") c.chunks = 2;
       c.precision = precision;
       train::Trainer t(c, true, &world());
-      t.train_step();  // warm: caches and buffers settle
-      MemoryTracker::instance().reset_peaks();
-      const int64_t before = MemoryTracker::instance().current(MemoryCategory::Activations);
-      t.train_step();
-      const int64_t measured = MemoryTracker::instance().peak(MemoryCategory::Activations) - before;
+      const int64_t measured = step_activation_peak(t);
       const int64_t r = t.parallelized().group("pp").rank();
       const double predicted = train::rank_training_memory(t.config(), r).activations;
       const std::string what = schedule + ", " + precision + ", pp rank " + std::to_string(r) + " of " + std::to_string(p);
