@@ -9,9 +9,14 @@
 // 1.16 MiB on rank 1).
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "loom/parallel/pipeline/held_activations.hpp"
+#include "loom/parallel/pipeline/schedule_builders.hpp"
 #include "loom/plan/layout_cost.hpp"
+#include "loom/plan/pipeline_ranks.hpp"
 #include "loom/train/memory_budget.hpp"
 #include "serial_layout.hpp"
 
@@ -50,6 +55,30 @@ TEST(PlanPipelineMemory, EqualsTheMemoryCheckOfTheRankNeedingTheMost) {
                                  ", the check's pp rank " + std::to_string(need.pp_rank);
         EXPECT_EQ(static_cast<double>(cost.state_bytes), need.state) << what;
         EXPECT_EQ(static_cast<double>(cost.activation_bytes), need.activations) << what;
+      }
+}
+
+// The planner builds its schedule for at most pp (1F1B) or 3 pp (interleaved) micro-batches:
+// every rank's peak of held bytes is the full schedule's, whatever its chunks weigh.
+TEST(PlanPipelineMemory, TheBoundedScheduleReachesEveryPeakOfTheFullOne) {
+  namespace pl = parallel::pipeline;
+  for (const int64_t pp : {2, 3, 4})
+    for (const int64_t chunks : {1, 2, 3})
+      for (int64_t m = pp; m <= 8 * pp; m += pp) {
+        Layout l;
+        l.pp = pp;
+        l.chunks = chunks;
+        const pl::Schedule full = pl::build_schedule(chunks > 1 ? pl::ScheduleKind::Interleaved : pl::ScheduleKind::OneFOneB,
+                                                     static_cast<int>(pp), static_cast<int>(m), static_cast<int>(chunks));
+        const std::optional<pl::Schedule> bounded = planned_schedule(l, m);
+        ASSERT_TRUE(bounded.has_value());
+        for (const std::vector<int64_t>& bytes : {std::vector<int64_t>{5, 1, 3}, std::vector<int64_t>{1, 7, 2}})
+          for (int64_t r = 0; r < pp; ++r) {
+            const std::vector<int64_t> chunk_bytes(bytes.begin(), bytes.begin() + chunks);
+            EXPECT_EQ(pl::peak_held_bytes(bounded->ranks[static_cast<size_t>(r)], chunk_bytes),
+                      pl::peak_held_bytes(full.ranks[static_cast<size_t>(r)], chunk_bytes))
+                << "pp " << pp << " x " << chunks << ", " << m << " micro-batches, rank " << r;
+          }
       }
 }
 
