@@ -175,7 +175,8 @@ namespace {
 // The schedule the trainer runs (parallelize's checked_schedule), or none without a pipeline or
 // past the executor's MPI tags (2 p v m of them), which refuses such a run when it is built.
 std::optional<parallel::pipeline::Schedule> run_schedule(const TrainConfig& c) {
-  if (c.pp == 1 || 2 * c.pp * c.chunks * c.micro_batches >= 32767) return std::nullopt;
+  const double tags = 2.0 * static_cast<double>(c.pp) * static_cast<double>(c.chunks) * static_cast<double>(c.micro_batches);
+  if (c.pp == 1 || tags >= 32767.0) return std::nullopt;
   return parallel::pipeline::checked_schedule(c.schedule, c.schedule_file, static_cast<int>(c.pp),
                                               static_cast<int>(c.micro_batches), static_cast<int>(c.chunks));
 }
