@@ -86,9 +86,11 @@ void print_dry_run(train::TrainConfig& config) {
                                  : "");
   // What the trainer checks before it builds the model (train/memory_budget.hpp).
   const train::AvailableMemory available = train::available_memory();
-  std::printf("# predicted memory per rank, state and one micro-batch's activations and logits: %s; this machine has "
-              "%s available (%s)\n",
-              train::describe(train::training_memory(config)).c_str(), format_bytes(available.bytes).c_str(),
+  const train::MemoryNeed need = train::training_memory(config);
+  const std::string on_rank = need.pp_rank >= 0 ? " (pipeline rank " + std::to_string(need.pp_rank) + ", needing the most)" : "";
+  std::printf("# predicted memory per rank, state and the activations and logits kept for backward%s: %s; this machine "
+              "has %s available (%s)\n",
+              on_rank.c_str(), train::describe(need).c_str(), format_bytes(available.bytes).c_str(),
               available.source.c_str());
   if (config.tp > 1) {
     const int64_t C = config.model.n_embd, T = config.model.block_size;
@@ -147,10 +149,14 @@ void print_dry_run(train::TrainConfig& config) {
                   static_cast<long long>(s.first_block), static_cast<long long>(s.end_block - 1),
                   s.embedding ? " + embedding" : "", s.head ? " + final norm and LM head" : "");
     }
-    std::printf("\n# predicted state memory per pipeline rank:");
-    for (int64_t r = 0; r < config.pp; ++r)
-      std::printf("%s pp rank %lld %s", r ? ";" : "", static_cast<long long>(r),
-                  format_bytes(train::rank_training_state(config, r).total()).c_str());
+    // Each rank's state and the activations of the (micro-batch, chunk) pairs its schedule holds at once.
+    std::printf("\n# predicted memory per pipeline rank (state + activations held at once):");
+    for (int64_t r = 0; r < config.pp; ++r) {
+      const train::MemoryNeed rank = train::rank_training_memory(config, r);
+      std::printf("%s pp rank %lld %s + %s", r ? ";" : "", static_cast<long long>(r),
+                  format_bytes(static_cast<int64_t>(rank.state)).c_str(),
+                  format_bytes(static_cast<int64_t>(rank.activations)).c_str());
+    }
     std::printf("\n");
   }
   std::printf("\n# %s\n", config.mesh_layout().rank_map().c_str());

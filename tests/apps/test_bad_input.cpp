@@ -65,7 +65,7 @@ TEST(CliBadInput, AModelLargerThanMemoryIsRefusedBeforeItIsBuilt) {
   expect_error("convert --from " + path + " --to " + (dir / "converted").string(), have);
 
   const loom::testing::CommandResult r = run_loom("train --dry-run");
-  EXPECT_NE(r.output.find("# predicted memory per rank, state and one micro-batch's activations and logits: "),
+  EXPECT_NE(r.output.find("# predicted memory per rank, state and the activations and logits kept for backward: "),
             std::string::npos)
       << r.output;
 }

@@ -176,7 +176,7 @@ TEST(Cli, DryRunShowsTheRankMapOfALayout) {
       << r.output;
   EXPECT_NE(r.output.find("+ final norm and LM head"), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("# predicted state memory per pipeline rank: pp rank 0 "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("# predicted memory per pipeline rank (state + activations held at once): pp rank 0 "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("; pp rank 1 "), std::string::npos) << r.output;
   expect_error("train --dp 0 --dry-run",
                "parallel degrees must be >= 1, got dp(0) x pp(1) x tp(1)");

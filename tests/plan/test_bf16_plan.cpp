@@ -66,9 +66,9 @@ TEST(PlanBf16, MemoryOfASerialLayoutByHand) {
   EXPECT_EQ(c.state_bytes, 18 * P - 2 * gemm_free);
   // Each layer keeps bf16 copies of its 16 B T C values (2 bytes less each) and no
   // probabilities (NH B T^2 values of 4 bytes), only their rows' fp32 log-sum-exp (NH B T
-  // values); outside the layers the embedding's output is
-  // not kept and the final LayerNorm's input and output are bf16 (8 B T C bytes less), and
-  // the head's backward adds a bf16 block of 1024 rows of the logits' gradient; one layer's
+  // values); outside the layers the final LayerNorm's input and output are bf16 (4 B T C bytes
+  // less); the backward's passing gradients are fp32 in both, and in bf16 (rather than the
+  // head's bf16 block of 1024 rows of the logits' gradient, held before them) one layer's
   // attention backward recomputes the probabilities of a group of heads (all 8 x 4 here) one
   // causal block of R = 64 rows at a time: its scores and their gradient in fp32 and bf16
   // (R T x 12 bytes a head), its q and dout rows in bf16 and output rows in fp32 (R HS x 8), the
@@ -77,8 +77,7 @@ TEST(PlanBf16, MemoryOfASerialLayoutByHand) {
   const int64_t B = 8, T = 128, C = 128, NH = 4, V = 128, R = 64, HS = C / NH;
   const int64_t attention_scratch = B * NH * (R * T * 12 + R * HS * 8 + T * HS * 12 + R * 8);
   EXPECT_EQ(f.activation_bytes - c.activation_bytes,
-            4 * (2 * 16 * B * T * C + 4 * NH * B * T * T - 4 * NH * B * T) + 8 * B * T * C - 2 * 1024 * V -
-                attention_scratch);
+            4 * (2 * 16 * B * T * C + 4 * NH * B * T * T - 4 * NH * B * T) + 4 * B * T * C - attention_scratch);
   // ZeRO-1 over dp 2: bf16 weights, the Linear weights' fp32 values dropped, master and moments sharded.
   l.dp = 2;
   l.micro_batch = 4;

@@ -25,11 +25,12 @@ TEST(PlanFp32, MemoryOfASerialLayoutByHand) {
   ASSERT_TRUE(c.valid) << c.why_not;
   const int64_t P = 12 * 4 * 128 * 128 + 13 * 4 * 128 + 128 * 128 + 128 * 128 + 2 * 128;
   EXPECT_EQ(c.state_bytes, 16 * P);
-  // Per layer 4 (4 BTC + 12 BTC + NH B T^2 + 4 BT) bytes; outside: the embedding output,
-  // the final LayerNorm's input and output (3 BTC) and logits and probabilities (2 BTV).
+  // Per layer 4 (4 BTC + 12 BTC + NH B T^2 + 4 BT) bytes; outside: the final LayerNorm's
+  // input, output and statistics (2 BTC + 2 BT) and the logits (BTV, their gradient in place);
+  // and the three gradients (3 BTC) the last block's backward, the first, passes on.
   const int64_t B = 8, T = 128, C = 128, NH = 4, V = 128;
   const int64_t layer = 4 * (16 * B * T * C + NH * B * T * T + 4 * B * T);
-  EXPECT_EQ(c.activation_bytes, 4 * layer + 4 * (3 * B * T * C + 2 * B * T * V));
+  EXPECT_EQ(c.activation_bytes, 4 * layer + 4 * (2 * B * T * C + 2 * B * T + B * T * V) + 4 * 3 * B * T * C);
   // ZeRO-1 over dp 2 shards the 8 bytes of Adam state.
   l.dp = 2;
   l.micro_batch = 4;

@@ -33,16 +33,18 @@ TEST(PlanCost, MemoryFollowsZeroAndKorthikanti) {
   l.sequence_parallel = false;
   const LayoutCost cost = predict(m, c, l, 16);
   ASSERT_TRUE(cost.valid) << cost.why_not;
-  // The first stage: 4 layers and the token table split over tp 2, the position table whole.
-  const int64_t p = 4 * (12 * 1024 * 1024 + 13 * 1024) / 2 + 51200 * 1024 / 2 + 2048 * 1024;
+  // The first stage, the rank needing the most: the trainer's partition gives it 6 of the 8
+  // layers (the LM head costs the last stage 51200 / (12 x 1024) = 4.2 blocks), with the token
+  // table split over tp 2 and the position table whole.
+  const int64_t p = 6 * (12 * 1024 * 1024 + 13 * 1024) / 2 + 51200 * 1024 / 2 + 2048 * 1024;
   EXPECT_EQ(cost.state_bytes, 4 * p + 12 * p / 4);  // ZeRO-1 over dp 4
-  // Korthikanti with t = 2: sbh (10 + 24/t + 5as/(ht)), 4 layers per stage, 2 micro-batches
-  // in flight on stage 0 (1F1B, p = 2).
+  // Korthikanti with t = 2: sbh (10 + 24/t + 5as/(ht)), 6 layers on stage 0, 2 micro-batches
+  // in flight there (1F1B, p = 2).
   const double s = 2048, b = 1, h = 1024, a = 16, t = 2;
-  EXPECT_NEAR(static_cast<double>(cost.activation_bytes), s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) * 4 * 2, 1.0);
+  EXPECT_NEAR(static_cast<double>(cost.activation_bytes), s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) * 6 * 2, 6.0);
   l.sequence_parallel = true;
   const LayoutCost sp = predict(m, c, l, 16);
-  EXPECT_NEAR(static_cast<double>(sp.activation_bytes), s * b * h * (34 + 5 * a * s / h) / t * 4 * 2, 1.0);
+  EXPECT_NEAR(static_cast<double>(sp.activation_bytes), s * b * h * (34 + 5 * a * s / h) / t * 6 * 2, 6.0);
   EXPECT_EQ(cost.micro_batches, 4);
 }
 

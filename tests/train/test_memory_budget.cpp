@@ -75,6 +75,41 @@ TEST(MemoryBudget, EachPipelineRanksStateCountsItsOwnStagesParameters) {
     }
 }
 
+// Under a pipeline each rank's activations are its own chunks' for every (micro-batch, chunk)
+// its schedule holds at once, and the check takes the rank needing the most, which a refusal
+// names. 4 blocks over pp 2 (2 each) and 4 micro-batches: under 1F1B rank 0 holds 2
+// micro-batches, rank 1 (the head's: with the logits and the final LayerNorm's) one; under GPipe both hold all 4. Once
+// every rank counted ceil(L / pp) blocks, the logits and one micro-batch.
+TEST(MemoryBudget, EachPipelineRankHoldsWhatItsScheduleKeeps) {
+  TrainConfig c;
+  c.model = loom::nn::GPTConfig{.vocab_size = 65, .block_size = 16, .n_layer = 4, .n_head = 2, .n_embd = 16};
+  c.model.padded_vocab_size = 128;
+  c.pp = 2;
+  c.micro_batches = 4;
+  c.batch_size = 2;
+  // The head's stage keeps the logits (B, T, Vp) and the final LayerNorm's input, output and
+  // statistics; a chunk's first backward adds the three (B, T, C) gradients its last block passes on.
+  const double layer = static_cast<double>(layer_activation_bytes(c));
+  const double logits = 4.0 * 2 * 16 * 128 + 4.0 * 2 * (2 * 16 * 16 + 2 * 16), scratch = 3 * 4.0 * 2 * 16 * 16;
+  c.schedule = "1f1b";
+  EXPECT_EQ(rank_training_memory(c, 0).activations, 2 * 2 * layer + scratch);
+  EXPECT_EQ(rank_training_memory(c, 1).activations, 2 * layer + logits + scratch);
+  c.schedule = "gpipe";
+  EXPECT_EQ(rank_training_memory(c, 0).activations, 4 * 2 * layer + scratch);
+  EXPECT_EQ(rank_training_memory(c, 1).activations, 4 * (2 * layer + logits) + scratch);
+  const MemoryNeed most = training_memory(c);
+  EXPECT_EQ(most.pp_rank, 1);
+  EXPECT_EQ(most.total(), rank_training_memory(c, 1).total());
+  EXPECT_EQ(most.state, static_cast<double>(rank_training_state(c, 1).total()));
+  c.model.n_embd = 1 << 16;  // terabytes; under 1F1B rank 0's two micro-batches need the most
+  c.schedule = "1f1b";
+  const std::string error = loom::testing::error_of(
+      [&] { check_fits_in_memory(training_memory(c), 1, "the model", {"loom train --dry-run", ""}); });
+  EXPECT_NE(error.find(" per rank on pipeline rank 0 (the one needing the most), as `loom train --dry-run` predicts"),
+            std::string::npos)
+      << error;
+}
+
 TEST(MemoryBudget, AbsurdSizesAreCountedWithoutOverflowAndRefused) {
   TrainConfig c;
   c.model.n_embd = 2000000000;

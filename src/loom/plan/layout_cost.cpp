@@ -1,8 +1,11 @@
 #include "loom/plan/layout_cost.hpp"
 
 #include <algorithm>
+#include <optional>
 
+#include "loom/parallel/pipeline/held_activations.hpp"
 #include "loom/plan/memory_model.hpp"
+#include "loom/plan/pipeline_ranks.hpp"
 #include "loom/plan/tensor_parallel_3d_layout.hpp"
 #include "loom/plan/moe_cost.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
@@ -23,13 +26,18 @@ int64_t state_bytes(const ClusterSpec& c, int64_t params, int64_t dp, int zero) 
 
 }  // namespace
 
-int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l,
-                                     int64_t params_here, bool with_experts) {
+namespace {
+
+// model_state_bytes_per_device of a device holding the stages `s` (its blocks, the mixtures of
+// experts among them, whether it has the LM head).
+int64_t rank_state_bytes(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l, int64_t params_here,
+                         const RankStages& s, bool with_experts) {
   const int zero = l.dp > 1 ? l.zero : 0;
   // A mixture of experts' experts: without ep ZeRO shards them with the rest (one
   // ShardedDataParallel over every parameter); under ep (or without ZeRO) a device keeps its
   // E / ep whole, reduced by DDP.
-  const int64_t experts = with_experts ? expert_parameters_per_device(model, l) : 0;
+  const int64_t experts =
+      with_experts && model.moe.experts > 0 ? s.moe_blocks * (model.moe.experts / l.ep) * expert_mlp_parameters(model.hidden) : 0;
   const bool sharded_experts = experts_sharded_by_zero(model, l);
   const int64_t sharded = params_here + (sharded_experts ? experts : 0);
   // Each expert's weights (8 h^2 of its parameters), which its GEMMs read.
@@ -38,12 +46,12 @@ int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& 
   if (cluster.precision == Precision::Bf16) {
     // Only Linear weights are read by GEMMs alone: attention's in every block, the MLP's in a
     // dense block (experts are stacked tensors, routers kept in fp32). GEMMs also read the
-    // token table on a stage with the LM head (the device priced is a pipeline's first stage,
-    // which only looks rows up) and the experts' weights; the rest (LayerNorms, biases, the
-    // position table) no GEMM reads, and DDP gives them no bf16 copy.
-    const int64_t h = model.hidden, blocks = model.layers / l.pp, moe = moe_layers(model) / l.pp;
+    // token table on a stage with the LM head (a first stage without it only looks rows up)
+    // and the experts' weights; the rest (LayerNorms, biases, the position table) no GEMM
+    // reads, and DDP gives them no bf16 copy.
+    const int64_t h = model.hidden, blocks = s.blocks, moe = s.moe_blocks;
     const int64_t gemm_only = (blocks * 4 * h * h + (blocks - moe) * 8 * h * h) / l.tp;
-    const int64_t kept = moe * h * model.moe.experts, head = l.pp == 1 ? model.vocab * h / l.tp : 0;
+    const int64_t kept = moe * h * model.moe.experts, head = s.head ? model.vocab * h / l.tp : 0;
     const int64_t gemm_read = gemm_only + head + (sharded_experts ? expert_weights : 0);
     bytes = bf16_state_bytes(sharded, gemm_only, l.dp, zero, kept, std::max<int64_t>(0, sharded - kept - gemm_read));
   } else {
@@ -53,6 +61,27 @@ int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& 
   if (!sharded_experts)
     bytes += unsharded_state_bytes(experts, cluster.precision == Precision::Bf16 ? expert_weights : 0).total();
   return bytes;
+}
+
+// The parameters besides the experts of a pipeline rank holding `s`: its blocks (an MoE
+// block's MLP a router), the token table (over tp) on the first stage and the LM head's copy on
+// the last, the position table on the first, the final LayerNorm on the last.
+int64_t rank_dense_parameters(const ModelSpec& m, const Layout& l, const RankStages& s) {
+  const int64_t h = m.hidden, swap = h * m.moe.experts - expert_mlp_parameters(h) / l.tp;
+  return s.blocks * (12 * h * h + 13 * h) / l.tp + (m.moe.experts > 0 ? s.moe_blocks * swap : 0) +
+         (s.embedding ? m.vocab * h / l.tp + m.seq * h : 0) + (s.head ? m.vocab * h / l.tp + 2 * h : 0);
+}
+
+}  // namespace
+
+int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l,
+                                     int64_t params_here, bool with_experts) {
+  // An even share of the blocks, the first stage's under a pipeline (no head).
+  RankStages s;
+  s.blocks = model.layers / l.pp;
+  s.moe_blocks = moe_layers(model) / l.pp;
+  s.head = l.pp == 1;
+  return rank_state_bytes(model, cluster, l, params_here, s, with_experts);
 }
 
 double layer_activation_bytes(const ModelSpec& m, const ClusterSpec& c, const Layout& l, bool recompute) {
@@ -69,6 +98,60 @@ double layer_activation_bytes(const ModelSpec& m, const ClusterSpec& c, const La
   if (sp) return s * b * h * (34.0 + 5.0 * a * s / h) / t;
   return s * b * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
 }
+
+namespace {
+
+// The activations pipeline rank r holds at once: each (micro-batch, chunk) pair its schedule
+// holds keeps its chunk's layers (and a mixture of experts' routed rows) and, in Loom's own
+// precisions, what outside the layers the chunk keeps: on the last stage the final LayerNorm's
+// input and output (bf16 copies in bf16) and statistics, and the fp32 logits (B, T, V/t), which
+// the loss turns into their gradient in place (train::rank_training_memory counts the same). Then what one layer at a time adds: a recomputed block's re-run,
+// bf16 attention's recomputed probabilities, the gradients a chunk's first backward passes on,
+// or before it the head's bf16 gradient rows (the logits' gradient converted
+// nn::GPT::kHeadGradientRows rows at a time).
+int64_t rank_activation_bytes(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l, const RankStages& s,
+                              const std::optional<parallel::pipeline::Schedule>& schedule, size_t r) {
+  const bool loom = cluster.precision != Precision::Mixed, bf16 = cluster.precision == Precision::Bf16;
+  const bool sp = l.sequence_parallel && l.tp > 1;
+  const double tokens = static_cast<double>(l.micro_batch * model.seq / l.cp), h = static_cast<double>(model.hidden);
+  const double V = static_cast<double>(model.vocab / l.tp);
+  const double layer = layer_activation_bytes(model, cluster, l, l.recompute);
+  const double moe_extra =
+      loom && model.moe.experts > 0
+          ? static_cast<double>(moe_extra_activation_bytes_per_layer(l.micro_batch, model.seq, model.hidden, l.tp, sp, l.cp,
+                                                                     model.moe.experts, model.moe.top_k, bf16))
+          : 0.0;
+  std::vector<int64_t> chunk_bytes;
+  for (const nn::GPTStage& chunk : s.chunks) {
+    double bytes = layer * static_cast<double>(chunk.end_block - chunk.first_block);
+    if (!l.recompute) bytes += moe_extra * static_cast<double>(moe_blocks(model, chunk));
+    if (loom && chunk.head) bytes += (bf16 ? 2.0 : 4.0) * 2.0 * tokens * h + 4.0 * 2.0 * tokens + 4.0 * tokens * V;
+    chunk_bytes.push_back(static_cast<int64_t>(bytes));
+  }
+  int64_t held = 0;
+  if (schedule) held = parallel::pipeline::peak_held_bytes(schedule->ranks.at(r), chunk_bytes);
+  else for (const int64_t bytes : chunk_bytes) held += bytes;
+  if (l.recompute) held += static_cast<int64_t>(layer_activation_bytes(model, cluster, l, false) + (s.moe_blocks > 0 ? moe_extra : 0.0));
+  double once = 0.0;
+  if (bf16 && l.cp == 1)
+    once += static_cast<double>(bf16_attention_backward_bytes(l.micro_batch, model.seq, model.hidden, model.heads, l.tp));
+  if (loom) {
+    // A chunk's backward starts at its last block with the chunk's activations held: the three
+    // fp32 (B, T, C) gradients it passes on, and for a mixture of experts its routed rows' hidden
+    // gradient (N K 4h, bf16 in bf16), as train::rank_training_memory counts them. The head's
+    // backward, before it, holds its bf16 gradient rows instead.
+    bool moe_last = false;
+    for (const nn::GPTStage& chunk : s.chunks)
+      moe_last = moe_last || (model.moe.experts > 0 && chunk.end_block % model.moe.every == 0);
+    const double rows = tokens / (sp ? static_cast<double>(l.tp) : 1.0);
+    const double scratch = 12.0 * rows * h + (moe_last ? (bf16 ? 2.0 : 4.0) * rows * static_cast<double>(model.moe.top_k) * 4.0 * h : 0.0);
+    const double head_rows = bf16 && s.head ? 2.0 * std::min(tokens, static_cast<double>(kBf16HeadGradientRows)) * V : 0.0;
+    once = std::max(head_rows, once + scratch);
+  }
+  return held + static_cast<int64_t>(once);
+}
+
+}  // namespace
 
 std::vector<int64_t> context_parallel_degrees(const ModelSpec& model, int64_t devices, const SearchSpace& space) {
   std::vector<int64_t> degrees = {1};
@@ -104,49 +187,24 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
   if (l.ep > 1 && (model.moe.experts == 0 || l.dp % l.ep != 0 || model.moe.experts % l.ep != 0))
     return invalid("experts: ep " + std::to_string(l.ep) + " must divide dp and the " + std::to_string(model.moe.experts) + " experts");
 
-  // Memory: the first stage's model state (its layers, the token table split over tp and the
-  // position table) and activations.
-  // A mixture of experts (moe_cost.hpp): its blocks' MLPs become a router; the experts are
-  // added below.
-  const int64_t moe_swap = moe_layers(model) / l.pp * (model.hidden * model.moe.experts - expert_mlp_parameters(model.hidden) / l.tp);
+  // Memory: the pipeline rank needing the most, its model state (the stages it owns) and the
+  // activations its schedule holds at once.
   const int64_t params = dense_parameters_per_device(model, l);
-  const int64_t first_stage_params =
-      (model.layers / l.pp) * (12 * model.hidden * model.hidden + 13 * model.hidden) / l.tp +
-      model.vocab * model.hidden / l.tp + model.seq * model.hidden + moe_swap;
   const int zero = l.dp > 1 ? l.zero : 0;
-  const int64_t params_here = l.pp > 1 ? first_stage_params : params;
-  c.state_bytes = model_state_bytes_per_device(model, cluster, l, params_here, false);
-  c.expert_state_bytes = model_state_bytes_per_device(model, cluster, l, params_here, true) - c.state_bytes;
-  c.state_bytes += c.expert_state_bytes;
-  const double layers = static_cast<double>(model.layers / l.pp);
-  // In flight on stage 0: 1 without a pipeline, p under 1F1B, p (1 + (p-1)/(p v)) interleaved.
-  double in_flight = 1.0;
-  if (l.pp > 1) {
-    const double p = static_cast<double>(l.pp), v = static_cast<double>(l.chunks);
-    in_flight = std::min(static_cast<double>(m), l.chunks > 1 ? p * (1.0 + (p - 1.0) / (p * v)) : p);
-  }
-  double activations = layer_activation_bytes(model, cluster, l, l.recompute) * layers * in_flight;
-  if (l.recompute) activations += layer_activation_bytes(model, cluster, l, false);  // one layer re-run at a time
-  if (cluster.precision == Precision::Bf16 && l.cp == 1)  // one layer's recomputed probabilities at a time
-    activations += static_cast<double>(bf16_attention_backward_bytes(l.micro_batch, model.seq, model.hidden, model.heads, l.tp));
-  if (cluster.precision != Precision::Mixed) {
-    // Outside the layers Loom keeps the embedding's (B, T, C) output on the first stage, and
-    // on the last the final LayerNorm's input and output and the logits and probabilities
-    // (B, T, V/t), for every micro-batch in flight. In bf16 the first layer keeps a bf16 copy
-    // of the embedding's output (counted in its layer), the final LayerNorm's input and output
-    // are bf16 copies, the logits stay fp32 and the head's backward converts their gradient
-    // nn::GPT::kHeadGradientRows rows at a time.
-    const bool bf16 = cluster.precision == Precision::Bf16;
-    const double tokens = static_cast<double>(l.micro_batch * model.seq / l.cp), h = static_cast<double>(model.hidden);
-    const double V = static_cast<double>(model.vocab / l.tp);
-    double outside = bf16 ? 0.0 : 4.0 * tokens * h;
-    if (l.pp == 1) {
-      outside += (bf16 ? 2.0 : 4.0) * 2.0 * tokens * h + 4.0 * 2.0 * tokens * V;
-      if (bf16) outside += 2.0 * std::min(tokens, static_cast<double>(kBf16HeadGradientRows)) * V;
+  const std::vector<RankStages> ranks = rank_stages(model, l);
+  const std::optional<parallel::pipeline::Schedule> schedule = planned_schedule(l, m);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const RankStages& s = ranks[r];
+    const int64_t params_here = l.pp > 1 ? rank_dense_parameters(model, l, s) : params;
+    const int64_t dense = rank_state_bytes(model, cluster, l, params_here, s, false);
+    const int64_t experts = rank_state_bytes(model, cluster, l, params_here, s, true) - dense;
+    const int64_t activations = rank_activation_bytes(model, cluster, l, s, schedule, r);
+    if (r == 0 || dense + experts + activations > c.memory_bytes()) {
+      c.state_bytes = dense + experts;
+      c.expert_state_bytes = experts;
+      c.activation_bytes = activations;
     }
-    activations += outside * in_flight;
   }
-  c.activation_bytes = static_cast<int64_t>(activations);
   if (zero == 3) {
     // Gathered whole while in use: the root unit (embeddings, final LayerNorm) and a layer
     // plus the prefetched next one, weights and their gradients before the reduce-scatter.

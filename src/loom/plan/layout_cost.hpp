@@ -21,9 +21,9 @@ struct LayoutCost {
                         // batch, interleaving, sequence, out of memory
   int64_t micro_batches = 0;  // per pipeline per step
   // Bytes per device.
-  int64_t state_bytes = 0;       // parameters, gradients, optimizer state
+  int64_t state_bytes = 0;       // parameters, gradients, optimizer state (of the pipeline rank needing the most)
   int64_t expert_state_bytes = 0;  // a mixture of experts' share of state_bytes (its experts')
-  int64_t activation_bytes = 0;  // the most a stage holds (the first stage under 1F1B)
+  int64_t activation_bytes = 0;  // of the pipeline rank needing the most (state + activations), as state_bytes
   int64_t memory_bytes() const { return state_bytes + activation_bytes; }
   StepTime time;
   double step_s() const { return time.total(); }
@@ -39,7 +39,8 @@ struct LayoutCost {
 double layer_activation_bytes(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, bool recompute);
 
 // The model state (parameters, gradients, optimizer state) of a device holding `params_here`
-// parameters besides its experts (dense_parameters_per_device, or a pipeline's first stage),
+// parameters besides its experts (dense_parameters_per_device, or a pipeline's first stage:
+// predict prices each pipeline rank's own stages),
 // ZeRO-sharded over dp, with its experts (expert_parameters_per_device) when `with_experts`:
 // sharded with the rest without ep (experts_sharded_by_zero), whole under ep
 // (unsharded_state_bytes, with their bf16 copy in bf16). In bf16 the

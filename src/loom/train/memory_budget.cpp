@@ -3,14 +3,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
 #include "loom/error.hpp"
 #include "loom/kernels/gemv.hpp"
+#include "loom/parallel/pipeline/held_activations.hpp"
 #include "loom/parallel/pipeline/partition.hpp"
+#include "loom/parallel/pipeline/schedule_file.hpp"
+#include "loom/parallel/tensor_parallel_3d/layers_3d.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/plan/moe_cost.hpp"
@@ -56,13 +61,6 @@ int64_t read_number(const std::string& path, const std::string& key) {
   return -1;
 }
 
-}  // namespace
-
-// A pipeline rank holds about 1/pp of the blocks (the activations' count).
-int64_t pipeline_rank_layers(const TrainConfig& c) { return (c.model.n_layer + c.pp - 1) / c.pp; }
-
-namespace {
-
 // The virtual stages in model order: the whole model without a pipeline, else the partition the
 // trainer builds (GptSpec::build: chunk k of pipeline rank r is virtual stage k pp + r).
 std::vector<nn::GPTStage> virtual_stages(const TrainConfig& c) {
@@ -80,6 +78,22 @@ struct RankParameters {
   int64_t expert_weights = 0;  // of experts: their weights, which their GEMMs read
 };
 
+// A block's four Linears on a 3D grid: attention's qkv (3 blocks) and proj, the MLP's fc and
+// proj, each pair's first a column-parallel request and its second a row-parallel one.
+struct Linear3DBlock {
+  int64_t weights = 0, biases = 0;
+};
+Linear3DBlock linear_3d_block(int64_t C, const std::array<int64_t, 3>& grid) {
+  using parallel::tp3d::Layers3D;
+  Linear3DBlock b;
+  for (const Layers3D::Share s : {Layers3D::share(C, 3 * C, 3, true, grid), Layers3D::share(C, C, 1, false, grid),
+                                  Layers3D::share(C, 4 * C, 1, true, grid), Layers3D::share(4 * C, C, 1, false, grid)}) {
+    b.weights += s.weight;
+    b.biases += s.bias;
+  }
+  return b;
+}
+
 // Counted over the stages the rank owns, so a stage's MoE blocks are those among its own layers
 // (nn::MoeConfig::is_moe_block: block l when l + 1 is a multiple of `every`) and the tables sit
 // on the first and last stages.
@@ -95,8 +109,16 @@ RankParameters rank_parameters(const TrainConfig& c, const std::vector<nn::GPTSt
     // Every block: attention's qkv (split over tp with its bias) and proj (split, its bias
     // replicated), two LayerNorms. A dense block's MLP: fc (split with its bias) and proj (split,
     // its bias replicated). An MoE block's: a router (no bias) and the experts, replicated over tp.
-    r.linear_weights += blocks * 4 * C * C / t + (blocks - moe) * 8 * C * C / t;
-    r.gemm_free += blocks * (3 * C / t + C + 4 * C) + (blocks - moe) * (4 * C / t + C);
+    if (c.tp_3d_on()) {
+      // A grid rank holds its shard of each Linear3D and the layers the grid cannot split whole
+      // (Layers3D::share); no mixture of experts under a grid.
+      const Linear3DBlock b = linear_3d_block(C, c.tp_3d_grid());
+      r.linear_weights += blocks * b.weights;
+      r.gemm_free += blocks * (b.biases + 4 * C);
+    } else {
+      r.linear_weights += blocks * 4 * C * C / t + (blocks - moe) * 8 * C * C / t;
+      r.gemm_free += blocks * (3 * C / t + C + 4 * C) + (blocks - moe) * (4 * C / t + C);
+    }
     r.kept += moe * m.moe.experts * C;
     r.experts += moe * local_experts * plan::expert_mlp_parameters(C);
     r.expert_weights += moe * local_experts * 8 * C * C;
@@ -148,36 +170,101 @@ plan::StateBytes rank_training_state(const TrainConfig& c, int64_t pp_rank) {
   return most;
 }
 
-MemoryNeed training_memory(const TrainConfig& c) {
+namespace {
+
+// The schedule the trainer runs (parallelize's checked_schedule), or none without a pipeline or
+// past the executor's MPI tags (2 p v m of them), which refuses such a run when it is built.
+std::optional<parallel::pipeline::Schedule> run_schedule(const TrainConfig& c) {
+  const double tags = 2.0 * static_cast<double>(c.pp) * static_cast<double>(c.chunks) * static_cast<double>(c.micro_batches);
+  if (c.pp == 1 || tags >= 32767.0) return std::nullopt;
+  return parallel::pipeline::checked_schedule(c.schedule, c.schedule_file, static_cast<int>(c.pp),
+                                              static_cast<int>(c.micro_batches), static_cast<int>(c.chunks));
+}
+
+// State and activations of pipeline rank r: the activations its chunks keep for each
+// (micro-batch, chunk) its schedule holds at once, and what one layer at a time adds.
+MemoryNeed rank_memory(const TrainConfig& c, const std::vector<nn::GPTStage>& stages,
+                       const std::optional<parallel::pipeline::Schedule>& schedule, int64_t r) {
   const nn::GPTConfig& m = c.model;
-  const double B = static_cast<double>(c.batch_size), t = static_cast<double>(c.tp), p = static_cast<double>(c.pp);
-  const double rough = 16.0 * rough_parameters(m) + rough_activations(m, B);
-  if (!(rough < kExactLimit)) return {rough / (t * p), 0.0};
-  const int64_t layers_here = pipeline_rank_layers(c);
-  const plan::StateBytes state = rank_training_state(c);
   const int64_t T = m.block_size / c.cp, C = m.n_embd;  // this rank's tokens of each sequence
   const int64_t layer = layer_activation_bytes(c);
-  // A mixture of experts' blocks keep more (its routed rows; every tp rank's tokens): at most
-  // one in `every` of this rank's blocks, rounded up.
-  const int64_t moe_here = m.moe.enabled() ? (layers_here + m.moe.every - 1) / m.moe.every : 0;
+  // A mixture of experts' blocks keep more (its routed rows; every tp rank's tokens).
   const int64_t moe_extra = m.moe.enabled() ? moe_extra_layer_activation_bytes(c) : 0;
   // With recompute a block keeps only its input (in bf16 under mixed precision, this rank's
   // chunk of the sequence under sequence parallelism); one block's activations exist at a time.
   const int64_t input_bytes = (c.precision == "bf16" ? 2 : 4) * c.batch_size * (c.sequence_parallel ? T / c.tp : T) * C;
-  const int64_t kept = m.recompute ? input_bytes * layers_here + layer + (moe_here > 0 ? moe_extra : 0)
-                                   : layer * layers_here + moe_extra * moe_here;
-  // The logits stay fp32 (the loss reads them); in bf16 the head's backward adds a bf16 copy
-  // of their gradient's rows, nn::GPT::kHeadGradientRows at a time.
+  // The head's stage keeps the logits in fp32 (the loss turns them into their gradient in place,
+  // kept to the head's backward), the final LayerNorm's input and output (bf16 copies in bf16)
+  // and its statistics; in bf16 the head's backward adds a bf16 copy of their gradient's rows,
+  // nn::GPT::kHeadGradientRows at a time.
   const int64_t Vt = m.resolved_padded_vocab() / c.tp;
-  const int64_t logits = 4 * c.batch_size * T * Vt +
-                         (c.precision == "bf16" ? 2 * std::min(c.batch_size * m.block_size, nn::GPT::kHeadGradientRows) * Vt : 0);
+  const int64_t final_norm = 2 * (c.precision == "bf16" ? 2 : 4) * c.batch_size * T * C + 8 * c.batch_size * T;
+  const int64_t logits = 4 * c.batch_size * T * Vt + final_norm;
+  const int64_t head_gradient =
+      c.precision == "bf16" ? 2 * std::min(c.batch_size * m.block_size, nn::GPT::kHeadGradientRows) * Vt : 0;
+  std::vector<int64_t> chunk_bytes;
+  bool moe_here = false, moe_last = false, head_here = false;
+  for (size_t k = static_cast<size_t>(r); k < stages.size(); k += static_cast<size_t>(c.pp)) {
+    const nn::GPTStage& s = stages[k];
+    const int64_t blocks = s.end_block - s.first_block;
+    const int64_t moe = m.moe.enabled() ? s.end_block / m.moe.every - s.first_block / m.moe.every : 0;
+    moe_here = moe_here || moe > 0;
+    moe_last = moe_last || (m.moe.enabled() && s.end_block % m.moe.every == 0);
+    head_here = head_here || s.head;
+    chunk_bytes.push_back((m.recompute ? input_bytes * blocks : layer * blocks + moe_extra * moe) + (s.head ? logits : 0));
+  }
+  // Without a schedule to walk (no pipeline, or one the executor refuses): one micro-batch.
+  int64_t kept = 0;
+  if (schedule) kept = parallel::pipeline::peak_held_bytes(schedule->ranks.at(static_cast<size_t>(r)), chunk_bytes);
+  else for (const int64_t bytes : chunk_bytes) kept += bytes;
+  if (m.recompute) kept += layer + (moe_here ? moe_extra : 0);  // the block re-run in backward
   // Ring attention's scratch while one layer runs: a block's scores and their gradient, (B, NH, T/(2cp), T/(2cp)) each.
   const int64_t Tc = m.block_size / (2 * c.cp), ring = c.cp > 1 ? 2 * 4 * c.batch_size * (m.n_head / c.tp) * Tc * Tc : 0;
   // Under bf16 one layer's attention backward recomputes a group of heads' probabilities.
   const int64_t recomputed = c.precision == "bf16" && c.cp == 1
                                  ? plan::bf16_attention_backward_bytes(c.batch_size, m.block_size, C, m.n_head, c.tp)
                                  : 0;
-  return {static_cast<double>(state.total()), static_cast<double>(kept + logits + ring + recomputed)};
+  // A chunk's backward starts at its last block with all of the chunk's activations held: the
+  // fp32 gradients it passes on (the residual stream's, its branch's, its LayerNorm's), and when
+  // that block is a mixture of experts the gradient of its routed rows' hidden values (N K 4C,
+  // in bf16 the GEMM operand's precision).
+  const int64_t Tr = c.sequence_parallel ? T / c.tp : T;
+  const int64_t routed = Tr * c.batch_size * (m.moe.enabled() ? m.moe.top_k : 0);
+  const int64_t scratch = 3 * 4 * c.batch_size * Tr * C + (moe_last ? (c.precision == "bf16" ? 2 : 4) * routed * 4 * C : 0);
+  // The head's backward (its gradient rows) runs before the blocks' and is done by then.
+  const int64_t once = std::max(head_here ? head_gradient : 0, ring + recomputed + scratch);
+  MemoryNeed need{static_cast<double>(rank_state(c, rank_parameters(c, stages, r)).total()),
+                  static_cast<double>(kept + once)};
+  if (c.pp > 1) need.pp_rank = r;
+  return need;
+}
+
+// Refused in doubles (kExactLimit): nothing past it is counted exactly.
+std::optional<MemoryNeed> absurd(const TrainConfig& c) {
+  const nn::GPTConfig& m = c.model;
+  const double B = static_cast<double>(c.batch_size), t = static_cast<double>(c.tp), p = static_cast<double>(c.pp);
+  const double rough = 16.0 * rough_parameters(m) + rough_activations(m, B);
+  if (!(rough < kExactLimit)) return MemoryNeed{rough / (t * p), 0.0};
+  return std::nullopt;
+}
+
+}  // namespace
+
+MemoryNeed rank_training_memory(const TrainConfig& c, int64_t pp_rank) {
+  if (const std::optional<MemoryNeed> rough = absurd(c)) return *rough;
+  return rank_memory(c, virtual_stages(c), run_schedule(c), pp_rank);
+}
+
+MemoryNeed training_memory(const TrainConfig& c) {
+  if (const std::optional<MemoryNeed> rough = absurd(c)) return *rough;
+  const std::vector<nn::GPTStage> stages = virtual_stages(c);
+  const std::optional<parallel::pipeline::Schedule> schedule = run_schedule(c);
+  MemoryNeed most;  // the pipeline rank needing the most
+  for (int64_t r = 0; r < c.pp; ++r) {
+    const MemoryNeed here = rank_memory(c, stages, schedule, r);
+    if (r == 0 || here.total() > most.total()) most = here;
+  }
+  return most;
 }
 
 int64_t moe_extra_layer_activation_bytes(const TrainConfig& c) {
@@ -259,6 +346,7 @@ void check_fits_in_memory(const MemoryNeed& need, int ranks_on_host, const std::
   const AvailableMemory available = available_memory();
   const double wanted = need.total() * std::max(1, ranks_on_host);
   check(wanted <= static_cast<double>(available.bytes), what, " needs ", describe(need), " per rank",
+        need.pp_rank >= 0 ? " on pipeline rank " + std::to_string(need.pp_rank) + " (the one needing the most)" : "",
         ranks_on_host > 1 ? " x " + std::to_string(ranks_on_host) + " ranks on this host" : "",
         by.command.empty() ? "" : ", as `" + by.command + "` predicts", ", more than the ",
         format_bytes(available.bytes), " this machine has available (", available.source,

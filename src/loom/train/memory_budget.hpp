@@ -1,8 +1,8 @@
 // Bad input is bounded before it allocates: a model's memory, predicted per rank with the
 // planner's formulas (plan/memory_model.hpp, the numbers `loom train --dry-run` prints), is
 // checked against what this machine has available before any model tensor exists. The
-// prediction counts the model state and one micro-batch's activations, a lower bound of what
-// a run holds, so a model refused here could never have run.
+// prediction counts the model state and the activations a rank keeps for backward: one
+// micro-batch's, or under a pipeline those of every micro-batch its schedule holds at once.
 #pragma once
 
 #include <cstdint>
@@ -16,19 +16,29 @@ namespace loom::train {
 
 struct MemoryNeed {
   double state = 0;        // bytes: parameters, gradients and optimizer state (sampling: parameters)
-  double activations = 0;  // bytes: one micro-batch's through this rank's blocks, and its logits
+  double activations = 0;  // bytes: what this rank's blocks (and logits) keep, for the micro-batches held at once
   double kv_cache = 0;     // bytes: generation's cached keys and values (kv_cache_bytes)
   double data = 0;         // bytes: input data the model holds whole (a GCN's graph: features, Â, per-node arrays)
+  int64_t pp_rank = -1;    // the pipeline rank whose need this is (-1: no pipeline)
   double total() const { return state + activations + kv_cache + data; }
 };
 
-// Per rank, to train config under its layout, ZeRO stage and optimizer.
+// Per rank, to train config under its layout, ZeRO stage and optimizer: the pipeline rank
+// needing the most (its pp_rank set under a pipeline).
 MemoryNeed training_memory(const TrainConfig& config);
+// Pipeline rank pp_rank's: the state of the stages it owns (rank_training_state) and the
+// activations of its chunks (its blocks, their mixtures of experts, the logits on the last
+// stage) for each (micro-batch, chunk) its schedule holds at once (the same action list the
+// executor runs: 1F1B pp - r micro-batches on rank r, GPipe all of them, interleaved Megatron's
+// warm-up), plus what one layer at a time adds (recompute's re-run block, attention's scratch).
+MemoryNeed rank_training_memory(const TrainConfig& config, int64_t pp_rank);
 // The model state (parameters, gradients, optimizer) of a rank of pipeline rank pp_rank in
 // config's layout, in the run's precision (plan::model_state_bytes in fp32, the mixed-precision
 // formulas of plan/mixed_precision_cost.hpp in bf16): its tensor-parallel share of the
 // parameters of the blocks and tables its stages own (the partition the trainer builds), and
-// of its MoE blocks' experts. pp_rank -1: the pipeline rank holding the most (training_memory's state).
+// of its MoE blocks' experts; under --tp-3d a grid rank's shard of each Linear3D and whole what
+// the grid does not split (parallel::tp3d::Layers3D::share). pp_rank -1: the pipeline rank
+// holding the most state.
 plan::StateBytes rank_training_state(const TrainConfig& config, int64_t pp_rank = -1);
 // The activations one transformer layer keeps for backward per micro-batch on this rank, in
 // the run's precision (plan::activation_bytes_per_layer, plan::bf16_activation_bytes_per_layer).

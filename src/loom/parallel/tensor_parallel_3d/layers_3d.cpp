@@ -5,6 +5,22 @@
 
 namespace loom::parallel::tp3d {
 
+namespace {
+// A pair's first layer takes input over col and output over row; the second swaps them.
+Roles roles_of(bool first) {
+  return first ? Roles{Axis::Col, Axis::Row, /*slice_input=*/true, /*gather_output=*/false}
+               : Roles{Axis::Row, Axis::Col, /*slice_input=*/false, /*gather_output=*/true};
+}
+}  // namespace
+
+Layers3D::Share Layers3D::share(int64_t in, int64_t out, int64_t blocks, bool first, const std::array<int64_t, 3>& sizes) {
+  const Roles roles = roles_of(first);
+  if (!Linear3D::misfit(in, out, blocks, sizes, roles).empty()) return {in * out, out};
+  auto size = [&](Axis a) { return sizes[static_cast<size_t>(a)]; };
+  const int64_t pi = size(roles.in_axis), po = size(roles.out_axis), D = size(Axis::Depth);
+  return {in / pi * (out / (po * D)), out / po};
+}
+
 std::unique_ptr<nn::Linear> Layers3D::column_parallel_linear(int64_t in, int64_t out, int64_t blocks) const {
   return make(in, out, blocks, /*first=*/true);
 }
@@ -18,8 +34,7 @@ std::unique_ptr<nn::Linear> Layers3D::make(int64_t in, int64_t out, int64_t bloc
   // row whenever row divides them; both layers of the pair see the same count, so they agree.
   const int64_t between = first ? out : in;
   const bool split_between = between % (blocks * grid_.size(Axis::Row)) == 0;
-  const Roles roles = first ? Roles{Axis::Col, Axis::Row, /*slice_input=*/true, /*gather_output=*/false}
-                            : Roles{Axis::Row, Axis::Col, /*slice_input=*/false, /*gather_output=*/true};
+  const Roles roles = roles_of(first);
   const std::string why = Linear3D::misfit(in, out, blocks, grid_, roles);
   if (why.empty()) {
     auto layer = std::make_unique<Linear3D>(in, out, blocks, grid_, roles, /*bias=*/true, overlap_.get());

@@ -8,6 +8,7 @@
 // divide the grid stays serial (SerialLinear3D) and is listed in fallbacks().
 #pragma once
 
+#include <array>
 #include <memory>
 #include <set>
 #include <string>
@@ -40,6 +41,15 @@ class Layers3D : public nn::LayerBuilder {
   // parameter's gradient is partial over depth and is averaged over it.
   bool depth_sharded(const nn::Parameter& p) const { return depth_sharded_.count(&p) > 0; }
   const Grid3D& grid() const { return grid_; }
+
+  // What a rank of a grid of these axis sizes (row, col, depth) holds of the layer a
+  // column-parallel (`first`) or row-parallel request (in, out, blocks) becomes: its Linear3D
+  // shard, or the whole weight and bias where the shapes do not divide the grid (the serial
+  // fallback). The memory check counts a grid rank's state with it before any grid exists.
+  struct Share {
+    int64_t weight = 0, bias = 0;
+  };
+  static Share share(int64_t in, int64_t out, int64_t blocks, bool first, const std::array<int64_t, 3>& sizes);
 
  protected:
   // A parameter whose gradient every depth rank already holds whole (not averaged over depth).

@@ -15,7 +15,12 @@ namespace loom::parallel::tp3d {
 using kernels::Trans;
 
 std::string Linear3D::misfit(int64_t in, int64_t out, int64_t blocks, const Grid3D& grid, Roles roles) {
-  const int pi = grid.size(roles.in_axis), po = grid.size(roles.out_axis), D = grid.size(Axis::Depth);
+  return misfit(in, out, blocks, {grid.size(Axis::Row), grid.size(Axis::Col), grid.size(Axis::Depth)}, roles);
+}
+
+std::string Linear3D::misfit(int64_t in, int64_t out, int64_t blocks, const std::array<int64_t, 3>& sizes, Roles roles) {
+  auto size = [&](Axis a) { return sizes[static_cast<size_t>(a)]; };  // Row, Col, Depth
+  const int64_t pi = size(roles.in_axis), po = size(roles.out_axis), D = size(Axis::Depth);
   if (in % pi != 0)
     return std::to_string(in) + " input features do not split over " + axis_name(roles.in_axis) + " " + std::to_string(pi);
   if (out % (blocks * po * D) != 0)

@@ -11,6 +11,8 @@
 // by the recipe's replicated-gradient mean).
 #pragma once
 
+#include <array>
+
 #include "loom/nn/linear.hpp"
 #include "loom/parallel/tensor_parallel_3d/grid.hpp"
 #include "loom/parallel/tensor_parallel_3d/overlap_3d.hpp"
@@ -36,6 +38,9 @@ class Linear3D : public nn::Linear {
 
   // Why (in, out, blocks) cannot be split on this grid with these roles, or "" when it can.
   static std::string misfit(int64_t in_features, int64_t out_features, int64_t blocks, const Grid3D& grid, Roles roles);
+  // The same on a grid of these axis sizes (row, col, depth), before any grid exists.
+  static std::string misfit(int64_t in_features, int64_t out_features, int64_t blocks, const std::array<int64_t, 3>& sizes,
+                            Roles roles);
 
  protected:
   Tensor forward_impl(const Tensor& x, nn::Context& ctx) override;  // (N, C/in) or (N, C) -> (N, OC/out) or (N, OC)
