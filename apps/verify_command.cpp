@@ -115,7 +115,9 @@ train::TrainConfig serial_twin(const train::TrainConfig& c, int64_t padded_vocab
 // layout's parameters and optimizer moments (Trainer::load_state_dict), so the next step's
 // gradients are compared at the same parameters and roundings do not compound over steps.
 // inject_gradient_error (hidden, tests): the layout's gradient of one parameter scaled by
-// 1 + this before its update, a small error such as a slightly wrong average would make.
+// 1 + this before its update, a small error such as a slightly wrong average would make. Only
+// the gradient comparison sees it: AdamW's update m / sqrt(v) does not see a constant factor,
+// so the parameters and, free-running, the later steps stay as they were.
 struct VerifyMode {
   bool reanchor = true;
   double inject_gradient_error = 0.0;
@@ -268,6 +270,11 @@ Runner add_verify_command(CLI::App& sub) {
     for (const auto& [flag, value] : {std::pair{"--loss-rtol", tol->loss_rtol}, {"--grad-rtol", tol->grad_rtol},
                                       {"--param-rtol", tol->param_rtol}, {"--norm-rtol", tol->norm_rtol}})
       check(std::isfinite(value) && value > 0, flag, " must be a finite number > 0, got ", value);
+    // The gradient is scaled by 1 + this: within [-1, 1] it is anything from no gradient to a
+    // doubled one; nan or inf would only corrupt the run, and a larger factor tests nothing more.
+    check(std::isfinite(mode->inject_gradient_error) && std::fabs(mode->inject_gradient_error) <= 1,
+          "--inject-gradient-error must be a finite number within [-1, 1] (the gradient is scaled by 1 + it), got ",
+          mode->inject_gradient_error);
     check(config.steps >= 1, "--steps must be >= 1 (verify compares steps), got ", config.steps);
     const int64_t ranks = config.world_ranks();
 

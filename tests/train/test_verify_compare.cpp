@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -136,6 +137,31 @@ TEST(VerifyBound, APerturbedParameterWithAnOrdinaryGradientFails) {
   EXPECT_GT(perturbed.worst.error, param_rtol);
   EXPECT_LE(perturbed.worst.error, 3e-3 * (1 + 1e-4));  // its allowance, if any, only lowers it
   EXPECT_EQ(perturbed.excused.elements, 0);
+}
+
+// A NaN in the layout's gradients, parameters or moments is the worst difference (infinite),
+// never none: compared as a number it is past no tolerance, and a layout whose update made a
+// NaN parameter passed (`verify --inject-gradient-error nan`, before that was refused).
+TEST(VerifyCompare, ANanIsTheWorstDifferenceNotNone) {
+  const TrainConfig c = adamw_config();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::map<std::string, Tensor> grads{{"grad.b", tensor_of({0.5f, -0.3f})}};
+  const Worst grad = worst_gradient_difference({{"grad.b", tensor_of({0.5f, nan})}}, grads);
+  EXPECT_EQ(grad.name, "b");
+  EXPECT_TRUE(std::isinf(grad.error)) << grad.error;
+
+  const std::map<std::string, Tensor> params{{"model.b", tensor_of({0.1f, 0.2f})}};
+  const ParameterComparison with_nan = compare_parameters({{"model.b", tensor_of({nan, 0.2f})}}, params, 1e-3, {});
+  EXPECT_EQ(with_nan.worst.name, "b");
+  EXPECT_TRUE(std::isinf(with_nan.worst.error)) << with_nan.worst.error;
+  // A NaN allowance (the serial run's gradient NaN) excuses nothing.
+  const Allowances nan_bound{{"model.b", {nan, nan}}};
+  EXPECT_TRUE(std::isinf(compare_parameters({{"model.b", tensor_of({0.5f, 0.2f})}}, params, 1e-3, nan_bound).worst.error));
+
+  const std::map<std::string, Tensor> moments{{"optim.exp_avg.b", tensor_of({0.05f, -0.03f})}};
+  const Worst moment = worst_moment_difference(c, {{"optim.exp_avg.b", tensor_of({nan, -0.03f})}}, moments, grads, 0.58, 1e-3, 0.0);
+  EXPECT_EQ(moment.name, "exp_avg.b");
+  EXPECT_TRUE(std::isinf(moment.error)) << moment.error;
 }
 
 // `loom verify --reanchor`: the moments after a step from the same state are allowed what a

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "loom/error.hpp"
 #include "loom/optim/adamw_spread.hpp"
@@ -23,6 +24,10 @@ double scale_of(const Tensor& w) {
   return scale;
 }
 
+// An element's difference; a NaN (a NaN value in either run, or in the allowance) is the worst
+// there is: compared as a number it would be past no tolerance and lose to every finite one.
+double or_worst(double error) { return std::isnan(error) ? std::numeric_limits<double>::infinity() : error; }
+
 }  // namespace
 
 Worst worst_gradient_difference(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want) {
@@ -33,7 +38,7 @@ Worst worst_gradient_difference(const std::map<std::string, Tensor>& got, const 
     check_same_shape(key, g, w);
     const double scale = std::max(1e-12, scale_of(w));
     for (int64_t i = 0; i < w.numel(); ++i) {
-      const double error = std::fabs(static_cast<double>(g.f32()[i]) - w.f32()[i]) / scale;
+      const double error = or_worst(std::fabs(static_cast<double>(g.f32()[i]) - w.f32()[i]) / scale);
       if (error > worst.error) worst = {key.substr(5), error};
     }
   }
@@ -55,7 +60,7 @@ ParameterComparison compare_parameters(const std::map<std::string, Tensor>& got,
       // What the allowance leaves unexplained, relative: past param_rtol, the element fails;
       // within it although the difference itself is past, the element is excused.
       const double allowed = allowance == allowances.end() ? 0.0 : allowance->second.at(i);
-      const double error = std::max(0.0, diff - allowed) / scale, relative = diff / scale;
+      const double error = std::max(0.0, or_worst(diff - allowed)) / scale, relative = diff / scale;
       if (error > out.worst.error) out.worst = {name, error};
       if (relative > param_rtol && error <= param_rtol) {
         ++out.excused.elements;
@@ -85,7 +90,7 @@ Worst worst_moment_difference(const TrainConfig& c, const std::map<std::string, 
       const double gi = std::fabs(static_cast<double>(g.f32()[i]));
       const double d = delta + (second ? 2.0 : 1.0) * norm_rtol * gi;
       const double allowed = second ? (1.0 - c.beta2) * clip * clip * (2.0 * gi + d) * d : first_share * clip * d;
-      const double error = std::max(0.0, std::fabs(static_cast<double>(m.f32()[i]) - w.f32()[i]) - allowed) / scale;
+      const double error = std::max(0.0, or_worst(std::fabs(static_cast<double>(m.f32()[i]) - w.f32()[i]) - allowed)) / scale;
       if (error > worst.error) worst = {kind + "." + name, error};
     }
   }
