@@ -39,7 +39,7 @@ void print_gcn_dry_run(train::TrainConfig config) {
   std::printf("# predicted memory on %s (%s%s): %s; this machine has %s available (%s)\n", where.c_str(),
               config.precision.c_str(),
               config.precision == "bf16" && !config.tp_3d_on()
-                  ? ": 18 bytes a parameter at most, a weight only a sparse product reads has no bf16 copy"
+                  ? ": a bf16 copy of each weight a GEMM reads, none of a bias or of a first layer's weight that multiplies sparse features"
                   : "",
               train::describe(need).c_str(), format_bytes(available.bytes).c_str(), available.source.c_str());
   const std::array<int64_t, 3> g = config.tp_3d_grid();

@@ -87,6 +87,15 @@ void GcnSpec::take_whole_features() {
   std::vector<float>().swap(graph_.features);  // held once: features_
 }
 
+bool GcnSpec::features_multiplied_sparse() const {
+  if (config_.tp_3d_on() || !features_.defined()) return false;
+  const float* x = features_.f32();
+  const int64_t numel = features_.numel();
+  int64_t nonzeros = 0;
+  for (int64_t i = 0; i < numel; ++i) nonzeros += x[i] != 0.0f ? 1 : 0;
+  return nn::GraphConv::multiplies_sparse(nonzeros, numel);
+}
+
 int64_t GcnSpec::structure_bytes() const {
   int64_t bytes = static_cast<int64_t>((graph_.src.capacity() + graph_.dst.capacity()) * sizeof(int64_t));
   if (operator_)
@@ -221,9 +230,17 @@ double GcnSpec::state_bytes() const {
   // under bf16 mixed precision the GEMMs' bf16 copy of a weight.
   const double per_parameter = 8.0 + (config_.optimizer == "adamw" ? 8.0 : 4.0);
   const bool bf16 = config_.precision == "bf16";
-  if (!config_.tp_3d_on()) {  // at most: a bias, or a weight a sparse product reads, has no copy
-    const auto params = static_cast<double>(config_.gcn.num_parameters(graph_.num_features, classes()));
-    return (per_parameter + (bf16 ? 2.0 : 0.0)) * params;
+  if (!config_.tp_3d_on()) {
+    // Each layer's W and b; a bf16 copy of every W but the first layer's when it multiplies the
+    // sparse features (nn::GraphConv::sparse_input: not a GEMM, it reads the fp32 weight).
+    double params = 0.0, copies = 0.0;
+    bool first = true;
+    for (const auto& [in, out] : layer_widths(config_.gcn, graph_.num_features, classes())) {
+      params += static_cast<double>(in * out + out);
+      if (!(first && in > out && features_multiplied_sparse())) copies += static_cast<double>(in * out);
+      first = false;
+    }
+    return per_parameter * params + (bf16 ? 2.0 * copies : 0.0);
   }
   // A grid rank's shards, equal on every rank: W (in/inner x out/(outer x depth)) and b's
   // columns; every W is read by a GEMM (a grid aggregates first), so each has its copy.

@@ -78,6 +78,9 @@ class GcnSpec : public ModelSpec {
   // What this rank holds of it after build(), measured from its tensors and arrays (allocated
   // bytes: capacities).
   GraphDataBytes data_held() const;
+  // Whether the first layer multiplies the whole features as a sparse matrix (its weight then
+  // has no bf16 copy); false on a grid, whose first layer aggregates its shard first.
+  bool features_multiplied_sparse() const;
   // Whether data_need's Â is exact: serially, or once the whole Â's non-zeros are known (after
   // build(), or a dry run's read_whole_graph()) and equal to the entries counted.
   bool adjacency_exact() const;
