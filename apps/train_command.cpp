@@ -54,7 +54,9 @@ void print_gcn_dry_run(train::TrainConfig config) {
   if (config.tp_3d.empty()) return;
   const plan::GcnShape shape = spec.plan_shape();
   const plan::Grid3DBytes bytes = plan::gcn_3d_bytes_per_epoch(shape, g[0], g[1], g[2]);
-  std::printf("# 3D grid %s (Plexus): rank 0 holds about %s and moves per epoch row %s, col %s, depth %s\n",
+  std::printf("# 3D grid %s (Plexus), as `loom plan` prices it: rank 0 peaks at about %s, transient "
+              "buffers included (blocks gathered over depth, layer outputs, the node orders while loading), and "
+              "moves per epoch row %s, col %s, depth %s\n",
               config.tp_3d.c_str(), format_bytes(plan::gcn_3d_memory_bytes(shape, g[0], g[1], g[2])).c_str(),
               format_bytes(bytes.row).c_str(), format_bytes(bytes.col).c_str(), format_bytes(bytes.depth).c_str());
 }

@@ -108,7 +108,7 @@ TEST(Cli, GcnDryRunDescribesTheGraphsModel) {
   // Its share of the graph: (2708 / 2 / 2) x 1433 features, not the whole 2708 x 1433 a rank
   // alone holds.
   EXPECT_NE(r.output.find("# graph data per rank: features 3.7 MiB + "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("# 3D grid 2,1,2 (Plexus): rank 0 holds about"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("# 3D grid 2,1,2 (Plexus), as `loom plan` prices it: rank 0 peaks at about"), std::string::npos) << r.output;
   const Result serial = run_loom(cora + " --dry-run");
   EXPECT_NE(serial.output.find("predicted memory on one rank (fp32"), std::string::npos) << serial.output;
   EXPECT_NE(serial.output.find("# graph data per rank: features 14.8 MiB + "), std::string::npos) << serial.output;
