@@ -237,10 +237,10 @@ double GcnSpec::state_bytes() const {
     bool first = true;
     for (const auto& [in, out] : layer_widths(config_.gcn, graph_.num_features, classes())) {
       params += static_cast<double>(in * out + out);
-      if (!(first && in > out && features_multiplied_sparse())) copies += static_cast<double>(in * out);
+      if (bf16 && !(first && in > out && features_multiplied_sparse())) copies += static_cast<double>(in * out);
       first = false;
     }
-    return per_parameter * params + (bf16 ? 2.0 * copies : 0.0);
+    return per_parameter * params + 2.0 * copies;
   }
   // A grid rank's shards, equal on every rank: W (in/inner x out/(outer x depth)) and b's
   // columns; every W is read by a GEMM (a grid aggregates first), so each has its copy.
