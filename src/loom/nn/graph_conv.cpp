@@ -38,18 +38,18 @@ void GraphConv::set_weight(const Tensor& whole) {
 
 double GraphConv::weight_sum_squares() { return kernels::sum_squares(weight_->value().f32(), weight_->numel()); }
 
-bool GraphConv::multiplies_sparse(int64_t nonzeros, int64_t numel) {
+bool GraphConv::multiplies_sparse(const Tensor& x) {
   constexpr double kSparseInputDensity = 0.1;  // below this share of non-zeros
-  return static_cast<double>(nonzeros) < kSparseInputDensity * static_cast<double>(numel);
+  int64_t nonzeros = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) nonzeros += x.f32()[i] != 0.0f ? 1 : 0;
+  return static_cast<double>(nonzeros) < kSparseInputDensity * static_cast<double>(x.numel());
 }
 
 const kernels::CsrMatrix* GraphConv::sparse_input(const Tensor& x) {
   if (input_gradient_ || aggregates_first()) return nullptr;
   if (!x.shares_storage(sparse_source_) || x.shape() != sparse_source_.shape()) {
     sparse_source_ = x;
-    int64_t nonzeros = 0;
-    for (int64_t i = 0; i < x.numel(); ++i) nonzeros += x.f32()[i] != 0.0f ? 1 : 0;
-    source_is_sparse_ = multiplies_sparse(nonzeros, x.numel());
+    source_is_sparse_ = multiplies_sparse(x);
     sparse_x_ = source_is_sparse_ ? kernels::dense_to_csr(x.f32(), x.size(0), x.size(1)) : kernels::CsrMatrix{};
     sparse_xt_ = source_is_sparse_ ? kernels::csr_transpose(sparse_x_) : kernels::CsrMatrix{};
     // A sparse product is not a GEMM: it reads the fp32 weight under mixed precision too (as

@@ -32,9 +32,9 @@ class GraphConv : public Module {
   Parameter& weight() { return *weight_; }
   Parameter& bias() { return *bias_; }
   bool aggregates_first() const { return in_ <= out_; }
-  // Whether an input with this many non-zeros of numel is multiplied as a sparse matrix (a
-  // first layer that transforms before it aggregates): its weight then has no bf16 copy.
-  static bool multiplies_sparse(int64_t nonzeros, int64_t numel);
+  // Whether an input x is multiplied as a sparse matrix by a first layer that transforms before
+  // it aggregates (few enough non-zeros): its weight then has no bf16 copy.
+  static bool multiplies_sparse(const Tensor& x);
 
   // Where this layer's output lies in the whole (N, out) output: the nodes its rows are and
   // the first of its columns (a parallel layer holds a block; nodes null: the whole output).

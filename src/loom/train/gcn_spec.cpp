@@ -88,12 +88,7 @@ void GcnSpec::take_whole_features() {
 }
 
 bool GcnSpec::features_multiplied_sparse() const {
-  if (config_.tp_3d_on() || !features_.defined()) return false;
-  const float* x = features_.f32();
-  const int64_t numel = features_.numel();
-  int64_t nonzeros = 0;
-  for (int64_t i = 0; i < numel; ++i) nonzeros += x[i] != 0.0f ? 1 : 0;
-  return nn::GraphConv::multiplies_sparse(nonzeros, numel);
+  return !config_.tp_3d_on() && features_.defined() && nn::GraphConv::multiplies_sparse(features_);
 }
 
 int64_t GcnSpec::structure_bytes() const {
