@@ -135,8 +135,8 @@ class FailingOnOneRank : public data::GraphSource {
     for (int64_t i = 0; i + 1 < 16; ++i) edge(i, i + 1);
     if (!in_features_ && world().rank() == failing_rank_) fail("graph-x: out of memory on this rank");
   }
-  void for_each_feature_row(const std::function<bool(int64_t)>& wanted,
-                            const std::function<void(int64_t, const float*)>& row) override {
+  void read_feature_rows(const std::function<bool(int64_t)>& wanted,
+                         const std::function<void(int64_t, const float*)>& row) override {
     const float values[2] = {1.0f, 2.0f};
     for (int64_t i = 0; i < 16; ++i)
       if (wanted(i)) row(i, values);
