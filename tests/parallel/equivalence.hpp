@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/train/config.hpp"
 #include "loom/train/trainer.hpp"
 #include "loom/train/verify_compare.hpp"
 #include "test_util.hpp"
@@ -54,6 +55,8 @@ struct TrainingRun {
   std::vector<Gradients> grads{};
   // Per step, with a mixture of experts: the share of routed assignments capacity dropped.
   std::vector<double> moe_dropped{};
+  // After the last step, when asked for (serial_run's evaluate).
+  std::optional<float> val_loss{};
 };
 
 // Gradients gathered at these first steps: the reduction is the same code every step, and
@@ -97,6 +100,27 @@ inline TrainingRun run(train::Trainer& t, std::optional<double> bound_grad_rtol 
   }
   if (bound_grad_rtol) r.adamw_bound = bound.allowances();
   return r;
+}
+
+// The serial run of c (with bound_grad_rtol, its AdamW bound; with evaluate, its validation
+// loss after the last step), trained once per process and kept: a table compares many layouts
+// with the same serial run, and every rank trains it on its own, so 8 ranks on 2 cores trained
+// each one 8 times over for every layout of every variant. Keyed by every configuration key
+// (train::to_toml) and the vocabulary, which the data sets and no key names.
+inline const TrainingRun& serial_run(train::TrainConfig c, std::optional<double> bound_grad_rtol = std::nullopt,
+                                     bool evaluate = false) {
+  static std::map<std::string, TrainingRun> runs;
+  std::string key = train::to_toml(c) + "\nvocab_size = " + std::to_string(c.model.vocab_size);
+  if (bound_grad_rtol) key += "\nbound_grad_rtol = " + std::to_string(*bound_grad_rtol);
+  if (evaluate) key += "\nevaluate";
+  auto it = runs.find(key);
+  if (it == runs.end()) {
+    train::Trainer serial(c, /*quiet=*/true);
+    TrainingRun r = run(serial, bound_grad_rtol);
+    if (evaluate) r.val_loss = serial.evaluate();
+    it = runs.emplace(std::move(key), std::move(r)).first;
+  }
+  return it->second;
 }
 
 // Each gradient within rtol of its serial tensor's largest magnitude: reduction order moves

@@ -26,8 +26,7 @@ class DdpEquivalence : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DdpEquivalence, SameLossesAndParametersAsSerial) {
   const int p = world().size();
-  train::Trainer serial(tiny(1, 2 * p, 1), /*quiet=*/true);
-  const TrainingRun want = run(serial);
+  const TrainingRun& want = serial_run(tiny(1, 2 * p, 1));
   train::TrainConfig c = tiny(p, 2, 1);
   c.allreduce = GetParam();
   train::Trainer ddp(c, true, &world());

@@ -75,8 +75,7 @@ TEST_P(PipelineEquivalence, EveryLayoutMatchesSerial) {
     if (v.zero > 0 && l.dp == 1) continue;
     const bool interleaved = v.schedule == "interleaved";
     if (interleaved && (4 % l.pp != 0 || 2 * l.pp > 8)) continue;  // m % p == 0, 2 chunks of >= 1 block
-    train::Trainer serial(config_for(l, 1, 2 * l.dp), /*quiet=*/true);
-    const TrainingRun want = run(serial);
+    const TrainingRun& want = serial_run(config_for(l, 1, 2 * l.dp));
     train::TrainConfig c = config_for(l, l.dp, 2);
     c.pp = l.pp;
     c.tp = l.tp;

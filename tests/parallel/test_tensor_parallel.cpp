@@ -344,8 +344,7 @@ TEST_P(TensorParallelGpt, SameLossesAndParametersAsSerial) {
     c.model.padded_vocab_size = 64 * layout.tp * ((65 + 64 * layout.tp - 1) / (64 * layout.tp));
     return c;
   };
-  train::Trainer serial(config(1, 2 * dp), true);
-  const TrainingRun want = run(serial);
+  const TrainingRun& want = serial_run(config(1, 2 * dp));
   train::TrainConfig c = config(dp, 2);
   c.tp = layout.tp;
   c.zero = layout.zero;

@@ -41,8 +41,7 @@ class ZeroEquivalence : public ::testing::TestWithParam<ZeroCase> {};
 TEST_P(ZeroEquivalence, SameLossesAndParametersAsSerial) {
   const ZeroCase z = GetParam();
   const int p = world().size();
-  train::Trainer serial(tiny(1, 2 * p, z.micro_batches), /*quiet=*/true);
-  const TrainingRun want = run(serial);
+  const TrainingRun& want = serial_run(tiny(1, 2 * p, z.micro_batches));
   train::TrainConfig c = tiny(p, 2, z.micro_batches);
   c.zero = z.stage;
   c.allreduce = z.algorithm;
@@ -68,8 +67,7 @@ class HsdpEquivalence : public ::testing::TestWithParam<int> {};
 TEST_P(HsdpEquivalence, ShardInPairsReplicateAcrossPairs) {
   const int p = world().size();
   if (p < 4 || p % 2 != 0) GTEST_SKIP() << "HSDP needs at least two groups of 2 ranks";
-  train::Trainer serial(tiny(1, 2 * p, 2), true);
-  const TrainingRun want = run(serial);
+  const TrainingRun& want = serial_run(tiny(1, 2 * p, 2));
   train::TrainConfig c = tiny(p, 2, 2);
   c.zero = GetParam();
   c.hsdp_shard = 2;
