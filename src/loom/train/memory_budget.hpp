@@ -32,6 +32,7 @@ MemoryNeed training_memory(const TrainConfig& config);
 // stage) for each (micro-batch, chunk) its schedule holds at once (the same action list the
 // executor runs: 1F1B pp - r micro-batches on rank r, GPipe all of them, interleaved Megatron's
 // warm-up), plus what one layer at a time adds (recompute's re-run block, attention's scratch).
+// Under --tp-3d a grid rank's (plan::grid_3d_activation_bytes), every grid rank the same.
 MemoryNeed rank_training_memory(const TrainConfig& config, int64_t pp_rank);
 // The model state (parameters, gradients, optimizer) of a rank of pipeline rank pp_rank in
 // config's layout, in the run's precision (plan::model_state_bytes in fp32, the mixed-precision
