@@ -1,9 +1,10 @@
 // The graph readers' second pass over the nodes (GraphSource::for_each_feature_row), which
 // lets a rank of a 3D grid keep only its rows of the features: each format hands out exactly
 // the rows asked for, equal bit for bit to the graph read whole; a source opened without its
-// features keeps none yet digests them as before (the identity a checkpoint records: R-MAT's
-// and Cora's as they were before the second pass existed); and a text file is streamed
-// through a buffer, not held whole.
+// features reads none of their values at open and digests them, as before (the identity a
+// checkpoint records: R-MAT's and Cora's as they were before the second pass existed), as its
+// first stream reads each row once; and a text file is streamed through a buffer, not held
+// whole.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -56,16 +57,28 @@ TEST(GraphStreaming, EveryFormatHandsOutTheRowsAskedForAsReadWhole) {
     const Graph whole = load_graph(data, "");
     const auto source = open_graph(data, "", /*keep_features=*/false);
     EXPECT_TRUE(source->nodes().features.empty());
-    EXPECT_EQ(source->nodes().nodes_crc(source->features_crc()), whole.nodes_crc());
-    const int64_t F = whole.num_features;
-    int64_t rows = 0, next = 1;
-    source->for_each_feature_row([](int64_t node) { return node % 3 == 1; }, [&](int64_t node, const float* values) {
-      EXPECT_EQ(node, next);
-      EXPECT_EQ(std::memcmp(values, whole.features.data() + node * F, static_cast<size_t>(F) * sizeof(float)), 0)
-          << "node " << node;
-      next += 3, ++rows;
-    });
-    EXPECT_EQ(rows, (whole.num_nodes + 1) / 3);
+    // Opened without its features, it has read none of their values yet (a grid's GCN reads
+    // them once, in build()) ...
+    EXPECT_EQ(source->feature_rows_read(), 0);
+    EXPECT_FALSE(source->features_digested());
+    const int64_t F = whole.num_features, N = whole.num_nodes;
+    for (const int pass : {1, 2}) {
+      int64_t rows = 0, next = 1;
+      source->for_each_feature_row([](int64_t node) { return node % 3 == 1; }, [&](int64_t node, const float* values) {
+        EXPECT_EQ(node, next);
+        EXPECT_EQ(std::memcmp(values, whole.features.data() + node * F, static_cast<size_t>(F) * sizeof(float)), 0)
+            << "node " << node;
+        next += 3, ++rows;
+      });
+      EXPECT_EQ(rows, (N + 1) / 3);
+      // ... and the first stream reads every row, digesting them as read whole; a later one
+      // only the rows asked for.
+      EXPECT_TRUE(source->features_digested());
+      EXPECT_EQ(source->nodes().nodes_crc(source->features_crc()), whole.nodes_crc());
+      EXPECT_EQ(source->feature_rows_read(), pass == 1 ? N : N + (N + 1) / 3) << "pass " << pass;
+    }
+    // Kept, every row is read once, at open.
+    EXPECT_EQ(open_graph(data, "", true)->feature_rows_read(), N);
     // And the graph read whole through it is the same graph.
     EXPECT_EQ(read_whole(*open_graph(data, "", false)).identity(), whole.identity());
   }

@@ -417,7 +417,7 @@ TEST(ExpertParallelPlan, StateEqualsTheTrackersOverEpZeroAndPrecision) {
         const bool sharded_experts = ep == 1 && zero >= 1;
         EXPECT_EQ(plan::experts_sharded_by_zero(m, l), sharded_experts) << what;
         const int64_t want = measured;
-        EXPECT_EQ(plan::model_state_bytes_per_device(m, cluster, l, dense), want) << what << ": planner";
+        EXPECT_EQ(plan::model_state_bytes_per_device(m, cluster, l), want) << what << ": planner";
         EXPECT_EQ(train::rank_training_state(c).total(), want) << what << ": --dry-run";
         EXPECT_EQ(t.state_formula().total(), want) << what << ": memory.json's formula";
         const nlohmann::json formula = t.memory_json()["formula"];

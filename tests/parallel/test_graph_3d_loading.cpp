@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "comm/mpi_test_env.hpp"
 #include "loom/comm/device_mesh.hpp"
@@ -25,6 +26,7 @@
 #include "loom/kernels/precision.hpp"
 #include "loom/kernels/sparse.hpp"
 #include "loom/nn/gcn.hpp"
+#include "loom/parallel/graph_3d/block_entries.hpp"
 #include "loom/parallel/graph_3d/class_parallel_loss.hpp"
 #include "loom/parallel/graph_3d/graph_conv_3d.hpp"
 #include "loom/parallel/graph_3d/local_adjacency.hpp"
@@ -135,8 +137,8 @@ class FailingOnOneRank : public data::GraphSource {
     for (int64_t i = 0; i + 1 < 16; ++i) edge(i, i + 1);
     if (!in_features_ && world().rank() == failing_rank_) fail("graph-x: out of memory on this rank");
   }
-  void for_each_feature_row(const std::function<bool(int64_t)>& wanted,
-                            const std::function<void(int64_t, const float*)>& row) override {
+  void read_feature_rows(const std::function<bool(int64_t)>& wanted,
+                         const std::function<void(int64_t, const float*)>& row) override {
     const float values[2] = {1.0f, 2.0f};
     for (int64_t i = 0; i < 16; ++i)
       if (wanted(i)) row(i, values);
@@ -167,6 +169,49 @@ TEST(Graph3DLoading, AnErrorOnOneRankFailsEveryRankBeforeTheDegreeSum) {
   const LocalAdjacency local = read_local_adjacency(fine, grid, *orders, 2, d2);
   EXPECT_EQ(local.nnz, 15 * 2 + 16);
   EXPECT_EQ(d2.count(), 15);
+}
+
+// A path of 16 nodes whose edges stream one fewer each time (a file changed between the count
+// at open and the read into the blocks).
+class Shrinking : public data::GraphSource {
+ public:
+  Shrinking() {
+    nodes_.name = "graph-z";
+    nodes_.num_nodes = 16;
+    nodes_.num_features = 2;
+  }
+  void for_each_edge(const std::function<void(int64_t, int64_t)>& edge) override {
+    for (int64_t i = 0; i + 1 < 16 - streams_; ++i) edge(i, i + 1);
+    ++streams_;
+  }
+
+ private:
+  int64_t streams_ = 0;
+};
+
+// The count at open digests the edges (the graph's identity) and the read into the blocks
+// takes its digest: valid while the read streams as many edges, which it checks, failing every
+// rank with the file's name when it does not.
+TEST(Graph3DLoading, TheReadTakesTheCountsDigestOfTheSameEdges) {
+  if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
+  comm::DeviceMesh mesh(world(), {{"depth", 2}, {"row", 2}, {"col", 1}});
+  const tp3d::Grid3D grid(mesh.group("row"), mesh.group("col"), mesh.group("depth"));
+  const auto orders = node_orders(16, true, 1);
+  FailingOnOneRank path(-1);  // the same 15 edges every time
+  const BlockEntries counted = count_block_entries(path, {2, 1, 2}, *orders, 2);
+  data::EdgeDigest digest;
+  const LocalAdjacency local = read_local_adjacency(path, grid, *orders, 2, digest, &counted);
+  std::vector<int64_t> src, dst;
+  for (int64_t i = 0; i + 1 < 16; ++i) src.push_back(i), dst.push_back(i + 1);
+  EXPECT_EQ(digest.count(), 15);
+  EXPECT_EQ(digest.crc(), data::EdgeDigest::of(src, dst).crc());
+  EXPECT_EQ(local.nnz, 15 * 2 + 16);
+
+  Shrinking shrinking;
+  const BlockEntries counted_15 = count_block_entries(shrinking, {2, 1, 2}, *orders, 2);
+  data::EdgeDigest d2;
+  EXPECT_EQ(testing::error_of([&] { read_local_adjacency(shrinking, grid, *orders, 2, d2, &counted_15); }),
+            "graph-z: 14 edges, but 15 when they were counted (changed since it was opened)");
 }
 
 // The grid's batch of `split` equals the whole graph's features (normalised by row) and

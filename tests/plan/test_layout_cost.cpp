@@ -35,8 +35,10 @@ TEST(PlanCost, MemoryFollowsZeroAndKorthikanti) {
   ASSERT_TRUE(cost.valid) << cost.why_not;
   // The first stage, the rank needing the most: the trainer's partition gives it 6 of the 8
   // layers (the LM head costs the last stage 51200 / (12 x 1024) = 4.2 blocks), with the token
-  // table split over tp 2 and the position table whole.
-  const int64_t p = 6 * (12 * 1024 * 1024 + 13 * 1024) / 2 + 51200 * 1024 / 2 + 2048 * 1024;
+  // table split over tp 2 and the position table whole. A block's weights and its qkv and fc
+  // biases split over tp, its projections' biases and LayerNorms whole, as the trainer holds them.
+  const int64_t block = (12 * 1024 * 1024 + (3 + 4) * 1024) / 2 + (2 + 4) * 1024;
+  const int64_t p = 6 * block + 51200 * 1024 / 2 + 2048 * 1024;
   EXPECT_EQ(cost.state_bytes, 4 * p + 12 * p / 4);  // ZeRO-1 over dp 4
   // Korthikanti with t = 2: sbh (10 + 24/t + 5as/(ht)), 6 layers on stage 0, 2 micro-batches
   // in flight there (1F1B, p = 2).

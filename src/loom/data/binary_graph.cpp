@@ -51,8 +51,8 @@ void write_binary_graph(const Graph& g, const std::string& path) {
 
 namespace {
 
-// The nodes' arrays read at open (the features checked a chunk of rows at a time, kept or
-// not); the edges streamed from their two arrays in chunks, the features likewise.
+// The nodes' arrays read at open (the features, when kept, checked a chunk of rows at a
+// time); the edges streamed from their two arrays in chunks, the features likewise.
 class BinarySource : public GraphSource {
  public:
   BinarySource(const std::string& path, bool keep_features) : path_(path) {
@@ -82,8 +82,10 @@ class BinarySource : public GraphSource {
     g.name = path;
     g.num_nodes = N, g.num_features = F, g.num_classes = K;
     edges_ = E;
-    if (keep_features) g.features.reserve(static_cast<size_t>(N * F));
-    for_each_feature_row([](int64_t) { return true; }, [this](int64_t, const float* row) { add_feature_row(row); });
+    if (keep_features) {
+      g.features.reserve(static_cast<size_t>(N * F));
+      read_feature_rows([](int64_t) { return true; }, [this](int64_t, const float* row) { add_feature_row(row); });
+    }
     g.labels.resize(static_cast<size_t>(N));
     g.split.resize(static_cast<size_t>(N));
     in.seekg(kHeaderBytes + 16 * E + 4 * N * F);
@@ -100,8 +102,8 @@ class BinarySource : public GraphSource {
 
   int64_t known_edges() const override { return edges_; }
 
-  void for_each_feature_row(const std::function<bool(int64_t)>& wanted,
-                            const std::function<void(int64_t, const float*)>& keep) override {
+  void read_feature_rows(const std::function<bool(int64_t)>& wanted,
+                         const std::function<void(int64_t, const float*)>& keep) override {
     std::ifstream in(path_, std::ios::binary);
     check(in.good(), "cannot open graph file '", path_, "'");
     in.seekg(kHeaderBytes + 16 * edges_);

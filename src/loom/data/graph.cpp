@@ -134,14 +134,41 @@ void row_normalize_features(Graph& g) {
   for (int64_t i = 0; i < g.num_nodes; ++i) row_normalize(g.features.data() + i * g.num_features, g.num_features);
 }
 
-void GraphSource::add_feature_row(const float* values) {
+void GraphSource::digest_feature_row(const float* values) {
   const auto F = static_cast<size_t>(nodes_.num_features);
   features_crc_ = static_cast<uint32_t>(crc_of_bytes(features_crc_, values, F * sizeof(float)));
-  if (keep_features_) nodes_.features.insert(nodes_.features.end(), values, values + F);
+  ++digested_rows_;
+}
+
+void GraphSource::add_feature_row(const float* values) {
+  digest_feature_row(values);
+  ++rows_read_;
+  if (keep_features_) nodes_.features.insert(nodes_.features.end(), values, values + nodes_.num_features);
+}
+
+uint32_t GraphSource::features_crc() const {
+  check(features_digested(), nodes_.name, ": its features were not kept when it was opened and have not been read yet");
+  return features_crc_;
 }
 
 void GraphSource::for_each_feature_row(const std::function<bool(int64_t)>& wanted,
                                        const std::function<void(int64_t, const float*)>& row) {
+  if (features_digested()) {
+    read_feature_rows(wanted, [&](int64_t node, const float* values) { ++rows_read_, row(node, values); });
+    return;
+  }
+  // Opened without them: every row read now, once, and digested in order on the way (from
+  // the start again should an earlier read have failed part way).
+  features_crc_ = 0, digested_rows_ = 0;
+  read_feature_rows([](int64_t) { return true; }, [&](int64_t node, const float* values) {
+    ++rows_read_;
+    digest_feature_row(values);
+    if (wanted(node)) row(node, values);
+  });
+}
+
+void GraphSource::read_feature_rows(const std::function<bool(int64_t)>& wanted,
+                                    const std::function<void(int64_t, const float*)>& row) {
   const int64_t N = nodes_.num_nodes, F = nodes_.num_features;
   check(static_cast<int64_t>(nodes_.features.size()) == N * F, nodes_.name,
         ": its features were not kept when it was opened, and this source cannot read them again");

@@ -61,11 +61,17 @@ class EdgeDigest {
 };
 
 // A graph read in passes, so that a caller can keep only some of its edges and of its nodes'
-// features: the source reads the nodes (labels, split, and every feature, checked and
-// digested; kept unless opened without them) when opened, then for_each_edge hands each edge,
-// in file order, to a callback and keeps none, and for_each_feature_row reads the features
-// again, handing out the rows a caller wants. Errors name the file and line (or the edge's or
-// node's index) of the first bad record; every reader of the same file meets the same one.
+// features: the source reads the nodes (labels, split, and the features' shape) when opened,
+// then for_each_edge hands each edge, in file order, to a callback and keeps none, and
+// for_each_feature_row reads the features again, handing out the rows a caller wants. Opened
+// with its features kept, it reads, checks and digests every feature at open; opened without
+// them, it reads no value at open and the first for_each_feature_row reads, checks and digests
+// every row (handing out the wanted ones), so each value is parsed (or drawn) once. A file's
+// lines are still walked twice (their shape at open, their values streamed): a GCN's memory
+// check runs between the two, and holding a grid rank's rows across it would allocate its
+// shard of the features before the check (nor are its rows known at open). Errors name the
+// file and line (or the edge's or node's index) of the first bad record; every reader of the
+// same file meets the same one.
 class GraphSource {
  public:
   virtual ~GraphSource() = default;
@@ -79,22 +85,40 @@ class GraphSource {
   virtual void for_each_edge(const std::function<void(int64_t src, int64_t dst)>& edge) = 0;
   // How many edges for_each_edge will hand out, when known before (-1: not).
   virtual int64_t known_edges() const { return -1; }
-  // The crc32 of every feature as read (N x F, row-major), taken at open: what nodes_crc
-  // digests of the features, for a caller that keeps only some of them.
-  uint32_t features_crc() const { return features_crc_; }
+  // Whether every feature has been digested: at open when kept, else by the first
+  // for_each_feature_row.
+  bool features_digested() const { return digested_rows_ > 0 && digested_rows_ == nodes_.num_nodes; }
+  // The crc32 of every feature as read (N x F, row-major), once features_digested(): what
+  // nodes_crc digests of the features, for a caller that keeps only some of them.
+  uint32_t features_crc() const;
   // Each node's F features as read, in node order, to row(node, values) for the nodes that
-  // wanted(node) keeps (the others may be passed over unparsed). The readers read their file
-  // again; this default hands out the rows kept at open (failing when there are none).
-  virtual void for_each_feature_row(const std::function<bool(int64_t node)>& wanted,
-                                    const std::function<void(int64_t node, const float* values)>& row);
+  // wanted(node) keeps (the others may be passed over unparsed, once digested).
+  void for_each_feature_row(const std::function<bool(int64_t node)>& wanted,
+                            const std::function<void(int64_t node, const float* values)>& row);
+  // Feature rows the source has parsed (or drawn, or handed out of those kept) so far, at open
+  // and in every for_each_feature_row: what a test counts to see each value read once.
+  int64_t feature_rows_read() const { return rows_read_; }
 
  protected:
-  // A row of num_features values read at open: into features_crc, and kept unless the
-  // source was opened without its features.
+  // The format's read of its features, as for_each_feature_row; the readers read their file
+  // again, this default hands out the rows kept at open (failing when there are none).
+  virtual void read_feature_rows(const std::function<bool(int64_t node)>& wanted,
+                                 const std::function<void(int64_t node, const float* values)>& row);
+  // Which rows a format reads at open: every one when its features are kept, none (the file's
+  // shape alone) when they are not.
+  std::function<bool(int64_t)> rows_at_open() const {
+    return [keep = keep_features_](int64_t) { return keep; };
+  }
+  // A row of num_features values read at open (every row, when kept): into features_crc, and
+  // kept.
   void add_feature_row(const float* values);
   Graph nodes_;
   bool keep_features_ = true;
+
+ private:
+  void digest_feature_row(const float* values);
   uint32_t features_crc_ = 0;
+  int64_t digested_rows_ = 0, rows_read_ = 0;
 };
 
 // The largest graph file read (features as text are ~2-10 bytes per value).

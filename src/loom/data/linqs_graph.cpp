@@ -23,8 +23,7 @@ class LinqsSource : public GraphSource {
     Graph& g = nodes_;
     g.name = prefix;
     std::vector<std::string> class_of_node;
-    read_content([](int64_t) { return true; }, [this](int64_t, const float* row) { add_feature_row(row); },
-                 &class_of_node);
+    read_content(rows_at_open(), [this](int64_t, const float* row) { add_feature_row(row); }, &class_of_node);
     g.class_names = class_of_node;
     std::sort(g.class_names.begin(), g.class_names.end());
     g.class_names.erase(std::unique(g.class_names.begin(), g.class_names.end()), g.class_names.end());
@@ -35,8 +34,8 @@ class LinqsSource : public GraphSource {
     g.split.assign(static_cast<size_t>(g.num_nodes), NodeSplit::None);
   }
 
-  // At open (num_nodes 0: numbering the ids, collecting the class names into classes) and
-  // again when the features are streamed.
+  // At open (num_nodes 0: numbering the ids, collecting the class names into classes, parsing
+  // the features only when kept) and again when the features are streamed.
   void read_content(const std::function<bool(int64_t)>& wanted, const std::function<void(int64_t, const float*)>& keep,
                     std::vector<std::string>* classes) {
     TextLines content(prefix_ + ".content", "graph content file", kMaxGraphFileBytes);
@@ -57,8 +56,8 @@ class LinqsSource : public GraphSource {
     rows.finish(content);
   }
 
-  void for_each_feature_row(const std::function<bool(int64_t)>& wanted,
-                            const std::function<void(int64_t, const float*)>& keep) override {
+  void read_feature_rows(const std::function<bool(int64_t)>& wanted,
+                         const std::function<void(int64_t, const float*)>& keep) override {
     read_content(wanted, keep, nullptr);
   }
 

@@ -37,11 +37,15 @@ class RmatSource : public GraphSource {
     // engine output (generate_canonical takes ceil(53 / 64) = 1 word of a 64-bit engine).
     rng.discard(static_cast<unsigned long long>(known_edges() * o.scale));
     features_rng_ = rng;
-    std::vector<float> row(static_cast<size_t>(o.features));
-    if (keep_features) g.features.reserve(static_cast<size_t>(N * o.features));
-    for (int64_t i = 0; i < N; ++i) {
-      draw_row(rng, row.data());
-      add_feature_row(row.data());
+    if (keep_features) {
+      std::vector<float> row(static_cast<size_t>(o.features));
+      g.features.reserve(static_cast<size_t>(N * o.features));
+      for (int64_t i = 0; i < N; ++i) {
+        draw_row(rng, row.data());
+        add_feature_row(row.data());
+      }
+    } else {
+      rng.discard(static_cast<unsigned long long>(N * o.features));  // drawn once, when streamed
     }
     std::uniform_int_distribution<int32_t> label(0, static_cast<int32_t>(o.classes - 1));
     g.labels.resize(static_cast<size_t>(N));
@@ -63,8 +67,8 @@ class RmatSource : public GraphSource {
     for_each_draw(rng, edge);
   }
 
-  void for_each_feature_row(const std::function<bool(int64_t)>& wanted,
-                            const std::function<void(int64_t, const float*)>& keep) override {
+  void read_feature_rows(const std::function<bool(int64_t)>& wanted,
+                         const std::function<void(int64_t, const float*)>& keep) override {
     std::mt19937_64 rng = features_rng_;
     std::vector<float> row(static_cast<size_t>(o_.features));
     for (int64_t i = 0; i < nodes_.num_nodes; ++i) {

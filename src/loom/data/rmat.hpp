@@ -24,7 +24,8 @@ struct RmatOptions {
 Graph make_rmat_graph(const RmatOptions& options);
 // The same graph as a GraphSource: its edges generated as they are streamed, its features
 // again when they are (for_each_feature_row). The features come after the edges in the random
-// stream: opening skips the edges' draws without making the edges (the engine's discard).
+// stream, the labels after the features: opening skips the edges' draws without making the
+// edges (the engine's discard), and the features' too when they are not kept.
 std::unique_ptr<GraphSource> open_rmat_graph(const RmatOptions& options, bool keep_features = true);
 // "rmat:scale=16,edge_factor=8,features=128,classes=16,seed=3" (any subset of the keys after
 // "rmat:", each at most once); loom::Error naming an unknown or repeated key or a bad value.

@@ -30,7 +30,7 @@ class TextSource : public GraphSource {
     Graph& g = nodes_;
     g.name = prefix;
     std::vector<std::string_view> fields;
-    read_features([](int64_t) { return true; }, [this](int64_t, const float* row) { add_feature_row(row); });
+    read_features(rows_at_open(), [this](int64_t, const float* row) { add_feature_row(row); });
     {
       TextLines labels(prefix + ".labels", "graph labels file", kMaxGraphFileBytes);
       while (labels.next(fields)) {
@@ -53,7 +53,8 @@ class TextSource : public GraphSource {
     }
   }
 
-  // At open (num_nodes 0: counting the rows and their width) and again when streamed.
+  // At open (num_nodes 0: counting the rows and their width, parsing them only when kept) and
+  // again when streamed.
   void read_features(const std::function<bool(int64_t)>& wanted, const std::function<void(int64_t, const float*)>& keep) {
     TextLines features(prefix_ + ".features", "graph features file", kMaxGraphFileBytes);
     FeatureRows rows(nodes_, wanted, keep);
@@ -62,8 +63,8 @@ class TextSource : public GraphSource {
     rows.finish(features);
   }
 
-  void for_each_feature_row(const std::function<bool(int64_t)>& wanted,
-                            const std::function<void(int64_t, const float*)>& keep) override {
+  void read_feature_rows(const std::function<bool(int64_t)>& wanted,
+                         const std::function<void(int64_t, const float*)>& keep) override {
     read_features(wanted, keep);
   }
 

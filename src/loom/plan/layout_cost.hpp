@@ -32,22 +32,26 @@ struct LayoutCost {
 
 // Bytes of the activations one layer keeps per micro-batch. Mixed precision: Korthikanti et
 // al. 2022 in 2-byte values, sbh(34 + 5as/h) serially; with tensor parallelism
-// sbh(10 + 24/t + 5as/(ht)); with sequence parallelism as well, sbh(34 + 5as/h)/t. Fp32:
-// Loom's own layer (memory_model.hpp, matched by its memory tracker). With full recompute
-// only the layer's input, s b h values (split t ways with sequence parallelism). Context
-// parallelism keeps s / cp tokens and ring attention no probabilities (the 5as/h term).
+// sbh(10 + 24/t + 5as/(ht)); with sequence parallelism as well, sbh(34 + 5as/h)/t. Fp32 and
+// bf16: Loom's own layer as the memory check counts it (rank_memory_terms.hpp, matched by its
+// memory tracker). With full recompute only the layer's input, s b h values (split t ways
+// with sequence parallelism; 4 bytes in fp32, 2 otherwise). Context parallelism keeps s / cp
+// tokens and ring attention no probabilities (the 5as/h term).
 double layer_activation_bytes(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, bool recompute);
 
-// The model state (parameters, gradients, optimizer state) of a device holding `params_here`
-// parameters besides its experts (dense_parameters_per_device, or a pipeline's first stage:
-// predict prices each pipeline rank's own stages),
-// ZeRO-sharded over dp, with its experts (expert_parameters_per_device) when `with_experts`:
-// sharded with the rest without ep (experts_sharded_by_zero), whole under ep
-// (unsharded_state_bytes, with their bf16 copy in bf16). In bf16 the
-// blocks' Linear weights have no fp32 value under ZeRO-1/2 and the routers no bf16 copy
-// (mixed_precision_cost.hpp). Without ZeRO-3's gathered units (predict adds them).
-int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
-                                     int64_t params_here, bool with_experts = true);
+// The model state (parameters, gradients, optimizer state) of the pipeline rank holding the
+// most: the parameters of the stages it owns as the trainer builds them (rank_memory_terms.hpp:
+// LayerNorms, the row-parallel biases and the position table replicated over tp), ZeRO-sharded
+// over dp, with its experts: sharded with the rest without ep (experts_sharded_by_zero), whole
+// under ep (unsharded_state_bytes, with their bf16 copy in bf16). In bf16 the blocks' Linear
+// weights have no fp32 value under ZeRO-1/2 and the routers no bf16 copy
+// (mixed_precision_cost.hpp). Without ZeRO-3's gathered units (zero3_gathered_bytes).
+int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
+
+// What ZeRO-3 holds gathered beyond the shards, which predict adds to the state (the memory
+// check before a run does not count it): the root unit and a layer with the prefetched next
+// one, weights and their gradients. 0 below ZeRO-3 or at dp 1.
+int64_t zero3_gathered_bytes(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
 
 // Memory and time of one layout for a global batch of sequences.
 LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, int64_t global_batch);

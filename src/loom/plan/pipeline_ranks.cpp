@@ -39,9 +39,12 @@ std::vector<RankStages> rank_stages(const ModelSpec& model, const Layout& l) {
 std::optional<parallel::pipeline::Schedule> planned_schedule(const Layout& l, int64_t micro_batches) {
   if (l.pp == 1) return std::nullopt;
   namespace pl = parallel::pipeline;
-  // 1F1B: rank r holds min(m, pp - r) micro-batches, all of its one chunk. Interleaved: after a
-  // warm-up of fewer than (v + 1) pp forwards the held pairs repeat every pp v forwards, so 3 pp
-  // micro-batches (3 pp v forwards) pass through every state a longer run does.
+  // GPipe: every rank holds every micro-batch, so the whole run. 1F1B: rank r holds min(m, pp - r)
+  // micro-batches, all of its one chunk. Interleaved: after a warm-up of fewer than (v + 1) pp
+  // forwards the held pairs repeat every pp v forwards, so 3 pp micro-batches (3 pp v forwards)
+  // pass through every state a longer run does.
+  if (l.gpipe && l.chunks == 1)
+    return pl::build_schedule(pl::ScheduleKind::GPipe, static_cast<int>(l.pp), static_cast<int>(micro_batches), 1);
   const int64_t m = std::min(micro_batches, (l.chunks > 1 ? 3 : 1) * l.pp);
   return pl::build_schedule(l.chunks > 1 ? pl::ScheduleKind::Interleaved : pl::ScheduleKind::OneFOneB,
                             static_cast<int>(l.pp), static_cast<int>(m), static_cast<int>(l.chunks));

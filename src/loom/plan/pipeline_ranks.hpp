@@ -27,9 +27,10 @@ int64_t moe_blocks(const ModelSpec& model, const nn::GPTStage& s);
 // Every pipeline rank's stages (one rank holding the whole model when pp is 1).
 std::vector<RankStages> rank_stages(const ModelSpec& model, const Layout& layout);
 
-// The schedule a layout's pipeline runs over m micro-batches: 1F1B, interleaved with chunks > 1,
-// built for at most pp (1F1B) or 3 pp (interleaved) micro-batches, which reach every peak a
-// longer run reaches (a bounded list for the search). None without a pipeline.
+// The schedule a layout's pipeline runs over m micro-batches: 1F1B (GPipe with layout.gpipe),
+// interleaved with chunks > 1, built for at most pp (1F1B) or 3 pp (interleaved) micro-batches,
+// which reach every peak a longer run reaches (a bounded list for the search); GPipe's for all m.
+// None without a pipeline.
 std::optional<parallel::pipeline::Schedule> planned_schedule(const Layout& layout, int64_t micro_batches);
 
 }  // namespace loom::plan

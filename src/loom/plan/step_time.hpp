@@ -28,6 +28,9 @@ struct Layout {
   int64_t cp = 1;  // context parallelism: each sequence split over cp ranks (ring attention)
   int64_t ep = 1;  // expert-parallel degree (a split of dp) of a mixture of experts
   int64_t bucket_bytes = int64_t{25} << 20;  // DDP's gradient buckets (train's parallel.bucket_mb)
+  // GPipe's schedule (every forward, then every backward: a rank holds all m micro-batches)
+  // instead of 1F1B's; the same bubble. The search does not try it: 1F1B holds less.
+  bool gpipe = false;
 };
 
 // One transformer layer on one device for one micro-batch, seconds.

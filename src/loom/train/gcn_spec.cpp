@@ -46,11 +46,10 @@ GcnSpec::GcnSpec(TrainConfig& config) : config_(config) {
   check(!config.model.recompute, "recompute re-runs a GPT's blocks in backward; the gcn model does not recompute");
   config.gcn.validate();
   config.eval_batches = 1;
-  // On a grid the features are read again in build(), each rank keeping its shard alone.
+  // On a grid the features are read in build(), each rank keeping its shard alone.
   edges_source_ = data::open_graph(config.data, config.split, /*keep_features=*/!config.tp_3d_on());
   graph_ = edges_source_->take_nodes();
   graph_.labels.shrink_to_fit(), graph_.split.shrink_to_fit();  // held while training: N of each, as data_need() counts
-  nodes_crc_ = graph_.nodes_crc(edges_source_->features_crc());  // of the graph as read, before normalisation
   if (!config.tp_3d_on()) {
     read_whole_graph();
     take_whole_features();
@@ -70,8 +69,8 @@ void GcnSpec::read_whole_graph() {
   if (!edges_source_) return;  // read already
   data::read_features(*edges_source_, graph_);
   data::read_edges(*edges_source_, graph_);
+  identity_ = graph_.identity(data::EdgeDigest::of(graph_.src, graph_.dst), graph_.nodes_crc(edges_source_->features_crc()));
   edges_source_.reset();
-  identity_ = graph_.identity(data::EdgeDigest::of(graph_.src, graph_.dst), nodes_crc_);
   operator_ = nn::GraphOperator::from(kernels::gcn_normalized_adjacency(graph_.num_nodes, graph_.src, graph_.dst));
   edges_ = static_cast<int64_t>(graph_.src.size());
   nnz_ = operator_->adjacency.nnz();
@@ -109,9 +108,9 @@ std::vector<std::unique_ptr<nn::Module>> GcnSpec::build(const nn::LayerBuilder& 
   // A grid: its layers read their blocks of Â alone, and its first layer its shard of the
   // features; or, on any other builder, the whole graph.
   std::unique_ptr<data::GraphSource> nodes_source;
+  data::EdgeDigest digest;
   if (edges_source_) {
     if (const auto* grid = dynamic_cast<const parallel::graph3d::GraphLayers3D*>(&layers)) {
-      data::EdgeDigest digest;
       check(grid->permute() == config_.graph_permute && grid->seed() == static_cast<uint64_t>(config_.seed),
             "graph_3d: the layer builder's node orders differ from the run's (graph_permute, seed)");
       const parallel::graph3d::LocalAdjacency& local =
@@ -119,7 +118,6 @@ std::vector<std::unique_ptr<nn::Module>> GcnSpec::build(const nn::LayerBuilder& 
       orders_handed_ = orders_;
       orders_.reset();  // the layers' now, which let them go once built
       nodes_source = std::move(edges_source_);
-      identity_ = graph_.identity(digest, nodes_crc_);
       edges_ = digest.count();
       nnz_ = local.nnz;
     } else {
@@ -135,11 +133,13 @@ std::vector<std::unique_ptr<nn::Module>> GcnSpec::build(const nn::LayerBuilder& 
   for (Tensor* targets : {&train_targets_, &val_targets_, &test_targets_})
     *targets = parallel::graph3d::targets_for(last, *targets);  // a parallel rank's rows'
   if (nodes_source) {
-    // In the targets now, as far as this rank's rows go (split stays: the counts).
-    std::vector<int32_t>().swap(graph_.labels);
+    // Every feature read (and digested) here, once: the identity has its part now.
     features_ = parallel::graph3d::read_input_shard(
         dynamic_cast<const parallel::graph3d::GraphConv3D&>(*model->convs().front()), *nodes_source,
         data::row_normalize);
+    identity_ = graph_.identity(digest, graph_.nodes_crc(nodes_source->features_crc()));
+    // In the targets now, as far as this rank's rows go (split stays: the counts).
+    std::vector<int32_t>().swap(graph_.labels);
   } else {
     features_ = parallel::graph3d::model_input_for(*model->convs().front(), features_);  // a parallel rank's shard
   }

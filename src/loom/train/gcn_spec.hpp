@@ -6,10 +6,13 @@
 // decoupled decay, which no GCN parameter takes). Asking for a batch sets the model's mode:
 // a training batch of step s turns dropout on with masks keyed by (seed, s), an evaluation
 // batch turns it off. Serial, or Plexus's 3D grid (tp_3d: parallel/graph_3d); any other
-// parallel layout is refused by name. On a grid the spec reads the nodes when made and counts
-// the entries of Â each block will receive (a pass over the edges that keeps none), and build()
-// streams the edges again into the rank's blocks of Â (GraphLayers3D::read_graph): no rank
-// holds the whole edge list or Â.
+// parallel layout is refused by name. On a grid the spec reads the nodes when made (their
+// features' shape, not their values) and counts the entries of Â each block will receive (a
+// pass over the edges that keeps none), and build() streams the edges again into the rank's
+// blocks of Â (GraphLayers3D::read_graph) and reads the features, once, into the rank's shard:
+// no rank holds the whole edge list, Â or the features. The edges stream twice, the memory
+// check between the two (block_entries.hpp says why nothing larger than counts and a digest is
+// carried across it).
 #pragma once
 
 #include <array>
@@ -115,7 +118,6 @@ class GcnSpec : public ModelSpec {
   std::shared_ptr<const parallel::graph3d::NodeOrders> orders_;  // on a grid, drawn at open, until build()
   std::weak_ptr<const parallel::graph3d::NodeOrders> orders_handed_;  // to build()'s layers, for data_held()
   parallel::graph3d::BlockEntries block_entries_;                 // on a grid: counted at open
-  uint32_t nodes_crc_ = 0;                           // of the nodes as read, for identity_
   std::string identity_;
   std::shared_ptr<const nn::GraphOperator> operator_;  // null on a grid
   int64_t edges_ = 0, nnz_ = 0;                        // the graph's edges and Â's non-zeros

@@ -12,13 +12,11 @@
 
 #include "loom/error.hpp"
 #include "loom/kernels/gemv.hpp"
-#include "loom/parallel/pipeline/held_activations.hpp"
 #include "loom/parallel/pipeline/partition.hpp"
 #include "loom/parallel/pipeline/schedule_file.hpp"
 #include "loom/parallel/tensor_parallel_3d/layers_3d.hpp"
 #include "loom/plan/memory_model.hpp"
-#include "loom/plan/mixed_precision_cost.hpp"
-#include "loom/plan/moe_cost.hpp"
+#include "loom/plan/rank_memory_terms.hpp"
 #include "loom/plan/tensor_parallel_3d_memory.hpp"
 #include "loom/tensor/memory_tracker.hpp"
 
@@ -69,93 +67,45 @@ std::vector<nn::GPTStage> virtual_stages(const TrainConfig& c) {
   return parallel::pipeline::partition_stages(c.model, c.pp, c.chunks, c.pipeline_layers());
 }
 
-// The parameters one rank holds (its tensor-parallel share), as the state formulas tell them apart.
-struct RankParameters {
-  int64_t dense = 0;           // every parameter but the experts
-  int64_t linear_weights = 0;  // of dense: the blocks' Linear weights, which only GEMMs read
-  int64_t kept = 0;            // of dense: the routers' weights, kept in fp32
-  int64_t gemm_free = 0;       // of dense: what no GEMM reads (no bf16 copy under DDP)
-  int64_t experts = 0;         // E / ep experts of each of its MoE blocks (all E without ep)
-  int64_t expert_weights = 0;  // of experts: their weights, which their GEMMs read
-};
+// The shape of pipeline rank's work that plan/rank_memory_terms.hpp counts, from config.
+plan::RankShape rank_shape(const TrainConfig& c) {
+  const nn::GPTConfig& m = c.model;
+  return {.batch = c.batch_size, .seq = m.block_size, .hidden = m.n_embd, .heads = m.n_head,
+          .vocab = m.resolved_padded_vocab(), .tp = c.tp, .cp = c.cp, .ep = c.ep,
+          .sequence_parallel = c.sequence_parallel, .bf16 = c.precision == "bf16", .recompute = m.recompute,
+          .experts = m.moe.enabled() ? m.moe.experts : 0, .top_k = m.moe.top_k, .every = m.moe.every};
+}
+
+// The chunks pipeline rank r owns: virtual stages r, r + pp, ...
+std::vector<nn::GPTStage> rank_chunks(const TrainConfig& c, const std::vector<nn::GPTStage>& stages, int64_t r) {
+  std::vector<nn::GPTStage> chunks;
+  for (size_t k = static_cast<size_t>(r); k < stages.size(); k += static_cast<size_t>(c.pp)) chunks.push_back(stages[k]);
+  return chunks;
+}
 
 // A block's four Linears on a 3D grid: attention's qkv (3 blocks) and proj, the MLP's fc and
-// proj, each pair's first a column-parallel request and its second a row-parallel one.
-struct Linear3DBlock {
-  int64_t weights = 0, biases = 0;
-};
-Linear3DBlock linear_3d_block(int64_t C, const std::array<int64_t, 3>& grid) {
+// proj, each pair's first a column-parallel request and its second a row-parallel one. A grid
+// rank holds its shard of each and whole what the grid cannot split (Layers3D::share).
+plan::BlockLinears linear_3d_block(int64_t C, const std::array<int64_t, 3>& grid) {
   using parallel::tp3d::Layers3D;
-  Linear3DBlock b;
-  for (const Layers3D::Share s : {Layers3D::share(C, 3 * C, 3, true, grid), Layers3D::share(C, C, 1, false, grid),
-                                  Layers3D::share(C, 4 * C, 1, true, grid), Layers3D::share(4 * C, C, 1, false, grid)}) {
-    b.weights += s.weight;
-    b.biases += s.bias;
-  }
-  return b;
+  const Layers3D::Share qkv = Layers3D::share(C, 3 * C, 3, true, grid), proj = Layers3D::share(C, C, 1, false, grid);
+  const Layers3D::Share fc = Layers3D::share(C, 4 * C, 1, true, grid), out = Layers3D::share(4 * C, C, 1, false, grid);
+  return {.attention_weights = qkv.weight + proj.weight, .attention_biases = qkv.bias + proj.bias,
+          .mlp_weights = fc.weight + out.weight, .mlp_biases = fc.bias + out.bias};
 }
 
-// Counted over the stages the rank owns, so a stage's MoE blocks are those among its own layers
-// (nn::MoeConfig::is_moe_block: block l when l + 1 is a multiple of `every`) and the tables sit
-// on the first and last stages.
-RankParameters rank_parameters(const TrainConfig& c, const std::vector<nn::GPTStage>& stages, int64_t pp_rank) {
-  const nn::GPTConfig& m = c.model;
-  const int64_t C = m.n_embd, t = c.tp, table = m.resolved_padded_vocab() / t * C;
-  const int64_t local_experts = m.moe.enabled() ? m.moe.experts / c.ep : 0;
-  RankParameters r;
-  for (size_t k = static_cast<size_t>(pp_rank); k < stages.size(); k += static_cast<size_t>(c.pp)) {
-    const nn::GPTStage& s = stages[k];
-    const int64_t blocks = s.end_block - s.first_block;
-    const int64_t moe = m.moe.enabled() ? s.end_block / m.moe.every - s.first_block / m.moe.every : 0;
-    // Every block: attention's qkv (split over tp with its bias) and proj (split, its bias
-    // replicated), two LayerNorms. A dense block's MLP: fc (split with its bias) and proj (split,
-    // its bias replicated). An MoE block's: a router (no bias) and the experts, replicated over tp.
-    if (c.tp_3d_on()) {
-      // A grid rank holds its shard of each Linear3D and the layers the grid cannot split whole
-      // (Layers3D::share); no mixture of experts under a grid.
-      const Linear3DBlock b = linear_3d_block(C, c.tp_3d_grid());
-      r.linear_weights += blocks * b.weights;
-      r.gemm_free += blocks * (b.biases + 4 * C);
-    } else {
-      r.linear_weights += blocks * 4 * C * C / t + (blocks - moe) * 8 * C * C / t;
-      r.gemm_free += blocks * (3 * C / t + C + 4 * C) + (blocks - moe) * (4 * C / t + C);
-    }
-    r.kept += moe * m.moe.experts * C;
-    r.experts += moe * local_experts * plan::expert_mlp_parameters(C);
-    r.expert_weights += moe * local_experts * 8 * C * C;
-    // The token table: the LM head's GEMMs read it; a first stage without the head only looks
-    // rows up. The position table and the final LayerNorm no GEMM reads.
-    if (s.head) r.dense += table;
-    if (s.embedding) r.gemm_free += m.block_size * C + (s.head ? 0 : table);
-    if (s.head) r.gemm_free += 2 * C;
-  }
-  r.dense += r.linear_weights + r.kept + r.gemm_free;
-  return r;
+// The parameters pipeline rank r holds over the stages it owns (no mixture of experts under a grid).
+plan::RankParameters rank_parameters(const TrainConfig& c, const std::vector<nn::GPTStage>& stages, int64_t r) {
+  const plan::BlockLinears linears = c.tp_3d_on() ? linear_3d_block(c.model.n_embd, c.tp_3d_grid())
+                                                  : plan::tensor_parallel_linears(c.model.n_embd, c.tp);
+  return plan::rank_parameters(rank_shape(c), rank_chunks(c, stages, r), linears);
 }
 
-// The model state of `params` parameters ZeRO shards (or DDP replicates), in the run's precision:
-// plan::model_state_bytes in fp32, the mixed-precision formulas (plan/mixed_precision_cost.hpp)
-// in bf16, of which gemm_only only GEMMs read, kept stay fp32 and gemm_free no GEMM reads.
-plan::StateBytes sharded_state(const TrainConfig& c, int64_t params, int64_t gemm_only, int64_t kept,
-                               int64_t gemm_free) {
-  const int64_t optimizer = c.optimizer == "adamw" ? 8 : 4;
-  const int shards = static_cast<int>(c.shard_size()), zero = static_cast<int>(c.zero);
-  if (c.precision != "bf16") return plan::model_state_bytes(params, shards, zero, optimizer);
-  return plan::mixed_precision_state_bytes(params, params - gemm_only - kept, shards, zero, optimizer, kept, gemm_free);
-}
-
-plan::StateBytes rank_state(const TrainConfig& c, const RankParameters& r) {
-  // 3D tensor parallelism's weights keep their fp32 value (no ZeRO under 3D to hold them in bf16 only).
-  const int64_t gemm_only = c.tp_3d.empty() ? r.linear_weights : 0;
-  // Without ep ZeRO shards the experts with the rest (plan::experts_sharded_by_zero); under ep
-  // (or DDP) a rank keeps its E / ep experts of each MoE block whole, outside ZeRO
-  // (ExpertDataParallel), with a bf16 copy of their weights in bf16 (their biases are read in fp32).
-  if (c.ep == 1 && c.zero >= 1)
-    return sharded_state(c, r.dense + r.experts, gemm_only, r.kept, r.gemm_free + r.experts - r.expert_weights);
-  const plan::StateBytes dense = sharded_state(c, r.dense, gemm_only, r.kept, r.gemm_free);
-  const plan::StateBytes experts = plan::unsharded_state_bytes(r.experts, c.precision == "bf16" ? r.expert_weights : 0,
-                                                               c.optimizer == "adamw" ? 8 : 4);
-  return {dense.params + experts.params, dense.grads + experts.grads, dense.optimizer + experts.optimizer};
+// In the run's precision and optimizer, ZeRO over the shard group. (Under --tp-3d, whose
+// weights keep their fp32 value, zero is 0, where only what no GEMM reads tells the copies apart.)
+plan::StateBytes rank_state(const TrainConfig& c, const plan::RankParameters& r) {
+  return plan::rank_state_bytes(r, rank_shape(c), c.shard_size(), static_cast<int>(c.zero),
+                                c.optimizer == "adamw" ? 8 : 4);
 }
 
 }  // namespace
@@ -189,56 +139,13 @@ MemoryNeed rank_memory(const TrainConfig& c, const std::vector<nn::GPTStage>& st
   if (c.tp_3d_on())  // a grid rank: no pipeline, one micro-batch (validate_tp_3d)
     return {static_cast<double>(rank_state(c, rank_parameters(c, stages, r)).total()),
             static_cast<double>(plan::grid_3d_activation_bytes(grid_3d_activation_shape(c)))};
-  const nn::GPTConfig& m = c.model;
-  const int64_t T = m.block_size / c.cp, C = m.n_embd;  // this rank's tokens of each sequence
-  const int64_t layer = layer_activation_bytes(c);
-  // A mixture of experts' blocks keep more (its routed rows; every tp rank's tokens).
-  const int64_t moe_extra = m.moe.enabled() ? moe_extra_layer_activation_bytes(c) : 0;
-  // With recompute a block keeps only its input (in bf16 under mixed precision, this rank's
-  // chunk of the sequence under sequence parallelism); one block's activations exist at a time.
-  const int64_t input_bytes = (c.precision == "bf16" ? 2 : 4) * c.batch_size * (c.sequence_parallel ? T / c.tp : T) * C;
-  // The head's stage keeps the logits in fp32 (the loss turns them into their gradient in place,
-  // kept to the head's backward), the final LayerNorm's input and output (bf16 copies in bf16)
-  // and its statistics; in bf16 the head's backward adds a bf16 copy of their gradient's rows,
-  // nn::GPT::kHeadGradientRows at a time.
-  const int64_t Vt = m.resolved_padded_vocab() / c.tp;
-  const int64_t final_norm = 2 * (c.precision == "bf16" ? 2 : 4) * c.batch_size * T * C + 8 * c.batch_size * T;
-  const int64_t logits = 4 * c.batch_size * T * Vt + final_norm;
-  const int64_t head_gradient =
-      c.precision == "bf16" ? 2 * std::min(c.batch_size * m.block_size, nn::GPT::kHeadGradientRows) * Vt : 0;
-  std::vector<int64_t> chunk_bytes;
-  bool moe_here = false, moe_last = false, head_here = false;
-  for (size_t k = static_cast<size_t>(r); k < stages.size(); k += static_cast<size_t>(c.pp)) {
-    const nn::GPTStage& s = stages[k];
-    const int64_t blocks = s.end_block - s.first_block;
-    const int64_t moe = m.moe.enabled() ? s.end_block / m.moe.every - s.first_block / m.moe.every : 0;
-    moe_here = moe_here || moe > 0;
-    moe_last = moe_last || (m.moe.enabled() && s.end_block % m.moe.every == 0);
-    head_here = head_here || s.head;
-    chunk_bytes.push_back((m.recompute ? input_bytes * blocks : layer * blocks + moe_extra * moe) + (s.head ? logits : 0));
-  }
+  const plan::RankShape shape = rank_shape(c);
+  const plan::ActivationTerms terms = plan::activation_terms(shape);
   // Without a schedule to walk (no pipeline, or one the executor refuses): one micro-batch.
-  int64_t kept = 0;
-  if (schedule) kept = parallel::pipeline::peak_held_bytes(schedule->ranks.at(static_cast<size_t>(r)), chunk_bytes);
-  else for (const int64_t bytes : chunk_bytes) kept += bytes;
-  if (m.recompute) kept += layer + (moe_here ? moe_extra : 0);  // the block re-run in backward
-  // Ring attention's scratch while one layer runs: a block's scores and their gradient, (B, NH, T/(2cp), T/(2cp)) each.
-  const int64_t Tc = m.block_size / (2 * c.cp), ring = c.cp > 1 ? 2 * 4 * c.batch_size * (m.n_head / c.tp) * Tc * Tc : 0;
-  // Under bf16 one layer's attention backward recomputes a group of heads' probabilities.
-  const int64_t recomputed = c.precision == "bf16" && c.cp == 1
-                                 ? plan::bf16_attention_backward_bytes(c.batch_size, m.block_size, C, m.n_head, c.tp)
-                                 : 0;
-  // A chunk's backward starts at its last block with all of the chunk's activations held: the
-  // fp32 gradients it passes on (the residual stream's, its branch's, its LayerNorm's), and when
-  // that block is a mixture of experts the gradient of its routed rows' hidden values (N K 4C,
-  // in bf16 the GEMM operand's precision).
-  const int64_t Tr = c.sequence_parallel ? T / c.tp : T;
-  const int64_t routed = Tr * c.batch_size * (m.moe.enabled() ? m.moe.top_k : 0);
-  const int64_t scratch = 3 * 4 * c.batch_size * Tr * C + (moe_last ? (c.precision == "bf16" ? 2 : 4) * routed * 4 * C : 0);
-  // The head's backward (its gradient rows) runs before the blocks' and is done by then.
-  const int64_t once = std::max(head_here ? head_gradient : 0, ring + recomputed + scratch);
+  const int64_t activations = plan::rank_activation_bytes(
+      shape, terms, rank_chunks(c, stages, r), schedule ? &schedule->ranks.at(static_cast<size_t>(r)) : nullptr);
   MemoryNeed need{static_cast<double>(rank_state(c, rank_parameters(c, stages, r)).total()),
-                  static_cast<double>(kept + once)};
+                  static_cast<double>(activations)};
   if (c.pp > 1) need.pp_rank = r;
   return need;
 }
@@ -282,19 +189,9 @@ plan::Grid3DActivationShape grid_3d_activation_shape(const TrainConfig& c) {
                     Layers3D::splits(C, 4 * C, 1, true, g), Layers3D::splits(4 * C, C, 1, false, g)}};
 }
 
-int64_t moe_extra_layer_activation_bytes(const TrainConfig& c) {
-  const nn::GPTConfig& m = c.model;
-  return plan::moe_extra_activation_bytes_per_layer(c.batch_size, m.block_size, m.n_embd, c.tp, c.sequence_parallel,
-                                                    c.cp, m.moe.experts, m.moe.top_k, c.precision == "bf16");
-}
+int64_t moe_extra_layer_activation_bytes(const TrainConfig& c) { return plan::moe_extra_activation_bytes(rank_shape(c)); }
 
-int64_t layer_activation_bytes(const TrainConfig& c) {
-  const nn::GPTConfig& m = c.model;
-  return c.precision == "bf16" ? plan::bf16_activation_bytes_per_layer(c.batch_size, m.block_size, m.n_embd, m.n_head,
-                                                                       c.tp, c.sequence_parallel, c.cp)
-                               : plan::activation_bytes_per_layer(c.batch_size, m.block_size, m.n_embd, m.n_head, c.tp,
-                                                                  c.sequence_parallel, c.cp);
-}
+int64_t layer_activation_bytes(const TrainConfig& c) { return plan::block_activation_bytes(rank_shape(c)); }
 
 double kv_cache_bytes(const nn::GPTConfig& m, int64_t batch, bool bf16) {
   return static_cast<double>(m.n_layer) * 2.0 * static_cast<double>(batch) * static_cast<double>(m.block_size) *

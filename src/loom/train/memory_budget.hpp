@@ -1,5 +1,5 @@
 // Bad input is bounded before it allocates: a model's memory, predicted per rank with the
-// planner's formulas (plan/memory_model.hpp, the numbers `loom train --dry-run` prints), is
+// planner's own count (plan/rank_memory_terms.hpp, the numbers `loom train --dry-run` prints), is
 // checked against what this machine has available before any model tensor exists. The
 // prediction counts the model state and the activations a rank keeps for backward: one
 // micro-batch's, or under a pipeline those of every micro-batch its schedule holds at once.

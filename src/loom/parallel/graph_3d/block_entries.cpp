@@ -41,7 +41,7 @@ BlockEntries count_block_entries(data::GraphSource& source, const std::array<int
                        &out.counts[static_cast<size_t>(l)]});
   }
   source.for_each_edge([&](int64_t s, int64_t d) {
-    ++out.edges;
+    out.digest.add(s, d);
     for (const Cut& cut : cuts) cut.keep(N, s, d), cut.keep(N, d, s);
   });
   for (int64_t i = 0; i < N; ++i)

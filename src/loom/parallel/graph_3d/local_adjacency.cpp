@@ -72,10 +72,18 @@ LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3
         cuts[static_cast<size_t>(l)].entries.reserve(static_cast<size_t>((2 * E + N) / blocks * 11 / 10));
       }
     // Both directions of every edge and the self-loops, as gcn_normalized_adjacency takes them.
-    source.for_each_edge([&](int64_t s, int64_t d) {
-      digest.add(s, d);
+    const auto keep = [&cuts](int64_t s, int64_t d) {
       for (Cut& cut : cuts) cut.keep(s, d), cut.keep(d, s);
-    });
+    };
+    if (counted != nullptr) {  // digested by the count: only counted again, against it
+      int64_t edges = 0;
+      source.for_each_edge([&](int64_t s, int64_t d) { ++edges, keep(s, d); });
+      check(edges == counted->digest.count(), source.nodes().name, ": ", edges, " edges, but ",
+            counted->digest.count(), " when they were counted (changed since it was opened)");
+      digest = counted->digest;
+    } else {
+      source.for_each_edge([&](int64_t s, int64_t d) { digest.add(s, d), keep(s, d); });
+    }
     for (int64_t i = 0; i < N; ++i)
       for (Cut& cut : cuts) cut.keep(i, i);
     for (Cut& cut : cuts) {

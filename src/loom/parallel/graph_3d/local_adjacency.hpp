@@ -32,7 +32,9 @@ struct LocalAdjacency {
 // identity). An error reading the edges on any rank fails every rank (the others naming the
 // grid rank that failed) before the grid sums the degrees, so none waits in that sum. counted:
 // the entries each block receives (block_entries.hpp), when counted before, which each block
-// reserves exactly; else the even share of a source's known edges, or nothing.
+// reserves exactly, and the edges' digest the count took (digest becomes it, the edges
+// streamed now only counted: as many as then, or the source changed since); else the even
+// share of a source's known edges, or nothing.
 LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3D& grid, const NodeOrders& orders,
                                     int64_t layers, data::EdgeDigest& digest, const BlockEntries* counted = nullptr);
 

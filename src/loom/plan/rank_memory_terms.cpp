@@ -1,0 +1,128 @@
+#include "loom/plan/rank_memory_terms.hpp"
+
+#include <algorithm>
+
+#include "loom/parallel/pipeline/held_activations.hpp"
+#include "loom/plan/mixed_precision_cost.hpp"
+#include "loom/plan/moe_cost.hpp"
+
+namespace loom::plan {
+
+int64_t RankShape::moe_blocks(const nn::GPTStage& s) const {
+  return experts > 0 ? s.end_block / every - s.first_block / every : 0;
+}
+
+BlockLinears tensor_parallel_linears(int64_t C, int64_t t) {
+  return {.attention_weights = 4 * C * C / t, .attention_biases = 3 * C / t + C,
+          .mlp_weights = 8 * C * C / t, .mlp_biases = 4 * C / t + C};
+}
+
+RankParameters rank_parameters(const RankShape& shape, const std::vector<nn::GPTStage>& chunks,
+                               const BlockLinears& linears) {
+  const int64_t C = shape.hidden, table = shape.vocab / shape.tp * C;
+  const int64_t local_experts = shape.experts > 0 ? shape.experts / shape.ep : 0;
+  RankParameters r;
+  for (const nn::GPTStage& s : chunks) {
+    const int64_t blocks = s.end_block - s.first_block, moe = shape.moe_blocks(s);
+    r.linear_weights += blocks * linears.attention_weights + (blocks - moe) * linears.mlp_weights;
+    r.gemm_free += blocks * (linears.attention_biases + 4 * C) + (blocks - moe) * linears.mlp_biases;
+    r.kept += moe * shape.experts * C;
+    r.experts += moe * local_experts * expert_mlp_parameters(C);
+    r.expert_weights += moe * local_experts * 8 * C * C;
+    // The token table: the LM head's GEMMs read it; a first stage without the head only looks
+    // rows up. The position table and the final LayerNorm no GEMM reads.
+    if (s.head) r.dense += table;
+    if (s.embedding) r.gemm_free += shape.seq * C + (s.head ? 0 : table);
+    if (s.head) r.gemm_free += 2 * C;
+  }
+  r.dense += r.linear_weights + r.kept + r.gemm_free;
+  return r;
+}
+
+namespace {
+// The state of `params` parameters ZeRO shards (or DDP replicates), of which gemm_only only GEMMs
+// read, kept stay fp32 and gemm_free no GEMM reads.
+StateBytes sharded_state(const RankShape& shape, int64_t params, int64_t gemm_only, int64_t kept, int64_t gemm_free,
+                         int64_t shards, int zero, int64_t optimizer_bytes) {
+  const int n = static_cast<int>(shards);
+  if (!shape.bf16) return model_state_bytes(params, n, zero, optimizer_bytes);
+  return mixed_precision_state_bytes(params, params - gemm_only - kept, n, zero, optimizer_bytes, kept, gemm_free);
+}
+}  // namespace
+
+StateBytes rank_state_bytes(const RankParameters& r, const RankShape& shape, int64_t shards, int zero,
+                            int64_t optimizer_bytes) {
+  if (r.experts > 0 && shape.ep == 1 && zero >= 1)
+    return sharded_state(shape, r.dense + r.experts, r.linear_weights, r.kept, r.gemm_free + r.experts - r.expert_weights,
+                         shards, zero, optimizer_bytes);
+  const StateBytes dense = sharded_state(shape, r.dense, r.linear_weights, r.kept, r.gemm_free, shards, zero, optimizer_bytes);
+  const StateBytes experts = unsharded_state_bytes(r.experts, shape.bf16 ? r.expert_weights : 0, optimizer_bytes);
+  return {dense.params + experts.params, dense.grads + experts.grads, dense.optimizer + experts.optimizer};
+}
+
+int64_t block_activation_bytes(const RankShape& s) {
+  return s.bf16 ? bf16_activation_bytes_per_layer(s.batch, s.seq, s.hidden, s.heads, s.tp, s.sequence_parallel, s.cp)
+                : activation_bytes_per_layer(s.batch, s.seq, s.hidden, s.heads, s.tp, s.sequence_parallel, s.cp);
+}
+
+int64_t moe_extra_activation_bytes(const RankShape& s) {
+  if (s.experts == 0) return 0;
+  return moe_extra_activation_bytes_per_layer(s.batch, s.seq, s.hidden, s.tp, s.sequence_parallel, s.cp, s.experts,
+                                              s.top_k, s.bf16);
+}
+
+ActivationTerms activation_terms(const RankShape& s) {
+  const int64_t B = s.batch, T = s.tokens(), C = s.hidden, w = s.bf16 ? 2 : 4;
+  const int64_t Tr = s.sequence_parallel ? T / s.tp : T;  // this rank's tokens outside the split layers
+  const int64_t Vt = s.vocab / s.tp;
+  const int64_t layer = block_activation_bytes(s), moe_extra = moe_extra_activation_bytes(s);
+  ActivationTerms a;
+  // With recompute a block keeps only its input (in bf16 under mixed precision, this rank's
+  // chunk of the sequence under sequence parallelism); one block's activations exist at a time.
+  a.block = s.recompute ? w * B * Tr * C : layer;
+  a.moe_block = s.recompute ? 0 : moe_extra;
+  a.rerun = s.recompute ? layer : 0;
+  a.moe_rerun = s.recompute ? moe_extra : 0;
+  // The head's stage keeps the logits in fp32 (the loss turns them into their gradient in place,
+  // kept to the head's backward), the final LayerNorm's input and output (bf16 copies in bf16)
+  // and its statistics.
+  a.head = 4 * B * T * Vt + 2 * w * B * T * C + 8 * B * T;
+  // Ring attention's scratch while one layer runs: a block's scores and their gradient,
+  // (B, NH, T/(2cp), T/(2cp)) each; under bf16 without cp, the probabilities attention's
+  // backward recomputes for a group of heads.
+  const int64_t Tc = s.seq / (2 * s.cp);
+  if (s.cp > 1) a.attention = 2 * 4 * B * (s.heads / s.tp) * Tc * Tc;
+  else if (s.bf16) a.attention = bf16_attention_backward_bytes(B, s.seq, C, s.heads, s.tp);
+  // A chunk's backward starts at its last block with all of the chunk's activations held: the
+  // fp32 gradients it passes on (the residual stream's, its branch's, its LayerNorm's), and when
+  // that block is a mixture of experts the gradient of its routed rows' hidden values (N K 4C,
+  // in bf16 the GEMM operand's precision).
+  a.scratch = 3 * 4 * B * Tr * C;
+  a.moe_scratch = w * Tr * B * s.top_k * 4 * C;
+  // In bf16 the head's backward converts the logits' gradient to bf16, kBf16HeadGradientRows
+  // rows of this rank's tokens at a time (nn::GPT::kHeadGradientRows).
+  if (s.bf16) a.head_gradient = 2 * std::min(B * T, kBf16HeadGradientRows) * Vt;
+  return a;
+}
+
+int64_t rank_activation_bytes(const RankShape& s, const ActivationTerms& a, const std::vector<nn::GPTStage>& chunks,
+                              const std::vector<parallel::pipeline::Action>* actions) {
+  std::vector<int64_t> chunk_bytes;
+  bool moe_here = false, moe_last = false, head = false;
+  for (const nn::GPTStage& chunk : chunks) {
+    const int64_t blocks = chunk.end_block - chunk.first_block, moe = s.moe_blocks(chunk);
+    moe_here = moe_here || moe > 0;
+    moe_last = moe_last || (s.experts > 0 && chunk.end_block % s.every == 0);
+    head = head || chunk.head;
+    chunk_bytes.push_back(a.block * blocks + a.moe_block * moe + (chunk.head ? a.head : 0));
+  }
+  int64_t held = 0;
+  if (actions) held = parallel::pipeline::peak_held_bytes(*actions, chunk_bytes);
+  else for (const int64_t bytes : chunk_bytes) held += bytes;
+  held += a.rerun + (moe_here ? a.moe_rerun : 0);
+  // The head's backward (its gradient rows) runs before the blocks' and is done by then.
+  const int64_t first_backward = a.attention + a.scratch + (moe_last ? a.moe_scratch : 0);
+  return held + std::max(head ? a.head_gradient : 0, first_backward);
+}
+
+}  // namespace loom::plan
