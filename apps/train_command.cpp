@@ -16,6 +16,7 @@
 #include "loom/plan/gcn_cost.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
+#include "loom/plan/tensor_parallel_3d_memory.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/gcn_spec.hpp"
 #include "loom/train/memory_budget.hpp"
@@ -115,6 +116,18 @@ void print_dry_run(train::TrainConfig& config) {
                                                                   static_cast<int>(config.zero),
                                                                   config.precision == "bf16" ? 2 : 4, moe))
                     .c_str());
+  }
+  if (config.tp_3d_on()) {
+    // Every grid rank holds the same shapes (the widths divide the grid or a layer stays whole
+    // on every rank), so one figure is each grid rank's.
+    const plan::Grid3DActivationShape shape = train::grid_3d_activation_shape(config);
+    std::printf("# predicted activations per grid rank, the same on every rank of %s (%s, micro-batch %lld x %lld, "
+                "heads and MLP over row %lld, qkv and fc inputs over col %lld): a block keeps %s, %s at the step's "
+                "peak\n",
+                config.tp_3d.c_str(), config.precision.c_str(), static_cast<long long>(config.batch_size),
+                static_cast<long long>(config.model.block_size), static_cast<long long>(shape.row),
+                static_cast<long long>(shape.col), format_bytes(plan::grid_3d_layer_activation_bytes(shape)).c_str(),
+                format_bytes(plan::grid_3d_activation_bytes(shape)).c_str());
   }
   if (config.cp > 1) {
     // Context parallelism: each rank's chunks of every sequence, its activations (1/cp of the

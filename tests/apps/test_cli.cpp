@@ -161,6 +161,18 @@ TEST(Cli, CommTimeoutFromFileEnvironmentAndFlag) {
   fs::remove(file);
 }
 
+// Under a grid every rank holds the same shapes: one activation figure, each grid rank's
+// (Trainer3D.DryRunActivationsOfEveryGridRankAreTheTrackersPeak holds it to every rank's tracker).
+TEST(Cli, DryRunPrintsAGridRanksActivations) {
+  const Result r = run_loom("train --tp-3d 2,2,1 --dry-run");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("# predicted activations per grid rank, the same on every rank of 2,2,1 (fp32, micro-batch "),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("heads and MLP over row 2, qkv and fc inputs over col 2): a block keeps "), std::string::npos)
+      << r.output;
+}
+
 TEST(Cli, DryRunShowsTheRankMapOfALayout) {
   const Result r = run_loom("train --dp 2 --pp 2 --tp 2 --dry-run");
   EXPECT_EQ(r.exit_code, 0) << r.output;

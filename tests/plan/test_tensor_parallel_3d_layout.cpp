@@ -9,9 +9,9 @@
 #include <set>
 #include <tuple>
 
-#include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/plan/tensor_parallel_3d_cost.hpp"
 #include "loom/plan/tensor_parallel_3d_layout.hpp"
+#include "loom/train/memory_budget.hpp"
 
 namespace loom::plan {
 namespace {
@@ -149,24 +149,46 @@ TEST(Plan3D, CountsTheGatheredBlocksInMemory) {
   EXPECT_EQ(deep.activation_bytes - flat.activation_bytes, int64_t{4} * 3 * 4 * 256 * 256 / 2);
 }
 
-// Under Loom's bf16 a grid's layers keep bf16 copies as a 1D tensor-parallel layer over row
-// does (mixed_precision_cost.hpp), not the published mixed-precision layer: against fp32 only
-// the layers differ (the residual stream and the logits stay fp32, as do the gathered weight
-// blocks). The state adds a bf16 copy of what GEMMs read, each weight shard and the tied token
-// table, none of the biases, LayerNorms and position table (once 2 B each of those too).
-TEST(Plan3D, PricesBf16ActivationsAsLoomKeepsThem) {
-  const ModelSpec m{"m", 2, 256, 4, 64, 128};
+// In Loom's precisions a grid's activations are the memory check's for a grid rank
+// (train::training_memory, which the trainer's test holds to every grid rank's tracker peak:
+// tensor_parallel_3d_memory.hpp), plus the weight blocks gathered over depth, which the check
+// does not count (comm buffers, CountsTheGatheredBlocksInMemory): fp32 and bf16, with and
+// without recompute, on grids splitting rows, columns and depth. It once priced them as a 1D
+// layer over row with the logits and 3 (B, T, C) tensors: 2,2,1 in fp32 477184 B where the check
+// has 419840. Under bf16 the state adds a bf16 copy of what GEMMs read, each weight shard and
+// the tied token table, none of the biases, LayerNorms and position table (once 2 B each of
+// those too).
+TEST(Plan3D, ActivationsAreTheMemoryChecksPlusTheGatheredBlocks) {
+  const int64_t L = 2, h = 64, heads = 4, seq = 32, vocab = 128, mb = 2;
+  const ModelSpec m{"m", L, h, heads, seq, vocab};
+  for (const std::array<int64_t, 3> g : {std::array<int64_t, 3>{2, 2, 1}, {1, 2, 2}, {2, 1, 2}, {2, 2, 2}})
+    for (const bool bf16 : {false, true})
+      for (const bool recompute : {false, true}) {
+        const auto [R, C, D] = g;
+        ClusterSpec cluster = cluster_preset("local-default");
+        cluster.precision = bf16 ? Precision::Bf16 : Precision::Fp32;
+        Layout l = grid(1, R, C, D, mb);
+        l.recompute = recompute;
+        const LayoutCost cost = predict(m, cluster, l, mb * D);
+        ASSERT_TRUE(cost.valid) << cost.why_not;
+        train::TrainConfig c;
+        c.model = nn::GPTConfig{.vocab_size = 65, .block_size = seq, .n_layer = L, .n_head = heads, .n_embd = h};
+        c.model.padded_vocab_size = vocab;
+        c.model.recompute = recompute;
+        c.batch_size = mb;
+        c.tp_3d = std::to_string(R) + "," + std::to_string(C) + "," + std::to_string(D);
+        c.precision = bf16 ? "bf16" : "fp32";
+        const int64_t gathered = 4 * ((D > 1 ? 3 : 0) + 3) * 4 * h * h / (R * C);
+        EXPECT_EQ(static_cast<double>(cost.activation_bytes - gathered), train::training_memory(c).activations)
+            << c.tp_3d << (bf16 ? " bf16" : " fp32") << (recompute ? " recompute" : "");
+      }
   ClusterSpec c = cluster_preset("local-default");
   const Layout l = grid(1, 2, 1, 2, 2);
   c.precision = Precision::Fp32;
   const LayoutCost fp32 = predict(m, c, l, 4);
   c.precision = Precision::Bf16;
   const LayoutCost bf16 = predict(m, c, l, 4);
-  ASSERT_TRUE(fp32.valid && bf16.valid) << fp32.why_not << bf16.why_not;
-  const int64_t layers = 2 * (bf16_activation_bytes_per_layer(2, 64, 256, 4, 2, false) -
-                              activation_bytes_per_layer(2, 64, 256, 4, 2, false));
-  EXPECT_EQ(bf16.activation_bytes - fp32.activation_bytes, layers);
-  const int64_t h = 256, weight_shards = 2 * 12 * h * h / (2 * 1 * 2), table = 128 * h;
+  const int64_t weight_shards = L * 12 * h * h / (2 * 1 * 2), table = vocab * h;
   EXPECT_EQ(bf16.state_bytes - fp32.state_bytes, 2 * (weight_shards + table));
 }
 

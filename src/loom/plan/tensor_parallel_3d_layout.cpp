@@ -7,6 +7,7 @@
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/plan/tensor_parallel_3d_cost.hpp"
+#include "loom/plan/tensor_parallel_3d_memory.hpp"
 
 namespace loom::plan {
 
@@ -58,8 +59,10 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   cost.micro_batches = micro_batches;
 
   // Memory: full optimizer state of this rank's parameters (3D is not combined with ZeRO);
-  // activations as a 1D tensor-parallel layer over row (heads and MLP split R ways, the rest
-  // replicated), plus the whole LM head's logits.
+  // in Loom's precisions the activations the memory check counts for a grid rank
+  // (tensor_parallel_3d_memory.hpp: the trainer's peak); under mixed precision those of a 1D
+  // tensor-parallel layer over row (heads and MLP split R ways, the rest replicated), plus the
+  // whole LM head's logits.
   const int64_t params = params_per_rank(m, R, C, D);
   const int64_t bpv = value_bytes(c.precision);
   // Loom's bf16: 18 bytes a GEMM-read parameter (each weight shard's bf16 copy, which the depth
@@ -71,15 +74,23 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
                                                       : 16 * params;
   const double s = static_cast<double>(m.seq), b = static_cast<double>(l.micro_batch), hd = static_cast<double>(h),
                a = static_cast<double>(m.heads), r = static_cast<double>(R);
-  Layout over_row;  // the 1D tensor-parallel layer the activations are priced as
-  over_row.tp = R;
-  over_row.micro_batch = l.micro_batch;
-  over_row.sequence_parallel = false;
-  auto layer_bytes = [&](bool recompute) { return layer_activation_bytes(m, c, over_row, recompute); };
-  double activations = layer_bytes(l.recompute) * static_cast<double>(m.layers);
-  if (l.recompute) activations += layer_bytes(false);
   const double tokens = b * s;
-  activations += static_cast<double>(bpv) * (3.0 * tokens * hd + 2.0 * tokens * static_cast<double>(m.vocab));
+  double activations = 0;
+  if (c.precision == Precision::Mixed) {
+    Layout over_row;  // the 1D tensor-parallel layer the activations are priced as
+    over_row.tp = R;
+    over_row.micro_batch = l.micro_batch;
+    over_row.sequence_parallel = false;
+    auto layer_bytes = [&](bool recompute) { return layer_activation_bytes(m, c, over_row, recompute); };
+    activations = layer_bytes(l.recompute) * static_cast<double>(m.layers);
+    if (l.recompute) activations += layer_bytes(false);
+    activations += static_cast<double>(bpv) * (3.0 * tokens * hd + 2.0 * tokens * static_cast<double>(m.vocab));
+  } else {
+    // The widths divide the grid (checked above), so every Linear of a block is split.
+    activations = static_cast<double>(grid_3d_activation_bytes(
+        {.B = l.micro_batch, .T = m.seq, .C = h, .NH = m.heads, .L = m.layers, .V = m.vocab, .row = R, .col = C,
+         .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute}));
+  }
   // The fp32 weight blocks gathered over depth, counted with the activations (transient too):
   // the layer's own, the next kAhead prefetched (parallel/tensor_parallel_3d/overlap_3d.hpp)
   // and in backward the weight-gradient blocks (this layer's, and the previous ones' still

@@ -17,6 +17,7 @@
 #include "loom/parallel/tensor_parallel_3d/layers_3d.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/rank_memory_terms.hpp"
+#include "loom/plan/tensor_parallel_3d_memory.hpp"
 #include "loom/tensor/memory_tracker.hpp"
 
 namespace loom::train {
@@ -135,6 +136,9 @@ std::optional<parallel::pipeline::Schedule> run_schedule(const TrainConfig& c) {
 // (micro-batch, chunk) its schedule holds at once, and what one layer at a time adds.
 MemoryNeed rank_memory(const TrainConfig& c, const std::vector<nn::GPTStage>& stages,
                        const std::optional<parallel::pipeline::Schedule>& schedule, int64_t r) {
+  if (c.tp_3d_on())  // a grid rank: no pipeline, one micro-batch (validate_tp_3d)
+    return {static_cast<double>(rank_state(c, rank_parameters(c, stages, r)).total()),
+            static_cast<double>(plan::grid_3d_activation_bytes(grid_3d_activation_shape(c)))};
   const plan::RankShape shape = rank_shape(c);
   const plan::ActivationTerms terms = plan::activation_terms(shape);
   // Without a schedule to walk (no pipeline, or one the executor refuses): one micro-batch.
@@ -172,6 +176,17 @@ MemoryNeed training_memory(const TrainConfig& c) {
     if (r == 0 || here.total() > most.total()) most = here;
   }
   return most;
+}
+
+plan::Grid3DActivationShape grid_3d_activation_shape(const TrainConfig& c) {
+  using parallel::tp3d::Layers3D;
+  const nn::GPTConfig& m = c.model;
+  const std::array<int64_t, 3> g = c.tp_3d_grid();
+  const int64_t C = m.n_embd;
+  return {.B = c.batch_size, .T = m.block_size, .C = C, .NH = m.n_head, .L = m.n_layer, .V = m.resolved_padded_vocab(),
+          .row = g[0], .col = g[1], .bf16 = c.precision == "bf16", .recompute = m.recompute,
+          .split = {Layers3D::splits(C, 3 * C, 3, true, g), Layers3D::splits(C, C, 1, false, g),
+                    Layers3D::splits(C, 4 * C, 1, true, g), Layers3D::splits(4 * C, C, 1, false, g)}};
 }
 
 int64_t moe_extra_layer_activation_bytes(const TrainConfig& c) { return plan::moe_extra_activation_bytes(rank_shape(c)); }

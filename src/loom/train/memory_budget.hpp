@@ -10,6 +10,7 @@
 
 #include "loom/nn/gpt.hpp"
 #include "loom/plan/memory_model.hpp"
+#include "loom/plan/tensor_parallel_3d_memory.hpp"
 #include "loom/train/config.hpp"
 
 namespace loom::train {
@@ -31,6 +32,7 @@ MemoryNeed training_memory(const TrainConfig& config);
 // stage) for each (micro-batch, chunk) its schedule holds at once (the same action list the
 // executor runs: 1F1B pp - r micro-batches on rank r, GPipe all of them, interleaved Megatron's
 // warm-up), plus what one layer at a time adds (recompute's re-run block, attention's scratch).
+// Under --tp-3d a grid rank's (plan::grid_3d_activation_bytes), every grid rank the same.
 MemoryNeed rank_training_memory(const TrainConfig& config, int64_t pp_rank);
 // The model state (parameters, gradients, optimizer) of a rank of pipeline rank pp_rank in
 // config's layout, in the run's precision (plan::model_state_bytes in fp32, the mixed-precision
@@ -43,6 +45,9 @@ plan::StateBytes rank_training_state(const TrainConfig& config, int64_t pp_rank 
 // The activations one transformer layer keeps for backward per micro-batch on this rank, in
 // the run's precision (plan::activation_bytes_per_layer, plan::bf16_activation_bytes_per_layer).
 int64_t layer_activation_bytes(const TrainConfig& config);
+// Under --tp-3d: the shape whose activations a grid rank holds (plan/tensor_parallel_3d_memory.hpp),
+// every grid rank the same; which of a block's Linears the grid splits (Layers3D::splits).
+plan::Grid3DActivationShape grid_3d_activation_shape(const TrainConfig& config);
 // What a mixture of experts' block keeps beyond that (plan::moe_extra_activation_bytes_per_layer).
 int64_t moe_extra_layer_activation_bytes(const TrainConfig& config);
 // To generate `batch` sequences together from model: the parameters (and their bf16 copies

@@ -13,9 +13,13 @@ Roles roles_of(bool first) {
 }
 }  // namespace
 
+bool Layers3D::splits(int64_t in, int64_t out, int64_t blocks, bool first, const std::array<int64_t, 3>& sizes) {
+  return Linear3D::misfit(in, out, blocks, sizes, roles_of(first)).empty();
+}
+
 Layers3D::Share Layers3D::share(int64_t in, int64_t out, int64_t blocks, bool first, const std::array<int64_t, 3>& sizes) {
   const Roles roles = roles_of(first);
-  if (!Linear3D::misfit(in, out, blocks, sizes, roles).empty()) return {in * out, out};
+  if (!splits(in, out, blocks, first, sizes)) return {in * out, out};
   auto size = [&](Axis a) { return sizes[static_cast<size_t>(a)]; };
   const int64_t pi = size(roles.in_axis), po = size(roles.out_axis), D = size(Axis::Depth);
   return {in / pi * (out / (po * D)), out / po};

@@ -50,6 +50,8 @@ class Layers3D : public nn::LayerBuilder {
     int64_t weight = 0, bias = 0;
   };
   static Share share(int64_t in, int64_t out, int64_t blocks, bool first, const std::array<int64_t, 3>& sizes);
+  // Whether that layer is a Linear3D (false: the serial fallback, on whole features).
+  static bool splits(int64_t in, int64_t out, int64_t blocks, bool first, const std::array<int64_t, 3>& sizes);
 
  protected:
   // A parameter whose gradient every depth rank already holds whole (not averaged over depth).

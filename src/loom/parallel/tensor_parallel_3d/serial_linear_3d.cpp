@@ -9,7 +9,8 @@ SerialLinear3D::SerialLinear3D(int64_t in, int64_t out, int64_t blocks, const Gr
     : nn::Linear(in, out), grid_(grid), axis_(axis), blocks_(blocks), gather_input_(gather_input), slice_output_(slice_output) {}
 
 Tensor SerialLinear3D::forward_impl(const Tensor& x_in, nn::Context& ctx) {
-  const Tensor x = gather_input_ ? grid_.gather_features(x_in, axis_) : x_in;  // (N, C)
+  // Gathered in fp32: a bf16 input (the MLP hands its projection GELU's bf16 output) is widened first.
+  const Tensor x = gather_input_ ? grid_.gather_features(nn::widened(x_in), axis_) : x_in;  // (N, C)
   const Tensor input = nn::saved_activation(x, ctx);  // in bf16 once under mixed precision, as nn::Linear
   Tensor y = project(input, /*add_bias=*/true);       // (N, OC)
   ctx.save(this, {input});

@@ -1,0 +1,33 @@
+// The activations a rank of a 3D tensor-parallel grid (parallel/tensor_parallel_3d) holds at
+// its peak in a training step of a GPT, as its memory tracker counts them. Each block keeps,
+// of this rank's B rows: the LayerNorms' whole inputs and statistics; the qkv and fc inputs
+// sliced over col (whole where the layer stays serial); attention's q, k, v and probabilities
+// (or, in bf16, each row's log-sum-exp) of the heads over row; the projection's input split
+// over row; the MLP's hidden values over row. Which moment peaks depends on the shapes, so each
+// candidate is counted and the largest taken: the head's backward (every block held, the
+// logits, the final LayerNorm's tensors), the last block's MLP projection backward (its input
+// gradient), its attention backward (bf16: the recomputed probabilities of a group of heads),
+// and the forward of that projection (under recompute: the block replayed in backward). The
+// memory check (train::rank_training_memory) and `loom plan --tp-3d on` count the same bytes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace loom::plan {
+
+struct Grid3DActivationShape {
+  int64_t B = 1, T = 1, C = 1, NH = 1, L = 1, V = 1;  // rows, tokens, width, heads, blocks, token table rows
+  int64_t row = 1, col = 1;                            // the grid's axes that split activations (depth splits weights)
+  bool bf16 = false, recompute = false;
+  // Which of a block's Linears the grid splits (qkv, attention's projection, fc, the MLP's
+  // projection); a layer whose shapes do not divide the grid stays serial on whole features.
+  std::array<bool, 4> split{true, true, true, true};
+};
+
+// What one block keeps for backward on a grid rank (without recompute).
+int64_t grid_3d_layer_activation_bytes(const Grid3DActivationShape& s);
+// The rank's peak activation bytes over a step of one micro-batch.
+int64_t grid_3d_activation_bytes(const Grid3DActivationShape& s);
+
+}  // namespace loom::plan
