@@ -74,7 +74,7 @@ TEST(PlanBf16, MemoryOfASerialLayoutByHand) {
   // (R T x 12 bytes a head), its q and dout rows in bf16 and output rows in fp32 (R HS x 8), the
   // keys and values up to its end in bf16 and their gradients in fp32 (T HS x 12), and its rows'
   // log-sum-exp and 1 / sum (R x 8).
-  const int64_t B = 8, T = 128, C = 128, NH = 4, V = 128, R = 64, HS = C / NH;
+  const int64_t B = 8, T = 128, C = 128, NH = 4, R = 64, HS = C / NH;
   const int64_t attention_scratch = B * NH * (R * T * 12 + R * HS * 8 + T * HS * 12 + R * 8);
   EXPECT_EQ(f.activation_bytes - c.activation_bytes,
             4 * (2 * 16 * B * T * C + 4 * NH * B * T * T - 4 * NH * B * T) + 4 * B * T * C - attention_scratch);
