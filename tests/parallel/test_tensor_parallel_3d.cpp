@@ -217,17 +217,24 @@ TEST(MixedPrecision3DMemory, EachWeightShardHasOneBf16Copy) {
 // kept serial by Layers3D: width 18 on depth 4 keeps qkv and both projections whole, fc split),
 // fp32 and bf16 (each weight shard's bf16 copy). It once counted the whole model's parameters on
 // every grid rank (2,2,1 in fp32: 142336 B for 66304).
+struct TrainerGrid {
+  std::string grid;
+  int64_t width;
+};
+
+// Grids of this world's 4 or 8 ranks, width 18 where layers fall back to serial; at 8 ranks
+// `eight` (none elsewhere).
+std::vector<TrainerGrid> trainer_grids(std::vector<TrainerGrid> eight) {
+  if (world().size() == 4) return {{"2,2,1", 16}, {"1,2,2", 16}, {"2,1,2", 16}, {"1,1,4", 18}};
+  if (world().size() == 8) return eight;
+  return {};
+}
+
 TEST(Trainer3D, DryRunStateOfEveryGridRankIsTheTrackers) {
-  struct Grid {
-    std::string grid;
-    int64_t width;
-  };
-  std::vector<Grid> grids;
-  if (world().size() == 4) grids = {{"2,2,1", 16}, {"1,2,2", 16}, {"2,1,2", 16}, {"1,1,4", 18}};
-  if (world().size() == 8) grids = {{"2,2,2", 16}, {"2,1,4", 16}};
+  const std::vector<TrainerGrid> grids = trainer_grids({{"2,2,2", 16}, {"2,1,4", 16}});
   if (grids.empty()) GTEST_SKIP() << "grids of 4 and 8 ranks";
   MemoryTracker& m = MemoryTracker::instance();
-  for (const Grid& g : grids)
+  for (const TrainerGrid& g : grids)
     for (const std::string precision : {"fp32", "bf16"}) {
       const std::string what = g.grid + ", width " + std::to_string(g.width) + ", " + precision;
       const int64_t state0 = m.current(MemoryCategory::Parameters) + m.current(MemoryCategory::Gradients) +
@@ -257,16 +264,10 @@ TEST(Trainer3D, DryRunStateOfEveryGridRankIsTheTrackers) {
 // grid rank as the serial run: 2,2,1 in fp32 101632 B for 65536, bf16 82176 for 49408; and a
 // serial MLP projection on a row split refused a bf16 input ("expected an f32 tensor").
 TEST(Trainer3D, DryRunActivationsOfEveryGridRankAreTheTrackersPeak) {
-  struct Grid {
-    std::string grid;
-    int64_t width;
-  };
-  std::vector<Grid> grids;
-  if (world().size() == 4) grids = {{"2,2,1", 16}, {"1,2,2", 16}, {"2,1,2", 16}, {"1,1,4", 18}};
-  if (world().size() == 8) grids = {{"2,2,2", 16}, {"2,2,2", 18}};
+  const std::vector<TrainerGrid> grids = trainer_grids({{"2,2,2", 16}, {"2,2,2", 18}});
   if (grids.empty()) GTEST_SKIP() << "grids of 4 and 8 ranks";
   MemoryTracker& m = MemoryTracker::instance();
-  for (const Grid& g : grids)
+  for (const TrainerGrid& g : grids)
     for (const std::string precision : {"fp32", "bf16"})
       for (const bool recompute : {false, true}) {
         const std::string what = g.grid + ", width " + std::to_string(g.width) + ", " + precision +
