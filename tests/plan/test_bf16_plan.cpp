@@ -8,6 +8,8 @@
 
 #include "loom/plan/layout_cost.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
+#include "loom/plan/rank_memory_terms.hpp"
+#include "loom/plan/tensor_parallel_3d_memory.hpp"
 #include "loom/plan/tensor_parallel_3d_cost.hpp"
 #include "loom/kernels/attention.hpp"
 #include "loom/kernels/attention_bf16.hpp"
@@ -64,7 +66,8 @@ TEST(PlanBf16, MemoryOfASerialLayoutByHand) {
   // and the final LayerNorm (the tied token table has one: the LM head's GEMMs read it).
   const int64_t gemm_free = 13 * 4 * 128 + 128 * 128 + 2 * 128;
   EXPECT_EQ(c.state_bytes, 18 * P - 2 * gemm_free);
-  // Each layer keeps bf16 copies of its 16 B T C values (2 bytes less each) and no
+  // The terms a rank's count adds up (a pipeline's or tensor-parallel rank's), fp32 less bf16:
+  // each layer keeps bf16 copies of its 16 B T C values (2 bytes less each) and no
   // probabilities (NH B T^2 values of 4 bytes), only their rows' fp32 log-sum-exp (NH B T
   // values); outside the layers the final LayerNorm's input and output are bf16 (4 B T C bytes
   // less); the backward's passing gradients are fp32 in both, and in bf16 (rather than the
@@ -76,8 +79,18 @@ TEST(PlanBf16, MemoryOfASerialLayoutByHand) {
   // log-sum-exp and 1 / sum (R x 8).
   const int64_t B = 8, T = 128, C = 128, NH = 4, R = 64, HS = C / NH;
   const int64_t attention_scratch = B * NH * (R * T * 12 + R * HS * 8 + T * HS * 12 + R * 8);
-  EXPECT_EQ(f.activation_bytes - c.activation_bytes,
+  const std::vector<nn::GPTStage> whole{nn::GPTStage{0, 4, true, true}};
+  auto sum = [&](bool bf16) {
+    const RankShape shape{.batch = B, .seq = T, .hidden = C, .heads = NH, .vocab = 128, .bf16 = bf16};
+    return rank_activation_bytes(shape, activation_terms(shape), whole, nullptr);
+  };
+  EXPECT_EQ(sum(false) - sum(true),
             4 * (2 * 16 * B * T * C + 4 * NH * B * T * T - 4 * NH * B * T) + 4 * B * T * C - attention_scratch);
+  // A whole model on one rank peaks as the 1 x 1 grid counts it, moment by moment: below the sum.
+  EXPECT_EQ(c.activation_bytes,
+            grid_3d_activation_bytes({.B = B, .T = T, .C = C, .NH = NH, .L = 4, .V = 128, .bf16 = true}));
+  EXPECT_LT(c.activation_bytes, sum(true));
+  EXPECT_LT(c.activation_bytes, f.activation_bytes);
   // ZeRO-1 over dp 2: bf16 weights, the Linear weights' fp32 values dropped, master and moments sharded.
   l.dp = 2;
   l.micro_batch = 4;

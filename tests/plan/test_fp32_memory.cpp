@@ -5,6 +5,8 @@
 
 #include "loom/plan/layout_cost.hpp"
 #include "loom/plan/memory_model.hpp"
+#include "loom/plan/rank_memory_terms.hpp"
+#include "loom/plan/tensor_parallel_3d_memory.hpp"
 #include "loom/train/trainer.hpp"
 #include "serial_layout.hpp"
 #include "tiny_config.hpp"
@@ -25,12 +27,19 @@ TEST(PlanFp32, MemoryOfASerialLayoutByHand) {
   ASSERT_TRUE(c.valid) << c.why_not;
   const int64_t P = 12 * 4 * 128 * 128 + 13 * 4 * 128 + 128 * 128 + 128 * 128 + 2 * 128;
   EXPECT_EQ(c.state_bytes, 16 * P);
-  // Per layer 4 (4 BTC + 12 BTC + NH B T^2 + 4 BT) bytes; outside: the final LayerNorm's
-  // input, output and statistics (2 BTC + 2 BT) and the logits (BTV, their gradient in place);
-  // and the three gradients (3 BTC) the last block's backward, the first, passes on.
+  // The terms a rank's count adds up (a pipeline's or tensor-parallel rank's): per layer
+  // 4 (4 BTC + 12 BTC + NH B T^2 + 4 BT) bytes; outside: the final LayerNorm's input, output
+  // and statistics (2 BTC + 2 BT) and the logits (BTV, their gradient in place); and the three
+  // gradients (3 BTC) the last block's backward, the first, passes on.
   const int64_t B = 8, T = 128, C = 128, NH = 4, V = 128;
   const int64_t layer = 4 * (16 * B * T * C + NH * B * T * T + 4 * B * T);
-  EXPECT_EQ(c.activation_bytes, 4 * layer + 4 * (2 * B * T * C + 2 * B * T + B * T * V) + 4 * 3 * B * T * C);
+  const RankShape shape{.batch = B, .seq = T, .hidden = C, .heads = NH, .vocab = V};
+  const std::vector<nn::GPTStage> whole{nn::GPTStage{0, 4, true, true}};
+  const int64_t sum = rank_activation_bytes(shape, activation_terms(shape), whole, nullptr);
+  EXPECT_EQ(sum, 4 * layer + 4 * (2 * B * T * C + 2 * B * T + B * T * V) + 4 * 3 * B * T * C);
+  // A whole model on one rank peaks as the 1 x 1 grid counts it, moment by moment: below the sum.
+  EXPECT_EQ(c.activation_bytes, grid_3d_activation_bytes({.B = B, .T = T, .C = C, .NH = NH, .L = 4, .V = V}));
+  EXPECT_LT(c.activation_bytes, sum);
   // ZeRO-1 over dp 2 shards the 8 bytes of Adam state.
   l.dp = 2;
   l.micro_batch = 4;

@@ -5,6 +5,7 @@
 #include "loom/parallel/pipeline/held_activations.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/plan/moe_cost.hpp"
+#include "loom/plan/tensor_parallel_3d_memory.hpp"
 
 namespace loom::plan {
 
@@ -123,6 +124,19 @@ int64_t rank_activation_bytes(const RankShape& s, const ActivationTerms& a, cons
   // The head's backward (its gradient rows) runs before the blocks' and is done by then.
   const int64_t first_backward = a.attention + a.scratch + (moe_last ? a.moe_scratch : 0);
   return held + std::max(head ? a.head_gradient : 0, first_backward);
+}
+
+int64_t loom_rank_activation_bytes(const RankShape& s, const std::vector<nn::GPTStage>& chunks,
+                                   const std::vector<parallel::pipeline::Action>* actions) {
+  // A whole model on one rank (no pipeline, tp, cp or mixture of experts) is the 1 x 1 grid,
+  // whose count takes the step's peak moment by moment: by the time the last block's attention
+  // backward runs, its MLP's tensors are freed, which the sum counts as still held.
+  if (!actions && chunks.size() == 1 && chunks[0].embedding && chunks[0].head && s.tp == 1 && s.cp == 1 &&
+      s.experts == 0)
+    return grid_3d_activation_bytes({.B = s.batch, .T = s.seq, .C = s.hidden, .NH = s.heads,
+                                     .L = chunks[0].end_block - chunks[0].first_block, .V = s.vocab, .bf16 = s.bf16,
+                                     .recompute = s.recompute});
+  return rank_activation_bytes(s, activation_terms(s), chunks, actions);
 }
 
 }  // namespace loom::plan

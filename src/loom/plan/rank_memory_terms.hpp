@@ -92,5 +92,12 @@ ActivationTerms activation_terms(const RankShape& shape);
 int64_t rank_activation_bytes(const RankShape& shape, const ActivationTerms& terms,
                               const std::vector<nn::GPTStage>& chunks,
                               const std::vector<parallel::pipeline::Action>* actions);
+// The same in Loom's precisions (the terms of activation_terms), but for a whole model on one
+// rank (no pipeline, tp, cp or mixture of experts): the 1 x 1 grid's peak
+// (tensor_parallel_3d_memory.hpp), which counts the step moment by moment, where the sum holds
+// the last block's MLP tensors through its attention backward (bf16 tiny GPT: 82176 B summed,
+// 74496 measured and counted).
+int64_t loom_rank_activation_bytes(const RankShape& shape, const std::vector<nn::GPTStage>& chunks,
+                                   const std::vector<parallel::pipeline::Action>* actions);
 
 }  // namespace loom::plan

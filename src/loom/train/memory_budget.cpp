@@ -139,11 +139,9 @@ MemoryNeed rank_memory(const TrainConfig& c, const std::vector<nn::GPTStage>& st
   if (c.tp_3d_on())  // a grid rank: no pipeline, one micro-batch (validate_tp_3d)
     return {static_cast<double>(rank_state(c, rank_parameters(c, stages, r)).total()),
             static_cast<double>(plan::grid_3d_activation_bytes(grid_3d_activation_shape(c)))};
-  const plan::RankShape shape = rank_shape(c);
-  const plan::ActivationTerms terms = plan::activation_terms(shape);
   // Without a schedule to walk (no pipeline, or one the executor refuses): one micro-batch.
-  const int64_t activations = plan::rank_activation_bytes(
-      shape, terms, rank_chunks(c, stages, r), schedule ? &schedule->ranks.at(static_cast<size_t>(r)) : nullptr);
+  const int64_t activations = plan::loom_rank_activation_bytes(
+      rank_shape(c), rank_chunks(c, stages, r), schedule ? &schedule->ranks.at(static_cast<size_t>(r)) : nullptr);
   MemoryNeed need{static_cast<double>(rank_state(c, rank_parameters(c, stages, r)).total()),
                   static_cast<double>(activations)};
   if (c.pp > 1) need.pp_rank = r;
