@@ -31,7 +31,10 @@ class GraphConv : public Module {
 
   Parameter& weight() { return *weight_; }
   Parameter& bias() { return *bias_; }
-  bool aggregates_first() const { return in_ <= out_; }
+  bool aggregates_first() const { return aggregates_first(in_, out_); }
+  // A layer of in -> out aggregates first when it does not narrow the features (Â X is then the
+  // smaller product); else it transforms first (X W), where a first layer may read X sparse.
+  static bool aggregates_first(int64_t in, int64_t out) { return in <= out; }
   // Whether an input x is multiplied as a sparse matrix by a first layer that transforms before
   // it aggregates (few enough non-zeros): its weight then has no bf16 copy.
   static bool multiplies_sparse(const Tensor& x);

@@ -232,7 +232,7 @@ double GcnSpec::state_bytes() const {
     bool first = true;
     for (const auto& [in, out] : layer_widths(config_.gcn, graph_.num_features, classes())) {
       params += static_cast<double>(in * out + out);
-      if (bf16 && !(first && in > out && features_multiplied_sparse())) copies += static_cast<double>(in * out);
+      if (bf16 && !(first && !nn::GraphConv::aggregates_first(in, out) && features_multiplied_sparse())) copies += static_cast<double>(in * out);
       first = false;
     }
     return per_parameter * params + 2.0 * copies;
