@@ -1,6 +1,6 @@
 // The graph readers: Cora as the LINQS reader sees it (the counts the data's README
 // verified), Loom's text format as scripts/convert_graph.py writes it (read back equal to the
-// LINQS reader's graph), R-MAT's determinism and skew, and each bad file's message naming
+// LINQS reader's graph), R-MAT's determinism, skew and unchanged draws, and each bad file's message naming
 // the file and line.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,9 +10,11 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <random>
 
 #include "loom/data/graph.hpp"
 #include "loom/data/rmat.hpp"
+#include "loom/data/rmat_quadrants.hpp"
 #include "run_command.hpp"
 #include "test_util.hpp"
 
@@ -175,6 +177,53 @@ TEST(Graph, BinaryFormatRoundTripsAndRefusesBadFiles) {
   other = bytes;
   other[other.size() - 1] = 9;  // the last node's split
   EXPECT_EQ(bad(other), p + ": node 63 has split 9, not 0 (none) .. 3 (test)");
+}
+
+// The generator draws the graphs it drew when it compared each bit's uniform double with a,
+// a + b and a + b + c: the identities (edges, features, labels, split) below were computed with
+// that generator, at commit 95192dc, so a run's checkpoint from then resumes on the same graph.
+TEST(Rmat, DrawsTheGraphsOfTheDoublesGenerator) {
+  const std::pair<const char*, const char*> recorded[] = {
+      {"rmat:scale=12,edge_factor=8,features=4,classes=3,seed=7",
+       "graph:4096 nodes,32768 edges,4 features,3 classes,crc32 2497d02"},
+      {"rmat:scale=16", "graph:65536 nodes,1048576 edges,32 features,8 classes,crc32 41417596"},
+      {"rmat:scale=5,edge_factor=3,features=2,classes=2,seed=0", "graph:32 nodes,96 edges,2 features,2 classes,crc32 5f8277c2"},
+  };
+  for (const auto& [spec, identity] : recorded) EXPECT_EQ(make_rmat_graph(parse_rmat_spec(spec)).identity(), identity) << spec;
+}
+
+// The quadrant from the engine's word compared in integers is the quadrant its uniform double
+// picked: at each threshold's word and its neighbours, and for a million words of the engine.
+TEST(Rmat, IntegerQuadrantsAreTheDoublesQuadrants) {
+  struct OneWord {  // what uniform_real_distribution<double> makes of one given word
+    using result_type = uint64_t;
+    static constexpr uint64_t min() { return 0; }
+    static constexpr uint64_t max() { return ~uint64_t{0}; }
+    uint64_t word;
+    uint64_t operator()() const { return word; }
+  };
+  const auto unit = [](uint64_t w) {
+    OneWord engine{w};
+    return std::uniform_real_distribution<double>(0.0, 1.0)(engine);
+  };
+  const RmatOptions o;
+  const RmatQuadrants q(o.a, o.b, o.c);
+  const auto same_quadrant = [&](uint64_t w) {
+    const double r = unit(w);
+    const bool down = r >= o.a + o.b, right = (r >= o.a && r < o.a + o.b) || r >= o.a + o.b + o.c;
+    return q.down(w) == (down ? 1u : 0u) && q.right(w) == (right ? 1u : 0u);
+  };
+  for (const double t : {o.a, o.a + o.b, o.a + o.b + o.c}) {
+    const uint64_t first = first_word_drawing_at_least(t);
+    EXPECT_GE(unit(first), t);
+    EXPECT_LT(unit(first - 1), t);
+    for (uint64_t w = first - 4096; w != first + 4096; ++w) ASSERT_TRUE(same_quadrant(w)) << "word " << w;
+  }
+  for (const uint64_t w : {uint64_t{0}, uint64_t{1}, ~uint64_t{0}, ~uint64_t{0} - 1024}) EXPECT_TRUE(same_quadrant(w)) << w;
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 1000000; ++i) ASSERT_TRUE(same_quadrant(rng()));
+  EXPECT_EQ(first_word_drawing_at_least(0.0), 0u);
+  EXPECT_NE(error_of([] { RmatQuadrants(0.5, 0.3, 0.2); }).find("a + b + c < 1"), std::string::npos);
 }
 
 TEST(Rmat, DeterministicFromTheSeedWithPowerLawDegrees) {

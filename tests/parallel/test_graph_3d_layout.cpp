@@ -40,6 +40,33 @@ TEST(Graph3DLayout, OrdersArePermutationsDrawnFromTheSeed) {
   EXPECT_EQ(node_orders(5, false, 7)->order[1], (std::vector<int64_t>{0, 1, 2, 3, 4}));
 }
 
+// PartOf (a multiply and two corrections, for the count pass over every edge) is part_of,
+// the part whose range holds the position: every position of small sizes, and the positions
+// around each boundary of sizes up to 2^31 - 1 nodes and 2^40 (where a double's estimate of
+// the quotient is the furthest from it).
+TEST(Graph3DLayout, PartOfIsThePartWhoseRangeHoldsThePosition) {
+  for (int64_t n = 1; n <= 130; ++n)
+    for (int64_t parts = 1; parts <= 17; ++parts) {
+      const PartOf part(n, parts);
+      for (int64_t k = 0; k < parts; ++k) {
+        const auto [begin, end] = part_range(n, parts, k);
+        for (int64_t p = begin; p < end; ++p) ASSERT_EQ(part(p), k) << n << " nodes, " << parts << " parts, position " << p;
+      }
+    }
+  for (const int64_t n : {int64_t{131071}, int64_t{1} << 30, (int64_t{1} << 31) - 1, (int64_t{1} << 40) + 7})
+    for (const int64_t parts : {2, 3, 7, 8, 63, 1000, 65535}) {
+      const PartOf part(n, parts);
+      for (int64_t k = 0; k < parts; ++k) {
+        const auto [begin, end] = part_range(n, parts, k);
+        for (const int64_t p : {begin, begin + 1, end - 2, end - 1})
+          if (p >= begin && p < end) {
+            ASSERT_EQ(part(p), k) << n << " nodes, " << parts << " parts, position " << p;
+            ASSERT_EQ(part(p), part_of(n, parts, p));
+          }
+      }
+    }
+}
+
 TEST(Graph3DLayout, BlocksTogetherAreTheAdjacency) {
   const kernels::CsrMatrix A = rmat_adjacency(6, 4);
   const std::vector<float> dense = kernels::csr_to_dense(A);

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "loom/data/rmat_quadrants.hpp"
 #include "loom/error.hpp"
 
 namespace loom::data {
@@ -16,7 +17,7 @@ namespace {
 
 class RmatSource : public GraphSource {
  public:
-  RmatSource(const RmatOptions& o, bool keep_features) : o_(o) {
+  RmatSource(const RmatOptions& o, bool keep_features) : o_(o), quadrants_(o.a, o.b, o.c) {
     keep_features_ = keep_features;
     check(o.scale >= 1 && o.scale <= 30, "rmat scale must be in 1..30, got ", o.scale);
     check(o.edge_factor >= 1 && o.edge_factor <= 1024, "rmat edge_factor must be in 1..1024, got ", o.edge_factor);
@@ -33,8 +34,9 @@ class RmatSource : public GraphSource {
     std::iota(relabel_.begin(), relabel_.end(), 0);
     std::shuffle(relabel_.begin(), relabel_.end(), rng);
     edges_rng_ = rng;
-    // The features' draws come after the edges': `scale` uniform doubles an edge, each one
-    // engine output (generate_canonical takes ceil(53 / 64) = 1 word of a 64-bit engine).
+    // The features' draws come after the edges': `scale` engine words an edge (a uniform
+    // double's draw, as the generator took them before it compared words: generate_canonical
+    // takes ceil(53 / 64) = 1 word of a 64-bit engine).
     rng.discard(static_cast<unsigned long long>(known_edges() * o.scale));
     features_rng_ = rng;
     if (keep_features) {
@@ -87,25 +89,35 @@ class RmatSource : public GraphSource {
     for (int64_t f = 0; f < o_.features; ++f) row[f] = feature(rng);
   }
 
-  // The E edges' draws from rng, each edge (relabelled) to f.
+  // The E edges' draws from rng, each edge (relabelled) to f: a quadrant a bit, from one
+  // engine word compared in integers (rmat_quadrants.hpp: the same quadrants as the doubles).
+  // In batches: a batch's draws first, then its relabelling, so that the reads of relabel_
+  // (random, mostly cache misses at 2^17 nodes) wait together rather than one edge at a time.
   template <class F>
   void for_each_draw(std::mt19937_64& rng, const F& f) const {
-    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    constexpr int64_t kBatch = 64;
+    uint64_t rows[kBatch], cols[kBatch];
+    int32_t src[kBatch], dst[kBatch];
     const int64_t E = o_.edge_factor * nodes_.num_nodes;
-    for (int64_t e = 0; e < E; ++e) {
-      int64_t row = 0, col = 0;
-      for (int64_t bit = 0; bit < o_.scale; ++bit) {
-        const double r = unit(rng);
-        const bool down = r >= o_.a + o_.b, right = (r >= o_.a && r < o_.a + o_.b) || r >= o_.a + o_.b + o_.c;
-        row = (row << 1) | (down ? 1 : 0);
-        col = (col << 1) | (right ? 1 : 0);
+    for (int64_t first = 0; first < E; first += kBatch) {
+      const int64_t n = std::min(kBatch, E - first);
+      for (int64_t e = 0; e < n; ++e) {
+        uint64_t row = 0, col = 0;
+        for (int64_t bit = 0; bit < o_.scale; ++bit) {
+          const uint64_t w = rng();
+          row = (row << 1) | quadrants_.down(w);
+          col = (col << 1) | quadrants_.right(w);
+        }
+        rows[e] = row, cols[e] = col;
       }
-      f(relabel_[static_cast<size_t>(row)], relabel_[static_cast<size_t>(col)]);
+      for (int64_t e = 0; e < n; ++e) src[e] = relabel_[rows[e]], dst[e] = relabel_[cols[e]];
+      for (int64_t e = 0; e < n; ++e) f(src[e], dst[e]);
     }
   }
 
   RmatOptions o_;
-  std::vector<int64_t> relabel_;  // the shuffle of node labels
+  RmatQuadrants quadrants_;
+  std::vector<int32_t> relabel_;  // the shuffle of node labels (N <= 2^30; half the cache of int64)
   std::mt19937_64 edges_rng_;     // the engine as the edges' draws start
   std::mt19937_64 features_rng_;  // and as the features' draws start
 };

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "loom/error.hpp"
+#include "loom/parallel/graph_3d/edge_positions.hpp"
 #include "loom/parallel/graph_3d/graph_conv_3d.hpp"
 #include "loom/parallel/graph_3d/read_agreement.hpp"
 
@@ -16,18 +17,19 @@ using tp3d::Axis;
 
 namespace {
 
-// One layer's block as it is being read: its rows' and columns' ranges of positions and the
-// (row, column) pairs, local to the block, that fell in it.
+// One layer's block as it is being read: the order its rows take (its columns take the
+// other), its rows' and columns' ranges of positions and the (row, column) pairs, local to the
+// block, that fell in it.
 struct Cut {
-  const std::vector<int64_t>* row_position;
-  const std::vector<int64_t>* col_position;
+  int row_order;
   int64_t r0, r1, c0, c1;
   std::vector<std::pair<int32_t, int32_t>> entries;
 
-  void keep(int64_t u, int64_t v) {
-    const int64_t r = (*row_position)[static_cast<size_t>(u)];
+  // The entry (u, v), given u's and v's positions in both orders.
+  void keep(const OrderPositions& u_at, const OrderPositions& v_at) {
+    const int64_t r = u_at[static_cast<size_t>(row_order)];
     if (r < r0 || r >= r1) return;
-    const int64_t c = (*col_position)[static_cast<size_t>(v)];
+    const int64_t c = v_at[static_cast<size_t>(1 - row_order)];
     if (c >= c0 && c < c1) entries.emplace_back(static_cast<int32_t>(r - r0), static_cast<int32_t>(c - c0));
   }
 };
@@ -54,7 +56,7 @@ LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3
     const Roles r = Roles::of(l);
     const auto [r0, r1] = part_range(N, grid.size(r.depth), grid.rank(r.depth));
     const auto [c0, c1] = part_range(N, grid.size(r.outer), grid.rank(r.outer));
-    cuts.push_back(Cut{&orders.position[l % 2], &orders.position[(l + 1) % 2], r0, r1, c0, c1, {}});
+    cuts.push_back(Cut{static_cast<int>(l % 2), r0, r1, c0, c1, {}});
   }
   std::exception_ptr failed;
   try {
@@ -72,20 +74,24 @@ LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3
         cuts[static_cast<size_t>(l)].entries.reserve(static_cast<size_t>((2 * E + N) / blocks * 11 / 10));
       }
     // Both directions of every edge and the self-loops, as gcn_normalized_adjacency takes them.
-    const auto keep = [&cuts](int64_t s, int64_t d) {
-      for (Cut& cut : cuts) cut.keep(s, d), cut.keep(d, s);
-    };
+    EdgePositions keep(orders, [&cuts](const OrderPositions& s_at, const OrderPositions& d_at) {
+      for (Cut& cut : cuts) cut.keep(s_at, d_at), cut.keep(d_at, s_at);
+    });
     if (counted != nullptr) {  // digested by the count: only counted again, against it
       int64_t edges = 0;
-      source.for_each_edge([&](int64_t s, int64_t d) { ++edges, keep(s, d); });
+      source.for_each_edge([&](int64_t s, int64_t d) { ++edges, keep.add(s, d); });
+      keep.flush();
       check(edges == counted->digest.count(), source.nodes().name, ": ", edges, " edges, but ",
             counted->digest.count(), " when they were counted (changed since it was opened)");
       digest = counted->digest;
     } else {
-      source.for_each_edge([&](int64_t s, int64_t d) { digest.add(s, d), keep(s, d); });
+      source.for_each_edge([&](int64_t s, int64_t d) { digest.add(s, d), keep.add(s, d); });
+      keep.flush();
     }
-    for (int64_t i = 0; i < N; ++i)
-      for (Cut& cut : cuts) cut.keep(i, i);
+    for (int64_t i = 0; i < N; ++i) {
+      const OrderPositions i_at = positions_of(orders, i);
+      for (Cut& cut : cuts) cut.keep(i_at, i_at);
+    }
     for (Cut& cut : cuts) {
       std::sort(cut.entries.begin(), cut.entries.end());
       cut.entries.erase(std::unique(cut.entries.begin(), cut.entries.end()), cut.entries.end());

@@ -53,6 +53,13 @@ int64_t part_of(int64_t n, int64_t parts, int64_t p) {
   return std::min(parts - 1, ((p + 1) * parts - 1) / std::max<int64_t>(n, 1));
 }
 
+PartOf::PartOf(int64_t n, int64_t parts)
+    : n_(std::max<int64_t>(n, 1)), parts_(parts), inverse_n_(1.0 / static_cast<double>(n_)) {
+  // The estimate's error is below parts 2^-51 < 1/2; no product of the correction overflows.
+  check(parts >= 1 && parts < (int64_t{1} << 31) && n_ < (int64_t{1} << 62) / parts, "PartOf(", n, ", ", parts,
+        "): needs 1 <= parts < 2^31 and n parts < 2^62");
+}
+
 kernels::CsrMatrix adjacency_block(const kernels::CsrMatrix& A, const std::vector<int64_t>& row_nodes,
                                    const std::vector<int64_t>& col_position, int64_t c0, int64_t c1) {
   kernels::CsrMatrix b;

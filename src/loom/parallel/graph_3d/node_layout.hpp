@@ -35,6 +35,27 @@ std::pair<int64_t, int64_t> part_range(int64_t n, int64_t parts, int64_t k);
 // The part k whose range part_range(n, parts, k) holds position p (0 <= p < n).
 int64_t part_of(int64_t n, int64_t parts, int64_t p);
 
+// part_of(n, parts, p) for one n and parts and many p, as a pass over every edge asks it:
+// floor(((p + 1) parts - 1) / n) estimated with a multiply by 1 / n (within one of it: the
+// quotient is below parts < 2^31, the double's error below parts 2^-51) and corrected by
+// comparing products, never divided (an integer division a call was most of its cost).
+class PartOf {
+ public:
+  PartOf(int64_t n, int64_t parts);
+  int64_t operator()(int64_t p) const {
+    const int64_t q = (p + 1) * parts_ - 1;
+    int64_t k = static_cast<int64_t>(static_cast<double>(q) * inverse_n_);
+    if (k * n_ > q) --k;
+    if ((k + 1) * n_ <= q) ++k;
+    return k;
+  }
+  int64_t parts() const { return parts_; }
+
+ private:
+  int64_t n_, parts_;
+  double inverse_n_;
+};
+
 // The block of A with the rows row_nodes (in that order) and the columns at positions
 // [c0, c1) of an order whose inverse is col_position (local column j: position c0 + j).
 kernels::CsrMatrix adjacency_block(const kernels::CsrMatrix& A, const std::vector<int64_t>& row_nodes,
