@@ -3,8 +3,9 @@
 // with a, a + b and a + b + c. u(w) never decreases as w grows (w rounded to a double, scaled
 // by 2^-64, kept below 1), so u(w) >= t holds for exactly the words from the first one at
 // which it holds: comparing w with that word, found once by asking the distribution itself,
-// picks the same quadrant as the double for every draw, without converting one (a fifth of a
-// scale-17 run's CPU went to the conversions and their unpredictable branches).
+// picks the same quadrant as the double for every draw, without converting one and without a
+// branch (the conversions and their unpredictable branches were most of the draws' cost, and
+// the draws a third of a one-rank scale-17 run's CPU).
 #pragma once
 
 #include <cstdint>
