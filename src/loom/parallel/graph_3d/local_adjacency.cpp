@@ -19,18 +19,21 @@ namespace {
 
 // One layer's block as it is being read: the order its rows take (its columns take the
 // other), its rows' and columns' ranges of positions and the (row, column) pairs, local to the
-// block, that fell in it.
+// block, that fell in it: each one 64-bit key, the row in the high half, so that sorting the
+// keys (one comparison each, not a pair's two) sorts the pairs.
 struct Cut {
   int row_order;
   int64_t r0, r1, c0, c1;
-  std::vector<std::pair<int32_t, int32_t>> entries;
+  std::vector<uint64_t> entries;
+  static int64_t row(uint64_t entry) { return static_cast<int64_t>(entry >> 32); }
+  static int32_t col(uint64_t entry) { return static_cast<int32_t>(entry & 0xffffffffu); }
 
   // The entry (u, v), given u's and v's positions in both orders.
   void keep(const OrderPositions& u_at, const OrderPositions& v_at) {
     const int64_t r = u_at[static_cast<size_t>(row_order)];
     if (r < r0 || r >= r1) return;
     const int64_t c = v_at[static_cast<size_t>(1 - row_order)];
-    if (c >= c0 && c < c1) entries.emplace_back(static_cast<int32_t>(r - r0), static_cast<int32_t>(c - c0));
+    if (c >= c0 && c < c1) entries.push_back(static_cast<uint64_t>(r - r0) << 32 | static_cast<uint64_t>(c - c0));
   }
 };
 
@@ -109,7 +112,7 @@ LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3
   if (grid.rank(Roles::of(0).inner) == 0) {
     const Cut& cut = cuts.front();
     std::vector<int64_t> row_count(static_cast<size_t>(cut.r1 - cut.r0), 0);
-    for (const auto& [r, c] : cut.entries) ++row_count[static_cast<size_t>(r)];
+    for (const uint64_t e : cut.entries) ++row_count[static_cast<size_t>(Cut::row(e))];
     const std::vector<int64_t>& rows = orders.rows_of(0);
     for (int64_t r = 0; r < cut.r1 - cut.r0; ++r) {
       const int64_t n = row_count[static_cast<size_t>(r)], u = rows[static_cast<size_t>(cut.r0 + r)];
@@ -139,7 +142,9 @@ LocalAdjacency read_local_adjacency(data::GraphSource& source, const tp3d::Grid3
     b.row_ptr.assign(static_cast<size_t>(b.rows + 1), 0);
     b.col.reserve(cut.entries.size());
     b.val.reserve(cut.entries.size());
-    for (const auto& [r, c] : cut.entries) {
+    for (const uint64_t e : cut.entries) {
+      const int64_t r = Cut::row(e);
+      const int32_t c = Cut::col(e);
       ++b.row_ptr[static_cast<size_t>(r) + 1];
       b.col.push_back(c);
       b.val.push_back(inv_sqrt_degree[static_cast<size_t>(rows[static_cast<size_t>(cut.r0 + r)])] *
