@@ -34,9 +34,9 @@ class RmatSource : public GraphSource {
     std::iota(relabel_.begin(), relabel_.end(), 0);
     std::shuffle(relabel_.begin(), relabel_.end(), rng);
     edges_rng_ = rng;
-    // The features' draws come after the edges': `scale` engine words an edge (a uniform
-    // double's draw, as the generator took them before it compared words: generate_canonical
-    // takes ceil(53 / 64) = 1 word of a 64-bit engine).
+    // The features' draws come after the edges': `scale` engine words an edge, one a bit (as
+    // many as uniform doubles took: generate_canonical takes ceil(53 / 64) = 1 word of a 64-bit
+    // engine).
     rng.discard(static_cast<unsigned long long>(known_edges() * o.scale));
     features_rng_ = rng;
     if (keep_features) {
