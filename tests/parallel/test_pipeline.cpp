@@ -22,11 +22,13 @@
 #include "loom/plan/comm_cost.hpp"
 #include "loom/train/memory_budget.hpp"
 #include "parallel/equivalence.hpp"
+#include "step_activation_peak.hpp"
 #include "test_util.hpp"
 
 namespace loom::parallel::pipeline {
 namespace {
 
+using loom::testing::step_activation_peak;
 using loom::testing::world;
 using namespace loom::testing::equivalence;
 
@@ -103,16 +105,6 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PipelineEquivalence,
                            return info.param.schedule + (info.param.zero ? "_zero1" : "") +
                                   (info.param.sequence_parallel ? "_sp" : "") + (info.param.recompute ? "_recompute" : "");
                          });
-
-// The most activation bytes a step of t holds at once on this rank (the tracker's category),
-// after a warm step in which caches and buffers settle.
-int64_t step_activation_peak(train::Trainer& t) {
-  t.train_step();
-  MemoryTracker::instance().reset_peaks();
-  const int64_t before = MemoryTracker::instance().current(MemoryCategory::Activations);
-  t.train_step();
-  return MemoryTracker::instance().peak(MemoryCategory::Activations) - before;
-}
 
 TEST(Pipeline, OneFOneBHoldsFewerMicroBatchesThanGPipe) {
   // Stage 0 keeps every micro-batch's activations under GPipe (m of them) but at most p

@@ -22,6 +22,7 @@
 #include "loom/train/memory_budget.hpp"
 #include "loom/train/trainer.hpp"
 #include "parallel/equivalence.hpp"
+#include "step_activation_peak.hpp"
 #include "test_util.hpp"
 
 namespace loom::parallel::tp3d {
@@ -266,7 +267,6 @@ TEST(Trainer3D, DryRunStateOfEveryGridRankIsTheTrackers) {
 TEST(Trainer3D, DryRunActivationsOfEveryGridRankAreTheTrackersPeak) {
   const std::vector<TrainerGrid> grids = trainer_grids({{"2,2,2", 16}, {"2,2,2", 18}});
   if (grids.empty()) GTEST_SKIP() << "grids of 4 and 8 ranks";
-  MemoryTracker& m = MemoryTracker::instance();
   for (const TrainerGrid& g : grids)
     for (const std::string precision : {"fp32", "bf16"})
       for (const bool recompute : {false, true}) {
@@ -278,11 +278,7 @@ TEST(Trainer3D, DryRunActivationsOfEveryGridRankAreTheTrackersPeak) {
         c.model.recompute = recompute;
         c.precision = precision;
         train::Trainer t(c, true, &world());
-        t.train_step();
-        m.reset_peaks();
-        const int64_t before = m.current(MemoryCategory::Activations);
-        t.train_step();
-        const int64_t measured = m.peak(MemoryCategory::Activations) - before;
+        const int64_t measured = loom::testing::step_activation_peak(t);
         EXPECT_EQ(train::rank_training_memory(t.config(), 0).activations, measured) << what;
         EXPECT_EQ(train::training_memory(t.config()).activations, measured) << what;
       }

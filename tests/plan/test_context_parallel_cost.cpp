@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "loom/parallel/context_parallel/head_groups.hpp"
 #include "loom/plan/context_parallel_cost.hpp"
 #include "loom/plan/layout_cost.hpp"
 
@@ -64,9 +65,13 @@ TEST(PlanContextParallel, ActivationsPerDeviceScaleAsOneOverCp) {
     // Every term is per token once the probabilities (s^2) are gone: exactly 1/cp between cp
     // degrees (up to rounding to whole bytes), and less than half the serial's at cp 2. But for
     // Loom's ring attention scratch while one layer runs (fp32): a block's scores and their
-    // gradient, (s / 2cp)^2 values each per head.
+    // gradient, (s / 2cp)^2 values each per head of a group (6C / (s / 2cp) heads: 1 at cp 2,
+    // 3 at cp 4).
     auto ring = [&](int64_t cp) {
-      return precision == Precision::Mixed ? 0.0 : 2.0 * 4.0 * 16.0 * std::pow(16384.0 / (2.0 * static_cast<double>(cp)), 2.0);
+      const int64_t Tc = 16384 / (2 * cp);
+      return precision == Precision::Mixed
+                 ? 0.0
+                 : 2.0 * 4.0 * static_cast<double>(parallel::cp::heads_per_group(Tc, 1024, 16)) * std::pow(Tc, 2.0);
     };
     EXPECT_NEAR(static_cast<double>(two.activation_bytes) - ring(2),
                 2.0 * (static_cast<double>(four.activation_bytes) - ring(4)), 2.0);

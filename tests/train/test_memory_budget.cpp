@@ -14,6 +14,7 @@
 #include "loom/tensor/memory_tracker.hpp"
 #include "loom/train/memory_budget.hpp"
 #include "loom/train/trainer.hpp"
+#include "step_activation_peak.hpp"
 #include "test_util.hpp"
 #include "tiny_config.hpp"
 
@@ -200,7 +201,6 @@ TEST(MemoryBudget, GenerationCountsTheKvCacheOfItsBatch) {
 // GPT peaks at 74496: by the time the last block's attention backward runs, its MLP's tensors
 // are freed. Counted moment by moment as the 1 x 1 grid's (plan/tensor_parallel_3d_memory.hpp).
 TEST(MemoryBudget, SerialActivationsAreTheTrackersPeak) {
-  loom::MemoryTracker& m = loom::MemoryTracker::instance();
   for (const int64_t width : {16, 48})
     for (const int64_t micro_batches : {1, 2})
       for (const std::string precision : {"fp32", "bf16"})
@@ -213,11 +213,7 @@ TEST(MemoryBudget, SerialActivationsAreTheTrackersPeak) {
           c.model.recompute = recompute;
           c.threads = 1;
           Trainer t(c, true);
-          t.train_step();
-          m.reset_peaks();
-          const int64_t before = m.current(loom::MemoryCategory::Activations);
-          t.train_step();
-          const int64_t measured = m.peak(loom::MemoryCategory::Activations) - before;
+          const int64_t measured = loom::testing::step_activation_peak(t);
           EXPECT_EQ(static_cast<int64_t>(training_memory(t.config()).activations), measured)
               << "width " << width << ", " << micro_batches << " micro-batches, " << precision
               << (recompute ? ", recompute" : "");

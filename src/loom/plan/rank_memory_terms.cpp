@@ -128,14 +128,17 @@ int64_t rank_activation_bytes(const RankShape& s, const ActivationTerms& a, cons
 
 int64_t loom_rank_activation_bytes(const RankShape& s, const std::vector<nn::GPTStage>& chunks,
                                    const std::vector<parallel::pipeline::Action>* actions) {
-  // A whole model on one rank (no pipeline, tp, cp or mixture of experts) is the 1 x 1 grid,
-  // whose count takes the step's peak moment by moment: by the time the last block's attention
-  // backward runs, its MLP's tensors are freed, which the sum counts as still held.
-  if (!actions && chunks.size() == 1 && chunks[0].embedding && chunks[0].head && s.tp == 1 && s.cp == 1 &&
-      s.experts == 0)
-    return grid_3d_activation_bytes({.B = s.batch, .T = s.seq, .C = s.hidden, .NH = s.heads,
-                                     .L = chunks[0].end_block - chunks[0].first_block, .V = s.vocab, .bf16 = s.bf16,
-                                     .recompute = s.recompute});
+  // A whole model on one rank (no pipeline or mixture of experts) is a grid's rank: the 1 x 1
+  // grid serially, a column of tp rows under tensor parallelism (the vocabulary split over
+  // them), the residual stream split over tp under sequence parallelism, this rank's tokens and
+  // ring attention under context parallelism. Its count takes the step's peak moment by moment:
+  // by the time the last block's attention backward runs, its MLP's tensors are freed, which
+  // the sum counts as still held.
+  if (!actions && chunks.size() == 1 && chunks[0].embedding && chunks[0].head && s.experts == 0)
+    return grid_3d_activation_bytes({.B = s.batch, .T = s.tokens(), .C = s.hidden, .NH = s.heads,
+                                     .L = chunks[0].end_block - chunks[0].first_block, .V = s.vocab / s.tp,
+                                     .row = s.tp, .seq = s.sequence_parallel ? s.tp : 1, .ring = s.cp,
+                                     .bf16 = s.bf16, .recompute = s.recompute});
   return rank_activation_bytes(s, activation_terms(s), chunks, actions);
 }
 

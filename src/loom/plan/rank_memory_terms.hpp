@@ -93,10 +93,12 @@ int64_t rank_activation_bytes(const RankShape& shape, const ActivationTerms& ter
                               const std::vector<nn::GPTStage>& chunks,
                               const std::vector<parallel::pipeline::Action>* actions);
 // The same in Loom's precisions (the terms of activation_terms), but for a whole model on one
-// rank (no pipeline, tp, cp or mixture of experts): the 1 x 1 grid's peak
-// (tensor_parallel_3d_memory.hpp), which counts the step moment by moment, where the sum holds
-// the last block's MLP tensors through its attention backward (bf16 tiny GPT: 82176 B summed,
-// 74496 measured and counted).
+// rank (no pipeline or mixture of experts; serial, tp with or without sequence parallelism, cp):
+// a grid rank's peak (tensor_parallel_3d_memory.hpp: the 1 x 1 grid, or row = tp), which counts
+// the step moment by moment, where the sum holds the last block's MLP tensors through its
+// attention backward (bf16 tiny GPT: 82176 B summed, 74496 measured and counted; tp 2 with
+// sequence parallelism at width 48: 102144 for 87936) and missed ring attention's backward
+// scratch (cp 2 bf16 at width 48: 71808 for 105600).
 int64_t loom_rank_activation_bytes(const RankShape& shape, const std::vector<nn::GPTStage>& chunks,
                                    const std::vector<parallel::pipeline::Action>* actions);
 

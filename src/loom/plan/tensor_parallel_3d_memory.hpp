@@ -7,8 +7,12 @@
 // candidate is counted and the largest taken: the head's backward (every block held, the
 // logits, the final LayerNorm's tensors), the last block's MLP projection backward (its input
 // gradient), its attention backward (bf16: the recomputed probabilities of a group of heads),
-// and the forward of that projection (under recompute: the block replayed in backward). The
-// memory check (train::rank_training_memory) and `loom plan --tp-3d on` count the same bytes.
+// and the forward of that projection (under recompute: the block replayed in backward); under
+// sequence parallelism also fc's backward. The memory check (train::rank_training_memory) and
+// `loom plan --tp-3d on` count the same bytes. A whole model on a rank of 1D tensor parallelism
+// is the grid row = tp, col = 1 with V its rows of the vocabulary (the serial run: 1 x 1), under
+// sequence parallelism seq = tp, under context parallelism ring = cp and T its tokens
+// (plan::loom_rank_activation_bytes).
 #pragma once
 
 #include <array>
@@ -17,8 +21,10 @@
 namespace loom::plan {
 
 struct Grid3DActivationShape {
-  int64_t B = 1, T = 1, C = 1, NH = 1, L = 1, V = 1;  // rows, tokens, width, heads, blocks, token table rows
+  int64_t B = 1, T = 1, C = 1, NH = 1, L = 1, V = 1;  // rows, tokens, width, heads, blocks, token table rows held
   int64_t row = 1, col = 1;                            // the grid's axes that split activations (depth splits weights)
+  int64_t seq = 1;  // sequence parallelism: the ranks the LayerNorms' and residual stream's tokens are split over
+  int64_t ring = 1;  // context parallelism: the ranks of ring attention's ring (T is this rank's tokens); 1: none
   bool bf16 = false, recompute = false;
   // Which of a block's Linears the grid splits (qkv, attention's projection, fc, the MLP's
   // projection); a layer whose shapes do not divide the grid stays serial on whole features.

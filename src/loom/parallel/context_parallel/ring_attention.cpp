@@ -120,10 +120,6 @@ void wait(const RingHop& h, RingStats* stats) {
 
 }  // namespace
 
-int64_t heads_per_group(int64_t Tc, int64_t C, int64_t NH) {
-  return std::clamp<int64_t>(Tc > 0 ? 6 * C / Tc : NH, 1, NH);
-}
-
 RingAttention::RingAttention(int64_t C, int64_t NH, comm::ProcessGroup& cp, Split split,
                              std::shared_ptr<RingStats> stats)
     : C_(C), NH_(NH), cp_(cp), split_(split), stats_(std::move(stats)) {

@@ -12,6 +12,7 @@
 
 #include "loom/comm/process_group.hpp"
 #include "loom/nn/module.hpp"
+#include "loom/parallel/context_parallel/head_groups.hpp"
 #include "loom/parallel/context_parallel/load_balance.hpp"
 
 namespace loom::parallel::cp {
@@ -28,13 +29,6 @@ struct RingStats {
   double link_exposed_seconds = 0.0;
   std::chrono::steady_clock::time_point link_free{};
 };
-
-// Heads per block product. The products' score scratch (B x heads x Tc x Tc floats for
-// chunks of Tc rows, twice in backward) grows as the square of the chunk; heads go in groups
-// small enough that it stays within the rank's own qkv (B x 2Tc x 3C floats) while one head
-// allows it, so a rank's memory keeps falling as 1/cp at long context: 6C / Tc heads, at
-// least 1, at most NH.
-int64_t heads_per_group(int64_t Tc, int64_t C, int64_t NH);
 
 class RingAttention : public nn::Module {
  public:
