@@ -1,0 +1,73 @@
+// ZeRO's units held whole at once (plan/zero_gathered.hpp) against hand counts of the step's
+// moments, for four blocks of b elements and a root of r > b (the token table's unit). The
+// tracker's peak holds the count to the trainer itself (tests/parallel/test_zero_gathered.cpp).
+#include <gtest/gtest.h>
+
+#include "loom/plan/zero_gathered.hpp"
+
+namespace loom::plan {
+namespace {
+
+constexpr int64_t b = 100, r = 1000;
+
+ZeroModules four_blocks(bool bf16) {
+  const ZeroModule block = bf16 ? ZeroModule{b, 0} : ZeroModule{0, b}, root = bf16 ? ZeroModule{r, 0} : ZeroModule{0, r};
+  return {{block, block, block, block}, root};
+}
+
+TEST(PlanZeroGathered, Zero3HoldsTheRootTwoBlocksAndThreeBlockGradients) {
+  // Block 1's backward: the root, block 1 and the prefetched block 0 gathered (4 bytes an
+  // element), the root's and block 1's gradients with blocks 2 and 3's still reduce-scattering.
+  EXPECT_EQ(zero_gathered_bytes(four_blocks(false), 1, 3, 1), 4 * (r + 2 * b) + 4 * (r + 3 * b));
+  // In bf16 a gathered unit is its bf16 buffer and the fp32 values widened from it; the
+  // prefetched one only its bf16 buffer while its gather is in flight.
+  EXPECT_EQ(zero_gathered_bytes(four_blocks(true), 1, 3, 1), 6 * (r + b) + 2 * b + 4 * (r + 3 * b));
+}
+
+TEST(PlanZeroGathered, ASecondMicroBatchStartsWithTheFirstsLastReductionsInFlight) {
+  // Block 3's backward in the second micro-batch: block 0's and the first root gradient still
+  // in flight beside the new root gradient and block 3's (r > b: more than block 1's moment).
+  EXPECT_EQ(zero_gathered_bytes(four_blocks(false), 1, 3, 2), 4 * (r + 2 * b) + 4 * (2 * r + 2 * b));
+  EXPECT_EQ(zero_gathered_bytes(four_blocks(false), 1, 3, 5), zero_gathered_bytes(four_blocks(false), 1, 3, 2));
+}
+
+TEST(PlanZeroGathered, Zero2HoldsOnlyGradientsAndZero1Nothing) {
+  EXPECT_EQ(zero_gathered_bytes(four_blocks(true), 1, 2, 1), 4 * (r + 3 * b));
+  EXPECT_EQ(zero_gathered_bytes(four_blocks(false), 1, 1, 2), 0);
+}
+
+TEST(PlanZeroGathered, EachUnitIsPaddedToAMultipleOfTheShards) {
+  // 3 shards: b = 100 -> 102, r = 1000 -> 1002; a router's weight (7 elements, fp32) a unit of its
+  // own beside its block's bf16 one, padded apart (7 -> 9).
+  EXPECT_EQ(zero_gathered_bytes(four_blocks(false), 3, 3, 1), 4 * (1002 + 2 * 102) + 4 * (1002 + 3 * 102));
+  ZeroModules moe = four_blocks(true);
+  for (ZeroModule& m : moe.blocks) m.fp32 = 7;
+  // Block 1's backward: bf16 units 6 + 6 + 2 (prefetched), routers 4 + 4; gradients of the root,
+  // block 1's two units and, in flight, the last two units reduce-scattered (block 2's).
+  EXPECT_EQ(zero_gathered_bytes(moe, 3, 3, 1), 6 * (1002 + 102) + 2 * 102 + 4 * 2 * 9 + 4 * (1002 + 2 * (102 + 9)));
+}
+
+TEST(PlanZeroGathered, ModulesAreTheGptsBlocksAndRoot) {
+  // C 32, tp 2, vocab 128, T 16: a block's Linears split (qkv's and fc's biases with them), the
+  // LayerNorms and row-parallel biases whole; a mixture of experts (every other block) its router
+  // (kept, fp32 under bf16) and, without ep, its 4 experts.
+  const int64_t C = 32;
+  const RankShape shape{.seq = 16, .hidden = C, .vocab = 128, .tp = 2, .bf16 = true, .experts = 4, .top_k = 2, .every = 2};
+  const ZeroModules m = zero_modules(shape, {nn::GPTStage{0, 2, true, true}}, tensor_parallel_linears(C, 2));
+  ASSERT_EQ(m.blocks.size(), 2u);
+  const int64_t attention = 4 * C * C / 2 + 3 * C / 2 + C + 4 * C;
+  EXPECT_EQ(m.blocks[0].bf16, attention + 8 * C * C / 2 + 4 * C / 2 + C);
+  EXPECT_EQ(m.blocks[0].fp32, 0);
+  EXPECT_EQ(m.blocks[1].bf16, attention + 4 * (8 * C * C + 5 * C));
+  EXPECT_EQ(m.blocks[1].fp32, 4 * C);
+  EXPECT_EQ(m.root.bf16, 128 / 2 * C + 16 * C + 2 * C);
+  RankShape ep = shape;
+  ep.ep = 2;
+  ep.bf16 = false;
+  const ZeroModules under_ep = zero_modules(ep, {nn::GPTStage{0, 2, true, true}}, tensor_parallel_linears(C, 2));
+  EXPECT_EQ(under_ep.blocks[1].fp32, attention + 4 * C);  // the experts outside ZeRO, the router with the rest
+  EXPECT_EQ(under_ep.blocks[1].bf16, 0);
+}
+
+}  // namespace
+}  // namespace loom::plan
