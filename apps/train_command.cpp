@@ -62,6 +62,20 @@ void print_gcn_dry_run(train::TrainConfig config) {
               format_bytes(bytes.row).c_str(), format_bytes(bytes.col).c_str(), format_bytes(bytes.depth).c_str());
 }
 
+// ZeRO-2/3's units held whole at some moment of a step, beyond the shards
+// (plan/zero_gathered.hpp), and the formula the shards follow under ZeRO-3.
+std::string zero_units_held(const train::TrainConfig& config, int64_t bytes) {
+  const std::string held = format_bytes(bytes);
+  if (config.zero == 2) return " + full gradients of the units in backward and in their reduce-scatter, at most " + held;
+  if (config.zero != 3) return "";
+  // Psi/N each of fp32 master, (bf16 copy,) fp32 gradient and optimizer moments.
+  const int per_parameter = (config.precision == "bf16" ? 10 : 8) + (config.optimizer == "adamw" ? 8 : 4);
+  return " (" + std::to_string(per_parameter) + " Psi/N) + gathered units " + held +
+         " (at most at once: the root unit, the block computing and the one prefetched" +
+         (config.precision == "bf16" ? ", bf16 with the fp32 values widened from them" : "") +
+         ", and the units' full gradients until reduce-scattered)";
+}
+
 void print_dry_run(train::TrainConfig& config) {
   std::printf("# resolved configuration\n%s\n", train::to_toml(config).c_str());
   if (config.family == "gcn") {
@@ -75,6 +89,9 @@ void print_dry_run(train::TrainConfig& config) {
               static_cast<long long>(config.model.num_parameters()), static_cast<long long>(params),
               config.tokenizer.c_str());
   const plan::StateBytes state = train::rank_training_state(config);
+  // What the trainer checks before it builds the model (train/memory_budget.hpp).
+  const train::AvailableMemory available = train::available_memory();
+  const train::MemoryNeed need = train::training_memory(config);
   const char* mode[] = {"DDP, replicated", "ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP"};
   const std::string stage_share = config.pp > 1 ? ", the pipeline rank holding the most" : "";
   std::printf("# predicted state memory per rank (%s, %s, %s, sharded over %lld ranks%s): params %s + grads %s + "
@@ -84,12 +101,7 @@ void print_dry_run(train::TrainConfig& config) {
               stage_share.c_str(),
               format_bytes(state.params).c_str(), format_bytes(state.grads).c_str(),
               format_bytes(state.optimizer).c_str(), format_bytes(state.total()).c_str(),
-              config.zero == 3   ? " + gathered units (one transformer block each)"
-              : config.zero == 2 ? " + full gradients of the units in backward"
-                                 : "");
-  // What the trainer checks before it builds the model (train/memory_budget.hpp).
-  const train::AvailableMemory available = train::available_memory();
-  const train::MemoryNeed need = train::training_memory(config);
+              zero_units_held(config, static_cast<int64_t>(need.gathered)).c_str());
   const std::string on_rank = need.pp_rank >= 0 ? " (pipeline rank " + std::to_string(need.pp_rank) + ", needing the most)" : "";
   std::printf("# predicted memory per rank, state and the activations and logits kept for backward%s: %s; this machine "
               "has %s available (%s)\n",

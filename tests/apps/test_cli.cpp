@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <regex>
 #include <string>
 
 #include "apps/cli_test_util.hpp"
@@ -91,6 +92,30 @@ TEST(Cli, DryRunPrintsTheResolvedConfig) {
   EXPECT_NE(r.output.find("n_layer = 3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("predicted state memory"), std::string::npos)
       << r.output;
+}
+
+// ZeRO-3's gathered units are bytes in the state line (next to 16 Psi/N in fp32, 18 Psi/N in
+// bf16 under AdamW) and in the memory check's figure, the same count (plan/zero_gathered.hpp);
+// they were the words "gathered units (one transformer block each)", which the check left out.
+TEST(Cli, DryRunCountsZeroThreesGatheredUnitsInBytes) {
+  for (const std::string precision : {"fp32", "bf16"}) {
+    const Result r = run_loom("train --dp 2 --zero 3 --precision " + precision + " --dry-run");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const std::string bytes = "([0-9]+(\\.[0-9])? (B|KiB|MiB|GiB))", psi = precision == "bf16" ? "18" : "16";
+    const std::regex state(" = " + bytes + " \\(" + psi + " Psi/N\\) \\+ gathered units " + bytes +
+                           " \\(at most at once: the root unit");
+    const std::regex check("\\(state " + bytes + " \\+ gathered units " + bytes + " \\+ activations ");
+    std::smatch in_state, in_check;
+    ASSERT_TRUE(std::regex_search(r.output, in_state, state)) << precision << "\n" << r.output;
+    ASSERT_TRUE(std::regex_search(r.output, in_check, check)) << precision << "\n" << r.output;
+    EXPECT_EQ(in_state[4].str(), in_check[4].str()) << precision;
+  }
+  // No units are gathered below ZeRO-3; ZeRO-2 holds its units' gradients, in bytes too.
+  const Result zero2 = run_loom("train --dp 2 --zero 2 --dry-run");
+  EXPECT_NE(zero2.output.find("+ full gradients of the units in backward and in their reduce-scatter, at most "),
+            std::string::npos)
+      << zero2.output;
+  EXPECT_EQ(run_loom("train --dp 2 --zero 1 --dry-run").output.find("gathered units"), std::string::npos);
 }
 
 // A GCN's dry run describes the GCN its graph sizes (not a GPT of the default widths), the

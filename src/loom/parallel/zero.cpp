@@ -200,10 +200,10 @@ void ShardedDataParallel::launch_gather(int module, bool prefetch) {
     if (u.bf16_gather) {
       // The master shard may have changed since the last gather (a step, a checkpoint load).
       kernels::convert_to_bf16(u.shard_value.f32(), u.shard_bf16.bf16(), u.shard_numel);
-      u.flat_bf16 = Tensor::empty({shard_.size() * u.shard_numel}, DType::BF16, MemoryCategory::Parameters);
+      u.flat_bf16 = Tensor::empty({shard_.size() * u.shard_numel}, DType::BF16, MemoryCategory::Gathered);
       u.gather_work = gather_group_->all_gather_bf16_async(u.shard_bf16.bf16(), u.flat_bf16.bf16(), u.shard_numel);
     } else {
-      u.flat_value = Tensor::empty({shard_.size() * u.shard_numel}, DType::F32, MemoryCategory::Parameters);
+      u.flat_value = Tensor::empty({shard_.size() * u.shard_numel}, DType::F32, MemoryCategory::Gathered);
       u.gather_work = gather_group_->all_gather_async(u.shard_value.f32(), u.flat_value.f32(), u.shard_numel, options_.algorithm);
     }
     u.gather = Unit::Gather::InFlight;
@@ -219,7 +219,7 @@ void ShardedDataParallel::wait_gather(int module) {
     if (u.gather == Unit::Gather::Ready) continue;
     u.gather_work.wait();
     if (u.bf16_gather) {
-      u.flat_value = Tensor::empty({u.flat_bf16.numel()}, DType::F32, MemoryCategory::Parameters);
+      u.flat_value = Tensor::empty({u.flat_bf16.numel()}, DType::F32, MemoryCategory::Gathered);
       kernels::convert_to_f32(u.flat_bf16.bf16(), u.flat_value.f32(), u.flat_bf16.numel());
     }
     for (size_t k = 0; k < u.params.size(); ++k) {
@@ -246,7 +246,7 @@ void ShardedDataParallel::release(int module) {
 void ShardedDataParallel::bind_fresh_grad(int module) {
   for (int i : module_units_[module]) {
     Unit& u = units_[i];
-    u.flat_grad = Tensor::zeros({shard_.size() * u.shard_numel}, DType::F32, MemoryCategory::Gradients);
+    u.flat_grad = Tensor::zeros({shard_.size() * u.shard_numel}, DType::F32, MemoryCategory::Gathered);
     for (size_t k = 0; k < u.params.size(); ++k)
       u.params[k]->rebind_grad_storage(u.flat_grad.narrow(u.offsets[k], u.params[k]->numel()).view(u.params[k]->shape()));
   }
@@ -400,26 +400,6 @@ bool ShardedDataParallel::holds(const nn::Parameter& p) const {
   for (const Unit& u : units_)
     if (std::find(u.params.begin(), u.params.end(), &p) != u.params.end()) return true;
   return false;
-}
-
-int64_t ShardedDataParallel::largest_module_bytes(bool as_gathered) const {
-  int64_t most = 0;
-  for (const std::vector<int>& indices : module_units_) {
-    int64_t bytes = 0;
-    for (int i : indices) {
-      const Unit& u = units_[i];
-      // bf16 gathers hold the bf16 buffer beside the fp32 values widened from it: 6 bytes an element.
-      bytes += shard_.size() * u.shard_numel * (as_gathered && u.bf16_gather ? 6 : 4);
-    }
-    most = std::max(most, bytes);
-  }
-  return most;
-}
-
-int64_t ShardedDataParallel::largest_unit_bytes() const { return largest_module_bytes(/*as_gathered=*/false); }
-
-int64_t ShardedDataParallel::gathered_buffer_bytes() const {
-  return options_.stage == 3 ? 3 * largest_module_bytes(/*as_gathered=*/true) : 0;
 }
 
 std::map<std::string, Tensor> ShardedDataParallel::full_state_dict(const std::map<std::string, Tensor>& optimizer_state,

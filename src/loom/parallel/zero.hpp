@@ -122,18 +122,9 @@ class ShardedDataParallel : public GradientSync {
   // What the shard group and stage 3's gather group moved since the last reset (stats()).
   comm::CommStats comm_stats() const;
   void reset_comm_stats();
-  // Bytes of one module's padded flat fp32 buffers (the largest module's), which stage 3 gathers
-  // and stages 2-3 hold as a full gradient while the module's backward runs.
-  int64_t largest_unit_bytes() const;
-  // The declared transient buffers on top of the sharded state, at most: stage 3 holds the
-  // root unit, the computing unit and the prefetched one gathered; stages 2-3 hold the root's
-  // and the computing unit's full gradients plus those still being reduce-scattered.
-  int64_t gathered_buffer_bytes() const;
-  int64_t gradient_buffer_bytes() const {
-    return options_.stage >= 2 ? static_cast<int64_t>(2 + kMaxReductionsInFlight) * largest_unit_bytes() : 0;
-  }
   // Reductions in flight at once in stages 2-3: each holds a unit's full gradient, so this
-  // bounds the extra memory while still overlapping communication with backward.
+  // bounds the extra memory while still overlapping communication with backward. What the
+  // units hold whole at once (MemoryCategory::Gathered) is counted by plan/zero_gathered.hpp.
   static constexpr int64_t kMaxReductionsInFlight = 2;
   // In the last synced step: seconds the gradient reductions took on the communication
   // thread, and seconds finish_gradient_sync() waited for them.
@@ -186,9 +177,6 @@ class ShardedDataParallel : public GradientSync {
   void bind_fresh_grad(int module);
   void launch_reduce_scatter(int module);
   void launch_unit_reduce_scatter(int unit);
-  // The largest module's padded flat buffers in bytes: as fp32 values, or as gathered (a bf16
-  // unit's bf16 buffer beside the fp32 values widened from it, 6 bytes an element).
-  int64_t largest_module_bytes(bool as_gathered) const;
   void complete_reduction(const Reduction& r);
   Tensor shard_of(const Tensor& flat) const;
 

@@ -7,6 +7,7 @@
 #include "loom/plan/pipeline_ranks.hpp"
 #include "loom/plan/rank_memory_terms.hpp"
 #include "loom/plan/tensor_parallel_3d_layout.hpp"
+#include "loom/plan/zero_gathered.hpp"
 #include "loom/plan/moe_cost.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
 
@@ -56,20 +57,17 @@ int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& 
   return most;
 }
 
-int64_t zero3_gathered_bytes(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l) {
-  if (l.dp == 1 || l.zero != 3) return 0;
-  // Gathered whole while in use: the root unit (embeddings, final LayerNorm) and a layer
-  // plus the prefetched next one, weights and their gradients before the reduce-scatter.
-  // Without ep an MoE block's unit holds its router and all its experts.
-  const int64_t layer = (12 * model.hidden * model.hidden + 13 * model.hidden) / l.tp;
-  const int64_t root = model.vocab * model.hidden / l.tp + model.seq * model.hidden + 2 * model.hidden;
-  int64_t pair = 2 * layer;
-  if (experts_sharded_by_zero(model, l)) {
-    const int64_t mlp = expert_mlp_parameters(model.hidden);
-    const int64_t moe_block = layer - mlp / l.tp + model.hidden * model.moe.experts + model.moe.experts * mlp;
-    pair = model.moe.every == 1 ? 2 * moe_block : moe_block + layer;
-  }
-  return 2 * value_bytes(cluster.precision) * (root + pair);
+int64_t zero_gathered_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l,
+                                       int64_t micro_batches) {
+  const int zero = l.dp > 1 ? l.zero : 0;
+  if (zero < 2) return 0;
+  RankShape shape = rank_shape(model, cluster, l);
+  shape.bf16 = cluster.precision != Precision::Fp32;  // ZeRO's bf16 gathers, as the trainer's bf16 run holds them
+  int64_t most = 0;
+  for (const RankStages& s : rank_stages(model, l))
+    most = std::max(most, zero_gathered_bytes(zero_modules(shape, s.chunks, tensor_parallel_linears(model.hidden, l.tp)),
+                                              l.dp, zero, micro_batches));
+  return most;
 }
 
 double layer_activation_bytes(const ModelSpec& m, const ClusterSpec& c, const Layout& l, bool recompute) {
@@ -157,7 +155,7 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
       c.activation_bytes = activations;
     }
   }
-  c.state_bytes += zero3_gathered_bytes(model, cluster, l);
+  c.state_bytes += zero_gathered_bytes_per_device(model, cluster, l, m);
   const int64_t usable = cluster.memory_bytes - cluster.reserved_bytes;
   if (c.memory_bytes() > usable)
     return invalid("out of memory: " + std::to_string(c.memory_bytes() >> 20) + " MiB needed per device, " +

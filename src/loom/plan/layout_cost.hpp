@@ -45,13 +45,16 @@ double layer_activation_bytes(const ModelSpec& model, const ClusterSpec& cluster
 // over dp, with its experts: sharded with the rest without ep (experts_sharded_by_zero), whole
 // under ep (unsharded_state_bytes, with their bf16 copy in bf16). In bf16 the blocks' Linear
 // weights have no fp32 value under ZeRO-1/2 and the routers no bf16 copy
-// (mixed_precision_cost.hpp). Without ZeRO-3's gathered units (zero3_gathered_bytes).
+// (mixed_precision_cost.hpp). Without ZeRO's gathered units (zero_gathered_bytes_per_device).
 int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
 
-// What ZeRO-3 holds gathered beyond the shards, which predict adds to the state (the memory
-// check before a run does not count it): the root unit and a layer with the prefetched next
-// one, weights and their gradients. 0 below ZeRO-3 or at dp 1.
-int64_t zero3_gathered_bytes(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
+// What ZeRO holds whole at once beyond the shards in a step of `micro_batches` on the pipeline
+// rank holding the most, which predict adds to the state: the memory check's count
+// (plan/zero_gathered.hpp: stage 3's gathered units, stages 2-3's full gradients of the units in
+// backward and in their reduce-scatter), in bf16 and mixed precision with bf16 gathers. 0 below
+// ZeRO-2 or at dp 1.
+int64_t zero_gathered_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                                       int64_t micro_batches);
 
 // Memory and time of one layout for a global batch of sequences.
 LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, int64_t global_batch);

@@ -9,7 +9,7 @@
 //           moments 8 Psi/N                                   = 6 Psi + 12 Psi/N + 4 Psi_32
 //   ZeRO-2: as ZeRO-1 with gradients 4 Psi/N                  = 2 Psi + 16 Psi/N + 4 Psi_32
 //   ZeRO-3: master 4 Psi/N + its bf16 copy 2 Psi/N, gradients 4 Psi/N, moments 8 Psi/N
-//                                                             = 18 Psi/N (+ the gathered units)
+//                                                             = 18 Psi/N (+ the gathered units: zero_gathered.hpp)
 // DDP converts only what its GEMMs read (nn::Parameter::read_by_gemms), while ZeRO's bf16
 // gathers give every parameter a bf16 value. The published formulas (ZeRO, Megatron's
 // distributed optimizer) are these with Psi_32 = Psi_0 = 0: their embeddings and LayerNorms

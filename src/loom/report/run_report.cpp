@@ -140,10 +140,10 @@ std::string memory_section(const std::optional<json>& memory) {
     bars.push_back({name + " measured",
                     {{"params", cur.value("params", 0.0)}, {"grads", cur.value("grads", 0.0)}, {"optimizer", cur.value("optim", 0.0)},
                      {"activations", peak.value("activations", 0.0)}, {"comm buffers", peak.value("comm", 0.0)},
-                     {"other", peak.value("other", 0.0)}}});
+                     {"gathered", peak.value("gathered", 0.0)}, {"other", peak.value("other", 0.0)}}});
     bars.push_back({"formula", {{"params", f.value("params", 0.0)}, {"grads", f.value("grads", 0.0)},
                                 {"optimizer", f.value("optimizer", 0.0)}, {"activations", f.value("activations", 0.0)},
-                                {"data", f.value("data", 0.0)}}});
+                                {"data", f.value("data", 0.0)}, {"gathered", f.value("gathered", 0.0)}}});
     table << "<tr><td>" << escape_xml(name) << "</td><td>" << mib(cur.value("params", 0.0)) << "</td><td>"
           << mib(cur.value("grads", 0.0)) << "</td><td>" << mib(cur.value("optim", 0.0)) << "</td><td>"
           << mib(peak.value("activations", 0.0)) << "</td><td>" << mib(peak.value("comm", 0.0)) << "</td><td>"

@@ -21,6 +21,7 @@ std::string_view category_name(MemoryCategory c) {
     case MemoryCategory::OptimizerState: return "optim";
     case MemoryCategory::Activations: return "activations";
     case MemoryCategory::CommBuffers: return "comm";
+    case MemoryCategory::Gathered: return "gathered";
     case MemoryCategory::Other: return "other";
   }
   return "?";

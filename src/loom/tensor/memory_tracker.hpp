@@ -17,9 +17,12 @@ enum class MemoryCategory : uint8_t {
   OptimizerState,
   Activations,
   CommBuffers,
+  // ZeRO's units held whole for a while in a step: stage 3's gathered parameters, and in
+  // stages 2-3 a unit's full gradient from its backward to the end of its reduce-scatter.
+  Gathered,
   Other,
 };
-constexpr int kMemoryCategoryCount = 6;
+constexpr int kMemoryCategoryCount = 7;
 std::string_view category_name(MemoryCategory c);
 
 struct MemorySnapshot {

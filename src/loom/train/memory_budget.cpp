@@ -18,6 +18,7 @@
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/rank_memory_terms.hpp"
 #include "loom/plan/tensor_parallel_3d_memory.hpp"
+#include "loom/plan/zero_gathered.hpp"
 #include "loom/tensor/memory_tracker.hpp"
 
 namespace loom::train {
@@ -94,11 +95,14 @@ plan::BlockLinears linear_3d_block(int64_t C, const std::array<int64_t, 3>& grid
           .mlp_weights = fc.weight + out.weight, .mlp_biases = fc.bias + out.bias};
 }
 
+// A block's Linears on a rank: split over 1D tensor parallelism, or a 3D grid's share.
+plan::BlockLinears block_linears(const TrainConfig& c) {
+  return c.tp_3d_on() ? linear_3d_block(c.model.n_embd, c.tp_3d_grid()) : plan::tensor_parallel_linears(c.model.n_embd, c.tp);
+}
+
 // The parameters pipeline rank r holds over the stages it owns (no mixture of experts under a grid).
 plan::RankParameters rank_parameters(const TrainConfig& c, const std::vector<nn::GPTStage>& stages, int64_t r) {
-  const plan::BlockLinears linears = c.tp_3d_on() ? linear_3d_block(c.model.n_embd, c.tp_3d_grid())
-                                                  : plan::tensor_parallel_linears(c.model.n_embd, c.tp);
-  return plan::rank_parameters(rank_shape(c), rank_chunks(c, stages, r), linears);
+  return plan::rank_parameters(rank_shape(c), rank_chunks(c, stages, r), block_linears(c));
 }
 
 // In the run's precision and optimizer, ZeRO over the shard group. (Under --tp-3d, whose
@@ -132,8 +136,15 @@ std::optional<parallel::pipeline::Schedule> run_schedule(const TrainConfig& c) {
                                               static_cast<int>(c.micro_batches), static_cast<int>(c.chunks));
 }
 
+// What ZeRO holds whole at once on pipeline rank r beyond its shards (plan/zero_gathered.hpp).
+int64_t zero_gathered(const TrainConfig& c, const std::vector<nn::GPTStage>& stages, int64_t r) {
+  return plan::zero_gathered_bytes(plan::zero_modules(rank_shape(c), rank_chunks(c, stages, r), block_linears(c)),
+                                   c.shard_size(), static_cast<int>(c.zero), c.micro_batches);
+}
+
 // State and activations of pipeline rank r: the activations its chunks keep for each
-// (micro-batch, chunk) its schedule holds at once, and what one layer at a time adds.
+// (micro-batch, chunk) its schedule holds at once, and what one layer at a time adds; ZeRO's
+// gathered units.
 MemoryNeed rank_memory(const TrainConfig& c, const std::vector<nn::GPTStage>& stages,
                        const std::optional<parallel::pipeline::Schedule>& schedule, int64_t r) {
   if (c.tp_3d_on())  // a grid rank: no pipeline, one micro-batch (validate_tp_3d)
@@ -144,6 +155,7 @@ MemoryNeed rank_memory(const TrainConfig& c, const std::vector<nn::GPTStage>& st
       rank_shape(c), rank_chunks(c, stages, r), schedule ? &schedule->ranks.at(static_cast<size_t>(r)) : nullptr);
   MemoryNeed need{static_cast<double>(rank_state(c, rank_parameters(c, stages, r)).total()),
                   static_cast<double>(activations)};
+  need.gathered = static_cast<double>(zero_gathered(c, stages, r));
   if (c.pp > 1) need.pp_rank = r;
   return need;
 }
@@ -247,7 +259,8 @@ AvailableMemory available_memory() {
 }
 
 std::string describe(const MemoryNeed& need) {
-  return format(need.total()) + " (state " + format(need.state) + " + activations " + format(need.activations) +
+  return format(need.total()) + " (state " + format(need.state) +
+         (need.gathered > 0 ? " + gathered units " + format(need.gathered) : "") + " + activations " + format(need.activations) +
          (need.kv_cache > 0 ? " + KV cache " + format(need.kv_cache) : "") +
          (need.data > 0 ? " + graph data " + format(need.data) : "") + ")";
 }

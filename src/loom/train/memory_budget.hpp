@@ -20,12 +20,14 @@ struct MemoryNeed {
   double activations = 0;  // bytes: what this rank's blocks (and logits) keep, for the micro-batches held at once
   double kv_cache = 0;     // bytes: generation's cached keys and values (kv_cache_bytes)
   double data = 0;         // bytes: input data the model holds whole (a GCN's graph: features, Â, per-node arrays)
+  double gathered = 0;     // bytes: ZeRO's units held whole at once in a step (plan/zero_gathered.hpp)
   int64_t pp_rank = -1;    // the pipeline rank whose need this is (-1: no pipeline)
-  double total() const { return state + activations + kv_cache + data; }
+  double total() const { return state + activations + kv_cache + data + gathered; }
 };
 
 // Per rank, to train config under its layout, ZeRO stage and optimizer: the pipeline rank
-// needing the most (its pp_rank set under a pipeline).
+// needing the most (its pp_rank set under a pipeline). Under ZeRO-2/3 with what its units hold
+// whole at once beyond the shards (gathered).
 MemoryNeed training_memory(const TrainConfig& config);
 // Pipeline rank pp_rank's: the state of the stages it owns (rank_training_state) and the
 // activations of its chunks (its blocks, their mixtures of experts, the logits on the last
@@ -69,7 +71,7 @@ struct AvailableMemory {
 // MemAvailable of /proc/meminfo (else free pages x page size), capped by a cgroup's limit.
 AvailableMemory available_memory();
 
-// "12.0 GiB (state 11.9 GiB + activations 96.0 MiB)"
+// "12.0 GiB (state 11.9 GiB + activations 96.0 MiB)", "... (state 11.9 GiB + gathered units 1.0 GiB + ...)"
 std::string describe(const MemoryNeed& need);
 
 // Who checks, for the refusal's wording: the command whose prediction the need is ("loom train

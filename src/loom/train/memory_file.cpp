@@ -13,7 +13,7 @@
 namespace loom::train {
 
 nlohmann::json memory_record(int rank, const std::string& name, const plan::StateBytes& state, int64_t activations,
-                             int64_t data_predicted, int64_t data_held) {
+                             int64_t data_predicted, int64_t data_held, int64_t gathered) {
   const MemorySnapshot m = MemoryTracker::instance().snapshot();
   nlohmann::json current, peak;
   for (int c = 0; c < kMemoryCategoryCount; ++c) {
@@ -28,7 +28,7 @@ nlohmann::json memory_record(int rank, const std::string& name, const plan::Stat
           {"total_peak", m.total_peak},
           {"formula",
            {{"params", state.params}, {"grads", state.grads}, {"optimizer", state.optimizer},
-            {"activations", activations}, {"data", data_predicted}}},
+            {"activations", activations}, {"data", data_predicted}, {"gathered", gathered}}},
           {"data_held", data_held}};
 }
 

@@ -161,16 +161,16 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
   metrics_->write(record);
 }
 
-std::string memory_report(int rank, const plan::StateBytes& want, const parallel::ShardedDataParallel* sharded) {
+std::string memory_report(int rank, const plan::StateBytes& want, int64_t gathered) {
   const MemorySnapshot m = MemoryTracker::instance().snapshot();
   auto at = [&](MemoryCategory c) { return static_cast<size_t>(c); };
   return "memory on rank " + std::to_string(rank) + ": params " + format_bytes(m.current[at(MemoryCategory::Parameters)]) +
          " (formula " + format_bytes(want.params) + ") | grads " + format_bytes(m.current[at(MemoryCategory::Gradients)]) +
          " (formula " + format_bytes(want.grads) + ") | optimizer " +
          format_bytes(m.current[at(MemoryCategory::OptimizerState)]) + " (formula " + format_bytes(want.optimizer) + ")" +
-         (sharded ? " | unit buffers up to " +
-                        format_bytes(sharded->gathered_buffer_bytes() + sharded->gradient_buffer_bytes())
-                  : std::string()) +
+         (gathered > 0 ? " | peak gathered units " + format_bytes(m.peak[at(MemoryCategory::Gathered)]) + " (formula " +
+                             format_bytes(gathered) + ")"
+                       : std::string()) +
          " | peak activations " + format_bytes(m.peak[at(MemoryCategory::Activations)]) + " | peak comm buffers " +
          format_bytes(m.peak[at(MemoryCategory::CommBuffers)]) + " | peak total " + format_bytes(m.total_peak);
 }

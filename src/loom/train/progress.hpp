@@ -87,7 +87,8 @@ class Progress {
 };
 
 // "memory on rank 0: params 3.2 MiB (formula 3.2 MiB) | ...": the tracker's current bytes of
-// model state next to the ZeRO formula, and the peaks of the rest.
-std::string memory_report(int rank, const plan::StateBytes& formula, const parallel::ShardedDataParallel* sharded);
+// model state next to the ZeRO formula, and the peaks of the rest; under ZeRO-2/3 (gathered > 0,
+// the count of plan/zero_gathered.hpp) the peak of its units held whole next to that count.
+std::string memory_report(int rank, const plan::StateBytes& formula, int64_t gathered);
 
 }  // namespace loom::train

@@ -295,7 +295,9 @@ std::string Trainer::save_checkpoint_now() {
                                 world_);
 }
 
-std::string Trainer::memory_report() const { return train::memory_report(world_.rank(), state_formula(), sharded()); }
+std::string Trainer::memory_report() const { return train::memory_report(world_.rank(), state_formula(), gathered_formula()); }
+
+int64_t Trainer::gathered_formula() const { return sharded() ? static_cast<int64_t>(spec_->memory_need().gathered) : 0; }
 
 plan::StateBytes Trainer::state_formula() const {
   const int64_t optimizer_bytes = config_.optimizer == "adamw" ? 8 : 4;
@@ -333,8 +335,8 @@ nlohmann::json Trainer::memory_json() const {
   const int64_t in_flight = p_.pipeline ? last_timeline_.peak_activations.at(static_cast<size_t>(pp_.rank())) : 1;
   const int64_t activations = spec_->activation_bytes(*p_.chunks.front()) * in_flight;
   const ModelSpec::DataBytes data = spec_->data_bytes();
-  nlohmann::json record =
-      memory_record(world_.rank(), rank_name(config_, world_.rank()), state_formula(), activations, data.predicted, data.held);
+  nlohmann::json record = memory_record(world_.rank(), rank_name(config_, world_.rank()), state_formula(), activations,
+                                        data.predicted, data.held, gathered_formula());
   record["cpus"] = comm::allowed_cpus();  // where the rank could run: one CPU when pinned
   return record;
 }

@@ -69,6 +69,8 @@ class Trainer {
   // This rank's memory by category next to the formulas, as memory.json records it.
   nlohmann::json memory_json() const;
   plan::StateBytes state_formula() const;  // the ZeRO formula's model state of this rank
+  // What ZeRO-2/3's units hold whole at once in a step (plan/zero_gathered.hpp); 0 without ZeRO.
+  int64_t gathered_formula() const;
 
   // Collective: the serial layout's parameters and optimizer state, and gradients (what a
   // checkpoint holds and `loom verify` compares).
