@@ -4,7 +4,7 @@
 // --dry-run` and the planner share (plan/zero_gathered.hpp): exact, in fp32 and bf16 (bf16
 // gathers: a unit's bf16 buffer and its fp32 widening, a router's weight in an fp32 unit of its
 // own), two micro-batches (the second starts with the first's last reductions in flight; one
-// for plain ZeRO-3), under tp 2 and with a mixture of experts with and without ep. The check before a
+// for plain ZeRO-3), under tp 2, HSDP (4 ranks) and with a mixture of experts with and without ep. The check before a
 // run once left these out entirely; the planner counted a layer and the next, weights and
 // gradients, without padding, the prefetch's bf16-only buffer or the root's gradient, and
 // split the LayerNorms over tp.
@@ -42,6 +42,7 @@ struct GatheredCase {
   std::string name;
   int zero = 3;
   int64_t tp = 1, ep = 1, experts = 0;
+  int64_t hsdp_shard = 0;  // HSDP: units padded to the shard group, not dp
 };
 
 TEST(ZeroGathered, TrackersPeakIsTheMemoryChecksCount) {
@@ -54,14 +55,17 @@ TEST(ZeroGathered, TrackersPeakIsTheMemoryChecksCount) {
       {.name = "zero3_moe", .experts = 4},
       {.name = "zero3_moe_ep2", .ep = 2, .experts = 4},
       {.name = "zero2_moe", .zero = 2, .experts = 4},
+      {.name = "zero3_hsdp2", .hsdp_shard = 2},
   };
   for (const GatheredCase& g : cases)
     for (const std::string precision : {"fp32", "bf16"})
       for (const int64_t micro_batches : {1, 2}) {
         if (micro_batches == 1 && g.name != "zero3") continue;  // the second micro-batch holds the most
+        if (g.hsdp_shard > 0 && p < 4) continue;  // two shard groups of two
         train::TrainConfig c = tiny(p / g.tp, 2, micro_batches);
+        c.hsdp_shard = g.hsdp_shard;
         c.model.n_layer = 4;  // blocks 1 and 3 mixtures of experts
-        c.model.n_embd = 32;
+        c.model.n_embd = 18;  // a block of 4122 elements: padded on 4 ranks
         c.zero = g.zero;
         c.tp = g.tp;
         c.ep = g.ep;
