@@ -493,5 +493,30 @@ TEST(ExpertParallelPlan, DryRunStateOfEachPipelineRankEqualsItsTracker) {
     }
 }
 
+// The planner's parameters per device but the experts (plan::dense_parameters_per_device, what
+// its time model reduces and gathers) are those of the rank holding the most as the trainer builds
+// it: tp 2 on 2 ranks, tp 2 x pp 2 on 4, a mixture of experts in every other block. It once
+// divided the whole model by tp x pp, LayerNorms, row-parallel biases and the position table
+// included (tp 2: 3448 for this rank's 3680; tp 2 x pp 2: 2864 for the first stage's 3648).
+TEST(ExpertParallelPlan, DenseParametersPerDeviceAreTheBuiltRanksMost) {
+  const int64_t p = world().size();
+  if (p != 2 && p != 4) GTEST_SKIP() << "on " << p << " ranks: runs on 2 (tp 2) and 4 (tp 2 x pp 2)";
+  const Case k{.name = "dense", .ep = 1, .tp = 2, .pp = p / 2};
+  train::TrainConfig c = moe_config(k, 1, 2);
+  c.tp = 2;
+  c.pp = p / 2;
+  c.model.moe.every = 2;  // blocks 1 and 3
+  train::Trainer t(c, true, &world());
+  float dense = 0;  // exact: far below 2^24
+  for (const nn::Parameter* q : t.model().parameters())
+    if (!ep::is_expert_parameter(*q) && q->name().find(".experts.") == std::string::npos) dense += static_cast<float>(q->numel());
+  world().all_reduce(&dense, 1, comm::ReduceOp::Max);
+  plan::Layout l;
+  l.tp = 2;
+  l.pp = p / 2;
+  l.micro_batch = c.batch_size;
+  EXPECT_EQ(plan::dense_parameters_per_device(planned_moe(c), l), static_cast<int64_t>(dense));
+}
+
 }  // namespace
 }  // namespace loom::parallel::expert_parallel_test

@@ -1,5 +1,10 @@
 #include "loom/plan/moe_cost.hpp"
 
+#include <algorithm>
+
+#include "loom/plan/pipeline_ranks.hpp"
+#include "loom/plan/rank_memory_terms.hpp"
+
 namespace loom::plan {
 
 int64_t expert_mlp_parameters(int64_t hidden) { return 8 * hidden * hidden + 5 * hidden; }
@@ -19,8 +24,12 @@ int64_t active_parameters(const ModelSpec& model) {
 }
 
 int64_t dense_parameters_per_device(const ModelSpec& model, const Layout& layout) {
-  const int64_t swap = model.hidden * model.moe.experts - expert_mlp_parameters(model.hidden) / layout.tp;
-  return model.parameters() / (layout.tp * layout.pp) + moe_layers(model) / layout.pp * swap;
+  const RankShape shape{.seq = model.seq, .hidden = model.hidden, .vocab = model.vocab, .tp = layout.tp, .ep = layout.ep,
+                        .experts = model.moe.experts, .top_k = model.moe.top_k, .every = model.moe.every};
+  int64_t most = 0;
+  for (const RankStages& s : rank_stages(model, layout))
+    most = std::max(most, rank_parameters(shape, s.chunks, tensor_parallel_linears(model.hidden, layout.tp)).dense);
+  return most;
 }
 
 int64_t expert_parameters_per_device(const ModelSpec& model, const Layout& layout) {

@@ -25,9 +25,10 @@ int64_t moe_layers(const ModelSpec& model);
 int64_t total_parameters(const ModelSpec& model);
 // What one token computes with: K experts per MoE block (and its router).
 int64_t active_parameters(const ModelSpec& model);
-// A device's parameters but its experts, as the planner spreads them: the dense model's over
-// tp x pp with each MoE block's MLP replaced by its router (h E, replicated over tp); what
-// step_time takes as params_per_device.
+// A device's parameters but its experts, on the pipeline rank holding the most, as the trainer
+// builds them (rank_memory_terms.hpp: the Linears split over tp, LayerNorms, row-parallel biases
+// and the position table whole, each MoE block's MLP replaced by its router, replicated over tp);
+// what step_time takes as params_per_device. (It once divided the whole model by tp x pp.)
 int64_t dense_parameters_per_device(const ModelSpec& model, const Layout& layout);
 // Expert parameters on one device: E / ep experts of each MoE layer of its pipeline stage.
 int64_t expert_parameters_per_device(const ModelSpec& model, const Layout& layout);
