@@ -19,24 +19,13 @@
 #include "loom/train/memory_budget.hpp"
 #include "loom/train/trainer.hpp"
 #include "parallel/equivalence.hpp"
+#include "step_activation_peak.hpp"
 
 namespace loom::parallel {
 namespace {
 
 using loom::testing::world;
 using loom::testing::equivalence::tiny;
-
-// The tracker's peak of the gathered category over a warm step, above what it holds between
-// steps (nothing: every unit released, every reduction completed).
-int64_t step_gathered_peak(train::Trainer& t) {
-  MemoryTracker& m = MemoryTracker::instance();
-  t.train_step();
-  m.reset_peaks();
-  const int64_t before = m.current(MemoryCategory::Gathered);
-  t.train_step();
-  EXPECT_EQ(m.current(MemoryCategory::Gathered), before) << "a unit still held after the step";
-  return m.peak(MemoryCategory::Gathered) - before;
-}
 
 struct GatheredCase {
   std::string name;
@@ -76,7 +65,9 @@ TEST(ZeroGathered, TrackersPeakIsTheMemoryChecksCount) {
         }
         c.precision = precision;
         train::Trainer t(c, true, &world());
-        const int64_t measured = step_gathered_peak(t);
+        // Between steps every unit is released and every reduction completed: nothing held before.
+        const int64_t measured = loom::testing::step_peak(t, MemoryCategory::Gathered);
+        EXPECT_EQ(MemoryTracker::instance().current(MemoryCategory::Gathered), 0) << "a unit still held after the step";
         const double predicted = train::training_memory(t.config()).gathered;
         const std::string what = g.name + ", " + precision + ", " + std::to_string(micro_batches) + " micro-batches on " +
                                  std::to_string(p) + " ranks";
