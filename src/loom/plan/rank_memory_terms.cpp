@@ -88,11 +88,17 @@ ActivationTerms activation_terms(const RankShape& s) {
   // kept to the head's backward), the final LayerNorm's input and output (bf16 copies in bf16)
   // and its statistics.
   a.head = 4 * B * T * Vt + 2 * w * B * T * C + 8 * B * T;
-  // Ring attention's scratch while one layer runs: a block's scores and their gradient,
-  // (B, NH, T/(2cp), T/(2cp)) each; under bf16 without cp, the probabilities attention's
-  // backward recomputes for a group of heads.
-  const int64_t Tc = s.seq / (2 * s.cp);
-  if (s.cp > 1) a.attention = 2 * 4 * B * (s.heads / s.tp) * Tc * Tc;
+  // Ring attention's scratch while one layer runs (only a pipeline rank under cp comes here; a
+  // whole model's is the grid's moment count): the grid's ring backward less its kept output,
+  // which the block holds already, and less the last block's MLP half (LayerNorm, fc's input,
+  // pre-activation, projection's input: 11 (B, T, C / tp) values and the statistics), freed by
+  // the time it runs. Only the scores, all heads at once, was 51-73% of the measured peak of
+  // pp 2 x cp 2 in bf16; this is 83-96% (ActivationPeak.PipelineRanksUnderTpOrCpNearTheMemoryCheck).
+  // Under bf16 without cp, the probabilities attention's backward recomputes for a group of heads.
+  if (s.cp > 1)
+    a.attention = ring_attention_backward_bytes({.B = B, .T = T, .C = C, .NH = s.heads, .row = s.tp, .ring = s.cp,
+                                                 .bf16 = s.bf16}) -
+                  w * B * T * C / s.tp - (w * 11 * B * T * C / s.tp + 8 * B * T);
   else if (s.bf16) a.attention = bf16_attention_backward_bytes(B, s.seq, C, s.heads, s.tp);
   // A chunk's backward starts at its last block with all of the chunk's activations held: the
   // fp32 gradients it passes on (the residual stream's, its branch's, its LayerNorm's), and when

@@ -38,19 +38,19 @@ BlockParts block_parts(const Grid3DActivationShape& s) {
   return p;
 }
 
+}  // namespace
+
 // Ring attention's backward beside q, k and v's gradient: its output, which it keeps (the
 // projection's input: released by the projection's backward but held here to the end); in bf16
 // q, k, v and the output widened; each row's output-gradient dot product; a group of heads'
 // scores and their gradient for a pair of chunks; five (B, T, 2C) K/V buffers (those held,
 // those arriving, and dK/dV's own, arriving and outgoing sums).
-int64_t ring_backward_bytes(const Grid3DActivationShape& s) {
+int64_t ring_attention_backward_bytes(const Grid3DActivationShape& s) {
   const int64_t BTC = s.B * s.T * s.C / s.row, C = s.C / s.row, NH = s.NH / s.row, Tc = s.T / 2;
   const int64_t output = (s.bf16 ? 2 : 4) * BTC, widened = s.bf16 ? 4 * 3 * BTC + 4 * BTC : 0;
   return output + widened + 4 * NH * s.B * s.T + 2 * 4 * s.B * parallel::cp::heads_per_group(Tc, C, NH) * Tc * Tc +
          5 * 4 * 2 * BTC;
 }
-
-}  // namespace
 
 int64_t grid_3d_layer_activation_bytes(const Grid3DActivationShape& s) {
   const BlockParts p = block_parts(s);
@@ -98,7 +98,7 @@ int64_t grid_3d_activation_bytes(const Grid3DActivationShape& s) {
   // Its attention backward, the MLP half released: dy, the residual's gradient, the heads'
   // gradient, q, k and v's, and the scores' gradient (fp32) or a group of heads' recomputed
   // probabilities (bf16).
-  const int64_t scores = s.ring > 1 ? ring_backward_bytes(s)
+  const int64_t scores = s.ring > 1 ? ring_attention_backward_bytes(s)
                          : s.bf16  ? bf16_attention_backward_bytes(s.B, s.T, s.C, s.NH, R)
                                    : 4 * s.NH / R * BT * s.T;
   const int64_t attention_backward = replayed - last.mlp + logits + 2 * dy + 4 * BTC / R + 4 * 3 * BTC / R + scores;

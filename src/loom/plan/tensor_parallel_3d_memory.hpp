@@ -31,6 +31,10 @@ struct Grid3DActivationShape {
   std::array<bool, 4> split{true, true, true, true};
 };
 
+// Ring attention's backward (ring > 1) beside q, k and v's gradient: its kept output, in bf16
+// the widened copies, the rows' deltas, a group of heads' scores and their gradient, five K/V
+// buffers (of this rank's row of heads).
+int64_t ring_attention_backward_bytes(const Grid3DActivationShape& s);
 // What one block keeps for backward on a grid rank (without recompute).
 int64_t grid_3d_layer_activation_bytes(const Grid3DActivationShape& s);
 // The rank's peak activation bytes over a step of one micro-batch.
