@@ -23,11 +23,6 @@ RankShape rank_shape(const ModelSpec& m, const ClusterSpec& c, const Layout& l) 
           .experts = m.moe.experts, .top_k = m.moe.top_k, .every = m.moe.every};
 }
 
-// The parameters of a pipeline rank holding the stages `s`, as the trainer builds them.
-RankParameters rank_parameters_of(const ModelSpec& m, const ClusterSpec& c, const Layout& l, const RankStages& s) {
-  return rank_parameters(rank_shape(m, c, l), s.chunks, tensor_parallel_linears(m.hidden, l.tp));
-}
-
 // The model state of a device holding `r`, ZeRO-sharded over dp: in Loom's precisions as the
 // memory check counts it; in mixed precision the published 2-byte weights and gradients and
 // 12 bytes of fp32 master weights and moments, ZeRO sharding the 12, then the gradients, then
@@ -53,7 +48,7 @@ RankParameters without_experts(RankParameters r) {
 int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l) {
   int64_t most = 0;
   for (const RankStages& s : rank_stages(model, l))
-    most = std::max(most, rank_state_bytes(model, cluster, l, rank_parameters_of(model, cluster, l, s)));
+    most = std::max(most, rank_state_bytes(model, cluster, l, rank_parameters_of(model, l, s)));
   return most;
 }
 
@@ -145,7 +140,7 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
   const std::vector<RankStages> ranks = rank_stages(model, l);
   const std::optional<parallel::pipeline::Schedule> schedule = planned_schedule(l, m);
   for (size_t r = 0; r < ranks.size(); ++r) {
-    const RankParameters here = rank_parameters_of(model, cluster, l, ranks[r]);
+    const RankParameters here = rank_parameters_of(model, l, ranks[r]);
     const int64_t dense = rank_state_bytes(model, cluster, l, without_experts(here));
     const int64_t experts = rank_state_bytes(model, cluster, l, here) - dense;
     const int64_t activations = rank_activation_bytes(model, cluster, l, ranks[r], schedule, r);

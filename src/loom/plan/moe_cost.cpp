@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "loom/plan/pipeline_ranks.hpp"
-#include "loom/plan/rank_memory_terms.hpp"
 
 namespace loom::plan {
 
@@ -24,11 +23,8 @@ int64_t active_parameters(const ModelSpec& model) {
 }
 
 int64_t dense_parameters_per_device(const ModelSpec& model, const Layout& layout) {
-  const RankShape shape{.seq = model.seq, .hidden = model.hidden, .vocab = model.vocab, .tp = layout.tp, .ep = layout.ep,
-                        .experts = model.moe.experts, .top_k = model.moe.top_k, .every = model.moe.every};
   int64_t most = 0;
-  for (const RankStages& s : rank_stages(model, layout))
-    most = std::max(most, rank_parameters(shape, s.chunks, tensor_parallel_linears(model.hidden, layout.tp)).dense);
+  for (const RankStages& s : rank_stages(model, layout)) most = std::max(most, rank_parameters_of(model, layout, s).dense);
   return most;
 }
 

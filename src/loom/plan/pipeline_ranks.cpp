@@ -36,6 +36,13 @@ std::vector<RankStages> rank_stages(const ModelSpec& model, const Layout& l) {
   return ranks;
 }
 
+RankParameters rank_parameters_of(const ModelSpec& m, const Layout& l, const RankStages& s) {
+  // What the counts read of a rank's shape: the tables, the width, the splits and the experts.
+  const RankShape shape{.seq = m.seq, .hidden = m.hidden, .vocab = m.vocab, .tp = l.tp, .ep = l.ep,
+                        .experts = m.moe.experts, .top_k = m.moe.top_k, .every = m.moe.every};
+  return rank_parameters(shape, s.chunks, tensor_parallel_linears(m.hidden, l.tp));
+}
+
 std::optional<parallel::pipeline::Schedule> planned_schedule(const Layout& l, int64_t micro_batches) {
   if (l.pp == 1) return std::nullopt;
   namespace pl = parallel::pipeline;

@@ -10,6 +10,7 @@
 
 #include "loom/nn/gpt.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
+#include "loom/plan/rank_memory_terms.hpp"
 #include "loom/plan/specs.hpp"
 #include "loom/plan/step_time.hpp"
 
@@ -26,6 +27,10 @@ int64_t moe_blocks(const ModelSpec& model, const nn::GPTStage& s);
 
 // Every pipeline rank's stages (one rank holding the whole model when pp is 1).
 std::vector<RankStages> rank_stages(const ModelSpec& model, const Layout& layout);
+
+// The parameters of a pipeline rank holding the stages `s`, as the trainer builds them
+// (rank_memory_terms.hpp; Linears split over tp).
+RankParameters rank_parameters_of(const ModelSpec& model, const Layout& layout, const RankStages& s);
 
 // The schedule a layout's pipeline runs over m micro-batches: 1F1B (GPipe with layout.gpipe),
 // interleaved with chunks > 1, built for at most pp (1F1B) or 3 pp (interleaved) micro-batches,
