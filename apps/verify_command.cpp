@@ -67,7 +67,7 @@ const Tolerances kFp32FreeRunningTolerances{1e-5, 1e-3, 1e-3, 1e-5};
 // gradient is within the gradient tolerance of zero). A real bug (a missing or doubled sum, a
 // wrong slice) shows as errors of order 1 in the gradients. Re-anchored, on the same 51
 // layouts (a mixture of experts with top-k = E: a top-k < E router flips a token's expert at
-// a near-tie, README): gradients within 9.6e-3 at step 1 and 1.5e-2 later (tp 4; tp 4 x 6
+// a near-tie, docs/mixed-precision.md): gradients within 9.6e-3 at step 1 and 1.5e-2 later (tp 4; tp 4 x 6
 // layers 2.1e-2 at step 4 of 4), parameters past the AdamW bound within 3.3e-3, moments
 // within their bound, losses within 3.0e-5, norms within 7.8e-4. Bounds: 1e-4, 6e-2 (3x the
 // worst gradient: a rounding can flip an operand to its neighbouring bf16 value, a long
@@ -206,7 +206,7 @@ int verify(const train::TrainConfig& config, const Tolerances& tol, const Verify
   }
   if (speaks && excused > 0)
     std::printf("verify: %lld time(s) a parameter element past the parameter tolerance was within the AdamW bound: a "
-                "gradient within the gradient tolerance of its own moves it so far (README: what loom verify allows)\n",
+                "gradient within the gradient tolerance of its own moves it so far (docs/verify.md: what loom verify allows)\n",
                 static_cast<long long>(excused));
   if (speaks) std::printf(ok ? "verify: equivalent to the serial run\n" : "verify: NOT equivalent to the serial run\n");
   std::fflush(stdout);
@@ -235,7 +235,7 @@ Runner add_verify_command(CLI::App& sub) {
   sub.add_flag("--reanchor,!--no-reanchor", mode->reanchor,
                "after each step set the serial run's parameters and optimizer moments to the layout's (compared too), so "
                "every step is compared from the same state and roundings do not compound over steps; --no-reanchor: "
-               "free-running, the runs drift apart (README: what loom verify allows) [default on]");
+               "free-running, the runs drift apart (docs/verify.md: what loom verify allows) [default on]");
   sub.add_option("--inject-gradient-error", mode->inject_gradient_error,
                  "tests: scale the layout's ln_f.bias gradient by 1 + this each step")
       ->group("");
@@ -249,7 +249,7 @@ Runner add_verify_command(CLI::App& sub) {
   auto* grad = sub.add_option("--grad-rtol", tol->grad_rtol,
                  "gradient tolerance, relative to each tensor's largest magnitude" + defaults_of(&Tolerances::grad_rtol));
   auto* param = sub.add_option("--param-rtol", tol->param_rtol,
-                 "parameter (and re-anchored, optimizer moment) tolerance, relative to each tensor's largest magnitude, on what the AdamW bound (README) leaves of each element's difference" + defaults_of(&Tolerances::param_rtol));
+                 "parameter (and re-anchored, optimizer moment) tolerance, relative to each tensor's largest magnitude, on what the AdamW bound (docs/verify.md) leaves of each element's difference" + defaults_of(&Tolerances::param_rtol));
   auto* norm = sub.add_option("--norm-rtol", tol->norm_rtol,
                  "relative tolerance of the global gradient norm before clipping per step" + defaults_of(&Tolerances::norm_rtol));
   std::shared_ptr<ConfigFlags> flags = add_config_flags(sub, defaults);

@@ -15,7 +15,7 @@ it is passed the gradient tolerance under study (the default's, unless --grad-rt
     python3 bench/verify_noise.py --loom build/loom [--precisions fp32,bf16] [--only tp4]
 
 The whole table (51 layouts, fp32 and bf16) took 689 s on 2 shared cores on 2026-11-29; its
-worst values are the ones apps/verify_command.cpp and the README cite.
+worst values are the ones apps/verify_command.cpp and docs/verify.md cite.
 """
 import argparse
 import os
@@ -29,7 +29,7 @@ DATA = os.path.join(ROOT, "data", "tinyshakespeare.txt")
 
 # (name, ranks, flags). {moe} expands to the routing: top-2 of 4 experts in fp32; in bf16
 # top-4 of 4, since a top-k < E router flips a token's expert at a near-tie under bf16
-# (README: such a flip is a 0.1-0.2 difference at that token, not noise of a layout).
+# (docs/mixed-precision.md: such a flip is a 0.1-0.2 difference at that token, not noise of a layout).
 MOE = "--n-layer 2 --moe-experts 4 --moe-top-k {k} --batch-size 1"
 LAYOUTS = [
     ("dp2", 2, "--dp 2"),
