@@ -4,6 +4,7 @@
 // first (apps' run_on_world).
 #pragma once
 
+#include <sstream>
 #include <string>
 
 #include "loom/error.hpp"
@@ -18,5 +19,15 @@ class AgreedError : public Error {
  private:
   int ranks_;
 };
+
+// check() for a condition every rank of a group of `ranks` ranks evaluates alike, on the same
+// gathered values.
+template <class... Parts>
+void check_agreed(bool condition, int ranks, const Parts&... parts) {
+  if (condition) return;
+  std::ostringstream os;
+  (os << ... << parts);
+  throw AgreedError(os.str(), ranks);
+}
 
 }  // namespace loom

@@ -503,11 +503,11 @@ def run_pair(loom, index, pair, work, cache, timeout, rng):
     # Into a different model: refused, nothing in the run directory changed.
     if probe:
         flags, key = other_model(rng, model, b)
+        how = rng.choice(["latest", "auto"])
         before = snapshot(run_a)
-        changed = dict(model)
         try:
-            status, out = launch(loom, b["ranks"], train_args(changed, b, rows, S1 + S2, run_a,
-                                                              ["--resume", "latest", *flags]), timeout, log)
+            status, out = launch(loom, b["ranks"], train_args(model, b, rows, S1 + S2, run_a, ["--resume", how, *flags]),
+                                 timeout, log)
         except Hang:
             return "HANG", f"the resume into another model ({key}) timed out", log
         refusal = "was trained with optimizer" if key == "optimizer" else "holds a different model"
@@ -515,7 +515,7 @@ def run_pair(loom, index, pair, work, cache, timeout, rng):
             return "MISMATCH", f"resume into another model ({' '.join(flags)}) exited {status}: {error_message(out)}", log
         if snapshot(run_a) != before:
             return "MISMATCH", f"the refused resume into another model ({key}) changed the run directory", log
-        notes.append(f"refused {key}")
+        notes.append(f"refused {key} ({how})")
 
     # The checkpoint re-sharded for B by `loom convert` and gathered back into one file: the saved
     # state bit for bit (loading copies fp32 values; the tolerances below would pass a tensor left
