@@ -16,8 +16,9 @@ naming the difference and leave the run directory as it was.
 Each pair is classed
   EXACT     the same layout: every loss and every tensor (optimizer state too) bit for bit
   MATCH     another layout: within the layout equivalence tests' tolerances (below); a loss past
-            them passes, noted, when the uninterrupted run under A strays at least half as far
-            (the layout's own rounding: SGD's larger steps in bf16 reach it)
+            them passes, noted, when the uninterrupted run under A (in other precisions: B from
+            the reference's checkpoint of step S1) strays at least half as far (the layout's own
+            rounding: SGD's larger steps in bf16 reach it)
   REFUSED   the resume stopped with a message (printed: judge it against docs/checkpoints.md;
             a documented refusal, as another padded_vocab_size, says so)
   MISMATCH  a loss or tensor past its tolerance, a file lost or overwritten, a wrong refusal
@@ -483,14 +484,20 @@ def reference(loom, model, a, b, rows, work, cache, log, timeout):
 
 
 def layout_noise(loom, model, a, b, rows, ref, pdir, log, timeout):
-    """How far the uninterrupted run under A strays from the reference (the largest loss
-    difference after S1), or None when A's precision is not B's (no such run to compare). A
-    resumed run as close as this is off by the layout's own rounding, not by the resume."""
-    if a["precision"] != b["precision"]:
-        return None
-    straight = os.path.join(pdir, "straight-a")
+    """How far the layouts' own rounding takes a run from the reference (the largest loss
+    difference after S1): the uninterrupted run under A, or, where A and B train in other
+    precisions, B continuing from the reference's own checkpoint of step S1. A resumed run as
+    close as this is off by that rounding, not by the resume. None: no such run."""
+    straight = os.path.join(pdir, "noise")
+    if a["precision"] == b["precision"]:
+        ranks, args = a["ranks"], train_args(model, a, rows, S1 + S2, straight)
+    else:
+        base = os.path.join(ref, f"checkpoint-{S1:08d}")
+        ranks = b["ranks"]
+        args = train_args(model, b, rows, S1 + S2, straight,
+                          ["--resume", base if os.path.isdir(base) else base + ".safetensors"])
     try:
-        status, _ = launch(loom, a["ranks"], train_args(model, a, rows, S1 + S2, straight), timeout, log)
+        status, _ = launch(loom, ranks, args, timeout, log)
     except Hang:
         return None
     if status != 0:
@@ -640,8 +647,8 @@ def run_pair(loom, index, pair, work, cache, timeout, rng):
             what = f"loss at step {step} {g:.7g}, reference {w:.7g} (relative {abs(g - w) / abs(w):.2g} > {tol['loss']})"
             noise = layout_noise(loom, model, a, b, rows, ref, pdir, log, timeout)
             if noise is None or not abs(g - w) <= 2 * noise:
-                return "MISMATCH", what + (f"; uninterrupted under A: {noise:.2g}" if noise is not None else ""), log
-            notes.append(f"{what}, as far as the uninterrupted run under A ({noise / abs(w):.2g}): layout noise")
+                return "MISMATCH", what + (f"; the layouts' own rounding: {noise:.2g}" if noise is not None else ""), log
+            notes.append(f"{what}, as far as the layouts' own rounding ({noise / abs(w):.2g}): layout noise")
     if got_tensors is None:
         return "MISMATCH", "no final checkpoint", log
     diff = compare(got_tensors, want_tensors, same, tol)
