@@ -16,9 +16,9 @@ naming the difference and leave the run directory as it was.
 Each pair is classed
   EXACT     the same layout: every loss and every tensor (optimizer state too) bit for bit
   MATCH     another layout: within the layout equivalence tests' tolerances (below); a loss past
-            them passes, noted, when the uninterrupted run under A (in other precisions: B from
-            the reference's checkpoint of step S1) strays at least half as far (the layout's own
-            rounding: SGD's larger steps in bf16 reach it)
+            them passes, noted, when the uninterrupted runs under A and B stray at least half as
+            far together (the layouts' own rounding: SGD's larger steps in bf16 reach it;
+            across precisions, B from the reference's own checkpoint of step S1)
   REFUSED   the resume stopped with a message (printed: judge it against docs/checkpoints.md;
             a documented refusal, as another padded_vocab_size, says so)
   MISMATCH  a loss or tensor past its tolerance, a file lost or overwritten, a wrong refusal
@@ -485,25 +485,34 @@ def reference(loom, model, a, b, rows, work, cache, log, timeout):
 
 def layout_noise(loom, model, a, b, rows, ref, pdir, log, timeout):
     """How far the layouts' own rounding takes a run from the reference (the largest loss
-    difference after S1): the uninterrupted run under A, or, where A and B train in other
-    precisions, B continuing from the reference's own checkpoint of step S1. A resumed run as
-    close as this is off by that rounding, not by the resume. None: no such run."""
-    straight = os.path.join(pdir, "noise")
+    difference after S1): the uninterrupted runs under A and under B, their deviations added
+    (the resumed run carries A's into B's steps); where A and B train in other precisions, B
+    continuing from the reference's own checkpoint of step S1 plus how far A's first run
+    strayed by step S1. A resumed run as close as this is off by that rounding, not by the
+    resume. None: no such run."""
+    want = losses(ref)
+
+    def deviation(run_dir, steps):
+        got = losses(run_dir)
+        return max(abs(got[s][0] - want[s][0]) for s in steps)
+
+    runs = []
     if a["precision"] == b["precision"]:
-        ranks, args = a["ranks"], train_args(model, a, rows, S1 + S2, straight)
+        runs = [(a, [], os.path.join(pdir, "noise-a")), (b, [], os.path.join(pdir, "noise-b"))]
+        total = 0.0
     else:
         base = os.path.join(ref, f"checkpoint-{S1:08d}")
-        ranks = b["ranks"]
-        args = train_args(model, b, rows, S1 + S2, straight,
-                          ["--resume", base if os.path.isdir(base) else base + ".safetensors"])
-    try:
-        status, _ = launch(loom, ranks, args, timeout, log)
-    except Hang:
-        return None
-    if status != 0:
-        return None
-    got, want = losses(straight), losses(ref)
-    return max(abs(got[s][0] - want[s][0]) for s in range(S1 + 1, S1 + S2 + 1))
+        runs = [(b, ["--resume", base if os.path.isdir(base) else base + ".safetensors"], os.path.join(pdir, "noise-b"))]
+        total = deviation(os.path.join(pdir, "a"), range(1, S1 + 1))
+    for lay, extra, d in runs:
+        try:
+            status, _ = launch(loom, lay["ranks"], train_args(model, lay, rows, S1 + S2, d, extra), timeout, log)
+        except Hang:
+            return None
+        if status != 0:
+            return None
+        total += deviation(d, range(S1 + 1, S1 + S2 + 1))
+    return total
 
 
 def run_pair(loom, index, pair, work, cache, timeout, rng):
