@@ -5,9 +5,10 @@
 The equivalence tables hold chosen rows; this draws the combinations between them: a rank
 count of 1 to --max-ranks (odd ones too) factored into dp x pp x cp x tp (or a 3D grid x dp),
 ZeRO 0-3 and HSDP, sequence parallelism, each pipeline schedule, pp_layers, recompute, bf16,
-bf16 gradient reductions, the all-reduce algorithms, mixtures of experts over ep, cp's splits,
-tiny shapes that sometimes do not divide, and Plexus's GCN on a grid. Most draws keep the
-constraints the docs state (so they run); a share ignores them (so the refusals are seen).
+bf16 gradient reductions, the all-reduce algorithms and bucket sizes, mixtures of experts over
+ep, cp's splits, SGD, free-running, an emulated link, tiny shapes that sometimes do not
+divide, and Plexus's GCN on a grid. Most draws keep the constraints the docs state (so they
+run); a share ignores them (so the refusals are seen).
 
 Each case ends as one of:
   PASS      verify: equivalent to the serial run
@@ -23,7 +24,8 @@ Each case ends as one of:
             re-anchored, then in fp32, and must pass
 
 Usage: python3 tests/sweep/layout_sweep.py [--seed S] [--cases N] [--max-ranks R]
-       [--timeout SECONDS] [--loom build/loom] [--only I,J] [--show-output]
+       [--timeout SECONDS] [--steps N] [--loom build/loom] [--mpirun mpirun] [--only I,J]
+       [--show-output] [--list]
 A case is reproduced by its seed and index (--seed S --only I) or by the command printed.
 Exit status: 0 when no case is MISMATCH, CRASH or HANG.
 """
