@@ -17,7 +17,7 @@ Each case ends as one of:
   MISMATCH  verify ran and reported a difference past its tolerances
   CRASH     a signal, an abort, an MPI error, or an exit without loom's message
   HANG      past --timeout, or the watchdog ended the job (re-run to tell a slow machine)
-  EXPECTED  a bf16 mismatch the README documents (what loom verify allows): free-running
+  EXPECTED  a bf16 mismatch docs/verify.md documents (what loom verify allows): free-running
             runs drift, a mixture of experts whose router has a choice (top-k < E) can flip a
             near-tie, a GCN on a grid rounds other products than the serial GCN, a width
             (n_embd) below 8 leaves sums that cancel; the same layout is run again
@@ -209,7 +209,7 @@ def option(args, name, default=None):
 
 
 def documented_twin(args):
-    """For a bf16 mismatch the README documents (what loom verify allows), the run that must
+    """For a bf16 mismatch docs/verify.md documents (what loom verify allows), the run that must
     pass instead: a free-running run drifts (re-anchored, the tolerances hold); a router with a
     choice (top-k < E) can flip a near-tie, a GCN's grid rounds other products than the serial
     GCN, and a width below 8 leaves sums that cancel past bf16's tolerances (in fp32, none)."""
