@@ -88,8 +88,8 @@ ActivationTerms activation_terms(const RankShape& s) {
   // kept to the head's backward), the final LayerNorm's input and output (bf16 copies in bf16)
   // and its statistics.
   a.head = 4 * B * T * Vt + 2 * w * B * T * C + 8 * B * T;
-  // Ring attention's scratch while one layer runs (only a rank with mixtures of experts under cp
-  // comes here; the others' is the grid's moment count): the grid's ring backward less its kept
+  // Ring attention's scratch while one layer runs (the sum of terms only: Loom's count is the
+  // grid's moment by moment, loom_rank_activation_bytes): the grid's ring backward less its kept
   // output, which the block holds already, and less the last block's MLP half (LayerNorm, fc's
   // input, pre-activation, projection's input: 11 (B, T, C / tp) values and the statistics),
   // freed by the time it runs. Only the scores, all heads at once, was 51-73% of the measured
@@ -150,7 +150,7 @@ int64_t loom_rank_activation_bytes(const RankShape& s, const std::vector<nn::GPT
                                    parallel::pipeline::Receivers receivers) {
   const std::vector<parallel::pipeline::Action>* actions =
       schedule ? &schedule->ranks.at(static_cast<size_t>(rank)) : nullptr;
-  if (s.experts > 0) return rank_activation_bytes(s, activation_terms(s), chunks, actions);
+  const ActivationTerms a = activation_terms(s);
   // Each chunk is a grid rank's model of its blocks (tensor_parallel_3d_memory.hpp): a column of
   // tp rows under tensor parallelism (the vocabulary split over them), the residual stream split
   // over tp under sequence parallelism, this rank's tokens and ring attention under context
@@ -164,7 +164,15 @@ int64_t loom_rank_activation_bytes(const RankShape& s, const std::vector<nn::GPT
         {.B = s.batch, .T = s.tokens(), .C = s.hidden, .NH = s.heads, .L = chunk.end_block - chunk.first_block,
          .V = s.vocab / s.tp, .row = s.tp, .seq = s.sequence_parallel ? s.tp : 1, .ring = s.cp, .bf16 = s.bf16,
          .recompute = s.recompute, .embedding = chunk.embedding, .head = chunk.head});
-    runs.push_back({p.kept, p.forward, p.backward});
+    // A mixture of experts keeps its routed rows beside the dense block's tensors (none under
+    // recompute), re-runs them in backward under recompute, and its backward holds the routed
+    // rows' hidden gradient: at the chunk's first backward when it ends the chunk, and under
+    // recompute wherever it is (the blocks after it keep only their inputs by then). Not
+    // counted one moment at a time: 0.95-1.06 of the tracker's peak at pp 1-4.
+    const bool moe_here = s.moe_blocks(chunk) > 0, moe_last = moe_here && chunk.end_block % s.every == 0;
+    const int64_t moe = s.moe_blocks(chunk) * a.moe_block;
+    const int64_t moe_run = (moe_here ? a.moe_rerun : 0) + (moe_last || (s.recompute && moe_here) ? a.moe_scratch : 0);
+    runs.push_back({p.kept + moe, p.forward + moe, p.backward + moe + moe_run});
   }
   if (!actions) {
     const std::vector<parallel::pipeline::Action> once = one_micro_batch(chunks.size());
