@@ -323,6 +323,40 @@ TEST(MoeLayer, KeepsTheExpertOutputsInTheActivationPrecision) {
   EXPECT_TRUE(loom::testing::all_close(dx[1].f32(), dx[0].f32(), dx[0].numel(), 5e-2, 5e-2, "bf16 dx against fp32"));
 }
 
+// A top-1 router's gates are all 1, so its only gradient is the load-balancing loss's, a
+// constant over a token's probabilities when the sequence's loads are equal: no gradient of
+// the logits at all. It must come out exactly zero, not as rounding noise of its own in each
+// layout (`loom verify --tp 6` found a router gradient 0.4 of its scale apart from the serial
+// run's at such a step).
+TEST(MoeLayer, ATop1RouterWithEqualLoadsHasExactlyZeroGradient) {
+  const int64_t T = 16, C = 8;
+  MoeConfig config;
+  config.experts = 2;
+  config.top_k = 1;
+  auto random = [](const Shape& shape, uint64_t seed) {
+    Tensor t = Tensor::empty(shape);
+    const std::vector<float> v = loom::testing::random_vector(t.numel(), seed);
+    std::copy(v.begin(), v.end(), t.f32());
+    return t;
+  };
+  int balanced = 0;
+  for (uint64_t input = 1; input <= 40; ++input) {
+    MoE moe(C, config);
+    uint64_t seed = 40;
+    for (Parameter* q : moe.parameters()) q->value().copy_from(random(q->shape(), ++seed));
+    for (Parameter* q : moe.parameters()) q->grad().zero_();
+    Context ctx;
+    moe.forward(random({1, T, C}, input), ctx);
+    const MoeStats s = moe.take_stats();
+    if (s.load[0] != s.load[1]) continue;
+    ++balanced;
+    moe.backward(random({1, T, C}, 1000 + input), ctx);
+    const Tensor& g = moe.router().weight().grad();
+    for (int64_t i = 0; i < g.numel(); ++i) ASSERT_EQ(g.f32()[i], 0.0f) << "input " << input << ", element " << i;
+  }
+  EXPECT_GE(balanced, 3);  // inputs that route half the tokens to each expert were found
+}
+
 TEST(MoeConfig, ImpossibleValuesAreNamed) {
   MoeConfig c;
   c.experts = 4;

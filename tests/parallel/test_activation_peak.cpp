@@ -1,9 +1,10 @@
-// The memory check's activations of a tensor- or context-parallel rank
+// The memory check's activations of a tensor-, context- or pipeline-parallel rank
 // (train::rank_training_memory, what --dry-run prints; plan::loom_rank_activation_bytes, which the
 // planner calls too) against the tracker's activation peak over a step after a warm one, exactly,
 // on every rank: tp 2 and 4 with and without sequence parallelism, cp 2, and cp 2 x tp 2 with and
 // without it, each in fp32 and bf16, with and without recompute, at widths 16 and 48 (4 heads),
-// with one micro-batch and with two (gradient accumulation holds one micro-batch at a time).
+// with one micro-batch and with two (gradient accumulation holds one micro-batch at a time); and
+// every pipeline rank, to within the tensors in transit a receiver on time frees early.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -68,13 +69,78 @@ TEST(ActivationPeak, ModelParallelRanksPeakAsTheMemoryCheckCounts) {
 }
 
 
-// A pipeline rank under tp or cp is still counted as the sum of its terms (the moment count
-// covers whole models only): pp 2 x tp 2 and pp 2 x cp 2 on 4 ranks, fp32 and bf16, with and
-// without recompute, each pipeline rank within 20% of its tracker's peak (measured 0.83-1.19 of
-// it). The ring term once held only the scores of all heads: pp 2 x cp 2 in bf16 was counted
-// at 0.51-0.73 of the measured peak (41472 B for 81536 on pp rank 0 under recompute), so the
-// memory check could pass a run that does not fit.
-TEST(ActivationPeak, PipelineRanksUnderTpOrCpNearTheMemoryCheck) {
+// A pipeline rank's tracker peak lies between the memory check's count with every receiver on
+// time and its count (sent tensors held until the rank knows their receive was posted), which a
+// receiver on time lets the executor free earlier; with one micro-batch the two are the same
+// (each send's reaping is fixed by the gradient coming back), and equal to the peak.
+void expect_pipeline_peak(const train::Trainer& t, int64_t measured, const std::string& what) {
+  const train::TrainConfig& c = t.config();
+  const int64_t r = t.parallelized().group("pp").rank();
+  const auto count = [&](pipeline::Receivers receivers) {
+    return static_cast<int64_t>(train::rank_training_memory(c, r, receivers).activations);
+  };
+  const int64_t late = count(pipeline::Receivers::Late), on_time = count(pipeline::Receivers::OnTime);
+  const std::string where = what + ", pp rank " + std::to_string(r) + " of " + std::to_string(c.pp);
+  if (c.micro_batches == 1) {
+    EXPECT_EQ(late, measured) << where;
+    EXPECT_EQ(on_time, measured) << where;
+    return;
+  }
+  EXPECT_LE(on_time, measured) << where << ": " << late << " B counted (" << on_time << " on time)";
+  EXPECT_GE(late, measured) << where << ": " << on_time << " B counted on time";
+}
+
+std::string describe(const train::TrainConfig& c) {
+  return "pp " + std::to_string(c.pp) + (c.tp > 1 ? " x tp " + std::to_string(c.tp) : "") +
+         (c.sequence_parallel ? " (sp)" : "") + (c.cp > 1 ? " x cp " + std::to_string(c.cp) : "") + ", " + c.schedule +
+         ", " + c.precision + (c.model.recompute ? ", recompute" : "") + ", " + std::to_string(c.micro_batches) +
+         " micro-batch(es)";
+}
+
+// Every pipeline rank's activations as the memory check counts them (each chunk the grid's
+// moment count of its blocks, with or without the embedding and the head, walked over the
+// rank's schedule with the tensors in transit) against the tracker's peak: pp over every rank
+// (3: 8 blocks over 3 stages), and at 4 ranks pp 2 x tp 2 (with and without sequence
+// parallelism) and pp 2 x cp 2; 1F1B, GPipe (not under tp or cp) and interleaved (2 chunks a
+// rank); fp32 and bf16; with and without recompute; 1 and 4 micro-batches. The sum of terms
+// counted these up to 9% low (pp 2 fp32 recompute, first stage: 214016 B for 230400) and 14%
+// high (bf16 recompute, last stage: 283136 for 249344).
+TEST(ActivationPeak, PipelineRanksPeakAsTheMemoryCheckCounts) {
+  const int64_t p = world().size();
+  if (p < 2 || p > 4) GTEST_SKIP() << "pipelines of 2-4 ranks";
+  std::vector<ModelParallel> within = {{1, 1, false}};
+  if (p == 4) within.insert(within.end(), {{2, 1, false}, {2, 1, true}, {1, 2, false}});
+  for (const ModelParallel& l : within)
+    for (const std::string schedule : {"1f1b", "gpipe", "interleaved"})
+      for (const std::string precision : {"fp32", "bf16"})
+        for (const bool recompute : {false, true})
+          for (const int64_t M : {1, 4}) {
+            const int64_t pp = p / (l.tp * l.cp);
+            if (schedule == "interleaved" && M % pp != 0) continue;
+            if (pp < p && schedule == "gpipe") continue;  // under tp or cp: 1F1B's and interleaved's walks
+            train::TrainConfig c = loom::testing::equivalence::tiny(1, 2, M);
+            c.model.n_head = 4;
+            c.model.n_embd = 32;
+            c.model.block_size = 32;
+            c.model.padded_vocab_size = 128;
+            c.pp = pp;
+            c.tp = l.tp;
+            c.cp = l.cp;
+            c.sequence_parallel = l.sequence_parallel;
+            c.schedule = schedule;
+            c.chunks = schedule == "interleaved" ? 2 : 1;
+            c.model.n_layer = schedule == "interleaved" ? 4 * pp + 1 : 3 * pp - 1;  // stages of unequal blocks
+            c.precision = precision;
+            c.model.recompute = recompute;
+            train::Trainer t(c, true, &world());
+            expect_pipeline_peak(t, loom::testing::step_activation_peak(t), describe(c));
+          }
+}
+
+// The same at width 48 (4 heads, 4 blocks, 4 micro-batches, 1F1B): pp 2 x tp 2 and pp 2 x cp
+// 2, fp32 and bf16, with and without recompute. The sum of terms counted these at 0.83-1.19 of
+// the tracker's peak.
+TEST(ActivationPeak, PipelineRanksUnderTpOrCpAsTheMemoryCheckCounts) {
   if (world().size() != 4) GTEST_SKIP() << "pp 2 x tp 2 and pp 2 x cp 2 on 4 ranks";
   for (const int64_t cp : {1, 2})
     for (const std::string precision : {"fp32", "bf16"})
@@ -90,11 +156,7 @@ TEST(ActivationPeak, PipelineRanksUnderTpOrCpNearTheMemoryCheck) {
         c.precision = precision;
         c.model.recompute = recompute;
         train::Trainer t(c, true, &world());
-        const double measured = static_cast<double>(loom::testing::step_activation_peak(t));
-        const int64_t r = t.parallelized().group("pp").rank();
-        EXPECT_NEAR(train::rank_training_memory(t.config(), r).activations, measured, 0.20 * measured)
-            << "pp 2 x " << (cp > 1 ? "cp 2" : "tp 2") << ", " << precision << (recompute ? ", recompute" : "")
-            << ", pp rank " << r;
+        expect_pipeline_peak(t, loom::testing::step_activation_peak(t), describe(c));
       }
 }
 

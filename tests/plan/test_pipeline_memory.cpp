@@ -183,8 +183,46 @@ TEST(PlanPipelineMemory, TheBoundedScheduleReachesEveryPeakOfTheFullOne) {
             EXPECT_EQ(pl::peak_held_bytes(bounded->ranks[static_cast<size_t>(r)], chunk_bytes),
                       pl::peak_held_bytes(full.ranks[static_cast<size_t>(r)], chunk_bytes))
                 << "pp " << pp << " x " << chunks << ", " << m << " micro-batches, rank " << r;
+            // And with each action's own peak and the tensors in transit, however late the receivers.
+            std::vector<pl::ChunkRun> runs;
+            for (const int64_t b : chunk_bytes) runs.push_back({b, b + 2, b + 4});
+            for (const pl::Receivers receivers : {pl::Receivers::Late, pl::Receivers::OnTime}) {
+              const auto peak = [&](const pl::Schedule& s) {
+                return pl::peak_running_bytes(s.ranks[static_cast<size_t>(r)], runs, 1,
+                                              pl::sends_reaped(s, static_cast<int>(r), receivers));
+              };
+              EXPECT_EQ(peak(*bounded), peak(full)) << "pp " << pp << " x " << chunks << ", " << m
+                                                    << " micro-batches, rank " << r << ", with transfers";
+            }
           }
       }
+}
+
+// The executor reaps a finished send after each action. On the last of 2 stages under 1F1B
+// with 2 micro-batches (RA0 F0 B0 SG0 RA1 F1 B1 SG1), stage 0 posts the receive of B0's
+// gradient only after sending F1's activation, so what stage 1 receives never tells it that
+// SG0 could finish: the memory check holds that gradient to the end of the step, a receiver on
+// time lets the action after the send (F1) reap it. Stage 0's F0 output (SA0) is reaped once
+// B0's gradient, which stage 1 sent after taking it, has arrived.
+TEST(PlanPipelineMemory, SendsAreReapedAfterTheRankKnowsTheirReceivePosted) {
+  namespace pl = parallel::pipeline;
+  const pl::Schedule s = pl::build_schedule(pl::ScheduleKind::OneFOneB, 2, 2);
+  const auto index = [&](int r, pl::ActionKind kind, int mb) {
+    const std::vector<pl::Action>& a = s.ranks[static_cast<size_t>(r)];
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i].kind == kind && a[i].micro_batch == mb) return i;
+    ADD_FAILURE() << "no such action";
+    return a.size();
+  };
+  const size_t end1 = s.ranks[1].size();
+  EXPECT_EQ(pl::sends_reaped(s, 1)[index(1, pl::ActionKind::SendGradient, 0)], end1);
+  EXPECT_EQ(pl::sends_reaped(s, 1, pl::Receivers::OnTime)[index(1, pl::ActionKind::SendGradient, 0)],
+            index(1, pl::ActionKind::Forward, 1));
+  EXPECT_EQ(pl::sends_reaped(s, 0)[index(0, pl::ActionKind::SendActivation, 0)], index(0, pl::ActionKind::Backward, 0));
+  // Held through F1 and B1: one tensor in transit more at stage 1's peak.
+  const std::vector<pl::ChunkRun> runs = {{10, 10, 30}};
+  EXPECT_EQ(pl::peak_running_bytes(s.ranks[1], runs, 1, pl::sends_reaped(s, 1)), 31);
+  EXPECT_EQ(pl::peak_running_bytes(s.ranks[1], runs, 1, pl::sends_reaped(s, 1, pl::Receivers::OnTime)), 30);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "loom/nn/kv_cache.hpp"
 #include "loom/parallel/pipeline/partition.hpp"
 #include "loom/plan/memory_model.hpp"
+#include "loom/plan/tensor_parallel_3d_memory.hpp"
 #include "loom/tensor/memory_tracker.hpp"
 #include "loom/train/memory_budget.hpp"
 #include "loom/train/trainer.hpp"
@@ -80,10 +81,11 @@ TEST(MemoryBudget, EachPipelineRanksStateCountsItsOwnStagesParameters) {
 }
 
 // Under a pipeline each rank's activations are its own chunks' for every (micro-batch, chunk)
-// its schedule holds at once, and the check takes the rank needing the most, which a refusal
-// names. 4 blocks over pp 2 (2 each) and 4 micro-batches: under 1F1B rank 0 holds 2
-// micro-batches, rank 1 (the head's: with the logits and the final LayerNorm's) one; under GPipe both hold all 4. Once
-// every rank counted ceil(L / pp) blocks, the logits and one micro-batch.
+// its schedule holds at once, the running action's peak on top, and the tensors in transit; the
+// check takes the rank needing the most, which a refusal names. 4 blocks over pp 2 (2 each) and
+// 4 micro-batches: under 1F1B rank 0 holds 2 micro-batches, rank 1 (the head's: with the logits
+// and the final LayerNorm's) one; under GPipe both hold all 4. Once every rank counted
+// ceil(L / pp) blocks, the logits and one micro-batch.
 TEST(MemoryBudget, EachPipelineRankHoldsWhatItsScheduleKeeps) {
   TrainConfig c;
   c.model = loom::nn::GPTConfig{.vocab_size = 65, .block_size = 16, .n_layer = 4, .n_head = 2, .n_embd = 16};
@@ -91,16 +93,24 @@ TEST(MemoryBudget, EachPipelineRankHoldsWhatItsScheduleKeeps) {
   c.pp = 2;
   c.micro_batches = 4;
   c.batch_size = 2;
-  // The head's stage keeps the logits (B, T, Vp) and the final LayerNorm's input, output and
-  // statistics; a chunk's first backward adds the three (B, T, C) gradients its last block passes on.
-  const double layer = static_cast<double>(layer_activation_bytes(c));
-  const double logits = 4.0 * 2 * 16 * 128 + 4.0 * 2 * (2 * 16 * 16 + 2 * 16), scratch = 3 * 4.0 * 2 * 16 * 16;
+  // A chunk's kept bytes and its backward's peak, as a grid rank of its 2 blocks counts them; a
+  // (B, T, C) fp32 tensor in transit.
+  const auto chunk = [](bool embedding, bool head) {
+    return loom::plan::grid_3d_chunk_activation_peaks(
+        {.B = 2, .T = 16, .C = 16, .NH = 2, .L = 2, .V = 128, .embedding = embedding, .head = head});
+  };
+  const loom::plan::ChunkActivationPeaks first = chunk(true, false), last = chunk(false, true);
+  const double x = 4.0 * 2 * 16 * 16;
+  const auto in = [](int64_t bytes) { return static_cast<double>(bytes); };
+  // Rank 0's first backward runs with micro-batch 1 held and both outputs it sent in transit (as
+  // far as it can tell, micro-batch 1's receive may not be posted yet); rank 1's second with
+  // micro-batch 0's gradient in transit.
   c.schedule = "1f1b";
-  EXPECT_EQ(rank_training_memory(c, 0).activations, 2 * 2 * layer + scratch);
-  EXPECT_EQ(rank_training_memory(c, 1).activations, 2 * layer + logits + scratch);
+  EXPECT_EQ(rank_training_memory(c, 0).activations, in(first.kept + first.backward) + 2 * x);
+  EXPECT_EQ(rank_training_memory(c, 1).activations, in(last.backward) + x);
   c.schedule = "gpipe";
-  EXPECT_EQ(rank_training_memory(c, 0).activations, 4 * 2 * layer + scratch);
-  EXPECT_EQ(rank_training_memory(c, 1).activations, 4 * (2 * layer + logits) + scratch);
+  EXPECT_EQ(rank_training_memory(c, 0).activations, in(3 * first.kept + first.backward) + 4 * x);
+  EXPECT_EQ(rank_training_memory(c, 1).activations, in(3 * last.kept + last.backward));
   const MemoryNeed most = training_memory(c);
   EXPECT_EQ(most.pp_rank, 1);
   EXPECT_EQ(most.total(), rank_training_memory(c, 1).total());

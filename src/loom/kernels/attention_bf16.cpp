@@ -189,11 +189,12 @@ std::vector<AttentionGroup> split(const AttentionGroup& ag, int64_t parts) {
 
 // Every causal block [i0, i1) of every head group, in order: body(group, its heads, its
 // offset into the (B, T, 3C) qkv buffers, its offset into the (B, T, C) heads buffers, i0, i1,
-// the scratch to use). With several threads and native bf16 products, the threads split each
-// group's sequences or heads and run their share's blocks alone (each product, softmax and
+// the scratch to use). With several threads the threads split each group's sequences or heads and run their share's blocks alone (each product, softmax and
 // copy on one thread): a block's products are small, and splitting each over the threads left
 // them waiting on one another at every product's end (1.65x from 1 to 2 threads against the
 // linear layers' 2.0x). The shares write disjoint heads, so the results do not depend on it.
+// Where the products widen their bf16 operands to fp32 (no native bf16 matmul), each share
+// widens its own into scratch of its own, so the shares run the same way.
 template <class Body>
 void for_each_block(int64_t B, int64_t T, int64_t C, int64_t NH, const Scratch& scratch, Body&& body) {
   const int64_t HS = C / NH, blk = attention_block_rows(T);
@@ -202,7 +203,7 @@ void for_each_block(int64_t B, int64_t T, int64_t C, int64_t NH, const Scratch& 
     const int64_t qkv_off = ag.b0 * T * 3 * C + ag.h0 * HS, heads_off = ag.b0 * T * C + ag.h0 * HS;
     for (int64_t i0 = 0; i0 < T; i0 += blk) body(ag, g, qkv_off, heads_off, i0, std::min(T, i0 + blk), buffers);
   };
-  const int threads = omp_in_parallel() || !native_bf16_matmul() ? 1 : omp_get_max_threads();
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   for (const AttentionGroup& ag : block_groups(B, T, NH)) {
     const std::vector<AttentionGroup> shares = threads > 1 ? split(ag, threads) : std::vector<AttentionGroup>{};
     if (shares.empty()) {

@@ -209,12 +209,17 @@ Tensor MoE::backward_impl(const Tensor& dy, Context& ctx) {
   gate_backward(dprobs, probs, expert, gate, dgate);
   load_balancing_loss_backward(dprobs, expert, B, T,
                                static_cast<float>(config_.aux_loss_coef / static_cast<double>(config_.micro_batches)), parts_);
+  // A gradient equal for every probability of a token moves no logit (they sum to 1): such a
+  // row's is exactly zero, not the rounding of p (dp - dot). A top-1 router's only gradient,
+  // the load-balancing loss's, is such a row when a sequence's loads are equal, and rounding
+  // noise there differs between layouts while the true gradient is zero.
   Tensor dlogits = Tensor::empty({B, T, E});  // (B, T, E)
   for (int64_t n = 0; n < N; ++n) {
     const float *p = probs.f32() + n * E, *dp = dprobs.f32() + n * E;
+    const bool common = std::all_of(dp + 1, dp + E, [&](float d) { return d == dp[0]; });
     float dot = 0.0f;
     for (int64_t e = 0; e < E; ++e) dot += dp[e] * p[e];
-    for (int64_t e = 0; e < E; ++e) dlogits.f32()[n * E + e] = p[e] * (dp[e] - dot);
+    for (int64_t e = 0; e < E; ++e) dlogits.f32()[n * E + e] = common ? 0.0f : p[e] * (dp[e] - dot);
   }
   ctx.release(this);
   Tensor dx = router_->backward(dlogits, ctx);  // (B, T, C)

@@ -91,7 +91,7 @@ int64_t rank_activation_bytes(const ModelSpec& model, const ClusterSpec& cluster
   const std::vector<parallel::pipeline::Action>* actions = schedule ? &schedule->ranks.at(r) : nullptr;
   const RankShape shape = rank_shape(model, cluster, l);
   if (cluster.precision != Precision::Mixed)
-    return plan::loom_rank_activation_bytes(shape, s.chunks, actions);
+    return plan::loom_rank_activation_bytes(shape, s.chunks, schedule ? &*schedule : nullptr, static_cast<int64_t>(r));
   ActivationTerms mixed;
   mixed.block = static_cast<int64_t>(layer_activation_bytes(model, cluster, l, l.recompute));
   if (l.recompute) mixed.rerun = static_cast<int64_t>(layer_activation_bytes(model, cluster, l, false));

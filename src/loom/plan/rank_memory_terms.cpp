@@ -88,12 +88,12 @@ ActivationTerms activation_terms(const RankShape& s) {
   // kept to the head's backward), the final LayerNorm's input and output (bf16 copies in bf16)
   // and its statistics.
   a.head = 4 * B * T * Vt + 2 * w * B * T * C + 8 * B * T;
-  // Ring attention's scratch while one layer runs (only a pipeline rank under cp comes here; a
-  // whole model's is the grid's moment count): the grid's ring backward less its kept output,
-  // which the block holds already, and less the last block's MLP half (LayerNorm, fc's input,
-  // pre-activation, projection's input: 11 (B, T, C / tp) values and the statistics), freed by
-  // the time it runs. Only the scores, all heads at once, was 51-73% of the measured peak of
-  // pp 2 x cp 2 in bf16; this is 83-96% (ActivationPeak.PipelineRanksUnderTpOrCpNearTheMemoryCheck).
+  // Ring attention's scratch while one layer runs (the sum of terms only: Loom's count is the
+  // grid's moment by moment, loom_rank_activation_bytes): the grid's ring backward less its kept
+  // output, which the block holds already, and less the last block's MLP half (LayerNorm, fc's
+  // input, pre-activation, projection's input: 11 (B, T, C / tp) values and the statistics),
+  // freed by the time it runs. Only the scores, all heads at once, was 51-73% of the measured
+  // peak of a dense pp 2 x cp 2 in bf16; this was 83-96%.
   // Under bf16 without cp, the probabilities attention's backward recomputes for a group of heads.
   if (s.cp > 1)
     a.attention = ring_attention_backward_bytes({.B = B, .T = T, .C = C, .NH = s.heads, .row = s.tp, .ring = s.cp,
@@ -132,20 +132,56 @@ int64_t rank_activation_bytes(const RankShape& s, const ActivationTerms& a, cons
   return held + std::max(head ? a.head_gradient : 0, first_backward);
 }
 
+namespace {
+
+// Every chunk once, forward in order and backward in reverse: a rank without a pipeline, or
+// with one whose schedule the executor refuses.
+std::vector<parallel::pipeline::Action> one_micro_batch(size_t chunks) {
+  std::vector<parallel::pipeline::Action> actions;
+  for (size_t c = 0; c < chunks; ++c) actions.push_back({parallel::pipeline::ActionKind::Forward, 0, static_cast<int>(c)});
+  for (size_t c = chunks; c-- > 0;) actions.push_back({parallel::pipeline::ActionKind::Backward, 0, static_cast<int>(c)});
+  return actions;
+}
+
+}  // namespace
+
 int64_t loom_rank_activation_bytes(const RankShape& s, const std::vector<nn::GPTStage>& chunks,
-                                   const std::vector<parallel::pipeline::Action>* actions) {
-  // A whole model on one rank (no pipeline or mixture of experts) is a grid's rank: the 1 x 1
-  // grid serially, a column of tp rows under tensor parallelism (the vocabulary split over
-  // them), the residual stream split over tp under sequence parallelism, this rank's tokens and
-  // ring attention under context parallelism. Its count takes the step's peak moment by moment:
-  // by the time the last block's attention backward runs, its MLP's tensors are freed, which
-  // the sum counts as still held.
-  if (!actions && chunks.size() == 1 && chunks[0].embedding && chunks[0].head && s.experts == 0)
-    return grid_3d_activation_bytes({.B = s.batch, .T = s.tokens(), .C = s.hidden, .NH = s.heads,
-                                     .L = chunks[0].end_block - chunks[0].first_block, .V = s.vocab / s.tp,
-                                     .row = s.tp, .seq = s.sequence_parallel ? s.tp : 1, .ring = s.cp,
-                                     .bf16 = s.bf16, .recompute = s.recompute});
-  return rank_activation_bytes(s, activation_terms(s), chunks, actions);
+                                   const parallel::pipeline::Schedule* schedule, int64_t rank,
+                                   parallel::pipeline::Receivers receivers) {
+  const std::vector<parallel::pipeline::Action>* actions =
+      schedule ? &schedule->ranks.at(static_cast<size_t>(rank)) : nullptr;
+  const ActivationTerms a = activation_terms(s);
+  // Each chunk is a grid rank's model of its blocks (tensor_parallel_3d_memory.hpp): a column of
+  // tp rows under tensor parallelism (the vocabulary split over them), the residual stream split
+  // over tp under sequence parallelism, this rank's tokens and ring attention under context
+  // parallelism; with or without the embedding and the head. Its count takes a run's peak
+  // moment by moment (by the time the last block's attention backward runs, its MLP's tensors
+  // are freed); the schedule's walk adds what the other (micro-batch, chunk) pairs keep and the
+  // tensors in transit between stages.
+  std::vector<parallel::pipeline::ChunkRun> runs;
+  for (const nn::GPTStage& chunk : chunks) {
+    const ChunkActivationPeaks p = grid_3d_chunk_activation_peaks(
+        {.B = s.batch, .T = s.tokens(), .C = s.hidden, .NH = s.heads, .L = chunk.end_block - chunk.first_block,
+         .V = s.vocab / s.tp, .row = s.tp, .seq = s.sequence_parallel ? s.tp : 1, .ring = s.cp, .bf16 = s.bf16,
+         .recompute = s.recompute, .embedding = chunk.embedding, .head = chunk.head});
+    // A mixture of experts keeps its routed rows beside the dense block's tensors (none under
+    // recompute), re-runs them in backward under recompute, and its backward holds the routed
+    // rows' hidden gradient: at the chunk's first backward when it ends the chunk, and under
+    // recompute wherever it is (the blocks after it keep only their inputs by then). Not
+    // counted one moment at a time: 0.95-1.06 of the tracker's peak at pp 1-4.
+    const bool moe_here = s.moe_blocks(chunk) > 0, moe_last = moe_here && chunk.end_block % s.every == 0;
+    const int64_t moe = s.moe_blocks(chunk) * a.moe_block;
+    const int64_t moe_run = (moe_here ? a.moe_rerun : 0) + (moe_last || (s.recompute && moe_here) ? a.moe_scratch : 0);
+    runs.push_back({p.kept + moe, p.forward + moe, p.backward + moe + moe_run});
+  }
+  if (!actions) {
+    const std::vector<parallel::pipeline::Action> once = one_micro_batch(chunks.size());
+    return parallel::pipeline::peak_running_bytes(once, runs, 0, std::vector<size_t>(once.size(), once.size()));
+  }
+  // The stages pass (B, T, C) in fp32 (this rank's tokens; under sequence parallelism its part of them).
+  const int64_t transfer = 4 * s.batch * s.tokens() / (s.sequence_parallel ? s.tp : 1) * s.hidden;
+  return parallel::pipeline::peak_running_bytes(*actions, runs, transfer,
+                                                parallel::pipeline::sends_reaped(*schedule, static_cast<int>(rank), receivers));
 }
 
 }  // namespace loom::plan

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loom/nn/gpt.hpp"
+#include "loom/parallel/pipeline/held_activations.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
 #include "loom/plan/memory_model.hpp"
 
@@ -92,14 +93,20 @@ ActivationTerms activation_terms(const RankShape& shape);
 int64_t rank_activation_bytes(const RankShape& shape, const ActivationTerms& terms,
                               const std::vector<nn::GPTStage>& chunks,
                               const std::vector<parallel::pipeline::Action>* actions);
-// The same in Loom's precisions (the terms of activation_terms), but for a whole model on one
-// rank (no pipeline or mixture of experts; serial, tp with or without sequence parallelism, cp):
-// a grid rank's peak (tensor_parallel_3d_memory.hpp: the 1 x 1 grid, or row = tp), which counts
-// the step moment by moment, where the sum holds the last block's MLP tensors through its
-// attention backward (bf16 tiny GPT: 82176 B summed, 74496 measured and counted; tp 2 with
-// sequence parallelism at width 48: 102144 for 87936) and missed ring attention's backward
-// scratch (cp 2 bf16 at width 48: 71808 for 105600).
-int64_t loom_rank_activation_bytes(const RankShape& shape, const std::vector<nn::GPTStage>& chunks,
-                                   const std::vector<parallel::pipeline::Action>* actions);
+// The same in Loom's precisions, moment by moment: each chunk a grid rank's count of its blocks
+// (tensor_parallel_3d_memory.hpp: the 1 x 1 grid, or row = tp, with or without the embedding and
+// the head; a mixture of experts' routed rows, re-run and backward scratch added as terms),
+// walked over pipeline rank `rank`'s list of `schedule` (every chunk once when null: no
+// pipeline) with what the other (micro-batch, chunk) pairs keep and the tensors in transit
+// between stages (parallel::pipeline::peak_running_bytes; those sent held as `receivers` lets
+// the executor free them). The sum held the last block's MLP tensors through its attention
+// backward (bf16 tiny GPT: 82176 B summed, 74496 measured and counted; tp 2 with sequence
+// parallelism at width 48: 102144 for 87936), missed ring attention's backward scratch (cp 2
+// bf16 at width 48: 71808 for 105600), the tensors in transit (pp 2 fp32 with recompute: 214016
+// for 230400 on the first stage) and, under recompute, a mixture's backward scratch (0.78 of the
+// peak).
+int64_t loom_rank_activation_bytes(
+    const RankShape& shape, const std::vector<nn::GPTStage>& chunks, const parallel::pipeline::Schedule* schedule,
+    int64_t rank, parallel::pipeline::Receivers receivers = parallel::pipeline::Receivers::Late);
 
 }  // namespace loom::plan

@@ -57,19 +57,22 @@ int64_t grid_3d_layer_activation_bytes(const Grid3DActivationShape& s) {
   return p.attention + p.mlp;
 }
 
-int64_t grid_3d_activation_bytes(const Grid3DActivationShape& s) {
+ChunkActivationPeaks grid_3d_chunk_activation_peaks(const Grid3DActivationShape& s) {
   const int64_t v = s.bf16 ? 2 : 4, BTC = s.B * s.T * s.C, BT = s.B * s.T, R = s.row, Co = s.col;
   const int64_t BTCs = BTC / s.seq, BTs = BT / s.seq;  // the residual stream's tensors on this rank
   const bool sp = s.seq > 1;
   const BlockParts last = block_parts(s);
   const int64_t layer = last.attention + last.mlp;
-  const int64_t logits = 4 * BT * s.V;  // fp32, turned into their gradient in place, kept to the end of backward
+  // fp32, turned into their gradient in place, kept to the end of backward (a chunk with the head).
+  const int64_t logits = s.head ? 4 * BT * s.V : 0;
   // Every block's activations, or under recompute each block's input and the one block replayed
   // in backward (its input released once the replay is done).
   const int64_t input = v * BTCs;
   const int64_t blocks = s.recompute ? s.L * input : s.L * layer;
   const int64_t replayed = s.recompute ? (s.L - 1) * input + layer : blocks;
-  const int64_t dy = 4 * BTCs;  // the gradient entering the last block, held through its backward
+  // The gradient entering the last block, held through its backward (a pipeline chunk without
+  // the head: the received one, held through the chunk's backward).
+  const int64_t dy = 4 * BTCs;
 
   // The head's backward: the final LayerNorm's input and output (bf16 copies in bf16) and
   // statistics, its input gradient, in bf16 the logits' gradient converted a piece of rows at a time.
@@ -77,7 +80,8 @@ int64_t grid_3d_activation_bytes(const Grid3DActivationShape& s) {
   // the weight gradient reads the input gathered whole.
   const int64_t head_rows = s.bf16 ? 2 * std::min(BT, kBf16HeadGradientRows) * s.V : 0;
   const int64_t head_dx = sp ? 4 * BTC + v * BTC + 4 * BTCs : 4 * BTC;
-  const int64_t head = blocks + logits + 2 * v * BTCs + 8 * BTs + head_dx + head_rows;
+  const int64_t final_norm = s.head ? 2 * v * BTCs + 8 * BTs : 0;
+  const int64_t head = s.head ? blocks + logits + final_norm + head_dx + head_rows : 0;
 
   // The last block's MLP projection backward: dy (sliced over col when the layer gathers its
   // output, and in bf16 converted), and its input gradient over row (whole when serial).
@@ -116,10 +120,26 @@ int64_t grid_3d_activation_bytes(const Grid3DActivationShape& s) {
   // Under recompute the replay runs with every block's input held, the logits and dy: on the
   // block's input widened to fp32 in bf16; in fp32 ln1 keeps that input itself (counted once).
   // Without recompute the block's input is alive too, in bf16 beside ln1's copy of it.
-  const int64_t mlp_forward =
-      s.recompute ? s.L * input + logits + dy + (s.bf16 ? 4 * BTCs : -4 * BTCs) + layer + mlp_forward_live
-                  : blocks + (s.bf16 ? 4 * BTCs : 0) + mlp_forward_live;
-  return std::max({head, mlp_backward, fc_backward, attention_backward, mlp_forward});
+  const int64_t run_forward = s.L * input + (s.bf16 ? 4 * BTCs : -4 * BTCs) + layer + mlp_forward_live;
+  const int64_t mlp_forward = s.recompute ? run_forward + logits + dy : blocks + (s.bf16 ? 4 * BTCs : 0) + mlp_forward_live;
+  // A chunk without the embedding runs on the received input, which its forward holds to the
+  // end: ln1 keeps that tensor itself in fp32 without recompute, a copy of it in bf16.
+  const int64_t received = !s.embedding && s.bf16 && s.L > 1 ? 4 * BTCs : 0;
+  // A chunk without the head holds the received gradient through its whole backward, so the
+  // block before the last runs its moments with that gradient beside its own incoming one, and
+  // the last block's tensors freed (under recompute only its kept input: in bf16 the larger).
+  const int64_t earlier = !s.head && s.L > 1 ? std::max<int64_t>(0, dy - (s.recompute ? input : layer)) : 0;
+  ChunkActivationPeaks p;
+  p.kept = blocks + logits + final_norm;
+  p.forward = (s.recompute ? run_forward : mlp_forward) + received;
+  p.backward = std::max({head, earlier + std::max({mlp_backward, fc_backward, attention_backward,
+                                                   s.recompute ? mlp_forward : 0})});
+  return p;
+}
+
+int64_t grid_3d_activation_bytes(const Grid3DActivationShape& s) {
+  const ChunkActivationPeaks p = grid_3d_chunk_activation_peaks(s);
+  return std::max(p.forward, p.backward);
 }
 
 }  // namespace loom::plan

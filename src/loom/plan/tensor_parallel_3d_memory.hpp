@@ -26,6 +26,9 @@ struct Grid3DActivationShape {
   int64_t seq = 1;  // sequence parallelism: the ranks the LayerNorms' and residual stream's tokens are split over
   int64_t ring = 1;  // context parallelism: the ranks of ring attention's ring (T is this rank's tokens); 1: none
   bool bf16 = false, recompute = false;
+  // A pipeline chunk of L blocks may hold neither the embedding nor the head (the logits, the
+  // final LayerNorm); a whole model holds both.
+  bool embedding = true, head = true;
   // Which of a block's Linears the grid splits (qkv, attention's projection, fc, the MLP's
   // projection); a layer whose shapes do not divide the grid stays serial on whole features.
   std::array<bool, 4> split{true, true, true, true};
@@ -37,6 +40,13 @@ struct Grid3DActivationShape {
 int64_t ring_attention_backward_bytes(const Grid3DActivationShape& s);
 // What one block keeps for backward on a grid rank (without recompute).
 int64_t grid_3d_layer_activation_bytes(const Grid3DActivationShape& s);
+// One micro-batch through the blocks (and the embedding and head it holds) of shape s: what it
+// keeps from its forward to its backward, and the most held at once while its forward runs and
+// while its backward runs, its own kept bytes and received input or gradient included.
+struct ChunkActivationPeaks {
+  int64_t kept = 0, forward = 0, backward = 0;
+};
+ChunkActivationPeaks grid_3d_chunk_activation_peaks(const Grid3DActivationShape& s);
 // The rank's peak activation bytes over a step of one micro-batch.
 int64_t grid_3d_activation_bytes(const Grid3DActivationShape& s);
 

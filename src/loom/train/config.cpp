@@ -218,6 +218,9 @@ void TrainConfig::validate() const {
   check_context_parallel();
   check_pipeline_svg();
   check(!sequence_parallel || tp > 1, "sequence_parallel needs tensor parallelism: set tp > 1");
+  // Before the memory check, which divides the heads among tp ranks (0 heads divided by zero).
+  check(family != "gpt" || model.n_head % tp == 0, "n_head (", model.n_head,
+        ") must be divisible by the tensor-parallel degree tp (", tp, ")");
   check(tp_overlap == "on" || tp_overlap == "off", "tp_overlap must be 'on' or 'off', got '", tp_overlap, "'");
   check(!sequence_parallel || model.block_size % tp == 0, "sequence_parallel splits the sequence over tp ranks: block_size (",
         model.block_size, ") must be divisible by tp (", tp, ")");

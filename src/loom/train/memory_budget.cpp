@@ -146,13 +146,15 @@ int64_t zero_gathered(const TrainConfig& c, const std::vector<nn::GPTStage>& sta
 // (micro-batch, chunk) its schedule holds at once, and what one layer at a time adds; ZeRO's
 // gathered units.
 MemoryNeed rank_memory(const TrainConfig& c, const std::vector<nn::GPTStage>& stages,
-                       const std::optional<parallel::pipeline::Schedule>& schedule, int64_t r) {
+                       const std::optional<parallel::pipeline::Schedule>& schedule, int64_t r,
+                       parallel::pipeline::Receivers receivers = parallel::pipeline::Receivers::Late) {
   if (c.tp_3d_on())  // a grid rank: no pipeline, one micro-batch (validate_tp_3d)
     return {static_cast<double>(rank_state(c, rank_parameters(c, stages, r)).total()),
             static_cast<double>(plan::grid_3d_activation_bytes(grid_3d_activation_shape(c)))};
   // Without a schedule to walk (no pipeline, or one the executor refuses): one micro-batch.
-  const int64_t activations = plan::loom_rank_activation_bytes(
-      rank_shape(c), rank_chunks(c, stages, r), schedule ? &schedule->ranks.at(static_cast<size_t>(r)) : nullptr);
+  const int64_t activations =
+      plan::loom_rank_activation_bytes(rank_shape(c), rank_chunks(c, stages, r), schedule ? &*schedule : nullptr, r,
+                                       receivers);
   MemoryNeed need{static_cast<double>(rank_state(c, rank_parameters(c, stages, r)).total()),
                   static_cast<double>(activations)};
   need.gathered = static_cast<double>(zero_gathered(c, stages, r));
@@ -171,9 +173,9 @@ std::optional<MemoryNeed> absurd(const TrainConfig& c) {
 
 }  // namespace
 
-MemoryNeed rank_training_memory(const TrainConfig& c, int64_t pp_rank) {
+MemoryNeed rank_training_memory(const TrainConfig& c, int64_t pp_rank, parallel::pipeline::Receivers receivers) {
   if (const std::optional<MemoryNeed> rough = absurd(c)) return *rough;
-  return rank_memory(c, virtual_stages(c), run_schedule(c), pp_rank);
+  return rank_memory(c, virtual_stages(c), run_schedule(c), pp_rank, receivers);
 }
 
 MemoryNeed training_memory(const TrainConfig& c) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "loom/nn/gpt.hpp"
+#include "loom/parallel/pipeline/held_activations.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/tensor_parallel_3d_memory.hpp"
 #include "loom/train/config.hpp"
@@ -33,9 +34,12 @@ MemoryNeed training_memory(const TrainConfig& config);
 // activations of its chunks (its blocks, their mixtures of experts, the logits on the last
 // stage) for each (micro-batch, chunk) its schedule holds at once (the same action list the
 // executor runs: 1F1B pp - r micro-batches on rank r, GPipe all of them, interleaved Megatron's
-// warm-up), plus what one layer at a time adds (recompute's re-run block, attention's scratch).
-// Under --tp-3d a grid rank's (plan::grid_3d_activation_bytes), every grid rank the same.
-MemoryNeed rank_training_memory(const TrainConfig& config, int64_t pp_rank);
+// warm-up), plus the running action's own peak moment (plan::loom_rank_activation_bytes) and the
+// tensors in transit between stages, those sent held as late as the rank can tell their
+// receivers may post (`receivers`: Late, the check's; OnTime, the least a pipeline in step
+// holds). Under --tp-3d a grid rank's (plan::grid_3d_activation_bytes), every grid rank the same.
+MemoryNeed rank_training_memory(const TrainConfig& config, int64_t pp_rank,
+                                parallel::pipeline::Receivers receivers = parallel::pipeline::Receivers::Late);
 // The model state (parameters, gradients, optimizer) of a rank of pipeline rank pp_rank in
 // config's layout, in the run's precision (plan::model_state_bytes in fp32, the mixed-precision
 // formulas of plan/mixed_precision_cost.hpp in bf16): its tensor-parallel share of the
