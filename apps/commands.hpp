@@ -66,7 +66,8 @@ std::shared_ptr<ConfigFlags> add_config_flags(CLI::App& sub, const train::TrainC
 bool launched_by_mpi();
 // Runs body on the MPI world, whose waits are watched with startup_timeout_s (the run's
 // comm_timeout) from its first collective; a loom::Error on any rank aborts the whole job
-// with its message.
+// with its message, except one every rank raised together (loom::AgreedError): then each rank
+// returns its exit status, the job ending without an abort. 0 when body returned.
 int run_on_world(const std::function<void(comm::ProcessGroup&)>& body, double startup_timeout_s);
 
 // What main (and run_on_world, per rank) prints for an exception and the exit status: 1 for

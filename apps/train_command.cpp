@@ -9,6 +9,7 @@
 #include "loom/comm/mesh_layout.hpp"
 #include "loom/comm/mpi_runtime.hpp"
 #include "loom/comm/startup_watch.hpp"
+#include "loom/agreed_error.hpp"
 #include "loom/error.hpp"
 #include "loom/parallel/context_parallel/load_balance.hpp"
 #include "loom/parallel/pipeline/partition.hpp"
@@ -259,6 +260,11 @@ int run_on_world(const std::function<void(comm::ProcessGroup&)>& body, double st
     std::fprintf(stderr, "loom: %s on rank %d of %d: %s\n", f.kind.c_str(), mpi.world().rank(), mpi.world().size(),
                  f.message.c_str());
     std::fflush(stderr);
+    // Every rank raised it at the same collective: none waits for another, so the job ends
+    // without MPI_Abort, which could end rank 0 before its unwinding removed what it holds
+    // in the run directory (the lock, a refused checkpoint's temporary directory).
+    const auto* agreed = dynamic_cast<const AgreedError*>(&e);
+    if (agreed != nullptr && agreed->ranks() == mpi.world().size()) return f.status;
     comm::MpiRuntime::abort(f.status);
   }
   return 0;

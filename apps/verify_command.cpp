@@ -285,8 +285,9 @@ Runner add_verify_command(CLI::App& sub) {
       return verify(config, *tol, *mode, nullptr);
     }
     int status = 0;
-    run_on_world([&](comm::ProcessGroup& world) { status = verify(config, *tol, *mode, &world); }, config.comm_timeout);
-    return status;
+    const int failed =
+        run_on_world([&](comm::ProcessGroup& world) { status = verify(config, *tol, *mode, &world); }, config.comm_timeout);
+    return failed != 0 ? failed : status;
   };
 }
 

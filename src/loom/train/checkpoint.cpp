@@ -157,6 +157,11 @@ std::string resolve_checkpoint_path(const std::string& path_or_dir) {
   check(data::file_kind((p / "latest").string()) != "a symbolic link loop", "'", (p / "latest").string(),
         "' is a symbolic link loop (it points at itself); delete it, then resume from the run directory or a "
         "checkpoint by name");
+  // A file of a sharded checkpoint (its manifest, a rank's file) is no checkpoint itself: its
+  // directory is.
+  const fs::path holder = fs::absolute(p).parent_path();
+  check(fs::is_directory(p) || !fs::exists(holder / kManifestName), "'", p.string(),
+        "' is a file of the sharded checkpoint '", holder.string(), "': give that directory");
   const bool run_dir = fs::is_directory(p) && !fs::exists(p / kManifestName) && checkpoint_step(p.filename().string()) < 0;
   if (!run_dir) {
     check(fs::exists(p), "no checkpoint at '", p.string(), "'");

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "loom/agreed_error.hpp"
 #include "loom/error.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/model_identity.hpp"
@@ -84,7 +85,7 @@ std::string choose_auto_resume(const std::vector<StatePiece>& needed, const Trai
   const std::vector<std::string> names = candidates_in(dir);
   const std::vector<std::string> lists = all_gather_strings(world, joined(names));
   for (size_t r = 1; r < lists.size(); ++r)
-    check(lists[r] == lists[0], "resume auto: rank 0 sees the checkpoints [", lists[0], "] in '", dir, "', rank ", r,
+    check_agreed(lists[r] == lists[0], world.size(), "resume auto: rank 0 sees the checkpoints [", lists[0], "] in '", dir, "', rank ", r,
           " sees [", lists[r], "]; is out_dir on a file system all ranks share?");
   for (const std::string& name : names) {
     const std::string path = (fs::path(dir) / name).string();
@@ -95,7 +96,7 @@ std::string choose_auto_resume(const std::vector<StatePiece>& needed, const Trai
     for (size_t r = 0; r < verdicts.size(); ++r) {
       const nlohmann::json v = nlohmann::json::parse(verdicts[r]);
       const std::string rank = verdicts.size() > 1 ? "rank " + std::to_string(r) + ": " : "";
-      check(v["misfit"].get<std::string>().empty(), rank, v["misfit"].get<std::string>());
+      check_agreed(v["misfit"].get<std::string>().empty(), world.size(), rank, v["misfit"].get<std::string>());
       if (damage.empty() && !v["damage"].get<std::string>().empty()) damage = rank + v["damage"].get<std::string>();
     }
     if (damage.empty()) return fs::canonical(path).string();

@@ -10,6 +10,7 @@
 
 #include "loom/comm/byte_transport.hpp"
 #include "loom/data/input_file.hpp"
+#include "loom/agreed_error.hpp"
 #include "loom/error.hpp"
 #include "loom/kernels/precision.hpp"
 #include "loom/train/checkpoint.hpp"
@@ -37,11 +38,12 @@ std::string attempt(const std::function<void()>& f) {  // "" or the error's mess
 }
 
 // Every rank learns whether any rank failed (error non-empty) and throws its message,
-// naming the rank when there are several.
+// naming the rank when there are several: the same AgreedError on every rank.
 void agree(comm::ProcessGroup& world, const std::string& error) {
   const std::vector<std::string> errors = all_gather_strings(world, error);
   for (size_t r = 0; r < errors.size(); ++r)
-    check(errors[r].empty(), errors.size() > 1 ? "rank " + std::to_string(r) + ": " : "", errors[r]);
+    if (!errors[r].empty())
+      throw AgreedError((errors.size() > 1 ? "rank " + std::to_string(r) + ": " : "") + errors[r], world.size());
 }
 
 std::string rank_file_name(int rank) {

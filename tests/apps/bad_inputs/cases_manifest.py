@@ -129,4 +129,17 @@ def cases(fx):
     (d / "manifest.json").write_text(json.dumps(m, indent=1))
     sample("a NaN weight in a rank file (checksums recomputed)", run,
            r"checkpoint '.*checkpoint-00000001': tensor '" + name.replace(".", r"\.") + r"' holds a non-finite value \(nan at element 0\)")
+
+    # A file of the sharded checkpoint named instead of its directory (its manifest, a rank's
+    # file): refused naming the directory to give.
+    for part in ("manifest.json", "rank-00000.safetensors"):
+        run = fx.trained("sharded")
+        path = str(Path(fx.sharded_checkpoint_dir(run)) / part)
+        expect = r"'.*checkpoint-00000001/" + part.replace(".", r"\.") + \
+                 r"' is a file of the sharded checkpoint '.*checkpoint-00000001': give that directory"
+        rows.append(Case(f"train --resume its {part}", ["train", *fx.tiny, "--steps", "2", *fx.out(f"resume-{part}"),
+                                                        "--resume", path], expect))
+        rows.append(Case(f"convert --from its {part}", ["convert", "--from", path, "--to", fx.path(f"{part}.safetensors")],
+                         expect))
+        sample(f"sample --checkpoint its {part}", path, expect)
     return rows
