@@ -69,10 +69,13 @@ TEST(ActivationPeak, ModelParallelRanksPeakAsTheMemoryCheckCounts) {
 }
 
 
-// A pipeline rank's tracker peak lies between the memory check's count with every receiver on
-// time and its count (sent tensors held until the rank knows their receive was posted), which a
-// receiver on time lets the executor free earlier; with one micro-batch the two are the same
-// (each send's reaping is fixed by the gradient coming back), and equal to the peak.
+// A pipeline rank's tracker peak is at most the memory check's count (sent tensors held until
+// the rank knows their receive was posted) and, with several micro-batches, over it by at most
+// the sent tensors a receiver on time lets the executor free earlier: measured 1.00-1.14; held
+// to 1.2, since when a send completes is a race (under ASan a pp 2 GPipe bf16 first stage
+// peaked one transfer tensor below the count with every receiver on time). With one
+// micro-batch each send's reaping is fixed by the gradient coming back: both counts equal the
+// peak.
 void expect_pipeline_peak(const train::Trainer& t, int64_t measured, const std::string& what) {
   const train::TrainConfig& c = t.config();
   const int64_t r = t.parallelized().group("pp").rank();
@@ -86,8 +89,9 @@ void expect_pipeline_peak(const train::Trainer& t, int64_t measured, const std::
     EXPECT_EQ(on_time, measured) << where;
     return;
   }
-  EXPECT_LE(on_time, measured) << where << ": " << late << " B counted (" << on_time << " on time)";
   EXPECT_GE(late, measured) << where << ": " << on_time << " B counted on time";
+  EXPECT_LE(static_cast<double>(late), 1.2 * static_cast<double>(measured))
+      << where << ": " << late << " B counted (" << on_time << " on time)";
 }
 
 std::string describe(const train::TrainConfig& c) {
