@@ -70,12 +70,11 @@ TEST(ActivationPeak, ModelParallelRanksPeakAsTheMemoryCheckCounts) {
 
 
 // A pipeline rank's tracker peak is at most the memory check's count (sent tensors held until
-// the rank knows their receive was posted) and, with several micro-batches, over it by at most
-// the sent tensors a receiver on time lets the executor free earlier: measured 1.00-1.14; held
-// to 1.2, since when a send completes is a race (under ASan a pp 2 GPipe bf16 first stage
-// peaked one transfer tensor below the count with every receiver on time). With one
-// micro-batch each send's reaping is fixed by the gradient coming back: both counts equal the
-// peak.
+// the rank knows their receive was posted) and below it by at most the sent tensors a receiver
+// on time lets the executor free earlier: measured 1.00-1.14 of the peak, equal with one
+// micro-batch in the Release build. Held to 1.2, since when a send completes is a race: under
+// ASan a pp 2 bf16 first stage peaked one transfer tensor (8 KiB) below the count with one
+// micro-batch and below the count with every receiver on time with four.
 void expect_pipeline_peak(const train::Trainer& t, int64_t measured, const std::string& what) {
   const train::TrainConfig& c = t.config();
   const int64_t r = t.parallelized().group("pp").rank();
@@ -83,15 +82,10 @@ void expect_pipeline_peak(const train::Trainer& t, int64_t measured, const std::
     return static_cast<int64_t>(train::rank_training_memory(c, r, receivers).activations);
   };
   const int64_t late = count(pipeline::Receivers::Late), on_time = count(pipeline::Receivers::OnTime);
-  const std::string where = what + ", pp rank " + std::to_string(r) + " of " + std::to_string(c.pp);
-  if (c.micro_batches == 1) {
-    EXPECT_EQ(late, measured) << where;
-    EXPECT_EQ(on_time, measured) << where;
-    return;
-  }
-  EXPECT_GE(late, measured) << where << ": " << on_time << " B counted on time";
-  EXPECT_LE(static_cast<double>(late), 1.2 * static_cast<double>(measured))
-      << where << ": " << late << " B counted (" << on_time << " on time)";
+  const std::string where = what + ", pp rank " + std::to_string(r) + " of " + std::to_string(c.pp) + ": " +
+                            std::to_string(late) + " B counted (" + std::to_string(on_time) + " with every receiver on time)";
+  EXPECT_GE(late, measured) << where;
+  EXPECT_LE(static_cast<double>(late), 1.2 * static_cast<double>(measured)) << where;
 }
 
 std::string describe(const train::TrainConfig& c) {
