@@ -86,12 +86,14 @@ namespace {
 // The activations pipeline rank r holds at once: in Loom's precisions what the memory check
 // counts (rank_memory_terms.hpp); in mixed precision Korthikanti's layer for each block of each
 // (micro-batch, chunk) pair its schedule holds, and recompute's re-run layer.
+// `reaped`: every rank's sends' reaping (parallel::pipeline::sends_reaped), empty without a schedule.
 int64_t rank_activation_bytes(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l, const RankStages& s,
-                              const std::optional<parallel::pipeline::Schedule>& schedule, size_t r) {
+                              const std::optional<parallel::pipeline::Schedule>& schedule,
+                              const std::vector<std::vector<size_t>>& reaped, size_t r) {
   const std::vector<parallel::pipeline::Action>* actions = schedule ? &schedule->ranks.at(r) : nullptr;
   const RankShape shape = rank_shape(model, cluster, l);
   if (cluster.precision != Precision::Mixed)
-    return plan::loom_rank_activation_bytes(shape, s.chunks, schedule ? &*schedule : nullptr, static_cast<int64_t>(r));
+    return plan::loom_rank_activation_bytes(shape, s.chunks, actions, schedule ? &reaped.at(r) : nullptr);
   ActivationTerms mixed;
   mixed.block = static_cast<int64_t>(layer_activation_bytes(model, cluster, l, l.recompute));
   if (l.recompute) mixed.rerun = static_cast<int64_t>(layer_activation_bytes(model, cluster, l, false));
@@ -139,11 +141,15 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
   const int64_t params = dense_parameters_per_device(model, l);
   const std::vector<RankStages> ranks = rank_stages(model, l);
   const std::optional<parallel::pipeline::Schedule> schedule = planned_schedule(l, m);
+  // The schedule's order worked out once for all its ranks (Loom's precisions walk it).
+  const std::vector<std::vector<size_t>> reaped = schedule && cluster.precision != Precision::Mixed
+                                                      ? parallel::pipeline::sends_reaped(*schedule)
+                                                      : std::vector<std::vector<size_t>>{};
   for (size_t r = 0; r < ranks.size(); ++r) {
     const RankParameters here = rank_parameters_of(model, l, ranks[r]);
     const int64_t dense = rank_state_bytes(model, cluster, l, without_experts(here));
     const int64_t experts = rank_state_bytes(model, cluster, l, here) - dense;
-    const int64_t activations = rank_activation_bytes(model, cluster, l, ranks[r], schedule, r);
+    const int64_t activations = rank_activation_bytes(model, cluster, l, ranks[r], schedule, reaped, r);
     if (r == 0 || dense + experts + activations > c.memory_bytes()) {
       c.state_bytes = dense + experts;
       c.expert_state_bytes = experts;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "loom/error.hpp"
 #include "loom/parallel/pipeline/held_activations.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/plan/moe_cost.hpp"
@@ -146,10 +147,8 @@ std::vector<parallel::pipeline::Action> one_micro_batch(size_t chunks) {
 }  // namespace
 
 int64_t loom_rank_activation_bytes(const RankShape& s, const std::vector<nn::GPTStage>& chunks,
-                                   const parallel::pipeline::Schedule* schedule, int64_t rank,
-                                   parallel::pipeline::Receivers receivers) {
-  const std::vector<parallel::pipeline::Action>* actions =
-      schedule ? &schedule->ranks.at(static_cast<size_t>(rank)) : nullptr;
+                                   const std::vector<parallel::pipeline::Action>* actions,
+                                   const std::vector<size_t>* reaped) {
   const ActivationTerms a = activation_terms(s);
   // Each chunk is a grid rank's model of its blocks (tensor_parallel_3d_memory.hpp): a column of
   // tp rows under tensor parallelism (the vocabulary split over them), the residual stream split
@@ -180,8 +179,8 @@ int64_t loom_rank_activation_bytes(const RankShape& s, const std::vector<nn::GPT
   }
   // The stages pass (B, T, C) in fp32 (this rank's tokens; under sequence parallelism its part of them).
   const int64_t transfer = 4 * s.batch * s.tokens() / (s.sequence_parallel ? s.tp : 1) * s.hidden;
-  return parallel::pipeline::peak_running_bytes(*actions, runs, transfer,
-                                                parallel::pipeline::sends_reaped(*schedule, static_cast<int>(rank), receivers));
+  check(reaped != nullptr && reaped->size() == actions->size(), "a pipeline rank's activations need its sends' reaping");
+  return parallel::pipeline::peak_running_bytes(*actions, runs, transfer, *reaped);
 }
 
 }  // namespace loom::plan

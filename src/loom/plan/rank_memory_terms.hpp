@@ -98,15 +98,16 @@ int64_t rank_activation_bytes(const RankShape& shape, const ActivationTerms& ter
 // the head; a mixture of experts' routed rows, re-run and backward scratch added as terms),
 // walked over pipeline rank `rank`'s list of `schedule` (every chunk once when null: no
 // pipeline) with what the other (micro-batch, chunk) pairs keep and the tensors in transit
-// between stages (parallel::pipeline::peak_running_bytes; those sent held as `receivers` lets
-// the executor free them). The sum held the last block's MLP tensors through its attention
+// between stages (parallel::pipeline::peak_running_bytes; each sent one held to the action
+// `reaped` names: parallel::pipeline::sends_reaped's list for this rank, which a caller walking
+// every rank works out once for the schedule). The sum held the last block's MLP tensors through its attention
 // backward (bf16 tiny GPT: 82176 B summed, 74496 measured and counted; tp 2 with sequence
 // parallelism at width 48: 102144 for 87936), missed ring attention's backward scratch (cp 2
 // bf16 at width 48: 71808 for 105600), the tensors in transit (pp 2 fp32 with recompute: 214016
 // for 230400 on the first stage) and, under recompute, a mixture's backward scratch (0.78 of the
 // peak).
-int64_t loom_rank_activation_bytes(
-    const RankShape& shape, const std::vector<nn::GPTStage>& chunks, const parallel::pipeline::Schedule* schedule,
-    int64_t rank, parallel::pipeline::Receivers receivers = parallel::pipeline::Receivers::Late);
+int64_t loom_rank_activation_bytes(const RankShape& shape, const std::vector<nn::GPTStage>& chunks,
+                                   const std::vector<parallel::pipeline::Action>* actions,
+                                   const std::vector<size_t>* reaped);
 
 }  // namespace loom::plan

@@ -145,16 +145,24 @@ int64_t zero_gathered(const TrainConfig& c, const std::vector<nn::GPTStage>& sta
 // State and activations of pipeline rank r: the activations its chunks keep for each
 // (micro-batch, chunk) its schedule holds at once, and what one layer at a time adds; ZeRO's
 // gathered units.
+// Every rank's sends' reaping, worked out once for the schedule; none without one.
+std::vector<std::vector<size_t>> reaped_of(const std::optional<parallel::pipeline::Schedule>& schedule,
+                                           parallel::pipeline::Receivers receivers) {
+  return schedule ? parallel::pipeline::sends_reaped(*schedule, receivers) : std::vector<std::vector<size_t>>{};
+}
+
+// `reaped`: reaped_of the schedule.
 MemoryNeed rank_memory(const TrainConfig& c, const std::vector<nn::GPTStage>& stages,
-                       const std::optional<parallel::pipeline::Schedule>& schedule, int64_t r,
-                       parallel::pipeline::Receivers receivers = parallel::pipeline::Receivers::Late) {
+                       const std::optional<parallel::pipeline::Schedule>& schedule,
+                       const std::vector<std::vector<size_t>>& reaped, int64_t r) {
   if (c.tp_3d_on())  // a grid rank: no pipeline, one micro-batch (validate_tp_3d)
     return {static_cast<double>(rank_state(c, rank_parameters(c, stages, r)).total()),
             static_cast<double>(plan::grid_3d_activation_bytes(grid_3d_activation_shape(c)))};
   // Without a schedule to walk (no pipeline, or one the executor refuses): one micro-batch.
   const int64_t activations =
-      plan::loom_rank_activation_bytes(rank_shape(c), rank_chunks(c, stages, r), schedule ? &*schedule : nullptr, r,
-                                       receivers);
+      plan::loom_rank_activation_bytes(rank_shape(c), rank_chunks(c, stages, r),
+                                       schedule ? &schedule->ranks.at(static_cast<size_t>(r)) : nullptr,
+                                       schedule ? &reaped.at(static_cast<size_t>(r)) : nullptr);
   MemoryNeed need{static_cast<double>(rank_state(c, rank_parameters(c, stages, r)).total()),
                   static_cast<double>(activations)};
   need.gathered = static_cast<double>(zero_gathered(c, stages, r));
@@ -175,16 +183,18 @@ std::optional<MemoryNeed> absurd(const TrainConfig& c) {
 
 MemoryNeed rank_training_memory(const TrainConfig& c, int64_t pp_rank, parallel::pipeline::Receivers receivers) {
   if (const std::optional<MemoryNeed> rough = absurd(c)) return *rough;
-  return rank_memory(c, virtual_stages(c), run_schedule(c), pp_rank, receivers);
+  const std::optional<parallel::pipeline::Schedule> schedule = run_schedule(c);
+  return rank_memory(c, virtual_stages(c), schedule, reaped_of(schedule, receivers), pp_rank);
 }
 
 MemoryNeed training_memory(const TrainConfig& c) {
   if (const std::optional<MemoryNeed> rough = absurd(c)) return *rough;
   const std::vector<nn::GPTStage> stages = virtual_stages(c);
   const std::optional<parallel::pipeline::Schedule> schedule = run_schedule(c);
+  const std::vector<std::vector<size_t>> reaped = reaped_of(schedule, parallel::pipeline::Receivers::Late);
   MemoryNeed most;  // the pipeline rank needing the most
   for (int64_t r = 0; r < c.pp; ++r) {
-    const MemoryNeed here = rank_memory(c, stages, schedule, r);
+    const MemoryNeed here = rank_memory(c, stages, schedule, reaped, r);
     if (r == 0 || here.total() > most.total()) most = here;
   }
   return most;

@@ -25,7 +25,7 @@ int64_t peak_held_bytes(const std::vector<Action>& actions, const std::vector<in
   return peak_running_bytes(actions, chunks, 0, std::vector<size_t>(actions.size(), actions.size()));
 }
 
-std::vector<size_t> sends_reaped(const Schedule& s, int r, Receivers receivers) {
+std::vector<std::vector<size_t>> sends_reaped(const Schedule& s, Receivers receivers) {
   const size_t P = static_cast<size_t>(s.pp);
   // A transfer's tensor as the executor tags it: (gradient, micro-batch, receiving virtual stage).
   auto tag = [&](int rank, const Action& a) {
@@ -71,21 +71,27 @@ std::vector<size_t> sends_reaped(const Schedule& s, int r, Receivers receivers) 
         progress = true;
       }
   }
-  const std::vector<Action>& actions = s.ranks[static_cast<size_t>(r)];
-  check(known[static_cast<size_t>(r)].size() == actions.size(), "pipeline schedule: rank ", r,
-        "'s actions never all run (a deadlock)");
-  std::vector<size_t> reaped(actions.size(), actions.size());
-  for (size_t i = 0; i < actions.size(); ++i) {
-    if (!is_send(actions[i].kind)) continue;
-    const auto to = received.find(tag(r, actions[i]));
-    check(to != received.end(), to_string(actions[i]), " on rank ", r, " sends a tensor no rank receives");
-    const auto [q, j] = to->second;
-    for (size_t t = i + 1; t < actions.size() && reaped[i] == actions.size(); ++t)
-      if (!is_transfer(actions[t].kind) &&
-          (receivers == Receivers::OnTime || known[static_cast<size_t>(r)][t][static_cast<size_t>(q)] > j))
-        reaped[i] = t;
+  std::vector<std::vector<size_t>> reaped_by_rank(P);
+  for (size_t r = 0; r < P; ++r) {
+    const std::vector<Action>& actions = s.ranks[r];
+    check(known[r].size() == actions.size(), "pipeline schedule: rank ", r, "'s actions never all run (a deadlock)");
+    std::vector<size_t>& reaped = reaped_by_rank[r];
+    reaped.assign(actions.size(), actions.size());
+    for (size_t i = 0; i < actions.size(); ++i) {
+      if (!is_send(actions[i].kind)) continue;
+      const auto to = received.find(tag(static_cast<int>(r), actions[i]));
+      check(to != received.end(), to_string(actions[i]), " on rank ", r, " sends a tensor no rank receives");
+      const auto [q, j] = to->second;
+      for (size_t t = i + 1; t < actions.size() && reaped[i] == actions.size(); ++t)
+        if (!is_transfer(actions[t].kind) && (receivers == Receivers::OnTime || known[r][t][static_cast<size_t>(q)] > j))
+          reaped[i] = t;
+    }
   }
-  return reaped;
+  return reaped_by_rank;
+}
+
+std::vector<size_t> sends_reaped(const Schedule& s, int r, Receivers receivers) {
+  return sends_reaped(s, receivers).at(static_cast<size_t>(r));
 }
 
 int64_t peak_running_bytes(const std::vector<Action>& actions, const std::vector<ChunkRun>& chunks,

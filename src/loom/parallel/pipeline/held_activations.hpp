@@ -32,7 +32,9 @@ enum class Receivers { Late, OnTime };
 // whose end the executor has reaped it (it reaps finished sends after each action): the first
 // after the send, or under Receivers::Late the first after the send that comes after its
 // receiver posted the receive; the list's size when none does (reaped at the end of the step).
-// Other actions: the list's size.
+// Other actions: the list's size. Every rank's at once (the order of the whole schedule is worked
+// out once: callers walking every rank take this), or rank r's.
+std::vector<std::vector<size_t>> sends_reaped(const Schedule& s, Receivers receivers = Receivers::Late);
 std::vector<size_t> sends_reaped(const Schedule& s, int r, Receivers receivers = Receivers::Late);
 
 // The most bytes held at once over `actions` (one rank's list, transfers included) as the
