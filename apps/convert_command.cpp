@@ -56,9 +56,13 @@ train::TrainConfig target_config(const ConvertArgs& a, const std::string& from) 
   c.pipeline_svg = "";   // so is the stored run's picture
   if (a.chunks > 1) c.micro_batches = (std::max(c.micro_batches, a.pp) + a.pp - 1) / a.pp * a.pp;
   if (!a.data.empty()) c.data = a.data;
-  // The token table keeps the checkpoint's rows (the padding depends on the tp it was saved under).
+  // The token table keeps the checkpoint's rows where they split evenly over the target tp, else
+  // it is re-padded as a run under that tp pads it (the padding rows are read by nothing).
   auto wte = reader.manifest().tensors.find("model.embedding.wte");
-  if (wte != reader.manifest().tensors.end()) c.model.padded_vocab_size = wte->second.shape.at(0);
+  if (wte != reader.manifest().tensors.end()) {
+    const int64_t rows = wte->second.shape.at(0);
+    c.model.padded_vocab_size = rows % std::max<int64_t>(1, a.tp) == 0 ? rows : 0;
+  }
   c.resume = from;
   c.overwrite = false;  // the stored run's choice, not this conversion's
   c.out_dir = a.to;

@@ -110,6 +110,22 @@ State state_of(Trainer& t) {
   return out;
 }
 
+// Collective: the first half, 5 steps of c under l ending in a checkpoint in dir; the state saved.
+State train_and_save(const Layout& l, TrainConfig c, const std::string& dir) {
+  State saved;
+  under(l, [&](comm::ProcessGroup* g) {
+    c.steps = 5;
+    // A serial layout runs on every rank alone; only the one that saves owns the directory.
+    c.out_dir = g != nullptr || world().rank() == 0 ? dir : "";
+    Trainer saver(c, true, g);
+    run(saver);
+    if (g != nullptr || world().rank() == 0) saver.save_checkpoint_now();
+    saved = state_of(saver);
+  });
+  world().barrier();
+  return saved;
+}
+
 class Reshard : public ::testing::TestWithParam<Pair> {};
 
 TEST_P(Reshard, ResumesUnderAnotherLayoutLikeTheUninterruptedSerialRun) {
@@ -130,18 +146,7 @@ TEST_P(Reshard, ResumesUnderAnotherLayoutLikeTheUninterruptedSerialRun) {
   const std::vector<float> last_five(want.losses.end() - 5, want.losses.end());
 
   const std::string dir = fresh_shared_dir("loom_reshard", world());
-  State saved_state;
-  under(pair.from, [&](comm::ProcessGroup* g) {
-    TrainConfig c = config_of(pair.from, rows, micro);
-    c.steps = 5;
-    // A serial layout runs on every rank alone; only the one that saves owns the directory.
-    c.out_dir = g != nullptr || world().rank() == 0 ? dir : "";
-    Trainer saver(c, true, g);
-    run(saver);
-    if (g != nullptr || world().rank() == 0) saver.save_checkpoint_now();
-    saved_state = state_of(saver);
-  });
-  world().barrier();
+  const State saved_state = train_and_save(pair.from, config_of(pair.from, rows, micro), dir);
   // The format on disk is the one asked for.
   const std::string saved = resolve_checkpoint_path(dir);
   EXPECT_EQ(std::filesystem::is_directory(saved), pair.from.format == "sharded") << saved;
@@ -287,6 +292,85 @@ TEST(Reshard3D, ResumingUnderTheSameGridContinuesBitForBit) {
     EXPECT_EQ(got.losses, std::vector<float>(want.losses.end() - 5, want.losses.end()));
     EXPECT_EQ(got.names, want.names);
     EXPECT_EQ(got.params, want.params);
+    remove_shared_dir(dir, world());
+  }
+}
+
+// The token table's padding rows are read by nothing that reaches the loss, so a checkpoint
+// whose table has other padding (saved under another tp, where padded_vocab_size 0 resolves to
+// another multiple of 64 x tp) loads with the table re-padded: the vocabulary rows and their
+// moments bit for bit, stored padding rows kept as far as the new table reaches, rows past the
+// stored ones zero. Resumed, training continues like the uninterrupted serial run (with the
+// saving run's table) in every row that counts. Shrinking (tp 2, 192 rows -> serial, 128), growing (serial file -> tp 2,
+// 256 rows) and growing into ZeRO-3's flat shards (-> dp 2, 320 rows), at 2 ranks.
+TEST(ReshardRepadding, AnotherTokenTablePaddingResumesLikeTheSerialRun) {
+  if (world().size() != 2) GTEST_SKIP() << "runs on 2 ranks";
+  struct Case {
+    Layout from;
+    int64_t from_rows;
+    Layout to;
+    int64_t to_rows;
+  };
+  const Case cases[] = {{L(1, 1, 2, 0), 192, kSerial, 0},
+                        {kSerialFile, 0, L(1, 1, 2, 0), 256},
+                        {kSerial, 0, L(2, 1, 1, 3), 320}};
+  const int64_t rows = 4, micro = 2;
+  auto with_rows = [&](const Layout& l, int64_t padded) {
+    TrainConfig c = config_of(l, rows, micro);
+    c.model.padded_vocab_size = padded;  // 0: resolved for the layout's tp
+    return c;
+  };
+  const int64_t C = with_rows(kSerial, 0).model.n_embd;
+  // The vocabulary's rows of every token table (the head's copy too), as the serial run's are.
+  auto vocabulary_rows = [&](TrainingRun r, int64_t V) {
+    for (size_t i = 0; i < r.names.size(); ++i)
+      if (r.names[i].ends_with("embedding.wte")) r.params[i].resize(static_cast<size_t>(V * C));
+    return r;
+  };
+  // Parameters within 1e-3 of their tensor's scale plus the serial run's AdamW bound: tp 2's
+  // first half moves a near-zero gradient's sign, which AdamW turns into a step of up to lr
+  // either way (a fc bias of 3e-4 ended 4.8e-4 of its tensor's scale off, the same with the
+  // table left at 192 rows: tp 2's own rounding). A row loaded into another's place is off by
+  // its own size, and the loaded state is compared bit for bit above.
+  for (const Case& k : cases) {
+    std::ostringstream what;
+    what << k.from << " (" << k.from_rows << " rows) -> " << k.to << " (" << k.to_rows << " rows)";
+    SCOPED_TRACE(what.str());
+    // Initialisation draws the whole table first, so the reference has the saving run's rows.
+    const TrainingRun& want = serial_run(with_rows(kSerial, k.from_rows), Tolerances{}.grad);
+    const std::string dir = fresh_shared_dir("loom_reshard_repad", world());
+    const State saved = train_and_save(k.from, with_rows(k.from, k.from_rows), dir);
+    under(k.to, [&](comm::ProcessGroup* g) {
+      TrainConfig c = with_rows(k.to, k.to_rows);
+      c.resume = dir;
+      Trainer resumed(c, true, g);
+      ASSERT_EQ(resumed.step(), 5);
+      const int64_t V = resumed.config().model.vocab_size, new_rows = resumed.config().model.resolved_padded_vocab();
+      const State loaded = state_of(resumed);
+      ASSERT_EQ(loaded.size(), saved.size());
+      bool repadded = false;
+      for (const auto& [name, values] : saved) {
+        const std::vector<float>& got = loaded.at(name);
+        if (!name.ends_with("embedding.wte")) {
+          EXPECT_EQ(got, values) << name;
+          continue;
+        }
+        const int64_t old_rows = static_cast<int64_t>(values.size()) / C;
+        repadded |= old_rows != new_rows;
+        ASSERT_EQ(static_cast<int64_t>(got.size()), new_rows * C) << name;
+        const auto kept = static_cast<std::ptrdiff_t>(std::min(old_rows, new_rows) * C);
+        EXPECT_TRUE(std::equal(got.begin(), got.begin() + kept, values.begin())) << name << ": rows both tables hold";
+        EXPECT_TRUE(std::all_of(got.begin() + kept, got.end(), [](float x) { return x == 0.0f; }))
+            << name << ": rows past the stored table start at zero";
+      }
+      EXPECT_TRUE(repadded) << "the case must change the table's rows";
+      TrainingRun got = run(resumed);
+      const TrainingRun serial = vocabulary_rows(want, V);
+      got = vocabulary_rows(got, V);
+      expect_equivalent(got, {std::vector<float>(want.losses.end() - 5, want.losses.end()), serial.names, serial.params,
+                                      want.adamw_bound},
+                        c, what.str(), Tolerances{.param = 1e-3, .adamw_bound = true});
+    });
     remove_shared_dir(dir, world());
   }
 }

@@ -51,14 +51,24 @@ TEST(ModelIdentity, NamesEveryKeyThatDiffers) {
 TEST(ModelIdentity, VocabularyAndTokenizerAreNamed) {
   const std::string abc = char_spec("abc");
   EXPECT_EQ(model_differences(stored(resolved(3), abc), resolved(256), "byte"),
-            (std::vector<std::string>{"vocab_size 3 (checkpoint) vs 256 (config)", "padded_vocab_size 64 vs 256",
+            (std::vector<std::string>{"vocab_size 3 (checkpoint) vs 256 (config)",
                                       "tokenizer char with 3 symbols vs byte with 256 symbols"}));
   EXPECT_EQ(model_differences(stored(resolved(3), abc), resolved(3), char_spec("abd")),
             (std::vector<std::string>{"tokenizer char with 3 symbols (checkpoint) vs char with 3 other symbols (config)"}));
+}
+
+// The token table's padding is no part of the model: a load re-pads it (its rows past the
+// vocabulary are read by nothing), and the resume says so.
+TEST(ModelIdentity, AnotherTokenTablePaddingIsTheSameModelRepadded) {
+  const std::string abc = char_spec("abc");
   TrainConfig padded = resolved(3);
   padded.model.padded_vocab_size = 128;
-  EXPECT_EQ(model_differences(stored(resolved(3), abc), padded, abc),
-            (std::vector<std::string>{"padded_vocab_size 64 (checkpoint) vs 128 (config)"}));
+  EXPECT_TRUE(model_differences(stored(resolved(3), abc), padded, abc).empty());
+  EXPECT_EQ(token_table_repadding(stored(resolved(3), abc), padded),
+            "token table re-padded from 64 to 128 rows (its 3 vocabulary rows kept; padding is read by nothing)");
+  EXPECT_EQ(token_table_repadding(stored(padded, abc), resolved(3)),
+            "token table re-padded from 128 to 64 rows (its 3 vocabulary rows kept; padding is read by nothing)");
+  EXPECT_EQ(token_table_repadding(stored(padded, abc), padded), "");
 }
 
 // A graph's digest covers its split: a changed split is named as one, not as two digests

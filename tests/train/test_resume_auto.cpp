@@ -121,6 +121,26 @@ TEST(ResumeAutoBranch, FollowsLatestOverAHigherStepARunAbandoned) {
   EXPECT_EQ(resumed.step(), 3);
 }
 
+// A checkpoint whose token table has other padding (saved under another tp) is neither
+// damage nor another model: auto resumes from it, re-padded, rather than skipping it and
+// starting over (which it did until the judge learned re-padding).
+TEST(ResumeAutoRepadding, AnotherTokenTablePaddingIsResumedNotSkipped) {
+  TrainConfig c = tiny_run("resume_auto_repadding");
+  c.steps = 2;
+  c.model.padded_vocab_size = 192;
+  Trainer(c, true).run();
+  TrainConfig again = c;
+  again.model.padded_vocab_size = 0;  // 128 rows for the 65 characters
+  again.resume = "auto";
+  again.steps = 3;
+  ::testing::internal::CaptureStdout();
+  Trainer resumed(again, false);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(resumed.step(), 2) << out;
+  EXPECT_EQ(out.find("skipping"), std::string::npos) << out;
+  EXPECT_NE(out.find("at step 2: token table re-padded from 192 to 128 rows"), std::string::npos) << out;
+}
+
 TEST(ResumeAutoMisfit, ASoundCheckpointOfAnotherModelIsAnErrorNotSkipped) {
   TrainConfig c = tiny_run("resume_auto_misfit");
   c.steps = 2;

@@ -138,6 +138,59 @@ TEST(Reshard, PaddedPiecesAssembleWithoutTheirPadding) {
 
 using testing::error_of;
 
+// A token table padded past its vocabulary (4 rows of 6 here) fills a table of another
+// padding from any layout's pieces into any other's: the rows both hold, and nothing of the
+// rows only the new table has (a load zeroes them). Only a tensor whose rows past the
+// vocabulary are padding, and only while both tables hold the vocabulary, re-pads: any other
+// shape difference stays an error naming both shapes.
+TEST(Reshard, ATokenTableIsRepaddedBetweenAnyLayoutsAndNothingElseIs) {
+  const Shape stored{6, 4};
+  Tensor full = Tensor::empty(stored);
+  const std::vector<float> values = testing::random_vector(24, 5);
+  std::copy(values.begin(), values.end(), full.f32());
+  for (const Shape& wanted : {Shape{4, 4}, Shape{8, 4}, Shape{12, 4}}) {
+    const int64_t kept = std::min(stored[0], wanted[0]) * 4;
+    EXPECT_TRUE(repadding_fits(stored, wanted, 4));
+    for (const std::vector<PieceLayout>& from : {layout_pieces(stored, {}, 1), layout_pieces(stored, {0, 2, 0, 1}, 2)})
+      for (const std::vector<PieceLayout>& to :
+           {layout_pieces(wanted, {}, 1), layout_pieces(wanted, {}, 3), layout_pieces(wanted, {0, 2, 0, 1}, 1),
+            layout_pieces(wanted, {0, 4, 0, 1}, 2)}) {
+        Tensor got = Tensor::zeros(wanted);
+        for (const PieceLayout& dst : to) {
+          std::vector<float> piece(static_cast<size_t>(dst.numel()), 0.0f);
+          int64_t copied = 0;
+          for (const PieceLayout& src : from)
+            copied += copy_overlap(stored, src, cut(full, src).data(), wanted, dst, piece.data());
+          EXPECT_EQ(copied, elements_in_tensor(wanted, dst, shape_numel(stored)));
+          for (const nn::ShardRun& r : piece_runs(wanted, dst))
+            std::copy_n(piece.data() + r.local_offset, r.n, got.f32() + r.full_offset);
+        }
+        std::vector<float> want(values.begin(), values.begin() + kept);
+        want.resize(static_cast<size_t>(shape_numel(wanted)), 0.0f);
+        EXPECT_EQ(std::vector<float>(got.f32(), got.f32() + got.numel()), want) << shape_str(wanted);
+      }
+  }
+  EXPECT_FALSE(repadding_fits(stored, {8, 5}, 4)) << "another width";
+  EXPECT_FALSE(repadding_fits(stored, {6, 4, 1}, 4)) << "another rank";
+  EXPECT_FALSE(repadding_fits(stored, {3, 4}, 4)) << "fewer rows than the vocabulary";
+  EXPECT_FALSE(repadding_fits({3, 4}, {8, 4}, 4)) << "a stored table short of the vocabulary";
+  EXPECT_FALSE(repadding_fits(stored, {8, 4}, 0)) << "no padding: every row counts";
+
+  // Through a checkpoint file: the padded table loads re-padded, a tensor without padding is refused.
+  const std::string path = (testing::fresh_temp_dir("loom_repad") / "checkpoint-00000000.safetensors").string();
+  write_checkpoint_file(path, {{"model.wte", full}, {"model.w", full}}, CheckpointInfo{});
+  Tensor table = Tensor::empty({8, 4}), w = Tensor::empty({8, 4});
+  table.fill_(7.0f);  // what the model held: the rows past the stored ones become 0
+  load_state(path, {{"model.wte", {8, 4}, whole_piece({8, 4}), table, true, 4}}, "");
+  std::vector<float> want(values);
+  want.resize(32, 0.0f);
+  EXPECT_EQ(std::vector<float>(table.f32(), table.f32() + 32), want);
+  EXPECT_EQ(error_of([&] { load_state(path, {{"model.w", {8, 4}, whole_piece({8, 4}), w, true}}, ""); }),
+            "checkpoint '" + path + "': tensor 'model.w' is (6, 4), the model expects (8, 4)");
+  EXPECT_EQ(error_of([&] { load_state(path, {{"model.wte", {3, 4}, whole_piece({3, 4}), Tensor::empty({3, 4}), true, 4}}, ""); }),
+            "checkpoint '" + path + "': tensor 'model.wte' is (6, 4), the model expects (3, 4)");
+}
+
 TEST(Reshard, PiecesThatDoNotTileATensorAreNamed) {
   const Shape s{4, 4};
   EXPECT_NE(error_of([&] { check_tiling("w", s, {{{}, 0, 7}, {{}, 9, 16}}); }).find("tensor 'w' (4, 4): elements [7, 9) are in no piece"),

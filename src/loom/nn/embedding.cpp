@@ -8,6 +8,7 @@ namespace loom::nn {
 Embedding::Embedding(int64_t vocab_size, int64_t padded_vocab_size, int64_t block_size, int64_t C)
     : V_(vocab_size), block_size_(block_size), C_(C) {
   wte_ = &register_parameter("wte", {padded_vocab_size, C}, /*weight_decay=*/true);
+  wte_->set_padded_past_row(vocab_size);  // rows of the full table (vocab_size is the whole vocabulary under tp too)
   wpe_ = &register_parameter("wpe", {block_size, C}, /*weight_decay=*/true);
 }
 

@@ -32,6 +32,7 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const LayerBuilder& layers, GPT
     if (!stage_.embedding) {
       head_copy_ = &register_parameter("embedding.wte", {Vp / t, C}, /*weight_decay=*/true);
       head_copy_->set_shard_spec(layers_.vocabulary_shard());
+      head_copy_->set_padded_past_row(config_.vocab_size);
     }
     head_weight().set_read_by_gemms(true);  // the LM head's GEMMs; a stage without it only looks rows up
   }

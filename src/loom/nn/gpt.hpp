@@ -27,6 +27,9 @@ struct GPTConfig {
   MoeConfig moe{};                // mixture-of-experts blocks (none by default)
 
   int64_t resolved_padded_vocab() const;
+  // The padding padded_vocab_size 0 means under tensor parallelism over tp ranks: V rounded up
+  // to a multiple of 64 x tp, so each rank's slice stays a multiple of 64 rows.
+  int64_t padded_vocab_for(int64_t tp) const;
   // Throws loom::Error naming every impossible value.
   // vocabulary_known: whether vocab_size is the data's yet. A training config holds a
   // placeholder until its tokenizer is read (train::GptSpec validates again then), so

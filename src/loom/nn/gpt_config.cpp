@@ -10,6 +10,8 @@ int64_t GPTConfig::resolved_padded_vocab() const {
   return padded_vocab_size > 0 ? padded_vocab_size : (vocab_size + 63) / 64 * 64;
 }
 
+int64_t GPTConfig::padded_vocab_for(int64_t tp) const { return (vocab_size + 64 * tp - 1) / (64 * tp) * 64 * tp; }
+
 void GPTConfig::validate(bool vocabulary_known) const {
   check(vocab_size >= 1, "vocab_size must be >= 1, got ", vocab_size);
   check(padded_vocab_size >= 0, "padded_vocab_size must be >= 0 (0: the vocabulary rounded up), got ",

@@ -89,6 +89,11 @@ class Parameter {
   void set_shard_spec(const ShardSpec& spec) { shard_spec_ = spec; }
   // AdamW decays matrices, not biases or LayerNorm gains.
   bool weight_decay() const { return weight_decay_; }
+  // The full tensor's rows from `rows` on are padding that nothing reaching the loss reads (the
+  // token table rounded up for faster GEMMs and even tp splits): a checkpoint may hold more or
+  // fewer of them, so a run under another tp still loads it. 0: every row counts.
+  void set_padded_past_row(int64_t rows) { padded_past_row_ = rows; }
+  int64_t padded_past_row() const { return padded_past_row_; }
 
   // A parameter used k times per forward (a tied embedding) receives k contributions.
   void set_contributions_per_backward(int k) { contributions_per_backward_ = k; }
@@ -113,6 +118,7 @@ class Parameter {
   bool read_only_by_gemms_ = false;
   bool kept_in_fp32_ = false;
   bool weight_decay_;
+  int64_t padded_past_row_ = 0;
   ShardSpec shard_spec_;
   int contributions_per_backward_ = 1;
   int contributions_seen_ = 0;

@@ -29,7 +29,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"model", "n_head", "attention heads (NH); must divide n_embd", &m.n_head},
       {"model", "n_embd", "model width (C)", &m.n_embd},
       {"model", "block_size", "context length (T) used for training and the maximum for sampling", &m.block_size},
-      {"model", "padded_vocab_size", "rows of the token embedding / LM head (the vocabulary plus padding); 0 = the vocabulary rounded up to a multiple of 64 x tp. A checkpoint resumes under another tp only with the same value", &m.padded_vocab_size},
+      {"model", "padded_vocab_size", "rows of the token embedding / LM head (the vocabulary plus padding); 0 = the vocabulary rounded up to a multiple of 64 x tp. A checkpoint with other padding loads re-padded (the padding rows are read by nothing)", &m.padded_vocab_size},
       {"model", "recompute", "recompute each block's activations in backward instead of keeping them", &m.recompute},
       // Mixture of experts (nn/moe.hpp).
       {"model", "moe_experts", "experts (E) of each mixture-of-experts block; 0 = dense MLPs only", &m.moe.experts},

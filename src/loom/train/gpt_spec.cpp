@@ -23,7 +23,7 @@ GptSpec::GptSpec(TrainConfig& config)
   config.model.vocab_size = dataset_.tokenizer().vocab_size();
   config.model.moe.micro_batches = config.micro_batches;  // the aux loss is averaged like the loss
   if (config.tp > 1 && config.model.padded_vocab_size == 0)
-    config.model.padded_vocab_size = (config.model.vocab_size + 64 * config.tp - 1) / (64 * config.tp) * 64 * config.tp;
+    config.model.padded_vocab_size = config.model.padded_vocab_for(config.tp);
   config.model.validate();  // padded_vocab_size against the data's vocabulary
 }
 

@@ -20,6 +20,9 @@ InferenceModel load_inference_model(const std::string& checkpoint, comm::Process
         "' is a GCN's (a graph model), not a GPT's: loom sample, eval and generate need a GPT checkpoint");
   m.tokenizer = data::Tokenizer::from_spec(info.tokenizer_spec);
   m.config.model.vocab_size = m.tokenizer->vocab_size();
+  // Rows that do not split evenly over this tp are re-padded on loading (the padding is read by nothing).
+  if (tp != nullptr && m.config.model.resolved_padded_vocab() % tp->size() != 0)
+    m.config.model.padded_vocab_size = m.config.model.padded_vocab_for(tp->size());
   m.config.model.validate();
   // The stored configuration is input like any other: bounded before the model is built.
   const bool bf16 = kernels::compute_precision() == kernels::Precision::BF16;
@@ -34,7 +37,7 @@ InferenceModel load_inference_model(const std::string& checkpoint, comm::Process
   for (nn::Parameter* p : m.model->parameters()) {
     const nn::ShardSpec& spec = p->shard_spec();
     pieces.push_back({"model." + p->name(), spec.full_shape(p->value().shape()), {spec, 0, p->value().numel()},
-                      p->value(), true});
+                      p->value(), true, p->padded_past_row()});
   }
   load_state(path, pieces, "");
   return m;

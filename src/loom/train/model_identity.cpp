@@ -44,9 +44,6 @@ std::vector<std::string> model_differences(const CheckpointInfo& checkpoint, con
     differ(k.key, value_string(theirs[i].target), value_string(k.target));
   }
   differ("vocab_size", std::to_string(stored.model.vocab_size), std::to_string(config.model.vocab_size));
-  // As the token table holds it: 0 in a configuration means the vocabulary rounded up.
-  differ("padded_vocab_size", std::to_string(stored.model.resolved_padded_vocab()),
-         std::to_string(config.model.resolved_padded_vocab()));
   const std::unique_ptr<data::Tokenizer> ours_tokenizer = tokenizer_of(tokenizer_spec);
   if (checkpoint.tokenizer_spec != tokenizer_spec && (!stored_tokenizer || !ours_tokenizer)) {
     // A graph: its digest covers the split too, so a changed split is named as one (the two
@@ -75,6 +72,17 @@ std::string different_model_message(const std::string& path, const CheckpointInf
   for (const std::string& d : differences) list += (list.empty() ? "" : ", ") + d;
   return "checkpoint '" + path + "' holds a different model: " + list +
          "; resume with the checkpoint's values or start a new out_dir";
+}
+
+std::string token_table_repadding(const CheckpointInfo& checkpoint, const TrainConfig& config) {
+  TrainConfig stored;
+  apply_toml_string(stored, checkpoint.config_toml, "the checkpoint's stored configuration");
+  if (stored.family != config.family || config.family == "gcn") return "";
+  stored.model.vocab_size = config.model.vocab_size;  // the trainer stores the padding it resolved
+  const int64_t rows = stored.model.resolved_padded_vocab(), ours = config.model.resolved_padded_vocab();
+  if (rows == ours) return "";
+  return "token table re-padded from " + std::to_string(rows) + " to " + std::to_string(ours) + " rows (its " +
+         std::to_string(config.model.vocab_size) + " vocabulary rows kept; padding is read by nothing)";
 }
 
 void check_same_model(const std::string& path, const CheckpointInfo& checkpoint, const TrainConfig& config,

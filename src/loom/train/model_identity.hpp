@@ -1,8 +1,9 @@
 // A checkpoint's model identity: what its tensors mean. Every checkpoint stores the resolved
 // configuration and the tokenizer; the model is every [model] key but `recompute` (how
-// backward gets its activations, not what it computes), with the padded vocabulary resolved
-// as the token table holds it, plus the vocabulary and the tokenizer. Layout keys (dp, pp,
-// tp, zero, ...) and training keys (lr, steps, ...) may change on resume; these may not.
+// backward gets its activations, not what it computes) and `padded_vocab_size` (rows no loss
+// reads: a load re-pads the token table, so a run saved under tp 4 resumes under tp 1), plus
+// the vocabulary and the tokenizer. Layout keys (dp, pp, tp, zero, ...) and training keys (lr,
+// steps, ...) may change on resume; these may not.
 #pragma once
 
 #include <string>
@@ -29,6 +30,10 @@ std::string different_model_message(const std::string& path, const CheckpointInf
 // Throws different_model_message as a loom::Error when it is not "".
 void check_same_model(const std::string& path, const CheckpointInfo& checkpoint, const TrainConfig& config,
                       const std::string& tokenizer_spec);
+
+// "token table re-padded from 256 to 128 rows ..." when the checkpoint's token table has
+// other padding than config's model (resolved by the trainer), else "".
+std::string token_table_repadding(const CheckpointInfo& checkpoint, const TrainConfig& config);
 
 // Collective over world: check_same_model for the checkpoint at path
 // (its metadata only, read by every rank), failing on every rank alike.

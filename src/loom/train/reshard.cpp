@@ -61,15 +61,26 @@ std::vector<nn::ShardRun> piece_runs(const Shape& full, const PieceLayout& piece
   return runs;
 }
 
-int64_t elements_in_tensor(const Shape& full, const PieceLayout& piece) {
-  if (!piece.spec.padded()) return piece.numel();
+int64_t elements_in_tensor(const Shape& full, const PieceLayout& piece, int64_t below) {
+  if (!piece.spec.padded() && below >= shape_numel(full)) return piece.numel();
   int64_t n = 0;
-  for (const nn::ShardRun& r : piece_runs(full, piece)) n += r.n;
+  for (const nn::ShardRun& r : piece_runs(full, piece)) n += std::max<int64_t>(0, std::min(r.full_offset + r.n, below) - r.full_offset);
   return n;
 }
 
+bool repadding_fits(const Shape& stored, const Shape& wanted, int64_t padded_past_row) {
+  return padded_past_row > 0 && stored.size() == wanted.size() && !stored.empty() &&
+         std::equal(stored.begin() + 1, stored.end(), wanted.begin() + 1) && stored[0] >= padded_past_row &&
+         wanted[0] >= padded_past_row;
+}
+
 std::vector<nn::ShardRun> overlap(const Shape& full, const PieceLayout& src, const PieceLayout& dst) {
-  const std::vector<nn::ShardRun> a = piece_runs(full, src), b = piece_runs(full, dst);
+  return overlap(full, src, full, dst);
+}
+
+std::vector<nn::ShardRun> overlap(const Shape& src_full, const PieceLayout& src, const Shape& dst_full,
+                                  const PieceLayout& dst) {
+  const std::vector<nn::ShardRun> a = piece_runs(src_full, src), b = piece_runs(dst_full, dst);
   std::vector<nn::ShardRun> out;
   size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {  // both sorted by full offset: a merge
@@ -87,8 +98,13 @@ std::vector<nn::ShardRun> overlap(const Shape& full, const PieceLayout& src, con
 
 int64_t copy_overlap(const Shape& full, const PieceLayout& src, const float* src_data, const PieceLayout& dst,
                      float* dst_data) {
+  return copy_overlap(full, src, src_data, full, dst, dst_data);
+}
+
+int64_t copy_overlap(const Shape& src_full, const PieceLayout& src, const float* src_data, const Shape& dst_full,
+                     const PieceLayout& dst, float* dst_data) {
   int64_t copied = 0;
-  for (const nn::ShardRun& r : overlap(full, src, dst)) {
+  for (const nn::ShardRun& r : overlap(src_full, src, dst_full, dst)) {
     std::memcpy(dst_data + r.full_offset, src_data + r.local_offset, sizeof(float) * static_cast<size_t>(r.n));
     copied += r.n;
   }

@@ -30,8 +30,9 @@ void check_piece(const Shape& full, const PieceLayout& piece, const std::string&
 
 // The piece's runs: offsets in the full tensor (increasing) and in the piece's data.
 std::vector<nn::ShardRun> piece_runs(const Shape& full, const PieceLayout& piece);
-// How many of the piece's elements belong to the full tensor: all but its padding (ShardSpec::pad).
-int64_t elements_in_tensor(const Shape& full, const PieceLayout& piece);
+// How many of the piece's elements belong to the full tensor: all but its padding (ShardSpec::pad);
+// of those, only the ones before flat offset `below` of the full tensor.
+int64_t elements_in_tensor(const Shape& full, const PieceLayout& piece, int64_t below = INT64_MAX);
 
 // The elements src and dst share: n elements at local_offset of src and full_offset of dst
 // (ShardRun's fields reused: local_offset = in src, full_offset = in dst).
@@ -39,6 +40,16 @@ std::vector<nn::ShardRun> overlap(const Shape& full, const PieceLayout& src, con
 // Copies the shared elements from src_data to dst_data; returns how many.
 int64_t copy_overlap(const Shape& full, const PieceLayout& src, const float* src_data, const PieceLayout& dst,
                      float* dst_data);
+
+// Re-padding: a full tensor of shape `stored` whose rows from `padded_past_row` on are padding
+// fills one of shape `wanted` when the two differ only in their number of rows and both hold
+// every row that counts (a token table padded for another tp). Row-major, so a row's elements
+// sit at the same flat offsets in both: src and dst pieces meet on the rows both tensors have.
+bool repadding_fits(const Shape& stored, const Shape& wanted, int64_t padded_past_row);
+std::vector<nn::ShardRun> overlap(const Shape& src_full, const PieceLayout& src, const Shape& dst_full,
+                                  const PieceLayout& dst);
+int64_t copy_overlap(const Shape& src_full, const PieceLayout& src, const float* src_data, const Shape& dst_full,
+                     const PieceLayout& dst, float* dst_data);
 
 // loom::Error naming the tensor and the first element range covered by no piece or by two,
 // unless the pieces tile the full tensor exactly.

@@ -60,15 +60,7 @@ CheckpointVerdict judge_checkpoint(const std::string& path, const std::vector<St
                   config.optimizer + "'",
               ""};
     check(info.optimizer_steps >= 0, "checkpoint '", path, "' has no valid optimizer step count");
-    for (const StatePiece& p : needed) {
-      auto it = reader.manifest().tensors.find(p.name);
-      check(it != reader.manifest().tensors.end(), "checkpoint '", path, "' has no tensor '", p.name, "'");
-      check(it->second.shape == p.full_shape, "checkpoint '", path, "': tensor '", p.name, "' is ",
-            shape_str(it->second.shape), ", the model expects ", shape_str(p.full_shape));
-    }
-    StateShapes held;
-    for (const auto& [name, t] : reader.manifest().tensors) held.emplace(name, t.shape);
-    check_holds_every_tensor(held, expected, "checkpoint '" + path + "'");
+    check_checkpoint_fits(reader, needed, expected);
     reader.verify_files();
     read_full_state(reader);  // every piece with its CRC-32
   } catch (const Error& e) {

@@ -150,7 +150,8 @@ std::vector<StatePiece> SerialState::pieces() {
     // A tensor-parallel piece is owned by its replica 0 (under 3D several grid ranks hold it).
     const bool tp_owner = spec.sharded() && !expert ? spec.replica == 0 : tp_rank == 0;
     const bool owner = first_replica && tp_owner && &param != token_table_copy_;
-    out.push_back({key, spec.full_shape(local), PieceLayout{spec, begin, begin + data.numel()}, data, owner});
+    out.push_back({key, spec.full_shape(local), PieceLayout{spec, begin, begin + data.numel()}, data, owner,
+                   param.padded_past_row()});
   };
   if (!sharded_) {
     std::map<std::string, Tensor> state = optimizer_.state();

@@ -267,17 +267,20 @@ void CheckpointReader::load_into(const std::vector<StatePiece>& destinations) {
     auto it = manifest_.tensors.find(dst.name);
     check(it != manifest_.tensors.end(), "checkpoint '", path_, "' has no tensor '", dst.name, "'");
     const ManifestTensor& t = it->second;
-    check(t.shape == dst.full_shape, "checkpoint '", path_, "': tensor '", dst.name, "' is ", shape_str(t.shape),
-          ", the model expects ", shape_str(dst.full_shape));
+    const bool repadded = t.shape != dst.full_shape;  // a token table padded for another tp
+    check(!repadded || repadding_fits(t.shape, dst.full_shape, dst.padded_past_row), "checkpoint '", path_,
+          "': tensor '", dst.name, "' is ", shape_str(t.shape), ", the model expects ", shape_str(dst.full_shape));
     check(dst.data.numel() == dst.layout.numel(), "destination of '", dst.name, "' holds ", dst.data.numel(),
           " elements, its layout ", dst.layout.numel());
     Tensor out = dst.data;  // a view: loading writes the caller's storage
+    if (repadded) out.zero_();  // padding rows the checkpoint lacks: zero, as in their weights and moments
     int64_t copied = 0;
     for (const ManifestPiece& piece : t.pieces) {
-      if (overlap(t.shape, piece.layout, dst.layout).empty()) continue;  // never read what is not needed
-      copied += copy_overlap(t.shape, piece.layout, piece_data(piece).f32(), dst.layout, out.f32());
+      if (overlap(t.shape, piece.layout, dst.full_shape, dst.layout).empty()) continue;  // never read what is not needed
+      copied += copy_overlap(t.shape, piece.layout, piece_data(piece).f32(), dst.full_shape, dst.layout, out.f32());
     }
-    const int64_t needed = elements_in_tensor(t.shape, dst.layout);  // a padded piece's padding is in no checkpoint
+    // A padded piece's padding is in no checkpoint; nor are the padding rows past the stored ones.
+    const int64_t needed = elements_in_tensor(dst.full_shape, dst.layout, shape_numel(t.shape));
     check(copied == needed, "checkpoint '", path_, "': the pieces of '", dst.name, "' cover ", copied, " of ", needed,
           " elements this rank needs");
   }
@@ -294,13 +297,26 @@ CheckpointInfo load_state(const std::string& path, const std::vector<StatePiece>
           "', this run uses '", optimizer_name, "'");
     check(info.optimizer_steps >= 0, "checkpoint '", path, "' has no valid optimizer step count");
   }
-  // Every tensor the model has, even one no destination asks for: a checkpoint without it
-  // would leave its initial values in place without a word.
-  StateShapes held;
-  for (const auto& [name, t] : reader.manifest().tensors) held.emplace(name, t.shape);
-  check_holds_every_tensor(held, expected, "checkpoint '" + path + "'");
+  check_checkpoint_fits(reader, destinations, expected);
   reader.load_into(destinations);
   return info;
+}
+
+void check_checkpoint_fits(const CheckpointReader& reader, const std::vector<StatePiece>& destinations,
+                           const StateShapes& expected) {
+  const std::string what = "checkpoint '" + reader.path() + "'";
+  StateShapes held;
+  for (const auto& [name, t] : reader.manifest().tensors) held.emplace(name, t.shape);
+  for (const StatePiece& d : destinations) {
+    auto h = held.find(d.name);
+    check(h != held.end(), what, " has no tensor '", d.name, "'");
+    check(h->second == d.full_shape || repadding_fits(h->second, d.full_shape, d.padded_past_row), what, ": tensor '",
+          d.name, "' is ", shape_str(h->second), ", the model expects ", shape_str(d.full_shape));
+    h->second = d.full_shape;  // held as the model expects it, once re-padded
+  }
+  // Every tensor the model has, even one no destination asks for: a checkpoint without it
+  // would leave its initial values in place without a word.
+  check_holds_every_tensor(held, expected, what);
 }
 
 std::map<std::string, Tensor> read_full_state(CheckpointReader& reader) {

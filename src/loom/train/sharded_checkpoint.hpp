@@ -81,6 +81,12 @@ void on_every_rank(comm::ProcessGroup& world, const std::function<void()>& f);
 CheckpointInfo load_state(const std::string& path, const std::vector<StatePiece>& destinations,
                           const std::string& optimizer_name, const StateShapes& expected = {});
 
+// loom::Error naming the first tensor of destinations the checkpoint lacks or holds in another
+// shape (but for a token table's padding, which loading re-pads), or the first of expected
+// (a resume's StateShapes) it lacks: what load_state checks before reading any tensor.
+void check_checkpoint_fits(const CheckpointReader& reader, const std::vector<StatePiece>& destinations,
+                           const StateShapes& expected);
+
 // Every tensor of the checkpoint in full, for one process (`loom convert`, `loom sample`).
 std::map<std::string, Tensor> read_full_state(CheckpointReader& reader);
 

@@ -24,6 +24,7 @@ struct StatePiece {
   PieceLayout layout;  // which of its elements this piece holds
   Tensor data;         // a view of this rank's storage, layout.numel() elements
   bool owner = true;   // the one holder of these elements that writes them (no replica does)
+  int64_t padded_past_row = 0;  // Parameter::padded_past_row(): a checkpoint may hold more or fewer rows
 };
 
 // The tensors of the serial model and optimizer state ("model.<param>",

@@ -108,7 +108,8 @@ void Trainer::resume_from(const std::string& path) {
   check(info.tokenizer_spec == spec_->data_identity(), "checkpoint '", path,
         "' was trained with a different tokenizer/vocabulary than '", config_.data, "'");
   step_ = info.step;
-  progress_->say("resumed from " + path + " at step " + std::to_string(step_));
+  const std::string repadded = token_table_repadding(info, config_);
+  progress_->say("resumed from " + path + " at step " + std::to_string(step_) + (repadded.empty() ? "" : ": " + repadded));
 }
 
 void Trainer::load_state_dict(const std::map<std::string, Tensor>& state) {
