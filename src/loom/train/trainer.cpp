@@ -32,13 +32,22 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// What to change when mpirun started another number of processes than the layout's: a
+// first multi-rank run usually forgets the degrees (mpirun -np 2 loom train, no --dp 2).
+std::string world_size_remedy(int64_t ranks, int64_t world_size) {
+  const std::string n = std::to_string(world_size);
+  return " (the job has " + n + " processes: give degrees whose product is " + n +
+         (ranks == 1 ? ", e.g. --dp " + n + ", or run it without mpirun)"
+                     : ", or start " + std::to_string(ranks) + " with mpirun -np " + std::to_string(ranks) + ")");
+}
+
 // Validates the config against the world and sets the kernels' threads before anything runs.
 TrainConfig started(TrainConfig config, comm::ProcessGroup* world) {
   config.validate();
   const int64_t ranks = config.world_ranks(), world_size = world != nullptr ? world->size() : 1;
   check(ranks == world_size, "layout dp(", config.dp, ") x pp(", config.pp, ") x cp(", config.cp, ") x tp(", config.tp, ")",
         config.tp_3d_on() ? " x tp_3d(" + config.tp_3d + ")" : "", " = ", ranks, " != world size ", world_size,
-        world == nullptr ? " (start it with mpirun -np N loom train ...)" : "");
+        world == nullptr ? " (start it with mpirun -np N loom train ...)" : world_size_remedy(ranks, world_size));
   kernels::set_num_threads(config.threads);  // 0: the cores this process may run on
   // threads 0 under mpirun: the node's cores shared among the job's ranks on it (never more
   // than a rank bound to fewer may use). Every rank taking them all runs each core several

@@ -29,6 +29,11 @@ def cases(fx):
               r"graph_aggregation_chunks \(4\) splits the aggregation of a GCN on a 3D grid"),
         train("graph_aggregation_chunks 0", ["--graph-aggregation-chunks", "0"], r"graph_aggregation_chunks must be >= 1"),
         train("dp 3 under mpirun -np 2", ["--dp", "3"], r"dp|3", ranks=2, slow=True),
+        # A first multi-rank run forgets the degrees: the message says what to give.
+        train("no degrees under mpirun -np 2", [], r"= 1 != world size 2 \(the job has 2 processes: give degrees whose "
+              r"product is 2, e\.g\. --dp 2, or run it without mpirun\)", ranks=2, slow=True),
+        train("dp 2 under mpirun -np 3", ["--dp", "2"], r"= 2 != world size 3 \(the job has 3 processes: give degrees whose "
+              r"product is 3, or start 2 with mpirun -np 2\)", ranks=3, slow=True),
         train("tp 2 not dividing 3 heads (np 2)", ["--tp", "2", "--n-head", "3", "--n-embd", "18"], r"n_head|tp", ranks=2, slow=True),
         # bf16's memory check divided the heads among tp ranks first: 1 / 2 = 0 heads, a division by zero.
         train("tp 2 not dividing 1 head in bf16 (np 2)", ["--tp", "2", "--n-head", "1", "--n-embd", "8", "--precision", "bf16"],
