@@ -194,5 +194,25 @@ TEST(RunDirectory, AFreshRunIntoAnotherRunIsRefusedAndOverwriteDeletesIt) {
             "overwrite deletes the checkpoints resume = 'latest' would continue from: give one or the other");
 }
 
+// The previous run's memory.json, trace.json and report.html went with it: a new run that
+// traced nothing kept the old trace.json, and `loom report` drew it as the new run's.
+TEST(RunDirectory, OverwriteDeletesThePreviousRunsTraceMemoryAndReport) {
+  TrainConfig c = tiny_run("overwrite_outputs");
+  c.steps = 2;
+  Trainer(c, true).run();
+  const fs::path dir(c.out_dir);
+  ASSERT_TRUE(fs::exists(dir / "memory.json"));
+  std::ofstream(dir / "trace.json") << "{\"traceEvents\": []}";
+  std::ofstream(dir / "report.html") << "<html></html>";
+  std::ofstream(dir / "notes.txt") << "the user's own file";
+
+  c.overwrite = true;
+  Trainer t(c, true);
+  EXPECT_FALSE(fs::exists(dir / "memory.json"));
+  EXPECT_FALSE(fs::exists(dir / "trace.json"));
+  EXPECT_FALSE(fs::exists(dir / "report.html"));
+  EXPECT_TRUE(fs::exists(dir / "notes.txt"));  // what no run writes stays
+}
+
 }  // namespace
 }  // namespace loom::train

@@ -101,7 +101,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"run", "trace", "write a Chrome trace-event file of trace_steps to out_dir/trace.json (open it in Perfetto)", &c.trace},
       {"run", "trace_steps", "steps traced, FIRST:LAST (1-based, e.g. \"5:8\"); empty = 2:4", &c.trace_steps},
       {"run", "resume", "checkpoint file, run directory, 'latest' (of out_dir) or 'auto' (the newest complete checkpoint of out_dir; none: start fresh) to continue from", &c.resume},
-      {"run", "overwrite", "start over in an out_dir that holds another run: delete its checkpoints, `latest` and metrics.jsonl first (without it such a run is refused)", &c.overwrite},
+      {"run", "overwrite", "start over in an out_dir that holds another run: delete its checkpoints, `latest`, metrics.jsonl, memory.json, trace.json and report.html first (without it such a run is refused)", &c.overwrite},
   };
 }
 

@@ -265,9 +265,13 @@ void RunDirectory::start() {
     const std::vector<std::string> previous = previous_run_files(out_dir_);
     if (previous.empty()) return;
     std::vector<std::string> doomed = previous;
-    for (const auto& entry : fs::directory_iterator(out_dir_)) {  // and that run's unfinished writes
+    // And that run's unfinished writes and the files it wrote beside them: a trace.json the new
+    // run does not rewrite (it traces nothing) would be drawn by `loom report` as the new run's.
+    for (const auto& entry : fs::directory_iterator(out_dir_)) {
       const std::string n = entry.path().filename().string();
-      if (n == ".latest.tmp" || n.rfind(".checkpoint-", 0) == 0 || n == "metrics.jsonl") doomed.push_back(n);
+      if (n == ".latest.tmp" || n.rfind(".checkpoint-", 0) == 0 || n == "metrics.jsonl" || n == "memory.json" ||
+          n == "trace.json" || n == "report.html")
+        doomed.push_back(n);
     }
     std::sort(doomed.begin(), doomed.end());
     doomed.erase(std::unique(doomed.begin(), doomed.end()), doomed.end());
