@@ -9,6 +9,8 @@
 #include "loom/comm/mesh_layout.hpp"
 #include "loom/comm/mpi_runtime.hpp"
 #include "loom/comm/startup_watch.hpp"
+#include "loom/data/input_file.hpp"
+#include "loom/data/token_file.hpp"
 #include "loom/agreed_error.hpp"
 #include "loom/error.hpp"
 #include "loom/parallel/context_parallel/load_balance.hpp"
@@ -77,6 +79,19 @@ std::string zero_units_held(const train::TrainConfig& config, int64_t bytes) {
          ", and the units' full gradients until reduce-scattered)";
 }
 
+// A dry run reads no data, but a data path that the run cannot open is the commonest
+// mistake it should catch before a job is queued: said, not refused, since a dry run may
+// check a layout's memory where the data is not (a laptop, a login node).
+void print_data_check(const std::string& path) {
+  try {
+    const int64_t bytes = data::check_input_file(path, "data file", data::is_token_file(path) ? -1 : data::kMaxDataBytes);
+    std::printf("# data: '%s', %s\n", path.c_str(), format_bytes(bytes).c_str());
+  } catch (const Error& e) {
+    std::printf("# data: %s: `loom train` would stop there\n", e.what());
+    std::fprintf(stderr, "loom: warning: %s\n", e.what());
+  }
+}
+
 void print_dry_run(train::TrainConfig& config) {
   std::printf("# resolved configuration\n%s\n", train::to_toml(config).c_str());
   if (config.family == "gcn") {
@@ -89,6 +104,7 @@ void print_dry_run(train::TrainConfig& config) {
               "time: %s)\n",
               static_cast<long long>(config.model.num_parameters()), static_cast<long long>(params),
               config.tokenizer.c_str());
+  print_data_check(config.data);
   const plan::StateBytes state = train::rank_training_state(config);
   // What the trainer checks before it builds the model (train/memory_budget.hpp).
   const train::AvailableMemory available = train::available_memory();
@@ -209,8 +225,13 @@ void print_dry_run(train::TrainConfig& config) {
 
 std::shared_ptr<ConfigFlags> add_config_flags(CLI::App& sub, const train::TrainConfig& defaults) {
   auto flags = std::make_shared<ConfigFlags>();
-  sub.add_option("--config", flags->config_path, "TOML configuration file (keys in [model] [data] [train] [optim] [run])");
   train::TrainConfig shown = defaults;
+  // The tables named from the schema itself, so a new section cannot go missing here.
+  std::string tables;
+  for (const train::ConfigKey& k : train::config_schema(shown))
+    if (tables.find("[" + k.section + "]") == std::string::npos) tables += (tables.empty() ? "[" : " [") + k.section + "]";
+  sub.add_option("--config", flags->config_path,
+                 "TOML configuration file (keys in " + tables + "; every key is also a flag, which overrides the file)");
   for (const train::ConfigKey& k : train::config_schema(shown)) {
     const std::string flag = "--" + train::flag_name(k.key);
     const std::string help = k.help + " [" + k.section + "." + k.key + ", default " + train::value_string(k.target) + "]";

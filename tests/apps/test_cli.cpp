@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <regex>
+#include <set>
 #include <string>
 
 #include "apps/cli_test_util.hpp"
@@ -92,6 +93,39 @@ TEST(Cli, DryRunPrintsTheResolvedConfig) {
   EXPECT_NE(r.output.find("n_layer = 3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("predicted state memory"), std::string::npos)
       << r.output;
+}
+
+// A dry run reads no data but says whether the run could open it: a wrong --data path was
+// a clean exit 0 that the real run (often a queued job) then died on.
+TEST(Cli, DryRunSaysWhetherTheDataFileOpens) {
+  const Result missing = run_loom("train --data /nonexistent/corpus.txt --dry-run");
+  EXPECT_EQ(missing.exit_code, 0) << missing.output;
+  EXPECT_NE(missing.output.find("loom: warning: cannot open data file '/nonexistent/corpus.txt'"), std::string::npos)
+      << missing.output;
+  EXPECT_NE(missing.output.find("# data: cannot open data file '/nonexistent/corpus.txt': No such file or directory: "
+                                "`loom train` would stop there"),
+            std::string::npos)
+      << missing.output;
+  const Result present = run_loom("train --data " LOOM_SOURCE_DIR "/data/tinyshakespeare.txt --dry-run");
+  EXPECT_EQ(present.exit_code, 0) << present.output;
+  EXPECT_NE(present.output.find("# data: '" LOOM_SOURCE_DIR "/data/tinyshakespeare.txt', 1.1 MiB"), std::string::npos)
+      << present.output;
+  EXPECT_EQ(present.output.find("warning"), std::string::npos) << present.output;
+}
+
+// --config's help names every TOML table a key may sit in; it once left out [parallel], where
+// the layout keys (dp, tp, zero, ...) live.
+TEST(Cli, ConfigHelpNamesEveryTable) {
+  const Result help = run_loom("train --help");
+  std::smatch line;
+  ASSERT_TRUE(std::regex_search(help.output, line, std::regex("--config TEXT[^\\n]*"))) << help.output;
+  std::set<std::string> tables;  // every key's table, from its help's [table.key, default ...]
+  const std::regex row("\\[([a-z]+)\\.[a-z_0-9]+, default");
+  for (auto it = std::sregex_iterator(help.output.begin(), help.output.end(), row); it != std::sregex_iterator(); ++it)
+    tables.insert((*it)[1]);
+  EXPECT_GE(tables.size(), 6u) << help.output;
+  for (const std::string& table : tables)
+    EXPECT_NE(line.str().find("[" + table + "]"), std::string::npos) << table << " missing from: " << line.str();
 }
 
 // ZeRO-3's gathered units are bytes in the state line (next to 16 Psi/N in fp32, 18 Psi/N in

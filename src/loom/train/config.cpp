@@ -88,7 +88,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "graph_aggregation_chunks", "gcn with tp_3d: split each graph convolution's aggregation (Â X forward, Âᵀ dZ backward) into this many ranges of rows, each range's all-reduce running while the next range's SpMM computes (Plexus's blocked, overlapped aggregation); the result is the same up to the all-reduce's summation order; 1 = one SpMM, then one all-reduce", &c.graph_aggregation_chunks},
       {"parallel", "graph_permute", "gcn with tp_3d: permute the nodes randomly (two orders, from seed) so every rank's block of the adjacency gets about the same non-zeros; the result is the same either way", &c.graph_permute},
       {"parallel", "comm_timeout", "seconds any wait for other ranks (a collective, a pipeline send or receive) may last before the watchdog reports the rank holding the job up and ends the job; 0 = off. The environment variable LOOM_COMM_TIMEOUT overrides the config file, this flag overrides both", &c.comm_timeout},
-      {"run", "out_dir", "run directory: metrics.jsonl, memory.json and checkpoints (`loom train` refuses an empty one)", &c.out_dir},
+      {"run", "out_dir", "run directory: metrics.jsonl, memory.json and checkpoints (an empty value is refused)", &c.out_dir},
       {"run", "log_every", "print a progress line every N steps", &c.log_every},
       {"run", "eval_every", "validation loss every N steps; 0 = at the end only", &c.eval_every},
       {"run", "eval_batches", "validation batches per evaluation, each a global batch (micro_batches micro-batches of batch_size sequences on every data-parallel rank): every layout of one global batch evaluates the same sequences", &c.eval_batches},

@@ -131,7 +131,7 @@ struct TrainConfig {
 using ConfigTarget = std::variant<int64_t*, double*, bool*, std::string*>;
 
 struct ConfigKey {
-  std::string section;  // TOML table: model, data, train, optim, run
+  std::string section;  // TOML table: model, data, train, optim, parallel, run
   std::string key;      // TOML key; the flag is --key with '_' -> '-'
   std::string help;
   ConfigTarget target;
