@@ -399,11 +399,15 @@ Runner add_plan_command(CLI::App& sub) {
                   ((i == 0 ? std::string("best") : why_slower(c, ranked[0])) + memory_note(c, cluster)).c_str());
     }
     if (space.tensor_parallel_3d) std::printf("%s\n", one_d_against_3d(ranked).c_str());
-    std::map<std::string, int> reasons;
-    for (auto it = first_invalid; it != ranked.end(); ++it) reasons[it->why_not.substr(0, it->why_not.find(':'))]++;
-    for (const auto& [why, count] : reasons)
-      std::printf("rejected %d layout(s): %s\n", count,
-                  why == "out of memory" ? "out of memory" : (why + " do not divide or fit the layout").c_str());
+    // Each reason with its count and its first layout's own words, which say what did not divide.
+    std::map<std::string, std::pair<int, std::string>> reasons;
+    for (auto it = first_invalid; it != ranked.end(); ++it) {
+      const size_t colon = it->why_not.find(':');
+      auto& [count, example] = reasons[it->why_not.substr(0, colon)];
+      if (count++ == 0) example = layout_name(it->layout) + (colon == std::string::npos ? "" : it->why_not.substr(colon));
+    }
+    for (const auto& [why, seen] : reasons)
+      std::printf("rejected %d layout(s) for %s, e.g. %s\n", seen.first, why.c_str(), seen.second.c_str());
     return 0;
   };
 }

@@ -31,6 +31,19 @@ TEST(PlanCli, FilesGiveThePresetsRankingWithReasons) {
   EXPECT_NE(out.find("% full]"), std::string::npos) << out;
 }
 
+// The layouts left out are counted by reason, each with a layout's own words of what did not
+// divide; it read "rejected 60 layout(s): batch do not divide or fit the layout".
+TEST(PlanCli, RejectedLayoutsSayWhatDidNotDivide) {
+  const auto [code, out] = plan("--model gpt3-175b --cluster dgx-a100 --gpus 1024 --global-batch 1536");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(out.find("do not divide or fit"), std::string::npos) << out;
+  EXPECT_NE(out.find(" layout(s) for batch, e.g. dp "), std::string::npos) << out;
+  EXPECT_NE(out.find(": dp x micro-batch "), std::string::npos) << out;
+  EXPECT_NE(out.find(" does not divide the global batch 1536"), std::string::npos) << out;
+  EXPECT_NE(out.find(" layout(s) for layers, e.g. "), std::string::npos) << out;
+  EXPECT_NE(out.find(" layout(s) for out of memory, e.g. "), std::string::npos) << out;
+}
+
 // A long sequence: the search tries cp, shows the ring's exposed time and hidden share, and
 // prices one cp layout on its own.
 TEST(PlanCli, LongSequencesGetTheCpAxis) {
