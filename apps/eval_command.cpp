@@ -46,9 +46,17 @@ Runner add_eval_command(CLI::App& sub) {
     if (data::is_token_file(args->data)) {
       const data::TokenFile file(args->data);
       const auto kind = [](const std::string& spec) { return spec.substr(0, spec.find(':')); };
+      // A char tokenizer's alphabet is its own corpus's: `loom tokenize --tokenizer char` of any
+      // other text makes another one, so the remedy there is the text itself.
+      const std::string own = kind(m.tokenizer->spec());
       check(file.tokenizer_spec() == m.tokenizer->spec(), "token file '", args->data, "' was made with a ",
-            kind(file.tokenizer_spec()), " tokenizer other than the checkpoint's ", kind(m.tokenizer->spec()),
-            " tokenizer: its ids mean other tokens (tokenize the text with the checkpoint's tokenizer)");
+            kind(file.tokenizer_spec()), " tokenizer other than the checkpoint's ", own,
+            " tokenizer: its ids mean other tokens (",
+            own == "char" ? "give --data the text file itself: a char tokenizer is the alphabet of the text it was "
+                            "built from, so tokenizing another text makes another one"
+                          : "tokenize the text with `loom tokenize --tokenizer " + own +
+                                "`, or give --data the text file itself",
+            ")");
       std::vector<int32_t> ids(static_cast<size_t>(file.size()));
       file.copy(0, file.size(), ids.data(), m.tokenizer->vocab_size());
       p = train::evaluate_perplexity_of_tokens(*m.model, *m.tokenizer, ids, args->batch);

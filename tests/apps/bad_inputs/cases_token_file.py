@@ -52,6 +52,11 @@ def cases(fx):
         Case("eval: an id outside the vocabulary", ["eval", "--checkpoint", fx.trained("single"), "--data",
                                                     fx.file("eval.tok", token_file(ids=list(range(8)) * 40 + [9]))],
              r"token file '.*eval.tok': token 320 \(byte offset 688\) is id 9"),
+        # `loom tokenize --tokenizer char` of another text: another alphabet, and the remedy is the text.
+        Case("eval: a char token file of another text", ["eval", "--checkpoint", fx.trained("single"), "--data",
+                                                         fx.file("other.tok", token_file())],
+             r"token file '.*other.tok' was made with a char tokenizer other than the checkpoint's char tokenizer: its "
+             r"ids mean other tokens \(give --data the text file itself: a char tokenizer is the alphabet of the text"),
         train("no ids (count 0)", token_file(ids=[]), r"data file '.*tokens.bin' is too short: its train split has 0 tokens"),
         train("a damaged magic ('LOOMTOKZ')", token_file(magic=b"LOOMTOKZ"), r"'.*tokens.bin' is not a Loom token file \(it does not start with LOOMTOKS\)"),
         train("7 bytes of magic only", b"LOOMTOK", r"'.*tokens.bin' is not a Loom token file"),
