@@ -194,6 +194,17 @@ TEST(RunDirectory, AFreshRunIntoAnotherRunIsRefusedAndOverwriteDeletesIt) {
             "overwrite deletes the checkpoints resume = 'latest' would continue from: give one or the other");
 }
 
+// A mistyped --resume into a directory that holds a run named the run ("already holds a run:
+// continue it with --resume latest|auto") instead of the path that is not there.
+TEST(RunDirectory, AResumePathThatIsNotThereIsNamedBeforeTheRunOutDirHolds) {
+  TrainConfig c = tiny_run("resume_typo");
+  c.steps = 2;
+  Trainer(c, true).run();
+  c.resume = c.out_dir + "-typo";
+  EXPECT_EQ(error_of([&] { Trainer t(c, true); }), "no checkpoint at '" + c.out_dir + "-typo'");
+  EXPECT_TRUE(fs::exists(fs::path(c.out_dir) / "checkpoint-00000002.safetensors"));
+}
+
 // The previous run's memory.json, trace.json and report.html went with it: a new run that
 // traced nothing kept the old trace.json, and `loom report` drew it as the new run's.
 TEST(RunDirectory, OverwriteDeletesThePreviousRunsTraceMemoryAndReport) {

@@ -248,6 +248,10 @@ RunDirectory::RunDirectory(const TrainConfig& config, comm::ProcessGroup& world,
     check(kind == "missing" || kind == "a directory", "out_dir '", out_dir_, "' is ", kind, ", not a directory");
     auto lock = std::make_unique<RunLock>(out_dir_, quiet_);
     const bool resumes_here = resumes_from_out_dir(config);
+    // A mistyped resume path is the problem to name, not the run that out_dir holds.
+    std::error_code ec;
+    check(resumes_here || config.resume.empty() || fs::exists(config.resume, ec), "no checkpoint at '", config.resume,
+          "'");
     check(!overwrite_ || !resumes_here, "overwrite deletes the run in '", out_dir_, "' that resume = '", config.resume,
           "' continues: give one or the other");
     const std::vector<std::string> previous = previous_run_files(out_dir_);
