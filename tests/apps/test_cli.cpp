@@ -336,6 +336,29 @@ TEST(Cli, ScheduleFileIsCheckedBeforeUse) {
                "cannot open schedule file '/nonexistent/schedule.txt'");
 }
 
+// A run ends saying what it did and what to run next: it ended on the memory line, with no
+// word of the time it took or of the commands that read the run directory.
+TEST(Cli, TrainingEndsWithASummaryAndTheNextCommands) {
+  const std::string dir = temp_path("summary");
+  fs::remove_all(dir);
+  const Result r = run_loom("train " + kTiny + " --steps 3 --eval-batches 1 --out-dir " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t last = r.output.rfind("\ndone: 3 steps in ");
+  ASSERT_NE(last, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\n', last + 1), r.output.size() - 1) << "not the last line:\n" << r.output;
+  EXPECT_NE(r.output.find(" of training, ", last), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" tok/s on average; `loom report " + dir + "` writes its report.html, `loom sample "
+                          "--checkpoint " + dir + "` samples from it\n", last),
+            std::string::npos)
+      << r.output;
+  // A resume with nothing left to train says so instead.
+  const Result again = run_loom("train " + kTiny + " --steps 3 --eval-batches 1 --resume latest --out-dir " + dir);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(again.output.find("done:"), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find("nothing to train"), std::string::npos) << again.output;
+  fs::remove_all(dir);
+}
+
 TEST(Cli, TrainThenSampleThenResume) {
   const std::string dir = temp_path("run");
   fs::remove_all(dir);

@@ -76,6 +76,22 @@ void Progress::validation(int64_t step, float val_loss, const std::vector<Metric
   metrics_->write(record);
 }
 
+void Progress::finished(const std::string& family) const {
+  if (steps_timed_ == 0) return;
+  char line[160], took[32];
+  // Tenths below a minute: a short run is not "0s".
+  if (elapsed_seconds_ < 59.95) std::snprintf(took, sizeof took, "%.1fs", elapsed_seconds_);
+  std::snprintf(line, sizeof line, "done: %lld step%s in %s of training, %.0f %s/s on average", static_cast<long long>(steps_timed_),
+                steps_timed_ == 1 ? "" : "s", elapsed_seconds_ < 59.95 ? took : format_duration(elapsed_seconds_).c_str(),
+                work_.units * static_cast<double>(steps_timed_) / std::max(elapsed_seconds_, 1e-9), work_.unit.c_str());
+  std::string next;
+  if (!config_.out_dir.empty()) {
+    next = "; `loom report " + config_.out_dir + "` writes its report.html";
+    if (family == "gpt") next += ", `loom sample --checkpoint " + config_.out_dir + "` samples from it";
+  }
+  say(line + next);
+}
+
 void Progress::step(const StepResult& r, double step_seconds, bool keep, const parallel::GradientSync& sync) {
   elapsed_seconds_ += step_seconds;
   ++steps_timed_;

@@ -67,6 +67,10 @@ class Progress {
   void step(const StepResult& r, double step_seconds, bool keep, const parallel::GradientSync& sync);
   // An evaluation's loss and the family's metrics; kind "val" (during and after training) or "test".
   void validation(int64_t step, float val_loss, const std::vector<Metric>& metrics = {}, const std::string& kind = "val");
+  // The run's last line: the steps trained, their time and mean throughput, and the commands
+  // that show and use the run directory ("done: 800 steps in 1m02s of training, 53000 tok/s on average; ...").
+  // Nothing when no step ran.
+  void finished(const std::string& family) const;
   void say(const std::string& line) const;
   bool quiet() const { return quiet_; }
 

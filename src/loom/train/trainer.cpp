@@ -403,6 +403,7 @@ float Trainer::run() {
     check(svg.good(), "cannot write the pipeline picture to '", config_.pipeline_svg, "'");
     progress_->say("wrote " + config_.pipeline_svg);
   }
+  progress_->finished(config_.family);
   return val_loss;
 }
 
