@@ -205,6 +205,17 @@ TEST(RunDirectory, AResumePathThatIsNotThereIsNamedBeforeTheRunOutDirHolds) {
   EXPECT_TRUE(fs::exists(fs::path(c.out_dir) / "checkpoint-00000002.safetensors"));
 }
 
+// --resume latest where nothing was saved (a first run stopped before its end, without
+// checkpoint_every) said "no complete checkpoint in" the directory, and not what to do.
+TEST(RunDirectory, ResumeLatestWithoutACheckpointSaysWhyAndWhatStartsFresh) {
+  TrainConfig c = tiny_run("latest_nothing_saved");
+  c.resume = "latest";
+  EXPECT_EQ(error_of([&] { Trainer t(c, true); }),
+            "resume = 'latest', but out_dir '" + c.out_dir + "' holds no checkpoint (a run saves at its end and every "
+            "checkpoint_every steps): --resume auto starts fresh where there is none");
+  EXPECT_FALSE(fs::exists(fs::path(c.out_dir) / kLockName));
+}
+
 // The previous run's memory.json, trace.json and report.html went with it: a new run that
 // traced nothing kept the old trace.json, and `loom report` drew it as the new run's.
 TEST(RunDirectory, OverwriteDeletesThePreviousRunsTraceMemoryAndReport) {

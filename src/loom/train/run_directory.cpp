@@ -255,6 +255,13 @@ RunDirectory::RunDirectory(const TrainConfig& config, comm::ProcessGroup& world,
     check(!overwrite_ || !resumes_here, "overwrite deletes the run in '", out_dir_, "' that resume = '", config.resume,
           "' continues: give one or the other");
     const std::vector<std::string> previous = previous_run_files(out_dir_);
+    // A run stopped (Ctrl-C) before its first save leaves nothing to continue; say why and the
+    // resume that starts fresh then.
+    const bool holds_checkpoint = std::any_of(previous.begin(), previous.end(),
+                                              [](const std::string& n) { return checkpoint_step(n) >= 0; });
+    check(config.resume != "latest" || holds_checkpoint, "resume = 'latest', but out_dir '", out_dir_,
+          "' holds no checkpoint (a run saves at its end and every checkpoint_every steps): --resume auto starts "
+          "fresh where there is none");
     check(resumes_here || overwrite_ || previous.empty(), "out_dir '", out_dir_, "' already holds a run (",
           listing(previous), "): continue it with --resume latest|auto, start over with --overwrite (which deletes it), "
           "or choose another --out-dir");
