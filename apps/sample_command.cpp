@@ -138,7 +138,8 @@ Runner add_sample_command(CLI::App& sub) {
     const double timeout_s = comm::timeout_from_environment().value_or(train::TrainConfig{}.comm_timeout);
     return run_on_world([&](comm::ProcessGroup& world) {
       check(world.size() == args->tp, "loom sample --tp ", args->tp, " needs exactly ", args->tp,
-            " ranks, the job has ", world.size());
+            " ranks, the job has ", world.size(), " (give --tp ", world.size(),
+            args->tp == 1 ? ", or run it without mpirun)" : ", or start it with mpirun -np " + std::to_string(args->tp) + ")");
       check(args->options.kv_cache || args->tp == 1, "--no-kv-cache runs on one process");
       sample_on(&world, *args);
     }, timeout_s);

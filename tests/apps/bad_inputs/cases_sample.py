@@ -105,4 +105,8 @@ def cases(fx):
              r"memory is free, or score fewer windows at once \(--batch\)$"),
         Case("eval: --batch 0", ["eval", "--checkpoint", run, "--data", fx.data, "--batch", "0"],
              r"--batch must be >= 1, got 0"),
+        # Started under mpirun without --tp: the message says which --tp, or to drop mpirun.
+        Case("sample under mpirun -np 2 without --tp", ["sample", "--checkpoint", run, "--tokens", "2"],
+             r"loom sample --tp 1 needs exactly 1 ranks, the job has 2 \(give --tp 2, or run it without mpirun\)",
+             ranks=2, slow=True),
     ]
