@@ -85,6 +85,19 @@ std::string token_table_repadding(const CheckpointInfo& checkpoint, const TrainC
          std::to_string(config.model.vocab_size) + " vocabulary rows kept; padding is read by nothing)";
 }
 
+void check_token_table_is_its_checkpoints(const std::string& path, const CheckpointInfo& checkpoint,
+                                          int64_t stored_rows) {
+  TrainConfig stored;
+  apply_toml_string(stored, checkpoint.config_toml, "the checkpoint's stored configuration");
+  const std::unique_ptr<data::Tokenizer> tokenizer = tokenizer_of(checkpoint.tokenizer_spec);
+  if (stored.family == "gcn" || !tokenizer) return;
+  stored.model.vocab_size = tokenizer->vocab_size();
+  const int64_t rows = stored.model.resolved_padded_vocab();
+  check(rows == stored_rows, "checkpoint '", path, "': its token table has ", stored_rows,
+        " rows, its own configuration and tokenizer (", describe_tokenizer(checkpoint.tokenizer_spec, *tokenizer),
+        ") give ", rows, ": the tokenizer or the configuration does not belong to these weights");
+}
+
 void check_same_model(const std::string& path, const CheckpointInfo& checkpoint, const TrainConfig& config,
                       const std::string& tokenizer_spec) {
   const std::string message = different_model_message(path, checkpoint, config, tokenizer_spec);

@@ -35,6 +35,13 @@ void check_same_model(const std::string& path, const CheckpointInfo& checkpoint,
 // other padding than config's model (resolved by the trainer), else "".
 std::string token_table_repadding(const CheckpointInfo& checkpoint, const TrainConfig& config);
 
+// loom::Error unless a checkpoint's token table of stored_rows rows is the one its own
+// configuration and tokenizer give: before a table is re-padded into another vocabulary's, a
+// tokenizer spec edited or damaged into a smaller alphabet (whose rows re-padding would drop)
+// is named. Nothing to check for a GCN's checkpoint.
+void check_token_table_is_its_checkpoints(const std::string& path, const CheckpointInfo& checkpoint,
+                                          int64_t stored_rows);
+
 // Collective over world: check_same_model for the checkpoint at path
 // (its metadata only, read by every rank), failing on every rank alike.
 void check_resume_model(const std::string& path, const TrainConfig& config, const std::string& tokenizer_spec,

@@ -15,6 +15,7 @@
 #include "loom/kernels/precision.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/memory_budget.hpp"
+#include "loom/train/model_identity.hpp"
 
 namespace loom::train {
 
@@ -310,9 +311,12 @@ void check_checkpoint_fits(const CheckpointReader& reader, const std::vector<Sta
   for (const StatePiece& d : destinations) {
     auto h = held.find(d.name);
     if (h == held.end()) continue;  // named below with the shape and every other tensor missing
-    check(h->second == d.full_shape || repadding_fits(h->second, d.full_shape, d.padded_past_row), what, ": tensor '",
-          d.name, "' is ", shape_str(h->second), ", the model expects ", shape_str(d.full_shape));
-    h->second = d.full_shape;  // held as the model expects it, once re-padded
+    if (h->second != d.full_shape) {
+      check(repadding_fits(h->second, d.full_shape, d.padded_past_row), what, ": tensor '", d.name, "' is ",
+            shape_str(h->second), ", the model expects ", shape_str(d.full_shape));
+      check_token_table_is_its_checkpoints(reader.path(), reader.info(), h->second.at(0));
+      h->second = d.full_shape;  // held as the model expects it, once re-padded
+    }
   }
   // Every tensor the model has, even one no destination asks for: a checkpoint without it
   // would leave its initial values in place without a word.
