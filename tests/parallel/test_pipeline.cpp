@@ -138,11 +138,12 @@ TEST(Pipeline, OneFOneBHoldsFewerMicroBatchesThanGPipe) {
 // stage only, for the (micro-batch, chunk) pairs its schedule holds at once (1F1B pp - r on rank
 // r, GPipe all 4, interleaved Megatron's warm-up), each action's own peak moment on top (a
 // chunk's blocks counted as a grid rank's, the mixtures' routed rows beside them) and the
-// tensors in transit, fp32 and bf16, with and without recompute, within 8% (measured 0.95-1.06
-// of the peak in a Release build: the mixtures' moments are not counted one by one, bf16 counts
-// up to 5% low, and a receiver on time frees a sent tensor earlier; one run of ten at 4 ranks
-// fell outside 6%). The sum of terms was 0.78-1.09 of it (with recompute a mixture's backward
-// scratch went uncounted unless it ended a chunk). The check once gave every rank
+// tensors in transit, fp32 and bf16, with and without recompute: never below the peak and at
+// most 12% over it (measured 1.00-1.10 in a Release build, over 1.05 only with recompute, as a
+// dense pipeline's count: a receiver on time frees a sent tensor earlier). Added to the dense
+// block's moments, a mixture's backward was 0.95-1.06 (bf16 up to 5% low). The sum of terms
+// was 0.78-1.09 of it (with recompute a mixture's backward scratch went uncounted unless it
+// ended a chunk). The check once gave every rank
 // ceil(L / pp) blocks, their share of MoE blocks rounded up, the logits and one micro-batch:
 // 664 KiB under every schedule at pp 2 in fp32, where rank 0 measured 1115 KiB under 1F1B and
 // 2182 KiB under GPipe.
@@ -171,7 +172,8 @@ TEST(Pipeline, EachRanksActivationPeakIsTheMemoryChecksFigure) {
         const double predicted = train::rank_training_memory(t.config(), r).activations;
         const std::string what = schedule + ", " + precision + (recompute ? ", recompute" : "") + ", pp rank " +
                                  std::to_string(r) + " of " + std::to_string(p);
-        EXPECT_NEAR(predicted, static_cast<double>(measured), 0.08 * static_cast<double>(measured)) << what;
+        EXPECT_GE(predicted, static_cast<double>(measured)) << what;
+        EXPECT_LE(predicted, 1.12 * static_cast<double>(measured)) << what;
       }
 }
 

@@ -63,9 +63,18 @@ int64_t moe_extra_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, in
   if (cp > 1) T /= cp;                                // this rank's tokens
   const int64_t Tr = sequence_parallel ? T / t : T;  // tokens routed here (and of the MLP's input)
   const int64_t w = bf16 ? 2 : 4, N = B * Tr, R = N * top_k;
-  const int64_t moe = 4 * N * C + 4 * N * experts + 3 * 4 * R + w * 10 * R * C;
+  const int64_t moe = 4 * N * C + 4 * N * experts + 3 * 4 * R + 2 * 4 * experts + w * 10 * R * C;
   const int64_t dense_mlp = w * (B * Tr * C + 8 * B * T * C / t);
   return moe - dense_mlp;
+}
+
+int64_t moe_backward_working_bytes(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel, int64_t cp,
+                                   int64_t ep, int64_t top_k, bool bf16) {
+  if (cp > 1) T /= cp;
+  const int64_t N = B * (sequence_parallel ? T / t : T), R = N * top_k;
+  const int64_t fp32 = 4 * R * C + 4 * R + 4 * R * C + 4 * R * 4 * C;  // drows, dgate, dx, dh
+  const int64_t exchanged = ep > 1 ? 4 * R * C : 0;
+  return fp32 + exchanged + (bf16 ? 4 * R * C + 2 * R * C + 2 * N * 4 * C : 0);
 }
 
 namespace {

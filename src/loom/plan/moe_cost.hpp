@@ -58,11 +58,20 @@ double all_to_all_seconds(const ModelSpec& model, const Layout& layout, int64_t 
 // tp rank routes all its tokens, this rank's chunk of each sequence under sequence
 // parallelism, 1/cp of them under context parallelism), dropless and (under ep) balanced: the
 // router's input (fp32 always: the router computes in fp32) and probabilities, the choices,
-// gates and rows (N K each), and for the N K routed rows the experts' input, pre-activation and
+// gates and rows (N K each), the dispatch plan's counts (2E), and for the N K routed rows the experts' input, pre-activation and
 // GELU output and their outputs, in the activation precision (bf16: 2 bytes). The dense MLP
 // keeps its input and a t-th of its hidden values twice (plan::activation_bytes_per_layer).
 int64_t moe_extra_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel,
                                              int64_t cp, int64_t experts, int64_t top_k, bool bf16);
+// What a mixture of experts' backward holds at once beyond the tensors its block keeps and the
+// gradient it is given, per rank (its rows as moe_extra_activation_bytes_per_layer counts them):
+// at its experts' backward, the routed rows' fp32 gradient, the gates' gradient, the rows' input
+// gradient and their fp32 hidden gradient (N K 4C, fp32 in bf16 too); in bf16 also the kept
+// outputs widened, the rows' gradient as the GEMMs read it, and one expert's hidden gradient
+// converted, at most every token's (a token visits an expert once); under ep (balanced) the
+// rows' gradient as exchanged.
+int64_t moe_backward_working_bytes(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel, int64_t cp,
+                                   int64_t ep, int64_t top_k, bool bf16);
 // Training FLOPs of one sequence over the dense model's: each MoE block runs K MLPs and a
 // router instead of one MLP (the MLP being 2/3 of a block's 72 s h^2 (1 + s / 6h)).
 double moe_flops_ratio(const ModelSpec& model);

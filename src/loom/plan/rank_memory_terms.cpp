@@ -103,10 +103,11 @@ ActivationTerms activation_terms(const RankShape& s) {
   else if (s.bf16) a.attention = bf16_attention_backward_bytes(B, s.seq, C, s.heads, s.tp);
   // A chunk's backward starts at its last block with all of the chunk's activations held: the
   // fp32 gradients it passes on (the residual stream's, its branch's, its LayerNorm's), and when
-  // that block is a mixture of experts the gradient of its routed rows' hidden values (N K 4C,
-  // in bf16 the GEMM operand's precision).
+  // that block is a mixture of experts its backward's working set (its rows' hidden gradient in
+  // fp32, in bf16 too: counted at 2 bytes it left a bf16 top-2 run 2-5% under its peak).
   a.scratch = 3 * 4 * B * Tr * C;
-  a.moe_scratch = w * Tr * B * s.top_k * 4 * C;
+  if (s.experts > 0)
+    a.moe_scratch = moe_backward_working_bytes(B, s.seq, C, s.tp, s.sequence_parallel, s.cp, s.ep, s.top_k, s.bf16);
   // In bf16 the head's backward converts the logits' gradient to bf16, kBf16HeadGradientRows
   // rows of this rank's tokens at a time (nn::GPT::kHeadGradientRows).
   if (s.bf16) a.head_gradient = 2 * std::min(B * T, kBf16HeadGradientRows) * Vt;
@@ -158,27 +159,38 @@ int64_t loom_rank_activation_bytes(const RankShape& s, const std::vector<nn::GPT
   // are freed); the schedule's walk adds what the other (micro-batch, chunk) pairs keep and the
   // tensors in transit between stages.
   std::vector<parallel::pipeline::ChunkRun> runs;
+  const int64_t rows = s.batch * s.tokens() / (s.sequence_parallel ? s.tp : 1);  // of the residual stream here
   for (const nn::GPTStage& chunk : chunks) {
-    const ChunkActivationPeaks p = grid_3d_chunk_activation_peaks(
-        {.B = s.batch, .T = s.tokens(), .C = s.hidden, .NH = s.heads, .L = chunk.end_block - chunk.first_block,
-         .V = s.vocab / s.tp, .row = s.tp, .seq = s.sequence_parallel ? s.tp : 1, .ring = s.cp, .bf16 = s.bf16,
-         .recompute = s.recompute, .embedding = chunk.embedding, .head = chunk.head});
+    const Grid3DActivationShape grid{
+        .B = s.batch, .T = s.tokens(), .C = s.hidden, .NH = s.heads, .L = chunk.end_block - chunk.first_block,
+        .V = s.vocab / s.tp, .row = s.tp, .seq = s.sequence_parallel ? s.tp : 1, .ring = s.cp, .bf16 = s.bf16,
+        .recompute = s.recompute, .embedding = chunk.embedding, .head = chunk.head};
+    const ChunkActivationPeaks p = grid_3d_chunk_activation_peaks(grid);
     // A mixture of experts keeps its routed rows beside the dense block's tensors (none under
-    // recompute), re-runs them in backward under recompute, and its backward holds the routed
-    // rows' hidden gradient: at the chunk's first backward when it ends the chunk, and under
-    // recompute wherever it is (the blocks after it keep only their inputs by then). Not
-    // counted one moment at a time: 0.95-1.06 of the tracker's peak at pp 1-4.
+    // recompute) and re-runs them in backward under recompute. Its backward is a moment of its
+    // own: when it ends the chunk (under recompute wherever it is), what the chunk keeps but the
+    // final LayerNorm's tensors (their backward is done), under recompute the block re-run in
+    // place of its input and without the inputs of the blocks after it (done by then: a chunk
+    // without the head then holds its received gradient beside the one it is given), the fp32
+    // gradient it is given and its working set. Added to the dense block's moments instead, its
+    // working set (which grows with K) was 0.95-1.20 of the tracker's peak.
     const bool moe_here = s.moe_blocks(chunk) > 0, moe_last = moe_here && chunk.end_block % s.every == 0;
     const int64_t moe = s.moe_blocks(chunk) * a.moe_block;
-    const int64_t moe_run = (moe_here ? a.moe_rerun : 0) + (moe_last || (s.recompute && moe_here) ? a.moe_scratch : 0);
-    runs.push_back({p.kept + moe, p.forward + moe, p.backward + moe + moe_run});
+    const int64_t after = s.recompute && moe_here ? chunk.end_block % s.every : 0;  // blocks after its last MoE block
+    const int64_t final_norm = chunk.head ? 2 * (s.bf16 ? 2 : 4) * rows * s.hidden + 8 * rows : 0;
+    const int64_t replayed = p.kept - (1 + after) * a.block + grid_3d_layer_activation_bytes(grid) + a.moe_rerun;
+    const int64_t held = (s.recompute ? replayed : p.kept + moe) - final_norm;
+    const int64_t given = 4 * rows * s.hidden * (after > 0 && !chunk.head ? 2 : 1);
+    const int64_t moe_backward = moe_last || (s.recompute && moe_here) ? held + given + a.moe_scratch : 0;
+    const int64_t dense_backward = p.backward + moe + (moe_here ? a.moe_rerun : 0);
+    runs.push_back({p.kept + moe, p.forward + moe, std::max(dense_backward, moe_backward)});
   }
   if (!actions) {
     const std::vector<parallel::pipeline::Action> once = one_micro_batch(chunks.size());
     return parallel::pipeline::peak_running_bytes(once, runs, 0, std::vector<size_t>(once.size(), once.size()));
   }
   // The stages pass (B, T, C) in fp32 (this rank's tokens; under sequence parallelism its part of them).
-  const int64_t transfer = 4 * s.batch * s.tokens() / (s.sequence_parallel ? s.tp : 1) * s.hidden;
+  const int64_t transfer = 4 * rows * s.hidden;
   check(reaped != nullptr && reaped->size() == actions->size(), "a pipeline rank's activations need its sends' reaping");
   return parallel::pipeline::peak_running_bytes(*actions, runs, transfer, *reaped);
 }

@@ -80,7 +80,7 @@ struct ActivationTerms {
   int64_t rerun = 0, moe_rerun = 0;  // recompute's block re-run in backward, and its mixture's extra
   int64_t attention = 0;  // one layer's attention scratch: ring attention's, or bf16's recomputed probabilities
   int64_t scratch = 0;    // the three fp32 (B, T, C) gradients a chunk's first backward passes on
-  int64_t moe_scratch = 0;    // with an MoE block last in a chunk, its routed rows' hidden gradient
+  int64_t moe_scratch = 0;    // with an MoE block last in a chunk, its backward's working set
   int64_t head_gradient = 0;  // the head's backward: the logits' gradient rows in bf16
 };
 ActivationTerms activation_terms(const RankShape& shape);
@@ -95,7 +95,8 @@ int64_t rank_activation_bytes(const RankShape& shape, const ActivationTerms& ter
                               const std::vector<parallel::pipeline::Action>* actions);
 // The same in Loom's precisions, moment by moment: each chunk a grid rank's count of its blocks
 // (tensor_parallel_3d_memory.hpp: the 1 x 1 grid, or row = tp, with or without the embedding and
-// the head; a mixture of experts' routed rows, re-run and backward scratch added as terms),
+// the head; a mixture of experts' routed rows and re-run added as terms, its backward a moment
+// of its own),
 // walked over pipeline rank `rank`'s list of `schedule` (every chunk once when null: no
 // pipeline) with what the other (micro-batch, chunk) pairs keep and the tensors in transit
 // between stages (parallel::pipeline::peak_running_bytes; each sent one held to the action
