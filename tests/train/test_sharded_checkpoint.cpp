@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "loom/data/tokenizer.hpp"
 #include "loom/error.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/checkpoint_manifest.hpp"
@@ -178,7 +179,11 @@ TEST(Reshard, ATokenTableIsRepaddedBetweenAnyLayoutsAndNothingElseIs) {
 
   // Through a checkpoint file: the padded table loads re-padded, a tensor without padding is refused.
   const std::string path = (testing::fresh_temp_dir("loom_repad") / "checkpoint-00000000.safetensors").string();
-  write_checkpoint_file(path, {{"model.wte", full}, {"model.w", full}}, CheckpointInfo{});
+  // Its own configuration and tokenizer give its 6 rows: 4 characters, padded_vocab_size 6.
+  TrainConfig saved;
+  saved.model.padded_vocab_size = 6;
+  CheckpointInfo info{.config_toml = to_toml(saved), .tokenizer_spec = data::Tokenizer::create("char", "abcd")->spec()};
+  write_checkpoint_file(path, {{"model.wte", full}, {"model.w", full}}, info);
   Tensor table = Tensor::empty({8, 4}), w = Tensor::empty({8, 4});
   table.fill_(7.0f);  // what the model held: the rows past the stored ones become 0
   load_state(path, {{"model.wte", {8, 4}, whole_piece({8, 4}), table, true, 4}}, "");
@@ -189,6 +194,14 @@ TEST(Reshard, ATokenTableIsRepaddedBetweenAnyLayoutsAndNothingElseIs) {
             "checkpoint '" + path + "': tensor 'model.w' is (6, 4), the model expects (8, 4)");
   EXPECT_EQ(error_of([&] { load_state(path, {{"model.wte", {3, 4}, whole_piece({3, 4}), Tensor::empty({3, 4}), true, 4}}, ""); }),
             "checkpoint '" + path + "': tensor 'model.wte' is (6, 4), the model expects (3, 4)");
+  // A table that is not its checkpoint's own (a configuration whose padding, resolved for its
+  // tokenizer's 4 characters, is 64 rows, not the table's 6) is named before any re-padding.
+  saved.model.padded_vocab_size = 0;
+  info.config_toml = to_toml(saved);
+  write_checkpoint_file(path, {{"model.wte", full}}, info);
+  EXPECT_EQ(error_of([&] { load_state(path, {{"model.wte", {8, 4}, whole_piece({8, 4}), table, true, 4}}, ""); }),
+            "checkpoint '" + path + "': its token table has 6 rows, its own configuration and tokenizer (char with 4 "
+            "symbols) give 64: the tokenizer or the configuration does not belong to these weights");
 }
 
 TEST(Reshard, PiecesThatDoNotTileATensorAreNamed) {
