@@ -46,6 +46,8 @@ train::TrainConfig target_config(const ConvertArgs& a, const std::string& from) 
   c.cp = a.cp;  // the stored cp and ep belong to the old layout too
   c.ep = a.ep;
   c.tp_3d = a.tp_3d;  // the stored grid belongs to the old layout, like its tp
+  // A GCN's blocked aggregation splits the grid's all-reduces: without a grid, one SpMM.
+  if (a.tp_3d.empty()) c.graph_aggregation_chunks = 1;
   c.zero = a.zero;
   c.hsdp_shard = a.hsdp_shard;
   c.sequence_parallel = a.sequence_parallel;

@@ -302,7 +302,11 @@ TEST(Reshard3D, ResumingUnderTheSameGridContinuesBitForBit) {
 // moments bit for bit, stored padding rows kept as far as the new table reaches, rows past the
 // stored ones zero. Resumed, training continues like the uninterrupted serial run (with the
 // saving run's table) in every row that counts. Shrinking (tp 2, 192 rows -> serial, 128), growing (serial file -> tp 2,
-// 256 rows) and growing into ZeRO-3's flat shards (-> dp 2, 320 rows), at 2 ranks.
+// 256 rows) and growing into ZeRO-3's flat shards (-> dp 2, 320 rows), at 2 ranks; and shrinking
+// into ZeRO-1 and (through --resume auto) ZeRO-3 where rank 1's shard holds none of the table:
+// with a context of 256 the root unit (table, wpe, ln_f) splits after the table, so that rank
+// loads nothing of it yet must accept the checkpoint's other padding (it refused, and auto
+// skipped the checkpoint and started fresh).
 TEST(ReshardRepadding, AnotherTokenTablePaddingResumesLikeTheSerialRun) {
   if (world().size() != 2) GTEST_SKIP() << "runs on 2 ranks";
   struct Case {
@@ -310,17 +314,22 @@ TEST(ReshardRepadding, AnotherTokenTablePaddingResumesLikeTheSerialRun) {
     int64_t from_rows;
     Layout to;
     int64_t to_rows;
+    int64_t block_size = 16;
+    bool resume_auto = false;  // else from the run directory
   };
   const Case cases[] = {{L(1, 1, 2, 0), 192, kSerial, 0},
                         {kSerialFile, 0, L(1, 1, 2, 0), 256},
-                        {kSerial, 0, L(2, 1, 1, 3), 320}};
+                        {kSerial, 0, L(2, 1, 1, 3), 320},
+                        {L(1, 1, 2, 0), 192, L(2, 1, 1, 1), 0, 256},
+                        {L(1, 1, 2, 0), 192, L(2, 1, 1, 3), 0, 256, true}};
   const int64_t rows = 4, micro = 2;
-  auto with_rows = [&](const Layout& l, int64_t padded) {
+  auto with_rows = [&](const Layout& l, int64_t padded, int64_t block_size) {
     TrainConfig c = config_of(l, rows, micro);
     c.model.padded_vocab_size = padded;  // 0: resolved for the layout's tp
+    c.model.block_size = block_size;
     return c;
   };
-  const int64_t C = with_rows(kSerial, 0).model.n_embd;
+  const int64_t C = with_rows(kSerial, 0, 16).model.n_embd;
   // The vocabulary's rows of every token table (the head's copy too), as the serial run's are.
   auto vocabulary_rows = [&](TrainingRun r, int64_t V) {
     for (size_t i = 0; i < r.names.size(); ++i)
@@ -334,15 +343,17 @@ TEST(ReshardRepadding, AnotherTokenTablePaddingResumesLikeTheSerialRun) {
   // its own size, and the loaded state is compared bit for bit above.
   for (const Case& k : cases) {
     std::ostringstream what;
-    what << k.from << " (" << k.from_rows << " rows) -> " << k.to << " (" << k.to_rows << " rows)";
+    what << k.from << " (" << k.from_rows << " rows) -> " << k.to << " (" << k.to_rows << " rows), context "
+         << k.block_size << (k.resume_auto ? ", resume auto" : "");
     SCOPED_TRACE(what.str());
     // Initialisation draws the whole table first, so the reference has the saving run's rows.
-    const TrainingRun& want = serial_run(with_rows(kSerial, k.from_rows), Tolerances{}.grad);
+    const TrainingRun& want = serial_run(with_rows(kSerial, k.from_rows, k.block_size), Tolerances{}.grad);
     const std::string dir = fresh_shared_dir("loom_reshard_repad", world());
-    const State saved = train_and_save(k.from, with_rows(k.from, k.from_rows), dir);
+    const State saved = train_and_save(k.from, with_rows(k.from, k.from_rows, k.block_size), dir);
     under(k.to, [&](comm::ProcessGroup* g) {
-      TrainConfig c = with_rows(k.to, k.to_rows);
-      c.resume = dir;
+      TrainConfig c = with_rows(k.to, k.to_rows, k.block_size);
+      c.resume = k.resume_auto ? "auto" : dir;
+      if (k.resume_auto) c.out_dir = dir;  // a layout over both ranks: one run directory
       Trainer resumed(c, true, g);
       ASSERT_EQ(resumed.step(), 5);
       const int64_t V = resumed.config().model.vocab_size, new_rows = resumed.config().model.resolved_padded_vocab();

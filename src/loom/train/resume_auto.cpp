@@ -49,7 +49,7 @@ std::string joined(const std::vector<std::string>& names) {
 
 CheckpointVerdict judge_checkpoint(const std::string& path, const std::vector<StatePiece>& needed,
                                    const TrainConfig& config, const std::string& tokenizer_spec,
-                                   const StateShapes& expected) {
+                                   const StateShapes& expected, const PaddedRows& padded) {
   try {
     CheckpointReader reader(path);  // the header or manifest, and the step against the name
     const CheckpointInfo& info = reader.info();
@@ -60,7 +60,7 @@ CheckpointVerdict judge_checkpoint(const std::string& path, const std::vector<St
                   config.optimizer + "'",
               ""};
     check(info.optimizer_steps >= 0, "checkpoint '", path, "' has no valid optimizer step count");
-    check_checkpoint_fits(reader, needed, expected);
+    check_checkpoint_fits(reader, needed, expected, padded);
     reader.verify_files();
     read_full_state(reader);  // every piece with its CRC-32
   } catch (const Error& e) {
@@ -71,7 +71,7 @@ CheckpointVerdict judge_checkpoint(const std::string& path, const std::vector<St
 
 std::string choose_auto_resume(const std::vector<StatePiece>& needed, const TrainConfig& config,
                                const std::string& tokenizer_spec, comm::ProcessGroup& world, bool speak,
-                               const StateShapes& expected) {
+                               const StateShapes& expected, const PaddedRows& padded) {
   const std::string& dir = config.out_dir;
   // Every rank scans the (shared) run directory; they must all judge the same candidates.
   const std::vector<std::string> names = candidates_in(dir);
@@ -81,7 +81,7 @@ std::string choose_auto_resume(const std::vector<StatePiece>& needed, const Trai
           " sees [", lists[r], "]; is out_dir on a file system all ranks share?");
   for (const std::string& name : names) {
     const std::string path = (fs::path(dir) / name).string();
-    const CheckpointVerdict mine = judge_checkpoint(path, needed, config, tokenizer_spec, expected);
+    const CheckpointVerdict mine = judge_checkpoint(path, needed, config, tokenizer_spec, expected, padded);
     const std::vector<std::string> verdicts =
         all_gather_strings(world, nlohmann::json{{"misfit", mine.misfit}, {"damage", mine.damage}}.dump());
     std::string damage;

@@ -28,13 +28,13 @@ struct CheckpointVerdict {
 // for) is damaged: written without it, it would resume with that tensor's initial values.
 CheckpointVerdict judge_checkpoint(const std::string& path, const std::vector<StatePiece>& needed,
                                    const TrainConfig& config, const std::string& tokenizer_spec,
-                                   const StateShapes& expected = {});
+                                   const StateShapes& expected = {}, const PaddedRows& padded = {});
 
 // Collective over world: every rank judges the candidates of config.out_dir
 // newest first, and all take the first that every rank found sound; "" when none is (start
 // fresh). speak: print each skipped checkpoint and why, and a fresh start.
 std::string choose_auto_resume(const std::vector<StatePiece>& needed, const TrainConfig& config,
                                const std::string& tokenizer_spec, comm::ProcessGroup& world, bool speak,
-                               const StateShapes& expected = {});
+                               const StateShapes& expected = {}, const PaddedRows& padded = {});
 
 }  // namespace loom::train

@@ -134,6 +134,16 @@ StateShapes SerialState::shapes() const {
   return out;
 }
 
+PaddedRows SerialState::padded_rows() const {
+  PaddedRows out;
+  for (const nn::Parameter* p : model_.parameters()) {
+    if (p->padded_past_row() == 0) continue;
+    out.emplace("model." + p->name(), p->padded_past_row());
+    for (const std::string& kind : optimizer_.state_kinds()) out.emplace("optim." + kind + "." + p->name(), p->padded_past_row());
+  }
+  return out;
+}
+
 std::vector<StatePiece> SerialState::pieces() {
   const int tp_rank = tp_.rank(), dp_rank = dp_.rank();
   std::vector<StatePiece> out;

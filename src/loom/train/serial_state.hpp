@@ -45,6 +45,8 @@ class SerialState {
   // their elements. Derived from the parameters alone, never from pieces(), so a checkpoint
   // (saved or loaded) is checked against it.
   StateShapes shapes() const;
+  // Those of shapes() with padding rows (the token table and its moments).
+  PaddedRows padded_rows() const;
 
  private:
   // The tensor-parallel split of a state tensor ("model.<param>", "optim.<kind>.<param>").

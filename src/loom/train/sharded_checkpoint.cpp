@@ -288,7 +288,8 @@ void CheckpointReader::load_into(const std::vector<StatePiece>& destinations) {
 }
 
 CheckpointInfo load_state(const std::string& path, const std::vector<StatePiece>& destinations,
-                          const std::string& optimizer_name, const StateShapes& expected) {
+                          const std::string& optimizer_name, const StateShapes& expected,
+                          const PaddedRows& padded) {
   CheckpointReader reader(path);
   const CheckpointInfo& info = reader.info();
   bool wants_optimizer = false;
@@ -298,13 +299,13 @@ CheckpointInfo load_state(const std::string& path, const std::vector<StatePiece>
           "', this run uses '", optimizer_name, "'");
     check(info.optimizer_steps >= 0, "checkpoint '", path, "' has no valid optimizer step count");
   }
-  check_checkpoint_fits(reader, destinations, expected);
+  check_checkpoint_fits(reader, destinations, expected, padded);
   reader.load_into(destinations);
   return info;
 }
 
 void check_checkpoint_fits(const CheckpointReader& reader, const std::vector<StatePiece>& destinations,
-                           const StateShapes& expected) {
+                           const StateShapes& expected, const PaddedRows& padded) {
   const std::string what = "checkpoint '" + reader.path() + "'";
   StateShapes held;
   for (const auto& [name, t] : reader.manifest().tensors) held.emplace(name, t.shape);
@@ -317,6 +318,12 @@ void check_checkpoint_fits(const CheckpointReader& reader, const std::vector<Sta
       check_token_table_is_its_checkpoints(reader.path(), reader.info(), h->second.at(0));
       h->second = d.full_shape;  // held as the model expects it, once re-padded
     }
+  }
+  // A table this rank loads nothing of (its ZeRO shard holds none of it) is re-padded where it is loaded.
+  for (const auto& [name, rows] : padded) {
+    auto h = held.find(name);
+    auto e = expected.find(name);
+    if (h != held.end() && e != expected.end() && repadding_fits(h->second, e->second, rows)) h->second = e->second;
   }
   // Every tensor the model has, even one no destination asks for: a checkpoint without it
   // would leave its initial values in place without a word.

@@ -77,15 +77,18 @@ void on_every_rank(comm::ProcessGroup& world, const std::function<void()>& f);
 // Loads destinations from the checkpoint at path; with "optim." destinations the checkpoint's
 // optimizer must be optimizer_name. The checkpoint must hold every tensor of expected (a
 // resume's StateShapes) with its shape, whether or not a destination asks for it: a
-// loom::Error naming the first it lacks. Returns the checkpoint's metadata.
+// loom::Error naming the first it lacks (padded: those of expected a checkpoint may hold
+// with other padding). Returns the checkpoint's metadata.
 CheckpointInfo load_state(const std::string& path, const std::vector<StatePiece>& destinations,
-                          const std::string& optimizer_name, const StateShapes& expected = {});
+                          const std::string& optimizer_name, const StateShapes& expected = {},
+                          const PaddedRows& padded = {});
 
 // loom::Error naming the first tensor of destinations the checkpoint lacks or holds in another
 // shape (but for a token table's padding, which loading re-pads), or the first of expected
-// (a resume's StateShapes) it lacks: what load_state checks before reading any tensor.
+// (a resume's StateShapes, re-padded as padded allows) it lacks: what load_state checks before
+// reading any tensor.
 void check_checkpoint_fits(const CheckpointReader& reader, const std::vector<StatePiece>& destinations,
-                           const StateShapes& expected);
+                           const StateShapes& expected, const PaddedRows& padded = {});
 
 // Every tensor of the checkpoint in full, for one process (`loom convert`, `loom sample`).
 std::map<std::string, Tensor> read_full_state(CheckpointReader& reader);

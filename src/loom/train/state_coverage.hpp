@@ -33,6 +33,12 @@ struct StatePiece {
 // optimizer's state kinds, never from its pieces, so pieces can be checked against it.
 using StateShapes = std::map<std::string, Shape>;
 
+// The tensors of a StateShapes whose rows from some row on are padding (the token table and its
+// moments: Parameter::padded_past_row), with that row. A checkpoint may hold more or fewer of
+// those rows (padded for another tp), even one this rank loads nothing of (a ZeRO rank whose
+// shard holds none of the table): it is re-padded on the ranks that load it.
+using PaddedRows = std::map<std::string, int64_t>;
+
 // loom::Error unless held has every tensor of expected with its shape: "<what> has no tensor
 // '<name>' <shape>..." (the first few missing, and how many) followed by note.
 void check_holds_every_tensor(const StateShapes& held, const StateShapes& expected, const std::string& what,

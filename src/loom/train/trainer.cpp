@@ -111,7 +111,9 @@ void Trainer::resume_from(const std::string& path) {
   check_resume_model(path, config_, spec_->data_identity(), world_);
   // What the pieces would not load would keep its initial values without a word: checked first.
   check_owners_tile_state(local_state(), serial_state_->shapes(), "resuming from '" + path + "'", world_);
-  on_every_rank(world_, [&] { info = load_state(path, local_state(), config_.optimizer, serial_state_->shapes()); });
+  on_every_rank(world_, [&] {
+    info = load_state(path, local_state(), config_.optimizer, serial_state_->shapes(), serial_state_->padded_rows());
+  });
   p_.gradient_sync->after_optimizer_step();  // ZeRO: the loaded shards reach the model's parameters
   optimizer_->set_steps_taken(info.optimizer_steps);
   check(info.tokenizer_spec == spec_->data_identity(), "checkpoint '", path,
@@ -135,7 +137,8 @@ void Trainer::load_state_dict(const std::map<std::string, Tensor>& state) {
 
 void Trainer::resume_auto() {
   const std::string path =
-      choose_auto_resume(local_state(), config_, spec_->data_identity(), world_, !progress_->quiet(), state_shapes());
+      choose_auto_resume(local_state(), config_, spec_->data_identity(), world_, !progress_->quiet(), state_shapes(),
+                         serial_state_->padded_rows());
   if (!path.empty()) resume_from(path);
 }
 
