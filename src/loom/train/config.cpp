@@ -221,6 +221,10 @@ void TrainConfig::validate() const {
   // Before the memory check, which divides the heads among tp ranks (0 heads divided by zero).
   check(family != "gpt" || model.n_head % tp == 0, "n_head (", model.n_head,
         ") must be divisible by the tensor-parallel degree tp (", tp, ")");
+  // An explicit token table splits over tp as it is (0 is resolved to a multiple of 64 x tp).
+  check(family != "gpt" || model.padded_vocab_size % tp == 0, "padded_vocab_size (", model.padded_vocab_size,
+        ") must be divisible by the tensor-parallel degree tp (", tp, "): give a multiple of 64 x tp, or 0 to let "
+        "Loom pad the vocabulary for this tp");
   check(tp_overlap == "on" || tp_overlap == "off", "tp_overlap must be 'on' or 'off', got '", tp_overlap, "'");
   check(!sequence_parallel || model.block_size % tp == 0, "sequence_parallel splits the sequence over tp ranks: block_size (",
         model.block_size, ") must be divisible by tp (", tp, ")");

@@ -38,6 +38,10 @@ def cases(fx):
         # bf16's memory check divided the heads among tp ranks first: 1 / 2 = 0 heads, a division by zero.
         train("tp 2 not dividing 1 head in bf16 (np 2)", ["--tp", "2", "--n-head", "1", "--n-embd", "8", "--precision", "bf16"],
               r"n_head \(1\) must be divisible by the tensor-parallel degree tp \(2\)", ranks=2, slow=True),
+        # Refused by the configuration on every rank alike (was one rank's error from the model builder).
+        train("padded_vocab_size 65 not split by tp 3 (np 3)", ["--tp", "3", "--n-head", "3", "--n-embd", "18",
+              "--padded-vocab-size", "65"], r"(?m)^loom: error: padded_vocab_size \(65\) must be divisible by the "
+              r"tensor-parallel degree tp \(3\): give a multiple of 64 x tp, or 0", ranks=3, slow=True),
         train("pp 2 with 1 layer (np 2)", ["--pp", "2"], r"n_layer|block|stage", ranks=2, slow=True),
         train("pp_layers not summing to n_layer (np 2)", ["--pp", "2", "--n-layer", "2", "--pp-layers", "1,3"], r"pp_layers", ranks=2, slow=True),
         train("pp_layers with 3 stages for pp 2 (np 2)", ["--pp", "2", "--n-layer", "3", "--pp-layers", "1,1,1"], r"pp_layers", ranks=2, slow=True),
