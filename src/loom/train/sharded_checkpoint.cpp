@@ -309,21 +309,25 @@ void check_checkpoint_fits(const CheckpointReader& reader, const std::vector<Sta
   const std::string what = "checkpoint '" + reader.path() + "'";
   StateShapes held;
   for (const auto& [name, t] : reader.manifest().tensors) held.emplace(name, t.shape);
-  for (const StatePiece& d : destinations) {
-    auto h = held.find(d.name);
-    if (h == held.end()) continue;  // named below with the shape and every other tensor missing
-    if (h->second != d.full_shape) {
-      check(repadding_fits(h->second, d.full_shape, d.padded_past_row), what, ": tensor '", d.name, "' is ",
-            shape_str(h->second), ", the model expects ", shape_str(d.full_shape));
-      check_token_table_is_its_checkpoints(reader.path(), reader.info(), h->second.at(0));
-      h->second = d.full_shape;  // held as the model expects it, once re-padded
-    }
+  // Every tensor this rank needs, with the row its padding starts at (0: none): its pieces', and
+  // through padded those of expected it loads nothing of (a ZeRO share holding none of the table).
+  std::map<std::string, std::pair<Shape, int64_t>> wanted;
+  for (const auto& [name, shape] : expected) {
+    const auto p = padded.find(name);
+    wanted[name] = {shape, p == padded.end() ? 0 : p->second};
   }
-  // A table this rank loads nothing of (its ZeRO shard holds none of it) is re-padded where it is loaded.
-  for (const auto& [name, rows] : padded) {
+  for (const StatePiece& d : destinations) wanted[d.name] = {d.full_shape, d.padded_past_row};
+  for (const auto& [name, want] : wanted) {  // a table padded for another tp: held as re-padded
     auto h = held.find(name);
-    auto e = expected.find(name);
-    if (h != held.end() && e != expected.end() && repadding_fits(h->second, e->second, rows)) h->second = e->second;
+    if (h == held.end() || h->second == want.first || !repadding_fits(h->second, want.first, want.second)) continue;
+    check_token_table_is_its_checkpoints(reader.path(), reader.info(), h->second.at(0));
+    h->second = want.first;
+  }
+  for (const StatePiece& d : destinations) {  // one missing is named below, with every other
+    const auto h = held.find(d.name);
+    if (h != held.end())
+      check(h->second == d.full_shape, what, ": tensor '", d.name, "' is ", shape_str(h->second), ", the model expects ",
+            shape_str(d.full_shape));
   }
   // Every tensor the model has, even one no destination asks for: a checkpoint without it
   // would leave its initial values in place without a word.
