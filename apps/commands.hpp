@@ -69,6 +69,13 @@ bool launched_by_mpi();
 // with its message, except one every rank raised together (loom::AgreedError): then each rank
 // returns its exit status, the job ending without an abort. 0 when body returned.
 int run_on_world(const std::function<void(comm::ProcessGroup&)>& body, double startup_timeout_s);
+// run_on_world's answer to an exception on this rank, for a body that catches it itself:
+// prints it and returns the exit status when every rank raised it together, else ends the
+// job (MPI_Abort) without returning. A body catches what its run raises while the objects
+// the run's collectives write into are alive: unwinding first would free buffers an
+// unfinished collective or a dead peer's transfer still writes into, and the memory
+// corruption that follows hides the error.
+int end_rank_on_error(const std::exception& e, comm::ProcessGroup& world);
 
 // What main (and run_on_world, per rank) prints for an exception and the exit status: 1 for
 // a loom::Error and for what the machine refused (a filesystem error naming its path, out of

@@ -239,6 +239,10 @@ std::shared_ptr<ConfigFlags> add_config_flags(CLI::App& sub, const train::TrainC
                               ? sub.add_flag(flag + "{true}", flags->values[k.key], help)
                               : sub.add_option(flag, flags->values[k.key], help);
     option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
+    // The values are read as text (set_from_string checks them, naming the key's type), but
+    // help names their type as the configuration reference does.
+    const std::string type = train::type_name(k.target);
+    if (type == "integer" || type == "number") option->type_name(type == "integer" ? "INTEGER" : "NUMBER");
     flags->options[k.key] = option;
   }
   return flags;
@@ -276,20 +280,33 @@ int run_on_world(const std::function<void(comm::ProcessGroup&)>& body, double st
   try {
     body(mpi.world());
   } catch (const std::exception& e) {
-    // One rank's error must not leave the others waiting in a collective.
-    const Failure f = failure_of(e);
-    std::fprintf(stderr, "loom: %s on rank %d of %d: %s\n", f.kind.c_str(), mpi.world().rank(), mpi.world().size(),
-                 f.message.c_str());
-    std::fflush(stderr);
-    // Every rank raised it at the same collective: none waits for another, so the job ends
-    // without MPI_Abort, which could end rank 0 before its unwinding removed what it holds
-    // in the run directory (the lock, a refused checkpoint's temporary directory).
-    const auto* agreed = dynamic_cast<const AgreedError*>(&e);
-    if (agreed != nullptr && agreed->ranks() == mpi.world().size()) return f.status;
-    comm::MpiRuntime::abort(f.status);
+    return end_rank_on_error(e, mpi.world());
   }
   return 0;
 }
+
+int end_rank_on_error(const std::exception& e, comm::ProcessGroup& world) {
+  // One rank's error must not leave the others waiting in a collective.
+  const Failure f = failure_of(e);
+  std::fprintf(stderr, "loom: %s on rank %d of %d: %s\n", f.kind.c_str(), world.rank(), world.size(), f.message.c_str());
+  std::fflush(stderr);
+  // Every rank raised it at the same collective: none waits for another, so the job ends
+  // without MPI_Abort, which could end rank 0 before its unwinding removed what it holds
+  // in the run directory (the lock, a refused checkpoint's temporary directory).
+  const auto* agreed = dynamic_cast<const AgreedError*>(&e);
+  if (agreed != nullptr && agreed->ranks() == world.size()) return f.status;
+  comm::MpiRuntime::abort(f.status);
+}
+
+namespace {
+
+// A run a signal stopped (saved, not finished) exits as a process that signal ended would,
+// 128 + its number: a script or scheduler sees that the run has steps left.
+int stopped_status(const train::Trainer& trainer) {
+  return trainer.stopped_by() != 0 ? 128 + trainer.stopped_by() : 0;
+}
+
+}  // namespace
 
 Runner add_train_command(CLI::App& sub) {
   auto dry_run = std::make_shared<bool>(false);
@@ -313,12 +330,19 @@ Runner add_train_command(CLI::App& sub) {
             " processes: start it with mpirun -np ", ranks, " loom train ...");
       train::Trainer trainer(config);
       trainer.run();
-      return 0;
+      return stopped_status(trainer);
     }
-    return run_on_world([&](comm::ProcessGroup& world) {
+    int status = 0;
+    const int failed = run_on_world([&](comm::ProcessGroup& world) {
       train::Trainer trainer(config, false, &world);
-      trainer.run();
+      try {
+        trainer.run();
+        status = stopped_status(trainer);
+      } catch (const std::exception& e) {
+        status = end_rank_on_error(e, world);  // while the trainer's buffers are alive
+      }
     }, config.comm_timeout);
+    return failed != 0 ? failed : status;
   };
 }
 

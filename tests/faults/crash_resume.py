@@ -13,7 +13,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from loom_runs import MPIRUN, fail, must_run, same_run, train_args  # noqa: E402
+from loom_runs import MPIRUN, fail, must_run, rank_pid, same_run, train_args  # noqa: E402
 
 STEPS, EVERY = 200, 10
 work = sys.argv[3]
@@ -29,22 +29,6 @@ saving = ["--checkpoint-every", str(EVERY), "--checkpoint-format", "single"]
 
 def checkpoint(step):
     return os.path.join(run_dir, f"checkpoint-{step:08d}.safetensors")
-
-
-def rank_pid(launcher_pid, rank):
-    """The pid of world rank `rank` among mpirun's children."""
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat) as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            if ppid != launcher_pid:
-                continue
-            with open(stat[:-4] + "environ", "rb") as f:
-                if f"OMPI_COMM_WORLD_RANK={rank}".encode() in f.read().split(b"\0"):
-                    return int(stat.split("/")[2])
-        except (OSError, ValueError, IndexError):
-            continue
-    return None
 
 
 def finish_within(job, seconds, what):

@@ -2,6 +2,7 @@
 run's metrics.jsonl and the tensors of a checkpoint (the safetensors layout read by hand:
 8-byte little-endian header length, JSON header, raw data), so a test compares two runs
 exactly without trusting the code under test."""
+import glob
 import json
 import os
 import struct
@@ -35,6 +36,22 @@ def must_run(ranks, args, mpi_options=(), env=None):
     if status != 0:
         fail(f"exit status {status}:\n{out}")
     return out
+
+
+def rank_pid(launcher_pid, rank):
+    """The pid of world rank `rank` among mpirun's children."""
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != launcher_pid:
+                continue
+            with open(stat[:-4] + "environ", "rb") as f:
+                if f"OMPI_COMM_WORLD_RANK={rank}".encode() in f.read().split(b"\0"):
+                    return int(stat.split("/")[2])
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
 
 
 def losses(out_dir):

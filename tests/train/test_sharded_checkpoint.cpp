@@ -182,7 +182,9 @@ TEST(Reshard, ATokenTableIsRepaddedBetweenAnyLayoutsAndNothingElseIs) {
   // Its own configuration and tokenizer give its 6 rows: 4 characters, padded_vocab_size 6.
   TrainConfig saved;
   saved.model.padded_vocab_size = 6;
-  CheckpointInfo info{.config_toml = to_toml(saved), .tokenizer_spec = data::Tokenizer::create("char", "abcd")->spec()};
+  CheckpointInfo info;
+  info.config_toml = to_toml(saved);
+  info.tokenizer_spec = data::Tokenizer::create("char", "abcd")->spec();
   write_checkpoint_file(path, {{"model.wte", full}, {"model.w", full}}, info);
   Tensor table = Tensor::empty({8, 4}), w = Tensor::empty({8, 4});
   table.fill_(7.0f);  // what the model held: the rows past the stored ones become 0

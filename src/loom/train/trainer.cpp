@@ -24,6 +24,7 @@
 #include "loom/train/moe_metrics.hpp"
 #include "loom/train/reshard.hpp"
 #include "loom/train/resume_auto.hpp"
+#include "loom/train/stop_request.hpp"
 
 namespace loom::train {
 
@@ -354,6 +355,24 @@ nlohmann::json Trainer::memory_json() const {
   return record;
 }
 
+void Trainer::write_memory_records() {
+  progress_->say(memory_report());
+  if (!config_.out_dir.empty()) write_memory_file((fs::path(config_.out_dir) / "memory.json").string(), world_, memory_json());
+}
+
+void Trainer::stop_saved() {
+  // No validation: a scheduler's SIGTERM leaves seconds before its SIGKILL; the checkpoint
+  // is what must make it to disk.
+  std::string saved = "nothing saved (the run has no out_dir)";
+  if (!config_.out_dir.empty()) {
+    const std::string path = save_checkpoint_now();
+    saved = "saved " + path + "; the same command with --resume latest (or auto) continues it";
+  }
+  write_memory_records();
+  progress_->say("stopped by " + signal_name(stopped_by_) + " after step " + std::to_string(step_) + " of " +
+                 std::to_string(config_.steps) + ": " + saved);
+}
+
 float Trainer::run() {
   progress_->measure_peak();
   char line[128];
@@ -372,18 +391,26 @@ float Trainer::run() {
     val_loss = evaluate();
     progress_->validation(step_, val_loss, spec_->last_metrics());
   };
+  StopRequest stop_request(world_);  // Ctrl-C, SIGTERM, SIGUSR1: stop after the step, saved
   while (step_ < config_.steps) {
     const auto t0 = Clock::now();
     trace_window_->before_step(step_ + 1);
     const StepResult r = train_step();
     trace_window_->after_step(r.step);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    progress_->step(r, dt, r.step % config_.log_every == 0 || r.step == 1 || r.step == config_.steps, *p_.gradient_sync);
+    stopped_by_ = stop_request.agreed_signal();
+    progress_->step(r, dt, r.step % config_.log_every == 0 || r.step == 1 || r.step == config_.steps || stopped_by_ != 0,
+                    *p_.gradient_sync);
+    if (stopped_by_ != 0) break;
     if (config_.eval_every > 0 && r.step % config_.eval_every == 0 && r.step != config_.steps) evaluate_and_log();
     if (config_.checkpoint_every > 0 && r.step % config_.checkpoint_every == 0 && r.step != config_.steps)
       save_checkpoint_now();
   }
   trace_window_->finish();
+  if (stopped_by_ != 0) {
+    stop_saved();
+    return val_loss;
+  }
   evaluate_and_log();
   if (spec_->test_batches() > 0) {
     const float test_loss = evaluate_test();
@@ -395,8 +422,7 @@ float Trainer::run() {
     const std::string path = save_checkpoint_now();
     progress_->say("saved " + path);
   }
-  progress_->say(memory_report());
-  if (!config_.out_dir.empty()) write_memory_file((fs::path(config_.out_dir) / "memory.json").string(), world_, memory_json());
+  write_memory_records();
   if (p_.pipeline && !config_.pipeline_svg.empty() && world_.rank() == 0) {
     std::ofstream svg(config_.pipeline_svg);
     svg << parallel::pipeline::timeline_svg(

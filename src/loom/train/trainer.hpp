@@ -42,8 +42,12 @@ class Trainer {
   // processes of the job (its size must equal dp x pp x tp); none: this process alone.
   explicit Trainer(TrainConfig config, bool quiet = false, comm::ProcessGroup* world = nullptr);
 
-  // Runs until config.steps with logging, evaluation and checkpoints; returns the final val loss.
+  // Runs until config.steps with logging, evaluation and checkpoints; returns the final val
+  // loss. A stop signal (stop_request.hpp) ends it after the step every rank is at, with a
+  // checkpoint saved and NaN returned.
   float run();
+  // The signal that stopped run() early, or 0 when it ran to config.steps.
+  int stopped_by() const { return stopped_by_; }
   // One optimizer step: compute_gradients() then apply_update(). Between the two the
   // gradients are the step's final (reduced) gradients before clipping, as gradient_dict()
   // gathers them, and the result's grad_norm is their norm: what equivalence tests compare.
@@ -104,6 +108,8 @@ class Trainer {
   float pipeline_gradients();
   // The mean loss over count batches (forward only, any layout).
   float evaluate_on(const std::function<data::Batch(int64_t)>& batch_of, int64_t count);
+  void write_memory_records();  // the memory report line and memory.json
+  void stop_saved();            // run()'s end after a stop signal: checkpoint, memory, what happened
 
   TrainConfig config_;
   std::unique_ptr<comm::ProcessGroup> own_world_;  // the single-process world when none is given
@@ -123,6 +129,7 @@ class Trainer {
   std::unique_ptr<TraceWindow> trace_window_;
   int64_t step_ = 0;
   int64_t skipped_in_a_row_ = 0;  // on_nan = "skip": steps skipped since the last good one
+  int stopped_by_ = 0;            // the signal run() stopped on, 0: none
 };
 
 }  // namespace loom::train

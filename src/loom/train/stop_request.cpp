@@ -1,0 +1,75 @@
+#include "loom/train/stop_request.hpp"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+
+namespace loom::train {
+
+namespace {
+
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1};
+
+// Written by the handler only (async-signal-safe: a lock-free atomic store).
+volatile std::sig_atomic_t received_signal = 0;
+// Rank 0 (or a single process) says what it received at once; the others keep quiet, the
+// agreement after the step tells rank 0 of theirs.
+volatile std::sig_atomic_t says_received = 1;
+
+struct sigaction previous[sizeof kStopSignals / sizeof kStopSignals[0]];
+
+void write_out(const char* text) {
+  // write(2) is async-signal-safe; printf is not. A short write is not worth a retry here.
+  [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, text, std::strlen(text));
+}
+
+void on_stop_signal(int signal) {
+  if (received_signal != 0) {
+    // The second: what the signal would have done without Loom. It stays blocked until this
+    // handler returns, then ends the process.
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
+    return;
+  }
+  received_signal = signal;
+  if (says_received == 0) return;
+  write_out(signal == SIGINT    ? "\nloom: SIGINT"
+            : signal == SIGTERM ? "\nloom: SIGTERM"
+                                : "\nloom: SIGUSR1");
+  write_out(" received: stopping after this step and saving a checkpoint (send it again to stop at once)\n");
+}
+
+}  // namespace
+
+std::string signal_name(int signal) {
+  switch (signal) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "signal " + std::to_string(signal);
+  }
+}
+
+StopRequest::StopRequest(comm::ProcessGroup& world) : group_(world.split(0, world.rank(), "stop")) {
+  received_signal = 0;
+  says_received = world.rank() == 0 ? 1 : 0;
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  // SA_RESTART: a read or a wait the signal interrupts goes on; the step ends as it would.
+  action.sa_flags = SA_RESTART;
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &action, &previous[i]);
+}
+
+StopRequest::~StopRequest() {
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &previous[i], nullptr);
+}
+
+int StopRequest::agreed_signal() {
+  float signal = static_cast<float>(received_signal);
+  group_->all_reduce(&signal, 1, comm::ReduceOp::Max);
+  return static_cast<int>(signal);
+}
+
+}  // namespace loom::train
