@@ -286,15 +286,19 @@ int run_on_world(const std::function<void(comm::ProcessGroup&)>& body, double st
 }
 
 int end_rank_on_error(const std::exception& e, comm::ProcessGroup& world) {
-  // One rank's error must not leave the others waiting in a collective.
   const Failure f = failure_of(e);
-  std::fprintf(stderr, "loom: %s on rank %d of %d: %s\n", f.kind.c_str(), world.rank(), world.size(), f.message.c_str());
-  std::fflush(stderr);
   // Every rank raised it at the same collective: none waits for another, so the job ends
   // without MPI_Abort, which could end rank 0 before its unwinding removed what it holds
-  // in the run directory (the lock, a refused checkpoint's temporary directory).
+  // in the run directory (the lock, a refused checkpoint's temporary directory). Rank 0 says
+  // it for all of them.
   const auto* agreed = dynamic_cast<const AgreedError*>(&e);
-  if (agreed != nullptr && agreed->ranks() == world.size()) return f.status;
+  const bool everyone = agreed != nullptr && agreed->ranks() == world.size();
+  if (!everyone || world.rank() == 0) {
+    std::fprintf(stderr, "loom: %s on rank %d of %d: %s\n", f.kind.c_str(), world.rank(), world.size(), f.message.c_str());
+    std::fflush(stderr);
+  }
+  if (everyone) return f.status;
+  // One rank's error must not leave the others waiting in a collective.
   comm::MpiRuntime::abort(f.status);
 }
 

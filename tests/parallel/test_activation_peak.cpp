@@ -202,5 +202,40 @@ TEST(ActivationPeak, MixtureOfExpertsRanksPeakAsTheMemoryCheckCounts) {
         }
 }
 
+// Under expert parallelism a rank's experts take rows from every rank of its ep group, as many
+// as the router sends them: at initialisation a rank of dp 2 x ep 2 received more than its
+// balanced share and peaked up to 12% over a count that assumed it. With a capacity that drops,
+// the count holds them at capacity's bound (plan::expert_rows), never under the tracker's peak;
+// dropless (capacity 0) it stays the balanced share (documented, not checked here).
+TEST(ActivationPeak, ExpertParallelRanksPeakWithinTheCapacityBound) {
+  if (world().size() != 2) GTEST_SKIP() << "dp 2 x ep 2 on two ranks";
+  for (const int64_t top_k : {1, 2})
+    for (const std::string precision : {"fp32", "bf16"})
+      for (const bool recompute : {false, true}) {
+        train::TrainConfig c = loom::testing::equivalence::tiny(2, 2, 1);
+        c.model.n_embd = 32;
+        c.model.n_head = 2;
+        c.model.block_size = 32;
+        c.model.n_layer = 2;
+        c.model.moe.experts = 4;
+        c.model.moe.top_k = top_k;
+        c.model.moe.capacity_factor = 1.25;
+        c.ep = 2;
+        c.precision = precision;
+        c.model.recompute = recompute;
+        train::Trainer t(c, true, &world());
+        const int64_t measured = loom::testing::step_activation_peak(t);
+        const int64_t counted = static_cast<int64_t>(train::rank_training_memory(t.config(), 0).activations);
+        const std::string where = "ep 2, top-" + std::to_string(top_k) + ", " + precision +
+                                  (recompute ? ", recompute" : "") + ", rank " + std::to_string(world().rank()) + ": " +
+                                  std::to_string(counted) + " B counted, " + std::to_string(measured) + " measured";
+        EXPECT_GE(counted, measured) << where;
+        EXPECT_LE(static_cast<double>(counted), 1.3 * static_cast<double>(measured)) << where;
+        RecordProperty("counted_over_measured_" + std::to_string(top_k) + precision + (recompute ? "_r" : "") + "_rank" +
+                           std::to_string(world().rank()),
+                       std::to_string(static_cast<double>(counted) / static_cast<double>(measured)));
+      }
+}
+
 }  // namespace
 }  // namespace loom::parallel

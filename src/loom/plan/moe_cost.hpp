@@ -53,25 +53,42 @@ int64_t all_to_all_bytes_per_step(const ModelSpec& model, const Layout& layout, 
 // (pairwise, ep - 1 messages).
 double all_to_all_seconds(const ModelSpec& model, const Layout& layout, int64_t micro_batches, int64_t value_bytes,
                           const LinkCost& link);
+// The routed rows a rank's experts hold in one MoE layer, for B sequences of T tokens of which
+// this rank routes Tr each: all of them (`rank`) and the most one of its experts holds
+// (`one_expert`). Without ep a rank's experts take its own rows: at most its N K and, for one
+// expert, N (a token visits an expert once). Under ep with a capacity that drops (0 < f < E /
+// K) the bound is capacity's: each of its E / ep experts takes at most min(ceil(f K T / E), Tr)
+// rows of each of the ep B sequences its ep group routes, E B min(cap, Tr) in all (never over
+// the group's ep N K). Dropless under ep (f 0, or f >= E / K): the balanced share, N K and N,
+// which a skewed router exceeds (up to min(E, ep K) / K times at the rank's worst).
+struct ExpertRows {
+  int64_t rank = 0, one_expert = 0;
+};
+ExpertRows expert_rows(int64_t B, int64_t T, int64_t Tr, int64_t ep, int64_t experts, int64_t top_k,
+                       double capacity_factor);
 // The activations one MoE layer keeps minus those of the dense MLP it replaces, per rank, for
 // B sequences of T tokens, under tensor parallelism t (the experts replicated over tp: every
 // tp rank routes all its tokens, this rank's chunk of each sequence under sequence
 // parallelism, 1/cp of them under context parallelism), dropless and (under ep) balanced: the
 // router's input (fp32 always: the router computes in fp32) and probabilities, the choices,
-// gates and rows (N K each), the dispatch plan's counts (2E), and for the N K routed rows the experts' input, pre-activation and
-// GELU output and their outputs, in the activation precision (bf16: 2 bytes). The dense MLP
-// keeps its input and a t-th of its hidden values twice (plan::activation_bytes_per_layer).
+// gates and rows (N K each), the dispatch plan's counts (2E), the experts' outputs combined
+// back (N K rows), and for the rows its experts hold (expert_rows; under ep with capacity
+// f its bound, else N K) their input, pre-activation and GELU output, in the activation
+// precision (bf16: 2 bytes). The dense MLP keeps its input and a t-th of its hidden values
+// twice (plan::activation_bytes_per_layer).
 int64_t moe_extra_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel,
-                                             int64_t cp, int64_t experts, int64_t top_k, bool bf16);
+                                             int64_t cp, int64_t experts, int64_t top_k, bool bf16, int64_t ep = 1,
+                                             double capacity_factor = 0.0);
 // What a mixture of experts' backward holds at once beyond the tensors its block keeps and the
 // gradient it is given, per rank (its rows as moe_extra_activation_bytes_per_layer counts them):
-// at its experts' backward, the routed rows' fp32 gradient, the gates' gradient, the rows' input
-// gradient and their fp32 hidden gradient (N K 4C, fp32 in bf16 too); in bf16 also the kept
-// outputs widened, the rows' gradient as the GEMMs read it, and one expert's hidden gradient
-// converted, at most every token's (a token visits an expert once); under ep (balanced) the
-// rows' gradient as exchanged.
+// at its experts' backward, the routed rows' fp32 gradient and the gates', and for the rows its
+// experts hold (expert_rows) their input gradient and fp32 hidden gradient (4C each, fp32 in
+// bf16 too) and under ep their gradient as exchanged; in bf16 also the kept outputs widened,
+// the held rows' gradient as the GEMMs read it, and the largest expert's hidden gradient
+// converted.
 int64_t moe_backward_working_bytes(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel, int64_t cp,
-                                   int64_t ep, int64_t top_k, bool bf16);
+                                   int64_t ep, int64_t top_k, bool bf16, int64_t experts = 0,
+                                   double capacity_factor = 0.0);
 // Training FLOPs of one sequence over the dense model's: each MoE block runs K MLPs and a
 // router instead of one MLP (the MLP being 2/3 of a block's 72 s h^2 (1 + s / 6h)).
 double moe_flops_ratio(const ModelSpec& model);

@@ -27,6 +27,7 @@ struct RankShape {
   bool bf16 = false;               // --precision bf16; else fp32
   bool recompute = false;          // every block re-run in backward from its kept input
   int64_t experts = 0, top_k = 0, every = 1;  // E experts in every `every`-th block's MLP; 0: none
+  double capacity_factor = 0.0;                // f: under ep the rows a rank's experts take are bounded by it; 0: dropless
 
   int64_t tokens() const { return seq / cp; }  // of each sequence, on this rank
   // The mixtures of experts among stage s's blocks (block b when b + 1 is a multiple of `every`).

@@ -74,7 +74,8 @@ plan::RankShape rank_shape(const TrainConfig& c) {
   return {.batch = c.batch_size, .seq = m.block_size, .hidden = m.n_embd, .heads = m.n_head,
           .vocab = m.resolved_padded_vocab(), .tp = c.tp, .cp = c.cp, .ep = c.ep,
           .sequence_parallel = c.sequence_parallel, .bf16 = c.precision == "bf16", .recompute = m.recompute,
-          .experts = m.moe.enabled() ? m.moe.experts : 0, .top_k = m.moe.top_k, .every = m.moe.every};
+          .experts = m.moe.enabled() ? m.moe.experts : 0, .top_k = m.moe.top_k, .every = m.moe.every,
+          .capacity_factor = m.moe.capacity_factor};
 }
 
 // The chunks pipeline rank r owns: virtual stages r, r + pp, ...

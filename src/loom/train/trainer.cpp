@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "loom/agreed_error.hpp"
 #include "loom/comm/core_placement.hpp"
 #include "loom/error.hpp"
 #include "loom/kernels/matmul.hpp"
@@ -46,9 +47,22 @@ std::string world_size_remedy(int64_t ranks, int64_t world_size) {
 TrainConfig started(TrainConfig config, comm::ProcessGroup* world) {
   config.validate();
   const int64_t ranks = config.world_ranks(), world_size = world != nullptr ? world->size() : 1;
-  check(ranks == world_size, "layout dp(", config.dp, ") x pp(", config.pp, ") x cp(", config.cp, ") x tp(", config.tp, ")",
-        config.tp_3d_on() ? " x tp_3d(" + config.tp_3d + ")" : "", " = ", ranks, " != world size ", world_size,
-        world == nullptr ? " (start it with mpirun -np N loom train ...)" : world_size_remedy(ranks, world_size));
+  const auto wrong_size = [&]() {
+    return "layout dp(" + std::to_string(config.dp) + ") x pp(" + std::to_string(config.pp) + ") x cp(" +
+           std::to_string(config.cp) + ") x tp(" + std::to_string(config.tp) + ")" +
+           (config.tp_3d_on() ? " x tp_3d(" + config.tp_3d + ")" : "") + " = " + std::to_string(ranks) +
+           " != world size " + std::to_string(world_size) +
+           (world == nullptr ? " (start it with mpirun -np N loom train ...)" : world_size_remedy(ranks, world_size));
+  };
+  if (world != nullptr && world->size() > 1) {
+    // Ranks whose layouts are all one size refuse a wrong one together, so the job ends without
+    // MPI_Abort's noise; ranks that differ are named by check_ranks_agree, the next collective.
+    float size_range[2] = {static_cast<float>(ranks), -static_cast<float>(ranks)};
+    world->all_reduce(size_range, 2, comm::ReduceOp::Max);
+    if (size_range[0] == -size_range[1]) check_agreed(ranks == world_size, world->size(), wrong_size());
+  } else {
+    check(ranks == world_size, wrong_size());
+  }
   kernels::set_num_threads(config.threads);  // 0: the cores this process may run on
   // threads 0 under mpirun: the node's cores shared among the job's ranks on it (never more
   // than a rank bound to fewer may use). Every rank taking them all runs each core several
