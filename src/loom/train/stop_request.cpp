@@ -11,7 +11,7 @@ namespace {
 
 constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1};
 
-// Written by the handler only (async-signal-safe: a lock-free atomic store).
+// Set by the handler (an async-signal-safe store), cleared when a StopRequest is made.
 volatile std::sig_atomic_t received_signal = 0;
 // Rank 0 (or a single process) says what it received at once; the others keep quiet, the
 // agreement after the step tells rank 0 of theirs.

@@ -413,6 +413,7 @@ float Trainer::run() {
     trace_window_->after_step(r.step);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     stopped_by_ = stop_request.agreed_signal();
+    if (r.step == config_.steps) stopped_by_ = 0;  // a stop at the last step: the run's end saves it anyway
     progress_->step(r, dt, r.step % config_.log_every == 0 || r.step == 1 || r.step == config_.steps || stopped_by_ != 0,
                     *p_.gradient_sync);
     if (stopped_by_ != 0) break;
