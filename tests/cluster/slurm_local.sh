@@ -178,4 +178,35 @@ for rank in "rank 0 (dp 0, pp 0, tp 0)" "rank 1 (dp 0, pp 0, tp 1)"; do
 done
 [ "$(grep -c '"kind":"train"' "$work/run/metrics.jsonl")" -ge 2 ] || fail "$work/run/metrics.jsonl has no train steps"
 [ -s "$work/run/report.html" ] || fail "the script wrote no $work/run/report.html"
+
+# Stopped as its time limit would stop it: SIGUSR1 to the job's steps (what the script's
+# `#SBATCH --signal=USR1@300` asks Slurm for ahead of the limit; scancel sends it now) stops
+# both ranks after one step with a checkpoint; the script writes the report and says how to
+# continue; the same LOOM_OUT_DIR submitted again resumes there and trains on.
+stop_log=$work/stop.log
+train_flags=(--dp 1 --pp 1 --tp 2 --micro-batches 1 --n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 2
+             --eval-batches 1)
+job=$(LOOM=$loom LOOM_OUT_DIR=$work/stopped LOOM_NET_IF=lo \
+  timeout 30 sbatch --parsable --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --time=5 \
+  --chdir="$src" --output="$stop_log" "$src/scripts/slurm/loom.sbatch" "${train_flags[@]}" --steps 1000000)
+trained_steps() { grep -c '"kind":"train"' "$work/stopped/metrics.jsonl" 2>/dev/null || true; }
+for _ in $(seq 600); do [ "$(trained_steps)" -ge 5 ] && break; sleep 0.1; done
+[ "$(trained_steps)" -ge 5 ] || fail_with_logs "job $job logged no 5 steps within 60 s" "$stop_log"
+timeout 10 scancel --signal=USR1 "$job"
+for _ in $(seq 600); do [ -z "$(timeout 5 squeue -h -j "$job" -o %i 2>/dev/null)" ] && break; sleep 0.1; done
+echo "---- job log $stop_log"
+cat "$stop_log" || true
+echo "----"
+stopped_at=$(sed -n 's/.*stopped by SIGUSR1 after step \([0-9]*\) of 1000000: saved.*/\1/p' "$stop_log")
+[ -n "$stopped_at" ] || fail "job $job: no 'stopped by SIGUSR1 after step N' line"
+grep -q "loom: stopped before the time limit with a checkpoint" "$stop_log" || fail "the script did not say how to continue"
+[ -s "$work/stopped/report.html" ] || fail "the script wrote no report after the stop"
+continued=$((stopped_at + 2))
+LOOM=$loom LOOM_OUT_DIR=$work/stopped LOOM_NET_IF=lo \
+  timeout 180 sbatch --wait --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --time=5 \
+  --chdir="$src" --output="$work/continued.log" "$src/scripts/slurm/loom.sbatch" "${train_flags[@]}" --steps "$continued" ||
+  fail_with_logs "the continued job failed" "$work/continued.log"
+grep -q "resumed from .* at step $stopped_at" "$work/continued.log" || fail_with_logs "the continued job did not resume at step $stopped_at" "$work/continued.log"
+grep -Eq "step +$continued/$continued \|" "$work/continued.log" || fail_with_logs "the continued job did not reach step $continued" "$work/continued.log"
+echo "stopped by SIGUSR1 after step $stopped_at, resumed there and trained to step $continued"
 echo "slurm sbatch: PASSED"
