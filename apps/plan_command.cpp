@@ -46,6 +46,7 @@ struct PlanArgs {
   int64_t dp = 0, pp = 0, tp = 0, micro_batch = 0, chunks = 1;  // dp > 0: this one layout only
   int64_t cp = 1, cp_from_seq = plan::SearchSpace{}.cp_from_seq;
   int64_t moe_experts = 0, moe_top_k = 2, moe_every = 1, ep = 1;   // a mixture of experts (moe_cost.hpp)
+  double moe_capacity_factor = 0.0;
   double link_latency_us = 0, link_gbs = 0;                      // > 0: override both link tiers
   double net_gbps = 0;  // > 0: price a run of `loom train --net-gbps` (plan::with_emulated_network)
   std::string graph = "data/cora";  // --model gcn
@@ -205,6 +206,9 @@ Runner add_plan_command(CLI::App& sub) {
   sub.add_option("--moe-experts", a->moe_experts, "experts of each mixture-of-experts block; 0 = a dense model [0]");
   sub.add_option("--moe-top-k", a->moe_top_k, "experts each token runs through [2]");
   sub.add_option("--moe-every", a->moe_every, "every N-th block is a mixture of experts [1]");
+  sub.add_option("--moe-capacity-factor", a->moe_capacity_factor,
+                 "each expert takes at most ceil(f K T / E) tokens of a sequence, as loom train's; under ep a rank's "
+                 "expert rows are priced at that bound, dropless (0) at the balanced share [0]");
   sub.add_option("--ep", a->ep, "expert-parallel degree of the one layout (a split of dp; the search tries every one) [1]");
   sub.add_flag("--json", a->json, "print the ranking as JSON");
   sub.add_option("--precision", a->precision,
@@ -252,10 +256,13 @@ Runner add_plan_command(CLI::App& sub) {
         *field = value;
         model.name = "custom";
       }
-    model.moe = {.experts = a->moe_experts, .top_k = a->moe_top_k, .every = a->moe_every};
+    model.moe = {.experts = a->moe_experts, .top_k = a->moe_top_k, .every = a->moe_every,
+                 .capacity_factor = a->moe_capacity_factor};
     check(a->moe_experts >= 0 && a->moe_top_k >= 1 && a->moe_every >= 1 && a->ep >= 1 &&
               (a->moe_experts == 0 || a->moe_top_k <= a->moe_experts),
           "--moe-experts must be >= 0, --moe-top-k between 1 and the experts, --moe-every and --ep >= 1");
+    check(std::isfinite(a->moe_capacity_factor) && a->moe_capacity_factor >= 0,
+          "--moe-capacity-factor must be >= 0 (0: dropless), got ", a->moe_capacity_factor);
     check(model.hidden % model.heads == 0, "hidden (", model.hidden, ") must be divisible by heads (", model.heads, ")");
     check(a->devices >= 1 && a->global_batch >= 1, "--gpus and --global-batch must be >= 1");
     plan::SearchSpace space;
@@ -356,11 +363,15 @@ Runner add_plan_command(CLI::App& sub) {
     std::printf("%s (%lld parameters) on %lld x %s, global batch %lld, precision %s\n", model.name.c_str(),
                 static_cast<long long>(plan::total_parameters(model)), static_cast<long long>(a->devices), cluster.name.c_str(),
                 static_cast<long long>(a->global_batch), plan::plan_precision_name(cluster.precision));
-    if (model.moe.experts > 0)
-      std::printf("mixture of experts: %lld experts, top-%lld, every %lld block(s): %lld parameters in all, %lld active per token\n",
+    if (model.moe.experts > 0) {
+      char capacity[48] = ", dropless";
+      if (model.moe.capacity_factor > 0)
+        std::snprintf(capacity, sizeof capacity, ", capacity factor %g", model.moe.capacity_factor);
+      std::printf("mixture of experts: %lld experts, top-%lld, every %lld block(s)%s: %lld parameters in all, %lld active per token\n",
                   static_cast<long long>(model.moe.experts), static_cast<long long>(model.moe.top_k),
-                  static_cast<long long>(model.moe.every), static_cast<long long>(plan::total_parameters(model)),
+                  static_cast<long long>(model.moe.every), capacity, static_cast<long long>(plan::total_parameters(model)),
                   static_cast<long long>(plan::active_parameters(model)));
+    }
     if (cluster.name == "local")
       std::printf("local: %lld cores (a process per rank, 1 thread each), %.1f GiB a rank, GEMM %.1f-%.1f GFLOP/s by "
                   "shape, attention %.1f GFLOP/s, GELU %.1f + %.1f ns a value, copy %.1f GB/s, a core's speed alone %.2f, all busy %.2f\n",

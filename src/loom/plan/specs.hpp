@@ -23,6 +23,7 @@ struct ModelSpec {
   // Mixture of experts (moe_cost.hpp): experts 0 = a dense model.
   struct Moe {
     int64_t experts = 0, top_k = 2, every = 1;
+    double capacity_factor = 0.0;  // f: under ep a rank's expert rows are priced at its bound; 0: dropless, balanced
   } moe{};
 
   // Parameters: 12 L h^2 + 13 L h (blocks) + V h + s h (embeddings) + 2h (final norm).
