@@ -15,6 +15,7 @@
 #include "loom/data/toml_text.hpp"
 #include "loom/data/tokenizer.hpp"
 #include "loom/error.hpp"
+#include "loom/parallel/pipeline/partition.hpp"
 #include "loom/train/trace_steps.hpp"
 #include "loom/kernels/precision.hpp"
 #include "loom/kernels/threads.hpp"
@@ -243,6 +244,9 @@ void TrainConfig::validate() const {
         graph_aggregation_chunks, ") splits the aggregation of a GCN on a 3D grid: it needs model = 'gcn' and tp_3d");
   validate_tp_3d();
   validate_expert_parallel();
+  // The blocks' split over the pipeline's virtual stages, refused here on every rank alike (the
+  // model builder would refuse it on one rank, and the job would end in MPI_Abort).
+  if (family == "gpt" && pp > 1) parallel::pipeline::partition_stages(model, pp, chunks, pipeline_layers());
 }
 
 std::array<int64_t, 3> TrainConfig::tp_3d_grid() const { return parse_tp_3d_grid(tp_3d); }

@@ -12,6 +12,9 @@ def cases(fx):
     return [
         train("dp 2 without mpirun", ["--dp", "2"], r"needs 2 processes: start it with mpirun -np 2"),
         train("dp 0", ["--dp", "0"], r"parallel degrees must be >= 1"),
+        train("pp 2 x 3 chunks over 4 layers (refused by the configuration, was one rank's error)",
+              ["--n-layer", "4", "--pp", "2", "--chunks", "3", "--schedule", "interleaved", "--micro-batches", "4"],
+              r"pipeline: 2 stages x 3 chunks = 6 virtual stages need at least as many transformer blocks, the model has 4"),
         train("tp -1", ["--tp", "-1"], r"parallel degrees must be >= 1"),
         train("zero 2 with pp 2", ["--pp", "2", "--zero", "2"], r"pipeline parallelism composes with zero 0 or 1"),
         train("sequence_parallel without tp", ["--sequence-parallel"], r"sequence_parallel needs tensor parallelism"),
