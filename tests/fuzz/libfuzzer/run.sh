@@ -30,7 +30,8 @@ sources=(src/loom/train/config.cpp src/loom/data/toml_text.cpp src/loom/nn/gpt_c
          src/loom/nn/shard_spec.cpp src/loom/train/reshard.cpp src/loom/data/input_file.cpp src/loom/kernels/threads.cpp src/loom/train/trace_steps.cpp
          src/loom/data/graph.cpp src/loom/data/binary_graph.cpp src/loom/data/linqs_graph.cpp src/loom/data/text_graph.cpp src/loom/data/text_lines.cpp
          src/loom/data/rmat.cpp src/loom/data/rmat_quadrants.cpp src/loom/data/token_file.cpp src/loom/data/gpt2_tokenizer.cpp src/loom/data/unicode_classes.cpp
-         src/loom/data/text_dataset.cpp src/loom/nn/moe_config.cpp src/loom/nn/gcn_config.cpp src/loom/kernels/precision.cpp)
+         src/loom/data/text_dataset.cpp src/loom/nn/moe_config.cpp src/loom/nn/gcn_config.cpp src/loom/kernels/precision.cpp
+         src/loom/parallel/pipeline/partition.cpp)
 targets=()
 for t in "$here"/*.cpp; do targets+=("${t#"$root"/}"); done
 # The readers include comm/ headers that include <mpi.h>; nothing here calls MPI.
