@@ -90,6 +90,30 @@ TEST(PlanMoe, SearchTriesEveryEpAndPricesItsExchanges) {
   EXPECT_EQ(predict(m, c, l, 64).why_not.rfind("experts:", 0), 0u);
 }
 
+// In mixed precision (the GPU presets) Korthikanti's layer prices the dense blocks; a mixture of
+// experts adds its routed rows' activations (K per token) over the dense MLP's, in 2-byte values,
+// per MoE block, as Loom's bf16 count has them: the planner priced an MoE model's activations as
+// the dense model's before.
+TEST(PlanMoe, MixedPrecisionPricesTheRoutedRowsActivations) {
+  ModelSpec dense = moe_model();
+  dense.moe.experts = 0;
+  const ModelSpec m = moe_model();
+  const ClusterSpec c = cluster_preset("dgx-a100");
+  Layout l;
+  l.dp = 8;
+  l.micro_batch = 2;
+  l.recompute = false;
+  const LayoutCost without = predict(dense, c, l, 64);
+  const LayoutCost with = predict(m, c, l, 64);
+  ASSERT_TRUE(without.valid && with.valid) << without.why_not << with.why_not;
+  const int64_t per_block = moe_extra_activation_bytes_per_layer(2, m.seq, m.hidden, 1, false, 1, 8, 2, true);
+  EXPECT_GT(per_block, 0);
+  EXPECT_EQ(with.activation_bytes - without.activation_bytes, 4 * per_block);  // blocks 1, 3, 5, 7
+  l.recompute = true;  // re-run in backward, one block at a time
+  const LayoutCost recomputed = predict(m, c, l, 64), dense_recomputed = predict(dense, c, l, 64);
+  EXPECT_EQ(recomputed.activation_bytes - dense_recomputed.activation_bytes, per_block);
+}
+
 // Under tp, sequence parallelism decides what an MoE block costs a device: with it each tp
 // rank routes its own tokens (the dense split of the work) and sums the router's and its
 // experts' gradients over tp; without it every tp rank runs every token's experts. Either way

@@ -98,6 +98,12 @@ int64_t rank_activation_bytes(const ModelSpec& model, const ClusterSpec& cluster
   ActivationTerms mixed;
   mixed.block = static_cast<int64_t>(layer_activation_bytes(model, cluster, l, l.recompute));
   if (l.recompute) mixed.rerun = static_cast<int64_t>(layer_activation_bytes(model, cluster, l, false));
+  // A mixture of experts keeps its routed rows' MLP activations, K per token, in place of the
+  // dense MLP's (2-byte values): Loom's count of the difference, as in bf16 (Korthikanti's
+  // layer has no term for it), kept per block or re-run under recompute.
+  RankShape two_byte_values = shape;
+  two_byte_values.bf16 = true;
+  (l.recompute ? mixed.moe_rerun : mixed.moe_block) = moe_extra_activation_bytes(two_byte_values);
   return plan::rank_activation_bytes(shape, mixed, s.chunks, actions);
 }
 
