@@ -34,14 +34,19 @@ def logged_step(run_dir):
     return steps[-1] if steps else 0
 
 
-def signal_after_a_few_steps(job, run_dir, send, after=0):
-    """send() once the run has logged step after + 5 (its handlers are in place: they are
-    installed when the loop starts), then its output once it ended."""
+def wait_for_step(job, run_dir, step):
+    """Returns once the run has logged `step` (its handlers are in place by then: they are
+    installed when the loop starts)."""
     deadline = time.time() + 120
-    while logged_step(run_dir) < after + 5:
+    while logged_step(run_dir) < step:
         if job.poll() is not None or time.time() > deadline:
-            fail("the run ended or stalled before its fifth step:\n" + job.communicate()[0])
+            fail(f"the run ended or stalled before step {step}:\n" + job.communicate()[0])
         time.sleep(0.002)
+
+
+def signal_after_a_few_steps(job, run_dir, send, after=0):
+    """send() once the run has logged step after + 5, then its output once it ended."""
+    wait_for_step(job, run_dir, after + 5)
     send()
     try:
         out, _ = job.communicate(timeout=60)
@@ -115,11 +120,7 @@ run_dir = os.path.join(work, "twice")
 wide = ["--n-layer", "4", "--n-embd", "256", "--block-size", "256", "--batch-size", "8"]
 job = subprocess.Popen([*train_args(run_dir, [], 1000), *wide], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True)
-deadline = time.time() + 120
-while logged_step(run_dir) < 1:
-    if job.poll() is not None or time.time() > deadline:
-        fail("the single-process run ended or stalled before its first step:\n" + job.communicate()[0])
-    time.sleep(0.01)
+wait_for_step(job, run_dir, 1)
 job.send_signal(signal.SIGINT)
 seen = []
 for line in job.stdout:  # the first one's acknowledgement, then the second

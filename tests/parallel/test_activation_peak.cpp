@@ -158,6 +158,23 @@ TEST(ActivationPeak, PipelineRanksUnderTpOrCpAsTheMemoryCheckCounts) {
       }
 }
 
+// The mixtures of experts both MoE tests measure: 4 experts of width 32, context 32, 2
+// sequences a micro-batch.
+train::TrainConfig moe_config(int64_t dp, int64_t micro_batches, int64_t layers, int64_t top_k, double capacity_factor,
+                              const std::string& precision, bool recompute) {
+  train::TrainConfig c = loom::testing::equivalence::tiny(dp, 2, micro_batches);
+  c.model.n_embd = 32;
+  c.model.n_head = 2;
+  c.model.block_size = 32;
+  c.model.n_layer = layers;
+  c.model.moe.experts = 4;
+  c.model.moe.top_k = top_k;
+  c.model.moe.capacity_factor = capacity_factor;
+  c.precision = precision;
+  c.model.recompute = recompute;
+  return c;
+}
+
 // A mixture of experts' activations (4 experts, top-1 and top-2), fp32 and bf16, with and
 // without recompute: serial on one rank (dropless every block, at capacity 1.25 every other
 // one), the memory check's count never below the tracker's peak and at most 8% over it
@@ -174,18 +191,10 @@ TEST(ActivationPeak, MixtureOfExpertsRanksPeakAsTheMemoryCheckCounts) {
       for (const bool recompute : {false, true})
         for (const bool capacity : {false, true}) {
           if (p > 1 && (precision == "fp32" || capacity)) continue;  // a pipeline: the bf16 dropless runs
-          train::TrainConfig c = loom::testing::equivalence::tiny(1, 2, p == 1 ? 1 : 4);
-          c.model.n_embd = 32;
-          c.model.n_head = 2;
-          c.model.block_size = 32;
-          c.model.n_layer = p == 1 ? 4 : 5;
-          c.model.moe.experts = 4;
-          c.model.moe.top_k = top_k;
-          c.model.moe.capacity_factor = capacity ? 1.25 : 0.0;
+          train::TrainConfig c =
+              moe_config(1, p == 1 ? 1 : 4, p == 1 ? 4 : 5, top_k, capacity ? 1.25 : 0.0, precision, recompute);
           c.model.moe.every = capacity ? 2 : 1;
           c.pp = p;
-          c.precision = precision;
-          c.model.recompute = recompute;
           train::Trainer t(c, true, &world());
           const int64_t measured = loom::testing::step_activation_peak(t);
           const std::string what = describe(c) + ", top-" + std::to_string(top_k) +
@@ -212,17 +221,8 @@ TEST(ActivationPeak, ExpertParallelRanksPeakWithinTheCapacityBound) {
   for (const int64_t top_k : {1, 2})
     for (const std::string precision : {"fp32", "bf16"})
       for (const bool recompute : {false, true}) {
-        train::TrainConfig c = loom::testing::equivalence::tiny(2, 2, 1);
-        c.model.n_embd = 32;
-        c.model.n_head = 2;
-        c.model.block_size = 32;
-        c.model.n_layer = 2;
-        c.model.moe.experts = 4;
-        c.model.moe.top_k = top_k;
-        c.model.moe.capacity_factor = 1.25;
+        train::TrainConfig c = moe_config(2, 1, 2, top_k, 1.25, precision, recompute);
         c.ep = 2;
-        c.precision = precision;
-        c.model.recompute = recompute;
         train::Trainer t(c, true, &world());
         const int64_t measured = loom::testing::step_activation_peak(t);
         const int64_t counted = static_cast<int64_t>(train::rank_training_memory(t.config(), 0).activations);

@@ -24,6 +24,11 @@ void write_out(const char* text) {
   [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, text, std::strlen(text));
 }
 
+// The stop signals' names, or nullptr; a literal, so the handler may write it.
+const char* stop_signal_name(int signal) {
+  return signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : signal == SIGUSR1 ? "SIGUSR1" : nullptr;
+}
+
 void on_stop_signal(int signal) {
   if (received_signal != 0) {
     // The second: what the signal would have done without Loom. It stays blocked until this
@@ -34,21 +39,16 @@ void on_stop_signal(int signal) {
   }
   received_signal = signal;
   if (says_received == 0) return;
-  write_out(signal == SIGINT    ? "\nloom: SIGINT"
-            : signal == SIGTERM ? "\nloom: SIGTERM"
-                                : "\nloom: SIGUSR1");
+  write_out("\nloom: ");
+  write_out(stop_signal_name(signal));
   write_out(" received: stopping after this step and saving a checkpoint (send it again to stop at once)\n");
 }
 
 }  // namespace
 
 std::string signal_name(int signal) {
-  switch (signal) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGUSR1: return "SIGUSR1";
-    default: return "signal " + std::to_string(signal);
-  }
+  const char* name = stop_signal_name(signal);
+  return name != nullptr ? name : "signal " + std::to_string(signal);
 }
 
 StopRequest::StopRequest(comm::ProcessGroup& world) : group_(world.split(0, world.rank(), "stop")) {
