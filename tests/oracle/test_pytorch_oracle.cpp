@@ -24,6 +24,7 @@
 #include "loom/kernels/precision.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/nn/gpt.hpp"
+#include "loom/nn/hidden_dropout.hpp"
 #include "loom/optim/adamw.hpp"
 #include "loom/train/safetensors.hpp"
 #include "oracle/oracle_util.hpp"
@@ -119,9 +120,31 @@ struct LoomResult {
   std::map<std::string, Tensor> final_params;
 };
 
-float forward_backward(nn::GPT& model, const Tensor& idx, const Tensor& targets, int64_t V) {
+// The hidden dropout's draws of a training step (hidden_dropout.hpp); its step varies.
+nn::DropoutRows dropout_rows(int64_t step) { return {/*seed=*/5, static_cast<uint64_t>(step), /*first_row=*/0}; }
+
+// The masks Loom's hidden dropout applies at each of the model's sites (the embedding's 0,
+// block l's attention 1 + 2l and MLP 2 + 2l) for a (B, T) batch drawn as `rows`: a tensor of
+// ones through each site. PyTorch multiplies them in where its model says (torch_gpt.py).
+Tensor dropout_masks(const nn::GPTConfig& cfg, const nn::DropoutRows& rows, int64_t B, int64_t T) {
+  const int64_t sites = 1 + 2 * cfg.n_layer, C = cfg.n_embd;
+  Tensor out = Tensor::empty({sites, B, T, C});
+  nn::Context ctx;
+  ctx.set_dropout_rows(rows);
+  for (int64_t s = 0; s < sites; ++s) {
+    Tensor mask = Tensor::empty({B, T, C});
+    mask.fill_(1.0f);
+    nn::HiddenDropout(cfg.hidden_dropout, static_cast<uint64_t>(s), cfg.block_size, nn::whole_sequences()).apply(mask, ctx);
+    std::copy(mask.f32(), mask.f32() + mask.numel(), out.f32() + s * B * T * C);
+  }
+  return out;
+}
+
+float forward_backward(nn::GPT& model, const Tensor& idx, const Tensor& targets, int64_t V,
+                       const nn::DropoutRows& rows) {
   kernels::new_weights_generation();  // an optimizer step may have changed the weights
   nn::Context ctx;
+  ctx.set_dropout_rows(rows);  // no dropout unless the model has hidden_dropout
   Tensor logits = model.forward(idx, ctx);
   const float loss = nn::cross_entropy_loss(logits, targets, V);
   nn::cross_entropy_loss_backward(logits, targets, V, 1.0f);
@@ -146,6 +169,16 @@ LoomResult run_loom(const OracleCase& c, const fs::path& in_path) {
   in.tensors["check.targets"] = check_targets;
   in.tensors["train.idx"] = train_idx;
   in.tensors["train.targets"] = train_targets;
+  if (c.cfg.hidden_dropout > 0.0) {
+    in.tensors["check.dropout"] = dropout_masks(c.cfg, dropout_rows(0), c.B, c.T);
+    Tensor train = Tensor::empty({kTrainSteps, 1 + 2 * c.cfg.n_layer, c.B, c.T, c.cfg.n_embd});
+    const int64_t per_step = train.numel() / kTrainSteps;
+    for (int s = 0; s < kTrainSteps; ++s) {
+      const Tensor m = dropout_masks(c.cfg, dropout_rows(s + 1), c.B, c.T);
+      std::copy(m.f32(), m.f32() + per_step, train.f32() + s * per_step);
+    }
+    in.tensors["train.dropout"] = train;
+  }
   auto str = [](auto v) {
     std::ostringstream s;
     s.precision(9);
@@ -167,7 +200,7 @@ LoomResult run_loom(const OracleCase& c, const fs::path& in_path) {
 
   LoomResult r;
   model.zero_grad();
-  r.loss = forward_backward(model, check_idx, check_targets, V);
+  r.loss = forward_backward(model, check_idx, check_targets, V, dropout_rows(0));
   for (nn::Parameter* p : model.parameters()) r.grads[p->name()] = p->grad().clone();
 
   optim::AdamW opt(model.parameters(), kAdamW);
@@ -175,7 +208,7 @@ LoomResult run_loom(const OracleCase& c, const fs::path& in_path) {
     opt.zero_grad();
     Tensor idx = train_idx.view({kTrainSteps * c.B, c.T}).narrow(s * c.B, c.B);
     Tensor tgt = train_targets.view({kTrainSteps * c.B, c.T}).narrow(s * c.B, c.B);
-    r.losses.push_back(forward_backward(model, idx, tgt, V));
+    r.losses.push_back(forward_backward(model, idx, tgt, V, dropout_rows(s + 1)));
     opt.step(kLr);
   }
   for (nn::Parameter* p : model.parameters()) r.final_params[p->name()] = p->value().clone();
@@ -245,6 +278,26 @@ TEST(PyTorchOracle, RecomputeGradientsAndAdamW) {
   const LoomResult without = run_loom(plain, dir.path / "in.safetensors");
   for (const auto& [name, g] : without.grads)
     EXPECT_TRUE(tensor_close("recompute vs plain grad " + name, with.grads.at(name), g, 0.0, 0.0));
+}
+
+// Hidden dropout (p 0.2 on the embedding's output and each branch's) with PyTorch given
+// Loom's masks: where they are applied and how they scale, in forward and backward, and a
+// mask that changes with the step, to the fp32 tolerances; also under recompute, whose
+// replay must draw the forward's masks again. The masks are checked to drop about p.
+TEST(PyTorchOracle, HiddenDropoutGradientsAndAdamW) {
+  for (const bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recompute" : "no recompute");
+    OracleCase c{tiny_config(recompute), 3, 16};
+    c.cfg.hidden_dropout = 0.2;
+    check_against_pytorch(c);
+  }
+  nn::GPTConfig cfg = tiny_config();
+  cfg.hidden_dropout = 0.2;
+  const Tensor m = dropout_masks(cfg, dropout_rows(0), 3, 16);
+  const auto dropped = std::count(m.f32(), m.f32() + m.numel(), 0.0f);
+  const double share = static_cast<double>(dropped) / static_cast<double>(m.numel());  // of 7 x 1536 draws
+  EXPECT_NEAR(share, 0.2, 0.02);  // 5 standard deviations (0.004 each)
+  EXPECT_EQ(std::count(m.f32(), m.f32() + m.numel(), 1.0f / (1.0f - 0.2f)), m.numel() - dropped) << "kept values scale by 1 / (1 - p)";
 }
 
 // Mixed precision against torch.autocast("cpu", dtype=torch.bfloat16) with fp32 master

@@ -65,9 +65,12 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(c, eps=1e-5)
         self.mlp = MLP(c)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
+    def forward(self, x, drop_attn=None, drop_mlp=None):
+        """drop_*: dropout masks (0 or 1 / (1 - p)) on each branch's output before the residual add."""
+        a = self.attn(self.ln1(x))
+        x = x + (a if drop_attn is None else a * drop_attn)
+        m = self.mlp(self.ln2(x))
+        return x + (m if drop_mlp is None else m * drop_mlp)
 
 
 class GPT(nn.Module):
@@ -78,10 +81,15 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList([Block(c, nh, block_size) for _ in range(n_layer)])
         self.ln_f = nn.LayerNorm(c, eps=1e-5)
 
-    def forward(self, idx, targets):
+    def forward(self, idx, targets, dropout=None):
+        """dropout: the hidden dropout's masks (sites, B, T, C), given rather than drawn so that
+        another implementation's draws can be replayed: site 0 the embedding's output, then each
+        block's attention and MLP outputs (1 + 2l, 2 + 2l), as Megatron-LM's hidden dropout."""
         x = self.embedding(idx)
-        for b in self.blocks:
-            x = b(x)
+        if dropout is not None:
+            x = x * dropout[0]
+        for l, b in enumerate(self.blocks):
+            x = b(x) if dropout is None else b(x, dropout[1 + 2 * l], dropout[2 + 2 * l])
         logits = F.linear(self.ln_f(x), self.embedding.wte)  # tied head, (B, T, Vp)
         real = logits[..., :self.v].float()  # padding columns take no part; the loss in fp32 (also under autocast)
         return F.cross_entropy(real.reshape(-1, self.v), targets.reshape(-1).long())

@@ -39,6 +39,21 @@ std::vector<ModelParallel> layouts(int64_t p) {
   return out;
 }
 
+// A tiny GPT (4 heads) of this width under layout l with dp data-parallel ranks.
+train::TrainConfig model_parallel_config(const ModelParallel& l, int64_t dp, int64_t width, int64_t micro_batches,
+                                         const std::string& precision, bool recompute) {
+  train::TrainConfig c = loom::testing::equivalence::tiny(dp, 2, micro_batches);
+  c.model.n_head = 4;
+  c.model.n_embd = width;
+  c.model.padded_vocab_size = 64 * l.tp * ((65 + 64 * l.tp - 1) / (64 * l.tp));
+  c.tp = l.tp;
+  c.cp = l.cp;
+  c.sequence_parallel = l.sequence_parallel;
+  c.precision = precision;
+  c.model.recompute = recompute;
+  return c;
+}
+
 // Summing every block's activations with the first backward's scratch counted these ranks up to
 // 20% high (tp 2 (sp) bf16 at width 48: 102144 B for 87936), and ring attention's scratch in bf16
 // up to 32% low (cp 2 bf16 at width 48: 71808 B for 105600).
@@ -51,21 +66,32 @@ TEST(ActivationPeak, ModelParallelRanksPeakAsTheMemoryCheckCounts) {
         for (const std::string precision : {"fp32", "bf16"})
           for (const bool recompute : {false, true}) {
             if (micro_batches == 2 && width == 48) continue;  // one micro-batch at a time: once is enough
-            train::TrainConfig c = loom::testing::equivalence::tiny(1, 2, micro_batches);
-            c.model.n_head = 4;
-            c.model.n_embd = width;
-            c.model.padded_vocab_size = 64 * l.tp * ((65 + 64 * l.tp - 1) / (64 * l.tp));
-            c.tp = l.tp;
-            c.cp = l.cp;
-            c.sequence_parallel = l.sequence_parallel;
-            c.precision = precision;
-            c.model.recompute = recompute;
-            train::Trainer t(c, true, &world());
+            train::Trainer t(model_parallel_config(l, 1, width, micro_batches, precision, recompute), true, &world());
             const int64_t measured = loom::testing::step_activation_peak(t);
             EXPECT_EQ(static_cast<int64_t>(train::rank_training_memory(t.config(), 0).activations), measured)
                 << describe(l) << ", width " << width << ", " << micro_batches << " micro-batch(es), " << precision
                 << (recompute ? ", recompute" : "") << ", rank " << world().rank();
           }
+}
+
+// Hidden dropout keeps nothing (backward draws its masks again), but each branch's backward
+// gets a masked copy of the incoming gradient while the residual path keeps the original: one
+// more (B, T, C) fp32 tensor of this rank's tokens in the MLP's and the attention's backward.
+// On 2 ranks: tp 2 with sequence parallelism, cp 2, and dp 2 (the serial shapes), fp32 and bf16,
+// with and without recompute.
+TEST(ActivationPeak, HiddenDropoutRanksPeakAsTheMemoryCheckCounts) {
+  if (world().size() != 2) GTEST_SKIP() << "tp 2 (sp), cp 2 and dp 2 on two ranks";
+  for (const ModelParallel l : {ModelParallel{2, 1, true}, ModelParallel{1, 2, false}, ModelParallel{1, 1, false}})
+    for (const std::string precision : {"fp32", "bf16"})
+      for (const bool recompute : {false, true}) {
+        train::TrainConfig c = model_parallel_config(l, 2 / (l.tp * l.cp), 48, 1, precision, recompute);
+        c.model.hidden_dropout = 0.1;
+        train::Trainer t(c, true, &world());
+        const int64_t measured = loom::testing::step_activation_peak(t);
+        EXPECT_EQ(static_cast<int64_t>(train::rank_training_memory(t.config(), 0).activations), measured)
+            << describe(l) << " x dp " << c.dp << ", " << precision << (recompute ? ", recompute" : "") << ", rank "
+            << world().rank();
+      }
 }
 
 

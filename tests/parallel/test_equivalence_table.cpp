@@ -50,7 +50,7 @@ struct Case {
   std::string tp_3d_overlap = "on";  // with tp_3d: "off" runs the blocking path
   std::string grad_reduce_dtype = "fp32";
   std::string tp_overlap = "on";  // with tp: "off" runs the blocking path
-
+  double hidden_dropout = 0.0;
 };
 
 // 3D grid {R, C, D} of a case ({1, 1, 1} without tp_3d).
@@ -92,6 +92,7 @@ train::TrainConfig common(const Case& k, int64_t dp, int64_t batch) {
   c.eval_batches = 2;
   c.precision = k.precision;
   c.grad_reduce_dtype = k.grad_reduce_dtype;
+  c.model.hidden_dropout = k.hidden_dropout;
   return c;
 }
 
@@ -269,6 +270,28 @@ INSTANTIATE_TEST_SUITE_P(
                       // on a row split, gathering GELU's bf16 output (refused until widened).
                       bf16(Case{.name = "tp3d_2x2x2_width18", .tp_3d = "2,2,2", .n_head = 2, .n_embd = 18, .world = 8}),
                       bf16(Case{.name = "tp3d_1x2x2_dp2_blocking", .tp_3d = "1,2,2", .world = 8, .tp_3d_overlap = "off"})),
+    [](const auto& info) { return info.param.name; });
+
+Case dropout(Case c) {
+  c.name += "_dropout";
+  c.hidden_dropout = 0.2;
+  return c;
+}
+
+// Hidden dropout (p 0.2): each layout must draw the serial run's masks on its rows, its chunk
+// of each sequence (cp's zig-zag, sequence parallelism's tp chunks) and its micro-batches (a
+// pipeline's later stages), and redraw them in recompute's replay. A rank that drew another
+// mask drops a different fifth of a tensor: far past the tolerances.
+INSTANTIATE_TEST_SUITE_P(
+    HiddenDropout, EquivalenceTable,
+    ::testing::Values(dropout(kDdp), dropout(kZero3), dropout(Case{.name = "tp2_sp", .tp = 2, .sequence_parallel = true}),
+                      dropout(kTp), dropout(Case{.name = "cp2_mb2", .cp = 2, .micro_batches = 2}),
+                      dropout(Case{.name = "cp2_tp2_sp", .tp = 2, .cp = 2, .sequence_parallel = true}),
+                      dropout(Case{.name = "interleaved", .pp = 2, .schedule = "interleaved", .chunks = 2, .n_layer = 4,
+                                   .micro_batches = 4}),
+                      dropout(Case{.name = "tp3d_2x1x2", .micro_batches = 2, .tp_3d = "2,1,2", .world = 4}),
+                      dropout(Case{.name = "recompute_tp2_sp", .tp = 2, .recompute = true, .sequence_parallel = true}),
+                      bf16(dropout(Case{.name = "pp2_cp2", .pp = 2, .cp = 2, .n_layer = 4, .micro_batches = 4}))),
     [](const auto& info) { return info.param.name; });
 
 TEST(GradientCheck, FailsOnAGradientScaledByTwoOnOneRank) {

@@ -67,7 +67,7 @@ Batch TextDataset::batch(Split split, uint64_t seed, int64_t step, int64_t row_b
   const int64_t split_size = size(split), split_begin = split == Split::Train ? 0 : n_train_;
   check(T + 1 < split_size, "sequence length ", T, " too long for a split of ", split_size, " tokens");
   Batch batch{Tensor::empty({B, T}, DType::I32, MemoryCategory::Other),
-              Tensor::empty({B, T}, DType::I32, MemoryCategory::Other)};
+              Tensor::empty({B, T}, DType::I32, MemoryCategory::Other), row_begin};
   const uint64_t windows = static_cast<uint64_t>(split_size - T - 1);
   const uint64_t key = mix(mix(mix(seed) ^ static_cast<uint64_t>(split)) ^ static_cast<uint64_t>(step));
   for (int64_t b = 0; b < B; ++b) {

@@ -23,6 +23,9 @@ enum class Split { Train, Val };
 struct Batch {
   Tensor inputs;   // (B, T) i32
   Tensor targets;  // (B, T) i32, inputs shifted by one
+  // The row of the step's whole batch that this batch's first row is (its rows follow it):
+  // what a training step's dropout masks are drawn from (nn/hidden_dropout.hpp).
+  int64_t first_row = 0;
 };
 
 class TextDataset {

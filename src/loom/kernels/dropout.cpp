@@ -38,8 +38,9 @@ void dropout_forward_block(float* out, float* mask, const float* x, int64_t rows
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t i = r * cols + c, column = col0 + c;
       const auto whole = static_cast<uint64_t>(row_ids[r] * width + column);
-      mask[i] = column < width && (mix(key + whole) >> 40) >= threshold ? scale : 0.0f;
-      out[i] = x[i] * mask[i];
+      const float m = column < width && (mix(key + whole) >> 40) >= threshold ? scale : 0.0f;
+      if (mask != nullptr) mask[i] = m;
+      out[i] = x[i] * m;
     }
 }
 

@@ -13,7 +13,9 @@ namespace loom::kernels {
 void dropout_forward(float* out, float* mask, const float* x, int64_t n, float p, uint64_t key);
 // The same masks on a block (rows, cols) of a larger (?, width) tensor: local row r is row
 // row_ids[r] of the whole, local column c its column col0 + c, so a rank holding a block draws
-// the elements the whole tensor would. Columns at or past `width` (padding) get 0.
+// the elements the whole tensor would. Columns at or past `width` (padding) get 0. mask may be
+// null: the mask is then applied and not written, and a second call with the same arguments on
+// the output's gradient is the backward (a transformer's hidden dropout keeps nothing).
 void dropout_forward_block(float* out, float* mask, const float* x, int64_t rows, int64_t cols, const int64_t* row_ids,
                            int64_t col0, int64_t width, float p, uint64_t key);
 // dx (n) = dout * mask; may run in place (dx == dout).

@@ -1,10 +1,12 @@
 // Pre-LayerNorm transformer block: x + attn(ln1(x)), then + mlp(ln2(.)); in a mixture-of-
-// experts block the MLP is a MoE layer (moe.hpp).
+// experts block the MLP is a MoE layer (moe.hpp). With hidden dropout, each branch's output is
+// dropped out before it joins the residual stream (hidden_dropout.hpp).
 // With recompute on, forward keeps only the block's input and backward re-runs the
 // forward into a scratch context first (activation checkpointing, Chen et al. 2016).
 #pragma once
 
 #include "loom/nn/causal_self_attention.hpp"
+#include "loom/nn/hidden_dropout.hpp"
 #include "loom/nn/layer_norm.hpp"
 #include "loom/nn/mlp.hpp"
 
@@ -16,6 +18,9 @@ class Block : public Module {
   Block(int64_t C, int64_t NH, const LayerBuilder& layers = serial_layers(), const MoeConfig* moe = nullptr);
   void set_recompute(bool on) { recompute_ = on; }
   bool recompute() const { return recompute_; }
+  // Dropout with probability p on the attention and MLP outputs of block `layer` (its sites
+  // 1 + 2 layer and 2 + 2 layer; the embedding's is 0), sequences of block_size.
+  void set_hidden_dropout(double p, int64_t layer, int64_t block_size);
   CausalSelfAttention& attn() { return *attn_; }
   MLP& mlp();
   MoE* moe() { return moe_; }  // null in a dense block
@@ -31,6 +36,8 @@ class Block : public Module {
   Tensor backward_body(const Tensor& dy, Context& ctx);
 
   bool recompute_ = false;
+  const SequenceParts& parts_;  // how this block's sequences are split (for dropout's positions)
+  HiddenDropout attn_dropout_, ffn_dropout_;
   LayerNorm* ln1_;
   CausalSelfAttention* attn_;
   LayerNorm* ln2_;

@@ -18,6 +18,14 @@ const Tensor& Context::saved(const Module* owner, size_t i) const {
   return it->second[i];
 }
 
+Context Context::replay() const {
+  Context c;
+  c.dropout_rows_ = dropout_rows_;
+  c.inference_ = inference_;
+  c.packed_ = packed_;
+  return c;
+}
+
 int64_t Context::bytes() const {
   std::set<const void*> seen;
   int64_t total = 0;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -16,6 +17,16 @@ class PackedWeights;
 namespace loom::nn {
 
 class Module;
+
+// What a training micro-batch's hidden dropout draws its masks from: the run's seed, the step,
+// and the global row (sequence) of the step's batch that this micro-batch's first row is. The
+// mask of an element is a function of (seed, step, site, global row, position, feature), so
+// every layout drops what the serial run drops.
+struct DropoutRows {
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  int64_t first_row = 0;
+};
 
 class Context {
  public:
@@ -36,8 +47,16 @@ class Context {
   // null (training, or generation without them): the plain matmul.
   void set_packed_weights(kernels::PackedWeights* packed) { packed_ = packed; }
   kernels::PackedWeights* packed_weights() const { return packed_; }
+  // A training step's micro-batch sets it; evaluation and generation leave it unset, and a
+  // context without it runs no dropout.
+  void set_dropout_rows(const DropoutRows& rows) { dropout_rows_ = rows; }
+  const std::optional<DropoutRows>& dropout_rows() const { return dropout_rows_; }
+  // A context for re-running part of this one's forward (activation recompute): the same
+  // dropout rows and mode, nothing saved.
+  Context replay() const;
 
  private:
+  std::optional<DropoutRows> dropout_rows_;
   bool inference_ = false;
   kernels::PackedWeights* packed_ = nullptr;
   std::unordered_map<const Module*, std::vector<Tensor>> saved_;

@@ -21,10 +21,12 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const LayerBuilder& layers, GPT
     embedding_ = &register_module("embedding", layers_.embedding(config_.vocab_size, Vp, config_.block_size, C));
     // Tied: the LM head reads the same table, so two gradient contributions per backward.
     if (stage_.head) embedding_->wte().set_contributions_per_backward(2);
+    embedding_dropout_ = HiddenDropout(config_.hidden_dropout, /*site=*/0, config_.block_size, layers_.sequence_parts());
   }
   for (int64_t l = stage_.first_block; l < stage_.end_block; ++l) {
     Block& b = register_module("blocks." + std::to_string(l), std::make_unique<Block>(C, config_.n_head, layers_, config_.moe.is_moe_block(l) ? &config_.moe : nullptr));
     b.set_recompute(config_.recompute);
+    b.set_hidden_dropout(config_.hidden_dropout, l, config_.block_size);
     blocks_.push_back(&b);
   }
   if (stage_.head) {
@@ -83,7 +85,11 @@ void GPT::init_weights(uint64_t seed) {
 }
 
 Tensor GPT::forward_impl(const Tensor& input, Context& ctx) {
-  Tensor x = embedding_ ? embedding_->forward(input, ctx) : input;  // (B, T, C)
+  Tensor x = input;  // (B, T, C) from the stage before, or token ids (B, T)
+  if (embedding_) {
+    x = embedding_->forward(input, ctx);
+    embedding_dropout_.apply(x, ctx);
+  }
   for (Block* b : blocks_) x = b->forward(x, ctx);
   if (!has_head()) return x;
   x = ln_f_->forward(x, ctx);
@@ -103,6 +109,7 @@ Tensor GPT::backward_impl(const Tensor& dout, Context& ctx) {
   }
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) dx = (*it)->backward(dx, ctx);
   if (!embedding_) return dx;
+  embedding_dropout_.apply(dx, ctx);
   embedding_->backward(dx, ctx);
   return Tensor();
 }

@@ -24,6 +24,7 @@ struct GPTConfig {
   int64_t n_head = 6;             // NH
   int64_t n_embd = 384;           // C
   bool recompute = false;         // activation recompute in every block
+  double hidden_dropout = 0.0;    // p on the embedding's and every branch's output, while training
   MoeConfig moe{};                // mixture-of-experts blocks (none by default)
 
   int64_t resolved_padded_vocab() const;
@@ -87,6 +88,7 @@ class GPT : public Module {
   const LayerBuilder& layers_;
   GPTStage stage_;
   Embedding* embedding_ = nullptr;
+  HiddenDropout embedding_dropout_;
   std::vector<Block*> blocks_;
   LayerNorm* ln_f_ = nullptr;
   Parameter* head_copy_ = nullptr;  // the head's token table on a stage without the embedding

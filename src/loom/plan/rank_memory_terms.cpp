@@ -165,7 +165,7 @@ int64_t loom_rank_activation_bytes(const RankShape& s, const std::vector<nn::GPT
     const Grid3DActivationShape grid{
         .B = s.batch, .T = s.tokens(), .C = s.hidden, .NH = s.heads, .L = chunk.end_block - chunk.first_block,
         .V = s.vocab / s.tp, .row = s.tp, .seq = s.sequence_parallel ? s.tp : 1, .ring = s.cp, .bf16 = s.bf16,
-        .recompute = s.recompute, .embedding = chunk.embedding, .head = chunk.head};
+        .recompute = s.recompute, .dropout = s.hidden_dropout, .embedding = chunk.embedding, .head = chunk.head};
     const ChunkActivationPeaks p = grid_3d_chunk_activation_peaks(grid);
     // A mixture of experts keeps its routed rows beside the dense block's tensors (none under
     // recompute) and re-runs them in backward under recompute. Its backward is a moment of its
@@ -181,7 +181,8 @@ int64_t loom_rank_activation_bytes(const RankShape& s, const std::vector<nn::GPT
     const int64_t final_norm = chunk.head ? 2 * (s.bf16 ? 2 : 4) * rows * s.hidden + 8 * rows : 0;
     const int64_t replayed = p.kept - (1 + after) * a.block + grid_3d_layer_activation_bytes(grid) + a.moe_rerun;
     const int64_t held = (s.recompute ? replayed : p.kept + moe) - final_norm;
-    const int64_t given = 4 * rows * s.hidden * (after > 0 && !chunk.head ? 2 : 1);
+    // The gradient it is given (and under hidden dropout its masked copy).
+    const int64_t given = 4 * rows * s.hidden * ((after > 0 && !chunk.head ? 2 : 1) + (s.hidden_dropout ? 1 : 0));
     const int64_t moe_backward = moe_last || (s.recompute && moe_here) ? held + given + a.moe_scratch : 0;
     const int64_t dense_backward = p.backward + moe + (moe_here ? a.moe_rerun : 0);
     runs.push_back({p.kept + moe, p.forward + moe, std::max(dense_backward, moe_backward)});

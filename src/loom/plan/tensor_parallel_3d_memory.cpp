@@ -73,6 +73,8 @@ ChunkActivationPeaks grid_3d_chunk_activation_peaks(const Grid3DActivationShape&
   // The gradient entering the last block, held through its backward (a pipeline chunk without
   // the head: the received one, held through the chunk's backward).
   const int64_t dy = 4 * BTCs;
+  // Under hidden dropout the branch being differentiated gets a masked copy of its gradient.
+  const int64_t dropped = s.dropout ? 4 * BTCs : 0;
 
   // The head's backward: the final LayerNorm's input and output (bf16 copies in bf16) and
   // statistics, its input gradient, in bf16 the logits' gradient converted a piece of rows at a time.
@@ -90,12 +92,12 @@ ChunkActivationPeaks grid_3d_chunk_activation_peaks(const Grid3DActivationShape&
   const int64_t dy_bf16 = s.bf16 ? 2 * BTCs / split(s, kMlpProj, Co) : 0;
   const int64_t dy_whole = sp ? v * BTC : 0;
   const int64_t mlp_backward =
-      replayed + logits + dy + dy_slice + dy_bf16 + dy_whole + 4 * 4 * BTC / split(s, kMlpProj, R);
+      replayed + logits + dy + dropped + dy_slice + dy_bf16 + dy_whole + 4 * 4 * BTC / split(s, kMlpProj, R);
 
   // Under sequence parallelism fc's backward comes after it, the projection's input and the
   // pre-activation released: the pre-activation's gradient (and in bf16 its copy), the input
   // gradient summed whole and its reduce-scattered chunk, the input gathered whole for dW.
-  const int64_t fc_backward = sp ? replayed - 2 * v * 4 * BTC / R + logits + dy + 4 * 4 * BTC / R +
+  const int64_t fc_backward = sp ? replayed - 2 * v * 4 * BTC / R + logits + dy + dropped + 4 * 4 * BTC / R +
                                        (s.bf16 ? 2 * 4 * BTC / R : 0) + 4 * BTC + 4 * BTCs + v * BTC
                                  : 0;
 
@@ -105,7 +107,8 @@ ChunkActivationPeaks grid_3d_chunk_activation_peaks(const Grid3DActivationShape&
   const int64_t scores = s.ring > 1 ? ring_attention_backward_bytes(s)
                          : s.bf16  ? bf16_attention_backward_bytes(s.B, s.T, s.C, s.NH, R)
                                    : 4 * s.NH / R * BT * s.T;
-  const int64_t attention_backward = replayed - last.mlp + logits + 2 * dy + 4 * BTC / R + 4 * 3 * BTC / R + scores;
+  const int64_t attention_backward =
+      replayed - last.mlp + logits + 2 * dy + dropped + 4 * BTC / R + 4 * 3 * BTC / R + scores;
 
   // The forward of the last block's MLP projection, the block's other tensors alive: in bf16
   // the residual stream (ln2 keeps a bf16 copy) and fc's fp32 output; ln2's output where fc keeps

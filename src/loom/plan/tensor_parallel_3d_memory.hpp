@@ -26,6 +26,9 @@ struct Grid3DActivationShape {
   int64_t seq = 1;  // sequence parallelism: the ranks the LayerNorms' and residual stream's tokens are split over
   int64_t ring = 1;  // context parallelism: the ranks of ring attention's ring (T is this rank's tokens); 1: none
   bool bf16 = false, recompute = false;
+  // Hidden dropout: each branch's backward gets a masked copy of its incoming gradient (one more
+  // fp32 tensor of the residual stream's in the MLP's and the attention's backward).
+  bool dropout = false;
   // A pipeline chunk of L blocks may hold neither the embedding nor the head (the logits, the
   // final LayerNorm); a whole model holds both.
   bool embedding = true, head = true;

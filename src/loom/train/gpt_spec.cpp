@@ -94,7 +94,7 @@ void GptSpec::use_context_parallel(comm::ProcessGroup& cp, const std::string& sp
 data::Batch GptSpec::context_chunks(data::Batch batch) const {
   if (cp_ == nullptr) return batch;
   return {parallel::cp::take_chunks(batch.inputs, cp_->rank(), cp_->size(), cp_split_),
-          parallel::cp::take_chunks(batch.targets, cp_->rank(), cp_->size(), cp_split_)};
+          parallel::cp::take_chunks(batch.targets, cp_->rank(), cp_->size(), cp_split_), batch.first_row};
 }
 
 data::Batch GptSpec::train_batch(int64_t step, int64_t m, int dp_rank) {

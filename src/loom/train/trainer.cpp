@@ -157,6 +157,10 @@ void Trainer::resume_auto() {
   if (!path.empty()) resume_from(path);
 }
 
+nn::DropoutRows Trainer::dropout_rows(const data::Batch& batch) const {
+  return {static_cast<uint64_t>(config_.seed), static_cast<uint64_t>(step_), batch.first_row};
+}
+
 float Trainer::local_gradients() {
   const int64_t M = config_.micro_batches;
   double loss_sum = 0.0;
@@ -166,6 +170,7 @@ float Trainer::local_gradients() {
     p_.finalizer->before_backward(m == M - 1);  // communicate once, after the last micro-batch
     MemoryScope scope(MemoryCategory::Activations);
     nn::Context ctx;
+    ctx.set_dropout_rows(dropout_rows(batch));
     Tensor logits = p_.chunks.front()->forward(batch.inputs, ctx);  // (B, T, Vp), or (B, T, Vp/tp)
     loss_sum += spec_->loss(logits, batch.targets, /*backward=*/true, 1.0f / static_cast<float>(M));
     p_.chunks.front()->backward(logits, ctx);  // logits now hold dlogits
@@ -184,7 +189,8 @@ float Trainer::pipeline_gradients() {
       [&](Tensor& logits, int64_t mb) {
         return spec_->loss(logits, batches[mb].targets, /*backward=*/true, 1.0f / static_cast<float>(M));
       },
-      [&](bool last) { p_.finalizer->before_backward(last); });
+      [&](bool last) { p_.finalizer->before_backward(last); },
+      [&](nn::Context& ctx, int64_t mb) { ctx.set_dropout_rows(dropout_rows(batches[mb])); });
   p_.finalizer->finish();
   float loss = static_cast<float>(loss_sum / static_cast<double>(M));  // the last stage's; 0 elsewhere
   pp_.all_reduce(&loss, 1, comm::ReduceOp::Sum);

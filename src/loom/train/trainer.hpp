@@ -105,6 +105,9 @@ class Trainer {
   // One step's final gradients on this rank; returns the mean loss of this
   // data-parallel rank's micro-batches (a pipeline's last stage computes it; all get it).
   float local_gradients();
+  // What a training micro-batch's dropout masks are drawn from: the run's seed, this step and
+  // the batch's first row in the step's whole batch.
+  nn::DropoutRows dropout_rows(const data::Batch& batch) const;
   float pipeline_gradients();
   // The mean loss over count batches (forward only, any layout).
   float evaluate_on(const std::function<data::Batch(int64_t)>& batch_of, int64_t count);

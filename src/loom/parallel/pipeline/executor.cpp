@@ -98,9 +98,9 @@ void PipelineExecutor::reap_sends(bool all) {
 
 double PipelineExecutor::run(const std::vector<Action>& actions, const std::function<Tensor(int64_t)>& input,
                              const std::function<float(Tensor&, int64_t)>& loss,
-                             const std::function<void(bool)>& before_backward) {
+                             const std::function<void(bool)>& before_backward, const PrepareContext& prepare) {
   trace_.clear();
-  return execute(actions, input, loss, before_backward, /*training=*/true);
+  return execute(actions, input, loss, before_backward, prepare, /*training=*/true);
 }
 
 double PipelineExecutor::run_forward(const std::function<Tensor(int64_t)>& input,
@@ -109,12 +109,14 @@ double PipelineExecutor::run_forward(const std::function<Tensor(int64_t)>& input
   for (auto& actions : forwards.ranks)
     for (int mb = 0; mb < micro_batches; ++mb)
       for (int c = 0; c < v_; ++c) actions.push_back({ActionKind::Forward, mb, c});
-  return execute(with_transfers(forwards).ranks.at(static_cast<size_t>(rank_)), input, loss, {}, /*training=*/false);
+  return execute(with_transfers(forwards).ranks.at(static_cast<size_t>(rank_)), input, loss, {}, {},
+                 /*training=*/false);
 }
 
 double PipelineExecutor::execute(const std::vector<Action>& actions, const std::function<Tensor(int64_t)>& input,
                                  const std::function<float(Tensor&, int64_t)>& loss,
-                                 const std::function<void(bool)>& before_backward, bool training) {
+                                 const std::function<void(bool)>& before_backward, const PrepareContext& prepare,
+                                 bool training) {
   const int64_t S = p_ * v_;
   // Each chunk's last backward in this rank's list: its gradients are whole after it.
   std::map<int64_t, const Action*> last_backward;
@@ -148,7 +150,9 @@ double PipelineExecutor::execute(const std::vector<Action>& actions, const std::
       std::optional<trace::Span> span;  // the timeline's box: after the receive, as timed.start
       if (training) span.emplace("pipeline", "F").arg("mb", a.micro_batch).arg("chunk", a.chunk);
       timed.start = now_seconds();  // after the receive: waiting is bubble, not compute
-      Tensor y = model.forward(x, training ? contexts[key] : eval_context);
+      nn::Context& ctx = training ? contexts[key] : eval_context;
+      if (training && prepare) prepare(ctx, a.micro_batch);
+      Tensor y = model.forward(x, ctx);
       if (k < S - 1) {
         transfers.outputs[{false, a.micro_batch, a.chunk}] = y;
       } else {

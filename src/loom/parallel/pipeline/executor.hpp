@@ -36,9 +36,13 @@ class PipelineExecutor {
   // before_backward(last): before each backward, whether it is this rank's last backward of
   //   its chunk in `actions` (whichever micro-batch that is: a schedule file may end with any),
   //   so data and sequence parallelism reduce a chunk's gradients only once they are whole.
+  // prepare(ctx, mb): sets up micro-batch mb's context on every stage before its first
+  //   forward there (the step's dropout rows); none: a bare context.
   // Returns the summed loss of the micro-batches on the last stage's rank (0 elsewhere).
+  using PrepareContext = std::function<void(nn::Context&, int64_t)>;
   double run(const std::vector<Action>& actions, const std::function<Tensor(int64_t)>& input,
-             const std::function<float(Tensor&, int64_t)>& loss, const std::function<void(bool)>& before_backward);
+             const std::function<float(Tensor&, int64_t)>& loss, const std::function<void(bool)>& before_backward,
+             const PrepareContext& prepare = {});
   // Forward only (evaluation): a schedule of forwards, micro-batch after micro-batch, with
   // their transfers; loss(logits, mb) must not write the logits. Returns the summed loss on the last stage's rank (0 elsewhere).
   double run_forward(const std::function<Tensor(int64_t)>& input, const std::function<float(Tensor&, int64_t)>& loss,
@@ -74,7 +78,7 @@ class PipelineExecutor {
   // dlogits for the backward; otherwise (evaluation) forwards only, logits left as they are.
   double execute(const std::vector<Action>& actions, const std::function<Tensor(int64_t)>& input,
                  const std::function<float(Tensor&, int64_t)>& loss,
-                 const std::function<void(bool)>& before_backward, bool training);
+                 const std::function<void(bool)>& before_backward, const PrepareContext& prepare, bool training);
   // virtual_stage: the receiving stage's.
   int tag(bool gradient, int64_t virtual_stage, int64_t micro_batch) const;
   void post_receive(Transfers& t, const Action& a);
