@@ -85,6 +85,7 @@ struct Case {
   std::string precision = "fp32";  // bf16: against the serial bf16 run, its tokens crossing in bf16
   int64_t steps = 3;
   int64_t every = 1;  // a mixture of experts in every `every`-th block
+  double hidden_dropout = 0.0;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -121,6 +122,7 @@ train::TrainConfig moe_config(const Case& k, int64_t dp, int64_t batch) {
   c.optimizer = k.optimizer;
   if (k.optimizer == "sgd") c.lr = 0.05;  // momentum 0.9: moves parameters well past the tolerance
   c.precision = k.precision;
+  c.model.hidden_dropout = k.hidden_dropout;
   return c;
 }
 
@@ -246,6 +248,18 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "ep1_tp2_sp_cp2_capacity", .ep = 1, .capacity_factor = 1.0, .tp = 2, .cp = 2,
                            .sequence_parallel = true},
                       Case{.name = "ep1_tp2_sp_pp2", .ep = 1, .micro_batches = 2, .tp = 2, .pp = 2, .sequence_parallel = true}),
+    [](const auto& info) { return info.param.name; });
+
+// Hidden dropout (p 0.2) with ep: a rank drops on its rows what the serial run drops there, so
+// every router sees the serial run's inputs and routes (and drops, at capacity) alike; with tp
+// and sequence parallelism (each tp rank's chunk of every sequence), a pipeline and cp.
+INSTANTIATE_TEST_SUITE_P(
+    HiddenDropout, ExpertParallelTable,
+    ::testing::Values(Case{.name = "ep2_dropout", .hidden_dropout = 0.2},
+                      Case{.name = "ep2_tp2_sp_capacity_dropout", .capacity_factor = 1.0, .tp = 2,
+                           .sequence_parallel = true, .hidden_dropout = 0.2},
+                      Case{.name = "ep2_pp2_dropout", .micro_batches = 2, .pp = 2, .hidden_dropout = 0.2},
+                      Case{.name = "ep2_cp2_capacity_dropout", .capacity_factor = 1.0, .cp = 2, .hidden_dropout = 0.2}),
     [](const auto& info) { return info.param.name; });
 
 // Mixed precision: the tokens' all-to-alls carry bf16, against the serial bf16 run with the
