@@ -191,6 +191,8 @@ def model_args(model):
          "--grad-clip", str(model["clip"])]
     if model["padded_vocab"]:
         a += ["--padded-vocab-size", str(model["padded_vocab"])]
+    if model.get("dropout"):
+        a += ["--hidden-dropout", str(model["dropout"])]
     if model.get("experts"):
         a += ["--moe-experts", str(model["experts"]), "--moe-top-k", str(model["top_k"]),
               "--moe-capacity-factor", str(model["capacity"]), "--moe-every", str(model["every"])]
@@ -432,6 +434,8 @@ def draw_pair(rng, max_ranks):
         if moe:
             model.update(experts=EXPERTS, top_k=rng.choice([1, 2]), capacity=rng.choice([0, 0, 1.25]),
                          every=rng.choice([1, 2]))
+        # Drawn last so the draws above stay those of earlier versions of this sweep.
+        model["dropout"] = rng.choice([0, 0, 0, 0.1])
 
     def draw(ranks):
         return draw_gcn(rng, ranks) if family == "gcn" else draw_gpt(rng, ranks, moe, model["n_layer"])
