@@ -472,6 +472,8 @@ def model_name(model):
     for key, plain in (("optimizer", "adamw"), ("tokenizer", "char")):
         if model[key] != plain:
             name += "-" + model[key]
+    if model.get("dropout"):
+        name += f"-drop{model['dropout']}"
     return name + ("" if model["clip"] else "-noclip")
 
 
