@@ -47,6 +47,7 @@ struct PlanArgs {
   int64_t cp = 1, cp_from_seq = plan::SearchSpace{}.cp_from_seq;
   int64_t moe_experts = 0, moe_top_k = 2, moe_every = 1, ep = 1;   // a mixture of experts (moe_cost.hpp)
   double moe_capacity_factor = 0.0;
+  double hidden_dropout = 0.0;
   double link_latency_us = 0, link_gbs = 0;                      // > 0: override both link tiers
   double net_gbps = 0;  // > 0: price a run of `loom train --net-gbps` (plan::with_emulated_network)
   std::string graph = "data/cora";  // --model gcn
@@ -209,6 +210,10 @@ Runner add_plan_command(CLI::App& sub) {
   sub.add_option("--moe-capacity-factor", a->moe_capacity_factor,
                  "each expert takes at most ceil(f K T / E) tokens of a sequence, as loom train's; under ep a rank's "
                  "expert rows are priced at that bound, dropless (0) at the balanced share [0]");
+  sub.add_option("--hidden-dropout", a->hidden_dropout,
+                 "price loom train's --hidden-dropout P in Loom's precisions (fp32, bf16): backward holds a masked "
+                 "copy of each branch's incoming gradient, the masks are not kept (the mixed presets' published "
+                 "activation formula counts dropout's masks already) [0]");
   sub.add_option("--ep", a->ep, "expert-parallel degree of the one layout (a split of dp; the search tries every one) [1]");
   sub.add_flag("--json", a->json, "print the ranking as JSON");
   sub.add_option("--precision", a->precision,
@@ -263,6 +268,9 @@ Runner add_plan_command(CLI::App& sub) {
           "--moe-experts must be >= 0, --moe-top-k between 1 and the experts, --moe-every and --ep >= 1");
     check(std::isfinite(a->moe_capacity_factor) && a->moe_capacity_factor >= 0,
           "--moe-capacity-factor must be >= 0 (0: dropless), got ", a->moe_capacity_factor);
+    check(std::isfinite(a->hidden_dropout) && a->hidden_dropout >= 0 && a->hidden_dropout < 1,
+          "--hidden-dropout must be in [0, 1), got ", a->hidden_dropout);
+    model.hidden_dropout = a->hidden_dropout;
     check(model.hidden % model.heads == 0, "hidden (", model.hidden, ") must be divisible by heads (", model.heads, ")");
     check(a->devices >= 1 && a->global_batch >= 1, "--gpus and --global-batch must be >= 1");
     plan::SearchSpace space;

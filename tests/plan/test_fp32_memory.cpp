@@ -7,6 +7,7 @@
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/rank_memory_terms.hpp"
 #include "loom/plan/tensor_parallel_3d_memory.hpp"
+#include "loom/train/memory_budget.hpp"
 #include "loom/train/trainer.hpp"
 #include "serial_layout.hpp"
 #include "tiny_config.hpp"
@@ -45,6 +46,32 @@ TEST(PlanFp32, MemoryOfASerialLayoutByHand) {
   l.micro_batch = 4;
   l.zero = 1;
   EXPECT_EQ(predict(m, cpu(), l, 8).state_bytes, 8 * P + 8 * P / 2);
+}
+
+// `loom plan --hidden-dropout` prices a layout's activations as `loom train`'s memory check
+// counts them with dropout (which the tracker measures exactly: ActivationPeak tests): one more
+// fp32 residual-stream tensor in backward's moments, here tp 2 with sequence parallelism.
+TEST(PlanFp32, HiddenDropoutPricesWhatTheMemoryCheckCounts) {
+  train::TrainConfig t = testing::tiny_config();
+  t.model.n_layer = 2;
+  t.model.n_embd = 64;
+  t.model.n_head = 4;
+  t.model.block_size = 64;
+  t.model.padded_vocab_size = 128;
+  t.model.hidden_dropout = 0.1;
+  t.batch_size = 4;
+  t.tp = 2;
+  t.sequence_parallel = true;
+  ModelSpec m{"m", 2, 64, 4, 64, 128};
+  Layout l = testing::serial_layout(4);
+  l.tp = 2;
+  l.sequence_parallel = true;
+  const LayoutCost plain = predict(m, cpu(), l, 4);
+  m.hidden_dropout = 0.1;
+  const LayoutCost dropped = predict(m, cpu(), l, 4);
+  ASSERT_TRUE(dropped.valid) << dropped.why_not;
+  EXPECT_EQ(dropped.activation_bytes, static_cast<int64_t>(train::rank_training_memory(t, 0).activations));
+  EXPECT_GT(dropped.activation_bytes, plain.activation_bytes);
 }
 
 TEST(PlanFp32, PredictsTheTrackedPeakOfASerialStep) {

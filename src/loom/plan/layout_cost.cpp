@@ -20,7 +20,7 @@ RankShape rank_shape(const ModelSpec& m, const ClusterSpec& c, const Layout& l) 
   return {.batch = l.micro_batch, .seq = m.seq, .hidden = m.hidden, .heads = m.heads, .vocab = m.vocab,
           .tp = l.tp, .cp = l.cp, .ep = l.ep, .sequence_parallel = l.sequence_parallel && l.tp > 1,
           .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute,
-          .experts = m.moe.experts, .top_k = m.moe.top_k, .every = m.moe.every,
+          .hidden_dropout = m.hidden_dropout > 0.0, .experts = m.moe.experts, .top_k = m.moe.top_k, .every = m.moe.every,
           .capacity_factor = m.moe.capacity_factor};
 }
 

@@ -25,6 +25,9 @@ struct ModelSpec {
     int64_t experts = 0, top_k = 2, every = 1;
     double capacity_factor = 0.0;  // f: under ep a rank's expert rows are priced at its bound; 0: dropless, balanced
   } moe{};
+  // Loom's hidden dropout probability: priced as the memory check counts it (a masked copy of
+  // each branch's gradient in backward, rank_memory_terms.hpp); 0: none.
+  double hidden_dropout = 0.0;
 
   // Parameters: 12 L h^2 + 13 L h (blocks) + V h + s h (embeddings) + 2h (final norm).
   int64_t parameters() const;
