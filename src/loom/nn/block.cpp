@@ -6,7 +6,7 @@
 
 namespace loom::nn {
 
-Block::Block(int64_t C, int64_t NH, const LayerBuilder& layers, const MoeConfig* moe) : parts_(layers.sequence_parts()) {
+Block::Block(int64_t C, int64_t NH, const LayerBuilder& layers, const MoeConfig* moe) {
   ln1_ = &register_module("ln1", std::make_unique<LayerNorm>(C));
   attn_ = &register_module("attn", std::make_unique<CausalSelfAttention>(C, NH, layers));
   ln2_ = &register_module("ln2", std::make_unique<LayerNorm>(C));
@@ -14,9 +14,9 @@ Block::Block(int64_t C, int64_t NH, const LayerBuilder& layers, const MoeConfig*
   else ffn_ = mlp_ = &register_module("mlp", std::make_unique<MLP>(C, layers));
 }
 
-void Block::set_hidden_dropout(double p, int64_t layer, int64_t block_size) {
-  attn_dropout_ = HiddenDropout(p, static_cast<uint64_t>(1 + 2 * layer), block_size, parts_);
-  ffn_dropout_ = HiddenDropout(p, static_cast<uint64_t>(2 + 2 * layer), block_size, parts_);
+void Block::set_hidden_dropout(double p, int64_t layer, int64_t block_size, const SequenceParts& parts) {
+  attn_dropout_ = HiddenDropout(p, static_cast<uint64_t>(1 + 2 * layer), block_size, parts);
+  ffn_dropout_ = HiddenDropout(p, static_cast<uint64_t>(2 + 2 * layer), block_size, parts);
 }
 
 MLP& Block::mlp() {

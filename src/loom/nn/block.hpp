@@ -19,8 +19,8 @@ class Block : public Module {
   void set_recompute(bool on) { recompute_ = on; }
   bool recompute() const { return recompute_; }
   // Dropout with probability p on the attention and MLP outputs of block `layer` (its sites
-  // 1 + 2 layer and 2 + 2 layer; the embedding's is 0), sequences of block_size.
-  void set_hidden_dropout(double p, int64_t layer, int64_t block_size);
+  // 1 + 2 layer and 2 + 2 layer; the embedding's is 0), sequences of block_size split as `parts` say.
+  void set_hidden_dropout(double p, int64_t layer, int64_t block_size, const SequenceParts& parts);
   CausalSelfAttention& attn() { return *attn_; }
   MLP& mlp();
   MoE* moe() { return moe_; }  // null in a dense block
@@ -36,7 +36,6 @@ class Block : public Module {
   Tensor backward_body(const Tensor& dy, Context& ctx);
 
   bool recompute_ = false;
-  const SequenceParts& parts_;  // how this block's sequences are split (for dropout's positions)
   HiddenDropout attn_dropout_, ffn_dropout_;
   LayerNorm* ln1_;
   CausalSelfAttention* attn_;

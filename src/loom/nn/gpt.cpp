@@ -21,12 +21,13 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const LayerBuilder& layers, GPT
     embedding_ = &register_module("embedding", layers_.embedding(config_.vocab_size, Vp, config_.block_size, C));
     // Tied: the LM head reads the same table, so two gradient contributions per backward.
     if (stage_.head) embedding_->wte().set_contributions_per_backward(2);
-    embedding_dropout_ = HiddenDropout(config_.hidden_dropout, /*site=*/0, config_.block_size, layers_.sequence_parts());
+    embedding_dropout_ =
+        HiddenDropout(config_.hidden_dropout, /*site=*/0, config_.block_size, layers_.sequence_parts());
   }
   for (int64_t l = stage_.first_block; l < stage_.end_block; ++l) {
     Block& b = register_module("blocks." + std::to_string(l), std::make_unique<Block>(C, config_.n_head, layers_, config_.moe.is_moe_block(l) ? &config_.moe : nullptr));
     b.set_recompute(config_.recompute);
-    b.set_hidden_dropout(config_.hidden_dropout, l, config_.block_size);
+    b.set_hidden_dropout(config_.hidden_dropout, l, config_.block_size, layers_.sequence_parts());
     blocks_.push_back(&b);
   }
   if (stage_.head) {

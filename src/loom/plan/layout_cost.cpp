@@ -20,8 +20,8 @@ RankShape rank_shape(const ModelSpec& m, const ClusterSpec& c, const Layout& l) 
   return {.batch = l.micro_batch, .seq = m.seq, .hidden = m.hidden, .heads = m.heads, .vocab = m.vocab,
           .tp = l.tp, .cp = l.cp, .ep = l.ep, .sequence_parallel = l.sequence_parallel && l.tp > 1,
           .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute,
-          .hidden_dropout = m.hidden_dropout > 0.0, .experts = m.moe.experts, .top_k = m.moe.top_k, .every = m.moe.every,
-          .capacity_factor = m.moe.capacity_factor};
+          .hidden_dropout = m.hidden_dropout > 0.0, .experts = m.moe.experts, .top_k = m.moe.top_k,
+          .every = m.moe.every, .capacity_factor = m.moe.capacity_factor};
 }
 
 // The model state of a device holding `r`, ZeRO-sharded over dp: in Loom's precisions as the
