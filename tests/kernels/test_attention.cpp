@@ -33,9 +33,11 @@ double bf16_value(double x) { return to_f32(to_bf16(static_cast<float>(x))); }
 // bf16_products, the GEMM operands that bf16 mixed precision rounds are rounded the same way:
 // forward's unnormalised exp-scores where they multiply V, backward's probabilities where they
 // multiply dO, and dS where it multiplies K or Q (the caller rounds q, k, v and dout);
-// everything else stays double.
+// everything else stays double. Under dropout the probabilities multiply V (and dO, for dV)
+// times their mask (0 or 1 / (1 - p), as the kernel draws it) and dP is masked likewise; with
+// bf16 products the mask's 0 or 1 multiplies the rounded operand and 1 / (1 - p) the product.
 Ref reference(const std::vector<float>& qkv, const std::vector<float>& dout, int64_t B, int64_t T,
-              int64_t C, int64_t NH, bool bf16_products = false) {
+              int64_t C, int64_t NH, bool bf16_products = false, const AttentionDropout& drop = {}) {
   auto operand = [bf16_products](double x) { return bf16_products ? bf16_value(x) : x; };
   const int64_t HS = C / NH, C3 = 3 * C;
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
@@ -48,7 +50,13 @@ Ref reference(const std::vector<float>& qkv, const std::vector<float>& dout, int
       auto k = [&](int64_t t, int64_t d) -> double { return qkv[(b * T + t) * C3 + C + h * HS + d]; };
       auto v = [&](int64_t t, int64_t d) -> double { return qkv[(b * T + t) * C3 + 2 * C + h * HS + d]; };
       auto dO = [&](int64_t t, int64_t d) -> double { return dout[(b * T + t) * C + h * HS + d]; };
-      std::vector<double> P(T * T, 0.0);
+      std::vector<double> P(T * T, 0.0), M(T * T, 1.0);  // M: the dropout mask
+      if (drop.active())
+        for (int64_t i = 0; i < T; ++i) {
+          std::vector<float> row(i + 1, 1.0f);
+          drop.apply(row.data(), i + 1, b, h, i, drop.scale());
+          for (int64_t j = 0; j <= i; ++j) M[i * T + j] = row[j];
+        }
       for (int64_t i = 0; i < T; ++i) {
         double mx = -INFINITY;
         std::vector<double> s(i + 1);
@@ -68,7 +76,7 @@ Ref reference(const std::vector<float>& qkv, const std::vector<float>& dout, int
         for (int64_t d = 0; d < HS; ++d) {
           double o = 0.0;
           for (int64_t j = 0; j <= i; ++j)
-            o += bf16_products ? bf16_value(std::exp(s[j] - mx)) * v(j, d) / sum : P[i * T + j] * v(j, d);
+            o += (bf16_products ? bf16_value(std::exp(s[j] - mx)) * v(j, d) / sum : P[i * T + j] * v(j, d)) * M[i * T + j];
           r.out[(b * T + i) * C + h * HS + d] = static_cast<float>(o);
         }
       }
@@ -78,6 +86,7 @@ Ref reference(const std::vector<float>& qkv, const std::vector<float>& dout, int
         for (int64_t j = 0; j <= i; ++j) {
           dP[j] = 0.0;
           for (int64_t d = 0; d < HS; ++d) dP[j] += dO(i, d) * v(j, d);
+          dP[j] *= M[i * T + j];
           dot += P[i * T + j] * dP[j];
         }
         for (int64_t j = 0; j <= i; ++j) {
@@ -85,7 +94,7 @@ Ref reference(const std::vector<float>& qkv, const std::vector<float>& dout, int
           for (int64_t d = 0; d < HS; ++d) {
             dq[(b * T + i) * C3 + h * HS + d] += dS * k(j, d) * scale;
             dq[(b * T + j) * C3 + C + h * HS + d] += dS * q(i, d) * scale;
-            dq[(b * T + j) * C3 + 2 * C + h * HS + d] += operand(P[i * T + j]) * dO(i, d);
+            dq[(b * T + j) * C3 + 2 * C + h * HS + d] += operand(P[i * T + j]) * M[i * T + j] * dO(i, d);
           }
         }
       }
@@ -114,6 +123,35 @@ void check_against_reference(int64_t B, int64_t T, int64_t C, int64_t NH) {
                                                    << " j " << j;
   attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
   EXPECT_TRUE(all_close(dqkv, ref.dqkv, 1e-4, 2e-6, "dqkv"));
+}
+
+// Attention dropout (p 0.2) against the twin given the kernel's masks, over one causal block,
+// several, ragged ones and both kinds of head groups, seen from a later batch row and head (as
+// a dp and tp rank sees it) and from later query and key positions; att keeps the undropped
+// probabilities; backward overwrites att with the dropped ones. Same tolerances as without.
+// A mask drawn from other indices (a block's rows, a group's heads) is off by O(0.1-1).
+void check_dropout_against_reference(int64_t B, int64_t T, int64_t C, int64_t NH) {
+  const AttentionDropout drop{.p = 0.2f, .key = 77, .first_row = 5, .heads = 3 * NH, .first_head = NH,
+                              .positions = 2 * T, .query0 = 0, .key0 = 0};
+  const auto qkv = random_vector(B * T * 3 * C, 300 + T, -2.0f, 2.0f);
+  const auto dout = random_vector(B * T * C, 400 + T);
+  const Ref ref = reference(qkv, dout, B, T, C, NH, false, drop);
+  std::vector<float> out(B * T * C, NAN), att(B * NH * T * T, NAN), datt(B * NH * T * T, NAN);
+  std::vector<float> dqkv(B * T * 3 * C, NAN);
+  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, nullptr, drop);
+  EXPECT_TRUE(all_close(out, ref.out, 1e-4, 2e-6, "out"));
+  EXPECT_TRUE(all_close(att, ref.att, 1e-4, 2e-6, "att (undropped)"));
+  attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, nullptr, drop);
+  EXPECT_TRUE(all_close(dqkv, ref.dqkv, 1e-4, 2e-6, "dqkv"));
+  const Ref plain = reference(qkv, dout, B, T, C, NH);
+  EXPECT_FALSE(all_close(out, plain.out, 1e-2, 1e-3, "out without dropout")) << "the mask changed nothing";
+}
+
+TEST(Attention, DropoutMatchesNaiveTwin) {
+  check_dropout_against_reference(2, 5, 12, 3);
+  check_dropout_against_reference(2, 128, 32, 2);
+  check_dropout_against_reference(1, 200, 24, 3);
+  check_dropout_against_reference(2, 1100, 16, 4);
 }
 
 TEST(Attention, MatchesNaiveTwinSmall) { check_against_reference(2, 5, 12, 3); }
@@ -160,6 +198,31 @@ void check_bf16_against_reference(int64_t B, int64_t T, int64_t C, int64_t NH) {
   std::vector<float> dqkv_alone(B * T * 3 * C, NAN);
   attention_backward(dqkv_alone.data(), nullptr, dout.data(), qkv_bf16.data(), nullptr, B, T, C, NH);
   EXPECT_EQ(dqkv_alone, dqkv) << B << "x" << T;
+}
+
+// The bf16 path under attention dropout (p 0.2) against the twin with its roundings and the
+// kernel's masks: the dropped exp-scores zeroed, 1 / (1 - p) in each row's 1 / sum and in dV's
+// product. Same tolerances as without dropout. One block, two, ragged ones, groups of heads.
+TEST(AttentionBf16, DropoutMatchesTheTwinWithItsRoundings) {
+  for (const auto& [B, T, C, NH] : {std::array<int64_t, 4>{2, 5, 12, 3}, {2, 128, 32, 2}, {1, 200, 24, 3},
+                                    {1, 1024, 16, 4}}) {
+    const AttentionDropout drop{.p = 0.2f, .key = 78, .first_row = 2, .heads = 2 * NH, .first_head = NH,
+                                .positions = T, .query0 = 0, .key0 = 0};
+    auto rounded = [](std::vector<float> x) {
+      for (float& e : x) e = to_f32(to_bf16(e));
+      return x;
+    };
+    const auto qkv = rounded(random_vector(B * T * 3 * C, 900 + T, -2.0f, 2.0f));
+    const auto dout = rounded(random_vector(B * T * C, 950 + T));
+    const Ref ref = reference(qkv, dout, B, T, C, NH, /*bf16_products=*/true, drop);
+    std::vector<bfloat16> qkv_bf16(qkv.size());
+    convert_to_bf16(qkv.data(), qkv_bf16.data(), static_cast<int64_t>(qkv.size()));
+    std::vector<float> out(B * T * C, NAN), dqkv(B * T * 3 * C, NAN), lse(B * NH * T, NAN);
+    attention_forward(out.data(), nullptr, qkv_bf16.data(), B, T, C, NH, lse.data(), drop);
+    attention_backward(dqkv.data(), nullptr, dout.data(), qkv_bf16.data(), nullptr, B, T, C, NH, lse.data(), drop);
+    EXPECT_TRUE(all_close(out, ref.out, 2e-3, 1e-3, "out")) << B << "x" << T;
+    EXPECT_TRUE(all_close(dqkv, ref.dqkv, 2e-3, 1e-3, "dqkv")) << B << "x" << T;
+  }
 }
 
 TEST(AttentionBf16, MatchesTheTwinWithItsRoundings) {

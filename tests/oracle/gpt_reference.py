@@ -10,6 +10,8 @@ IN (written by tests/oracle/test_pytorch_oracle.cpp through loom::train::save_te
   check.dropout   optional (sites, B, T, C) float32: Loom's hidden-dropout masks (0 or
                   1 / (1 - p)) for the check batch, multiplied in where torch_gpt.GPT says;
                   train.dropout likewise (S, sites, B, T, C)
+  check.attn_dropout  optional (L, B, NH, T, T) float32: Loom's attention-dropout masks on
+                  each block's probabilities; train.attn_dropout likewise (S, L, B, NH, T, T)
   __metadata__    vocab_size, n_layer, n_head, n_embd, block_size, lr, beta1, beta2, eps,
                   weight_decay (strings); optional precision: "bf16" runs every forward
                   under torch.autocast("cpu", dtype=torch.bfloat16) (fp32 master weights)
@@ -144,15 +146,16 @@ def main():
     if bf16 and not bf16_gemm_accumulates_in_fp32():
         emulate_bf16_gemms_with_fp32_accumulation()
 
-    def forward(i, t, dropout=None):
+    def forward(i, t, dropout=None, attn_dropout=None):
         masks = None if dropout is None else torch.from_numpy(dropout)
+        attn_masks = None if attn_dropout is None else torch.from_numpy(attn_dropout)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            return model(i, t, masks)
+            return model(i, t, masks, attn_masks)
 
     out = {}
     idx = torch.from_numpy(tensors["check.idx"]).long()
     targets = torch.from_numpy(tensors["check.targets"]).long()
-    loss = forward(idx, targets, tensors.get("check.dropout"))
+    loss = forward(idx, targets, tensors.get("check.dropout"), tensors.get("check.attn_dropout"))
     loss.backward()
     out["loss"] = np.array([loss.item()], dtype=np.float32)
     for name, p in model.named_parameters():
@@ -167,8 +170,9 @@ def main():
     losses = []
     for s in range(train_idx.shape[0]):
         opt.zero_grad(set_to_none=True)
-        train_dropout = tensors.get("train.dropout")
-        loss = forward(train_idx[s], train_targets[s], None if train_dropout is None else train_dropout[s])
+        train_dropout, train_attn_dropout = tensors.get("train.dropout"), tensors.get("train.attn_dropout")
+        loss = forward(train_idx[s], train_targets[s], None if train_dropout is None else train_dropout[s],
+                       None if train_attn_dropout is None else train_attn_dropout[s])
         loss.backward()
         opt.step()
         losses.append(loss.item())

@@ -24,6 +24,9 @@
 #include "loom/kernels/precision.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/nn/gpt.hpp"
+#include "loom/kernels/attention_dropout.hpp"
+#include "loom/kernels/dropout.hpp"
+#include "loom/nn/block.hpp"
 #include "loom/nn/hidden_dropout.hpp"
 #include "loom/optim/adamw.hpp"
 #include "loom/train/safetensors.hpp"
@@ -140,6 +143,25 @@ Tensor dropout_masks(const nn::GPTConfig& cfg, const nn::DropoutRows& rows, int6
   return out;
 }
 
+// The masks Loom's attention dropout applies to block l's probabilities (its site
+// Block::kAttentionDropoutSites + l), drawn as `rows`: (L, B, NH, T, T), 1 above the diagonal
+// (those probabilities are 0). PyTorch multiplies them into its softmax's output.
+Tensor attention_dropout_masks(const nn::GPTConfig& cfg, const nn::DropoutRows& rows, int64_t B, int64_t T) {
+  const int64_t L = cfg.n_layer, NH = cfg.n_head;
+  Tensor out = Tensor::empty({L, B, NH, T, T});
+  out.fill_(1.0f);
+  for (int64_t l = 0; l < L; ++l) {
+    const kernels::AttentionDropout d{
+        .p = static_cast<float>(cfg.attention_dropout),
+        .key = kernels::dropout_key(rows.seed, rows.step, nn::Block::kAttentionDropoutSites + static_cast<uint64_t>(l)),
+        .first_row = rows.first_row, .heads = NH, .first_head = 0, .positions = cfg.block_size};
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < NH; ++h)
+        for (int64_t i = 0; i < T; ++i) d.apply(out.f32() + (((l * B + b) * NH + h) * T + i) * T, i + 1, b, h, i, d.scale());
+  }
+  return out;
+}
+
 float forward_backward(nn::GPT& model, const Tensor& idx, const Tensor& targets, int64_t V,
                        const nn::DropoutRows& rows) {
   kernels::new_weights_generation();  // an optimizer step may have changed the weights
@@ -169,16 +191,21 @@ LoomResult run_loom(const OracleCase& c, const fs::path& in_path) {
   in.tensors["check.targets"] = check_targets;
   in.tensors["train.idx"] = train_idx;
   in.tensors["train.targets"] = train_targets;
-  if (c.cfg.hidden_dropout > 0.0) {
-    in.tensors["check.dropout"] = dropout_masks(c.cfg, dropout_rows(0), c.B, c.T);
-    Tensor train = Tensor::empty({kTrainSteps, 1 + 2 * c.cfg.n_layer, c.B, c.T, c.cfg.n_embd});
+  // The check batch's masks (step 0) as check.<name>, the training steps' stacked as train.<name>.
+  auto add_masks = [&](const std::string& name, auto&& masks) {
+    in.tensors["check." + name] = masks(c.cfg, dropout_rows(0), c.B, c.T);
+    std::vector<int64_t> shape = in.tensors["check." + name].shape();
+    shape.insert(shape.begin(), kTrainSteps);
+    Tensor train = Tensor::empty(shape);
     const int64_t per_step = train.numel() / kTrainSteps;
     for (int s = 0; s < kTrainSteps; ++s) {
-      const Tensor m = dropout_masks(c.cfg, dropout_rows(s + 1), c.B, c.T);
+      const Tensor m = masks(c.cfg, dropout_rows(s + 1), c.B, c.T);
       std::copy(m.f32(), m.f32() + per_step, train.f32() + s * per_step);
     }
-    in.tensors["train.dropout"] = train;
-  }
+    in.tensors["train." + name] = train;
+  };
+  if (c.cfg.hidden_dropout > 0.0) add_masks("dropout", dropout_masks);
+  if (c.cfg.attention_dropout > 0.0) add_masks("attn_dropout", attention_dropout_masks);
   auto str = [](auto v) {
     std::ostringstream s;
     s.precision(9);
@@ -319,6 +346,56 @@ const Tolerance kBf16Tolerance{.loss_rel = 2e-3, .grad_rel = 1.5e-2, .grad_atol 
 
 TEST(PyTorchOracle, Bf16AutocastGradientsAndAdamW) {
   check_against_pytorch({tiny_config(), 3, 16, kernels::Precision::BF16, kBf16Tolerance});
+}
+
+// Attention dropout (p 0.2 on every probability) with PyTorch given Loom's masks: where they
+// apply (after the softmax, before the product with V) and how they scale, through forward and
+// backward and a mask that changes with the step, at the fp32 tolerances, with and without
+// recompute (the replay draws the forward's masks again), together with hidden dropout, and in
+// bf16 at the autocast tolerances (its kernel zeroes the dropped exp-scores and folds the
+// scale into each row's 1 / sum and into dV's product). T = 16 is one causal block; T = 11
+// with hidden dropout off covers an odd length. The masks drop about p of the visible probabilities.
+TEST(PyTorchOracle, AttentionDropoutGradientsAndAdamW) {
+  for (const bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recompute" : "no recompute");
+    OracleCase c{tiny_config(recompute), 3, 16};
+    c.cfg.attention_dropout = 0.2;
+    check_against_pytorch(c);
+  }
+  {
+    SCOPED_TRACE("odd length");
+    OracleCase c{tiny_config(), 2, 11};
+    c.cfg.attention_dropout = 0.2;
+    check_against_pytorch(c);
+  }
+  {
+    SCOPED_TRACE("with hidden dropout");
+    OracleCase c{tiny_config(), 3, 16};
+    c.cfg.attention_dropout = 0.1;
+    c.cfg.hidden_dropout = 0.1;
+    check_against_pytorch(c);
+  }
+  {
+    SCOPED_TRACE("bf16");
+    OracleCase c{tiny_config(), 3, 16, kernels::Precision::BF16, kBf16Tolerance};
+    c.cfg.attention_dropout = 0.2;
+    check_against_pytorch(c);
+  }
+  nn::GPTConfig cfg = tiny_config();
+  cfg.attention_dropout = 0.2;
+  const int64_t B = 3, T = 16;
+  const Tensor m = attention_dropout_masks(cfg, dropout_rows(0), B, T);
+  int64_t visible = 0, dropped = 0, scaled = 0;
+  for (int64_t r = 0; r < m.numel() / T; ++r)
+    for (int64_t j = 0; j <= r % T; ++j) {
+      const float v = m.f32()[r * T + j];
+      ++visible;
+      dropped += v == 0.0f;
+      scaled += v == 1.0f / (1.0f - 0.2f);
+    }
+  const double share = static_cast<double>(dropped) / static_cast<double>(visible);  // of 3264 draws
+  EXPECT_NEAR(share, 0.2, 0.035);  // 5 standard deviations (0.007 each)
+  EXPECT_EQ(scaled, visible - dropped) << "kept probabilities scale by 1 / (1 - p)";
 }
 
 }  // namespace

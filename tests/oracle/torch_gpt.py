@@ -33,7 +33,8 @@ class CausalSelfAttention(nn.Module):
         mask = torch.ones(block_size, block_size, dtype=torch.bool).tril()
         self.register_buffer("mask", mask.view(1, 1, block_size, block_size), persistent=False)
 
-    def forward(self, x):
+    def forward(self, x, drop_probs=None):
+        """drop_probs: an attention-dropout mask (B, NH, T, T) (0 or 1 / (1 - p)) on the probabilities."""
         b, t, c = x.shape
         hs = c // self.nh
         q, k, v = self.qkv(x).split(c, dim=2)  # [q | k | v], heads contiguous in each
@@ -43,6 +44,8 @@ class CausalSelfAttention(nn.Module):
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
         att = att.masked_fill(~self.mask[:, :, :t, :t], float("-inf"))
         att = F.softmax(att, dim=-1)
+        if drop_probs is not None:
+            att = att * drop_probs
         y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
         return self.proj(y)
 
@@ -65,9 +68,10 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(c, eps=1e-5)
         self.mlp = MLP(c)
 
-    def forward(self, x, drop_attn=None, drop_mlp=None):
-        """drop_*: dropout masks (0 or 1 / (1 - p)) on each branch's output before the residual add."""
-        a = self.attn(self.ln1(x))
+    def forward(self, x, drop_attn=None, drop_mlp=None, drop_probs=None):
+        """drop_attn, drop_mlp: dropout masks (0 or 1 / (1 - p)) on each branch's output before the
+        residual add; drop_probs: on the attention probabilities."""
+        a = self.attn(self.ln1(x), drop_probs)
         x = x + (a if drop_attn is None else a * drop_attn)
         m = self.mlp(self.ln2(x))
         return x + (m if drop_mlp is None else m * drop_mlp)
@@ -81,15 +85,17 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList([Block(c, nh, block_size) for _ in range(n_layer)])
         self.ln_f = nn.LayerNorm(c, eps=1e-5)
 
-    def forward(self, idx, targets, dropout=None):
+    def forward(self, idx, targets, dropout=None, attn_dropout=None):
         """dropout: the hidden dropout's masks (sites, B, T, C), given rather than drawn so that
         another implementation's draws can be replayed: site 0 the embedding's output, then each
-        block's attention and MLP outputs (1 + 2l, 2 + 2l), as Megatron-LM's hidden dropout."""
+        block's attention and MLP outputs (1 + 2l, 2 + 2l), as Megatron-LM's hidden dropout.
+        attn_dropout: the attention dropout's masks (L, B, NH, T, T) on block l's probabilities."""
         x = self.embedding(idx)
         if dropout is not None:
             x = x * dropout[0]
         for l, b in enumerate(self.blocks):
-            x = b(x) if dropout is None else b(x, dropout[1 + 2 * l], dropout[2 + 2 * l])
+            hidden = (None, None) if dropout is None else (dropout[1 + 2 * l], dropout[2 + 2 * l])
+            x = b(x, *hidden, None if attn_dropout is None else attn_dropout[l])
         logits = F.linear(self.ln_f(x), self.embedding.wte)  # tied head, (B, T, Vp)
         real = logits[..., :self.v].float()  # padding columns take no part; the loss in fp32 (also under autocast)
         return F.cross_entropy(real.reshape(-1, self.v), targets.reshape(-1).long())

@@ -79,19 +79,23 @@ TEST(ActivationPeak, ModelParallelRanksPeakAsTheMemoryCheckCounts) {
 // more (B, T, C) fp32 tensor of this rank's tokens in the MLP's and the attention's backward.
 // On 2 ranks: tp 2 with sequence parallelism, cp 2, and dp 2 (the serial shapes), fp32 and bf16,
 // with and without recompute.
-TEST(ActivationPeak, HiddenDropoutRanksPeakAsTheMemoryCheckCounts) {
+// Hidden dropout (a masked copy of each branch's gradient), attention dropout (in fp32 the
+// dropped probabilities of a causal block for the product with V), and both.
+TEST(ActivationPeak, DropoutRanksPeakAsTheMemoryCheckCounts) {
   if (world().size() != 2) GTEST_SKIP() << "tp 2 (sp), cp 2 and dp 2 on two ranks";
-  for (const ModelParallel l : {ModelParallel{2, 1, true}, ModelParallel{1, 2, false}, ModelParallel{1, 1, false}})
-    for (const std::string precision : {"fp32", "bf16"})
-      for (const bool recompute : {false, true}) {
-        train::TrainConfig c = model_parallel_config(l, 2 / (l.tp * l.cp), 48, 1, precision, recompute);
-        c.model.hidden_dropout = 0.1;
-        train::Trainer t(c, true, &world());
-        const int64_t measured = loom::testing::step_activation_peak(t);
-        EXPECT_EQ(static_cast<int64_t>(train::rank_training_memory(t.config(), 0).activations), measured)
-            << describe(l) << " x dp " << c.dp << ", " << precision << (recompute ? ", recompute" : "") << ", rank "
-            << world().rank();
-      }
+  for (const auto& [hidden, attention] : {std::pair{0.1, 0.0}, std::pair{0.0, 0.1}, std::pair{0.1, 0.1}})
+    for (const ModelParallel l : {ModelParallel{2, 1, true}, ModelParallel{1, 2, false}, ModelParallel{1, 1, false}})
+      for (const std::string precision : {"fp32", "bf16"})
+        for (const bool recompute : {false, true}) {
+          train::TrainConfig c = model_parallel_config(l, 2 / (l.tp * l.cp), 48, 1, precision, recompute);
+          c.model.hidden_dropout = hidden;
+          c.model.attention_dropout = attention;
+          train::Trainer t(c, true, &world());
+          const int64_t measured = loom::testing::step_activation_peak(t);
+          EXPECT_EQ(static_cast<int64_t>(train::rank_training_memory(t.config(), 0).activations), measured)
+              << "hidden dropout " << hidden << ", attention dropout " << attention << ", " << describe(l) << " x dp "
+              << c.dp << ", " << precision << (recompute ? ", recompute" : "") << ", rank " << world().rank();
+        }
 }
 
 

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "comm/mpi_test_env.hpp"
 #include "loom/train/trainer.hpp"
@@ -51,6 +52,7 @@ struct Case {
   std::string grad_reduce_dtype = "fp32";
   std::string tp_overlap = "on";  // with tp: "off" runs the blocking path
   double hidden_dropout = 0.0;
+  double attention_dropout = 0.0;
 };
 
 // 3D grid {R, C, D} of a case ({1, 1, 1} without tp_3d).
@@ -93,6 +95,7 @@ train::TrainConfig common(const Case& k, int64_t dp, int64_t batch) {
   c.precision = k.precision;
   c.grad_reduce_dtype = k.grad_reduce_dtype;
   c.model.hidden_dropout = k.hidden_dropout;
+  c.model.attention_dropout = k.attention_dropout;
   return c;
 }
 
@@ -272,27 +275,39 @@ INSTANTIATE_TEST_SUITE_P(
                       bf16(Case{.name = "tp3d_1x2x2_dp2_blocking", .tp_3d = "1,2,2", .world = 8, .tp_3d_overlap = "off"})),
     [](const auto& info) { return info.param.name; });
 
-Case dropout(Case c) {
-  c.name += "_dropout";
-  c.hidden_dropout = 0.2;
-  return c;
+// The layouts each kind of dropout (p 0.2) runs in, plus `more`, each named with `suffix`:
+// every layout must draw the serial run's masks on its rows and micro-batches (dp, a
+// pipeline's later stages), its chunk of each sequence (cp's zig-zag, sequence parallelism's
+// tp chunks), its heads (tp's ranks, 3D's row axis) and its ring blocks' positions, and draw
+// them again in recompute's replay. A rank that drew another mask drops a different fifth of a
+// tensor: far past the tolerances.
+std::vector<Case> dropout_cases(double Case::*p, const std::string& suffix, std::vector<Case> more) {
+  std::vector<Case> cases{kDdp, kTp, Case{.name = "tp2_sp", .tp = 2, .sequence_parallel = true},
+                          Case{.name = "cp2_mb2", .cp = 2, .micro_batches = 2},
+                          Case{.name = "cp2_tp2_sp", .tp = 2, .cp = 2, .sequence_parallel = true},
+                          Case{.name = "interleaved", .pp = 2, .schedule = "interleaved", .chunks = 2, .n_layer = 4,
+                               .micro_batches = 4},
+                          Case{.name = "tp3d_2x1x2", .micro_batches = 2, .tp_3d = "2,1,2", .world = 4},
+                          Case{.name = "recompute_tp2_sp", .tp = 2, .recompute = true, .sequence_parallel = true},
+                          bf16(Case{.name = "pp2_cp2", .pp = 2, .cp = 2, .n_layer = 4, .micro_batches = 4})};
+  cases.insert(cases.end(), more.begin(), more.end());
+  for (Case& c : cases) {
+    c.name += suffix;
+    c.*p = 0.2;
+  }
+  return cases;
 }
 
-// Hidden dropout (p 0.2): each layout must draw the serial run's masks on its rows, its chunk
-// of each sequence (cp's zig-zag, sequence parallelism's tp chunks) and its micro-batches (a
-// pipeline's later stages), and redraw them in recompute's replay. A rank that drew another
-// mask drops a different fifth of a tensor: far past the tolerances.
-INSTANTIATE_TEST_SUITE_P(
-    HiddenDropout, EquivalenceTable,
-    ::testing::Values(dropout(kDdp), dropout(kZero3), dropout(Case{.name = "tp2_sp", .tp = 2, .sequence_parallel = true}),
-                      dropout(kTp), dropout(Case{.name = "cp2_mb2", .cp = 2, .micro_batches = 2}),
-                      dropout(Case{.name = "cp2_tp2_sp", .tp = 2, .cp = 2, .sequence_parallel = true}),
-                      dropout(Case{.name = "interleaved", .pp = 2, .schedule = "interleaved", .chunks = 2, .n_layer = 4,
-                                   .micro_batches = 4}),
-                      dropout(Case{.name = "tp3d_2x1x2", .micro_batches = 2, .tp_3d = "2,1,2", .world = 4}),
-                      dropout(Case{.name = "recompute_tp2_sp", .tp = 2, .recompute = true, .sequence_parallel = true}),
-                      bf16(dropout(Case{.name = "pp2_cp2", .pp = 2, .cp = 2, .n_layer = 4, .micro_batches = 4}))),
-    [](const auto& info) { return info.param.name; });
+// Hidden dropout, also under ZeRO-3 (its units gathered around a dropped branch).
+INSTANTIATE_TEST_SUITE_P(HiddenDropout, EquivalenceTable,
+                         ::testing::ValuesIn(dropout_cases(&Case::hidden_dropout, "_dropout", {kZero3})),
+                         [](const auto& info) { return info.param.name; });
+
+// Attention dropout (on the probabilities), in the fp32 kernel, the bf16 one (bf16 tp, with
+// its heads split) and the ring's (fp32 and bf16).
+INSTANTIATE_TEST_SUITE_P(AttentionDropout, EquivalenceTable,
+                         ::testing::ValuesIn(dropout_cases(&Case::attention_dropout, "_attention_dropout", {bf16(kTp)})),
+                         [](const auto& info) { return info.param.name; });
 
 TEST(GradientCheck, FailsOnAGradientScaledByTwoOnOneRank) {
   // A gradient off by a constant (reduced twice, averaged over the wrong group) clips to the

@@ -85,7 +85,7 @@ struct Case {
   std::string precision = "fp32";  // bf16: against the serial bf16 run, its tokens crossing in bf16
   int64_t steps = 3;
   int64_t every = 1;  // a mixture of experts in every `every`-th block
-  double hidden_dropout = 0.0;
+  double hidden_dropout = 0.0, attention_dropout = 0.0;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -123,6 +123,7 @@ train::TrainConfig moe_config(const Case& k, int64_t dp, int64_t batch) {
   if (k.optimizer == "sgd") c.lr = 0.05;  // momentum 0.9: moves parameters well past the tolerance
   c.precision = k.precision;
   c.model.hidden_dropout = k.hidden_dropout;
+  c.model.attention_dropout = k.attention_dropout;
   return c;
 }
 
@@ -252,14 +253,17 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Hidden dropout (p 0.2) with ep: a rank drops on its rows what the serial run drops there, so
 // every router sees the serial run's inputs and routes (and drops, at capacity) alike; with tp
-// and sequence parallelism (each tp rank's chunk of every sequence), a pipeline and cp.
+// and sequence parallelism (each tp rank's chunk of every sequence), a pipeline and cp. The
+// tp and cp cases add attention dropout (p 0.1): the heads of each tp rank and the positions
+// of each cp rank's chunks drawn as the serial run draws them, under the ep layer builder.
 INSTANTIATE_TEST_SUITE_P(
     HiddenDropout, ExpertParallelTable,
     ::testing::Values(Case{.name = "ep2_dropout", .hidden_dropout = 0.2},
                       Case{.name = "ep2_tp2_sp_capacity_dropout", .capacity_factor = 1.0, .tp = 2,
-                           .sequence_parallel = true, .hidden_dropout = 0.2},
+                           .sequence_parallel = true, .hidden_dropout = 0.2, .attention_dropout = 0.1},
                       Case{.name = "ep2_pp2_dropout", .micro_batches = 2, .pp = 2, .hidden_dropout = 0.2},
-                      Case{.name = "ep2_cp2_capacity_dropout", .capacity_factor = 1.0, .cp = 2, .hidden_dropout = 0.2}),
+                      Case{.name = "ep2_cp2_capacity_dropout", .capacity_factor = 1.0, .cp = 2, .hidden_dropout = 0.2,
+                           .attention_dropout = 0.1}),
     [](const auto& info) { return info.param.name; });
 
 // Mixed precision: the tokens' all-to-alls carry bf16, against the serial bf16 run with the

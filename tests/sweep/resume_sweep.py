@@ -193,6 +193,8 @@ def model_args(model):
         a += ["--padded-vocab-size", str(model["padded_vocab"])]
     if model.get("dropout"):
         a += ["--hidden-dropout", str(model["dropout"])]
+    if model.get("attention_dropout"):
+        a += ["--attention-dropout", str(model["attention_dropout"])]
     if model.get("experts"):
         a += ["--moe-experts", str(model["experts"]), "--moe-top-k", str(model["top_k"]),
               "--moe-capacity-factor", str(model["capacity"]), "--moe-every", str(model["every"])]
@@ -436,6 +438,9 @@ def draw_pair(rng, max_ranks):
                          every=rng.choice([1, 2]))
         # Drawn last so the draws above stay those of earlier versions of this sweep.
         model["dropout"] = rng.choice([0, 0, 0, 0.1])
+        # Attention dropout in one GPT pair in four, drawn from the pair's model rather than
+        # from rng, so every pair a seed drew before stays as it was.
+        model["attention_dropout"] = 0.1 if random.Random(repr(sorted(model.items()))).random() < 0.25 else 0
 
     def draw(ranks):
         return draw_gcn(rng, ranks) if family == "gcn" else draw_gpt(rng, ranks, moe, model["n_layer"])
@@ -474,6 +479,8 @@ def model_name(model):
             name += "-" + model[key]
     if model.get("dropout"):
         name += f"-drop{model['dropout']}"
+    if model.get("attention_dropout"):
+        name += f"-attndrop{model['attention_dropout']}"
     return name + ("" if model["clip"] else "-noclip")
 
 

@@ -65,21 +65,26 @@ TEST(Trainer, Bf16ResumeIsBitExact) {
   expect_bit_exact_resume(c);
 }
 
-TEST(Trainer, HiddenDropoutTrainsResumesBitExactAndLeavesEvaluationAlone) {
-  // The masks follow the step, so a resumed run draws the uninterrupted run's.
-  TrainConfig c = tiny_run("resume_dropout");
-  c.model.hidden_dropout = 0.2;
-  c.micro_batches = 2;
-  expect_bit_exact_resume(c);
-  // Training draws masks (its loss is not the plain model's); evaluation draws none (the same
-  // weights evaluate to the same loss bit for bit), nor does the same batch after a step.
-  TrainConfig dropped_config = tiny_run("dropout_eval");
-  dropped_config.model.hidden_dropout = 0.2;
-  TrainConfig plain_config = tiny_run("dropout_eval_plain");
-  Trainer dropped(dropped_config, true), plain(plain_config, true);
-  EXPECT_EQ(dropped.evaluate(), plain.evaluate());
-  const std::vector<float> with = losses_of(dropped, 1), without = losses_of(plain, 1);
-  EXPECT_NE(with[0], without[0]) << "a fifth of the activations dropped, and the loss the same";
+TEST(Trainer, DropoutTrainsResumesBitExactAndLeavesEvaluationAlone) {
+  // Hidden dropout, then attention dropout (on the probabilities).
+  for (const bool attention : {false, true}) {
+    SCOPED_TRACE(attention ? "attention dropout" : "hidden dropout");
+    auto with_dropout = [&](TrainConfig c) {
+      (attention ? c.model.attention_dropout : c.model.hidden_dropout) = 0.2;
+      return c;
+    };
+    const std::string kind = attention ? "attention" : "hidden";
+    // The masks follow the step, so a resumed run draws the uninterrupted run's.
+    TrainConfig c = with_dropout(tiny_run("resume_dropout_" + kind));
+    c.micro_batches = 2;
+    expect_bit_exact_resume(c);
+    // Training draws masks (its loss is not the plain model's); evaluation draws none (the
+    // same weights evaluate to the same loss bit for bit).
+    Trainer dropped(with_dropout(tiny_run("dropout_eval_" + kind)), true), plain(tiny_run("dropout_eval_plain_" + kind), true);
+    EXPECT_EQ(dropped.evaluate(), plain.evaluate());
+    const std::vector<float> with = losses_of(dropped, 1), without = losses_of(plain, 1);
+    EXPECT_NE(with[0], without[0]) << "a fifth of the " << kind << " values dropped, and the loss the same";
+  }
 }
 
 TEST(Trainer, SgdMomentumResumesBitExact) {

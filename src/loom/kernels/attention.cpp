@@ -38,6 +38,9 @@ struct Views {
   std::array<int64_t, 4> att_cols() const { return {NH * T * T, T * T, 1, T}; }
   // The rows of a group's (nb * nh, T, T) scores, for the softmax passes.
   ScoreRows full_rows() const { return {T * T, T, 0, T}; }
+  // A (nb, nh, R, T) block of rows [i0, i0 + R) of them (dropout's scratch), and its rows.
+  std::array<int64_t, 4> block_rows(int64_t R) const { return {nh * R * T, R * T, T, 1}; }
+  ScoreRows block(int64_t i0, int64_t R) const { return {R * T, T, i0, T}; }
 
   BatchedMatmul desc(int64_t M, int64_t N, int64_t K, const std::array<int64_t, 4>& a,
                      const std::array<int64_t, 4>& b, const std::array<int64_t, 4>& c,
@@ -61,6 +64,25 @@ bool bf16_products(const Operand& qkv) { return qkv.dtype == DType::BF16 || comp
 // A scratch for the largest group's (nb * nh, T, T) scores, where att is not kept.
 Tensor group_scratch(int64_t B, int64_t T, int64_t NH) { return Tensor::empty({attention_group_values(B, T, NH)}); }
 
+// Rows [i0, i1) of a group's nb * nh heads of probabilities (or of their gradient) laid out as
+// `rows`: each row's visible columns j <= i dropped (0) or kept (times `kept`), in place.
+// d is the dropout seen from the group's first sequence and head.
+void drop(float* m, const ScoreRows& rows, const Views& v, const AttentionDropout& d, int64_t i0, int64_t i1,
+          float kept) {
+#pragma omp parallel for collapse(2) schedule(static) if (v.nb * v.nh * (i1 - i0) * i1 >= (1 << 15))
+  for (int64_t gh = 0; gh < v.nb * v.nh; ++gh)
+    for (int64_t i = i0; i < i1; ++i) d.apply(m + rows.at(gh, i), i + 1, gh / v.nh, gh % v.nh, i, kept);
+}
+
+// Rows [i0, i1) of a group's probabilities a, dropped, into the (nb, nh, i1 - i0, T) block
+// `out`: the matrix the product with V reads (a keeps the probabilities for backward).
+void dropped_block(const Views& v, const AttentionDropout& d, const float* a, float* out, int64_t i0, int64_t i1) {
+  const ScoreRows whole = v.full_rows(), block = v.block(i0, i1 - i0);
+  for (int64_t gh = 0; gh < v.nb * v.nh; ++gh)
+    for (int64_t i = i0; i < i1; ++i) std::copy_n(a + whole.at(gh, i), i1, out + block.at(gh, i));
+  drop(out, block, v, d, i0, i1, d.scale());
+}
+
 }  // namespace
 
 int64_t attention_group_values(int64_t B, int64_t T, int64_t NH) {
@@ -69,12 +91,17 @@ int64_t attention_group_values(int64_t B, int64_t T, int64_t NH) {
   return most;
 }
 
+int64_t attention_dropout_block_values(int64_t B, int64_t T, int64_t NH) {
+  return attention_group_values(B, T, NH) / T * attention_block_rows(T);
+}
+
 void attention_forward(float* out, float* att, Operand qkv, int64_t B, int64_t T, int64_t C,
-                       int64_t NH, float* lse) {
-  if (bf16_products(qkv)) return attention_forward_bf16(out, att, lse, qkv, B, T, C, NH);
+                       int64_t NH, float* lse, const AttentionDropout& dropout) {
+  if (bf16_products(qkv)) return attention_forward_bf16(out, att, lse, qkv, B, T, C, NH, dropout);
   const int64_t HS = C / NH, blk = attention_block_rows(T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const Tensor scratch = att == nullptr ? group_scratch(B, T, NH) : Tensor();
+  const Tensor dropped = dropout.active() ? Tensor::empty({attention_dropout_block_values(B, T, NH)}) : Tensor();
   for (const AttentionGroup& g : attention_groups(B, T, NH, T * T)) {
     const Views v{g.nb, g.nh, T, C, NH, HS};
     const Operand q = qkv.at(g.b0 * T * 3 * C + g.h0 * HS);  // (nb, T, nh, HS) inside qkv
@@ -85,17 +112,25 @@ void attention_forward(float* out, float* att, Operand qkv, int64_t B, int64_t T
     float* o = out + g.b0 * T * C + g.h0 * HS;  // (nb, T, nh, HS) inside out
     for (int64_t i0 = 0; i0 < T; i0 += blk) {
       const int64_t i1 = std::min(T, i0 + blk);
-      // S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T; softmax; out[i0:i1] = P[i0:i1, 0:i1] V[0:i1].
+      // S[i0:i1, 0:i1] = scale * Q[i0:i1] K[0:i1]^T; softmax; out[i0:i1] = P[i0:i1, 0:i1] V[0:i1],
+      // with P dropped under dropout.
       probabilities(v, q, k, a, i0, i1, scale);
-      batched_matmul(v.desc(i1 - i0, HS, i1, v.att_rows(), v.qkv_rows(), v.out_rows()), a + i0 * T, val,
-                     o + i0 * C);
+      const float* p = a + i0 * T;
+      std::array<int64_t, 4> p_rows = v.att_rows();
+      if (dropout.active()) {
+        dropped_block(v, dropout.shifted(g.b0, g.h0), a, dropped.f32(), i0, i1);
+        p = dropped.f32();
+        p_rows = v.block_rows(i1 - i0);
+      }
+      batched_matmul(v.desc(i1 - i0, HS, i1, p_rows, v.qkv_rows(), v.out_rows()), p, val, o + i0 * C);
     }
   }
 }
 
-void attention_backward(float* dqkv, float* datt, const float* dout, Operand qkv, const float* att,
-                        int64_t B, int64_t T, int64_t C, int64_t NH, const float* lse) {
-  if (bf16_products(qkv)) return attention_backward_bf16(dqkv, dout, lse, qkv, B, T, C, NH);
+void attention_backward(float* dqkv, float* datt, const float* dout, Operand qkv, float* att,
+                        int64_t B, int64_t T, int64_t C, int64_t NH, const float* lse,
+                        const AttentionDropout& dropout) {
+  if (bf16_products(qkv)) return attention_backward_bf16(dqkv, dout, lse, qkv, B, T, C, NH, dropout);
   const int64_t HS = C / NH, blk = attention_block_rows(T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const bool recompute = att == nullptr;
@@ -112,20 +147,24 @@ void attention_backward(float* dqkv, float* datt, const float* dout, Operand qkv
     float* dv = dq + 2 * C;                             // (nb, T, nh, HS) inside dqkv
     const float* dO = dout + g.b0 * T * C + g.h0 * HS;  // (nb, T, nh, HS) inside dout
     // (nb * nh, T, T), contiguous: inside att and datt, or the scratches reused by every group
-    const float* a = recompute ? p_scratch.f32() : att + att_off;
+    float* a = recompute ? p_scratch.f32() : att + att_off;
+    const AttentionDropout d = dropout.shifted(g.b0, g.h0);
     float* da = recompute ? dp_scratch.f32() : datt + att_off;
     if (recompute)  // the forward's probabilities again: the same products on the same operands
       for (int64_t i0 = 0; i0 < T; i0 += blk) probabilities(v, q, k, p_scratch.f32(), i0, std::min(T, i0 + blk), scale);
     for (int64_t i0 = 0; i0 < T; i0 += blk) {
       const int64_t i1 = std::min(T, i0 + blk);
-      // dP[i0:i1, 0:i1] = dO[i0:i1] V[0:i1]^T; dS by the softmax backward;
-      // dQ[i0:i1] = scale * dS[i0:i1, 0:i1] K[0:i1].
+      // dP[i0:i1, 0:i1] = dO[i0:i1] V[0:i1]^T (times the mask under dropout); dS by the softmax
+      // backward; dQ[i0:i1] = scale * dS[i0:i1, 0:i1] K[0:i1].
       batched_matmul(v.desc(i1 - i0, i1, HS, v.out_rows(), v.qkv_cols(), v.att_rows()), dO + i0 * C, val,
                      da + i0 * T);
+      if (dropout.active()) drop(da, v.full_rows(), v, d, i0, i1, d.scale());
       causal_softmax_backward(da, a, v.full_rows(), g.nb * g.nh, i0, i1);
       batched_matmul(v.desc(i1 - i0, HS, i1, v.att_rows(), v.qkv_rows(), v.qkv_rows(), scale), da + i0 * T, k,
                      dq + i0 * 3 * C);
     }
+    // dV reads the probabilities as forward's product did: dropped, in place (their last use).
+    if (dropout.active()) drop(a, v.full_rows(), v, d, 0, T, d.scale());
     // Key rows [j0, j1) only receive from query rows i >= j0 (causality), so once all of dS is
     // known: dK[j0:j1] = scale * dS[j0:T, j0:j1]^T Q[j0:T] and dV[j0:j1] = P[j0:T, j0:j1]^T dO[j0:T].
     // The transposed att/datt blocks include entries above the diagonal, which are exact zeros.

@@ -234,7 +234,7 @@ float scale_of(int64_t C, int64_t NH) { return 1.0f / std::sqrt(static_cast<floa
 }  // namespace
 
 void attention_forward_bf16(float* out, float* att, float* lse, Operand qkv, int64_t B, int64_t T, int64_t C,
-                            int64_t NH) {
+                            int64_t NH, const AttentionDropout& dropout) {
   const float scale = scale_of(C, NH);
   const View in{T * 3 * C, 3 * C}, heads{T * C, C};
   const Scratch scratch(B, T, C, NH, /*backward=*/false);
@@ -248,6 +248,14 @@ void attention_forward_bf16(float* out, float* att, float* lse, Operand qkv, int
     if (lse != nullptr)
       for (int64_t h = 0; h < g.G(); ++h)
         std::memcpy(lse + lse_at(ag, g, NH, T, h, i0), s.lse + h * R, sizeof(float) * R);
+    if (dropout.active()) {  // dropped exp-scores zeroed; the rows' 1 / sum take 1 / (1 - p)
+      const AttentionDropout d = dropout.shifted(ag.b0, ag.h0);
+      for (int64_t h = 0; h < g.G(); ++h)
+        for (int64_t r = 0; r < R; ++r) {
+          d.zero_dropped(s.scores_bf16 + (h * R + r) * i1, i0 + r + 1, h / g.nh, h % g.nh, i0 + r);
+          s.inv_sum[h * R + r] *= d.scale();
+        }
+    }
     // out[i0:i1] = E V[0:i1] / sum, row by row
     gather(v, in, g, 0, i1, s.v);
     batched_matmul(g.desc(R, HS, i1, g.dense(R, i1), g.dense(i1, HS)), s.scores_bf16, s.v, s.rows_out);
@@ -256,7 +264,7 @@ void attention_forward_bf16(float* out, float* att, float* lse, Operand qkv, int
 }
 
 void attention_backward_bf16(float* dqkv, const float* dout, const float* lse, Operand qkv, int64_t B, int64_t T,
-                             int64_t C, int64_t NH) {
+                             int64_t C, int64_t NH, const AttentionDropout& dropout) {
   const float scale = scale_of(C, NH);
   const View in{T * 3 * C, 3 * C}, heads{T * C, C};
   const Scratch scratch(B, T, C, NH, /*backward=*/true);
@@ -279,6 +287,12 @@ void attention_backward_bf16(float* dqkv, const float* dout, const float* lse, O
     gather(dout + heads_off, heads, g, i0, i1, s.dout);
     gather(v, in, g, 0, i1, s.v);
     batched_matmul(g.desc(R, i1, HS, g.dense(R, HS), g.dense_t(HS, i1)), s.dout, s.v, s.dscores);
+    // Under dropout dP is the dropped probabilities' gradient times the mask.
+    const AttentionDropout d = dropout.shifted(ag.b0, ag.h0);
+    if (d.active())
+      for (int64_t h = 0; h < g.G(); ++h)
+        for (int64_t r = 0; r < R; ++r)
+          d.apply(s.dscores + (h * R + r) * i1, i0 + r + 1, h / g.nh, h % g.nh, i0 + r, d.scale());
     causal_softmax_backward_from_lse(s.scores, s.dscores, block_rows(i0, i1), g.G(), i0, i1, s.lse, s.scores_bf16,
                                      s.dscores_bf16);
     // dQ[i0:i1] = scale dS K[0:i1]
@@ -288,7 +302,13 @@ void attention_backward_bf16(float* dqkv, const float* dout, const float* lse, O
     // dV[0:i1] += P^T dO[i0:i1]; rows [i0, i1) are first reached here, so written.
     batched_matmul(g.desc(i1, HS, R, g.dense_t(i1, R), g.dense(R, HS), scale), s.dscores_bf16, s.q, s.dk);
     scatter(s.dk, in, g, 0, i1, dk, /*added_below=*/i0);
-    batched_matmul(g.desc(i1, HS, R, g.dense_t(i1, R), g.dense(R, HS)), s.scores_bf16, s.dout, s.dv);
+    // dV reads P dropped as forward's product did: the dropped entries zeroed, 1 / (1 - p) its alpha.
+    if (d.active())
+      for (int64_t h = 0; h < g.G(); ++h)
+        for (int64_t r = 0; r < R; ++r)
+          d.zero_dropped(s.scores_bf16 + (h * R + r) * i1, i0 + r + 1, h / g.nh, h % g.nh, i0 + r);
+    batched_matmul(g.desc(i1, HS, R, g.dense_t(i1, R), g.dense(R, HS), d.active() ? d.scale() : 1.0f), s.scores_bf16,
+                   s.dout, s.dv);
     scatter(s.dv, in, g, 0, i1, dv, /*added_below=*/i0);
   });
 }

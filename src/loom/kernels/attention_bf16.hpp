@@ -12,18 +12,20 @@
 
 #include <cstdint>
 
+#include "loom/kernels/attention_dropout.hpp"
 #include "loom/kernels/matmul.hpp"
 
 namespace loom::kernels {
 
 // As attention_forward: out (B, T, C); att (B, NH, T, T) receives the probabilities and lse
-// (B, NH, T) the rows' log-sum-exp, each when not null.
+// (B, NH, T) the rows' log-sum-exp, each when not null (att undropped). Dropout zeroes the
+// dropped exp-scores in place and folds 1 / (1 - p) into each row's 1 / sum.
 void attention_forward_bf16(float* out, float* att, float* lse, Operand qkv, int64_t B, int64_t T, int64_t C,
-                            int64_t NH);
+                            int64_t NH, const AttentionDropout& dropout = {});
 // As attention_backward, always recomputing the probabilities (a block at a time): in one pass
 // from lse, the forward's, when given, else after a max and sum pass of its own.
 void attention_backward_bf16(float* dqkv, const float* dout, const float* lse, Operand qkv, int64_t B, int64_t T,
-                             int64_t C, int64_t NH);
+                             int64_t C, int64_t NH, const AttentionDropout& dropout = {});
 // Bytes of the scratch attention_backward_bf16 holds while it runs (allocates it once to count).
 int64_t attention_backward_bf16_bytes(int64_t B, int64_t T, int64_t C, int64_t NH);
 

@@ -60,7 +60,8 @@ void attention_block_start(const AttentionBlock& s, HeadsOut acc, RowsOf<float> 
 }
 
 void attention_block_forward(const AttentionBlock& s, HeadsView q, HeadsView k, HeadsView v, HeadsOut acc,
-                             RowsOf<float> row_max, RowsOf<float> row_sum, float* scores) {
+                             RowsOf<float> row_max, RowsOf<float> row_sum, float* scores,
+                             const AttentionDropout& dropout) {
   const int64_t HS = s.HS;
   batched_matmul(product(s, s.Tq, s.Tk, HS, rows_of(q, HS), cols_of(k, HS), scores_rows(s), scale_of(s), false),
                  q.data, k.data, scores);
@@ -83,6 +84,7 @@ void attention_block_forward(const AttentionBlock& s, HeadsView q, HeadsView k, 
     }
     for (int64_t j = n; j < s.Tk; ++j) row[j] = 0.0f;
     at(row_sum, b, h, i) = at(row_sum, b, h, i) * rescale + sum;
+    if (dropout.active()) dropout.apply(row, n, b, h, i, dropout.scale());
     m = m_new;
     float* out = acc.data + b * acc.batch + i * acc.row + h * HS;
     for (int64_t d = 0; d < HS; ++d) out[d] *= rescale;
@@ -118,7 +120,7 @@ void attention_row_delta(const AttentionBlock& s, HeadsView out, HeadsView dout,
 
 void attention_block_backward(const AttentionBlock& s, HeadsView q, HeadsView k, HeadsView v, HeadsView dout,
                               RowsOf<const float> lse, RowsOf<const float> delta, HeadsOut dq, HeadsOut dk,
-                              HeadsOut dv, float* scores, float* dscores) {
+                              HeadsOut dv, float* scores, float* dscores, const AttentionDropout& dropout) {
   const int64_t HS = s.HS;
   const float scale = scale_of(s);
   batched_matmul(product(s, s.Tq, s.Tk, HS, rows_of(q, HS), cols_of(k, HS), scores_rows(s), scale, false), q.data,
@@ -132,11 +134,13 @@ void attention_block_backward(const AttentionBlock& s, HeadsView q, HeadsView k,
     float* __restrict ds = dscores + r * s.Tk;
     const int64_t n = visible(s, i);
     const float row_lse = at(lse, b, h, i), row_delta = at(delta, b, h, i);
+    if (dropout.active()) dropout.apply(ds, n, b, h, i, dropout.scale());
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
       p[j] = fast_exp(p[j] - row_lse);
       ds[j] = p[j] * (ds[j] - row_delta);
     }
+    if (dropout.active()) dropout.apply(p, n, b, h, i, dropout.scale());
     for (int64_t j = n; j < s.Tk; ++j) p[j] = ds[j] = 0.0f;
   }
   batched_matmul(product(s, s.Tk, HS, s.Tq, scores_cols(s), rows_of(dout, HS), rows_of(dv, HS), 1.0f, true), scores,

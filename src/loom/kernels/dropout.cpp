@@ -1,44 +1,39 @@
 #include "loom/kernels/dropout.hpp"
 
+#include "loom/kernels/dropout_hash.hpp"
+
 namespace loom::kernels {
 
 namespace {
 
 constexpr int64_t kDropoutParallelMin = 1 << 16;
 
-// SplitMix64's finaliser: consecutive counters give independent-looking 64-bit values.
-inline uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 }  // namespace
 
-uint64_t dropout_key(uint64_t seed, uint64_t step, uint64_t layer) { return mix(mix(mix(seed) ^ step) ^ layer); }
+uint64_t dropout_key(uint64_t seed, uint64_t step, uint64_t layer) {
+  return dropout_mix(dropout_mix(dropout_mix(seed) ^ step) ^ layer);
+}
 
 void dropout_forward(float* out, float* mask, const float* x, int64_t n, float p, uint64_t key) {
-  // Keep when the top 24 bits, as a fraction of 2^24, are at least p.
-  const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 16777216.0);
+  const uint64_t threshold = dropout_threshold(p);
   const float scale = 1.0f / (1.0f - p);
 #pragma omp parallel for schedule(static) if (n >= kDropoutParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    mask[i] = (mix(key + static_cast<uint64_t>(i)) >> 40) >= threshold ? scale : 0.0f;
+    mask[i] = dropout_keeps(key, static_cast<uint64_t>(i), threshold) ? scale : 0.0f;
     out[i] = x[i] * mask[i];
   }
 }
 
 void dropout_forward_block(float* out, float* mask, const float* x, int64_t rows, int64_t cols, const int64_t* row_ids,
                            int64_t col0, int64_t width, float p, uint64_t key) {
-  const auto threshold = static_cast<uint64_t>(static_cast<double>(p) * 16777216.0);
+  const uint64_t threshold = dropout_threshold(p);
   const float scale = 1.0f / (1.0f - p);
 #pragma omp parallel for schedule(static) if (rows * cols >= kDropoutParallelMin)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t i = r * cols + c, column = col0 + c;
       const auto whole = static_cast<uint64_t>(row_ids[r] * width + column);
-      const float m = column < width && (mix(key + whole) >> 40) >= threshold ? scale : 0.0f;
+      const float m = column < width && dropout_keeps(key, whole, threshold) ? scale : 0.0f;
       if (mask != nullptr) mask[i] = m;
       out[i] = x[i] * m;
     }

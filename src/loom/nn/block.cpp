@@ -19,6 +19,10 @@ void Block::set_hidden_dropout(double p, int64_t layer, int64_t block_size, cons
   ffn_dropout_ = HiddenDropout(p, static_cast<uint64_t>(2 + 2 * layer), block_size, parts);
 }
 
+void Block::set_attention_dropout(double p, int64_t layer, int64_t block_size) {
+  attn_->set_attention_dropout(p, kAttentionDropoutSites + static_cast<uint64_t>(layer), block_size);
+}
+
 MLP& Block::mlp() {
   check(mlp_ != nullptr, "block '", name(), "' has a mixture of experts, not a dense MLP");
   return *mlp_;

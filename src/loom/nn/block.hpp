@@ -21,6 +21,10 @@ class Block : public Module {
   // Dropout with probability p on the attention and MLP outputs of block `layer` (its sites
   // 1 + 2 layer and 2 + 2 layer; the embedding's is 0), sequences of block_size split as `parts` say.
   void set_hidden_dropout(double p, int64_t layer, int64_t block_size, const SequenceParts& parts);
+  // Dropout with probability p on block `layer`'s attention probabilities (its site
+  // kAttentionDropoutSites + layer), sequences of block_size.
+  void set_attention_dropout(double p, int64_t layer, int64_t block_size);
+  static constexpr uint64_t kAttentionDropoutSites = uint64_t{1} << 32;
   CausalSelfAttention& attn() { return *attn_; }
   MLP& mlp();
   MoE* moe() { return moe_; }  // null in a dense block

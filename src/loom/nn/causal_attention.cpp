@@ -22,7 +22,7 @@ Tensor CausalAttention::forward_impl(const Tensor& qkv, Context& ctx) {
   // The bf16 copy kept for backward is also what the products read (the same rounded values).
   const Tensor kept = saved_activation(qkv, ctx);
   kernels::attention_forward(heads.f32(), keep_probabilities ? att.f32() : nullptr, gemm_input(kept), B, T, C_, NH_,
-                             lse.defined() ? lse.f32() : nullptr);
+                             lse.defined() ? lse.f32() : nullptr, dropout(ctx));
   ctx.save(this, {kept, att, lse});
   return heads;
 }
@@ -34,8 +34,10 @@ Tensor CausalAttention::backward_impl(const Tensor& dheads, Context& ctx) {
   const int64_t B = qkv.size(0), T = qkv.size(1);
   Tensor dqkv = Tensor::empty(qkv.shape(), DType::F32);  // (B, T, 3C)
   const Tensor datt = att.defined() ? Tensor::empty(att.shape()) : Tensor();  // (B, NH, T, T) scratch
+  // Under dropout the kernel overwrites att (released below) with the dropped probabilities.
   kernels::attention_backward(dqkv.f32(), att.defined() ? datt.f32() : nullptr, dheads.f32(), gemm_input(qkv),
-                              att.defined() ? att.f32() : nullptr, B, T, C_, NH_, lse.defined() ? lse.f32() : nullptr);
+                              att.defined() ? att.f32() : nullptr, B, T, C_, NH_, lse.defined() ? lse.f32() : nullptr,
+                              dropout(ctx));
   ctx.release(this);
   return dqkv;
 }

@@ -1,14 +1,13 @@
-// The attention core of a self-attention layer: softmax(Q K^T / sqrt(HS) + causal mask) V
-// from the QKV projection's output, without parameters. The serial one attends over the
-// rank's whole sequence; context parallelism substitutes a ring over the sequence's ranks
+// The attention core (attention_core.hpp) that attends over the rank's whole sequence, its
+// heads in one fused kernel; context parallelism substitutes a ring over the sequence's ranks
 // (LayerBuilder::attention).
 #pragma once
 
-#include "loom/nn/module.hpp"
+#include "loom/nn/attention_core.hpp"
 
 namespace loom::nn {
 
-class CausalAttention : public Module {
+class CausalAttention : public AttentionCore {
  public:
   CausalAttention(int64_t C, int64_t NH) : C_(C), NH_(NH) {}
 

@@ -10,9 +10,15 @@ CausalSelfAttention::CausalSelfAttention(int64_t C, int64_t NH, const LayerBuild
   check(NH % t == 0, "n_head (", NH, ") must be divisible by the tensor-parallel degree tp (", t, ")");
   C_ = C / t;
   NH_ = NH / t;
+  heads_ = NH;
+  first_head_ = layers.first_head(NH_);
   qkv_ = &register_module("qkv", layers.column_parallel_linear(C, 3 * C, /*blocks=*/3));
   proj_ = &register_module("proj", layers.row_parallel_linear(C, C));
   core_ = &register_module("core", layers.attention(C_, NH_));
+}
+
+void CausalSelfAttention::set_attention_dropout(double p, uint64_t site, int64_t block_size) {
+  core_->set_dropout({.p = p, .site = site, .block_size = block_size, .heads = heads_, .first_head = first_head_});
 }
 
 Tensor CausalSelfAttention::forward_impl(const Tensor& x, Context& ctx) {

@@ -13,6 +13,9 @@ class CausalSelfAttention : public Module {
   // Under tensor parallelism (layers.tensor_parallel_size() = t) this rank computes NH/t
   // heads: QKV column-parallel, the output projection row-parallel.
   CausalSelfAttention(int64_t C, int64_t NH, const LayerBuilder& layers = serial_layers());
+  // Dropout with probability p on the attention probabilities while training, drawn at `site`
+  // from sequences of block_size positions (attention_core.hpp).
+  void set_attention_dropout(double p, uint64_t site, int64_t block_size);
   Linear& qkv() { return *qkv_; }
   Linear& proj() { return *proj_; }
 
@@ -22,9 +25,10 @@ class CausalSelfAttention : public Module {
 
  private:
   int64_t C_, NH_;  // this rank's width and heads (C/t, NH/t)
+  int64_t heads_, first_head_;  // the model's heads; the model-wide index of this rank's first
   Linear* qkv_;   // C -> 3C
   Linear* proj_;  // C -> C
-  Module* core_;  // (B, T, 3C) -> (B, T, C): the attention itself, serial or a ring (context parallel)
+  AttentionCore* core_;  // (B, T, 3C) -> (B, T, C): the attention itself, serial or a ring (context parallel)
 };
 
 }  // namespace loom::nn

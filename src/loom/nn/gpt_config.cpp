@@ -24,6 +24,8 @@ void GPTConfig::validate(bool vocabulary_known) const {
   check(n_embd >= 1, "n_embd must be >= 1, got ", n_embd);
   check(n_embd % n_head == 0, "n_embd (", n_embd, ") must be divisible by n_head (", n_head, ")");
   check(hidden_dropout >= 0.0 && hidden_dropout < 1.0, "hidden_dropout must be in [0, 1), got ", hidden_dropout);
+  check(attention_dropout >= 0.0 && attention_dropout < 1.0, "attention_dropout must be in [0, 1), got ",
+        attention_dropout);
   moe.validate();
   check(!moe.enabled() || moe.every <= n_layer, "moe_every (", moe.every, ") is more than n_layer (", n_layer,
         "): no block would be a mixture of experts");

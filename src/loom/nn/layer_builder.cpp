@@ -13,7 +13,7 @@ std::unique_ptr<Linear> LayerBuilder::row_parallel_linear(int64_t in, int64_t ou
   return std::make_unique<Linear>(in, out);
 }
 
-std::unique_ptr<Module> LayerBuilder::attention(int64_t C, int64_t NH) const {
+std::unique_ptr<AttentionCore> LayerBuilder::attention(int64_t C, int64_t NH) const {
   return std::make_unique<CausalAttention>(C, NH);
 }
 

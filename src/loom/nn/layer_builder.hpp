@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "loom/nn/attention_core.hpp"
 #include "loom/nn/embedding.hpp"
 #include "loom/nn/graph_conv.hpp"
 #include "loom/nn/linear.hpp"
@@ -31,7 +32,10 @@ class LayerBuilder {
   virtual std::unique_ptr<Linear> row_parallel_linear(int64_t in, int64_t out) const;
   // The attention core of C features in NH heads: qkv (B, T, 3C) -> heads (B, T, C). Serial:
   // causal attention over the T rows; context parallel: a ring over the sequence's ranks.
-  virtual std::unique_ptr<Module> attention(int64_t C, int64_t NH) const;
+  virtual std::unique_ptr<AttentionCore> attention(int64_t C, int64_t NH) const;
+  // The model-wide index of the first of the NH heads this rank's attention computes (the
+  // heads are split over tensor parallelism's ranks in rank order).
+  virtual int64_t first_head(int64_t /*NH*/) const { return 0; }
   // Token + position embedding; tensor parallel: the vocabulary rows split.
   virtual std::unique_ptr<Embedding> embedding(int64_t V, int64_t Vp, int64_t block_size, int64_t C) const;
   // The tied LM head multiplies the whole sequence's activations by the token table w, a

@@ -132,6 +132,9 @@ ChunkActivationPeaks grid_3d_chunk_activation_peaks(const Grid3DActivationShape&
   // block before the last runs its moments with that gradient beside its own incoming one, and
   // the last block's tensors freed (under recompute only its kept input: in bf16 the larger).
   const int64_t earlier = !s.head && s.L > 1 ? std::max<int64_t>(0, dy - (s.recompute ? input : layer)) : 0;
+  // Attention dropout's fp32 forward adds a dropped copy of one causal block of a head group's
+  // probabilities; that moment's tensors are all held again in the attention backward with
+  // the probabilities' gradient, which is larger, so it is never the peak and is not a moment here.
   ChunkActivationPeaks p;
   p.kept = blocks + logits + final_norm;
   p.forward = (s.recompute ? run_forward : mlp_forward) + received;

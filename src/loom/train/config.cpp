@@ -41,6 +41,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"model", "moe_aux_loss_coef", "weight of the Switch load-balancing loss E sum_i f_i P_i (per sequence, 1 when balanced)", &m.moe.aux_loss_coef},
       {"model", "gcn_layers", "gcn: graph convolution layers", &c.gcn.layers},
       {"model", "gcn_hidden", "gcn: width of the hidden layers", &c.gcn.hidden},
+      {"model", "attention_dropout", "gpt: dropout probability on the attention probabilities (before their product with V), while training (Megatron-LM's attention_dropout); each mask follows the probability's sequence, head, query and key positions in the step's batch, so every layout drops what the serial run drops; 0 = off", &m.attention_dropout},
       {"model", "gcn_dropout", "gcn: dropout probability between layers while training", &c.gcn.dropout},
       {"data", "data", "gpt: UTF-8 text file (a regular file of at most " + std::to_string(data::kMaxDataBytes >> 30) + " GiB) or a token file written by `loom tokenize`; gcn: a graph, `data/cora` (LINQS .content + .cites), a prefix of Loom's text format (.edges, .features, .labels; docs/graphs.md) or `rmat:scale=S,...`", &c.data},
       {"data", "tokenizer", "'char' (code points of the corpus), 'byte' or 'gpt2' (GPT-2's byte-level BPE, read from tokenizer_dir)", &c.tokenizer},

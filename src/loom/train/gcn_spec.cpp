@@ -46,6 +46,8 @@ GcnSpec::GcnSpec(TrainConfig& config) : config_(config) {
   check(!config.model.recompute, "recompute re-runs a GPT's blocks in backward; the gcn model does not recompute");
   check(config.model.hidden_dropout == 0.0, "hidden_dropout (", config.model.hidden_dropout,
         ") drops out a GPT's residual branches; the gcn model drops out between its layers with gcn_dropout");
+  check(config.model.attention_dropout == 0.0, "attention_dropout (", config.model.attention_dropout,
+        ") drops out a GPT's attention probabilities; the gcn model drops out between its layers with gcn_dropout");
   config.gcn.validate();
   config.eval_batches = 1;
   // On a grid the features are read in build(), each rank keeping its shard alone.

@@ -2,7 +2,7 @@
 
 namespace loom::parallel::cp {
 
-std::unique_ptr<nn::Module> ContextParallelLayers::attention(int64_t C, int64_t NH) const {
+std::unique_ptr<nn::AttentionCore> ContextParallelLayers::attention(int64_t C, int64_t NH) const {
   return std::make_unique<RingAttention>(C, NH, group_, split_, stats_);
 }
 

@@ -21,7 +21,8 @@ class ContextParallelLayers : public nn::LayerBuilder {
   ContextParallelLayers(const nn::LayerBuilder& inner, comm::ProcessGroup& group, Split split)
       : inner_(inner), group_(group), split_(split), stats_(std::make_shared<RingStats>()) {}
 
-  std::unique_ptr<nn::Module> attention(int64_t C, int64_t NH) const override;
+  std::unique_ptr<nn::AttentionCore> attention(int64_t C, int64_t NH) const override;
+  int64_t first_head(int64_t NH) const override { return inner_.first_head(NH); }
   std::unique_ptr<nn::Embedding> embedding(int64_t V, int64_t Vp, int64_t block_size, int64_t C) const override;
 
   int64_t tensor_parallel_size() const override { return inner_.tensor_parallel_size(); }

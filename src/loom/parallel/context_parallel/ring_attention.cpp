@@ -33,6 +33,11 @@ struct Geometry {
   int64_t HS() const { return C / NH; }
   Geometry group(int64_t first, int64_t count) const { return {B, Tc, C, NH, first, count}; }
   k::AttentionBlock block(bool diagonal) const { return {B, nh, HS(), Tc, Tc, diagonal}; }
+  // The dropout of this group's heads for query chunk `queries` against key chunk `keys`
+  // (the chunks' indices in the sequence).
+  k::AttentionDropout dropout(const k::AttentionDropout& d, int64_t queries, int64_t keys) const {
+    return d.shifted(0, h0, queries * Tc, keys * Tc);
+  }
   // q of chunk slot a inside qkv (B, Tl, 3C) (or dq inside dqkv).
   template <class T>
   k::HeadsOf<T> q(T* qkv, int64_t a) const { return {qkv + a * Tc * 3 * C + h0 * HS(), Tl() * 3 * C, 3 * C}; }
@@ -65,13 +70,14 @@ Tensor pack_kv(const Tensor& qkv, int64_t C) {
 }
 
 // The blocks of a step: this rank's query chunks against the chunks whose K/V it holds now
-// (those of rank `owner`); a key chunk after the query chunk is masked out entirely.
+// (those of rank `owner`); a key chunk after the query chunk is masked out entirely. fn(query
+// slot, key slot, diagonal, the query chunk's and the key chunk's indices in the sequence).
 template <class Fn>
 void for_each_block(int rank, int owner, int cp, Split split, Fn&& fn) {
   const std::array<int64_t, 2> queries = chunks_of(rank, cp, split), keys = chunks_of(owner, cp, split);
   for (int64_t a = 0; a < 2; ++a)
     for (int64_t c = 0; c < 2; ++c)
-      if (keys[c] <= queries[a]) fn(a, c, keys[c] == queries[a]);
+      if (keys[c] <= queries[a]) fn(a, c, keys[c] == queries[a], queries[a], keys[c]);
 }
 
 // A pair of transfers around the ring: send `out` to the next rank, receive `in` from the
@@ -140,16 +146,17 @@ Tensor RingAttention::forward_impl(const Tensor& qkv, nn::Context& ctx) {
   k::attention_block_start({g.B, NH_, g.HS(), g.Tl(), g.Tl(), false}, {heads.f32(), g.Tl() * C_, C_},
                            {lse.f32(), NH_ * g.Tl(), g.Tl()}, {sums.f32(), NH_ * g.Tl(), g.Tl()});
   Tensor kv = pack_kv(qkv, C_), next = P > 1 ? Tensor::empty(kv.shape()) : Tensor();
+  const k::AttentionDropout drop = dropout(ctx);
   for (int s = 0; s < P; ++s) {
     // Post the next hop first: K/V travel while this step's blocks are computed.
     RingHop h;
     if (s + 1 < P) h = hop(cp_, kv, next, kForwardKV, stats);
     const auto t0 = Clock::now();
-    for_each_block(r, (r + P - s) % P, P, split_, [&](int64_t a, int64_t c, bool diagonal) {
+    for_each_block(r, (r + P - s) % P, P, split_, [&](int64_t a, int64_t c, bool diagonal, int64_t qi, int64_t ki) {
       for_each_head_group(g, [&](const Geometry& h) {
         k::attention_block_forward(h.block(diagonal), h.q(qkv.f32(), a), h.kv(kv.f32(), c, 0),
                                    h.kv(kv.f32(), c, 1), h.heads(heads.f32(), a), h.rows(lse.f32(), a),
-                                   h.rows(sums.f32(), a), scores.f32());
+                                   h.rows(sums.f32(), a), scores.f32(), h.dropout(drop, qi, ki));
       });
     });
     if (stats != nullptr) stats->compute_seconds += since(t0);
@@ -189,17 +196,19 @@ Tensor RingAttention::backward_impl(const Tensor& dheads, nn::Context& ctx) {
   Tensor local = Tensor::empty(kv.shape()), arrived = Tensor::empty(kv.shape()), outgoing = Tensor::empty(kv.shape());
   RingHop grads;
   bool grads_in_flight = false;
+  const k::AttentionDropout drop = dropout(ctx);
   for (int s = 0; s < P; ++s) {
     RingHop h;
     if (s + 1 < P) h = hop(cp_, kv, next, kBackwardKV, stats);
     std::memset(local.f32(), 0, static_cast<size_t>(local.nbytes()));
     const auto t0 = Clock::now();
-    for_each_block(r, (r + P - s) % P, P, split_, [&](int64_t a, int64_t c, bool diagonal) {
+    for_each_block(r, (r + P - s) % P, P, split_, [&](int64_t a, int64_t c, bool diagonal, int64_t qi, int64_t ki) {
       for_each_head_group(g, [&](const Geometry& h) {
         k::attention_block_backward(h.block(diagonal), h.q(qkv.f32(), a), h.kv(kv.f32(), c, 0), h.kv(kv.f32(), c, 1),
                                     h.heads(dheads.f32(), a), h.rows(static_cast<const float*>(lse.f32()), a),
                                     h.rows(static_cast<const float*>(delta.f32()), a), h.q(dqkv.f32(), a),
-                                    h.kv(local.f32(), c, 0), h.kv(local.f32(), c, 1), scores.f32(), dscores.f32());
+                                    h.kv(local.f32(), c, 0), h.kv(local.f32(), c, 1), scores.f32(), dscores.f32(),
+                                    h.dropout(drop, qi, ki));
       });
     });
     if (stats != nullptr) stats->compute_seconds += since(t0);

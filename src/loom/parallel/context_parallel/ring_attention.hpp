@@ -11,7 +11,7 @@
 #include <memory>
 
 #include "loom/comm/process_group.hpp"
-#include "loom/nn/module.hpp"
+#include "loom/nn/attention_core.hpp"
 #include "loom/parallel/context_parallel/head_groups.hpp"
 #include "loom/parallel/context_parallel/load_balance.hpp"
 
@@ -30,7 +30,7 @@ struct RingStats {
   std::chrono::steady_clock::time_point link_free{};
 };
 
-class RingAttention : public nn::Module {
+class RingAttention : public nn::AttentionCore {
  public:
   // C features in NH heads; stats (optional) is shared by the layers of one model.
   RingAttention(int64_t C, int64_t NH, comm::ProcessGroup& cp, Split split, std::shared_ptr<RingStats> stats = nullptr);

@@ -16,7 +16,8 @@ class ExpertParallelLayers : public nn::LayerBuilder {
 
   int64_t tensor_parallel_size() const override { return base_.tensor_parallel_size(); }
   int64_t vocabulary_parts() const override { return base_.vocabulary_parts(); }
-  std::unique_ptr<nn::Module> attention(int64_t C, int64_t NH) const override { return base_.attention(C, NH); }
+  std::unique_ptr<nn::AttentionCore> attention(int64_t C, int64_t NH) const override { return base_.attention(C, NH); }
+  int64_t first_head(int64_t NH) const override { return base_.first_head(NH); }
   Tensor gather_vocabulary(const Tensor& logits) const override { return base_.gather_vocabulary(logits); }
   std::unique_ptr<nn::Linear> column_parallel_linear(int64_t in, int64_t out, int64_t blocks) const override {
     return base_.column_parallel_linear(in, out, blocks);

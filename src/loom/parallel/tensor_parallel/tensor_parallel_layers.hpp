@@ -20,6 +20,7 @@ class TensorParallelLayers : public nn::LayerBuilder {
       : group_(group), sequence_parallel_(sequence_parallel), overlap_(overlap) {}
 
   int64_t tensor_parallel_size() const override { return group_.size(); }
+  int64_t first_head(int64_t NH) const override { return group_.rank() * NH; }
   std::unique_ptr<nn::Linear> column_parallel_linear(int64_t in, int64_t out, int64_t blocks) const override;
   std::unique_ptr<nn::Linear> row_parallel_linear(int64_t in, int64_t out) const override;
   std::unique_ptr<nn::Embedding> embedding(int64_t V, int64_t Vp, int64_t block_size, int64_t C) const override;

@@ -27,6 +27,7 @@ class Layers3D : public nn::LayerBuilder {
       : grid_(grid), overlap_(overlap ? std::make_unique<Overlap3D>(grid) : nullptr) {}
 
   int64_t tensor_parallel_size() const override { return grid_.size(Axis::Row); }
+  int64_t first_head(int64_t NH) const override { return grid_.rank(Axis::Row) * NH; }
   int64_t vocabulary_parts() const override { return 1; }
   std::unique_ptr<nn::Linear> column_parallel_linear(int64_t in, int64_t out, int64_t blocks) const override;
   std::unique_ptr<nn::Linear> row_parallel_linear(int64_t in, int64_t out) const override;
