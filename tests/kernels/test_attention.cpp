@@ -127,12 +127,13 @@ void check_against_reference(int64_t B, int64_t T, int64_t C, int64_t NH) {
 
 // Attention dropout (p 0.2) against the twin given the kernel's masks, over one causal block,
 // several, ragged ones and both kinds of head groups, seen from a later batch row and head (as
-// a dp and tp rank sees it) and from later query and key positions; att keeps the undropped
+// a dp and tp rank sees it) and from later query and key positions (a second chunk of a
+// sequence, as ring attention's diagonal blocks see it); att keeps the undropped
 // probabilities; backward overwrites att with the dropped ones. Same tolerances as without.
 // A mask drawn from other indices (a block's rows, a group's heads) is off by O(0.1-1).
 void check_dropout_against_reference(int64_t B, int64_t T, int64_t C, int64_t NH) {
   const AttentionDropout drop{.p = 0.2f, .key = 77, .first_row = 5, .heads = 3 * NH, .first_head = NH,
-                              .positions = 2 * T, .query0 = 0, .key0 = 0};
+                              .positions = 2 * T, .query0 = T, .key0 = T};
   const auto qkv = random_vector(B * T * 3 * C, 300 + T, -2.0f, 2.0f);
   const auto dout = random_vector(B * T * C, 400 + T);
   const Ref ref = reference(qkv, dout, B, T, C, NH, false, drop);

@@ -98,6 +98,33 @@ TEST(ActivationPeak, DropoutRanksPeakAsTheMemoryCheckCounts) {
         }
 }
 
+// Selective recompute (attention's probabilities recomputed in backward): fp32 keeps none and its
+// attention backward holds two scratches of a head group's scores instead of the probabilities'
+// whole gradient; bf16 keeps none anyway (the same count as without). On 2 ranks: tp 2 with and
+// without sequence parallelism and dp 2 (the serial shapes), with and without full recompute
+// and attention dropout (which drops the recomputed probabilities in place). In fp32 the peak
+// must also be below the plain run's (counted as it, the check read 100-270% of these peaks).
+TEST(ActivationPeak, SelectiveRecomputeRanksPeakAsTheMemoryCheckCounts) {
+  if (world().size() != 2) GTEST_SKIP() << "tp 2 (with and without sp) and dp 2 on two ranks";
+  for (const ModelParallel l : {ModelParallel{2, 1, true}, ModelParallel{2, 1, false}, ModelParallel{1, 1, false}})
+    for (const std::string precision : {"fp32", "bf16"})
+      for (const bool recompute : {false, true})
+        for (const double attention_dropout : {0.0, 0.1}) {
+          const std::string what = describe(l) + ", " + precision + (recompute ? ", recompute" : "") +
+                                   (attention_dropout > 0 ? ", attention dropout" : "") + ", rank " +
+                                   std::to_string(world().rank());
+          train::TrainConfig c = model_parallel_config(l, 2 / l.tp, 48, 1, precision, recompute);
+          c.model.attention_dropout = attention_dropout;
+          c.model.selective_recompute = true;
+          train::Trainer t(c, true, &world());
+          const int64_t measured = loom::testing::step_activation_peak(t);
+          EXPECT_EQ(static_cast<int64_t>(train::rank_training_memory(t.config(), 0).activations), measured) << what;
+          if (precision == "bf16" || recompute) continue;
+          c.model.selective_recompute = false;
+          train::Trainer plain(c, true, &world());
+          EXPECT_LT(measured, loom::testing::step_activation_peak(plain)) << what;
+        }
+}
 
 // A pipeline rank's tracker peak is at most the memory check's count (sent tensors held until
 // the rank knows their receive was posted) and below it by at most the sent tensors a receiver

@@ -53,6 +53,7 @@ struct Case {
   std::string tp_overlap = "on";  // with tp: "off" runs the blocking path
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;
+  bool selective_recompute = false;
 };
 
 // 3D grid {R, C, D} of a case ({1, 1, 1} without tp_3d).
@@ -96,6 +97,7 @@ train::TrainConfig common(const Case& k, int64_t dp, int64_t batch) {
   c.grad_reduce_dtype = k.grad_reduce_dtype;
   c.model.hidden_dropout = k.hidden_dropout;
   c.model.attention_dropout = k.attention_dropout;
+  c.model.selective_recompute = k.selective_recompute;
   return c;
 }
 
@@ -196,7 +198,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{.name = "hsdp_shard2_pp2_zero1", .pp = 2, .zero = 1, .hsdp_shard = 2, .n_layer = 4, .micro_batches = 4,
              .world = 8},
         Case{.name = "recompute_zero3", .zero = 3, .recompute = true},
-        Case{.name = "recompute_tp2", .tp = 2, .recompute = true}),
+        Case{.name = "recompute_tp2", .tp = 2, .recompute = true},
+        // Selective recompute (the probabilities recomputed): with tp + sp and a pipeline, and on a 3D grid.
+        Case{.name = "selective_pp2_tp2_sp", .tp = 2, .pp = 2, .n_layer = 4, .micro_batches = 4, .sequence_parallel = true,
+             .selective_recompute = true},
+        Case{.name = "selective_tp3d_2x1x2", .micro_batches = 2, .tp_3d = "2,1,2", .world = 4, .selective_recompute = true}),
     [](const auto& info) { return info.param.name; });
 
 // Context parallelism: each sequence split over cp ranks (ring attention), alone, with dp

@@ -260,15 +260,17 @@ TEST(Trainer3D, DryRunStateOfEveryGridRankIsTheTrackers) {
 // and the MLP over row, the qkv and fc inputs over col, nothing over depth but the weights) and
 // the serial fallbacks' whole ones (width 18: on depth 4 qkv and both projections, on 2,2,2 the
 // projections, whose bf16 input a serial MLP projection gathers widened), fp32 and bf16, with and
-// without recompute, at whichever moment peaks (the head's backward, the last block's MLP
-// projection or attention backward, that projection's replayed forward). It once counted every
+// without recompute, and in fp32 with selective recompute (no probabilities kept, two scratches
+// of a head group's scores in the attention backward), at whichever moment peaks (the head's
+// backward, the last block's MLP projection or attention backward, that projection's replayed
+// forward). It once counted every
 // grid rank as the serial run: 2,2,1 in fp32 101632 B for 65536, bf16 82176 for 49408; and a
 // serial MLP projection on a row split refused a bf16 input ("expected an f32 tensor").
 TEST(Trainer3D, DryRunActivationsOfEveryGridRankAreTheTrackersPeak) {
   const std::vector<TrainerGrid> grids = trainer_grids({{"2,2,2", 16}, {"2,2,2", 18}});
   if (grids.empty()) GTEST_SKIP() << "grids of 4 and 8 ranks";
   for (const TrainerGrid& g : grids)
-    for (const std::string precision : {"fp32", "bf16"})
+    for (const std::string precision : {"fp32", "bf16", "fp32 selective"})
       for (const bool recompute : {false, true}) {
         const std::string what = g.grid + ", width " + std::to_string(g.width) + ", " + precision +
                                  (recompute ? ", recompute" : "") + ", grid rank " + std::to_string(world().rank());
@@ -276,7 +278,8 @@ TEST(Trainer3D, DryRunActivationsOfEveryGridRankAreTheTrackersPeak) {
         c.tp_3d = g.grid;
         c.model.n_embd = g.width;
         c.model.recompute = recompute;
-        c.precision = precision;
+        c.model.selective_recompute = precision == "fp32 selective";
+        c.precision = precision.substr(0, 4);
         train::Trainer t(c, true, &world());
         const int64_t measured = loom::testing::step_activation_peak(t);
         EXPECT_EQ(train::rank_training_memory(t.config(), 0).activations, measured) << what;

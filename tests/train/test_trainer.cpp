@@ -87,6 +87,36 @@ TEST(Trainer, DropoutTrainsResumesBitExactAndLeavesEvaluationAlone) {
   }
 }
 
+TEST(Trainer, SelectiveRecomputeTrainsBitForBitAsKeepingTheProbabilities) {
+  // Backward recomputes the probabilities with the forward's products and softmax on the same
+  // operands, so nothing changes but the memory: losses and parameters bit for bit, also under
+  // attention dropout (which drops the recomputed probabilities in place) and with full
+  // recompute. A checkpoint of one resumes into the other (the model is the same).
+  for (const double attention_dropout : {0.0, 0.2})
+    for (const bool recompute : {false, true}) {
+      SCOPED_TRACE("attention dropout " + std::to_string(attention_dropout) + (recompute ? ", recompute" : ""));
+      auto config = [&](const std::string& name, bool selective) {
+        TrainConfig c = tiny_run(name);
+        c.model.attention_dropout = attention_dropout;
+        c.model.recompute = recompute;
+        c.model.selective_recompute = selective;
+        c.micro_batches = 2;
+        return c;
+      };
+      Trainer plain(config("selective_plain", false), true), selective(config("selective_on", true), true);
+      EXPECT_EQ(losses_of(plain, 3), losses_of(selective, 3));
+      expect_same_parameters(plain.model(), selective.model());
+    }
+  TrainConfig c = tiny_run("selective_resume");
+  Trainer first(c, true);
+  losses_of(first, 2);
+  first.save_checkpoint_now();
+  c.resume = "latest";
+  c.model.selective_recompute = true;
+  Trainer resumed(c, true);
+  EXPECT_EQ(resumed.step(), 2);
+}
+
 TEST(Trainer, SgdMomentumResumesBitExact) {
   // The momentum buffers are optimizer state too: a resume that lost them would take a
   // plain SGD step at step 4 and differ from there.

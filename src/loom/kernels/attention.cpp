@@ -78,6 +78,7 @@ void drop(float* m, const ScoreRows& rows, const Views& v, const AttentionDropou
 // `out`: the matrix the product with V reads (a keeps the probabilities for backward).
 void dropped_block(const Views& v, const AttentionDropout& d, const float* a, float* out, int64_t i0, int64_t i1) {
   const ScoreRows whole = v.full_rows(), block = v.block(i0, i1 - i0);
+#pragma omp parallel for collapse(2) schedule(static) if (v.nb * v.nh * (i1 - i0) * i1 >= (1 << 15))
   for (int64_t gh = 0; gh < v.nb * v.nh; ++gh)
     for (int64_t i = i0; i < i1; ++i) std::copy_n(a + whole.at(gh, i), i1, out + block.at(gh, i));
   drop(out, block, v, d, i0, i1, d.scale());

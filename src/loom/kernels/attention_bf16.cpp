@@ -250,6 +250,7 @@ void attention_forward_bf16(float* out, float* att, float* lse, Operand qkv, int
         std::memcpy(lse + lse_at(ag, g, NH, T, h, i0), s.lse + h * R, sizeof(float) * R);
     if (dropout.active()) {  // dropped exp-scores zeroed; the rows' 1 / sum take 1 / (1 - p)
       const AttentionDropout d = dropout.shifted(ag.b0, ag.h0);
+#pragma omp parallel for collapse(2) schedule(static) if (!omp_in_parallel() && worth_threads(g.G() * R * i1))
       for (int64_t h = 0; h < g.G(); ++h)
         for (int64_t r = 0; r < R; ++r) {
           d.zero_dropped(s.scores_bf16 + (h * R + r) * i1, i0 + r + 1, h / g.nh, h % g.nh, i0 + r);
@@ -290,6 +291,7 @@ void attention_backward_bf16(float* dqkv, const float* dout, const float* lse, O
     // Under dropout dP is the dropped probabilities' gradient times the mask.
     const AttentionDropout d = dropout.shifted(ag.b0, ag.h0);
     if (d.active())
+#pragma omp parallel for collapse(2) schedule(static) if (!omp_in_parallel() && worth_threads(g.G() * R * i1))
       for (int64_t h = 0; h < g.G(); ++h)
         for (int64_t r = 0; r < R; ++r)
           d.apply(s.dscores + (h * R + r) * i1, i0 + r + 1, h / g.nh, h % g.nh, i0 + r, d.scale());
@@ -304,6 +306,7 @@ void attention_backward_bf16(float* dqkv, const float* dout, const float* lse, O
     scatter(s.dk, in, g, 0, i1, dk, /*added_below=*/i0);
     // dV reads P dropped as forward's product did: the dropped entries zeroed, 1 / (1 - p) its alpha.
     if (d.active())
+#pragma omp parallel for collapse(2) schedule(static) if (!omp_in_parallel() && worth_threads(g.G() * R * i1))
       for (int64_t h = 0; h < g.G(); ++h)
         for (int64_t r = 0; r < R; ++r)
           d.zero_dropped(s.scores_bf16 + (h * R + r) * i1, i0 + r + 1, h / g.nh, h % g.nh, i0 + r);

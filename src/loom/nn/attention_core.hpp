@@ -26,14 +26,19 @@ struct AttentionDropoutSite {
 class AttentionCore : public Module {
  public:
   void set_dropout(const AttentionDropoutSite& site) { dropout_ = site; }
+  // Selective recompute (Megatron-LM's --recompute-granularity selective): the probabilities
+  // are recomputed in backward instead of kept, where a core would keep them.
+  void set_recompute_probabilities(bool on) { recompute_probabilities_ = on; }
 
  protected:
+  bool recompute_probabilities() const { return recompute_probabilities_; }
   // The kernels' dropout in `ctx`: active in a training micro-batch's context (dropout rows
   // set) when p > 0; inactive in evaluation and generation.
   kernels::AttentionDropout dropout(const Context& ctx) const;
 
  private:
   AttentionDropoutSite dropout_;
+  bool recompute_probabilities_ = false;
 };
 
 }  // namespace loom::nn

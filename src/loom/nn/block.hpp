@@ -17,6 +17,8 @@ class Block : public Module {
   // moe: a mixture of experts instead of the dense MLP (null: dense).
   Block(int64_t C, int64_t NH, const LayerBuilder& layers = serial_layers(), const MoeConfig* moe = nullptr);
   void set_recompute(bool on) { recompute_ = on; }
+  // Only attention's probabilities recomputed (Megatron-LM's selective granularity).
+  void set_selective_recompute(bool on) { attn_->set_selective_recompute(on); }
   bool recompute() const { return recompute_; }
   // Dropout with probability p on the attention and MLP outputs of block `layer` (its sites
   // 1 + 2 layer and 2 + 2 layer; the embedding's is 0), sequences of block_size split as `parts` say.

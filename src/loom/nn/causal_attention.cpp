@@ -13,7 +13,9 @@ Tensor CausalAttention::forward_impl(const Tensor& qkv, Context& ctx) {
   // kept only in fp32 training; under bf16 backward recomputes them from q and k and each
   // row's log-sum-exp, a causal block of a group of heads at a time, as Megatron-LM's
   // selective recomputation and FlashAttention do (Korthikanti et al. 2022: the 5as/h term).
-  const bool keep_probabilities = !saved_in_bf16(ctx) && !ctx.inference();
+  // Under selective recompute fp32 keeps nothing either: backward runs the forward's products
+  // and softmax again on the same operands, a group of heads at a time, bit for bit.
+  const bool keep_probabilities = !saved_in_bf16(ctx) && !ctx.inference() && !recompute_probabilities();
   Tensor att = keep_probabilities ? Tensor::empty({B, NH_, T, T}) : Tensor();  // (B, NH, T, T)
   // In their place bf16 keeps each row's log-sum-exp (4 bytes a row and head), from which
   // backward rebuilds a block's probabilities in one pass, as FlashAttention does.

@@ -16,6 +16,8 @@ class CausalSelfAttention : public Module {
   // Dropout with probability p on the attention probabilities while training, drawn at `site`
   // from sequences of block_size positions (attention_core.hpp).
   void set_attention_dropout(double p, uint64_t site, int64_t block_size);
+  // Selective recompute: the core's probabilities recomputed in backward (attention_core.hpp).
+  void set_selective_recompute(bool on) { core_->set_recompute_probabilities(on); }
   Linear& qkv() { return *qkv_; }
   Linear& proj() { return *proj_; }
 

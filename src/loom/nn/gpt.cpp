@@ -27,6 +27,7 @@ GPT::GPT(const GPTConfig& config, uint64_t seed, const LayerBuilder& layers, GPT
   for (int64_t l = stage_.first_block; l < stage_.end_block; ++l) {
     Block& b = register_module("blocks." + std::to_string(l), std::make_unique<Block>(C, config_.n_head, layers_, config_.moe.is_moe_block(l) ? &config_.moe : nullptr));
     b.set_recompute(config_.recompute);
+    b.set_selective_recompute(config_.selective_recompute);
     b.set_hidden_dropout(config_.hidden_dropout, l, config_.block_size, layers_.sequence_parts());
     b.set_attention_dropout(config_.attention_dropout, l, config_.block_size);
     blocks_.push_back(&b);

@@ -24,6 +24,7 @@ struct GPTConfig {
   int64_t n_head = 6;             // NH
   int64_t n_embd = 384;           // C
   bool recompute = false;         // activation recompute in every block
+  bool selective_recompute = false;  // attention's probabilities recomputed in backward, not kept
   double hidden_dropout = 0.0;    // p on the embedding's and every branch's output, while training
   double attention_dropout = 0.0; // p on every attention probability, while training
   MoeConfig moe{};                // mixture-of-experts blocks (none by default)

@@ -9,10 +9,10 @@ StateBytes model_state_bytes(int64_t params, int dp, int zero_stage, int64_t opt
 }
 
 int64_t activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t t, bool sequence_parallel,
-                                   int64_t cp) {
+                                   int64_t cp, bool selective) {
   if (cp > 1) T /= cp;                                // this rank's tokens
   const int64_t Tr = sequence_parallel ? T / t : T;  // tokens of the replicated regions held here
-  const int64_t softmax = cp > 1 ? NH * B * T / t : NH * B * T * T / t;
+  const int64_t softmax = cp > 1 ? NH * B * T / t : selective ? 0 : NH * B * T * T / t;
   return 4 * (4 * B * Tr * C + 12 * B * T * C / t + softmax + 4 * B * Tr);
 }
 

@@ -30,8 +30,9 @@ StateBytes model_state_bytes(int64_t params, int dp, int zero_stage, int64_t opt
 // + NH B T^2 / t (the softmax probabilities) + 4 BT (LayerNorm statistics, / t with SP),
 // each times 4 bytes.
 // Context parallelism (cp > 1) keeps T/cp tokens per rank, and ring attention keeps each
-// row's log-sum-exp (NH B T/cp / t) instead of the probabilities.
+// row's log-sum-exp (NH B T/cp / t) instead of the probabilities; selective recompute keeps
+// neither (backward recomputes the probabilities).
 int64_t activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t t, bool sequence_parallel,
-                                   int64_t cp = 1);
+                                   int64_t cp = 1, bool selective = false);
 
 }  // namespace loom::plan

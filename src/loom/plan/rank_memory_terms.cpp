@@ -64,7 +64,7 @@ StateBytes rank_state_bytes(const RankParameters& r, const RankShape& shape, int
 
 int64_t block_activation_bytes(const RankShape& s) {
   return s.bf16 ? bf16_activation_bytes_per_layer(s.batch, s.seq, s.hidden, s.heads, s.tp, s.sequence_parallel, s.cp)
-                : activation_bytes_per_layer(s.batch, s.seq, s.hidden, s.heads, s.tp, s.sequence_parallel, s.cp);
+                : activation_bytes_per_layer(s.batch, s.seq, s.hidden, s.heads, s.tp, s.sequence_parallel, s.cp, s.selective);
 }
 
 int64_t moe_extra_activation_bytes(const RankShape& s) {
@@ -101,6 +101,8 @@ ActivationTerms activation_terms(const RankShape& s) {
                                                  .bf16 = s.bf16}) -
                   w * B * T * C / s.tp - (w * 11 * B * T * C / s.tp + 8 * B * T);
   else if (s.bf16) a.attention = bf16_attention_backward_bytes(B, s.seq, C, s.heads, s.tp);
+  // Under selective recompute in fp32, the probabilities and their gradient for a group of heads.
+  else if (s.selective) a.attention = 2 * 4 * attention_group_values(B, s.seq, s.heads / s.tp);
   // A chunk's backward starts at its last block with all of the chunk's activations held: the
   // fp32 gradients it passes on (the residual stream's, its branch's, its LayerNorm's), and when
   // that block is a mixture of experts its backward's working set (its rows' hidden gradient in
@@ -165,7 +167,8 @@ int64_t loom_rank_activation_bytes(const RankShape& s, const std::vector<nn::GPT
     const Grid3DActivationShape grid{
         .B = s.batch, .T = s.tokens(), .C = s.hidden, .NH = s.heads, .L = chunk.end_block - chunk.first_block,
         .V = s.vocab / s.tp, .row = s.tp, .seq = s.sequence_parallel ? s.tp : 1, .ring = s.cp, .bf16 = s.bf16,
-        .recompute = s.recompute, .dropout = s.hidden_dropout, .embedding = chunk.embedding, .head = chunk.head};
+        .recompute = s.recompute, .selective = s.selective, .dropout = s.hidden_dropout, .embedding = chunk.embedding,
+        .head = chunk.head};
     const ChunkActivationPeaks p = grid_3d_chunk_activation_peaks(grid);
     // A mixture of experts keeps its routed rows beside the dense block's tensors (none under
     // recompute) and re-runs them in backward under recompute. Its backward is a moment of its

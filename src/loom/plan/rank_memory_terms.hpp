@@ -26,6 +26,7 @@ struct RankShape {
   bool sequence_parallel = false;  // over tp > 1
   bool bf16 = false;               // --precision bf16; else fp32
   bool recompute = false;          // every block re-run in backward from its kept input
+  bool selective = false;          // attention's probabilities recomputed in backward (fp32 without cp keeps none)
   bool hidden_dropout = false;     // a masked copy of each branch's incoming gradient in backward
   int64_t experts = 0, top_k = 0, every = 1;  // E experts in every `every`-th block's MLP; 0: none
   double capacity_factor = 0.0;                // f: under ep the rows a rank's experts take are bounded by it; 0: dropless

@@ -28,7 +28,7 @@ BlockParts block_parts(const Grid3DActivationShape& s) {
   // q, k, v of this row's heads, and their probabilities (fp32) or rows' log-sum-exp (bf16, and
   // ring attention's); ring attention's output is the projection's input.
   const int64_t lse = 4 * s.NH / R * BT;
-  const int64_t core = v * 3 * BTC / R + (s.bf16 || s.ring > 1 ? lse : lse * s.T);
+  const int64_t core = v * 3 * BTC / R + (s.bf16 || s.ring > 1 ? lse : s.selective ? 0 : lse * s.T);
   BlockParts p;
   p.attention = norm + v * BTCs / split(s, kQkv, s.col) + core;
   // The projection's input over row (a serial projection keeps it gathered whole), ln2, fc's
@@ -103,10 +103,11 @@ ChunkActivationPeaks grid_3d_chunk_activation_peaks(const Grid3DActivationShape&
 
   // Its attention backward, the MLP half released: dy, the residual's gradient, the heads'
   // gradient, q, k and v's, and the scores' gradient (fp32) or a group of heads' recomputed
-  // probabilities (bf16).
-  const int64_t scores = s.ring > 1 ? ring_attention_backward_bytes(s)
-                         : s.bf16  ? bf16_attention_backward_bytes(s.B, s.T, s.C, s.NH, R)
-                                   : 4 * s.NH / R * BT * s.T;
+  // probabilities (bf16; under selective recompute in fp32 with their gradient).
+  const int64_t scores = s.ring > 1    ? ring_attention_backward_bytes(s)
+                         : s.bf16      ? bf16_attention_backward_bytes(s.B, s.T, s.C, s.NH, R)
+                         : s.selective ? 2 * 4 * attention_group_values(s.B, s.T, s.NH / R)
+                                       : 4 * s.NH / R * BT * s.T;
   const int64_t attention_backward =
       replayed - last.mlp + logits + 2 * dy + dropped + 4 * BTC / R + 4 * 3 * BTC / R + scores;
 

@@ -26,6 +26,9 @@ struct Grid3DActivationShape {
   int64_t seq = 1;  // sequence parallelism: the ranks the LayerNorms' and residual stream's tokens are split over
   int64_t ring = 1;  // context parallelism: the ranks of ring attention's ring (T is this rank's tokens); 1: none
   bool bf16 = false, recompute = false;
+  // Selective recompute: fp32 attention keeps no probabilities; its backward recomputes them
+  // into two scratches of a group of heads' scores (the probabilities and their gradient).
+  bool selective = false;
   // Hidden dropout: each branch's backward gets a masked copy of its incoming gradient (one more
   // fp32 tensor of the residual stream's in the MLP's and the attention's backward).
   bool dropout = false;

@@ -32,6 +32,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"model", "block_size", "context length (T) used for training and the maximum for sampling", &m.block_size},
       {"model", "padded_vocab_size", "rows of the token embedding / LM head (the vocabulary plus padding); 0 = the vocabulary rounded up to a multiple of 64 x tp. A checkpoint with other padding loads re-padded (the padding rows are read by nothing)", &m.padded_vocab_size},
       {"model", "recompute", "recompute each block's activations in backward instead of keeping them", &m.recompute},
+      {"model", "selective_recompute", "gpt: recompute attention's softmax probabilities in backward instead of keeping them (Megatron-LM's --recompute-granularity selective): an fp32 block keeps no B x n_head x T^2 probabilities, for one more Q K^T and softmax in backward; bf16 and context parallelism never keep them", &m.selective_recompute},
       {"model", "hidden_dropout", "gpt: dropout probability on the embedding's output and on each attention and MLP output before it joins the residual stream, while training (Megatron-LM's hidden_dropout); each mask follows the element's place in the step's batch, so every layout drops what the serial run drops; 0 = off", &m.hidden_dropout},
       // Mixture of experts (nn/moe.hpp).
       {"model", "moe_experts", "experts (E) of each mixture-of-experts block; 0 = dense MLPs only", &m.moe.experts},

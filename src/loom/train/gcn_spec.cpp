@@ -44,6 +44,8 @@ GcnSpec::GcnSpec(TrainConfig& config) : config_(config) {
   check(!config.model.moe.enabled(), "moe_experts (", config.model.moe.experts,
         ") makes a GPT's blocks mixtures of experts; the gcn model has none");
   check(!config.model.recompute, "recompute re-runs a GPT's blocks in backward; the gcn model does not recompute");
+  check(!config.model.selective_recompute,
+        "selective_recompute recomputes a GPT's attention probabilities; the gcn model has no attention");
   check(config.model.hidden_dropout == 0.0, "hidden_dropout (", config.model.hidden_dropout,
         ") drops out a GPT's residual branches; the gcn model drops out between its layers with gcn_dropout");
   check(config.model.attention_dropout == 0.0, "attention_dropout (", config.model.attention_dropout,

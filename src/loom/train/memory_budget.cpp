@@ -74,7 +74,7 @@ plan::RankShape rank_shape(const TrainConfig& c) {
   return {.batch = c.batch_size, .seq = m.block_size, .hidden = m.n_embd, .heads = m.n_head,
           .vocab = m.resolved_padded_vocab(), .tp = c.tp, .cp = c.cp, .ep = c.ep,
           .sequence_parallel = c.sequence_parallel, .bf16 = c.precision == "bf16", .recompute = m.recompute,
-          .hidden_dropout = m.hidden_dropout > 0.0, .experts = m.moe.enabled() ? m.moe.experts : 0,
+          .selective = m.selective_recompute, .hidden_dropout = m.hidden_dropout > 0.0, .experts = m.moe.enabled() ? m.moe.experts : 0,
           .top_k = m.moe.top_k, .every = m.moe.every, .capacity_factor = m.moe.capacity_factor};
 }
 
@@ -208,7 +208,7 @@ plan::Grid3DActivationShape grid_3d_activation_shape(const TrainConfig& c) {
   const int64_t C = m.n_embd;
   return {.B = c.batch_size, .T = m.block_size, .C = C, .NH = m.n_head, .L = m.n_layer, .V = m.resolved_padded_vocab(),
           .row = g[0], .col = g[1], .bf16 = c.precision == "bf16", .recompute = m.recompute,
-          .dropout = m.hidden_dropout > 0.0,
+          .selective = m.selective_recompute, .dropout = m.hidden_dropout > 0.0,
           .split = {Layers3D::splits(C, 3 * C, 3, true, g), Layers3D::splits(C, C, 1, false, g),
                     Layers3D::splits(C, 4 * C, 1, true, g), Layers3D::splits(4 * C, C, 1, false, g)}};
 }

@@ -40,7 +40,8 @@ std::vector<std::string> model_differences(const CheckpointInfo& checkpoint, con
   const std::vector<ConfigKey> theirs = config_schema(stored), ours = config_schema(current);
   for (size_t i = 0; i < ours.size(); ++i) {
     const ConfigKey& k = ours[i];
-    if (k.section != "model" || k.key == "recompute" || k.key == "padded_vocab_size") continue;
+    if (k.section != "model" || k.key == "recompute" || k.key == "selective_recompute" || k.key == "padded_vocab_size")
+      continue;
     differ(k.key, value_string(theirs[i].target), value_string(k.target));
   }
   differ("vocab_size", std::to_string(stored.model.vocab_size), std::to_string(config.model.vocab_size));
