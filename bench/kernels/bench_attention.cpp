@@ -174,6 +174,28 @@ void BM_AttentionBf16(benchmark::State& state, Shape s, bool backward) {
   report(state, gemm_flops(s, backward ? 4 : 2));
 }
 
+// A training step's attention (forward, then backward) with attention dropout p against the
+// same without (p = 0), fp32 (probabilities kept) or bf16 (the log-sum-exp kept): what hashing
+// a mask for every visible probability, three times a step, costs next to the products.
+void BM_AttentionDropoutStep(benchmark::State& state, Shape s, bool bf16, float p) {
+  set_num_threads(static_cast<int>(state.range(0)));
+  PrecisionScope precision(bf16 ? Precision::BF16 : Precision::F32);
+  Buffers buf(s);
+  std::vector<loom::bfloat16> qkv16(buf.qkv.size());
+  convert_to_bf16(buf.qkv.data(), qkv16.data(), static_cast<int64_t>(qkv16.size()));
+  const Operand qkv = bf16 ? Operand(qkv16.data()) : Operand(buf.qkv.data());
+  std::vector<float> lse(s.B * s.NH * s.T);
+  const AttentionDropout drop{.p = p, .key = 1, .heads = s.NH, .positions = s.T};
+  float* att = bf16 ? nullptr : buf.att.data();
+  for (auto _ : state) {
+    attention_forward(buf.out.data(), att, qkv, s.B, s.T, s.C, s.NH, lse.data(), drop);
+    attention_backward(buf.dqkv.data(), bf16 ? nullptr : buf.datt.data(), buf.dout.data(), qkv, att, s.B, s.T, s.C,
+                       s.NH, bf16 ? lse.data() : nullptr, drop);
+    benchmark::DoNotOptimize(buf.dqkv.data());
+  }
+  report(state, gemm_flops(s, 6));
+}
+
 // Argument: thread count.
 #define LOOM_ATTENTION_BENCH(fn, name, shape, plain) \
   BENCHMARK_CAPTURE(fn, name, shape, plain)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()
@@ -190,5 +212,16 @@ LOOM_ATTENTION_BENCH(BM_AttentionBf16, gpt_mini_forward, kMini, false);
 LOOM_ATTENTION_BENCH(BM_AttentionBf16, gpt_mini_backward, kMini, true);
 LOOM_ATTENTION_BENCH(BM_AttentionBf16, gpt2_small_forward, kSmall, false);
 LOOM_ATTENTION_BENCH(BM_AttentionBf16, gpt2_small_backward, kSmall, true);
+
+#define LOOM_DROPOUT_BENCH(name, shape, bf16, p) \
+  BENCHMARK_CAPTURE(BM_AttentionDropoutStep, name, shape, bf16, p)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()
+LOOM_DROPOUT_BENCH(gpt_mini_fp32_p0, kMini, false, 0.0f);
+LOOM_DROPOUT_BENCH(gpt_mini_fp32_p0.1, kMini, false, 0.1f);
+LOOM_DROPOUT_BENCH(gpt_mini_bf16_p0, kMini, true, 0.0f);
+LOOM_DROPOUT_BENCH(gpt_mini_bf16_p0.1, kMini, true, 0.1f);
+LOOM_DROPOUT_BENCH(gpt2_small_fp32_p0, kSmall, false, 0.0f);
+LOOM_DROPOUT_BENCH(gpt2_small_fp32_p0.1, kSmall, false, 0.1f);
+LOOM_DROPOUT_BENCH(gpt2_small_bf16_p0, kSmall, true, 0.0f);
+LOOM_DROPOUT_BENCH(gpt2_small_bf16_p0.1, kSmall, true, 0.1f);
 
 }  // namespace
