@@ -48,6 +48,7 @@ struct PlanArgs {
   int64_t moe_experts = 0, moe_top_k = 2, moe_every = 1, ep = 1;   // a mixture of experts (moe_cost.hpp)
   double moe_capacity_factor = 0.0;
   double hidden_dropout = 0.0;
+  bool selective_recompute = false;
   double link_latency_us = 0, link_gbs = 0;                      // > 0: override both link tiers
   double net_gbps = 0;  // > 0: price a run of `loom train --net-gbps` (plan::with_emulated_network)
   std::string graph = "data/cora";  // --model gcn
@@ -214,6 +215,10 @@ Runner add_plan_command(CLI::App& sub) {
                  "price loom train's --hidden-dropout P in Loom's precisions (fp32, bf16): backward holds a masked "
                  "copy of each branch's incoming gradient, the masks are not kept (the mixed presets' published "
                  "activation formula counts dropout's masks already) [0]");
+  sub.add_flag("--selective-recompute", a->selective_recompute,
+               "price loom train's --selective-recompute (Megatron-LM's selective granularity): attention's "
+               "probabilities not kept (Loom's fp32 layer, the mixed presets' 5as/h term) and QK^T and the softmax "
+               "run again in backward; Loom's bf16 keeps none anyway");
   sub.add_option("--ep", a->ep, "expert-parallel degree of the one layout (a split of dp; the search tries every one) [1]");
   sub.add_flag("--json", a->json, "print the ranking as JSON");
   sub.add_option("--precision", a->precision,
@@ -271,6 +276,7 @@ Runner add_plan_command(CLI::App& sub) {
     check(std::isfinite(a->hidden_dropout) && a->hidden_dropout >= 0 && a->hidden_dropout < 1,
           "--hidden-dropout must be in [0, 1), got ", a->hidden_dropout);
     model.hidden_dropout = a->hidden_dropout;
+    model.selective_recompute = a->selective_recompute;
     check(model.hidden % model.heads == 0, "hidden (", model.hidden, ") must be divisible by heads (", model.heads, ")");
     check(a->devices >= 1 && a->global_batch >= 1, "--gpus and --global-batch must be >= 1");
     plan::SearchSpace space;

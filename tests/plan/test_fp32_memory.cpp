@@ -74,6 +74,31 @@ TEST(PlanFp32, HiddenDropoutPricesWhatTheMemoryCheckCounts) {
   EXPECT_GT(dropped.activation_bytes, plain.activation_bytes);
 }
 
+// `loom plan --selective-recompute` prices what the memory check counts with it (which the tracker
+// measures exactly: ActivationPeak.SelectiveRecompute...): no probabilities kept, two head groups'
+// scores in the attention backward; less memory, and a longer backward (QK^T and the softmax again).
+TEST(PlanFp32, SelectiveRecomputePricesWhatTheMemoryCheckCounts) {
+  train::TrainConfig t = testing::tiny_config();
+  t.model.n_layer = 2;
+  t.model.n_embd = 64;
+  t.model.n_head = 4;
+  t.model.block_size = 64;
+  t.model.padded_vocab_size = 128;
+  t.model.selective_recompute = true;
+  t.batch_size = 4;
+  t.tp = 2;
+  ModelSpec m{"m", 2, 64, 4, 64, 128};
+  Layout l = testing::serial_layout(4);
+  l.tp = 2;
+  const LayoutCost plain = predict(m, cpu(), l, 4);
+  m.selective_recompute = true;
+  const LayoutCost selective = predict(m, cpu(), l, 4);
+  ASSERT_TRUE(selective.valid) << selective.why_not;
+  EXPECT_EQ(selective.activation_bytes, static_cast<int64_t>(train::rank_training_memory(t, 0).activations));
+  EXPECT_LT(selective.activation_bytes, plain.activation_bytes);
+  EXPECT_GT(selective.step_s(), plain.step_s());
+}
+
 TEST(PlanFp32, PredictsTheTrackedPeakOfASerialStep) {
   train::TrainConfig t = testing::tiny_config();
   t.model.n_embd = 64;

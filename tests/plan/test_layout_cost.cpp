@@ -47,6 +47,13 @@ TEST(PlanCost, MemoryFollowsZeroAndKorthikanti) {
   l.sequence_parallel = true;
   const LayoutCost sp = predict(m, c, l, 16);
   EXPECT_NEAR(static_cast<double>(sp.activation_bytes), s * b * h * (34 + 5 * a * s / h) / t * 6 * 2, 6.0);
+  // Selective recompute keeps no probabilities: sbh 34 / t (Korthikanti's Table 2), and its
+  // backward runs QK^T and the softmax again.
+  ModelSpec selective = m;
+  selective.selective_recompute = true;
+  const LayoutCost sel = predict(selective, c, l, 16);
+  EXPECT_NEAR(static_cast<double>(sel.activation_bytes), s * b * h * 34 / t * 6 * 2, 6.0);
+  EXPECT_GT(sel.step_s(), sp.step_s());
   EXPECT_EQ(cost.micro_batches, 4);
 }
 

@@ -19,7 +19,7 @@ namespace {
 RankShape rank_shape(const ModelSpec& m, const ClusterSpec& c, const Layout& l) {
   return {.batch = l.micro_batch, .seq = m.seq, .hidden = m.hidden, .heads = m.heads, .vocab = m.vocab,
           .tp = l.tp, .cp = l.cp, .ep = l.ep, .sequence_parallel = l.sequence_parallel && l.tp > 1,
-          .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute,
+          .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute, .selective = m.selective_recompute,
           .hidden_dropout = m.hidden_dropout > 0.0, .experts = m.moe.experts, .top_k = m.moe.top_k,
           .every = m.moe.every, .capacity_factor = m.moe.capacity_factor};
 }
@@ -77,7 +77,8 @@ double layer_activation_bytes(const ModelSpec& m, const ClusterSpec& c, const La
   const bool sp = l.sequence_parallel && l.tp > 1;
   const double bpv = static_cast<double>(value_bytes(c.precision));
   if (recompute) return bpv * s * b * h / (sp ? t : 1.0);
-  if (l.cp > 1) return s * b * h * (sp ? 34.0 / t : 10.0 + 24.0 / t);
+  // Ring attention and selective recompute keep no probabilities: no 5as/h term.
+  if (l.cp > 1 || m.selective_recompute) return s * b * h * (sp ? 34.0 / t : 10.0 + 24.0 / t);
   if (sp) return s * b * h * (34.0 + 5.0 * a * s / h) / t;
   return s * b * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
 }

@@ -36,7 +36,7 @@ struct LayoutCost {
 // bf16: Loom's own layer as the memory check counts it (rank_memory_terms.hpp, matched by its
 // memory tracker). With full recompute only the layer's input, s b h values (split t ways
 // with sequence parallelism; 4 bytes in fp32, 2 otherwise). Context parallelism keeps s / cp
-// tokens and ring attention no probabilities (the 5as/h term).
+// tokens and ring attention no probabilities (the 5as/h term), nor does selective recompute.
 double layer_activation_bytes(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, bool recompute);
 
 // The model state (parameters, gradients, optimizer state) of the pipeline rank holding the

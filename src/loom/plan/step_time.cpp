@@ -96,6 +96,16 @@ LayerTime layer_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l) 
     lt.attention_forward += bytes.softmax * tokens / bw;
     lt.attention_backward += 2.0 * bytes.softmax * tokens / bw;
   }
+  // Selective recompute runs QK^T and the softmax again in backward where the probabilities
+  // would be kept: fp32 and mixed precision without context parallelism (Loom's bf16 and ring
+  // attention recompute them anyway, already priced).
+  if (m.selective_recompute && l.cp == 1 && c.precision != Precision::Bf16) {
+    const double again = find_rate(c.attention_rates, gemms.scores) != nullptr
+                             ? lt.attention_forward / 2.0
+                             : gemm_seconds(gemms.scores, c, bpv) + bytes.softmax * tokens / bw;
+    lt.backward_gemm += again;
+    lt.attention_backward += again;
+  }
   lt.forward_elementwise += bytes.norms_and_adds * tokens / bw;
   lt.backward_elementwise += 2.0 * bytes.norms_and_adds * tokens / bw;
   // GELU: its bytes at the bandwidth or, where measured slower, its values at the measured rate.
