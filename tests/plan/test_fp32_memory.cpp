@@ -48,29 +48,34 @@ TEST(PlanFp32, MemoryOfASerialLayoutByHand) {
   EXPECT_EQ(predict(m, cpu(), l, 8).state_bytes, 8 * P + 8 * P / 2);
 }
 
+// A small model (2 blocks, width 64, 4 heads, T 64, batch 4) at tp 2, as loom train's config and
+// as the planner's model and layout.
+struct SmallTp2 {
+  train::TrainConfig train = testing::tiny_config();
+  ModelSpec model{"m", 2, 64, 4, 64, 128};
+  Layout layout = testing::serial_layout(4);
+  explicit SmallTp2(bool sequence_parallel) {
+    train.model.n_layer = 2;
+    train.model.n_embd = 64;
+    train.model.n_head = 4;
+    train.model.block_size = 64;
+    train.model.padded_vocab_size = 128;
+    train.batch_size = 4;
+    train.tp = layout.tp = 2;
+    train.sequence_parallel = layout.sequence_parallel = sequence_parallel;
+  }
+};
+
 // `loom plan --hidden-dropout` prices a layout's activations as `loom train`'s memory check
 // counts them with dropout (which the tracker measures exactly: ActivationPeak tests): one more
 // fp32 residual-stream tensor in backward's moments, here tp 2 with sequence parallelism.
 TEST(PlanFp32, HiddenDropoutPricesWhatTheMemoryCheckCounts) {
-  train::TrainConfig t = testing::tiny_config();
-  t.model.n_layer = 2;
-  t.model.n_embd = 64;
-  t.model.n_head = 4;
-  t.model.block_size = 64;
-  t.model.padded_vocab_size = 128;
-  t.model.hidden_dropout = 0.1;
-  t.batch_size = 4;
-  t.tp = 2;
-  t.sequence_parallel = true;
-  ModelSpec m{"m", 2, 64, 4, 64, 128};
-  Layout l = testing::serial_layout(4);
-  l.tp = 2;
-  l.sequence_parallel = true;
-  const LayoutCost plain = predict(m, cpu(), l, 4);
-  m.hidden_dropout = 0.1;
-  const LayoutCost dropped = predict(m, cpu(), l, 4);
+  SmallTp2 s(/*sequence_parallel=*/true);
+  const LayoutCost plain = predict(s.model, cpu(), s.layout, 4);
+  s.train.model.hidden_dropout = s.model.hidden_dropout = 0.1;
+  const LayoutCost dropped = predict(s.model, cpu(), s.layout, 4);
   ASSERT_TRUE(dropped.valid) << dropped.why_not;
-  EXPECT_EQ(dropped.activation_bytes, static_cast<int64_t>(train::rank_training_memory(t, 0).activations));
+  EXPECT_EQ(dropped.activation_bytes, static_cast<int64_t>(train::rank_training_memory(s.train, 0).activations));
   EXPECT_GT(dropped.activation_bytes, plain.activation_bytes);
 }
 
@@ -78,23 +83,12 @@ TEST(PlanFp32, HiddenDropoutPricesWhatTheMemoryCheckCounts) {
 // measures exactly: ActivationPeak.SelectiveRecompute...): no probabilities kept, two head groups'
 // scores in the attention backward; less memory, and a longer backward (QK^T and the softmax again).
 TEST(PlanFp32, SelectiveRecomputePricesWhatTheMemoryCheckCounts) {
-  train::TrainConfig t = testing::tiny_config();
-  t.model.n_layer = 2;
-  t.model.n_embd = 64;
-  t.model.n_head = 4;
-  t.model.block_size = 64;
-  t.model.padded_vocab_size = 128;
-  t.model.selective_recompute = true;
-  t.batch_size = 4;
-  t.tp = 2;
-  ModelSpec m{"m", 2, 64, 4, 64, 128};
-  Layout l = testing::serial_layout(4);
-  l.tp = 2;
-  const LayoutCost plain = predict(m, cpu(), l, 4);
-  m.selective_recompute = true;
-  const LayoutCost selective = predict(m, cpu(), l, 4);
+  SmallTp2 s(/*sequence_parallel=*/false);
+  const LayoutCost plain = predict(s.model, cpu(), s.layout, 4);
+  s.train.model.selective_recompute = s.model.selective_recompute = true;
+  const LayoutCost selective = predict(s.model, cpu(), s.layout, 4);
   ASSERT_TRUE(selective.valid) << selective.why_not;
-  EXPECT_EQ(selective.activation_bytes, static_cast<int64_t>(train::rank_training_memory(t, 0).activations));
+  EXPECT_EQ(selective.activation_bytes, static_cast<int64_t>(train::rank_training_memory(s.train, 0).activations));
   EXPECT_LT(selective.activation_bytes, plain.activation_bytes);
   EXPECT_GT(selective.step_s(), plain.step_s());
 }
