@@ -88,6 +88,15 @@ void scatter(const float* src, const View& v, const Heads& g, int64_t r0, int64_
     }
 }
 
+// fn(head, row) for each of a causal block's G heads x R rows (of `cols` keys): on the threads
+// when called outside a parallel region and worth it, else on this thread (a thread's share).
+template <class Fn>
+void for_each_block_row(const Heads& g, int64_t R, int64_t cols, Fn&& fn) {
+#pragma omp parallel for collapse(2) schedule(static) if (!omp_in_parallel() && worth_threads(g.G() * R * cols))
+  for (int64_t h = 0; h < g.G(); ++h)
+    for (int64_t r = 0; r < R; ++r) fn(h, r);
+}
+
 // One thread's share of the scratch: pointers into Scratch's tensors.
 struct Buffers {
   float *scores, *dscores, *rows_out, *dk, *dv, *inv_sum, *lse;
@@ -250,12 +259,10 @@ void attention_forward_bf16(float* out, float* att, float* lse, Operand qkv, int
         std::memcpy(lse + lse_at(ag, g, NH, T, h, i0), s.lse + h * R, sizeof(float) * R);
     if (dropout.active()) {  // dropped exp-scores zeroed; the rows' 1 / sum take 1 / (1 - p)
       const AttentionDropout d = dropout.shifted(ag.b0, ag.h0);
-#pragma omp parallel for collapse(2) schedule(static) if (!omp_in_parallel() && worth_threads(g.G() * R * i1))
-      for (int64_t h = 0; h < g.G(); ++h)
-        for (int64_t r = 0; r < R; ++r) {
-          d.zero_dropped(s.scores_bf16 + (h * R + r) * i1, i0 + r + 1, h / g.nh, h % g.nh, i0 + r);
-          s.inv_sum[h * R + r] *= d.scale();
-        }
+      for_each_block_row(g, R, i1, [&](int64_t h, int64_t r) {
+        d.zero_dropped(s.scores_bf16 + (h * R + r) * i1, i0 + r + 1, h / g.nh, h % g.nh, i0 + r);
+        s.inv_sum[h * R + r] *= d.scale();
+      });
     }
     // out[i0:i1] = E V[0:i1] / sum, row by row
     gather(v, in, g, 0, i1, s.v);
@@ -291,10 +298,9 @@ void attention_backward_bf16(float* dqkv, const float* dout, const float* lse, O
     // Under dropout dP is the dropped probabilities' gradient times the mask.
     const AttentionDropout d = dropout.shifted(ag.b0, ag.h0);
     if (d.active())
-#pragma omp parallel for collapse(2) schedule(static) if (!omp_in_parallel() && worth_threads(g.G() * R * i1))
-      for (int64_t h = 0; h < g.G(); ++h)
-        for (int64_t r = 0; r < R; ++r)
-          d.apply(s.dscores + (h * R + r) * i1, i0 + r + 1, h / g.nh, h % g.nh, i0 + r, d.scale());
+      for_each_block_row(g, R, i1, [&](int64_t h, int64_t r) {
+        d.apply(s.dscores + (h * R + r) * i1, i0 + r + 1, h / g.nh, h % g.nh, i0 + r, d.scale());
+      });
     causal_softmax_backward_from_lse(s.scores, s.dscores, block_rows(i0, i1), g.G(), i0, i1, s.lse, s.scores_bf16,
                                      s.dscores_bf16);
     // dQ[i0:i1] = scale dS K[0:i1]
@@ -306,10 +312,9 @@ void attention_backward_bf16(float* dqkv, const float* dout, const float* lse, O
     scatter(s.dk, in, g, 0, i1, dk, /*added_below=*/i0);
     // dV reads P dropped as forward's product did: the dropped entries zeroed, 1 / (1 - p) its alpha.
     if (d.active())
-#pragma omp parallel for collapse(2) schedule(static) if (!omp_in_parallel() && worth_threads(g.G() * R * i1))
-      for (int64_t h = 0; h < g.G(); ++h)
-        for (int64_t r = 0; r < R; ++r)
-          d.zero_dropped(s.scores_bf16 + (h * R + r) * i1, i0 + r + 1, h / g.nh, h % g.nh, i0 + r);
+      for_each_block_row(g, R, i1, [&](int64_t h, int64_t r) {
+        d.zero_dropped(s.scores_bf16 + (h * R + r) * i1, i0 + r + 1, h / g.nh, h % g.nh, i0 + r);
+      });
     batched_matmul(g.desc(i1, HS, R, g.dense_t(i1, R), g.dense(R, HS), d.active() ? d.scale() : 1.0f), s.scores_bf16,
                    s.dout, s.dv);
     scatter(s.dv, in, g, 0, i1, dv, /*added_below=*/i0);
