@@ -6,7 +6,7 @@ The equivalence tables hold chosen rows; this draws the combinations between the
 count of 1 to --max-ranks (odd ones too) factored into dp x pp x cp x tp (or a 3D grid x dp),
 ZeRO 0-3 and HSDP, sequence parallelism, each pipeline schedule, pp_layers, recompute, bf16,
 bf16 gradient reductions, the all-reduce algorithms and bucket sizes, mixtures of experts over
-ep, hidden and attention dropout, cp's splits, SGD, free-running, an emulated link, tiny shapes that sometimes do not
+ep, hidden and attention dropout, selective recompute, cp's splits, SGD, free-running, an emulated link, tiny shapes that sometimes do not
 divide, and Plexus's GCN on a grid. Most draws keep the constraints the docs state (so they
 run); a share ignores them (so the refusals are seen).
 
@@ -181,6 +181,8 @@ def draw_gpt(rng, ranks, strict):
     # rng, so every case a seed drew before stays as it was.
     if random.Random(repr(sorted(a.items())) + repr(flags)).random() < 0.2:
         a["--attention-dropout"] = 0.2
+    if random.Random("selective " + repr(sorted(a.items())) + repr(flags)).random() < 0.15:
+        flags.append("--selective-recompute")
     args = []
     for k, v in a.items():
         args += [k, str(v)]
