@@ -134,13 +134,23 @@ void attention_block_backward(const AttentionBlock& s, HeadsView q, HeadsView k,
     float* __restrict ds = dscores + r * s.Tk;
     const int64_t n = visible(s, i);
     const float row_lse = at(lse, b, h, i), row_delta = at(delta, b, h, i);
-    if (dropout.active()) dropout.apply(ds, n, b, h, i, dropout.scale());
+    if (dropout.active()) {
+      // One draw of each mask m serves dP (times m) and dV's probabilities (times m).
+      const uint64_t base = dropout.row_index(b, h, i), threshold = dropout_threshold(dropout.p);
+      const float kept = dropout.scale();
+      for (int64_t j = 0; j < n; ++j) {
+        const float m = dropout_keeps(dropout.key, base + static_cast<uint64_t>(j), threshold) ? kept : 0.0f;
+        const float pj = fast_exp(p[j] - row_lse);
+        ds[j] = pj * (ds[j] * m - row_delta);
+        p[j] = pj * m;
+      }
+    } else {
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) {
-      p[j] = fast_exp(p[j] - row_lse);
-      ds[j] = p[j] * (ds[j] - row_delta);
+      for (int64_t j = 0; j < n; ++j) {
+        p[j] = fast_exp(p[j] - row_lse);
+        ds[j] = p[j] * (ds[j] - row_delta);
+      }
     }
-    if (dropout.active()) dropout.apply(p, n, b, h, i, dropout.scale());
     for (int64_t j = n; j < s.Tk; ++j) p[j] = ds[j] = 0.0f;
   }
   batched_matmul(product(s, s.Tk, HS, s.Tq, scores_cols(s), rows_of(dout, HS), rows_of(dv, HS), 1.0f, true), scores,
