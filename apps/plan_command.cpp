@@ -48,7 +48,7 @@ struct PlanArgs {
   int64_t moe_experts = 0, moe_top_k = 2, moe_every = 1, ep = 1;   // a mixture of experts (moe_cost.hpp)
   double moe_capacity_factor = 0.0;
   double hidden_dropout = 0.0;
-  bool selective_recompute = false;
+  std::string selective_recompute = "any";
   double link_latency_us = 0, link_gbs = 0;                      // > 0: override both link tiers
   double net_gbps = 0;  // > 0: price a run of `loom train --net-gbps` (plan::with_emulated_network)
   std::string graph = "data/cora";  // --model gcn
@@ -87,15 +87,19 @@ int plan_gcn(const PlanArgs& a) {
   return 0;
 }
 
+// Full recompute, selective or both, as loom train's flags name them.
+std::string recompute_name(const plan::Layout& l) {
+  return std::string(l.recompute ? ", recompute" : "") + (l.selective_recompute ? ", selective" : "");
+}
+
 std::string layout_name(const plan::Layout& l) {
   if (l.tensor_parallel_3d())
     return "dp " + std::to_string(l.dp) + " x 3D " + std::to_string(l.row) + "x" + std::to_string(l.col) + "x" +
-           std::to_string(l.depth) + ", mb " + std::to_string(l.micro_batch) + (l.recompute ? ", recompute" : "");
+           std::to_string(l.depth) + ", mb " + std::to_string(l.micro_batch) + recompute_name(l);
   return "dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + " x tp " + std::to_string(l.tp) +
          (l.chunks > 1 ? " (v " + std::to_string(l.chunks) + ")" : "") +
          (l.cp > 1 ? " x cp " + std::to_string(l.cp) : "") + (l.ep > 1 ? " (ep " + std::to_string(l.ep) + ")" : "") +
-         ", mb " + std::to_string(l.micro_batch) +
-         (l.recompute ? ", recompute" : "");
+         ", mb " + std::to_string(l.micro_batch) + recompute_name(l);
 }
 
 // The slowest forward rate of a measured table (0 when empty).
@@ -215,10 +219,13 @@ Runner add_plan_command(CLI::App& sub) {
                  "price loom train's --hidden-dropout P in Loom's precisions (fp32, bf16): backward holds a masked "
                  "copy of each branch's incoming gradient, the masks are not kept (the mixed presets' published "
                  "activation formula counts dropout's masks already) [0]");
-  sub.add_flag("--selective-recompute", a->selective_recompute,
-               "price loom train's --selective-recompute (Megatron-LM's selective granularity): attention's "
-               "probabilities not kept (Loom's fp32 layer, the mixed presets' 5as/h term) and QK^T and the softmax "
-               "run again in backward; Loom's bf16 keeps none anyway");
+  sub.add_option("--selective-recompute", a->selective_recompute,
+                 "loom train's --selective-recompute (Megatron-LM's selective granularity: attention's probabilities "
+                 "not kept, Loom's fp32 layer's or the mixed presets' 5as/h term, and QK^T and the softmax run again "
+                 "in backward): on (also the bare flag), off or any; the search tries it where it changes anything "
+                 "(not in Loom's bf16, which keeps none, nor under cp) and, with any, not beside full recompute [any]")
+      ->expected(0, 1)
+      ->check(CLI::IsMember({"on", "off", "any"}));
   sub.add_option("--ep", a->ep, "expert-parallel degree of the one layout (a split of dp; the search tries every one) [1]");
   sub.add_flag("--json", a->json, "print the ranking as JSON");
   sub.add_option("--precision", a->precision,
@@ -276,7 +283,6 @@ Runner add_plan_command(CLI::App& sub) {
     check(std::isfinite(a->hidden_dropout) && a->hidden_dropout >= 0 && a->hidden_dropout < 1,
           "--hidden-dropout must be in [0, 1), got ", a->hidden_dropout);
     model.hidden_dropout = a->hidden_dropout;
-    model.selective_recompute = a->selective_recompute;
     check(model.hidden % model.heads == 0, "hidden (", model.hidden, ") must be divisible by heads (", model.heads, ")");
     check(a->devices >= 1 && a->global_batch >= 1, "--gpus and --global-batch must be >= 1");
     plan::SearchSpace space;
@@ -287,6 +293,8 @@ Runner add_plan_command(CLI::App& sub) {
     space.sequence_parallel = a->sequence_parallel == "on";
     space.cp_from_seq = a->cp_from_seq;
     if (a->recompute != "any") space.recompute = {a->recompute == "on"};
+    if (a->selective_recompute.empty()) a->selective_recompute = "on";  // the bare flag, as loom train's
+    if (a->selective_recompute != "any") space.selective_recompute = {a->selective_recompute == "on"};
     space.tensor_parallel_3d = a->tp_3d == "on";
     const bool one_grid = a->tp_3d != "on" && a->tp_3d != "off";
     const std::array<int64_t, 3> grid = one_grid ? train::parse_tp_3d_grid(a->tp_3d) : std::array<int64_t, 3>{1, 1, 1};
@@ -307,6 +315,7 @@ Runner add_plan_command(CLI::App& sub) {
       l.zero = a->zero;
       l.bucket_bytes = space.bucket_bytes;
       l.recompute = a->recompute == "on";
+      l.selective_recompute = a->selective_recompute == "on";
       l.sequence_parallel = space.sequence_parallel && l.tp > 1;
       l.ep = a->ep;
       const int64_t g = l.row * l.col * l.depth;
@@ -356,7 +365,7 @@ Runner add_plan_command(CLI::App& sub) {
         const double undisturbed_s =
             dedicated.total() + plan::core_sharing_seconds(dedicated, l.dp * l.pp * l.tp * l.cp * l.row * l.col * l.depth, undisturbed);
         out.push_back({{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"cp", l.cp}, {"virtual_stages", l.pp * l.chunks},
-                       {"micro_batch_size", l.micro_batch}, {"zero", l.dp > 1 ? l.zero : 0}, {"recompute", l.recompute},
+                       {"micro_batch_size", l.micro_batch}, {"zero", l.dp > 1 ? l.zero : 0}, {"recompute", l.recompute}, {"selective_recompute", l.selective_recompute},
                        {"sequence_parallel", l.sequence_parallel}, {"tp_3d", {l.row, l.col, l.depth}}, {"valid", c.valid}, {"why_not", c.why_not},
                        {"memory_bytes_per_device", c.memory_bytes()},
                        {"state_bytes", c.state_bytes}, {"activation_bytes", c.activation_bytes},
@@ -404,7 +413,10 @@ Runner add_plan_command(CLI::App& sub) {
     // seconds and the share of its time on the link that the block attention hides.
     const bool ring = std::any_of(ranked.begin(), ranked.begin() + std::min(valid, a->top),
                                   [](const plan::LayoutCost& c) { return c.layout.cp > 1; });
-    std::printf("%-44s %9s %9s %9s %9s %9s %9s %9s%s%s %10s  %s\n", "layout", mib ? "mem MiB" : "mem GiB", "step s",
+    int name_width = 44;  // the longest name shown, at least this
+    for (int64_t i = 0; i < std::min(valid, a->top); ++i)
+      name_width = std::max(name_width, static_cast<int>(layout_name(ranked[static_cast<size_t>(i)].layout).size()));
+    std::printf("%-*s %9s %9s %9s %9s %9s %9s %9s%s%s %10s  %s\n", name_width, "layout", mib ? "mem MiB" : "mem GiB", "step s",
                 "compute", "bubble", "tp comm", "pp comm", "dp comm", shared ? "   sharing" : "",
                 ring ? "    cp ring (hidden)" : "", giga ? "GFLOP/s" : "TFLOP/s", "why the runners-up lose");
     for (int64_t i = 0; i < std::min(valid, a->top); ++i) {
@@ -417,7 +429,7 @@ Runner add_plan_command(CLI::App& sub) {
                       c.time.cp_link_s > 0 ? 100.0 * (1.0 - c.time.cp_comm_s / c.time.cp_link_s) : 100.0);
       else if (ring)
         std::snprintf(cp_ring, sizeof cp_ring, " %20s", "-");
-      std::printf("%-44s %9.1f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f%s%s %10.1f  %s\n", layout_name(c.layout).c_str(),
+      std::printf("%-*s %9.1f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f%s%s %10.1f  %s\n", name_width, layout_name(c.layout).c_str(),
                   static_cast<double>(c.memory_bytes()) / unit, c.step_s(), c.time.compute_s, c.time.bubble_s,
                   c.time.tp_comm_s, c.time.pp_comm_s, c.time.dp_comm_s, sharing, cp_ring,
                   c.flops_per_device / (giga ? 1e9 : 1e12),

@@ -85,7 +85,7 @@ TEST(PlanFp32, HiddenDropoutPricesWhatTheMemoryCheckCounts) {
 TEST(PlanFp32, SelectiveRecomputePricesWhatTheMemoryCheckCounts) {
   SmallTp2 s(/*sequence_parallel=*/false);
   const LayoutCost plain = predict(s.model, cpu(), s.layout, 4);
-  s.train.model.selective_recompute = s.model.selective_recompute = true;
+  s.train.model.selective_recompute = s.layout.selective_recompute = true;
   const LayoutCost selective = predict(s.model, cpu(), s.layout, 4);
   ASSERT_TRUE(selective.valid) << selective.why_not;
   EXPECT_EQ(selective.activation_bytes, static_cast<int64_t>(train::rank_training_memory(s.train, 0).activations));

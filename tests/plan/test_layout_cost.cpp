@@ -3,6 +3,8 @@
 // fits and tensor/pipeline parallelism when it does not.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "loom/error.hpp"
 #include "loom/plan/layout_cost.hpp"
 
@@ -49,9 +51,9 @@ TEST(PlanCost, MemoryFollowsZeroAndKorthikanti) {
   EXPECT_NEAR(static_cast<double>(sp.activation_bytes), s * b * h * (34 + 5 * a * s / h) / t * 6 * 2, 6.0);
   // Selective recompute keeps no probabilities: sbh 34 / t (Korthikanti's Table 2), and its
   // backward runs QK^T and the softmax again.
-  ModelSpec selective = m;
+  Layout selective = l;
   selective.selective_recompute = true;
-  const LayoutCost sel = predict(selective, c, l, 16);
+  const LayoutCost sel = predict(m, c, selective, 16);
   EXPECT_NEAR(static_cast<double>(sel.activation_bytes), s * b * h * 34 / t * 6 * 2, 6.0);
   EXPECT_GT(sel.step_s(), sp.step_s());
   EXPECT_EQ(cost.micro_batches, 4);
@@ -94,6 +96,57 @@ TEST(PlanSearch, SplitsTheModelWhenItDoesNotFit) {
     if (c.valid) {
       EXPECT_GT(c.layout.tp * c.layout.pp, 1);
     }
+}
+
+// Selective recompute is searched as Korthikanti et al. 2022 use it: GPT-3 175B on 64 A100s
+// keeping every activation fits in one layout only (pp 8 x tp 8); not keeping attention's
+// probabilities, in more (11 here), and the best of those is faster than both that one and the
+// best with full recompute (one more QK^T and softmax, not a whole forward). A small model that
+// fits anyway keeps them (selective only costs time), and the search never prices it where it
+// changes nothing (Loom's bf16, ring attention) nor, searching both, beside full recompute.
+TEST(PlanSearch, TriesSelectiveRecomputeWhereItSavesMemory) {
+  const ModelSpec gpt3 = model_preset("gpt3-175b");
+  const ClusterSpec a100 = cluster_preset("dgx-a100");
+  const auto best = [](const std::vector<LayoutCost>& ranked) {
+    EXPECT_TRUE(!ranked.empty() && ranked.front().valid);
+    return ranked.front();
+  };
+  const auto count = [](const std::vector<LayoutCost>& ranked, auto&& pred) {
+    return std::count_if(ranked.begin(), ranked.end(), pred);
+  };
+  const auto valid = [](const LayoutCost& c) { return c.valid; };
+  SearchSpace kept, without_full, full;
+  kept.recompute = without_full.recompute = {false};
+  kept.selective_recompute = {false};
+  full.recompute = {true};
+  const std::vector<LayoutCost> all_kept = search(gpt3, a100, 64, 64, kept);
+  const std::vector<LayoutCost> selective = search(gpt3, a100, 64, 64, without_full);
+  EXPECT_GT(count(selective, valid), count(all_kept, valid));
+  EXPECT_TRUE(best(selective).layout.selective_recompute);
+  EXPECT_LT(best(selective).step_s(), best(all_kept).step_s());
+  const LayoutCost recomputed = best(search(gpt3, a100, 64, 64, full));
+  EXPECT_FALSE(recomputed.layout.selective_recompute);
+  EXPECT_LT(best(selective).step_s(), recomputed.step_s());
+  EXPECT_TRUE(best(search(gpt3, a100, 64, 64)).layout.selective_recompute);
+
+  const std::vector<LayoutCost> small = search(model_preset("gpt2-small"), a100, 8, 64);
+  EXPECT_FALSE(best(small).layout.selective_recompute);
+  EXPECT_GT(count(small, [](const LayoutCost& c) { return c.layout.selective_recompute; }), 0);
+  EXPECT_EQ(count(small, [](const LayoutCost& c) { return c.layout.selective_recompute && c.layout.recompute; }), 0);
+  ClusterSpec bf16 = a100;
+  bf16.precision = Precision::Bf16;
+  EXPECT_EQ(count(search(gpt3, bf16, 64, 64), [](const LayoutCost& c) { return c.layout.selective_recompute; }), 0);
+  ModelSpec long_context = model_preset("gpt2-small");
+  long_context.seq = 8192;
+  EXPECT_EQ(count(search(long_context, a100, 8, 8),
+                  [](const LayoutCost& c) { return c.layout.selective_recompute && c.layout.cp > 1; }),
+            0);
+  // Asked for alone, it is priced on every layout where it changes anything, full recompute's too.
+  SearchSpace forced;
+  forced.selective_recompute = {true};
+  const std::vector<LayoutCost> all = search(model_preset("gpt2-small"), a100, 8, 64, forced);
+  EXPECT_EQ(count(all, [](const LayoutCost& c) { return !c.layout.selective_recompute && c.layout.cp == 1; }), 0);
+  EXPECT_GT(count(all, [](const LayoutCost& c) { return c.layout.selective_recompute && c.layout.recompute; }), 0);
 }
 
 }  // namespace

@@ -63,6 +63,35 @@ TEST(PlanCli, LongSequencesGetTheCpAxis) {
   EXPECT_NE(bad.find("dp (1) x pp (1) x tp (1) x cp (3) = 3 != --gpus 4"), std::string::npos) << bad;
 }
 
+// Selective recompute: searched by default (GPT-3 175B on 64 A100s trains best with it), priced
+// on every layout where it changes anything by the bare flag (as loom train's) or `on`, never by
+// `off`; one layout priced with it on its own; a bad value named.
+TEST(PlanCli, SelectiveRecomputeIsSearchedOrAskedFor) {
+  const std::string gpt3 = "--model gpt3-175b --gpus 64 --global-batch 64";
+  const auto [code, out] = plan(gpt3 + " --top 1");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find(", mb 1, selective "), std::string::npos) << out;
+  const auto selective_layouts = [&](const std::string& flags) {
+    const auto [c, json] = plan(gpt3 + " --json " + flags);
+    EXPECT_EQ(c, 0) << json;
+    int on = 0, off = 0;
+    for (const nlohmann::json& l : nlohmann::json::parse(json)) (l["selective_recompute"].get<bool>() ? on : off)++;
+    return std::pair{on, off};
+  };
+  const auto [any_on, any_off] = selective_layouts("");
+  EXPECT_GT(any_on, 0);
+  EXPECT_GT(any_off, 0);
+  for (const std::string flag : {"--selective-recompute", "--selective-recompute on", "--selective-recompute=on"})
+    EXPECT_EQ(selective_layouts(flag + " --recompute off").second, 0) << flag;
+  EXPECT_EQ(selective_layouts("--selective-recompute off").first, 0);
+  const auto [one_code, one] = plan(gpt3 + " --dp 1 --pp 8 --tp 8 --selective-recompute --json");
+  ASSERT_EQ(one_code, 0) << one;
+  EXPECT_TRUE(nlohmann::json::parse(one)[0]["selective_recompute"].get<bool>()) << one;
+  const auto [bad_code, bad] = plan("--selective-recompute=maybe");
+  EXPECT_EQ(bad_code, 1);
+  EXPECT_NE(bad.find("--selective-recompute: maybe not in {on,off,any}"), std::string::npos) << bad;
+}
+
 TEST(PlanCli, OneLayoutOnThisMachine) {
   const auto [code, out] = plan("--cluster local --layers 2 --hidden 64 --heads 4 --seq 64 --vocab 128 --gpus 2 "
                                 "--global-batch 8 --dp 1 --pp 2 --micro-batch-size 2 --recompute off --json");

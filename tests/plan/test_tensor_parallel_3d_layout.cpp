@@ -153,7 +153,7 @@ TEST(Plan3D, CountsTheGatheredBlocksInMemory) {
 // (train::training_memory, which the trainer's test holds to every grid rank's tracker peak:
 // tensor_parallel_3d_memory.hpp), plus the weight blocks gathered over depth, which the check
 // does not count (comm buffers, CountsTheGatheredBlocksInMemory): fp32 and bf16, with and
-// without recompute, on grids splitting rows, columns and depth. It once priced them as a 1D
+// without full and selective recompute, on grids splitting rows, columns and depth. It once priced them as a 1D
 // layer over row with the logits and 3 (B, T, C) tensors: 2,2,1 in fp32 477184 B where the check
 // has 419840. Under bf16 the state adds a bf16 copy of what GEMMs read, each weight shard and
 // the tied token table, none of the biases, LayerNorms and position table (once 2 B each of
@@ -163,29 +163,38 @@ TEST(Plan3D, ActivationsAreTheMemoryChecksPlusTheGatheredBlocks) {
   const ModelSpec m{"m", L, h, heads, seq, vocab};
   for (const std::array<int64_t, 3> g : {std::array<int64_t, 3>{2, 2, 1}, {1, 2, 2}, {2, 1, 2}, {2, 2, 2}})
     for (const bool bf16 : {false, true})
-      for (const bool recompute : {false, true}) {
-        const auto [R, C, D] = g;
-        ClusterSpec cluster = cluster_preset("local-default");
-        cluster.precision = bf16 ? Precision::Bf16 : Precision::Fp32;
-        Layout l = grid(1, R, C, D, mb);
-        l.recompute = recompute;
-        const LayoutCost cost = predict(m, cluster, l, mb * D);
-        ASSERT_TRUE(cost.valid) << cost.why_not;
-        train::TrainConfig c;
-        c.model = nn::GPTConfig{.vocab_size = 65, .block_size = seq, .n_layer = L, .n_head = heads, .n_embd = h};
-        c.model.padded_vocab_size = vocab;
-        c.model.recompute = recompute;
-        c.batch_size = mb;
-        c.tp_3d = std::to_string(R) + "," + std::to_string(C) + "," + std::to_string(D);
-        c.precision = bf16 ? "bf16" : "fp32";
-        const int64_t gathered = 4 * ((D > 1 ? 3 : 0) + 3) * 4 * h * h / (R * C);
-        EXPECT_EQ(static_cast<double>(cost.activation_bytes - gathered), train::training_memory(c).activations)
-            << c.tp_3d << (bf16 ? " bf16" : " fp32") << (recompute ? " recompute" : "");
-      }
+      for (const bool recompute : {false, true})
+        for (const bool selective : {false, true}) {
+          const auto [R, C, D] = g;
+          ClusterSpec cluster = cluster_preset("local-default");
+          cluster.precision = bf16 ? Precision::Bf16 : Precision::Fp32;
+          Layout l = grid(1, R, C, D, mb);
+          l.recompute = recompute;
+          l.selective_recompute = selective;
+          const LayoutCost cost = predict(m, cluster, l, mb * D);
+          ASSERT_TRUE(cost.valid) << cost.why_not;
+          train::TrainConfig c;
+          c.model = nn::GPTConfig{.vocab_size = 65, .block_size = seq, .n_layer = L, .n_head = heads, .n_embd = h};
+          c.model.padded_vocab_size = vocab;
+          c.model.recompute = recompute;
+          c.model.selective_recompute = selective;
+          c.batch_size = mb;
+          c.tp_3d = std::to_string(R) + "," + std::to_string(C) + "," + std::to_string(D);
+          c.precision = bf16 ? "bf16" : "fp32";
+          const int64_t gathered = 4 * ((D > 1 ? 3 : 0) + 3) * 4 * h * h / (R * C);
+          EXPECT_EQ(static_cast<double>(cost.activation_bytes - gathered), train::training_memory(c).activations)
+              << c.tp_3d << (bf16 ? " bf16" : " fp32") << (recompute ? " recompute" : "") << (selective ? " selective" : "");
+        }
   ClusterSpec c = cluster_preset("local-default");
   const Layout l = grid(1, 2, 1, 2, 2);
   c.precision = Precision::Fp32;
   const LayoutCost fp32 = predict(m, c, l, 4);
+  // Selective recompute in fp32: less memory, and QK^T and the softmax again in backward.
+  Layout selective = l;
+  selective.selective_recompute = true;
+  const LayoutCost recomputed = predict(m, c, selective, 4);
+  EXPECT_LT(recomputed.activation_bytes, fp32.activation_bytes);
+  EXPECT_GT(recomputed.step_s(), fp32.step_s());
   c.precision = Precision::Bf16;
   const LayoutCost bf16 = predict(m, c, l, 4);
   const int64_t weight_shards = L * 12 * h * h / (2 * 1 * 2), table = vocab * h;

@@ -19,7 +19,7 @@ namespace {
 RankShape rank_shape(const ModelSpec& m, const ClusterSpec& c, const Layout& l) {
   return {.batch = l.micro_batch, .seq = m.seq, .hidden = m.hidden, .heads = m.heads, .vocab = m.vocab,
           .tp = l.tp, .cp = l.cp, .ep = l.ep, .sequence_parallel = l.sequence_parallel && l.tp > 1,
-          .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute, .selective = m.selective_recompute,
+          .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute, .selective = l.selective_recompute,
           .hidden_dropout = m.hidden_dropout > 0.0, .experts = m.moe.experts, .top_k = m.moe.top_k,
           .every = m.moe.every, .capacity_factor = m.moe.capacity_factor};
 }
@@ -78,7 +78,7 @@ double layer_activation_bytes(const ModelSpec& m, const ClusterSpec& c, const La
   const double bpv = static_cast<double>(value_bytes(c.precision));
   if (recompute) return bpv * s * b * h / (sp ? t : 1.0);
   // Ring attention and selective recompute keep no probabilities: no 5as/h term.
-  if (l.cp > 1 || m.selective_recompute) return s * b * h * (sp ? 34.0 / t : 10.0 + 24.0 / t);
+  if (l.cp > 1 || l.selective_recompute) return s * b * h * (sp ? 34.0 / t : 10.0 + 24.0 / t);
   if (sp) return s * b * h * (34.0 + 5.0 * a * s / h) / t;
   return s * b * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
 }
@@ -182,6 +182,10 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
   return c;
 }
 
+bool searches_selective_recompute(const Layout& l, Precision precision, const SearchSpace& space) {
+  return selective_recompute_matters(l, precision) && (!l.recompute || space.selective_recompute.size() == 1);
+}
+
 std::vector<LayoutCost> search(const ModelSpec& model, const ClusterSpec& cluster, int64_t devices,
                                int64_t global_batch, const SearchSpace& space) {
   std::vector<LayoutCost> valid, rejected;
@@ -193,19 +197,22 @@ std::vector<LayoutCost> search(const ModelSpec& model, const ClusterSpec& cluste
       for (int64_t mb : space.micro_batches)
         for (int64_t chunks : space.chunks) {
           if (chunks > 1 && pp == 1) continue;
-          for (bool recompute : space.recompute) {
-            Layout l{devices / (cp * tp * pp), pp, tp, chunks, mb, space.zero, recompute,
-                     space.sequence_parallel && tp > 1};
-            l.cp = cp;
-            l.bucket_bytes = space.bucket_bytes;
-            // Expert parallelism: every degree dividing dp and the experts.
-            for (l.ep = 1; l.ep <= l.dp; ++l.ep) {
-              if (l.ep > 1 && (l.dp % l.ep != 0 || model.moe.experts % l.ep != 0)) continue;
-              LayoutCost c = predict(model, cluster, l, global_batch);
-              (c.valid ? valid : rejected).push_back(c);
-              if (model.moe.experts == 0) break;
+          for (bool recompute : space.recompute)
+            for (bool selective : space.selective_recompute) {
+              Layout l{devices / (cp * tp * pp), pp, tp, chunks, mb, space.zero, recompute,
+                       space.sequence_parallel && tp > 1};
+              l.cp = cp;
+              l.bucket_bytes = space.bucket_bytes;
+              l.selective_recompute = selective;
+              if (selective && !searches_selective_recompute(l, cluster.precision, space)) continue;
+              // Expert parallelism: every degree dividing dp and the experts.
+              for (l.ep = 1; l.ep <= l.dp; ++l.ep) {
+                if (l.ep > 1 && (l.dp % l.ep != 0 || model.moe.experts % l.ep != 0)) continue;
+                LayoutCost c = predict(model, cluster, l, global_batch);
+                (c.valid ? valid : rejected).push_back(c);
+                if (model.moe.experts == 0) break;
+              }
             }
-          }
         }
     }
   }

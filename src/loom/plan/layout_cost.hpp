@@ -1,8 +1,9 @@
 // The planner's cost model: per-device memory and time per step of one layout (dp x pp x tp x cp,
-// micro-batch size, virtual pipeline chunks, ZeRO stage, recompute, sequence parallelism) for
-// a model on a cluster, and the search over layouts (`loom plan`). Mixed precision with Adam
-// as in the seeds and Narayanan et al. 2021 (2-byte weights, gradients and activations, fp32
-// master weights and moments), or Loom's own fp32 on a CPU; the time terms are step_time.hpp's.
+// micro-batch size, virtual pipeline chunks, ZeRO stage, full or selective recompute, sequence
+// parallelism) for a model on a cluster, and the search over layouts (`loom plan`). Mixed
+// precision with Adam as in the seeds and Narayanan et al. 2021 (2-byte weights, gradients and
+// activations, fp32 master weights and moments), or Loom's own fp32 on a CPU; the time terms are
+// step_time.hpp's.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +65,8 @@ struct SearchSpace {
   std::vector<int64_t> micro_batches = {1, 2, 4, 8};
   std::vector<int64_t> chunks = {1, 2};
   std::vector<bool> recompute = {false, true};
+  // Selective recompute, where it changes anything (selective_recompute_matters).
+  std::vector<bool> selective_recompute = {false, true};
   int zero = 1;                   // ZeRO stage of every layout with dp > 1
   int64_t bucket_bytes = int64_t{25} << 20;  // DDP's gradient buckets (zero 0)
   bool sequence_parallel = true;  // with every tp > 1
@@ -74,13 +77,19 @@ struct SearchSpace {
   int64_t cp_from_seq = 4096;
 };
 
+// Whether the search prices `layout` with selective recompute: where it changes anything
+// (selective_recompute_matters), and beside full recompute only when the space holds selective
+// recompute alone (searching both, they are Megatron-LM's two granularities: full recompute
+// keeps no probabilities but its re-run layer's).
+bool searches_selective_recompute(const Layout& layout, Precision precision, const SearchSpace& space);
+
 // The cp degrees the search tries: 1, and for a long sequence the powers of two that divide
 // the devices and let 2 cp divide the sequence.
 std::vector<int64_t> context_parallel_degrees(const ModelSpec& model, int64_t devices, const SearchSpace& space);
 
 // Every layout of `devices` devices (dp x pp x tp = devices, tp dividing the devices of a
 // node (a group never straddles two) and the heads, pp dividing the layers, micro-batch sizes dividing the per-replica batch,
-// interleaving, recompute), valid first by predicted step time, then the invalid ones with
+// interleaving, full and selective recompute), valid first by predicted step time, then the invalid ones with
 // their reason.
 std::vector<LayoutCost> search(const ModelSpec& model, const ClusterSpec& cluster, int64_t devices,
                                int64_t global_batch, const SearchSpace& space = {});

@@ -28,11 +28,6 @@ struct ModelSpec {
   // Loom's hidden dropout probability: priced as the memory check counts it (a masked copy of
   // each branch's gradient in backward, rank_memory_terms.hpp); 0: none.
   double hidden_dropout = 0.0;
-  // Selective recompute (loom train --selective-recompute, Megatron-LM's selective
-  // granularity): attention's probabilities are recomputed in backward, not kept. Loom's fp32
-  // layer keeps none (and its backward holds two head groups' scores); in mixed precision
-  // Korthikanti's layer loses its 5as/h term; backward runs QK^T and the softmax again.
-  bool selective_recompute = false;
 
   // Parameters: 12 L h^2 + 13 L h (blocks) + V h + s h (embeddings) + 2h (final norm).
   int64_t parameters() const;

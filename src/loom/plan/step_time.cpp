@@ -64,6 +64,10 @@ Gemm head_gemm(const ModelSpec& m, const Layout& l) {
   return Gemm{l.micro_batch * m.seq / l.cp, m.vocab / (l.tensor_parallel_3d() ? 1 : l.tp), m.hidden};
 }
 
+bool selective_recompute_matters(const Layout& l, Precision precision) {
+  return l.cp == 1 && precision != Precision::Bf16;
+}
+
 LayerTime layer_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l) {
   const int64_t bpv = value_bytes(c.precision);
   const int64_t T = l.micro_batch * m.seq / l.cp;  // this rank's tokens
@@ -99,7 +103,7 @@ LayerTime layer_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l) 
   // Selective recompute runs QK^T and the softmax again in backward where the probabilities
   // would be kept: fp32 and mixed precision without context parallelism (Loom's bf16 and ring
   // attention recompute them anyway, already priced).
-  if (m.selective_recompute && l.cp == 1 && c.precision != Precision::Bf16) {
+  if (l.selective_recompute && selective_recompute_matters(l, c.precision)) {
     const double again = find_rate(c.attention_rates, gemms.scores) != nullptr
                              ? lt.attention_forward / 2.0
                              : gemm_seconds(gemms.scores, c, bpv) + bytes.softmax * tokens / bw;

@@ -31,7 +31,17 @@ struct Layout {
   // GPipe's schedule (every forward, then every backward: a rank holds all m micro-batches)
   // instead of 1F1B's; the same bubble. The search does not try it: 1F1B holds less.
   bool gpipe = false;
+  // Selective recompute (loom train --selective-recompute, Megatron-LM's selective
+  // granularity): attention's probabilities are recomputed in backward, not kept. Loom's fp32
+  // layer keeps none (and its backward holds two head groups' scores); in mixed precision
+  // Korthikanti's layer loses its 5as/h term; backward runs QK^T and the softmax again. Last
+  // in the struct: the positional initializers above stay as they are.
+  bool selective_recompute = false;
 };
+
+// Whether selective recompute changes anything: Loom's bf16 attention and ring attention
+// (cp > 1) keep no probabilities anyway.
+bool selective_recompute_matters(const Layout& layout, Precision precision);
 
 // One transformer layer on one device for one micro-batch, seconds.
 struct LayerTime {

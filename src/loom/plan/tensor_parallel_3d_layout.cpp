@@ -81,6 +81,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     over_row.tp = R;
     over_row.micro_batch = l.micro_batch;
     over_row.sequence_parallel = false;
+    over_row.selective_recompute = l.selective_recompute;
     auto layer_bytes = [&](bool recompute) { return layer_activation_bytes(m, c, over_row, recompute); };
     activations = layer_bytes(l.recompute) * static_cast<double>(m.layers);
     if (l.recompute) activations += layer_bytes(false);
@@ -89,7 +90,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     // The widths divide the grid (checked above), so every Linear of a block is split.
     activations = static_cast<double>(grid_3d_activation_bytes(
         {.B = l.micro_batch, .T = m.seq, .C = h, .NH = m.heads, .L = m.layers, .V = m.vocab, .row = R, .col = C,
-         .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute}));
+         .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute, .selective = l.selective_recompute}));
   }
   // The fp32 weight blocks gathered over depth, counted with the activations (transient too):
   // the layer's own, the next kAhead prefetched (parallel/tensor_parallel_3d/overlap_3d.hpp)
@@ -117,9 +118,11 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   const Gemm &scores = gemms.scores, &context = gemms.context;
   const bool mixed = c.precision == Precision::Mixed;
   const double bw = c.memory_bandwidth;
+  // Selective recompute runs QK^T and the softmax again in backward (as layer_time).
+  const bool again = l.selective_recompute && selective_recompute_matters(l, c.precision);
   if (const MeasuredRate* rate = find_rate(c.attention_rates, scores)) {
     forward += 2.0 * scores.flops() / rate->forward;
-    backward += 4.0 * scores.flops() / rate->backward;
+    backward += 4.0 * scores.flops() / rate->backward + (again ? scores.flops() / rate->forward : 0.0);
   } else {
     for (const Gemm& g : {scores, context}) {
       forward += gemm_seconds(g, c, bpv);
@@ -127,7 +130,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     }
     const double softmax = (mixed ? 9.0 : 8.0) * a * s / r * tokens / bw;
     forward += softmax;
-    backward += 2.0 * softmax;
+    backward += 2.0 * softmax + (again ? gemm_seconds(scores, c, bpv) + softmax : 0.0);
   }
   const double norms = (mixed ? 22.0 : 40.0) * hd * tokens / bw;
   const double gelu_values = 4.0 * static_cast<double>(T * h / R), gelu_bytes = (mixed ? 16.0 : 32.0) * hd / r * tokens;
@@ -226,12 +229,15 @@ std::vector<LayoutCost> tensor_parallel_3d_layouts(const ModelSpec& m, const Clu
       for (int64_t C = 1; C <= G / R; ++C) {
         if ((G / R) % C != 0) continue;
         for (int64_t mb : space.micro_batches)
-          for (bool recompute : space.recompute) {
-            Layout l{.dp = devices / G, .micro_batch = mb, .zero = 0, .recompute = recompute,
-                     .sequence_parallel = false, .row = R, .col = C, .depth = G / (R * C)};
-            l.bucket_bytes = space.bucket_bytes;
-            out.push_back(predict_tensor_parallel_3d(m, c, l, global_batch));
-          }
+          for (bool recompute : space.recompute)
+            for (bool selective : space.selective_recompute) {
+              Layout l{.dp = devices / G, .micro_batch = mb, .zero = 0, .recompute = recompute,
+                       .sequence_parallel = false, .row = R, .col = C, .depth = G / (R * C)};
+              l.bucket_bytes = space.bucket_bytes;
+              l.selective_recompute = selective;
+              if (selective && !searches_selective_recompute(l, c.precision, space)) continue;
+              out.push_back(predict_tensor_parallel_3d(m, c, l, global_batch));
+            }
       }
     }
   }

@@ -79,6 +79,8 @@ def cases(fx):
                                                "--moe-capacity-factor", "-1"], r"--moe-capacity-factor must be >= 0"),
         Case("plan: hidden dropout 1", [*plan, "--model", "gpt2-small", "--hidden-dropout", "1"],
              r"--hidden-dropout must be in \[0, 1\), got 1"),
+        Case("plan: selective recompute 'yes'", [*plan, "--model", "gpt2-small", "--selective-recompute", "yes"],
+             r"--selective-recompute: yes not in \{on,off,any\}"),
         Case("plan: --chunks 0 (divided by zero)", [*one_layout, "--chunks", "0"], r"--chunks must be >= 1, got 0"),
         Case("plan: --dp 4 --pp 2 --chunks 0", [*plan, "--model", "gpt2-small", "--dp", "4", "--pp", "2", "--chunks", "0"],
              r"--chunks must be >= 1, got 0"),
