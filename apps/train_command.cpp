@@ -124,6 +124,16 @@ void print_dry_run(train::TrainConfig& config) {
               "has %s available (%s)\n",
               on_rank.c_str(), train::describe(need).c_str(), format_bytes(available.bytes).c_str(),
               available.source.c_str());
+  if (const std::optional<train::MemoryNeed> skewed = train::skewed_routing_memory(config)) {
+    const nn::MoeConfig& moe = config.model.moe;
+    std::printf("# dropless experts under ep %lld: each rank's routed rows counted at the balanced share; a router "
+                "sending a rank every row it can (%.3gx the share) would need %s (activations %s); "
+                "moe_capacity_factor bounds them\n",
+                static_cast<long long>(config.ep),
+                static_cast<double>(std::min(moe.experts, config.ep * moe.top_k)) / static_cast<double>(moe.top_k),
+                format_bytes(static_cast<int64_t>(skewed->total())).c_str(),
+                format_bytes(static_cast<int64_t>(skewed->activations)).c_str());
+  }
   if (config.tp > 1) {
     const int64_t C = config.model.n_embd, T = config.model.block_size;
     plan::TensorParallelMoe moe;

@@ -7,10 +7,12 @@
 // every pipeline rank, to within the tensors in transit a receiver on time frees early.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/mpi_test_env.hpp"
+#include "loom/nn/moe.hpp"
 #include "loom/train/memory_budget.hpp"
 #include "parallel/equivalence.hpp"
 #include "parallel/pipeline_peak.hpp"
@@ -276,6 +278,50 @@ TEST(ActivationPeak, ExpertParallelRanksPeakWithinTheCapacityBound) {
                            std::to_string(world().rank()),
                        std::to_string(static_cast<double>(counted) / static_cast<double>(measured)));
       }
+}
+
+// Dropless under ep the count holds a rank's expert rows at the balanced share; a router sending
+// rank 0 every row it can (its weights zero before every forward: every probability 1/E, ties
+// to the lower experts, which rank 0 holds) takes it over that count, and the skewed count
+// `loom train --dry-run` prints beside it (train::skewed_routing_memory: min(E, ep K) / K times
+// the rows) is its peak to the byte (1.45-1.60 times the balanced count, top-1 and top-2, fp32
+// and bf16); rank 1, sent nothing, stays under the balanced count.
+TEST(ActivationPeak, DroplessExpertParallelRanksPeakWithinTheSkewedCount) {
+  if (world().size() != 2) GTEST_SKIP() << "dp 2 x ep 2 on two ranks";
+  for (const int64_t top_k : {1, 2})
+    for (const std::string precision : {"fp32", "bf16"}) {
+      train::TrainConfig c = moe_config(2, 1, 2, top_k, 0.0, precision, false);
+      c.ep = 2;
+      train::Trainer t(c, true, &world());
+      int routers = 0;
+      for (nn::Module* block : t.model().children())
+        for (nn::Module* m : block->children())
+          if (auto* moe = dynamic_cast<nn::MoE*>(m)) {
+            moe->add_pre_forward_hook([moe](nn::Module&, nn::Context&) { moe->router().weight().value().zero_(); });
+            ++routers;
+          }
+      ASSERT_EQ(routers, 2);
+      const int64_t measured = loom::testing::step_activation_peak(t);
+      const int64_t balanced = static_cast<int64_t>(train::rank_training_memory(t.config(), 0).activations);
+      const std::optional<train::MemoryNeed> skewed = train::skewed_routing_memory(t.config());
+      ASSERT_TRUE(skewed.has_value());
+      const std::string where = "top-" + std::to_string(top_k) + ", " + precision + ", rank " +
+                                std::to_string(world().rank()) + ": " + std::to_string(measured) + " B measured, " +
+                                std::to_string(balanced) + " counted balanced, " +
+                                std::to_string(static_cast<int64_t>(skewed->activations)) + " skewed";
+      if (world().rank() == 0) {
+        EXPECT_GT(measured, balanced) << where;
+        EXPECT_EQ(static_cast<int64_t>(skewed->activations), measured) << where;
+      } else {
+        EXPECT_LT(measured, balanced) << where;
+      }
+    }
+  train::TrainConfig bounded = moe_config(2, 1, 2, 2, 1.25, "fp32", false);
+  bounded.ep = 2;
+  EXPECT_FALSE(train::skewed_routing_memory(bounded).has_value()) << "a capacity that drops bounds the rows";
+  bounded.ep = 1;
+  bounded.model.moe.capacity_factor = 0.0;
+  EXPECT_FALSE(train::skewed_routing_memory(bounded).has_value()) << "without ep a rank routes its own rows";
 }
 
 }  // namespace

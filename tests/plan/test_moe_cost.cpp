@@ -29,6 +29,23 @@ TEST(PlanMoe, TotalAndActiveParameters) {
   EXPECT_GT(moe_flops_ratio(m), 1.0);
 }
 
+// The rows a rank's experts hold (B 2 sequences of T 8 tokens, all routed here: N = 16):
+// without ep its own N K; under ep with capacity that drops, E B min(ceil(f K T / E), T) within
+// the group's ep N K; dropless the balanced N K, or skewed every row it can be sent, each of the
+// group's ep N tokens visiting min(K, E / ep) of its experts.
+TEST(PlanMoe, ExpertRowsBalancedBoundedAndSkewed) {
+  const int64_t B = 2, T = 8, N = B * T;
+  EXPECT_EQ(expert_rows(B, T, T, 1, 4, 2, 0.0, true).rank, 2 * N);  // ep 1: a rank routes its own
+  EXPECT_EQ(expert_rows(B, T, T, 2, 4, 2, 1.0).rank, 4 * B * 4);    // capacity ceil(2 * 8 / 4) = 4
+  EXPECT_EQ(expert_rows(B, T, T, 2, 4, 2, 0.0).rank, 2 * N);
+  const ExpertRows skewed = expert_rows(B, T, T, 2, 4, 2, 0.0, true);
+  EXPECT_EQ(skewed.rank, 4 * N);        // min(E 4, ep K 4)
+  EXPECT_EQ(skewed.one_expert, 2 * N);  // one row a token of the group
+  EXPECT_EQ(expert_rows(B, T, T, 4, 4, 2, 0.0, true).rank, 4 * N);  // min(E 4, ep K 8): a token visits one of its experts
+  EXPECT_EQ(expert_rows(B, T, T, 2, 8, 1, 0.0, true).rank, 2 * N);  // min(E 8, ep K 2)
+  EXPECT_EQ(expert_rows(B, T, T, 2, 4, 2, 2.0, true).rank, 4 * N);  // f >= E / K never drops: dropless
+}
+
 TEST(PlanMoe, ExpertsPerDeviceAndAllToAllBytes) {
   const ModelSpec m = moe_model();
   Layout l;

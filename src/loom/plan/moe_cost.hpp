@@ -60,12 +60,14 @@ double all_to_all_seconds(const ModelSpec& model, const Layout& layout, int64_t 
 // K) the bound is capacity's: each of its E / ep experts takes at most min(ceil(f K T / E), Tr)
 // rows of each of the ep B sequences its ep group routes, E B min(cap, Tr) in all (never over
 // the group's ep N K). Dropless under ep (f 0, or f >= E / K): the balanced share, N K and N,
-// which a skewed router exceeds (up to min(E, ep K) / K times at the rank's worst).
+// which a skewed router exceeds; `skewed`: every row the rank can be sent instead, each of the
+// group's ep N tokens visiting min(K, E / ep) of its experts, B Tr min(E, ep K) rows (min(E, ep
+// K) / K times the share), ep N for one expert.
 struct ExpertRows {
   int64_t rank = 0, one_expert = 0;
 };
 ExpertRows expert_rows(int64_t B, int64_t T, int64_t Tr, int64_t ep, int64_t experts, int64_t top_k,
-                       double capacity_factor);
+                       double capacity_factor, bool skewed = false);
 // The activations one MoE layer keeps minus those of the dense MLP it replaces, per rank, for
 // B sequences of T tokens, under tensor parallelism t (the experts replicated over tp: every
 // tp rank routes all its tokens, this rank's chunk of each sequence under sequence
@@ -78,7 +80,7 @@ ExpertRows expert_rows(int64_t B, int64_t T, int64_t Tr, int64_t ep, int64_t exp
 // twice (plan::activation_bytes_per_layer).
 int64_t moe_extra_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel,
                                              int64_t cp, int64_t experts, int64_t top_k, bool bf16, int64_t ep = 1,
-                                             double capacity_factor = 0.0);
+                                             double capacity_factor = 0.0, bool skewed = false);
 // What a mixture of experts' backward holds at once beyond the tensors its block keeps and the
 // gradient it is given, per rank (its rows as moe_extra_activation_bytes_per_layer counts them):
 // at its experts' backward, the routed rows' fp32 gradient and the gates', and for the rows its
@@ -88,7 +90,7 @@ int64_t moe_extra_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, in
 // converted.
 int64_t moe_backward_working_bytes(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel, int64_t cp,
                                    int64_t ep, int64_t top_k, bool bf16, int64_t experts = 0,
-                                   double capacity_factor = 0.0);
+                                   double capacity_factor = 0.0, bool skewed = false);
 // Training FLOPs of one sequence over the dense model's: each MoE block runs K MLPs and a
 // router instead of one MLP (the MLP being 2/3 of a block's 72 s h^2 (1 + s / 6h)).
 double moe_flops_ratio(const ModelSpec& model);

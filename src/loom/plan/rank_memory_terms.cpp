@@ -70,7 +70,7 @@ int64_t block_activation_bytes(const RankShape& s) {
 int64_t moe_extra_activation_bytes(const RankShape& s) {
   if (s.experts == 0) return 0;
   return moe_extra_activation_bytes_per_layer(s.batch, s.seq, s.hidden, s.tp, s.sequence_parallel, s.cp, s.experts,
-                                              s.top_k, s.bf16, s.ep, s.capacity_factor);
+                                              s.top_k, s.bf16, s.ep, s.capacity_factor, s.skewed_routing);
 }
 
 ActivationTerms activation_terms(const RankShape& s) {
@@ -110,7 +110,7 @@ ActivationTerms activation_terms(const RankShape& s) {
   a.scratch = 3 * 4 * B * Tr * C;
   if (s.experts > 0)
     a.moe_scratch = moe_backward_working_bytes(B, s.seq, C, s.tp, s.sequence_parallel, s.cp, s.ep, s.top_k, s.bf16,
-                                               s.experts, s.capacity_factor);
+                                               s.experts, s.capacity_factor, s.skewed_routing);
   // In bf16 the head's backward converts the logits' gradient to bf16, kBf16HeadGradientRows
   // rows of this rank's tokens at a time (nn::GPT::kHeadGradientRows).
   if (s.bf16) a.head_gradient = 2 * std::min(B * T, kBf16HeadGradientRows) * Vt;

@@ -30,6 +30,7 @@ struct RankShape {
   bool hidden_dropout = false;     // a masked copy of each branch's incoming gradient in backward
   int64_t experts = 0, top_k = 0, every = 1;  // E experts in every `every`-th block's MLP; 0: none
   double capacity_factor = 0.0;                // f: under ep the rows a rank's experts take are bounded by it; 0: dropless
+  bool skewed_routing = false;  // dropless under ep: every row the rank can be sent, not the balanced share (expert_rows)
 
   int64_t tokens() const { return seq / cp; }  // of each sequence, on this rank
   // The mixtures of experts among stage s's blocks (block b when b + 1 is a multiple of `every`).

@@ -12,6 +12,7 @@
 
 #include "loom/error.hpp"
 #include "loom/kernels/gemv.hpp"
+#include "loom/nn/routing.hpp"
 #include "loom/parallel/pipeline/partition.hpp"
 #include "loom/parallel/pipeline/schedule_file.hpp"
 #include "loom/parallel/tensor_parallel_3d/layers_3d.hpp"
@@ -68,14 +69,16 @@ std::vector<nn::GPTStage> virtual_stages(const TrainConfig& c) {
   return parallel::pipeline::partition_stages(c.model, c.pp, c.chunks, c.pipeline_layers());
 }
 
-// The shape of pipeline rank's work that plan/rank_memory_terms.hpp counts, from config.
-plan::RankShape rank_shape(const TrainConfig& c) {
+// The shape of pipeline rank's work that plan/rank_memory_terms.hpp counts, from config;
+// `skewed`: a dropless mixture's rows as a router sending a rank every row it can would give it.
+plan::RankShape rank_shape(const TrainConfig& c, bool skewed = false) {
   const nn::GPTConfig& m = c.model;
   return {.batch = c.batch_size, .seq = m.block_size, .hidden = m.n_embd, .heads = m.n_head,
           .vocab = m.resolved_padded_vocab(), .tp = c.tp, .cp = c.cp, .ep = c.ep,
           .sequence_parallel = c.sequence_parallel, .bf16 = c.precision == "bf16", .recompute = m.recompute,
           .selective = m.selective_recompute, .hidden_dropout = m.hidden_dropout > 0.0, .experts = m.moe.enabled() ? m.moe.experts : 0,
-          .top_k = m.moe.top_k, .every = m.moe.every, .capacity_factor = m.moe.capacity_factor};
+          .top_k = m.moe.top_k, .every = m.moe.every, .capacity_factor = m.moe.capacity_factor,
+          .skewed_routing = skewed};
 }
 
 // The chunks pipeline rank r owns: virtual stages r, r + pp, ...
@@ -152,16 +155,16 @@ std::vector<std::vector<size_t>> reaped_of(const std::optional<parallel::pipelin
   return schedule ? parallel::pipeline::sends_reaped(*schedule, receivers) : std::vector<std::vector<size_t>>{};
 }
 
-// `reaped`: reaped_of the schedule.
+// `reaped`: reaped_of the schedule; `skewed`: as rank_shape's.
 MemoryNeed rank_memory(const TrainConfig& c, const std::vector<nn::GPTStage>& stages,
                        const std::optional<parallel::pipeline::Schedule>& schedule,
-                       const std::vector<std::vector<size_t>>& reaped, int64_t r) {
+                       const std::vector<std::vector<size_t>>& reaped, int64_t r, bool skewed = false) {
   if (c.tp_3d_on())  // a grid rank: no pipeline, one micro-batch (validate_tp_3d)
     return {static_cast<double>(rank_state(c, rank_parameters(c, stages, r)).total()),
             static_cast<double>(plan::grid_3d_activation_bytes(grid_3d_activation_shape(c)))};
   // Without a schedule to walk (no pipeline, or one the executor refuses): one micro-batch.
   const int64_t activations =
-      plan::loom_rank_activation_bytes(rank_shape(c), rank_chunks(c, stages, r),
+      plan::loom_rank_activation_bytes(rank_shape(c, skewed), rank_chunks(c, stages, r),
                                        schedule ? &schedule->ranks.at(static_cast<size_t>(r)) : nullptr,
                                        schedule ? &reaped.at(static_cast<size_t>(r)) : nullptr);
   MemoryNeed need{static_cast<double>(rank_state(c, rank_parameters(c, stages, r)).total()),
@@ -188,17 +191,31 @@ MemoryNeed rank_training_memory(const TrainConfig& c, int64_t pp_rank, parallel:
   return rank_memory(c, virtual_stages(c), schedule, reaped_of(schedule, receivers), pp_rank);
 }
 
-MemoryNeed training_memory(const TrainConfig& c) {
+namespace {
+
+// training_memory's count, with a dropless mixture's rows `skewed` or not.
+MemoryNeed most_training_memory(const TrainConfig& c, bool skewed) {
   if (const std::optional<MemoryNeed> rough = absurd(c)) return *rough;
   const std::vector<nn::GPTStage> stages = virtual_stages(c);
   const std::optional<parallel::pipeline::Schedule> schedule = run_schedule(c);
   const std::vector<std::vector<size_t>> reaped = reaped_of(schedule, parallel::pipeline::Receivers::Late);
   MemoryNeed most;  // the pipeline rank needing the most
   for (int64_t r = 0; r < c.pp; ++r) {
-    const MemoryNeed here = rank_memory(c, stages, schedule, reaped, r);
+    const MemoryNeed here = rank_memory(c, stages, schedule, reaped, r, skewed);
     if (r == 0 || here.total() > most.total()) most = here;
   }
   return most;
+}
+
+}  // namespace
+
+MemoryNeed training_memory(const TrainConfig& c) { return most_training_memory(c, false); }
+
+std::optional<MemoryNeed> skewed_routing_memory(const TrainConfig& c) {
+  const nn::MoeConfig& moe = c.model.moe;
+  if (c.ep == 1 || !moe.enabled() || c.tp_3d_on() || !nn::capacity_never_drops(moe.capacity_factor, moe.top_k, moe.experts))
+    return std::nullopt;
+  return most_training_memory(c, true);
 }
 
 plan::Grid3DActivationShape grid_3d_activation_shape(const TrainConfig& c) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "loom/nn/gpt.hpp"
@@ -30,6 +31,12 @@ struct MemoryNeed {
 // needing the most (its pp_rank set under a pipeline). Under ZeRO-2/3 with what its units hold
 // whole at once beyond the shards (gathered).
 MemoryNeed training_memory(const TrainConfig& config);
+// A dropless mixture of experts under ep (moe_capacity_factor 0, or at least E / K): the count
+// holds a rank's expert rows at the balanced share, which a skewed router exceeds; this is
+// training_memory with every row a rank can be sent held instead (plan::expert_rows, skewed:
+// min(E, ep K) / K times the share). nullopt otherwise (no experts, ep 1, or a capacity that
+// bounds them).
+std::optional<MemoryNeed> skewed_routing_memory(const TrainConfig& config);
 // Pipeline rank pp_rank's: the state of the stages it owns (rank_training_state) and the
 // activations of its chunks (its blocks, their mixtures of experts, the logits on the last
 // stage) for each (micro-batch, chunk) its schedule holds at once (the same action list the
