@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <vector>
 
 #include "loom/kernels/attention_bf16.hpp"
 #include "loom/kernels/attention_plan.hpp"
@@ -72,6 +73,35 @@ void drop(float* m, const ScoreRows& rows, const Views& v, const AttentionDropou
 #pragma omp parallel for collapse(2) schedule(static) if (v.nb * v.nh * (i1 - i0) * i1 >= (1 << 15))
   for (int64_t gh = 0; gh < v.nb * v.nh; ++gh)
     for (int64_t i = i0; i < i1; ++i) d.apply(m + rows.at(gh, i), i + 1, gh / v.nh, gh % v.nh, i, kept);
+}
+
+// Rows [i0, i1) of a group's dP (da) under dropout, each row's mask drawn once for both of its
+// uses: dP dropped and scaled, the softmax backward from the undropped probabilities a (dS), then
+// that row of a dropped in place for dV's product (its last use; later rows' softmax backward
+// reads only their own). Each step computes what drop() and causal_softmax_backward() do, so the
+// values are theirs bit for bit; drawing the mask for dP and again for dV hashed each visible
+// probability three times a step, this twice.
+void dropped_softmax_backward(float* da, float* a, const Views& v, const AttentionDropout& d, int64_t i0,
+                              int64_t i1) {
+  const ScoreRows rows = v.full_rows();
+  const float kept = d.scale();
+#pragma omp parallel if (v.nb * v.nh * (i1 - i0) * i1 >= (1 << 15))
+  {
+    std::vector<float> factor(static_cast<size_t>(i1));  // this thread's row of mask factors: 0 or kept
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t gh = 0; gh < v.nb * v.nh; ++gh)
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t n = i + 1, at = rows.at(gh, i);
+        float* __restrict f = factor.data();
+        float* __restrict dp = da + at;
+        float* __restrict p = a + at;
+        std::fill_n(f, n, kept);
+        d.apply(f, n, gh / v.nh, gh % v.nh, i, 1.0f);
+        for (int64_t j = 0; j < n; ++j) dp[j] = f[j] != 0.0f ? dp[j] * kept : 0.0f;
+        causal_softmax_backward_row(dp, p, i, rows.cols);
+        for (int64_t j = 0; j < n; ++j) p[j] = f[j] != 0.0f ? p[j] * kept : 0.0f;
+      }
+  }
 }
 
 // Rows [i0, i1) of a group's probabilities a, dropped, into the (nb, nh, i1 - i0, T) block
@@ -159,13 +189,14 @@ void attention_backward(float* dqkv, float* datt, const float* dout, Operand qkv
       // backward; dQ[i0:i1] = scale * dS[i0:i1, 0:i1] K[0:i1].
       batched_matmul(v.desc(i1 - i0, i1, HS, v.out_rows(), v.qkv_cols(), v.att_rows()), dO + i0 * C, val,
                      da + i0 * T);
-      if (dropout.active()) drop(da, v.full_rows(), v, d, i0, i1, d.scale());
-      causal_softmax_backward(da, a, v.full_rows(), g.nb * g.nh, i0, i1);
+      if (dropout.active())
+        dropped_softmax_backward(da, a, v, d, i0, i1);
+      else
+        causal_softmax_backward(da, a, v.full_rows(), g.nb * g.nh, i0, i1);
       batched_matmul(v.desc(i1 - i0, HS, i1, v.att_rows(), v.qkv_rows(), v.qkv_rows(), scale), da + i0 * T, k,
                      dq + i0 * 3 * C);
     }
-    // dV reads the probabilities as forward's product did: dropped, in place (their last use).
-    if (dropout.active()) drop(a, v.full_rows(), v, d, 0, T, d.scale());
+    // dV reads the probabilities as forward's product did: dropped (dropped_softmax_backward).
     // Key rows [j0, j1) only receive from query rows i >= j0 (causality), so once all of dS is
     // known: dK[j0:j1] = scale * dS[j0:T, j0:j1]^T Q[j0:T] and dV[j0:j1] = P[j0:T, j0:j1]^T dO[j0:T].
     // The transposed att/datt blocks include entries above the diagonal, which are exact zeros.

@@ -124,36 +124,39 @@ void causal_softmax(float* scores, const ScoreRows& rows, int64_t H, int64_t i0,
   }
 }
 
+void causal_softmax_backward_row(float* __restrict dr, const float* __restrict pr, int64_t i, int64_t cols) {
+  // pr is exactly 0 for j > i.
+#if LOOM_FAST_MATH_AVX512
+  const int64_t chunks = i / 16 + 1;
+  __m512 vdot = _mm512_setzero_ps();
+  for (int64_t c = 0; c < chunks; ++c) {
+    const __mmask16 k = causal_mask(i, c * 16);
+    vdot = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, pr + c * 16), _mm512_maskz_loadu_ps(k, dr + c * 16), vdot);
+  }
+  const __m512 dot = _mm512_set1_ps(hsum16(vdot));
+  for (int64_t c = 0; c < chunks; ++c) {
+    const __mmask16 k = causal_mask(i, c * 16);
+    const __m512 v = chunk_ds(pr + c * 16, dr + c * 16, dot, k);
+    _mm512_mask_storeu_ps(dr + c * 16, row_mask(c * 16, cols), v);
+  }
+  zero_tail(dr, std::min(cols, chunks * 16), cols);
+#else
+  const int64_t n = padded_row(i, cols);
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t j = 0; j < n; ++j) dot += j <= i ? pr[j] * dr[j] : 0.0f;
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) dr[j] = j <= i ? pr[j] * (dr[j] - dot) : 0.0f;
+  zero_tail(dr, n, cols);
+#endif
+}
+
 void causal_softmax_backward(float* d, const float* p, const ScoreRows& rows, int64_t H, int64_t i0, int64_t i1) {
-  const int64_t R = i1 - i0, cols = rows.cols;
+  const int64_t R = i1 - i0;
 #pragma omp parallel for schedule(static) if (worth_threads(H, R, rows))
   for (int64_t r = 0; r < H * R; ++r) {
     const int64_t i = i0 + r % R, at = rows.at(r / R, i);
-    float* __restrict dr = d + at;
-    const float* __restrict pr = p + at;  // exactly 0 for j > i
-#if LOOM_FAST_MATH_AVX512
-    const int64_t chunks = i / 16 + 1;
-    __m512 vdot = _mm512_setzero_ps();
-    for (int64_t c = 0; c < chunks; ++c) {
-      const __mmask16 k = causal_mask(i, c * 16);
-      vdot = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, pr + c * 16), _mm512_maskz_loadu_ps(k, dr + c * 16), vdot);
-    }
-    const __m512 dot = _mm512_set1_ps(hsum16(vdot));
-    for (int64_t c = 0; c < chunks; ++c) {
-      const __mmask16 k = causal_mask(i, c * 16);
-      const __m512 v = chunk_ds(pr + c * 16, dr + c * 16, dot, k);
-      _mm512_mask_storeu_ps(dr + c * 16, row_mask(c * 16, cols), v);
-    }
-    zero_tail(dr, std::min(cols, chunks * 16), cols);
-#else
-    const int64_t n = padded_row(i, cols);
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int64_t j = 0; j < n; ++j) dot += j <= i ? pr[j] * dr[j] : 0.0f;
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) dr[j] = j <= i ? pr[j] * (dr[j] - dot) : 0.0f;
-    zero_tail(dr, n, cols);
-#endif
+    causal_softmax_backward_row(d + at, p + at, i, rows.cols);
   }
 }
 

@@ -26,6 +26,8 @@ void causal_softmax(float* scores, const ScoreRows& rows, int64_t H, int64_t i0,
 // probabilities in the same layout (exactly 0 for j > i): d becomes dS = P * (dP - sum_k P dP),
 // the softmax backward, and 0 for j > i.
 void causal_softmax_backward(float* d, const float* p, const ScoreRows& rows, int64_t H, int64_t i0, int64_t i1);
+// Its row i alone: dr and pr that row of d and p, `cols` columns.
+void causal_softmax_backward_row(float* dr, const float* pr, int64_t i, int64_t cols);
 
 // The two passes of the bf16 attention (attention_bf16.cpp), FlashAttention's order. Row r of a
 // call is row i = i0 + r % R of head r / R (R = i1 - i0); per-row values are dense, index r.
