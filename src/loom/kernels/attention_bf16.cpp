@@ -295,14 +295,28 @@ void attention_backward_bf16(float* dqkv, const float* dout, const float* lse, O
     gather(dout + heads_off, heads, g, i0, i1, s.dout);
     gather(v, in, g, 0, i1, s.v);
     batched_matmul(g.desc(R, i1, HS, g.dense(R, HS), g.dense_t(HS, i1)), s.dout, s.v, s.dscores);
-    // Under dropout dP is the dropped probabilities' gradient times the mask.
+    // Under dropout dP is the dropped probabilities' gradient times the mask, and dV's product
+    // reads P dropped: each row's mask drawn once for both, around the row's softmax backward (a
+    // draw for each hashed every visible probability three times a step, this twice).
     const AttentionDropout d = dropout.shifted(ag.b0, ag.h0);
     if (d.active())
       for_each_block_row(g, R, i1, [&](int64_t h, int64_t r) {
-        d.apply(s.dscores + (h * R + r) * i1, i0 + r + 1, h / g.nh, h % g.nh, i0 + r, d.scale());
+        const int64_t at = (h * R + r) * i1, i = i0 + r, n = i + 1;
+        thread_local std::vector<float> kept;  // the row's mask: 1 kept, 0 dropped
+        kept.assign(static_cast<size_t>(n), 1.0f);
+        d.apply(kept.data(), n, h / g.nh, h % g.nh, i, 1.0f);
+        const float* __restrict m = kept.data();
+        float* __restrict dp = s.dscores + at;
+        const float inflate = d.scale();
+        for (int64_t j = 0; j < n; ++j) dp[j] = m[j] != 0.0f ? dp[j] * inflate : 0.0f;
+        causal_softmax_backward_from_lse_row(s.scores + at, dp, i, i1, s.lse[h * R + r], s.scores_bf16 + at,
+                                             s.dscores_bf16 + at);
+        bfloat16* __restrict p = s.scores_bf16 + at;
+        for (int64_t j = 0; j < n; ++j) p[j].bits = m[j] != 0.0f ? p[j].bits : uint16_t{0};
       });
-    causal_softmax_backward_from_lse(s.scores, s.dscores, block_rows(i0, i1), g.G(), i0, i1, s.lse, s.scores_bf16,
-                                     s.dscores_bf16);
+    else
+      causal_softmax_backward_from_lse(s.scores, s.dscores, block_rows(i0, i1), g.G(), i0, i1, s.lse, s.scores_bf16,
+                                       s.dscores_bf16);
     // dQ[i0:i1] = scale dS K[0:i1]
     batched_matmul(g.desc(R, HS, i1, g.dense(R, i1), g.dense(i1, HS), scale), s.dscores_bf16, s.k, s.rows_out);
     scatter(s.rows_out, in, g, i0, i1, dq, /*added_below=*/i0);
@@ -310,11 +324,8 @@ void attention_backward_bf16(float* dqkv, const float* dout, const float* lse, O
     // dV[0:i1] += P^T dO[i0:i1]; rows [i0, i1) are first reached here, so written.
     batched_matmul(g.desc(i1, HS, R, g.dense_t(i1, R), g.dense(R, HS), scale), s.dscores_bf16, s.q, s.dk);
     scatter(s.dk, in, g, 0, i1, dk, /*added_below=*/i0);
-    // dV reads P dropped as forward's product did: the dropped entries zeroed, 1 / (1 - p) its alpha.
-    if (d.active())
-      for_each_block_row(g, R, i1, [&](int64_t h, int64_t r) {
-        d.zero_dropped(s.scores_bf16 + (h * R + r) * i1, i0 + r + 1, h / g.nh, h % g.nh, i0 + r);
-      });
+    // dV reads P dropped as forward's product did: the dropped entries zeroed (above), 1 / (1 - p)
+    // its alpha.
     batched_matmul(g.desc(i1, HS, R, g.dense_t(i1, R), g.dense(R, HS), d.active() ? d.scale() : 1.0f), s.scores_bf16,
                    s.dout, s.dv);
     scatter(s.dv, in, g, 0, i1, dv, /*added_below=*/i0);

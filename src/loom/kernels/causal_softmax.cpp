@@ -204,51 +204,51 @@ void causal_exp(const float* scores, const ScoreRows& rows, int64_t H, int64_t i
   }
 }
 
+void causal_softmax_backward_from_lse_row(float* __restrict pr, const float* __restrict dr, int64_t i, int64_t cols,
+                                          float row_lse, bfloat16* __restrict p_row, bfloat16* __restrict ds_row) {
+  int64_t written = 0;
+#if LOOM_FAST_MATH_AVX512
+  const int64_t chunks = i / 16 + 1;
+  const __m512 vlse = _mm512_set1_ps(row_lse);
+  __m512 vdot = _mm512_setzero_ps();
+  for (int64_t c = 0; c < chunks; ++c) {
+    const __mmask16 k = causal_mask(i, c * 16);
+    const __m512 p = _mm512_maskz_mov_ps(k, fast_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, pr + c * 16), vlse)));
+    _mm512_mask_storeu_ps(pr + c * 16, k, p);
+    store_bf16x16(p_row + c * 16, p, row_mask(c * 16, cols));
+    vdot = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(k, dr + c * 16), vdot);
+  }
+  const __m512 dot = _mm512_set1_ps(hsum16(vdot));
+  for (int64_t c = 0; c < chunks; ++c) {
+    const __mmask16 k = causal_mask(i, c * 16);
+    const __m512 ds = chunk_ds(pr + c * 16, dr + c * 16, dot, k);
+    store_bf16x16(ds_row + c * 16, ds, row_mask(c * 16, cols));
+  }
+  written = std::min(cols, chunks * 16);
+#else
+  const int64_t n = padded_row(i, cols);
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t j = 0; j < n; ++j) {
+    const float p = j <= i ? fast_exp(pr[j] - row_lse) : 0.0f;
+    pr[j] = p;
+    p_row[j] = to_bf16(p);
+    dot += p * (j <= i ? dr[j] : 0.0f);
+  }
+  for (int64_t j = 0; j < n; ++j) ds_row[j] = to_bf16(j <= i ? pr[j] * (dr[j] - dot) : 0.0f);
+  written = n;
+#endif
+  zero_tail(p_row, written, cols);
+  zero_tail(ds_row, written, cols);
+}
+
 void causal_softmax_backward_from_lse(float* s, const float* dp, const ScoreRows& rows, int64_t H, int64_t i0,
                                       int64_t i1, const float* lse, bfloat16* p_bf16, bfloat16* ds_bf16) {
-  const int64_t R = i1 - i0, cols = rows.cols;
+  const int64_t R = i1 - i0;
 #pragma omp parallel for schedule(static) if (worth_threads(H, R, rows))
   for (int64_t r = 0; r < H * R; ++r) {
     const int64_t i = i0 + r % R, at = rows.at(r / R, i);
-    float* __restrict pr = s + at;
-    const float* __restrict dr = dp + at;
-    bfloat16* __restrict p_row = p_bf16 + at;
-    bfloat16* __restrict ds_row = ds_bf16 + at;
-    int64_t written = 0;
-#if LOOM_FAST_MATH_AVX512
-    const int64_t chunks = i / 16 + 1;
-    const __m512 vlse = _mm512_set1_ps(lse[r]);
-    __m512 vdot = _mm512_setzero_ps();
-    for (int64_t c = 0; c < chunks; ++c) {
-      const __mmask16 k = causal_mask(i, c * 16);
-      const __m512 p = _mm512_maskz_mov_ps(k, fast_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, pr + c * 16), vlse)));
-      _mm512_mask_storeu_ps(pr + c * 16, k, p);
-      store_bf16x16(p_row + c * 16, p, row_mask(c * 16, cols));
-      vdot = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(k, dr + c * 16), vdot);
-    }
-    const __m512 dot = _mm512_set1_ps(hsum16(vdot));
-    for (int64_t c = 0; c < chunks; ++c) {
-      const __mmask16 k = causal_mask(i, c * 16);
-      const __m512 ds = chunk_ds(pr + c * 16, dr + c * 16, dot, k);
-      store_bf16x16(ds_row + c * 16, ds, row_mask(c * 16, cols));
-    }
-    written = std::min(cols, chunks * 16);
-#else
-    const int64_t n = padded_row(i, cols);
-    const float row_lse = lse[r];
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int64_t j = 0; j < n; ++j) {
-      const float p = j <= i ? fast_exp(pr[j] - row_lse) : 0.0f;
-      pr[j] = p;
-      p_row[j] = to_bf16(p);
-      dot += p * (j <= i ? dr[j] : 0.0f);
-    }
-    for (int64_t j = 0; j < n; ++j) ds_row[j] = to_bf16(j <= i ? pr[j] * (dr[j] - dot) : 0.0f);
-    written = n;
-#endif
-    zero_tail(p_row, written, cols);
-    zero_tail(ds_row, written, cols);
+    causal_softmax_backward_from_lse_row(s + at, dp + at, i, rows.cols, lse[r], p_bf16 + at, ds_bf16 + at);
   }
 }
 

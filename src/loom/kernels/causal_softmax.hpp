@@ -44,5 +44,9 @@ void causal_exp(const float* scores, const ScoreRows& rows, int64_t H, int64_t i
 // dS = P (dP - sum_k P dP) is rounded into ds_bf16 (both 0 for i < j < cols); dp is only read.
 void causal_softmax_backward_from_lse(float* s, const float* dp, const ScoreRows& rows, int64_t H, int64_t i0,
                                       int64_t i1, const float* lse, bfloat16* p_bf16, bfloat16* ds_bf16);
+// Its row i alone: pr, dr, p_row and ds_row that row of s, dp, p_bf16 and ds_bf16, `cols`
+// columns, row_lse its log-sum-exp.
+void causal_softmax_backward_from_lse_row(float* pr, const float* dr, int64_t i, int64_t cols, float row_lse,
+                                          bfloat16* p_row, bfloat16* ds_row);
 
 }  // namespace loom::kernels
