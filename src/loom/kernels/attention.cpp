@@ -87,19 +87,18 @@ void dropped_softmax_backward(float* da, float* a, const Views& v, const Attenti
   const float kept = d.scale();
 #pragma omp parallel if (v.nb * v.nh * (i1 - i0) * i1 >= (1 << 15))
   {
-    std::vector<float> factor(static_cast<size_t>(i1));  // this thread's row of mask factors: 0 or kept
+    std::vector<float> mask(static_cast<size_t>(i1));  // this thread's row of the mask
 #pragma omp for collapse(2) schedule(static)
     for (int64_t gh = 0; gh < v.nb * v.nh; ++gh)
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t n = i + 1, at = rows.at(gh, i);
-        float* __restrict f = factor.data();
+        const float* __restrict m = mask.data();
         float* __restrict dp = da + at;
         float* __restrict p = a + at;
-        std::fill_n(f, n, kept);
-        d.apply(f, n, gh / v.nh, gh % v.nh, i, 1.0f);
-        for (int64_t j = 0; j < n; ++j) dp[j] = f[j] != 0.0f ? dp[j] * kept : 0.0f;
+        d.row_mask(mask.data(), n, gh / v.nh, gh % v.nh, i);
+        for (int64_t j = 0; j < n; ++j) dp[j] = m[j] != 0.0f ? dp[j] * kept : 0.0f;
         causal_softmax_backward_row(dp, p, i, rows.cols);
-        for (int64_t j = 0; j < n; ++j) p[j] = f[j] != 0.0f ? p[j] * kept : 0.0f;
+        for (int64_t j = 0; j < n; ++j) p[j] = m[j] != 0.0f ? p[j] * kept : 0.0f;
       }
   }
 }

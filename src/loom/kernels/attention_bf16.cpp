@@ -302,10 +302,10 @@ void attention_backward_bf16(float* dqkv, const float* dout, const float* lse, O
     if (d.active())
       for_each_block_row(g, R, i1, [&](int64_t h, int64_t r) {
         const int64_t at = (h * R + r) * i1, i = i0 + r, n = i + 1;
-        thread_local std::vector<float> kept;  // the row's mask: 1 kept, 0 dropped
-        kept.assign(static_cast<size_t>(n), 1.0f);
-        d.apply(kept.data(), n, h / g.nh, h % g.nh, i, 1.0f);
-        const float* __restrict m = kept.data();
+        thread_local std::vector<float> mask;  // this thread's row of the mask
+        mask.resize(static_cast<size_t>(n));
+        d.row_mask(mask.data(), n, h / g.nh, h % g.nh, i);
+        const float* __restrict m = mask.data();
         float* __restrict dp = s.dscores + at;
         const float inflate = d.scale();
         for (int64_t j = 0; j < n; ++j) dp[j] = m[j] != 0.0f ? dp[j] * inflate : 0.0f;

@@ -44,6 +44,12 @@ struct AttentionDropout {
     for (int64_t j = 0; j < n; ++j)
       row[j] = dropout_keeps(key, base + static_cast<uint64_t>(j), threshold) ? row[j] * kept : 0.0f;
   }
+  // Row (b, h, i)'s mask over its first n probabilities into `keeps`: 1 kept, 0 dropped (one
+  // draw serving two uses of the row).
+  void row_mask(float* keeps, int64_t n, int64_t b, int64_t h, int64_t i) const {
+    const uint64_t base = row_index(b, h, i), threshold = dropout_threshold(p);
+    for (int64_t j = 0; j < n; ++j) keeps[j] = dropout_keeps(key, base + static_cast<uint64_t>(j), threshold) ? 1.0f : 0.0f;
+  }
   // The same on bf16 values, dropped ones zeroed and kept ones left as they are (the caller
   // folds 1 / (1 - p) into the product reading them, so nothing is rounded twice).
   void zero_dropped(bfloat16* row, int64_t n, int64_t b, int64_t h, int64_t i) const {
