@@ -19,6 +19,7 @@
 #include "loom/plan/gcn_cost.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
+#include "loom/plan/moe_cost.hpp"
 #include "loom/plan/tensor_parallel_3d_memory.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/gcn_spec.hpp"
@@ -125,12 +126,11 @@ void print_dry_run(train::TrainConfig& config) {
               on_rank.c_str(), train::describe(need).c_str(), format_bytes(available.bytes).c_str(),
               available.source.c_str());
   if (const std::optional<train::MemoryNeed> skewed = train::skewed_routing_memory(config)) {
-    const nn::MoeConfig& moe = config.model.moe;
     std::printf("# dropless experts under ep %lld: each rank's routed rows counted at the balanced share; a router "
                 "sending a rank every row it can (%.3gx the share) would need %s (activations %s); "
                 "moe_capacity_factor bounds them\n",
                 static_cast<long long>(config.ep),
-                static_cast<double>(std::min(moe.experts, config.ep * moe.top_k)) / static_cast<double>(moe.top_k),
+                plan::skewed_rows_over_balanced(config.model.moe.experts, config.model.moe.top_k, config.ep),
                 format_bytes(static_cast<int64_t>(skewed->total())).c_str(),
                 format_bytes(static_cast<int64_t>(skewed->activations)).c_str());
   }

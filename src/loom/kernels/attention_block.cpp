@@ -136,10 +136,10 @@ void attention_block_backward(const AttentionBlock& s, HeadsView q, HeadsView k,
     const float row_lse = at(lse, b, h, i), row_delta = at(delta, b, h, i);
     if (dropout.active()) {
       // One draw of each mask m serves dP (times m) and dV's probabilities (times m).
-      const uint64_t base = dropout.row_index(b, h, i), threshold = dropout_threshold(dropout.p);
+      const AttentionDropout::RowDraws draws = dropout.row(b, h, i);
       const float kept = dropout.scale();
       for (int64_t j = 0; j < n; ++j) {
-        const float m = dropout_keeps(dropout.key, base + static_cast<uint64_t>(j), threshold) ? kept : 0.0f;
+        const float m = draws.keeps(j) ? kept : 0.0f;
         const float pj = fast_exp(p[j] - row_lse);
         ds[j] = pj * (ds[j] * m - row_delta);
         p[j] = pj * m;

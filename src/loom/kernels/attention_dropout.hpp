@@ -38,25 +38,29 @@ struct AttentionDropout {
   uint64_t row_index(int64_t b, int64_t h, int64_t i) const {
     return static_cast<uint64_t>((((first_row + b) * heads + first_head + h) * positions + query0 + i) * positions + key0);
   }
+  // Row (b, h, i)'s draws, set up once for the row: keeps(j) for its key row j.
+  struct RowDraws {
+    uint64_t key, base, threshold;
+    bool keeps(int64_t j) const { return dropout_keeps(key, base + static_cast<uint64_t>(j), threshold); }
+  };
+  RowDraws row(int64_t b, int64_t h, int64_t i) const { return {key, row_index(b, h, i), dropout_threshold(p)}; }
   // Row (b, h, i)'s first n probabilities: kept ones times `kept`, dropped ones 0.
-  void apply(float* row, int64_t n, int64_t b, int64_t h, int64_t i, float kept) const {
-    const uint64_t base = row_index(b, h, i), threshold = dropout_threshold(p);
-    for (int64_t j = 0; j < n; ++j)
-      row[j] = dropout_keeps(key, base + static_cast<uint64_t>(j), threshold) ? row[j] * kept : 0.0f;
+  void apply(float* values, int64_t n, int64_t b, int64_t h, int64_t i, float kept) const {
+    const RowDraws r = row(b, h, i);
+    for (int64_t j = 0; j < n; ++j) values[j] = r.keeps(j) ? values[j] * kept : 0.0f;
   }
   // Row (b, h, i)'s mask over its first n probabilities into `keeps`: 1 kept, 0 dropped (one
   // draw serving two uses of the row).
   void row_mask(float* keeps, int64_t n, int64_t b, int64_t h, int64_t i) const {
-    const uint64_t base = row_index(b, h, i), threshold = dropout_threshold(p);
-    for (int64_t j = 0; j < n; ++j) keeps[j] = dropout_keeps(key, base + static_cast<uint64_t>(j), threshold) ? 1.0f : 0.0f;
+    const RowDraws r = row(b, h, i);
+    for (int64_t j = 0; j < n; ++j) keeps[j] = r.keeps(j) ? 1.0f : 0.0f;
   }
   // The same on bf16 values, dropped ones zeroed and kept ones left as they are (the caller
   // folds 1 / (1 - p) into the product reading them, so nothing is rounded twice).
-  void zero_dropped(bfloat16* row, int64_t n, int64_t b, int64_t h, int64_t i) const {
-    const uint64_t base = row_index(b, h, i), threshold = dropout_threshold(p);
+  void zero_dropped(bfloat16* values, int64_t n, int64_t b, int64_t h, int64_t i) const {
+    const RowDraws r = row(b, h, i);
     // Every element rewritten (a select, not a conditional store), so the loop vectorises.
-    for (int64_t j = 0; j < n; ++j)
-      row[j].bits = dropout_keeps(key, base + static_cast<uint64_t>(j), threshold) ? row[j].bits : uint16_t{0};
+    for (int64_t j = 0; j < n; ++j) values[j].bits = r.keeps(j) ? values[j].bits : uint16_t{0};
   }
 };
 

@@ -69,6 +69,10 @@ ExpertRows expert_rows(int64_t B, int64_t T, int64_t Tr, int64_t ep, int64_t exp
   return {std::min(experts * B * per_sequence, ep * R), std::min(ep * B * per_sequence, ep * N)};
 }
 
+double skewed_rows_over_balanced(int64_t experts, int64_t top_k, int64_t ep) {
+  return static_cast<double>(std::min(experts, ep * top_k)) / static_cast<double>(top_k);
+}
+
 int64_t moe_extra_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel,
                                              int64_t cp, int64_t experts, int64_t top_k, bool bf16, int64_t ep,
                                              double capacity_factor, bool skewed) {

@@ -68,6 +68,8 @@ struct ExpertRows {
 };
 ExpertRows expert_rows(int64_t B, int64_t T, int64_t Tr, int64_t ep, int64_t experts, int64_t top_k,
                        double capacity_factor, bool skewed = false);
+// How many times the balanced share a skewed router sends a rank: min(E, ep K) / K.
+double skewed_rows_over_balanced(int64_t experts, int64_t top_k, int64_t ep);
 // The activations one MoE layer keeps minus those of the dense MLP it replaces, per rank, for
 // B sequences of T tokens, under tensor parallelism t (the experts replicated over tp: every
 // tp rank routes all its tokens, this rank's chunk of each sequence under sequence
