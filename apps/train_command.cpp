@@ -158,15 +158,15 @@ void print_dry_run(train::TrainConfig& config) {
   }
   if (config.tp_3d_on()) {
     // Every grid rank holds the same shapes (the widths divide the grid or a layer stays whole
-    // on every rank), so one figure is each grid rank's.
+    // on every rank), so one figure is each grid rank's; a pipeline's stages differ (their lines below).
     const plan::Grid3DActivationShape shape = train::grid_3d_activation_shape(config);
+    const std::string peak = config.pp > 1 ? "" : ", " + format_bytes(plan::grid_3d_activation_bytes(shape)) + " at the step's peak";
     std::printf("# predicted activations per grid rank, the same on every rank of %s (%s, micro-batch %lld x %lld, "
-                "heads and MLP over row %lld, qkv and fc inputs over col %lld): a block keeps %s, %s at the step's "
-                "peak\n",
+                "heads and MLP over row %lld, qkv and fc inputs over col %lld): a block keeps %s%s\n",
                 config.tp_3d.c_str(), config.precision.c_str(), static_cast<long long>(config.batch_size),
                 static_cast<long long>(config.model.block_size), static_cast<long long>(shape.row),
                 static_cast<long long>(shape.col), format_bytes(plan::grid_3d_layer_activation_bytes(shape)).c_str(),
-                format_bytes(plan::grid_3d_activation_bytes(shape)).c_str());
+                peak.c_str());
   }
   if (config.cp > 1) {
     // Context parallelism: each rank's chunks of every sequence, its activations (1/cp of the

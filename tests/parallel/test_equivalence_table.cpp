@@ -257,6 +257,25 @@ INSTANTIATE_TEST_SUITE_P(
                            .world = 4}),
     [](const auto& info) { return info.param.name; });
 
+// 3D tensor parallelism inside each pipeline stage: every grid rank sends its stage's output to
+// the grid rank of the same coordinates on the next stage, and the replicated parameters' mean
+// over depth and the tied table's sum over the first and last stage both run. Each schedule, a
+// grid over each axis, with dp, recompute, selective recompute, the blocking path and bf16.
+INSTANTIATE_TEST_SUITE_P(
+    PipelineOfGrids, EquivalenceTable,
+    ::testing::Values(Case{.name = "pp2_tp3d_1x1x2", .pp = 2, .n_layer = 4, .micro_batches = 4, .tp_3d = "1,1,2", .world = 4},
+                      Case{.name = "pp2_gpipe_tp3d_1x2x1_recompute", .pp = 2, .schedule = "gpipe", .recompute = true,
+                           .n_layer = 4, .micro_batches = 4, .tp_3d = "1,2,1", .world = 4},
+                      Case{.name = "pp2_tp3d_2x1x1_dp2_selective", .pp = 2, .n_layer = 4, .micro_batches = 4,
+                           .tp_3d = "2,1,1", .world = 8, .selective_recompute = true},
+                      Case{.name = "pp2_interleaved_tp3d_2x2x1", .pp = 2, .schedule = "interleaved", .chunks = 2,
+                           .n_layer = 4, .micro_batches = 4, .tp_3d = "2,2,1", .world = 8},
+                      Case{.name = "pp2_tp3d_1x2x2_blocking", .pp = 2, .n_layer = 4, .micro_batches = 4, .tp_3d = "1,2,2",
+                           .world = 8, .tp_3d_overlap = "off"},
+                      bf16(Case{.name = "pp2_tp3d_2x1x1", .pp = 2, .n_layer = 4, .micro_batches = 4, .tp_3d = "2,1,1",
+                                .world = 4})),
+    [](const auto& info) { return info.param.name; });
+
 // Mixed precision through every layout family, against the serial bf16 run.
 INSTANTIATE_TEST_SUITE_P(
     MixedPrecision, EquivalenceTable,

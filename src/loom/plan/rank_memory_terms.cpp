@@ -154,8 +154,8 @@ int64_t loom_rank_activation_bytes(const RankShape& s, const std::vector<nn::GPT
                                    const std::vector<parallel::pipeline::Action>* actions,
                                    const std::vector<size_t>* reaped) {
   const ActivationTerms a = activation_terms(s);
-  // Each chunk is a grid rank's model of its blocks (tensor_parallel_3d_memory.hpp): a column of
-  // tp rows under tensor parallelism (the vocabulary split over them), the residual stream split
+  // Each chunk is a grid rank's model of its blocks (tensor_parallel_3d_memory.hpp): a 3D grid's
+  // rank, or a column of tp rows under tensor parallelism (the vocabulary split over them), the residual stream split
   // over tp under sequence parallelism, this rank's tokens and ring attention under context
   // parallelism; with or without the embedding and the head. Its count takes a run's peak
   // moment by moment (by the time the last block's attention backward runs, its MLP's tensors
@@ -166,9 +166,9 @@ int64_t loom_rank_activation_bytes(const RankShape& s, const std::vector<nn::GPT
   for (const nn::GPTStage& chunk : chunks) {
     const Grid3DActivationShape grid{
         .B = s.batch, .T = s.tokens(), .C = s.hidden, .NH = s.heads, .L = chunk.end_block - chunk.first_block,
-        .V = s.vocab / s.tp, .row = s.tp, .seq = s.sequence_parallel ? s.tp : 1, .ring = s.cp, .bf16 = s.bf16,
-        .recompute = s.recompute, .selective = s.selective, .dropout = s.hidden_dropout, .embedding = chunk.embedding,
-        .head = chunk.head};
+        .V = s.vocab / s.tp, .row = s.tp * s.grid_row, .col = s.grid_col, .seq = s.sequence_parallel ? s.tp : 1,
+        .ring = s.cp, .bf16 = s.bf16, .recompute = s.recompute, .selective = s.selective, .dropout = s.hidden_dropout,
+        .embedding = chunk.embedding, .head = chunk.head, .split = s.grid_splits};
     const ChunkActivationPeaks p = grid_3d_chunk_activation_peaks(grid);
     // A mixture of experts keeps its routed rows beside the dense block's tensors (none under
     // recompute) and re-runs them in backward under recompute. Its backward is a moment of its

@@ -6,6 +6,7 @@
 // the planner's model spec and the trainer's config each say what they are.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -31,6 +32,10 @@ struct RankShape {
   int64_t experts = 0, top_k = 0, every = 1;  // E experts in every `every`-th block's MLP; 0: none
   double capacity_factor = 0.0;                // f: under ep the rows a rank's experts take are bounded by it; 0: dropless
   bool skewed_routing = false;  // dropless under ep: every row the rank can be sent, not the balanced share (expert_rows)
+  // 3D tensor parallelism (tp = 1): the grid's axes that split activations (depth splits the
+  // batch and the weights) and which of a block's Linears it splits (Layers3D::splits).
+  int64_t grid_row = 1, grid_col = 1;
+  std::array<bool, 4> grid_splits{true, true, true, true};
 
   int64_t tokens() const { return seq / cp; }  // of each sequence, on this rank
   // The mixtures of experts among stage s's blocks (block b when b + 1 is a multiple of `every`).

@@ -72,13 +72,18 @@ std::vector<nn::GPTStage> virtual_stages(const TrainConfig& c) {
 // The shape of pipeline rank's work that plan/rank_memory_terms.hpp counts, from config;
 // `skewed`: a dropless mixture's rows as a router sending a rank every row it can would give it.
 plan::RankShape rank_shape(const TrainConfig& c, bool skewed = false) {
+  using parallel::tp3d::Layers3D;
   const nn::GPTConfig& m = c.model;
-  return {.batch = c.batch_size, .seq = m.block_size, .hidden = m.n_embd, .heads = m.n_head,
+  const int64_t C = m.n_embd;
+  const std::array<int64_t, 3> g = c.tp_3d_grid();  // {1, 1, 1} without a grid
+  return {.batch = c.batch_size, .seq = m.block_size, .hidden = C, .heads = m.n_head,
           .vocab = m.resolved_padded_vocab(), .tp = c.tp, .cp = c.cp, .ep = c.ep,
           .sequence_parallel = c.sequence_parallel, .bf16 = c.precision == "bf16", .recompute = m.recompute,
           .selective = m.selective_recompute, .hidden_dropout = m.hidden_dropout > 0.0, .experts = m.moe.enabled() ? m.moe.experts : 0,
           .top_k = m.moe.top_k, .every = m.moe.every, .capacity_factor = m.moe.capacity_factor,
-          .skewed_routing = skewed};
+          .skewed_routing = skewed, .grid_row = g[0], .grid_col = g[1],
+          .grid_splits = {Layers3D::splits(C, 3 * C, 3, true, g), Layers3D::splits(C, C, 1, false, g),
+                          Layers3D::splits(C, 4 * C, 1, true, g), Layers3D::splits(4 * C, C, 1, false, g)}};
 }
 
 // The chunks pipeline rank r owns: virtual stages r, r + pp, ...
@@ -159,9 +164,6 @@ std::vector<std::vector<size_t>> reaped_of(const std::optional<parallel::pipelin
 MemoryNeed rank_memory(const TrainConfig& c, const std::vector<nn::GPTStage>& stages,
                        const std::optional<parallel::pipeline::Schedule>& schedule,
                        const std::vector<std::vector<size_t>>& reaped, int64_t r, bool skewed = false) {
-  if (c.tp_3d_on())  // a grid rank: no pipeline, one micro-batch (validate_tp_3d)
-    return {static_cast<double>(rank_state(c, rank_parameters(c, stages, r)).total()),
-            static_cast<double>(plan::grid_3d_activation_bytes(grid_3d_activation_shape(c)))};
   // Without a schedule to walk (no pipeline, or one the executor refuses): one micro-batch.
   const int64_t activations =
       plan::loom_rank_activation_bytes(rank_shape(c, skewed), rank_chunks(c, stages, r),
@@ -219,15 +221,10 @@ std::optional<MemoryNeed> skewed_routing_memory(const TrainConfig& c) {
 }
 
 plan::Grid3DActivationShape grid_3d_activation_shape(const TrainConfig& c) {
-  using parallel::tp3d::Layers3D;
-  const nn::GPTConfig& m = c.model;
-  const std::array<int64_t, 3> g = c.tp_3d_grid();
-  const int64_t C = m.n_embd;
-  return {.B = c.batch_size, .T = m.block_size, .C = C, .NH = m.n_head, .L = m.n_layer, .V = m.resolved_padded_vocab(),
-          .row = g[0], .col = g[1], .bf16 = c.precision == "bf16", .recompute = m.recompute,
-          .selective = m.selective_recompute, .dropout = m.hidden_dropout > 0.0,
-          .split = {Layers3D::splits(C, 3 * C, 3, true, g), Layers3D::splits(C, C, 1, false, g),
-                    Layers3D::splits(C, 4 * C, 1, true, g), Layers3D::splits(4 * C, C, 1, false, g)}};
+  const plan::RankShape s = rank_shape(c);
+  return {.B = s.batch, .T = s.seq, .C = s.hidden, .NH = s.heads, .L = c.model.n_layer, .V = s.vocab,
+          .row = s.grid_row, .col = s.grid_col, .bf16 = s.bf16, .recompute = s.recompute, .selective = s.selective,
+          .dropout = s.hidden_dropout, .split = s.grid_splits};
 }
 
 int64_t moe_extra_layer_activation_bytes(const TrainConfig& c) { return plan::moe_extra_activation_bytes(rank_shape(c)); }

@@ -44,7 +44,8 @@ std::optional<MemoryNeed> skewed_routing_memory(const TrainConfig& config);
 // warm-up), plus the running action's own peak moment (plan::loom_rank_activation_bytes) and the
 // tensors in transit between stages, those sent held as late as the rank can tell their
 // receivers may post (`receivers`: Late, the check's; OnTime, the least a pipeline in step
-// holds). Under --tp-3d a grid rank's (plan::grid_3d_activation_bytes), every grid rank the same.
+// holds). Under --tp-3d a grid rank's blocks are counted as the grid splits them
+// (plan/tensor_parallel_3d_memory.hpp), every grid rank of a pipeline rank the same.
 MemoryNeed rank_training_memory(const TrainConfig& config, int64_t pp_rank,
                                 parallel::pipeline::Receivers receivers = parallel::pipeline::Receivers::Late);
 // The model state (parameters, gradients, optimizer) of a rank of pipeline rank pp_rank in
@@ -58,8 +59,9 @@ plan::StateBytes rank_training_state(const TrainConfig& config, int64_t pp_rank 
 // The activations one transformer layer keeps for backward per micro-batch on this rank, in
 // the run's precision (plan::activation_bytes_per_layer, plan::bf16_activation_bytes_per_layer).
 int64_t layer_activation_bytes(const TrainConfig& config);
-// Under --tp-3d: the shape whose activations a grid rank holds (plan/tensor_parallel_3d_memory.hpp),
-// every grid rank the same; which of a block's Linears the grid splits (Layers3D::splits).
+// Under --tp-3d: the shape whose activations a grid rank of the whole model holds
+// (plan/tensor_parallel_3d_memory.hpp), every grid rank the same; which of a block's Linears the
+// grid splits (Layers3D::splits).
 plan::Grid3DActivationShape grid_3d_activation_shape(const TrainConfig& config);
 // What a mixture of experts' block keeps beyond that (plan::moe_extra_activation_bytes_per_layer).
 int64_t moe_extra_layer_activation_bytes(const TrainConfig& config);
