@@ -16,6 +16,7 @@
 #include "loom/optim/adamw.hpp"
 #include "loom/optim/clip.hpp"
 #include "loom/optim/sgd.hpp"
+#include "loom/parallel/pipeline/held_activations.hpp"
 #include "loom/parallel/pipeline/schedule_builders.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/parallel/pipeline/timeline_svg.hpp"
@@ -366,7 +367,12 @@ plan::StateBytes Trainer::state_formula() const {
 nlohmann::json Trainer::memory_json() const {
   // Activations: the family's formula for one micro-batch through a chunk x the (micro-batch,
   // chunk) pairs a pipeline schedule holds at once (1 without a pipeline).
-  const int64_t in_flight = p_.pipeline ? last_timeline_.peak_activations.at(static_cast<size_t>(pp_.rank())) : 1;
+  // A run resumed with nothing to train has no step's timeline: its schedule says the same.
+  int64_t in_flight = 1;
+  if (p_.pipeline)
+    in_flight = last_timeline_.peak_activations.empty()
+                    ? parallel::pipeline::peak_held_bytes(p_.pipeline_actions, std::vector<int64_t>(p_.chunks.size(), 1))
+                    : last_timeline_.peak_activations.at(static_cast<size_t>(pp_.rank()));
   const int64_t activations = spec_->activation_bytes(*p_.chunks.front()) * in_flight;
   const ModelSpec::DataBytes data = spec_->data_bytes();
   nlohmann::json record = memory_record(world_.rank(), rank_name(config_, world_.rank()), state_formula(), activations,
