@@ -26,16 +26,27 @@ TEST(Plan3D, TheSearchEnumeratesEveryGridOfTheDevicesOnce) {
   SearchSpace space;
   space.micro_batches = {1};
   space.recompute = {true};
+  space.chunks = {1, 2};
   const std::vector<LayoutCost> all = tensor_parallel_3d_layouts(m, c, 8, 64, space);
-  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> seen;
+  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>> seen;
+  int64_t interleaved = 0;
   for (const LayoutCost& l : all) {
-    EXPECT_EQ(l.layout.dp * l.layout.row * l.layout.col * l.layout.depth, 8);
+    EXPECT_EQ(l.layout.dp * l.layout.pp * l.layout.row * l.layout.col * l.layout.depth, 8);
     EXPECT_TRUE(l.layout.tensor_parallel_3d());
-    EXPECT_TRUE(seen.insert({l.layout.dp, l.layout.row, l.layout.col, l.layout.depth}).second);
+    if (l.layout.chunks > 1) {
+      EXPECT_GT(l.layout.pp, 1);
+      ++interleaved;
+      continue;
+    }
+    EXPECT_TRUE(seen.insert({l.layout.dp, l.layout.pp, l.layout.row, l.layout.col, l.layout.depth}).second);
   }
-  // Ordered factorisations of 8 = 2^3 into dp x R x C x D (three 2s in four slots: C(6, 3) =
-  // 20) minus dp = 8 (R = C = D = 1).
-  EXPECT_EQ(seen.size(), 19u);
+  // Ordered factorisations of 8 = 2^3 into dp x pp x R x C x D (three 2s in five slots:
+  // C(7, 3) = 35) minus the 4 with R = C = D = 1 (dp x pp = 8), each once; and each with pp > 1
+  // once more over 2 chunks.
+  EXPECT_EQ(seen.size(), 31u);
+  int64_t pipelined = 0;
+  for (const auto& [dp, pp, R, C, D] : seen) pipelined += pp > 1;
+  EXPECT_EQ(interleaved, pipelined);
   // search() merges them with the 1D layouts when asked, and only then.
   space.tensor_parallel_3d = true;
   const std::vector<LayoutCost> ranked = search(m, c, 8, 64, space);
@@ -199,6 +210,56 @@ TEST(Plan3D, ActivationsAreTheMemoryChecksPlusTheGatheredBlocks) {
   const LayoutCost bf16 = predict(m, c, l, 4);
   const int64_t weight_shards = L * 12 * h * h / (2 * 1 * 2), table = vocab * h;
   EXPECT_EQ(bf16.state_bytes - fp32.state_bytes, 2 * (weight_shards + table));
+}
+
+// A pipeline of grids (pp 2, each stage a grid over one axis; 1F1B, and interleaved over 2
+// chunks) is priced as the trainer's memory check counts it: the state and the activations of
+// the pipeline rank needing the most (the latter plus the gathered weight blocks), fp32 and
+// bf16, with and without recompute; and its step has the pipeline's bubble and stage sends,
+// which a single grid has not.
+TEST(Plan3D, PipelineOfGridsIsPricedAsTheMemoryCheckCountsIt) {
+  const int64_t L = 4, h = 64, heads = 4, seq = 32, vocab = 128, mb = 2, micro_batches = 4;
+  const ModelSpec m{"m", L, h, heads, seq, vocab};
+  for (const std::array<int64_t, 3> g : {std::array<int64_t, 3>{2, 1, 1}, {1, 2, 1}, {1, 1, 2}})
+    for (const int64_t chunks : {1, 2})
+      for (const bool bf16 : {false, true})
+        for (const bool recompute : {false, true}) {
+          const auto [R, C, D] = g;
+          ClusterSpec cluster = cluster_preset("local-default");
+          cluster.precision = bf16 ? Precision::Bf16 : Precision::Fp32;
+          Layout l = grid(1, R, C, D, mb);
+          l.pp = 2;
+          l.chunks = chunks;
+          l.recompute = recompute;
+          const LayoutCost cost = predict(m, cluster, l, micro_batches * mb * D);
+          ASSERT_TRUE(cost.valid) << cost.why_not;
+          train::TrainConfig c;
+          c.model = nn::GPTConfig{.vocab_size = 65, .block_size = seq, .n_layer = L, .n_head = heads, .n_embd = h};
+          c.model.padded_vocab_size = vocab;
+          c.model.recompute = recompute;
+          c.batch_size = mb;
+          c.micro_batches = micro_batches;
+          c.pp = 2;
+          c.chunks = chunks;
+          c.schedule = chunks > 1 ? "interleaved" : "1f1b";
+          c.tp_3d = std::to_string(R) + "," + std::to_string(C) + "," + std::to_string(D);
+          c.precision = bf16 ? "bf16" : "fp32";
+          const std::string what = "pp 2 (v " + std::to_string(chunks) + ") x " + c.tp_3d + (bf16 ? " bf16" : " fp32") +
+                                   (recompute ? " recompute" : "");
+          const train::MemoryNeed need = train::training_memory(c);
+          const int64_t gathered = 4 * ((D > 1 ? 3 : 0) + 3) * 4 * h * h / (R * C);
+          EXPECT_EQ(static_cast<double>(cost.state_bytes), need.state) << what;
+          EXPECT_EQ(static_cast<double>(cost.activation_bytes - gathered), need.activations) << what;
+          EXPECT_GT(cost.time.bubble_s, 0.0) << what;
+          EXPECT_GT(cost.time.pp_comm_s, 0.0) << what;
+          l.pp = 1;
+          l.chunks = 1;
+          const LayoutCost one = predict(m, cluster, l, micro_batches * mb * D);
+          ASSERT_TRUE(one.valid) << one.why_not;
+          EXPECT_EQ(one.time.bubble_s, 0.0);
+          EXPECT_EQ(one.time.pp_comm_s, 0.0);
+          EXPECT_LT(cost.time.compute_s, one.time.compute_s) << what << ": a stage runs half the blocks";
+        }
 }
 
 // On a CPU whose ranks take turns on its cores (4 ranks on 2, each core at a tenth of its

@@ -1,11 +1,14 @@
 #include "loom/plan/tensor_parallel_3d_layout.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "loom/plan/gemm_cost.hpp"
 #include "loom/plan/gradient_overlap.hpp"
 #include "loom/plan/memory_model.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
+#include "loom/plan/pipeline_ranks.hpp"
+#include "loom/plan/rank_memory_terms.hpp"
 #include "loom/plan/tensor_parallel_3d_cost.hpp"
 #include "loom/plan/tensor_parallel_3d_memory.hpp"
 
@@ -31,11 +34,12 @@ double ring_seconds(double bytes, double buffer_passes, double count, int64_t p,
   return buffer_passes * ((q - 1.0) / q * bytes * link.beta_s_per_byte + count * (q - 1.0) * link.alpha_s);
 }
 
-// Parameters on one rank: the blocks' weights split over the grid, their biases over row or
-// col, the LayerNorms, embeddings and final norm whole.
-int64_t params_per_rank(const ModelSpec& m, int64_t R, int64_t C, int64_t D) {
-  const int64_t h = m.hidden;
-  return m.layers * (12 * h * h / (R * C * D) + 7 * h / R + 2 * h / C + 4 * h) + m.vocab * h + m.seq * h + 2 * h;
+// A grid rank's share of a block's Linears where the widths divide the grid: the weights over
+// row x col x depth, qkv's and fc's biases with their output features over row, the
+// projections' over col (Layers3D::share).
+BlockLinears grid_linears(int64_t h, int64_t R, int64_t C, int64_t D) {
+  return {.attention_weights = 4 * h * h / (R * C * D), .attention_biases = 3 * h / R + h / C,
+          .mlp_weights = 8 * h * h / (R * C * D), .mlp_biases = 4 * h / R + h / C};
 }
 
 }  // namespace
@@ -47,7 +51,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     cost.why_not = std::move(why);
     return cost;
   };
-  const int64_t R = l.row, C = l.col, D = l.depth, h = m.hidden;
+  const int64_t R = l.row, C = l.col, D = l.depth, h = m.hidden, G = R * C * D;
   const std::string grid = std::to_string(R) + "x" + std::to_string(C) + "x" + std::to_string(D);
   if (m.heads % R != 0) return invalid("heads: row " + std::to_string(R) + " does not divide the " + std::to_string(m.heads) + " heads");
   if (h % (R * D) != 0 || h % (C * D) != 0)
@@ -55,42 +59,41 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   if (global_batch % (l.dp * D * l.micro_batch) != 0)
     return invalid("batch: dp x depth x micro-batch " + std::to_string(l.dp * D * l.micro_batch) +
                    " does not divide the global batch " + std::to_string(global_batch));
+  if (m.layers % (l.pp * l.chunks) != 0)
+    return invalid("layers: pp x chunks " + std::to_string(l.pp * l.chunks) + " does not divide the " +
+                   std::to_string(m.layers) + " layers");
   const int64_t micro_batches = global_batch / (l.dp * D * l.micro_batch);
+  if (l.chunks > 1 && (l.pp == 1 || micro_batches % l.pp != 0))
+    return invalid("interleaving: needs pp > 1 and the micro-batches (" + std::to_string(micro_batches) +
+                   ") divisible by pp");
   cost.micro_batches = micro_batches;
 
-  // Memory: full optimizer state of this rank's parameters (3D is not combined with ZeRO);
-  // in Loom's precisions the activations the memory check counts for a grid rank
-  // (tensor_parallel_3d_memory.hpp: the trainer's peak); under mixed precision those of a 1D
-  // tensor-parallel layer over row (heads and MLP split R ways, the rest replicated), plus the
-  // whole LM head's logits.
-  const int64_t params = params_per_rank(m, R, C, D);
+  // Memory: the pipeline rank needing the most (the whole model without a pipeline): the full
+  // optimizer state of its parameters (3D is not combined with ZeRO) and, in Loom's precisions,
+  // the activations the memory check counts for a grid rank over its schedule
+  // (rank_memory_terms.hpp with the grid's axes: the trainer's peak); under mixed precision those
+  // of a 1D tensor-parallel layer over row (heads and MLP split R ways, the rest replicated) a
+  // block, plus the whole LM head's logits.
   const int64_t bpv = value_bytes(c.precision);
-  // Loom's bf16: 18 bytes a GEMM-read parameter (each weight shard's bf16 copy, which the depth
-  // gather sends, and the token table's, beside the fp32 master, gradient and moments), 16 for
-  // the biases, LayerNorms and position table no GEMM reads; mixed: the 16 of the literature.
-  const int64_t gemm_free = m.layers * (7 * h / R + 2 * h / C + 4 * h) + m.seq * h + 2 * h;
-  cost.state_bytes = c.precision == Precision::Fp32   ? model_state_bytes(params, 1, 0, 8).total()
-                     : c.precision == Precision::Bf16 ? bf16_state_bytes(params, 0, 1, 0, 0, gemm_free)
-                                                      : 16 * params;
   const double s = static_cast<double>(m.seq), b = static_cast<double>(l.micro_batch), hd = static_cast<double>(h),
                a = static_cast<double>(m.heads), r = static_cast<double>(R);
   const double tokens = b * s;
-  double activations = 0;
+  const RankShape grid_rank{.batch = l.micro_batch, .seq = m.seq, .hidden = h, .heads = m.heads, .vocab = m.vocab,
+                        .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute,
+                        .selective = l.selective_recompute, .hidden_dropout = m.hidden_dropout > 0.0,
+                        .grid_row = R, .grid_col = C};
+  const BlockLinears linears = grid_linears(h, R, C, D);
+  ActivationTerms mixed_terms;  // mixed precision's (rank_activation_bytes)
   if (c.precision == Precision::Mixed) {
     Layout over_row;  // the 1D tensor-parallel layer the activations are priced as
     over_row.tp = R;
     over_row.micro_batch = l.micro_batch;
     over_row.sequence_parallel = false;
     over_row.selective_recompute = l.selective_recompute;
-    auto layer_bytes = [&](bool recompute) { return layer_activation_bytes(m, c, over_row, recompute); };
-    activations = layer_bytes(l.recompute) * static_cast<double>(m.layers);
-    if (l.recompute) activations += layer_bytes(false);
-    activations += static_cast<double>(bpv) * (3.0 * tokens * hd + 2.0 * tokens * static_cast<double>(m.vocab));
-  } else {
-    // The widths divide the grid (checked above), so every Linear of a block is split.
-    activations = static_cast<double>(grid_3d_activation_bytes(
-        {.B = l.micro_batch, .T = m.seq, .C = h, .NH = m.heads, .L = m.layers, .V = m.vocab, .row = R, .col = C,
-         .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute, .selective = l.selective_recompute}));
+    mixed_terms.block = static_cast<int64_t>(layer_activation_bytes(m, c, over_row, l.recompute));
+    if (l.recompute) mixed_terms.rerun = static_cast<int64_t>(layer_activation_bytes(m, c, over_row, false));
+    mixed_terms.head = static_cast<int64_t>(static_cast<double>(bpv) *
+                                      (3.0 * tokens * hd + 2.0 * tokens * static_cast<double>(m.vocab)));
   }
   // The fp32 weight blocks gathered over depth, counted with the activations (transient too):
   // the layer's own, the next kAhead prefetched (parallel/tensor_parallel_3d/overlap_3d.hpp)
@@ -98,8 +101,31 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   // being reduce-scattered), at the MLP's size, the largest block. Without a depth split
   // nothing is gathered (a rank's shard is its block).
   const double gathered_blocks = (D > 1 ? 1.0 + kGatheredAhead : 0.0) + 1.0 + kGradientsInFlight;
-  activations += 4.0 * gathered_blocks * 4.0 * hd * hd / static_cast<double>(R * C);
-  cost.activation_bytes = static_cast<int64_t>(activations);
+  const int64_t gathered = static_cast<int64_t>(4.0 * gathered_blocks * 4.0 * hd * hd / static_cast<double>(R * C));
+  const std::vector<RankStages> stages = rank_stages(m, l);
+  const std::optional<parallel::pipeline::Schedule> schedule = planned_schedule(l, micro_batches);
+  const std::vector<std::vector<size_t>> reaped = schedule && c.precision != Precision::Mixed
+                                                      ? parallel::pipeline::sends_reaped(*schedule)
+                                                      : std::vector<std::vector<size_t>>{};
+  int64_t params = 0;  // the parameters of the pipeline rank needing the most
+  for (size_t k = 0; k < stages.size(); ++k) {
+    const RankParameters here = rank_parameters(grid_rank, stages[k].chunks, linears);
+    // Loom's bf16: 18 bytes a GEMM-read parameter (each weight shard's bf16 copy, which the depth
+    // gather sends, and the token table's, beside the fp32 master, gradient and moments), 16 for
+    // the biases, LayerNorms and position table no GEMM reads; mixed: the 16 of the literature.
+    const int64_t state = c.precision == Precision::Mixed ? 16 * here.dense
+                                                          : plan::rank_state_bytes(here, grid_rank, 1, 0, 8).total();
+    const std::vector<parallel::pipeline::Action>* actions = schedule ? &schedule->ranks.at(k) : nullptr;
+    const int64_t activations =
+        gathered + (c.precision == Precision::Mixed
+                        ? plan::rank_activation_bytes(grid_rank, mixed_terms, stages[k].chunks, actions)
+                        : loom_rank_activation_bytes(grid_rank, stages[k].chunks, actions, schedule ? &reaped.at(k) : nullptr));
+    if (k == 0 || state + activations > cost.memory_bytes()) {
+      cost.state_bytes = state;
+      cost.activation_bytes = activations;
+      params = here.dense;
+    }
+  }
   const int64_t usable = c.memory_bytes - c.reserved_bytes;
   if (cost.memory_bytes() > usable)
     return invalid("out of memory: " + std::to_string(cost.memory_bytes() >> 20) + " MiB needed per device, " +
@@ -140,7 +166,10 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   const Gemm head = head_gemm(m, l);
   const double head_s = gemm_seconds(head, c, bpv) + gemm_backward_seconds(head, c, bpv) +
                         16.0 * static_cast<double>(T * m.vocab) / bw;
-  const double mb = static_cast<double>(micro_batches), layers = static_cast<double>(m.layers);
+  // A pipeline rank runs its layers; the last stage, with the head, is the busiest and sets
+  // the steady state (as step_time prices 1D pipelines).
+  const double mb = static_cast<double>(micro_batches), p = static_cast<double>(l.pp), v = static_cast<double>(l.chunks);
+  const double layers = static_cast<double>(m.layers) / p;
   cost.time.compute_s = mb * (layers * layer_s + head_s);
 
   // The grid's collectives: the counted bytes, activations and gathered weights at the
@@ -148,7 +177,9 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   // Row and col mostly all-reduce (two passes of the buffer), depth all-gathers and
   // reduce-scatters (one). Ranks are laid out col fastest, then row, then depth: an axis
   // stays in a node while its span does. Recompute runs each forward's collectives again.
-  Gpt3DShape shape{.B = l.micro_batch, .T = m.seq, .C = h, .L = m.layers, .Vp = m.vocab, .block_size = m.seq, .M = micro_batches};
+  // Under a pipeline a rank's blocks are its stage's; the depth mean of the tables is priced on
+  // every stage (the end stages', which hold them, set the step).
+  Gpt3DShape shape{.B = l.micro_batch, .T = m.seq, .C = h, .L = m.layers / l.pp, .Vp = m.vocab, .block_size = m.seq, .M = micro_batches};
   const Grid3DBytes bytes = tensor_parallel_3d_bytes_per_step(shape, R, C, D, wire_bytes(c.precision), bpv);
   const double scale = l.recompute ? 4.0 / 3.0 : 1.0;
   const double collectives = mb * layers;  // per axis, a few per layer and micro-batch
@@ -162,7 +193,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   StepTime compute_only;
   compute_only.compute_s = cost.time.compute_s;
   const double stretch = compute_only.compute_s > 0
-                             ? 1.0 + core_sharing_seconds(compute_only, l.dp * R * C * D, c) / compute_only.compute_s
+                             ? 1.0 + core_sharing_seconds(compute_only, l.dp * l.pp * G, c) / compute_only.compute_s
                              : 1.0;
   const double depth_exposed_s = std::max(0.0, depth_s - layers_s * stretch);
   // Row and col: the forward's partial outputs are summed in kOutputPieces pieces, each under
@@ -190,21 +221,36 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   cost.time.overlapped_comm_s = depth_s - depth_exposed_s + forward_sums_s - forward_sums_exposed_s +
                                 under_weight_gradient_s - under_weight_gradient_exposed_s;
 
+  // A pipeline of grids: fill and drain, (p - 1) / v stage-times of one micro-batch (its layers
+  // and the grid's exposed traffic), and each grid rank's stage output, its rows with whole
+  // features, sent to the rank of the same grid coordinates on the next stage (and its
+  // gradient back). A replica's pp x G ranks are neighbours (the mesh's dp is outermost).
+  if (l.pp > 1) {
+    cost.time.bubble_s = (p - 1.0) / v * (layers * layer_s + cost.time.tp_comm_s / mb);
+    const LinkCost& stage_link = link(l.pp * G);
+    const double sent = static_cast<double>(l.micro_batch * m.seq * h * wire_bytes(c.precision));
+    cost.time.pp_comm_s = 2.0 * (mb * v + p - 1.0) * (stage_link.alpha_s + sent * stage_link.beta_s_per_byte);
+  }
+
   // Data parallelism: DDP's buckets of this rank's gradients all-reduced over dp as the last
   // backward readies them (gradient_overlap.hpp, as step_time prices 1D layouts): the LM
   // head's backward first, then the blocks' (their weight blocks, the rest whole), the
-  // replicated embeddings last.
-  const int64_t G = R * C * D;
+  // replicated embeddings last. Under a pipeline the rank's stage: no head (the first stage,
+  // which ends the step, has none), and with interleaved chunks everything reduced after it.
   if (l.dp > 1) {
     const int64_t dp_per_node = std::max<int64_t>(1, std::min(l.dp, c.devices_per_node / std::min(G, c.devices_per_node)));
     auto all_reduce = [&](double bytes) { return hierarchical_all_reduce_seconds(bytes, l.dp, dp_per_node, c); };
-    const double value = static_cast<double>(bpv), whole = static_cast<double>(m.vocab + m.seq) * hd + 2.0 * hd;
+    const double value = static_cast<double>(bpv);
+    const double block = static_cast<double>(linears.attention_weights + linears.attention_biases + linears.mlp_weights +
+                                             linears.mlp_biases + 4 * h);  // and its two LayerNorms
     GradientTimeline timeline;
-    timeline.first_s = gemm_backward_seconds(head, c, bpv);
-    timeline.head = {hd * value, hd * value};
-    timeline.layers = m.layers;
-    timeline.layer_s = backward + (l.recompute ? forward : 0.0);
-    timeline.layer = block_gradients(h, G, (static_cast<double>(params) - whole) / layers * value);
+    if (l.pp == 1) {
+      timeline.first_s = gemm_backward_seconds(head, c, bpv);
+      timeline.head = {hd * value, hd * value};
+    }
+    timeline.layers = m.layers / l.pp;
+    timeline.layer_s = l.chunks > 1 ? 0.0 : backward + (l.recompute ? forward : 0.0);
+    timeline.layer = block_gradients(h, G, block * value);
     timeline.embedding = {s * hd * value, static_cast<double>(m.vocab) * hd * value};
     const std::vector<ReadyReduction> buckets = ddp_buckets(timeline, static_cast<double>(l.bucket_bytes), all_reduce);
     const double comm = total_seconds(buckets);
@@ -212,9 +258,9 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     cost.time.overlapped_comm_s += comm - cost.time.dp_comm_s;  // the cores' copies, as in 1D
   }
   cost.time.optimizer_s = 36.0 * static_cast<double>(params) / bw;
-  cost.time.sharing_s = core_sharing_seconds(cost.time, l.dp * G, c);
-  cost.flops_per_device =
-      m.flops_per_sequence(l.recompute) * static_cast<double>(global_batch) / cost.step_s() / static_cast<double>(l.dp * G);
+  cost.time.sharing_s = core_sharing_seconds(cost.time, l.dp * l.pp * G, c);
+  cost.flops_per_device = m.flops_per_sequence(l.recompute) * static_cast<double>(global_batch) / cost.step_s() /
+                          static_cast<double>(l.dp * l.pp * G);
   cost.valid = true;
   return cost;
 }
@@ -228,16 +274,22 @@ std::vector<LayoutCost> tensor_parallel_3d_layouts(const ModelSpec& m, const Clu
       if (G % R != 0) continue;
       for (int64_t C = 1; C <= G / R; ++C) {
         if ((G / R) % C != 0) continue;
-        for (int64_t mb : space.micro_batches)
-          for (bool recompute : space.recompute)
-            for (bool selective : space.selective_recompute) {
-              Layout l{.dp = devices / G, .micro_batch = mb, .zero = 0, .recompute = recompute,
-                       .sequence_parallel = false, .row = R, .col = C, .depth = G / (R * C)};
-              l.bucket_bytes = space.bucket_bytes;
-              l.selective_recompute = selective;
-              if (selective && !searches_selective_recompute(l, c.precision, space)) continue;
-              out.push_back(predict_tensor_parallel_3d(m, c, l, global_batch));
-            }
+        for (int64_t pp = 1; pp <= devices / G; ++pp) {
+          if ((devices / G) % pp != 0) continue;
+          for (int64_t chunks : space.chunks) {
+            if (chunks > 1 && pp == 1) continue;
+            for (int64_t mb : space.micro_batches)
+              for (bool recompute : space.recompute)
+                for (bool selective : space.selective_recompute) {
+                  Layout l{.dp = devices / (pp * G), .pp = pp, .chunks = chunks, .micro_batch = mb, .zero = 0,
+                           .recompute = recompute, .sequence_parallel = false, .row = R, .col = C, .depth = G / (R * C)};
+                  l.bucket_bytes = space.bucket_bytes;
+                  l.selective_recompute = selective;
+                  if (selective && !searches_selective_recompute(l, c.precision, space)) continue;
+                  out.push_back(predict_tensor_parallel_3d(m, c, l, global_batch));
+                }
+          }
+        }
       }
     }
   }
