@@ -14,7 +14,8 @@
 # ranks, which is what the grids' collectives get), the grids 2,1,2,
 # 1,2,2 and 1,1,4 on 4 ranks and 2,2,2 on 8, each priced by `loom plan --tp-3d R,C,D`, and
 # 2,2,2 again at global batch 8 (tp3d-2x2x2-b8: each rank the rows and weight block a rank of
-# the 4-rank grids computes, where global batch 4 halves them); one
+# the 4-rank grids computes, where global batch 4 halves them), and two pipelines of grids on 4
+# ranks (pp 2, 1F1B over 2 micro-batches, each stage a 2,1,1 or a 1,1,2 grid); one
 # more line per grid gives the 3D communication and the share of it compute hid (the progress
 # line's `tp_3d comm`, summed over the steps after LOOM_SKIP, rank 0). LOOM_STEPS=5 there.
 #
@@ -39,7 +40,8 @@
 # PRECISION=bf16: every run trains with `--precision bf16` and every prediction prices it
 # (`loom plan --precision bf16`: bf16 GEMM rates measured, 18 bytes of state a parameter).
 #
-# Environment (all optional): REPEATS=1 (rounds per layout), PRECISION=fp32, LOOM_STEPS=14, LOOM_SKIP=2,
+# Environment (all optional): REPEATS=1 (rounds per layout), ONLY (a regular expression: only the
+# layouts whose name matches), PRECISION=fp32, LOOM_STEPS=14, LOOM_SKIP=2,
 # MPIRUN=mpirun, DATA=data/tinyshakespeare.txt, PYTHON=/usr/bin/python3.
 set -euo pipefail
 
@@ -151,6 +153,7 @@ printf '%-12s %10s %10s %6s %10s %6s %10s %10s %6s\n' layout "pred s" "wall s" r
   "meas MiB" ratio
 # name | ranks | train flags | plan flags [| global batch, when not GLOBAL_BATCH]
 while IFS='|' read -r name ranks train_flags plan_flags global_batch; do
+  [[ "$name" =~ ${ONLY:-.} ]] || continue
   dir="$WORK/$name"
   global_batch=${global_batch:-$GLOBAL_BATCH}
   : >"$WORK/$name.rounds"
@@ -189,6 +192,8 @@ tp3d-1x2x2|4|--tp-3d 1,2,2 --batch-size 2|--dp 1 --tp-3d 1,2,2 --micro-batch-siz
 tp3d-1x1x4|4|--tp-3d 1,1,4 --batch-size 1|--dp 1 --tp-3d 1,1,4 --micro-batch-size 1
 tp3d-2x2x2|8|--tp-3d 2,2,2 --batch-size 2|--dp 1 --tp-3d 2,2,2 --micro-batch-size 2
 tp3d-2x2x2-b8|8|--tp-3d 2,2,2 --batch-size 4|--dp 1 --tp-3d 2,2,2 --micro-batch-size 4|8
+pp2-tp3d-2x1x1|4|--pp 2 --tp-3d 2,1,1 --micro-batches 2 --batch-size 2|--dp 1 --pp 2 --tp-3d 2,1,1 --micro-batch-size 2
+pp2-tp3d-1x1x2|4|--pp 2 --tp-3d 1,1,2 --micro-batches 2 --batch-size 1|--dp 1 --pp 2 --tp-3d 1,1,2 --micro-batch-size 1
 LAYOUTS3D
 else cat <<'LAYOUTS'
 serial|1|--batch-size 8|--dp 1 --micro-batch-size 8

@@ -73,6 +73,34 @@ TEST(TraceSummary, PipelineTimelineOfTheLastStep) {
   EXPECT_FALSE(loom::report::pipeline_timeline(json{{"traceEvents", json::array({process(0, "rank 0 (dp 0, pp 0, tp 0)")})}}));
 }
 
+// Under a 3D grid (and a split sequence) the stage's first rank is the one whose every other
+// coordinate is 0: a grid's row 1 or a cp rank 1 is not drawn as a stage of its own (a grid's
+// names once ended in "tp <depth>", which this parse took for tp).
+TEST(TraceSummary, PipelineTimelineTakesOneRankAStageOfAGridOrARing) {
+  auto box = [](int pid, const char* kind, double ts) {
+    return span(pid, 0, "pipeline", kind, ts, 10, {{"mb", 0}, {"chunk", 0}});
+  };
+  for (const std::string& other : {", depth 0, row %, col 0)", ", cp %, tp 0)"}) {
+    auto name = [&](int rank, int stage, int second) {
+      std::string tail = other;
+      tail.replace(tail.find('%'), 1, std::to_string(second));
+      return "rank " + std::to_string(rank) + " (dp 0, pp " + std::to_string(stage) + tail;
+    };
+    json events = json::array();
+    for (int rank = 0; rank < 4; ++rank) {
+      events.push_back(process(rank, name(rank, rank / 2, rank % 2)));
+      events.push_back(span(rank, 0, "step", "step", 0, 100));
+      events.push_back(box(rank, "F", 10 * rank));
+    }
+    const auto t = loom::report::pipeline_timeline(json{{"traceEvents", events}});
+    ASSERT_TRUE(t.has_value()) << other;
+    EXPECT_EQ(t->pp, 2) << other;
+    ASSERT_EQ(t->ranks[0].size(), 1u) << other << ": rank 0 alone draws stage 0";
+    ASSERT_EQ(t->ranks[1].size(), 1u) << other << ": rank 2 alone draws stage 1";
+    EXPECT_NEAR(t->ranks[1][0].start, 0.020, 1e-9) << other;
+  }
+}
+
 // Ids and indices that are no int (1e300 converted to int is undefined; -1 indexed the
 // pipeline picture's colours, a pp stage of -3 its rows and crashed it, one of 99999999 made
 // as many rows) are refused naming the event and field; "NaN" and 3.5 as well, and 3.0 is 3.

@@ -64,6 +64,22 @@ TEST(TraceRecorder, SpansNestAndThreadsRecordOnTheirRows) {
   EXPECT_EQ(loom::trace::row_names()[comm_row], "comm test");
 }
 
+// A rank's name gives its coordinate on every axis the layout has: cp only where sequences are
+// split, a grid's depth, row and col in place of tp (once "tp" showed the depth coordinate).
+TEST(TraceWindow, RankNamesGiveEveryAxisOfTheLayout) {
+  loom::train::TrainConfig c;
+  c.tp = 2;
+  EXPECT_EQ(loom::train::rank_name(c, 1), "rank 1 (dp 0, pp 0, tp 1)");
+  c.dp = 2;
+  c.cp = 2;
+  EXPECT_EQ(loom::train::rank_name(c, 5), "rank 5 (dp 1, pp 0, cp 0, tp 1)");
+  c = loom::train::TrainConfig{};
+  c.pp = 2;
+  c.tp_3d = "2,1,2";
+  EXPECT_EQ(loom::train::rank_name(c, 7), "rank 7 (dp 0, pp 1, depth 1, row 1, col 0)");
+  EXPECT_EQ(loom::train::rank_name(c, 2), "rank 2 (dp 0, pp 0, depth 1, row 0, col 0)");
+}
+
 TEST(TraceWindow, ParsesSteps) {
   using loom::train::parse_trace_steps;
   EXPECT_EQ(parse_trace_steps("5:8", 100).first, 5);

@@ -107,6 +107,19 @@ int pp_stage(const std::string& name, size_t at, size_t processes) {
   return static_cast<int>(stage);
 }
 
+// Whether every coordinate after the pp stage of a process name (its text from `after_stage`) is
+// 0: ", tp 0)", ", cp 0, tp 0)", a grid's ", depth 0, row 0, col 0)": the first rank of its stage.
+bool first_of_its_stage(const std::string& name, size_t after_stage) {
+  size_t i = name.find_first_of(",)", after_stage);
+  while (i != std::string::npos && i < name.size() && name[i] == ',') {
+    const size_t space = name.find(' ', i + 2);  // after the axis's name
+    if (space == std::string::npos || (name.compare(space, 3, " 0,") != 0 && name.compare(space, 3, " 0)") != 0))
+      return false;
+    i = space + 2;
+  }
+  return i != std::string::npos && i + 1 == name.size() && name[i] == ')';
+}
+
 }  // namespace
 
 std::vector<RankTime> rank_times(const json& trace) {
@@ -140,12 +153,13 @@ std::vector<RankTime> rank_times(const json& trace) {
 
 std::optional<parallel::pipeline::Timeline> pipeline_timeline(const json& trace) {
   namespace pl = parallel::pipeline;
-  // The pipeline ranks of replica 0: names "(dp 0, pp j, tp 0)", in pp order.
+  // The pipeline ranks of replica 0, one a stage: names "(dp 0, pp j, ...)" with every other
+  // coordinate 0 (train::rank_name's), in pp order.
   std::map<int, int> stage_of_pid;
   const std::map<int, std::string> names = process_names(trace);
   for (const auto& [pid, name] : names) {
     const size_t at = name.find("(dp 0, pp ");
-    if (at != std::string::npos && name.find(", tp 0)") != std::string::npos)
+    if (at != std::string::npos && first_of_its_stage(name, at + 10))
       stage_of_pid[pid] = pp_stage(name, at + 10, names.size());
   }
   const std::vector<ParsedSpan> all = spans(trace);

@@ -13,11 +13,16 @@
 namespace loom::train {
 
 std::string rank_name(const TrainConfig& config, int rank) {
-  const comm::MeshLayout mesh = config.mesh_layout();
-  const std::vector<int> at = mesh.coordinates(rank);
-  // Coordinates in mesh_dims() order: dp, pp, cp, tp (cp named only when the run splits sequences).
-  return "rank " + std::to_string(rank) + " (dp " + std::to_string(at[0]) + ", pp " + std::to_string(at[1]) +
-         (config.cp > 1 ? ", cp " + std::to_string(at[2]) : "") + ", tp " + std::to_string(at[3]) + ")";
+  const std::vector<comm::MeshDim> dims = config.mesh_dims();
+  const std::vector<int> at = config.mesh_layout().coordinates(rank);
+  // Every axis in mesh_dims() order (dp, pp, cp, the grid's depth, row, col, tp), but cp where
+  // the run splits no sequences and tp under a grid (whose own axes say where the rank is).
+  std::string where;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if ((dims[i].name == "cp" && config.cp == 1) || (dims[i].name == "tp" && config.tp_3d_on())) continue;
+    where += (where.empty() ? "" : ", ") + dims[i].name + " " + std::to_string(at[i]);
+  }
+  return "rank " + std::to_string(rank) + " (" + where + ")";
 }
 
 std::string chrome_events(const std::vector<trace::Event>& events, const std::vector<std::string>& rows, int rank,
