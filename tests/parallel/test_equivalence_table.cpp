@@ -276,6 +276,21 @@ INSTANTIATE_TEST_SUITE_P(
                                 .world = 4})),
     [](const auto& info) { return info.param.name; });
 
+// Ring attention on 3D grids: each grid rank's K/V pass around the cp ranks of its grid
+// coordinates; the replicated gradients' mean over depth runs before DDP over cp reads them
+// (overlapped only without dp and cp: under cp 2 x 1,1,2 the overlapped mean left DDP a qkv
+// bias gradient 63% off). Zig-zag and contiguous splits, recompute, dp, a pipeline, bf16.
+INSTANTIATE_TEST_SUITE_P(
+    ContextParallelGrids, EquivalenceTable,
+    ::testing::Values(Case{.name = "cp2_tp3d_1x1x2", .cp = 2, .tp_3d = "1,1,2", .world = 4},
+                      Case{.name = "cp2_contiguous_recompute_tp3d_1x2x1", .cp = 2, .recompute = true,
+                           .cp_split = "contiguous", .tp_3d = "1,2,1", .world = 4},
+                      Case{.name = "cp2_tp3d_2x1x1_dp2_mb2", .cp = 2, .micro_batches = 2, .tp_3d = "2,1,1", .world = 8},
+                      Case{.name = "cp2_pp2_tp3d_1x1x2", .pp = 2, .cp = 2, .n_layer = 4, .micro_batches = 4,
+                           .tp_3d = "1,1,2", .world = 8},
+                      bf16(Case{.name = "cp2_tp3d_2x1x1", .cp = 2, .tp_3d = "2,1,1", .world = 4})),
+    [](const auto& info) { return info.param.name; });
+
 // Mixed precision through every layout family, against the serial bf16 run.
 INSTANTIATE_TEST_SUITE_P(
     MixedPrecision, EquivalenceTable,

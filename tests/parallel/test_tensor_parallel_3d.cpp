@@ -325,6 +325,34 @@ TEST(Trainer3D, PipelineOfGridsHoldsWhatTheMemoryCheckCounts) {
       }
 }
 
+// Ring attention on grids (cp 2 over 2-rank grids on 4 ranks, one over each axis): each grid
+// rank holds its tokens' share of the grid's split tensors and ring attention's scratch for its
+// row of heads; the memory check counts state and activation peak to the byte on every rank,
+// fp32 and bf16, with and without recompute.
+TEST(Trainer3D, ContextParallelGridsHoldWhatTheMemoryCheckCounts) {
+  if (world().size() != 4) GTEST_SKIP() << "cp 2 over grids of 2 ranks on 4 ranks";
+  MemoryTracker& m = MemoryTracker::instance();
+  for (const std::string grid : {"2,1,1", "1,2,1", "1,1,2"})
+    for (const std::string precision : {"fp32", "bf16"})
+      for (const bool recompute : {false, true}) {
+        train::TrainConfig c = loom::testing::equivalence::tiny(1, 2, 1);
+        c.cp = 2;
+        c.tp_3d = grid;
+        c.model.recompute = recompute;
+        c.precision = precision;
+        const std::string what = "cp 2 x tp_3d " + grid + ", " + precision + (recompute ? ", recompute" : "") +
+                                 ", rank " + std::to_string(world().rank());
+        const int64_t state0 = m.current(MemoryCategory::Parameters) + m.current(MemoryCategory::Gradients) +
+                               m.current(MemoryCategory::OptimizerState);
+        train::Trainer t(c, true, &world());
+        const int64_t peak = loom::testing::step_activation_peak(t);
+        const int64_t state = m.current(MemoryCategory::Parameters) + m.current(MemoryCategory::Gradients) +
+                              m.current(MemoryCategory::OptimizerState) - state0;
+        EXPECT_EQ(train::rank_training_state(t.config()).total(), state) << what;
+        EXPECT_EQ(train::rank_training_memory(t.config(), 0).activations, peak) << what;
+      }
+}
+
 TEST(Trainer3D, AGridThatDoesNotFitTheWorldIsAnErrorOnEveryRank) {
   // Checked before any collective, so every rank stops with the same message (never a hang).
   train::TrainConfig c = loom::testing::equivalence::tiny(1, 2, 1);

@@ -3,7 +3,7 @@
 `mpirun loom verify` and classified.
 
 The equivalence tables hold chosen rows; this draws the combinations between them: a rank
-count of 1 to --max-ranks (odd ones too) factored into dp x pp x cp x tp (or a 3D grid x dp x pp),
+count of 1 to --max-ranks (odd ones too) factored into dp x pp x cp x tp (or a 3D grid x dp x pp x cp),
 ZeRO 0-3 and HSDP, sequence parallelism, each pipeline schedule, pp_layers, recompute, bf16,
 bf16 gradient reductions, the all-reduce algorithms and bucket sizes, mixtures of experts over
 ep, hidden and attention dropout, selective recompute, cp's splits, SGD, free-running, an emulated link, tiny shapes that sometimes do not
@@ -83,10 +83,10 @@ def draw_gpt(rng, ranks, strict):
     flags = []
     grid = None
     if rng.random() < 0.2:
-        # A grid, with dp and (in a pipeline of grids) pp.
-        dp, pp, grid_ranks = rng.choice(factorizations(ranks, 3))
+        # A grid, with dp, pp (a pipeline of grids) and cp (ring attention around grids).
+        dp, pp, cp, grid_ranks = rng.choice(factorizations(ranks, 4))
         grid = rng.choice(factorizations(grid_ranks, 3))
-        cp = tp = 1
+        tp = 1
     else:
         dp, pp, cp, tp = rng.choice(factorizations(ranks, 4))
     chunks = 1

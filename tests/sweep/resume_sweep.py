@@ -72,12 +72,16 @@ def draw_gpt(rng, ranks, moe, n_layer):
     lay = {"ranks": ranks, "precision": rng.choice(["fp32", "fp32", "bf16"]),
            "format": rng.choice(["auto"] * 4 + ["single", "sharded"]), "recompute": rng.random() < 0.25}
     if not moe and ranks > 1 and rng.random() < 0.25:
-        # A 3D grid R,C,D per pipeline stage of a data-parallel replica: heads split over R.
-        options = [(dp, pp, r, c, d) for dp in divisors(ranks) for pp in divisors(ranks, n_layer)
+        # A 3D grid R,C,D per pipeline stage and sequence chunk of a data-parallel replica:
+        # heads split over R.
+        options = [(dp, pp, cp, r, c, d) for dp in divisors(ranks) for pp in divisors(ranks, n_layer)
+                   for cp in divisors(ranks) if BLOCK % (2 * cp) == 0
                    for r in divisors(N_HEAD) for c in divisors(ranks) for d in divisors(ranks)
-                   if dp * pp * r * c * d == ranks and r * c * d > 1]
-        dp, pp, r, c, d = rng.choice(options)
+                   if dp * pp * cp * r * c * d == ranks and r * c * d > 1]
+        dp, pp, cp, r, c, d = rng.choice(options)
         lay.update(dp=dp, grid=(r, c, d), overlap3d=rng.choice(["on", "off"]), micro=rng.choice([1, 2]))
+        if cp > 1:
+            lay.update(cp=cp, cp_split=rng.choice(["zigzag", "contiguous"]))
         if pp > 1:
             lay.update(pp=pp, schedule=rng.choice(["1f1b", "gpipe"]), micro=rng.choice([pp, 2 * pp]))
         return lay

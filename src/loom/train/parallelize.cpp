@@ -257,9 +257,11 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
         local_gradients && config.tp_overlap == "on");
   }
   // Likewise a replicated gradient's mean over depth under --tp-3d runs under the rest of
-  // backward (GCN's layers keep the blocking one).
+  // backward (GCN's layers keep the blocking one), where nothing reads the gradients at
+  // grad-ready: no data parallelism, nor DDP over the cp ranks (which read them before the mean
+  // landed: a cp 2 x 1,1,2 run's qkv bias gradient 63% off).
   const bool overlapped_depth_mean = p.tp3d_layers && config.tp_3d_overlap == "on" && config.family != "gcn" &&
-                                     config.dp == 1 && p.group("depth").size() > 1;
+                                     config.dp * config.cp == 1 && p.group("depth").size() > 1;
   if (p.tp3d_layers) prepare_3d(*p.tp3d_layers, overlapped_depth_mean, p);
 
   // Context parallelism under ZeRO: every parameter is a replica over cp (tp-split ones and
