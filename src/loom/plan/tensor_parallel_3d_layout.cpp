@@ -79,9 +79,9 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
                a = static_cast<double>(m.heads), r = static_cast<double>(R);
   const double tokens = b * s;
   const RankShape grid_rank{.batch = l.micro_batch, .seq = m.seq, .hidden = h, .heads = m.heads, .vocab = m.vocab,
-                        .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute,
-                        .selective = l.selective_recompute, .hidden_dropout = m.hidden_dropout > 0.0,
-                        .grid_row = R, .grid_col = C};
+                            .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute,
+                            .selective = l.selective_recompute, .hidden_dropout = m.hidden_dropout > 0.0,
+                            .grid_row = R, .grid_col = C};
   const BlockLinears linears = grid_linears(h, R, C, D);
   ActivationTerms mixed_terms;  // mixed precision's (rank_activation_bytes)
   if (c.precision == Precision::Mixed) {
@@ -93,7 +93,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     mixed_terms.block = static_cast<int64_t>(layer_activation_bytes(m, c, over_row, l.recompute));
     if (l.recompute) mixed_terms.rerun = static_cast<int64_t>(layer_activation_bytes(m, c, over_row, false));
     mixed_terms.head = static_cast<int64_t>(static_cast<double>(bpv) *
-                                      (3.0 * tokens * hd + 2.0 * tokens * static_cast<double>(m.vocab)));
+                                            (3.0 * tokens * hd + 2.0 * tokens * static_cast<double>(m.vocab)));
   }
   // The fp32 weight blocks gathered over depth, counted with the activations (transient too):
   // the layer's own, the next kAhead prefetched (parallel/tensor_parallel_3d/overlap_3d.hpp)
