@@ -94,8 +94,9 @@ std::string recompute_name(const plan::Layout& l) {
 
 std::string layout_name(const plan::Layout& l) {
   if (l.tensor_parallel_3d())
-    return "dp " + std::to_string(l.dp) + (l.pp > 1 ? " x pp " + std::to_string(l.pp) : "") + " x 3D " +
-           std::to_string(l.row) + "x" + std::to_string(l.col) + "x" + std::to_string(l.depth) +
+    return "dp " + std::to_string(l.dp) + (l.pp > 1 ? " x pp " + std::to_string(l.pp) : "") +
+           (l.cp > 1 ? " x cp " + std::to_string(l.cp) : "") + " x 3D " + std::to_string(l.row) + "x" +
+           std::to_string(l.col) + "x" + std::to_string(l.depth) +
            (l.chunks > 1 ? " (v " + std::to_string(l.chunks) + ")" : "") + ", mb " + std::to_string(l.micro_batch) +
            recompute_name(l);
   return "dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + " x tp " + std::to_string(l.tp) +
@@ -321,7 +322,7 @@ Runner add_plan_command(CLI::App& sub) {
       l.sequence_parallel = space.sequence_parallel && l.tp > 1;
       l.ep = a->ep;
       const int64_t g = l.row * l.col * l.depth;
-      check(!l.tensor_parallel_3d() || l.tp * l.cp == 1, "--tp-3d R,C,D is priced with dp and pp only (no --tp, --cp)");
+      check(!l.tensor_parallel_3d() || l.tp == 1, "--tp-3d R,C,D and --tp (", l.tp, ") are two tensor-parallel layouts: give one");
       check(l.dp * l.pp * l.tp * l.cp * g == a->devices, "dp (", l.dp, ") x pp (", l.pp, ") x tp (", l.tp, ")",
             l.cp > 1 ? " x cp (" + std::to_string(l.cp) + ")" : std::string(),
             g > 1 ? " x tp_3d (" + a->tp_3d + ")" : std::string(), " = ", l.dp * l.pp * l.tp * l.cp * g,

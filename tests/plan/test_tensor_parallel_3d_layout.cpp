@@ -213,23 +213,28 @@ TEST(Plan3D, ActivationsAreTheMemoryChecksPlusTheGatheredBlocks) {
 }
 
 // A pipeline of grids (pp 2, each stage a grid over one axis; 1F1B, and interleaved over 2
-// chunks) is priced as the trainer's memory check counts it: the state and the activations of
-// the pipeline rank needing the most (the latter plus the gathered weight blocks), fp32 and
-// bf16, with and without recompute; and its step has the pipeline's bubble and stage sends,
-// which a single grid has not.
-TEST(Plan3D, PipelineOfGridsIsPricedAsTheMemoryCheckCountsIt) {
+// chunks), a ring around grids (cp 2) and both are priced as the trainer's memory check counts
+// them: the state and the activations of the pipeline rank needing the most (the latter plus
+// the gathered weight blocks), fp32 and bf16, with and without recompute; the step has the
+// pipeline's bubble and stage sends, the ring's time, which a single grid has not, and a
+// stage or a ring rank computes less than the single grid.
+TEST(Plan3D, PipelinesAndRingsOfGridsArePricedAsTheMemoryCheckCountsThem) {
   const int64_t L = 4, h = 64, heads = 4, seq = 32, vocab = 128, mb = 2, micro_batches = 4;
   const ModelSpec m{"m", L, h, heads, seq, vocab};
+  struct Around {
+    int64_t pp, chunks, cp;
+  };
   for (const std::array<int64_t, 3> g : {std::array<int64_t, 3>{2, 1, 1}, {1, 2, 1}, {1, 1, 2}})
-    for (const int64_t chunks : {1, 2})
+    for (const Around around : {Around{2, 1, 1}, Around{2, 2, 1}, Around{1, 1, 2}, Around{2, 1, 2}})
       for (const bool bf16 : {false, true})
         for (const bool recompute : {false, true}) {
           const auto [R, C, D] = g;
           ClusterSpec cluster = cluster_preset("local-default");
           cluster.precision = bf16 ? Precision::Bf16 : Precision::Fp32;
           Layout l = grid(1, R, C, D, mb);
-          l.pp = 2;
-          l.chunks = chunks;
+          l.pp = around.pp;
+          l.chunks = around.chunks;
+          l.cp = around.cp;
           l.recompute = recompute;
           const LayoutCost cost = predict(m, cluster, l, micro_batches * mb * D);
           ASSERT_TRUE(cost.valid) << cost.why_not;
@@ -239,26 +244,28 @@ TEST(Plan3D, PipelineOfGridsIsPricedAsTheMemoryCheckCountsIt) {
           c.model.recompute = recompute;
           c.batch_size = mb;
           c.micro_batches = micro_batches;
-          c.pp = 2;
-          c.chunks = chunks;
-          c.schedule = chunks > 1 ? "interleaved" : "1f1b";
+          c.pp = around.pp;
+          c.chunks = around.chunks;
+          c.cp = around.cp;
+          c.schedule = around.chunks > 1 ? "interleaved" : "1f1b";
           c.tp_3d = std::to_string(R) + "," + std::to_string(C) + "," + std::to_string(D);
           c.precision = bf16 ? "bf16" : "fp32";
-          const std::string what = "pp 2 (v " + std::to_string(chunks) + ") x " + c.tp_3d + (bf16 ? " bf16" : " fp32") +
+          const std::string what = "pp " + std::to_string(around.pp) + " (v " + std::to_string(around.chunks) + ") x cp " +
+                                   std::to_string(around.cp) + " x " + c.tp_3d + (bf16 ? " bf16" : " fp32") +
                                    (recompute ? " recompute" : "");
           const train::MemoryNeed need = train::training_memory(c);
           const int64_t gathered = 4 * ((D > 1 ? 3 : 0) + 3) * 4 * h * h / (R * C);
           EXPECT_EQ(static_cast<double>(cost.state_bytes), need.state) << what;
           EXPECT_EQ(static_cast<double>(cost.activation_bytes - gathered), need.activations) << what;
-          EXPECT_GT(cost.time.bubble_s, 0.0) << what;
-          EXPECT_GT(cost.time.pp_comm_s, 0.0) << what;
-          l.pp = 1;
-          l.chunks = 1;
-          const LayoutCost one = predict(m, cluster, l, micro_batches * mb * D);
+          EXPECT_EQ(cost.time.bubble_s > 0.0, around.pp > 1) << what;
+          EXPECT_EQ(cost.time.pp_comm_s > 0.0, around.pp > 1) << what;
+          EXPECT_EQ(cost.time.cp_comm_s > 0.0, around.cp > 1) << what;
+          Layout alone = grid(1, R, C, D, mb);
+          alone.recompute = recompute;
+          const LayoutCost one = predict(m, cluster, alone, micro_batches * mb * D);
           ASSERT_TRUE(one.valid) << one.why_not;
-          EXPECT_EQ(one.time.bubble_s, 0.0);
-          EXPECT_EQ(one.time.pp_comm_s, 0.0);
-          EXPECT_LT(cost.time.compute_s, one.time.compute_s) << what << ": a stage runs half the blocks";
+          EXPECT_EQ(one.time.bubble_s + one.time.pp_comm_s + one.time.cp_comm_s, 0.0);
+          EXPECT_LT(cost.time.compute_s, one.time.compute_s) << what << ": a stage runs half the blocks, a ring rank half the tokens";
         }
 }
 

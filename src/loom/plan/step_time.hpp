@@ -22,7 +22,7 @@ struct Layout {
   int zero = 1;             // ZeRO stage inside dp (the distributed optimizer by default)
   bool recompute = true;    // full activation recompute per layer
   bool sequence_parallel = true;
-  // 3D tensor parallelism's grid (tensor_parallel_3d_layout.hpp); all 1: off (tp and cp 1 with it).
+  // 3D tensor parallelism's grid (tensor_parallel_3d_layout.hpp); all 1: off (tp 1 with it).
   int64_t row = 1, col = 1, depth = 1;
   bool tensor_parallel_3d() const { return row * col * depth > 1; }
   int64_t cp = 1;  // context parallelism: each sequence split over cp ranks (ring attention)

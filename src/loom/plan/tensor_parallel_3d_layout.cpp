@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "loom/plan/context_parallel_cost.hpp"
 #include "loom/plan/gemm_cost.hpp"
 #include "loom/plan/gradient_overlap.hpp"
 #include "loom/plan/memory_model.hpp"
@@ -59,6 +60,9 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   if (global_batch % (l.dp * D * l.micro_batch) != 0)
     return invalid("batch: dp x depth x micro-batch " + std::to_string(l.dp * D * l.micro_batch) +
                    " does not divide the global batch " + std::to_string(global_batch));
+  if (l.cp > 1 && m.seq % (2 * l.cp) != 0)
+    return invalid("sequence: 2 x cp " + std::to_string(2 * l.cp) + " does not divide the sequence of " +
+                   std::to_string(m.seq) + " tokens");
   if (m.layers % (l.pp * l.chunks) != 0)
     return invalid("layers: pp x chunks " + std::to_string(l.pp * l.chunks) + " does not divide the " +
                    std::to_string(m.layers) + " layers");
@@ -77,9 +81,9 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   const int64_t bpv = value_bytes(c.precision);
   const double s = static_cast<double>(m.seq), b = static_cast<double>(l.micro_batch), hd = static_cast<double>(h),
                a = static_cast<double>(m.heads), r = static_cast<double>(R);
-  const double tokens = b * s;
+  const double ring = static_cast<double>(l.cp), tokens = b * s / ring;  // this rank's (ring attention: 1/cp)
   const RankShape grid_rank{.batch = l.micro_batch, .seq = m.seq, .hidden = h, .heads = m.heads, .vocab = m.vocab,
-                            .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute,
+                            .cp = l.cp, .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute,
                             .selective = l.selective_recompute, .hidden_dropout = m.hidden_dropout > 0.0,
                             .grid_row = R, .grid_col = C};
   const BlockLinears linears = grid_linears(h, R, C, D);
@@ -87,6 +91,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   if (c.precision == Precision::Mixed) {
     Layout over_row;  // the 1D tensor-parallel layer the activations are priced as
     over_row.tp = R;
+    over_row.cp = l.cp;
     over_row.micro_batch = l.micro_batch;
     over_row.sequence_parallel = false;
     over_row.selective_recompute = l.selective_recompute;
@@ -131,9 +136,10 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     return invalid("out of memory: " + std::to_string(cost.memory_bytes() >> 20) + " MiB needed per device, " +
                    std::to_string(usable >> 20) + " MiB available");
 
-  // Compute of one micro-batch: the four GEMMs on this rank's block, attention on heads / R,
-  // the elementwise kernels (LayerNorms and residuals on the whole width), the whole LM head.
-  const int64_t T = l.micro_batch * m.seq;
+  // Compute of one micro-batch: the four GEMMs on this rank's block, attention on heads / R
+  // (under cp on this rank's 1/cp of the queries, as layer_time), the elementwise kernels
+  // (LayerNorms and residuals on the whole width), the whole LM head; on this rank's tokens.
+  const int64_t T = l.micro_batch * m.seq / l.cp;
   const LayerGemms gemms = layer_gemms(m, l);
   double forward = 0, backward = 0;
   for (const Gemm& g : gemms.linear) {
@@ -146,18 +152,23 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   const double bw = c.memory_bandwidth;
   // Selective recompute runs QK^T and the softmax again in backward (as layer_time).
   const bool again = l.selective_recompute && selective_recompute_matters(l, c.precision);
+  double attention_forward = 0, attention_backward = 0;
   if (const MeasuredRate* rate = find_rate(c.attention_rates, scores)) {
-    forward += 2.0 * scores.flops() / rate->forward;
-    backward += 4.0 * scores.flops() / rate->backward + (again ? scores.flops() / rate->forward : 0.0);
+    attention_forward = 2.0 * scores.flops() / rate->forward / ring;
+    attention_backward = 4.0 * scores.flops() / rate->backward / ring;
+    backward += again ? scores.flops() / rate->forward : 0.0;
   } else {
     for (const Gemm& g : {scores, context}) {
-      forward += gemm_seconds(g, c, bpv);
-      backward += gemm_backward_seconds(g, c, bpv);
+      attention_forward += gemm_seconds(g, c, bpv) / ring;
+      attention_backward += gemm_backward_seconds(g, c, bpv) / ring;
     }
     const double softmax = (mixed ? 9.0 : 8.0) * a * s / r * tokens / bw;
-    forward += softmax;
-    backward += 2.0 * softmax + (again ? gemm_seconds(scores, c, bpv) + softmax : 0.0);
+    attention_forward += softmax;
+    attention_backward += 2.0 * softmax;
+    backward += again ? gemm_seconds(scores, c, bpv) + softmax : 0.0;
   }
+  forward += attention_forward;
+  backward += attention_backward;
   const double norms = (mixed ? 22.0 : 40.0) * hd * tokens / bw;
   const double gelu_values = 4.0 * static_cast<double>(T * h / R), gelu_bytes = (mixed ? 16.0 : 32.0) * hd / r * tokens;
   forward += norms + std::max(gelu_bytes / bw, gelu_values * c.gelu_forward_s);
@@ -179,7 +190,8 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   // stays in a node while its span does. Recompute runs each forward's collectives again.
   // Under a pipeline a rank's blocks are its stage's; the depth mean of the tables is priced on
   // every stage (the end stages', which hold them, set the step).
-  Gpt3DShape shape{.B = l.micro_batch, .T = m.seq, .C = h, .L = m.layers / l.pp, .Vp = m.vocab, .block_size = m.seq, .M = micro_batches};
+  Gpt3DShape shape{.B = l.micro_batch, .T = m.seq / l.cp, .C = h, .L = m.layers / l.pp, .Vp = m.vocab,
+                   .block_size = m.seq, .M = micro_batches};
   const Grid3DBytes bytes = tensor_parallel_3d_bytes_per_step(shape, R, C, D, wire_bytes(c.precision), bpv);
   const double scale = l.recompute ? 4.0 / 3.0 : 1.0;
   const double collectives = mb * layers;  // per axis, a few per layer and micro-batch
@@ -193,7 +205,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   StepTime compute_only;
   compute_only.compute_s = cost.time.compute_s;
   const double stretch = compute_only.compute_s > 0
-                             ? 1.0 + core_sharing_seconds(compute_only, l.dp * l.pp * G, c) / compute_only.compute_s
+                             ? 1.0 + core_sharing_seconds(compute_only, l.dp * l.pp * l.cp * G, c) / compute_only.compute_s
                              : 1.0;
   const double depth_exposed_s = std::max(0.0, depth_s - layers_s * stretch);
   // Row and col: the forward's partial outputs are summed in kOutputPieces pieces, each under
@@ -221,25 +233,40 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   cost.time.overlapped_comm_s = depth_s - depth_exposed_s + forward_sums_s - forward_sums_exposed_s +
                                 under_weight_gradient_s - under_weight_gradient_exposed_s;
 
+  // Ring attention around the grids (context_parallel_cost.hpp, as step_time prices it for 1D
+  // layouts): each grid rank's K/V, of its heads (C / R of the width), around the cp ranks of
+  // its grid coordinates, G ranks apart; what attention's compute does not hide is exposed.
+  if (l.cp > 1) {
+    const LinkCost& ring_link = link(l.cp * G);
+    const RingShape ring_shape{.B = l.micro_batch, .T = m.seq, .C = h, .tp = R, .value_bytes = wire_bytes(c.precision)};
+    const double hop_s = ring_link.alpha_s + static_cast<double>(ring_hop_bytes(ring_shape, l.cp)) * ring_link.beta_s_per_byte;
+    const RingTime ring_time = ring_layer_time(l.cp, hop_s, attention_forward, attention_backward);
+    const double again_forward = l.recompute ? 2.0 : 1.0;
+    cost.time.cp_comm_s = mb * layers * (again_forward * ring_time.forward_exposed_s + ring_time.backward_exposed_s);
+    cost.time.cp_link_s = mb * layers * (again_forward * ring_time.forward_link_s + ring_time.backward_link_s);
+  }
+
   // A pipeline of grids: fill and drain, (p - 1) / v stage-times of one micro-batch (its layers
-  // and the grid's exposed traffic), and each grid rank's stage output, its rows with whole
-  // features, sent to the rank of the same grid coordinates on the next stage (and its
-  // gradient back). A replica's pp x G ranks are neighbours (the mesh's dp is outermost).
+  // and the grid's and the ring's exposed traffic), and each grid rank's stage output, its rows
+  // with whole features, sent to the rank of the same grid coordinates on the next stage (and
+  // its gradient back). A replica's pp x cp x G ranks are neighbours (the mesh's dp is outermost).
   if (l.pp > 1) {
-    cost.time.bubble_s = (p - 1.0) / v * (layers * layer_s + cost.time.tp_comm_s / mb);
-    const LinkCost& stage_link = link(l.pp * G);
-    const double sent = static_cast<double>(l.micro_batch * m.seq * h * wire_bytes(c.precision));
+    cost.time.bubble_s = (p - 1.0) / v * (layers * layer_s + (cost.time.tp_comm_s + cost.time.cp_comm_s) / mb);
+    const LinkCost& stage_link = link(l.pp * l.cp * G);
+    const double sent = static_cast<double>(T * h * wire_bytes(c.precision));
     cost.time.pp_comm_s = 2.0 * (mb * v + p - 1.0) * (stage_link.alpha_s + sent * stage_link.beta_s_per_byte);
   }
 
-  // Data parallelism: DDP's buckets of this rank's gradients all-reduced over dp as the last
+  // Data parallelism: DDP's buckets of this rank's gradients all-reduced over dp (x cp: each cp
+  // rank's gradients are its tokens') as the last
   // backward readies them (gradient_overlap.hpp, as step_time prices 1D layouts): the LM
   // head's backward first, then the blocks' (their weight blocks, the rest whole), the
   // replicated embeddings last. Under a pipeline the rank's stage: no head (the first stage,
   // which ends the step, has none), and with interleaved chunks everything reduced after it.
-  if (l.dp > 1) {
-    const int64_t dp_per_node = std::max<int64_t>(1, std::min(l.dp, c.devices_per_node / std::min(G, c.devices_per_node)));
-    auto all_reduce = [&](double bytes) { return hierarchical_all_reduce_seconds(bytes, l.dp, dp_per_node, c); };
+  if (l.dp * l.cp > 1) {
+    const int64_t replicas = l.dp * l.cp;
+    const int64_t per_node = std::max<int64_t>(1, std::min(replicas, c.devices_per_node / std::min(G, c.devices_per_node)));
+    auto all_reduce = [&](double bytes) { return hierarchical_all_reduce_seconds(bytes, replicas, per_node, c); };
     const double value = static_cast<double>(bpv);
     const double block = static_cast<double>(linears.attention_weights + linears.attention_biases + linears.mlp_weights +
                                              linears.mlp_biases + 4 * h);  // and its two LayerNorms
@@ -258,9 +285,9 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     cost.time.overlapped_comm_s += comm - cost.time.dp_comm_s;  // the cores' copies, as in 1D
   }
   cost.time.optimizer_s = 36.0 * static_cast<double>(params) / bw;
-  cost.time.sharing_s = core_sharing_seconds(cost.time, l.dp * l.pp * G, c);
+  cost.time.sharing_s = core_sharing_seconds(cost.time, l.dp * l.pp * l.cp * G, c);
   cost.flops_per_device = m.flops_per_sequence(l.recompute) * static_cast<double>(global_batch) / cost.step_s() /
-                          static_cast<double>(l.dp * l.pp * G);
+                          static_cast<double>(l.dp * l.pp * l.cp * G);
   cost.valid = true;
   return cost;
 }
@@ -274,22 +301,24 @@ std::vector<LayoutCost> tensor_parallel_3d_layouts(const ModelSpec& m, const Clu
       if (G % R != 0) continue;
       for (int64_t C = 1; C <= G / R; ++C) {
         if ((G / R) % C != 0) continue;
-        for (int64_t pp = 1; pp <= devices / G; ++pp) {
-          if ((devices / G) % pp != 0) continue;
-          for (int64_t chunks : space.chunks) {
-            if (chunks > 1 && pp == 1) continue;
-            for (int64_t mb : space.micro_batches)
-              for (bool recompute : space.recompute)
-                for (bool selective : space.selective_recompute) {
-                  Layout l{.dp = devices / (pp * G), .pp = pp, .chunks = chunks, .micro_batch = mb, .zero = 0,
-                           .recompute = recompute, .sequence_parallel = false, .row = R, .col = C, .depth = G / (R * C)};
-                  l.bucket_bytes = space.bucket_bytes;
-                  l.selective_recompute = selective;
-                  if (selective && !searches_selective_recompute(l, c.precision, space)) continue;
-                  out.push_back(predict_tensor_parallel_3d(m, c, l, global_batch));
-                }
+        for (int64_t cp : context_parallel_degrees(m, devices / G, space))
+          for (int64_t pp = 1; pp <= devices / (cp * G); ++pp) {
+            if ((devices / (cp * G)) % pp != 0) continue;
+            for (int64_t chunks : space.chunks) {
+              if (chunks > 1 && pp == 1) continue;
+              for (int64_t mb : space.micro_batches)
+                for (bool recompute : space.recompute)
+                  for (bool selective : space.selective_recompute) {
+                    Layout l{.dp = devices / (cp * pp * G), .pp = pp, .chunks = chunks, .micro_batch = mb, .zero = 0,
+                             .recompute = recompute, .sequence_parallel = false, .row = R, .col = C,
+                             .depth = G / (R * C), .cp = cp};
+                    l.bucket_bytes = space.bucket_bytes;
+                    l.selective_recompute = selective;
+                    if (selective && !searches_selective_recompute(l, c.precision, space)) continue;
+                    out.push_back(predict_tensor_parallel_3d(m, c, l, global_batch));
+                  }
+            }
           }
-        }
       }
     }
   }

@@ -58,7 +58,7 @@ def cases(fx):
              r"--tp sets a degree of the one layout to price: give --dp too"),
         Case("plan: a grid with 1D tensor parallelism", [*plan, "--model", "gpt2-small", "--dp", "1", "--tp-3d", "2,2,1",
                                                           "--tp", "2"],
-             r"--tp-3d R,C,D is priced with dp and pp only \(no --tp, --cp\)"),
+             r"--tp-3d R,C,D and --tp \(2\) are two tensor-parallel layouts: give one"),
         Case("plan: a pipeline of grids not the world", [*plan, "--model", "gpt2-small", "--dp", "1", "--pp", "4",
                                                           "--tp-3d", "2,2,1"],
              r"dp \(1\) x pp \(4\) x tp \(1\) x tp_3d \(2,2,1\) = 16 != --gpus 8"),
