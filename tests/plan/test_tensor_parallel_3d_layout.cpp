@@ -47,6 +47,17 @@ TEST(Plan3D, TheSearchEnumeratesEveryGridOfTheDevicesOnce) {
   int64_t pipelined = 0;
   for (const auto& [dp, pp, R, C, D] : seen) pipelined += pp > 1;
   EXPECT_EQ(interleaved, pipelined);
+  // None around a ring above: gpt2-small's 1024 tokens are below the space's cp_from_seq. With
+  // rings from 1024 tokens, every cp dividing the devices (and 1024 / 2) is tried around grids.
+  ASSERT_GT(space.cp_from_seq, m.seq);
+  space.cp_from_seq = m.seq;
+  std::set<int64_t> rings;
+  for (const LayoutCost& l : tensor_parallel_3d_layouts(m, c, 8, 64, space)) {
+    EXPECT_EQ(l.layout.dp * l.layout.pp * l.layout.cp * l.layout.row * l.layout.col * l.layout.depth, 8);
+    rings.insert(l.layout.cp);
+  }
+  EXPECT_EQ(rings, (std::set<int64_t>{1, 2, 4}));  // cp 8 leaves no ranks for a grid
+  space.cp_from_seq = SearchSpace{}.cp_from_seq;
   // search() merges them with the 1D layouts when asked, and only then.
   space.tensor_parallel_3d = true;
   const std::vector<LayoutCost> ranked = search(m, c, 8, 64, space);
