@@ -232,15 +232,20 @@ std::vector<TrainerGrid> trainer_grids(std::vector<TrainerGrid> eight) {
   return {};
 }
 
+// What the tracker counts as model state now: parameters, gradients and optimizer state.
+int64_t tracked_state() {
+  const MemoryTracker& m = MemoryTracker::instance();
+  return m.current(MemoryCategory::Parameters) + m.current(MemoryCategory::Gradients) +
+         m.current(MemoryCategory::OptimizerState);
+}
+
 TEST(Trainer3D, DryRunStateOfEveryGridRankIsTheTrackers) {
   const std::vector<TrainerGrid> grids = trainer_grids({{"2,2,2", 16}, {"2,1,4", 16}});
   if (grids.empty()) GTEST_SKIP() << "grids of 4 and 8 ranks";
-  MemoryTracker& m = MemoryTracker::instance();
   for (const TrainerGrid& g : grids)
     for (const std::string precision : {"fp32", "bf16"}) {
       const std::string what = g.grid + ", width " + std::to_string(g.width) + ", " + precision;
-      const int64_t state0 = m.current(MemoryCategory::Parameters) + m.current(MemoryCategory::Gradients) +
-                             m.current(MemoryCategory::OptimizerState);
+      const int64_t state0 = tracked_state();
       train::TrainConfig c = loom::testing::equivalence::tiny(1, 2, 1);
       c.tp_3d = g.grid;
       c.model.n_embd = g.width;
@@ -248,8 +253,7 @@ TEST(Trainer3D, DryRunStateOfEveryGridRankIsTheTrackers) {
       train::Trainer t(c, true, &world());
       t.train_step();
       t.train_step();
-      const int64_t measured = m.current(MemoryCategory::Parameters) + m.current(MemoryCategory::Gradients) +
-                               m.current(MemoryCategory::OptimizerState) - state0;
+      const int64_t measured = tracked_state() - state0;
       EXPECT_EQ(train::rank_training_state(t.config()).total(), measured) << what << ", grid rank " << world().rank();
       EXPECT_EQ(t.state_formula().total(), measured) << what << ": memory.json's formula";
     }
@@ -300,7 +304,6 @@ TEST(Trainer3D, PipelineOfGridsHoldsWhatTheMemoryCheckCounts) {
   if (world().size() == 4) layouts = {{"2,1,1", "1f1b"}, {"1,2,1", "gpipe"}, {"1,1,2", "1f1b"}};
   if (world().size() == 8) layouts = {{"2,2,1", "interleaved"}};
   if (layouts.empty()) GTEST_SKIP() << "pp 2 over grids of 2 ranks (4 ranks) or of 4 (8 ranks)";
-  MemoryTracker& m = MemoryTracker::instance();
   for (const auto& [grid, schedule] : layouts)
     for (const std::string precision : {"fp32", "bf16"})
       for (const bool recompute : {false, true}) {
@@ -314,12 +317,10 @@ TEST(Trainer3D, PipelineOfGridsHoldsWhatTheMemoryCheckCounts) {
         c.precision = precision;
         const std::string what = "pp 2 x tp_3d " + grid + ", " + schedule + ", " + precision +
                                  (recompute ? ", recompute" : "") + ", rank " + std::to_string(world().rank());
-        const int64_t state0 = m.current(MemoryCategory::Parameters) + m.current(MemoryCategory::Gradients) +
-                               m.current(MemoryCategory::OptimizerState);
+        const int64_t state0 = tracked_state();
         train::Trainer t(c, true, &world());
         const int64_t peak = loom::testing::step_activation_peak(t);
-        const int64_t state = m.current(MemoryCategory::Parameters) + m.current(MemoryCategory::Gradients) +
-                              m.current(MemoryCategory::OptimizerState) - state0;
+        const int64_t state = tracked_state() - state0;
         const int64_t stage = t.parallelized().group("pp").rank();
         EXPECT_EQ(train::rank_training_state(t.config(), stage).total(), state) << what;
         loom::testing::expect_pipeline_peak(t, peak, what);
@@ -332,7 +333,6 @@ TEST(Trainer3D, PipelineOfGridsHoldsWhatTheMemoryCheckCounts) {
 // fp32 and bf16, with and without recompute.
 TEST(Trainer3D, ContextParallelGridsHoldWhatTheMemoryCheckCounts) {
   if (world().size() != 4) GTEST_SKIP() << "cp 2 over grids of 2 ranks on 4 ranks";
-  MemoryTracker& m = MemoryTracker::instance();
   for (const std::string grid : {"2,1,1", "1,2,1", "1,1,2"})
     for (const std::string precision : {"fp32", "bf16"})
       for (const bool recompute : {false, true}) {
@@ -343,12 +343,10 @@ TEST(Trainer3D, ContextParallelGridsHoldWhatTheMemoryCheckCounts) {
         c.precision = precision;
         const std::string what = "cp 2 x tp_3d " + grid + ", " + precision + (recompute ? ", recompute" : "") +
                                  ", rank " + std::to_string(world().rank());
-        const int64_t state0 = m.current(MemoryCategory::Parameters) + m.current(MemoryCategory::Gradients) +
-                               m.current(MemoryCategory::OptimizerState);
+        const int64_t state0 = tracked_state();
         train::Trainer t(c, true, &world());
         const int64_t peak = loom::testing::step_activation_peak(t);
-        const int64_t state = m.current(MemoryCategory::Parameters) + m.current(MemoryCategory::Gradients) +
-                              m.current(MemoryCategory::OptimizerState) - state0;
+        const int64_t state = tracked_state() - state0;
         EXPECT_EQ(train::rank_training_state(t.config()).total(), state) << what;
         EXPECT_EQ(train::rank_training_memory(t.config(), 0).activations, peak) << what;
       }
