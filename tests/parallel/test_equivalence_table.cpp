@@ -266,8 +266,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{.name = "pp2_tp3d_1x1x2", .pp = 2, .n_layer = 4, .micro_batches = 4, .tp_3d = "1,1,2", .world = 4},
                       Case{.name = "pp2_gpipe_tp3d_1x2x1_recompute", .pp = 2, .schedule = "gpipe", .recompute = true,
                            .n_layer = 4, .micro_batches = 4, .tp_3d = "1,2,1", .world = 4},
-                      Case{.name = "pp2_tp3d_2x1x1_dp2_selective", .pp = 2, .n_layer = 4, .micro_batches = 4,
-                           .tp_3d = "2,1,1", .world = 8, .selective_recompute = true},
+                      // dp 2: the depth mean blocking, before DDP reads the gradients.
+                      Case{.name = "pp2_tp3d_1x1x2_dp2_selective", .pp = 2, .n_layer = 4, .micro_batches = 4,
+                           .tp_3d = "1,1,2", .world = 8, .selective_recompute = true},
                       Case{.name = "pp2_interleaved_tp3d_2x2x1", .pp = 2, .schedule = "interleaved", .chunks = 2,
                            .n_layer = 4, .micro_batches = 4, .tp_3d = "2,2,1", .world = 8},
                       Case{.name = "pp2_tp3d_1x2x2_blocking", .pp = 2, .n_layer = 4, .micro_batches = 4, .tp_3d = "1,2,2",
