@@ -289,6 +289,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "cp2_tp3d_2x1x1_dp2_mb2", .cp = 2, .micro_batches = 2, .tp_3d = "2,1,1", .world = 8},
                       Case{.name = "cp2_pp2_tp3d_1x1x2", .pp = 2, .cp = 2, .n_layer = 4, .micro_batches = 4,
                            .tp_3d = "1,1,2", .world = 8},
+                      // Heads split over row: the last stage's copy of the token table stays
+                      // whole (the ring's builder once split it over row, a collective mismatch).
+                      Case{.name = "cp2_pp2_tp3d_2x1x1", .pp = 2, .cp = 2, .n_layer = 4, .micro_batches = 4,
+                           .tp_3d = "2,1,1", .world = 8},
                       bf16(Case{.name = "cp2_tp3d_2x1x1", .cp = 2, .tp_3d = "2,1,1", .world = 4})),
     [](const auto& info) { return info.param.name; });
 

@@ -26,6 +26,10 @@ class ContextParallelLayers : public nn::LayerBuilder {
   std::unique_ptr<nn::Embedding> embedding(int64_t V, int64_t Vp, int64_t block_size, int64_t C) const override;
 
   int64_t tensor_parallel_size() const override { return inner_.tensor_parallel_size(); }
+  // The inner builder's (a 3D grid splits heads over row but not the token table: left to the
+  // default, a pipeline's last stage split its copy of the table over row around a grid).
+  int64_t vocabulary_parts() const override { return inner_.vocabulary_parts(); }
+  Tensor gather_vocabulary(const Tensor& logits) const override { return inner_.gather_vocabulary(logits); }
   std::unique_ptr<nn::Linear> column_parallel_linear(int64_t in, int64_t out, int64_t blocks) const override {
     return inner_.column_parallel_linear(in, out, blocks);
   }
