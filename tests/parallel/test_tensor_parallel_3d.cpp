@@ -353,14 +353,20 @@ TEST(Trainer3D, ContextParallelGridsHoldWhatTheMemoryCheckCounts) {
 }
 
 TEST(Trainer3D, AGridThatDoesNotFitTheWorldIsAnErrorOnEveryRank) {
-  // Checked before any collective, so every rank stops with the same message (never a hang).
-  train::TrainConfig c = loom::testing::equivalence::tiny(1, 2, 1);
-  c.tp_3d = "1,1," + std::to_string(world().size() + 1);
-  const std::string error = loom::testing::error_of([&] { train::Trainer t(c, true, &world()); });
-  EXPECT_NE(error.find("x tp_3d(" + c.tp_3d + ") = " + std::to_string(world().size() + 1) + " != world size " +
-                       std::to_string(world().size())),
-            std::string::npos)
-      << error;
+  // Checked before any collective, so every rank stops with the same message (never a hang):
+  // a grid alone, a pipeline of grids and a ring around grids.
+  for (const auto& [pp, cp] : {std::pair<int64_t, int64_t>{1, 1}, {2, 1}, {1, 2}}) {
+    train::TrainConfig c = loom::testing::equivalence::tiny(1, 2, 1);
+    c.pp = pp;
+    c.cp = cp;
+    c.tp_3d = "1,1," + std::to_string(world().size() + 1);
+    const std::string error = loom::testing::error_of([&] { train::Trainer t(c, true, &world()); });
+    const int64_t ranks = pp * cp * (world().size() + 1);
+    EXPECT_NE(error.find("pp(" + std::to_string(pp) + ") x cp(" + std::to_string(cp) + ") x tp(1) x tp_3d(" + c.tp_3d +
+                         ") = " + std::to_string(ranks) + " != world size " + std::to_string(world().size())),
+              std::string::npos)
+        << error;
+  }
 }
 
 }  // namespace

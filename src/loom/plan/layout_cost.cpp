@@ -13,16 +13,15 @@
 
 namespace loom::plan {
 
-namespace {
-
-// What plan/rank_memory_terms.hpp counts a rank of this layout from.
 RankShape rank_shape(const ModelSpec& m, const ClusterSpec& c, const Layout& l) {
   return {.batch = l.micro_batch, .seq = m.seq, .hidden = m.hidden, .heads = m.heads, .vocab = m.vocab,
           .tp = l.tp, .cp = l.cp, .ep = l.ep, .sequence_parallel = l.sequence_parallel && l.tp > 1,
           .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute, .selective = l.selective_recompute,
           .hidden_dropout = m.hidden_dropout > 0.0, .experts = m.moe.experts, .top_k = m.moe.top_k,
-          .every = m.moe.every, .capacity_factor = m.moe.capacity_factor};
+          .every = m.moe.every, .capacity_factor = m.moe.capacity_factor, .grid_row = l.row, .grid_col = l.col};
 }
+
+namespace {
 
 // The model state of a device holding `r`, ZeRO-sharded over dp: in Loom's precisions as the
 // memory check counts it; in mixed precision the published 2-byte weights and gradients and

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loom/plan/specs.hpp"
+#include "loom/plan/rank_memory_terms.hpp"
 #include "loom/plan/step_time.hpp"
 
 namespace loom::plan {
@@ -30,6 +31,10 @@ struct LayoutCost {
   double step_s() const { return time.total(); }
   double flops_per_device = 0;  // per second, counting recompute as the papers do
 };
+
+// What plan/rank_memory_terms.hpp counts a rank of this layout from (a 3D grid's row and col
+// included).
+RankShape rank_shape(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
 
 // Bytes of the activations one layer keeps per micro-batch. Mixed precision: Korthikanti et
 // al. 2022 in 2-byte values, sbh(34 + 5as/h) serially; with tensor parallelism

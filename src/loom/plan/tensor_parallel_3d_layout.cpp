@@ -82,10 +82,8 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   const double s = static_cast<double>(m.seq), b = static_cast<double>(l.micro_batch), hd = static_cast<double>(h),
                a = static_cast<double>(m.heads), r = static_cast<double>(R);
   const double ring = static_cast<double>(l.cp), tokens = b * s / ring;  // this rank's (ring attention: 1/cp)
-  const RankShape grid_rank{.batch = l.micro_batch, .seq = m.seq, .hidden = h, .heads = m.heads, .vocab = m.vocab,
-                            .cp = l.cp, .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute,
-                            .selective = l.selective_recompute, .hidden_dropout = m.hidden_dropout > 0.0,
-                            .grid_row = R, .grid_col = C};
+  RankShape grid_rank = rank_shape(m, c, l);
+  grid_rank.experts = 0;  // a grid's blocks are dense (the trainer refuses a mixture of experts on one)
   const BlockLinears linears = grid_linears(h, R, C, D);
   ActivationTerms mixed_terms;  // mixed precision's (rank_activation_bytes)
   if (c.precision == Precision::Mixed) {
