@@ -296,6 +296,30 @@ INSTANTIATE_TEST_SUITE_P(
                       bf16(Case{.name = "cp2_tp3d_2x1x1", .cp = 2, .tp_3d = "2,1,1", .world = 4})),
     [](const auto& info) { return info.param.name; });
 
+// ZeRO over the data-parallel replicas of 3D grids: each grid rank's flat shard (its piece of
+// every Linear3D weight, whole what the grid does not split) sharded again over dp. The
+// overlapped depth reduce-scatters of the weight gradients land before a unit's reduce-scatter
+// reads them (they finished after the block's backward: zero 1 x 1,1,2 had a qkv gradient 22%
+// off, zero 2 read a released gradient), the replicated gradients' depth mean runs every
+// backward under ZeRO-2/3's fresh buffers, and under ZeRO-3 the prefetch of the next block's
+// first weight waits for ZeRO's gather (it read a released value). Every stage, HSDP,
+// a pipeline, a ring, micro-batches, recompute, the blocking path, bf16, SGD (an odd dp: the
+// 6-rank mpi.verify_zero3_over_grids_dp3).
+INSTANTIATE_TEST_SUITE_P(
+    ZeroGrids, EquivalenceTable,
+    ::testing::Values(Case{.name = "zero1_tp3d_1x1x2", .zero = 1, .tp_3d = "1,1,2", .world = 4},
+                      Case{.name = "zero2_tp3d_2x1x1_mb2", .zero = 2, .micro_batches = 2, .tp_3d = "2,1,1", .world = 4},
+                      sgd(Case{.name = "zero3_tp3d_1x1x2_mb2", .zero = 3, .micro_batches = 2, .tp_3d = "1,1,2", .world = 4}),
+                      Case{.name = "zero3_tp3d_1x2x1_recompute", .zero = 3, .recompute = true, .tp_3d = "1,2,1", .world = 4},
+                      Case{.name = "zero2_tp3d_1x1x2_blocking", .zero = 2, .tp_3d = "1,1,2", .world = 4, .tp_3d_overlap = "off"},
+                      Case{.name = "hsdp_shard2_zero2_tp3d_1x1x2", .zero = 2, .hsdp_shard = 2, .tp_3d = "1,1,2", .world = 8},
+                      Case{.name = "zero1_pp2_tp3d_1x1x2", .pp = 2, .zero = 1, .n_layer = 4, .micro_batches = 4,
+                           .tp_3d = "1,1,2", .world = 8},
+                      Case{.name = "zero2_cp2_tp3d_1x1x2", .cp = 2, .zero = 2, .tp_3d = "1,1,2", .world = 8},
+                      bf16(Case{.name = "zero3_tp3d_2x1x1", .zero = 3, .tp_3d = "2,1,1", .world = 4}),
+                      bf16(Case{.name = "zero1_tp3d_1x1x2_mb2", .zero = 1, .micro_batches = 2, .tp_3d = "1,1,2", .world = 4})),
+    [](const auto& info) { return info.param.name; });
+
 // Mixed precision through every layout family, against the serial bf16 run.
 INSTANTIATE_TEST_SUITE_P(
     MixedPrecision, EquivalenceTable,

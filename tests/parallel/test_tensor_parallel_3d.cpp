@@ -352,6 +352,35 @@ TEST(Trainer3D, ContextParallelGridsHoldWhatTheMemoryCheckCounts) {
       }
 }
 
+// ZeRO over two replicas of a 2-rank grid (4 ranks), each stage, fp32 and bf16, two
+// micro-batches: every rank holds the model state the memory check counts (its grid shard's
+// flat units sharded over dp; under bf16 gathers the weights held in bf16 only), ZeRO's
+// gathered units and full gradients at the step's peak, and the grid's activations, each to
+// the byte.
+TEST(Trainer3D, ZeroOverGridsHoldsWhatTheMemoryCheckCounts) {
+  if (world().size() != 4) GTEST_SKIP() << "dp 2 over grids of 2 ranks on 4 ranks";
+  for (const std::string grid : {"1,1,2", "2,1,1"})
+    for (const int64_t zero : {1, 2, 3})
+      for (const std::string precision : {"fp32", "bf16"}) {
+        train::TrainConfig c = loom::testing::equivalence::tiny(2, 2, 2);
+        c.tp_3d = grid;
+        c.zero = zero;
+        c.precision = precision;
+        const std::string what = "dp 2 x tp_3d " + grid + ", zero " + std::to_string(zero) + ", " + precision +
+                                 ", rank " + std::to_string(world().rank());
+        const int64_t state0 = tracked_state();
+        train::Trainer t(c, true, &world());
+        const int64_t gathered = loom::testing::step_peak(t, MemoryCategory::Gathered);
+        const int64_t activations = loom::testing::step_activation_peak(t);
+        const int64_t state = tracked_state() - state0;
+        EXPECT_EQ(train::rank_training_state(t.config()).total(), state) << what;
+        EXPECT_EQ(t.state_formula().total(), state) << what << ": memory.json's formula";
+        EXPECT_EQ(gathered > 0, zero >= 2) << what << ": units held whole in a step";
+        EXPECT_EQ(train::training_memory(t.config()).gathered, static_cast<double>(gathered)) << what;
+        EXPECT_EQ(train::rank_training_memory(t.config(), 0).activations, activations) << what;
+      }
+}
+
 TEST(Trainer3D, AGridThatDoesNotFitTheWorldIsAnErrorOnEveryRank) {
   // Checked before any collective, so every rank stops with the same message (never a hang):
   // a grid alone, a pipeline of grids and a ring around grids.

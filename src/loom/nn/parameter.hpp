@@ -37,6 +37,8 @@ class Parameter {
   // Sharded data parallelism: value() and grad() become views of a gathered flat buffer
   // (contents as they are there), or are dropped (undefined) while the buffer is freed.
   void rebind_value(Tensor view);
+  // Whether a value is here to read (false while ZeRO-3 has released it between gathers).
+  bool has_value() const { return value_.defined() || bf16_only_; }
   void release_value() {
     value_ = Tensor();
     bf16_value_ = Tensor();

@@ -253,6 +253,7 @@ void ShardedDataParallel::bind_fresh_grad(int module) {
 }
 
 void ShardedDataParallel::launch_reduce_scatter(int module) {
+  if (options_.before_reduce && (options_.stage >= 2 || sync_)) options_.before_reduce();
   for (int i : module_units_[module]) launch_unit_reduce_scatter(i);
 }
 

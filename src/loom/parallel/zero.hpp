@@ -40,6 +40,10 @@ struct ZeroOptions {
   // When set, only the parameters it accepts are sharded; the others are left whole to
   // another sync (expert parallelism's experts, averaged over their own replicas).
   ParameterFilter only{};
+  // When set, called before a unit's gradients are reduce-scattered: lands what another
+  // layer still reduces into them (3D tensor parallelism's overlapped depth reduce-scatters
+  // finish after their layer's backward, past the unit's post-backward hook).
+  std::function<void()> before_reduce{};
   // Mixed precision: the gradients are reduce-scattered (and HSDP's replicas averaged) as bf16
   // on the wire, MPI's algorithm only.
   bool reduce_in_bf16 = false;

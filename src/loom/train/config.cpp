@@ -285,7 +285,6 @@ void TrainConfig::validate_tp_3d() const {
   const std::string grid = "tp_3d (" + tp_3d + ")";
   check(tp_3d_overlap == "on" || tp_3d_overlap == "off", "tp_3d_overlap must be 'on' or 'off', got '", tp_3d_overlap, "'");
   check(tp == 1, grid, " and tp (", tp, ") are two tensor-parallel layouts: give one");
-  check(zero == 0, grid, " shards its weights over depth itself: set zero = 0 (got ", zero, ")");
   check(!sequence_parallel, grid, " does not compose with sequence_parallel (a 1D tensor-parallel mode)");
   check(family == "gcn" || model.n_head % g[0] == 0, "n_head (", model.n_head, ") must be divisible by the row degree of ", grid,
         ": attention heads are split over row");

@@ -114,8 +114,8 @@ plan::RankParameters rank_parameters(const TrainConfig& c, const std::vector<nn:
   return plan::rank_parameters(rank_shape(c), rank_chunks(c, stages, r), block_linears(c));
 }
 
-// In the run's precision and optimizer, ZeRO over the shard group. (Under --tp-3d, whose
-// weights keep their fp32 value, zero is 0, where only what no GEMM reads tells the copies apart.)
+// In the run's precision and optimizer, ZeRO over the shard group (under --tp-3d each grid
+// rank's shard of the model, sharded again over the shard group).
 plan::StateBytes rank_state(const TrainConfig& c, const plan::RankParameters& r) {
   return plan::rank_state_bytes(r, rank_shape(c), c.shard_size(), static_cast<int>(c.zero),
                                 c.optimizer == "adamw" ? 8 : 4);

@@ -43,13 +43,24 @@ void build_model(const TrainConfig& config, ModelSpec& spec, const nn::LayerBuil
   out.pipeline = std::make_unique<pl::PipelineExecutor>(out.chunks, pp, config.micro_batches, spec.stage_activation_shape());
 }
 
+// The parameters whose gradient buffers ZeRO-2/3 renews every backward (a sum over tp or cp
+// then runs each backward): all but, under expert parallelism, the experts, which
+// ExpertDataParallel keeps out of ZeRO, whole and accumulating over micro-batches. None
+// below stage 2 (null).
+parallel::tp::ReplicatedGradientSum::Predicate renewed_each_backward(const TrainConfig& config) {
+  if (config.zero < 2) return nullptr;
+  if (config.ep == 1) return [](const nn::Parameter&) { return true; };
+  return [](const nn::Parameter& q) { return !parallel::ep::is_expert_parameter(q); };
+}
+
 // 3D tensor parallelism after the model is built: the layers kept serial named for the log;
 // the parameters whole on every grid rank numbered as replicas (grid rank 0 counts them in
 // the norm); the gradients not split over depth averaged over it (each depth rank's are the
 // mean over its own batch rows), from hooks installed before data parallelism's: blocking,
 // or, when overlapped (no data parallelism reads them at grad-ready), started there and
 // waited for by the finalizer.
-void prepare_3d(const parallel::tp3d::Layers3D& layers, bool overlapped_mean, Parallelized& p) {
+void prepare_3d(const parallel::tp3d::Layers3D& layers, bool overlapped_mean,
+                const parallel::tp::ReplicatedGradientSum::Predicate& every_backward, Parallelized& p) {
   for (const parallel::tp3d::Layers3D::Fallback& f : layers.fallbacks())
     p.notes.push_back("tp_3d: " + f.layer->name() + " stays serial (replicated): " + f.why);
   if (const auto* graph = dynamic_cast<const parallel::graph3d::GraphLayers3D*>(&layers))
@@ -77,23 +88,13 @@ void prepare_3d(const parallel::tp3d::Layers3D& layers, bool overlapped_mean, Pa
   auto started = std::make_shared<std::chrono::steady_clock::time_point>();
   for (nn::Parameter* param : p.model->parameters())
     if (averaged(*param)) param->add_grad_ready_hook([started](nn::Parameter&) { *started = std::chrono::steady_clock::now(); });
-  p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(*p.model, depth, /*every_backward=*/nullptr,
+  p.replicated_sum = std::make_unique<parallel::tp::ReplicatedGradientSum>(*p.model, depth, every_backward,
                                                                           comm::ReduceOp::Avg, averaged);
   for (nn::Parameter* param : p.model->parameters())
     if (averaged(*param))
       param->add_grad_ready_hook([started, grid](nn::Parameter&) {
         grid->add_waited_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - *started).count());
       });
-}
-
-// The parameters whose gradient buffers ZeRO-2/3 renews every backward (a sum over tp or cp
-// then runs each backward): all but, under expert parallelism, the experts, which
-// ExpertDataParallel keeps out of ZeRO, whole and accumulating over micro-batches. None
-// below stage 2 (null).
-parallel::tp::ReplicatedGradientSum::Predicate renewed_each_backward(const TrainConfig& config) {
-  if (config.zero < 2) return nullptr;
-  if (config.ep == 1) return [](const nn::Parameter&) { return true; };
-  return [](const nn::Parameter& q) { return !parallel::ep::is_expert_parameter(q); };
 }
 
 std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& config, ModelSpec& spec, Parallelized& p) {
@@ -125,6 +126,7 @@ std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& c
   options.reduce_in_bf16 = reduce_in_bf16;
   options.gather_in_bf16 = config.precision == "bf16";
   if (config.ep > 1) options.only = dense;
+  if (p.tp3d_layers) options.before_reduce = [layers = p.tp3d_layers.get()] { layers->land_gradients(); };
   return with_experts(std::make_unique<parallel::ShardedDataParallel>(*p.model, p.group("shard"), &p.group("replicate"), options));
 }
 
@@ -259,10 +261,10 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   // Likewise a replicated gradient's mean over depth under --tp-3d runs under the rest of
   // backward (GCN's layers keep the blocking one), where nothing reads the gradients at
   // grad-ready: no data parallelism, nor DDP over the cp ranks (which read them before the mean
-  // landed: a cp 2 x 1,1,2 run's qkv bias gradient 63% off).
+  // landed: a cp 2 x 1,1,2 run's qkv bias gradient 63% off), nor ZeRO's unit reductions.
   const bool overlapped_depth_mean = p.tp3d_layers && config.tp_3d_overlap == "on" && config.family != "gcn" &&
-                                     config.dp * config.cp == 1 && p.group("depth").size() > 1;
-  if (p.tp3d_layers) prepare_3d(*p.tp3d_layers, overlapped_depth_mean, p);
+                                     config.dp * config.cp == 1 && config.zero == 0 && p.group("depth").size() > 1;
+  if (p.tp3d_layers) prepare_3d(*p.tp3d_layers, overlapped_depth_mean, renewed_each_backward(config), p);
 
   // Context parallelism under ZeRO: every parameter is a replica over cp (tp-split ones and
   // experts too), averaged over cp first (ZeRO then averages its shards over dp); without

@@ -42,6 +42,11 @@ class Layers3D : public nn::LayerBuilder {
   // parameter's gradient is partial over depth and is averaged over it.
   bool depth_sharded(const nn::Parameter& p) const { return depth_sharded_.count(&p) > 0; }
   const Grid3D& grid() const { return grid_; }
+  // Completes every weight gradient's reduce-scatter over depth still in flight (overlap keeps
+  // them past the layer's backward): before sharded data parallelism reads a unit's gradients.
+  void land_gradients() const {
+    if (overlap_) overlap_->finish_gradients();
+  }
 
   // What a rank of a grid of these axis sizes (row, col, depth) holds of the layer a
   // column-parallel (`first`) or row-parallel request (in, out, blocks) becomes: its Linear3D

@@ -47,7 +47,6 @@ Linear3D::Linear3D(int64_t in, int64_t out, int64_t blocks, const Grid3D& grid, 
       in_local_(in / grid.size(roles.in_axis)),
       out_local_(out / grid.size(roles.out_axis)),
       overlap_(overlap) {
-  weight().set_read_only_by_gemms(false);  // keeps its fp32 value (no ZeRO under 3D to hold it in bf16 only)
   const int po = grid.size(roles.out_axis), pi = grid.size(roles.in_axis), D = grid.size(Axis::Depth);
   const int ro = grid.rank(roles.out_axis), ri = grid.rank(roles.in_axis), rd = grid.rank(Axis::Depth);
   // Rows: out_axis then depth (depth rank k holds the k-th part of this rank's rows of each

@@ -30,7 +30,8 @@ class Overlap3D {
   int add(nn::Parameter& weight, int64_t blocks);
   // Layer i's weight block gathered over depth: its prefetch when one is in flight, else now.
   Tensor gathered_weight(int i);
-  // Starts gathering layer i's weight (nothing when out of range or already in flight).
+  // Starts gathering layer i's weight (nothing when out of range, already in flight, or
+  // its value is not here: ZeRO-3 between gathers).
   void prefetch(int i);
   // Forward at layer i: starts the gathers of the next kAhead layers; backward: of the
   // previous kAhead. One layer ahead leaves the depth link idle under short layers (the
