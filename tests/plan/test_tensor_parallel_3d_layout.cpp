@@ -223,6 +223,51 @@ TEST(Plan3D, ActivationsAreTheMemoryChecksPlusTheGatheredBlocks) {
   EXPECT_EQ(bf16.state_bytes - fp32.state_bytes, 2 * (weight_shards + table));
 }
 
+// ZeRO over two replicas of a grid (each stage; under a pipeline of grids ZeRO-1, which the
+// trainer allows there) is priced as the memory check counts it: the model state of a grid
+// rank's shard sharded over dp plus ZeRO's units held whole at once, fp32 and bf16; the
+// optimizer steps half the parameters, and ZeRO-1 holds less than DDP.
+TEST(Plan3D, ZeroOverGridsIsPricedAsTheMemoryCheckCountsIt) {
+  const int64_t L = 4, h = 64, heads = 4, seq = 32, vocab = 128, mb = 2, micro_batches = 2;
+  const ModelSpec m{"m", L, h, heads, seq, vocab};
+  for (const std::array<int64_t, 3> g : {std::array<int64_t, 3>{2, 1, 1}, {1, 2, 1}, {1, 1, 2}})
+    for (const int64_t pp : {1, 2})
+      for (const bool bf16 : {false, true}) {
+        const auto [R, C, D] = g;
+        ClusterSpec cluster = cluster_preset("local-default");
+        cluster.precision = bf16 ? Precision::Bf16 : Precision::Fp32;
+        const int64_t global_batch = 2 * micro_batches * mb * D;
+        Layout ddp = grid(2, R, C, D, mb);
+        ddp.pp = pp;
+        const LayoutCost unsharded = predict(m, cluster, ddp, global_batch);
+        ASSERT_TRUE(unsharded.valid) << unsharded.why_not;
+        for (const int zero : {1, 2, 3}) {
+          if (pp > 1 && zero > 1) continue;  // a pipeline reduces once, after its last backward
+          Layout l = ddp;
+          l.zero = zero;
+          const LayoutCost cost = predict(m, cluster, l, global_batch);
+          ASSERT_TRUE(cost.valid) << cost.why_not;
+          train::TrainConfig c;
+          c.model = nn::GPTConfig{.vocab_size = 65, .block_size = seq, .n_layer = L, .n_head = heads, .n_embd = h};
+          c.model.padded_vocab_size = vocab;
+          c.batch_size = mb;
+          c.micro_batches = micro_batches;
+          c.dp = 2;
+          c.pp = pp;
+          c.zero = zero;
+          c.tp_3d = std::to_string(R) + "," + std::to_string(C) + "," + std::to_string(D);
+          c.precision = bf16 ? "bf16" : "fp32";
+          const std::string what = "dp 2 x pp " + std::to_string(pp) + " x " + c.tp_3d + ", zero " + std::to_string(zero) +
+                                   (bf16 ? " bf16" : " fp32");
+          const train::MemoryNeed need = train::training_memory(c);
+          EXPECT_EQ(need.gathered > 0, zero >= 2) << what;
+          EXPECT_EQ(static_cast<double>(cost.state_bytes), need.state + need.gathered) << what;
+          EXPECT_DOUBLE_EQ(2.0 * cost.time.optimizer_s, unsharded.time.optimizer_s) << what;
+          if (zero == 1) EXPECT_LT(cost.state_bytes, unsharded.state_bytes) << what;
+        }
+      }
+}
+
 // A pipeline of grids (pp 2, each stage a grid over one axis; 1F1B, and interleaved over 2
 // chunks), a ring around grids (cp 2) and both are priced as the trainer's memory check counts
 // them: the state and the activations of the pipeline rank needing the most (the latter plus

@@ -33,9 +33,8 @@ int64_t rank_state_bytes(const ModelSpec& model, const ClusterSpec& cluster, con
   if (cluster.precision != Precision::Mixed)
     return plan::rank_state_bytes(r, rank_shape(model, cluster, l), l.dp, zero, 8).total();
   const bool sharded_experts = r.experts > 0 && l.ep == 1 && zero >= 1;
-  const int64_t params = r.dense + (sharded_experts ? r.experts : 0), n = l.dp;
-  const int64_t state[] = {16 * params, 4 * params + 12 * params / n, 2 * params + 14 * params / n, 16 * params / n};
-  return state[std::clamp(zero, 0, 3)] + (sharded_experts ? 0 : unsharded_state_bytes(r.experts, 0).total());
+  return published_mixed_state_bytes(r.dense + (sharded_experts ? r.experts : 0), l.dp, zero) +
+         (sharded_experts ? 0 : unsharded_state_bytes(r.experts, 0).total());
 }
 
 RankParameters without_experts(RankParameters r) {
@@ -44,6 +43,11 @@ RankParameters without_experts(RankParameters r) {
 }
 
 }  // namespace
+
+int64_t published_mixed_state_bytes(int64_t params, int64_t n, int zero) {
+  const int64_t state[] = {16 * params, 4 * params + 12 * params / n, 2 * params + 14 * params / n, 16 * params / n};
+  return state[std::clamp(zero, 0, 3)];
+}
 
 int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l) {
   int64_t most = 0;

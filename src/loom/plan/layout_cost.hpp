@@ -54,6 +54,11 @@ double layer_activation_bytes(const ModelSpec& model, const ClusterSpec& cluster
 // (mixed_precision_cost.hpp). Without ZeRO's gathered units (zero_gathered_bytes_per_device).
 int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
 
+// Mixed precision's model state of `params` parameters, as the literature counts it: 2-byte
+// weights and gradients and 12 bytes of fp32 master weights and moments, ZeRO stage `zero`
+// sharding the 12, then the gradients, then the weights over `shards` ranks.
+int64_t published_mixed_state_bytes(int64_t params, int64_t shards, int zero);
+
 // What ZeRO holds whole at once beyond the shards in a step of `micro_batches` on the pipeline
 // rank holding the most, which predict adds to the state: the memory check's count
 // (plan/zero_gathered.hpp: stage 3's gathered units, stages 2-3's full gradients of the units in

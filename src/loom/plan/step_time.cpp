@@ -169,6 +169,43 @@ ZeroBytes zero_bytes_per_step(const ModelSpec& m, const Layout& l, int64_t micro
   return z;
 }
 
+DataParallelSeconds data_parallel_seconds(const DataParallelSync& s) {
+  const double experts_s = total_seconds(s.other), backward_s = s.timeline.backward_s();
+  DataParallelSeconds out;
+  if (s.zero == 3) {
+    // ZeRO-3 also gathers the parameters before each forward and backward, prefetched
+    // under the compute of the previous unit: all of it hides under the step's compute,
+    // but for what the other buckets leave past the end of backward.
+    const double mb = s.micro_batches;
+    const double sharded = mb * 0.5 * s.all_reduce(static_cast<double>(s.bytes.reduced) / mb) +
+                           s.gathers * 0.5 * s.gather_all_reduce(static_cast<double>(s.bytes.gathered) / s.gathers);
+    out.comm_s = sharded + experts_s;
+    out.exposed_s = std::max({0.0, sharded + experts_s - s.compute_s, exposed_reduction_seconds(s.other, backward_s)});
+    return out;
+  }
+  std::vector<ReadyReduction> reductions =
+      s.zero == 0 ? ddp_buckets(s.timeline, s.bucket_bytes, s.all_reduce)
+                  : zero_units(s.timeline, [&](double bytes) { return 0.5 * s.all_reduce(bytes); });
+  const double one_backward = total_seconds(reductions);
+  if (!s.other.empty()) {
+    reductions.insert(reductions.end(), s.other.begin(), s.other.end());
+    std::stable_sort(reductions.begin(), reductions.end(),
+                     [](const ReadyReduction& a, const ReadyReduction& b) { return a.ready_s < b.ready_s; });
+  }
+  // ZeRO-2 reduce-scatters every micro-batch's gradients; the earlier ones' run under the
+  // next micro-batches' compute.
+  out.comm_s = (s.zero == 2 ? s.micro_batches : 1.0) * one_backward + experts_s;
+  out.exposed_s = exposed_reduction_seconds(reductions, backward_s);
+  if (s.zero >= 1) {
+    // ZeRO-1/2 all-gather the updated parameters after the optimizer step, nothing to hide
+    // them under (bf16 copies under mixed precision).
+    const double gather = 0.5 * s.gather_all_reduce(static_cast<double>(s.bytes.gathered));
+    out.comm_s += gather;
+    out.exposed_s += gather;
+  }
+  return out;
+}
+
 StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, int64_t micro_batches,
                    int64_t params_per_device) {
   const int64_t bpv = value_bytes(c.precision);
@@ -265,7 +302,6 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
     // Interleaved chunks (DDP) and ZeRO under a pipeline reduce once the pipeline is done:
     // everything is ready when the last backward ends.
     if (l.pp > 1 && (l.chunks > 1 || zero >= 1)) timeline.first_s = timeline.layer_s = 0;
-    const double backward_s = timeline.backward_s();
     double comm = 0, exposed = 0;
     if (zero >= 1 && l.cp > 1) {
       // The mean over cp runs in the gradients' hooks, on the compute thread.
@@ -287,41 +323,14 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
         return hierarchical_all_reduce_seconds(b, expert_dp, expert_per_node, c);
       });
     }
-    const double experts_s = total_seconds(expert_buckets);
-    const ZeroBytes zero_bytes = zero_bytes_per_step(m, l, micro_batches, params_per_device, bpv, wire_bytes(c.precision));
-    if (zero == 3) {
-      // ZeRO-3 also gathers the parameters before each forward and backward, prefetched
-      // under the compute of the previous unit: all of it hides under the step's compute,
-      // but for what the experts' buckets leave past the end of backward.
-      const double gathers = mb * (2.0 + re);
-      const double sharded =
-          mb * 0.5 * all_reduce(static_cast<double>(zero_bytes.reduced) / mb) +
-          gathers * 0.5 * hierarchical_all_reduce_seconds(static_cast<double>(zero_bytes.gathered) / gathers, l.dp, dp_per_node, c);
-      comm += sharded + experts_s;
-      exposed += std::max({0.0, sharded + experts_s - st.compute_s, exposed_reduction_seconds(expert_buckets, backward_s)});
-    } else {
-      std::vector<ReadyReduction> reductions =
-          zero == 0 ? ddp_buckets(timeline, static_cast<double>(l.bucket_bytes), all_reduce)
-                    : zero_units(timeline, [&](double bytes) { return 0.5 * all_reduce(bytes); });
-      const double one_backward = total_seconds(reductions);
-      if (!expert_buckets.empty()) {
-        reductions.insert(reductions.end(), expert_buckets.begin(), expert_buckets.end());
-        std::stable_sort(reductions.begin(), reductions.end(),
-                         [](const ReadyReduction& a, const ReadyReduction& b) { return a.ready_s < b.ready_s; });
-      }
-      // ZeRO-2 reduce-scatters every micro-batch's gradients; the earlier ones' run under the
-      // next micro-batches' compute.
-      comm += (zero == 2 ? mb : 1.0) * one_backward + experts_s;
-      exposed += exposed_reduction_seconds(reductions, backward_s);
-      if (zero >= 1) {
-        // ZeRO-1/2 all-gather the updated parameters after the optimizer step, nothing to hide
-        // them under (bf16 copies under mixed precision).
-        const double gather =
-            0.5 * hierarchical_all_reduce_seconds(static_cast<double>(zero_bytes.gathered), l.dp, dp_per_node, c);
-        comm += gather;
-        exposed += gather;
-      }
-    }
+    const DataParallelSeconds sync = data_parallel_seconds(
+        {.zero = zero, .timeline = timeline, .bucket_bytes = static_cast<double>(l.bucket_bytes),
+         .bytes = zero_bytes_per_step(m, l, micro_batches, params_per_device, bpv, wire_bytes(c.precision)),
+         .micro_batches = mb, .gathers = mb * (2.0 + re), .compute_s = st.compute_s, .all_reduce = all_reduce,
+         .gather_all_reduce = [&](double bytes) { return hierarchical_all_reduce_seconds(bytes, l.dp, dp_per_node, c); },
+         .other = expert_buckets});
+    comm += sync.comm_s;
+    exposed += sync.exposed_s;
     st.dp_comm_s = exposed;
     st.overlapped_comm_s += comm - exposed;
   }

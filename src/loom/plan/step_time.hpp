@@ -10,7 +10,10 @@
 #include <cstdint>
 
 #include <array>
+#include <functional>
+#include <vector>
 
+#include "loom/plan/gradient_overlap.hpp"
 #include "loom/plan/specs.hpp"
 
 namespace loom::plan {
@@ -114,6 +117,29 @@ struct ZeroBytes {
 };
 ZeroBytes zero_bytes_per_step(const ModelSpec& model, const Layout& layout, int64_t micro_batches,
                               int64_t params_per_device, int64_t grad_bytes, int64_t gather_bytes);
+
+// A step's data-parallel synchronisation over a device's gradients: DDP's buckets (zero 0) or
+// ZeRO's reduce-scatters unit by unit (1-2; stage 2 every micro-batch, the earlier ones under
+// the later micro-batches' compute) and its gathers of the updated parameters after the step,
+// nothing to hide them under; ZeRO-3's reductions and its gathers before each forward and
+// backward, prefetched under the compute. `other` are buckets sharing the link (the experts'
+// under ep), merged in ready order. The same for a 1D layout and a 3D grid's replicas.
+struct DataParallelSync {
+  int zero = 0;
+  GradientTimeline timeline;       // the last backward: when each gradient is ready
+  double bucket_bytes = 0;         // DDP's
+  ZeroBytes bytes;                 // ZeRO's (zero_bytes_per_step)
+  double micro_batches = 1;
+  double gathers = 0;              // ZeRO-3's gathers of all the parameters in a step
+  double compute_s = 0;            // the step's compute, which ZeRO-3's traffic hides under
+  std::function<double(double bytes)> all_reduce;         // over the gradients' reducers
+  std::function<double(double bytes)> gather_all_reduce;  // over the shard group
+  std::vector<ReadyReduction> other;
+};
+struct DataParallelSeconds {
+  double comm_s = 0, exposed_s = 0;
+};
+DataParallelSeconds data_parallel_seconds(const DataParallelSync& sync);
 
 // The step of `layout` with `micro_batches` micro-batches per pipeline and `params_per_device`
 // parameters on each device (before ZeRO sharding), a mixture of experts' routers in place of

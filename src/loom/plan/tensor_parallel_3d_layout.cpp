@@ -12,6 +12,7 @@
 #include "loom/plan/rank_memory_terms.hpp"
 #include "loom/plan/tensor_parallel_3d_cost.hpp"
 #include "loom/plan/tensor_parallel_3d_memory.hpp"
+#include "loom/plan/zero_gathered.hpp"
 
 namespace loom::plan {
 
@@ -72,8 +73,9 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
                    ") divisible by pp");
   cost.micro_batches = micro_batches;
 
-  // Memory: the pipeline rank needing the most (the whole model without a pipeline): the full
-  // optimizer state of its parameters (3D is not combined with ZeRO) and, in Loom's precisions,
+  // Memory: the pipeline rank needing the most (the whole model without a pipeline): the model
+  // state of its parameters, ZeRO-sharded over dp (each grid rank's shard sharded again), with
+  // ZeRO's units held whole at once (zero_gathered.hpp) and, in Loom's precisions,
   // the activations the memory check counts for a grid rank over its schedule
   // (rank_memory_terms.hpp with the grid's axes: the trainer's peak); under mixed precision those
   // of a 1D tensor-parallel layer over row (heads and MLP split R ways, the rest replicated) a
@@ -110,14 +112,21 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   const std::vector<std::vector<size_t>> reaped = schedule && c.precision != Precision::Mixed
                                                       ? parallel::pipeline::sends_reaped(*schedule)
                                                       : std::vector<std::vector<size_t>>{};
+  const int zero = l.dp > 1 ? l.zero : 0;
+  RankShape gathers_shape = grid_rank;  // ZeRO's bf16 gathers, as the trainer's bf16 run holds them
+  gathers_shape.bf16 = c.precision != Precision::Fp32;
   int64_t params = 0;  // the parameters of the pipeline rank needing the most
   for (size_t k = 0; k < stages.size(); ++k) {
     const RankParameters here = rank_parameters(grid_rank, stages[k].chunks, linears);
     // Loom's bf16: 18 bytes a GEMM-read parameter (each weight shard's bf16 copy, which the depth
     // gather sends, and the token table's, beside the fp32 master, gradient and moments), 16 for
-    // the biases, LayerNorms and position table no GEMM reads; mixed: the 16 of the literature.
-    const int64_t state = c.precision == Precision::Mixed ? 16 * here.dense
-                                                          : plan::rank_state_bytes(here, grid_rank, 1, 0, 8).total();
+    // the biases, LayerNorms and position table no GEMM reads, as the memory check counts them
+    // under ZeRO; mixed: the 16 of the literature, ZeRO's formulas.
+    const int64_t state =
+        (c.precision == Precision::Mixed ? published_mixed_state_bytes(here.dense, l.dp, zero)
+                                         : plan::rank_state_bytes(here, grid_rank, l.dp, zero, 8).total()) +
+        (zero >= 2 ? zero_gathered_bytes(zero_modules(gathers_shape, stages[k].chunks, linears), l.dp, zero, micro_batches)
+                   : 0);
     const std::vector<parallel::pipeline::Action>* actions = schedule ? &schedule->ranks.at(k) : nullptr;
     const int64_t activations =
         gathered + (c.precision == Precision::Mixed
@@ -255,15 +264,17 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     cost.time.pp_comm_s = 2.0 * (mb * v + p - 1.0) * (stage_link.alpha_s + sent * stage_link.beta_s_per_byte);
   }
 
-  // Data parallelism: DDP's buckets of this rank's gradients all-reduced over dp (x cp: each cp
-  // rank's gradients are its tokens') as the last
-  // backward readies them (gradient_overlap.hpp, as step_time prices 1D layouts): the LM
-  // head's backward first, then the blocks' (their weight blocks, the rest whole), the
-  // replicated embeddings last. Under a pipeline the rank's stage: no head (the first stage,
-  // which ends the step, has none), and with interleaved chunks everything reduced after it.
+  // Data parallelism over this rank's gradients as the last backward readies them
+  // (gradient_overlap.hpp, as step_time prices 1D layouts): the LM head's backward first, then
+  // the blocks' (their weight blocks, the rest whole), the replicated embeddings last. Under a
+  // pipeline the rank's stage: no head (the first stage, which ends the step, has none), and
+  // with interleaved chunks or ZeRO everything reduced after it. DDP all-reduces bucket by
+  // bucket over dp x cp (each cp rank's gradients are its tokens'); ZeRO reduce-scatters unit
+  // by unit over dp after a blocking mean over cp, and gathers the parameters back.
   if (l.dp * l.cp > 1) {
-    const int64_t replicas = l.dp * l.cp;
-    const int64_t per_node = std::max<int64_t>(1, std::min(replicas, c.devices_per_node / std::min(G, c.devices_per_node)));
+    const int64_t replicas = zero == 0 ? l.dp * l.cp : l.dp;
+    const int64_t in_node = c.devices_per_node / std::min(G, c.devices_per_node);
+    const int64_t per_node = std::max<int64_t>(1, std::min(replicas, in_node));
     auto all_reduce = [&](double bytes) { return hierarchical_all_reduce_seconds(bytes, replicas, per_node, c); };
     const double value = static_cast<double>(bpv);
     const double block = static_cast<double>(linears.attention_weights + linears.attention_biases + linears.mlp_weights +
@@ -274,15 +285,29 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
       timeline.head = {hd * value, hd * value};
     }
     timeline.layers = m.layers / l.pp;
-    timeline.layer_s = l.chunks > 1 ? 0.0 : backward + (l.recompute ? forward : 0.0);
+    timeline.layer_s = l.chunks > 1 || (l.pp > 1 && zero >= 1) ? 0.0 : backward + (l.recompute ? forward : 0.0);
+    if (l.pp > 1 && zero >= 1) timeline.first_s = 0.0;
     timeline.layer = block_gradients(h, G, block * value);
     timeline.embedding = {s * hd * value, static_cast<double>(m.vocab) * hd * value};
-    const std::vector<ReadyReduction> buckets = ddp_buckets(timeline, static_cast<double>(l.bucket_bytes), all_reduce);
-    const double comm = total_seconds(buckets);
-    cost.time.dp_comm_s = exposed_reduction_seconds(buckets, timeline.backward_s());
-    cost.time.overlapped_comm_s += comm - cost.time.dp_comm_s;  // the cores' copies, as in 1D
+    double comm = 0, exposed = 0;
+    if (zero >= 1 && l.cp > 1)  // the mean over cp in the gradients' hooks, on the compute thread
+      comm = exposed = hierarchical_all_reduce_seconds(static_cast<double>(params) * value, l.cp,
+                                                       std::min(l.cp, c.devices_per_node), c);
+    const int64_t dp_per_node = std::max<int64_t>(1, std::min(l.dp, in_node));
+    const DataParallelSeconds sync = data_parallel_seconds(
+        {.zero = zero, .timeline = timeline, .bucket_bytes = static_cast<double>(l.bucket_bytes),
+         .bytes = zero_bytes_per_step(m, l, micro_batches, params, bpv, wire_bytes(c.precision)),
+         .micro_batches = mb, .gathers = mb * (l.recompute ? 3.0 : 2.0), .compute_s = cost.time.compute_s,
+         .all_reduce = all_reduce,
+         .gather_all_reduce = [&](double bytes) { return hierarchical_all_reduce_seconds(bytes, l.dp, dp_per_node, c); },
+         .other = {}});
+    comm += sync.comm_s;
+    exposed += sync.exposed_s;
+    cost.time.dp_comm_s = exposed;
+    cost.time.overlapped_comm_s += comm - exposed;  // the cores' copies, as in 1D
   }
-  cost.time.optimizer_s = 36.0 * static_cast<double>(params) / bw;
+  // AdamW over this rank's parameters, 1/dp of them under ZeRO (step_time's 36 bytes each).
+  cost.time.optimizer_s = 36.0 * static_cast<double>(params) / (zero >= 1 ? static_cast<double>(l.dp) : 1.0) / bw;
   cost.time.sharing_s = core_sharing_seconds(cost.time, l.dp * l.pp * l.cp * G, c);
   cost.flops_per_device = m.flops_per_sequence(l.recompute) * static_cast<double>(global_batch) / cost.step_s() /
                           static_cast<double>(l.dp * l.pp * l.cp * G);
@@ -307,7 +332,7 @@ std::vector<LayoutCost> tensor_parallel_3d_layouts(const ModelSpec& m, const Clu
               for (int64_t mb : space.micro_batches)
                 for (bool recompute : space.recompute)
                   for (bool selective : space.selective_recompute) {
-                    Layout l{.dp = devices / (cp * pp * G), .pp = pp, .chunks = chunks, .micro_batch = mb, .zero = 0,
+                    Layout l{.dp = devices / (cp * pp * G), .pp = pp, .chunks = chunks, .micro_batch = mb, .zero = space.zero,
                              .recompute = recompute, .sequence_parallel = false, .row = R, .col = C,
                              .depth = G / (R * C), .cp = cp};
                     l.bucket_bytes = space.bucket_bytes;
