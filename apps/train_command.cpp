@@ -100,10 +100,10 @@ void print_dry_run(train::TrainConfig& config) {
     std::printf("\n# %s\n", config.mesh_layout().rank_map().c_str());
     return;
   }
-  const int64_t params = config.model.num_parameters(config.tp);
-  std::printf("# model: %lld parameters, %lld per tensor-parallel rank (vocabulary size taken from the data at run "
-              "time: %s)\n",
+  const int64_t params = train::rank_model_parameters(config);
+  std::printf("# model: %lld parameters, %lld per %s (vocabulary size taken from the data at run time: %s)\n",
               static_cast<long long>(config.model.num_parameters()), static_cast<long long>(params),
+              config.tp_3d_on() ? ("grid rank of tp_3d " + config.tp_3d).c_str() : "tensor-parallel rank",
               config.tokenizer.c_str());
   print_data_check(config.data);
   const plan::StateBytes state = train::rank_training_state(config);

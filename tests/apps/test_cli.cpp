@@ -230,6 +230,11 @@ TEST(Cli, DryRunPrintsAGridRanksActivations) {
       << r.output;
   EXPECT_NE(r.output.find("heads and MLP over row 2, qkv and fc inputs over col 2): a block keeps "), std::string::npos)
       << r.output;
+  // A grid rank's parameters, not the whole model's (C = 384, 6 blocks): a block's Linear
+  // weights 12 C^2 / 4, its biases 3C/2 + C/2 + 4C/2 + C/2, its LayerNorms 4C, and the tables
+  // (128 + 256) x C and the final LayerNorm 2C whole: 6 x 445632 + 148224.
+  EXPECT_NE(r.output.find("# model: 10795008 parameters, 2822016 per grid rank of tp_3d 2,2,1 ("), std::string::npos)
+      << r.output;
 }
 
 TEST(Cli, DryRunShowsTheRankMapOfALayout) {

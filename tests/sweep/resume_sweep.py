@@ -84,6 +84,8 @@ def draw_gpt(rng, ranks, moe, n_layer):
             lay.update(cp=cp, cp_split=rng.choice(["zigzag", "contiguous"]))
         if pp > 1:
             lay.update(pp=pp, schedule=rng.choice(["1f1b", "gpipe"]), micro=rng.choice([pp, 2 * pp]))
+        if dp > 1:  # ZeRO over the grids' replicas (drawn last: the draws above stay as they were)
+            lay["zero"] = rng.choice([0, 1] if pp > 1 else [0, 1, 2, 3])
         return lay
     tp = rng.choice([t for t in divisors(ranks) if N_HEAD % t == 0])
     rest = ranks // tp

@@ -123,6 +123,11 @@ plan::StateBytes rank_state(const TrainConfig& c, const plan::RankParameters& r)
 
 }  // namespace
 
+int64_t rank_model_parameters(const TrainConfig& c) {
+  if (!c.tp_3d_on()) return c.model.num_parameters(c.tp);
+  return plan::rank_parameters(rank_shape(c), {nn::GPTStage{0, c.model.n_layer, true, true}}, block_linears(c)).dense;
+}
+
 plan::StateBytes rank_training_state(const TrainConfig& c, int64_t pp_rank) {
   const std::vector<nn::GPTStage> stages = virtual_stages(c);
   if (pp_rank >= 0) return rank_state(c, rank_parameters(c, stages, pp_rank));

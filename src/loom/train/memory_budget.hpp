@@ -56,6 +56,9 @@ MemoryNeed rank_training_memory(const TrainConfig& config, int64_t pp_rank,
 // the grid does not split (parallel::tp3d::Layers3D::share). pp_rank -1: the pipeline rank
 // holding the most state.
 plan::StateBytes rank_training_state(const TrainConfig& config, int64_t pp_rank = -1);
+// The parameters one rank holds of the whole model (no pipeline split): its tensor-parallel
+// share, or under --tp-3d a grid rank's (the same on every grid rank).
+int64_t rank_model_parameters(const TrainConfig& config);
 // The activations one transformer layer keeps for backward per micro-batch on this rank, in
 // the run's precision (plan::activation_bytes_per_layer, plan::bf16_activation_bytes_per_layer).
 int64_t layer_activation_bytes(const TrainConfig& config);
