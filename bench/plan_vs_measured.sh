@@ -16,7 +16,7 @@
 # 2,2,2 again at global batch 8 (tp3d-2x2x2-b8: each rank the rows and weight block a rank of
 # the 4-rank grids computes, where global batch 4 halves them), two pipelines of grids on 4
 # ranks (pp 2, 1F1B over 2 micro-batches, each stage a 2,1,1 or a 1,1,2 grid), ring attention
-# around 1,1,2 grids (cp 2) and ZeRO-1 and ZeRO-3 over two replicas of a 1,1,2 grid; one
+# around 1,1,2 grids (cp 2) and DDP, ZeRO-1 and ZeRO-3 over two replicas of a 1,1,2 grid; one
 # more line per grid gives the 3D communication and the share of it compute hid (the progress
 # line's `tp_3d comm`, summed over the steps after LOOM_SKIP, rank 0). LOOM_STEPS=5 there.
 #
@@ -196,6 +196,7 @@ tp3d-2x2x2-b8|8|--tp-3d 2,2,2 --batch-size 4|--dp 1 --tp-3d 2,2,2 --micro-batch-
 pp2-tp3d-2x1x1|4|--pp 2 --tp-3d 2,1,1 --micro-batches 2 --batch-size 2|--dp 1 --pp 2 --tp-3d 2,1,1 --micro-batch-size 2
 pp2-tp3d-1x1x2|4|--pp 2 --tp-3d 1,1,2 --micro-batches 2 --batch-size 1|--dp 1 --pp 2 --tp-3d 1,1,2 --micro-batch-size 1
 cp2-tp3d-1x1x2|4|--cp 2 --tp-3d 1,1,2 --batch-size 2|--dp 1 --cp 2 --tp-3d 1,1,2 --micro-batch-size 2
+dp2-tp3d-1x1x2|4|--dp 2 --tp-3d 1,1,2 --batch-size 1|--dp 2 --zero 0 --tp-3d 1,1,2 --micro-batch-size 1
 dp2-zero1-tp3d-1x1x2|4|--dp 2 --zero 1 --tp-3d 1,1,2 --batch-size 1|--dp 2 --zero 1 --tp-3d 1,1,2 --micro-batch-size 1
 dp2-zero3-tp3d-1x1x2|4|--dp 2 --zero 3 --tp-3d 1,1,2 --batch-size 1|--dp 2 --zero 3 --tp-3d 1,1,2 --micro-batch-size 1
 LAYOUTS3D
