@@ -286,7 +286,6 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     }
     timeline.layers = m.layers / l.pp;
     timeline.layer_s = l.chunks > 1 || (l.pp > 1 && zero >= 1) ? 0.0 : backward + (l.recompute ? forward : 0.0);
-    if (l.pp > 1 && zero >= 1) timeline.first_s = 0.0;
     timeline.layer = block_gradients(h, G, block * value);
     timeline.embedding = {s * hd * value, static_cast<double>(m.vocab) * hd * value};
     double comm = 0, exposed = 0;

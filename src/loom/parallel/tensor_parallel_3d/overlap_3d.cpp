@@ -20,7 +20,8 @@ void Overlap3D::prefetch(int i) {
   Layer& l = layers_[static_cast<size_t>(i)];
   // Under ZeRO-3 a layer of the next unit has no value yet (its gather binds it just before
   // the unit runs): that layer gathers when it runs instead.
-  if (!l.in_flight.active() && l.weight->has_value()) l.in_flight = grid_.start_all_gather_depth(l.weight->gemm_value(), l.blocks);
+  if (!l.in_flight.active() && l.weight->has_value())
+    l.in_flight = grid_.start_all_gather_depth(l.weight->gemm_value(), l.blocks);
 }
 
 void Overlap3D::prefetch_after(int i) {
