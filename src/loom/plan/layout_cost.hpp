@@ -66,6 +66,10 @@ int64_t published_mixed_state_bytes(int64_t params, int64_t shards, int zero);
 // ZeRO-2 or at dp 1.
 int64_t zero_gathered_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                                        int64_t micro_batches);
+// The same for one pipeline rank of `shape` over its `chunks`, each block with `linears` (a 3D
+// grid rank's blocks too).
+int64_t zero_gathered_bytes_of_rank(RankShape shape, const std::vector<nn::GPTStage>& chunks, const BlockLinears& linears,
+                                    const ClusterSpec& cluster, const Layout& layout, int64_t micro_batches);
 
 // Memory and time of one layout for a global batch of sequences.
 LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, int64_t global_batch);

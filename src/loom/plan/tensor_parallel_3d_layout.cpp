@@ -12,7 +12,6 @@
 #include "loom/plan/rank_memory_terms.hpp"
 #include "loom/plan/tensor_parallel_3d_cost.hpp"
 #include "loom/plan/tensor_parallel_3d_memory.hpp"
-#include "loom/plan/zero_gathered.hpp"
 
 namespace loom::plan {
 
@@ -113,8 +112,6 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
                                                       ? parallel::pipeline::sends_reaped(*schedule)
                                                       : std::vector<std::vector<size_t>>{};
   const int zero = l.dp > 1 ? l.zero : 0;
-  RankShape gathers_shape = grid_rank;  // ZeRO's bf16 gathers, as the trainer's bf16 run holds them
-  gathers_shape.bf16 = c.precision != Precision::Fp32;
   int64_t params = 0;  // the parameters of the pipeline rank needing the most
   for (size_t k = 0; k < stages.size(); ++k) {
     const RankParameters here = rank_parameters(grid_rank, stages[k].chunks, linears);
@@ -125,8 +122,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     const int64_t state =
         (c.precision == Precision::Mixed ? published_mixed_state_bytes(here.dense, l.dp, zero)
                                          : plan::rank_state_bytes(here, grid_rank, l.dp, zero, 8).total()) +
-        (zero >= 2 ? zero_gathered_bytes(zero_modules(gathers_shape, stages[k].chunks, linears), l.dp, zero, micro_batches)
-                   : 0);
+        zero_gathered_bytes_of_rank(grid_rank, stages[k].chunks, linears, c, l, micro_batches);
     const std::vector<parallel::pipeline::Action>* actions = schedule ? &schedule->ranks.at(k) : nullptr;
     const int64_t activations =
         gathered + (c.precision == Precision::Mixed
