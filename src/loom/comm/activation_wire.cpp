@@ -89,6 +89,22 @@ void all_to_all_v_activations(ProcessGroup& g, const Tensor& in, const std::vect
   widen_bf16(wire_out.bf16(), out.f32(), received);
 }
 
+void all_gather_v_activations(ProcessGroup& g, const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) {
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  check(static_cast<int>(counts.size()) == g.size() && in.numel() == counts[static_cast<size_t>(g.rank())] &&
+            out.numel() == total,
+        "all_gather_v: ", counts.size(), " counts over ", g.size(), " ranks, ", in.numel(), " values given and ",
+        out.numel(), " to receive for a total of ", total);
+  const bool bf16 = in_bf16(g);
+  std::vector<int64_t> bytes = counts;
+  for (int64_t& b : bytes) b *= bf16 ? 2 : 4;
+  if (!bf16) return g.gather_v_bytes_async(in.f32(), bytes, out.f32(), std::nullopt).wait();
+  const Tensor wire_in = packed(in.f32(), in.numel());
+  Tensor wire_out = Tensor::empty({total}, DType::BF16, MemoryCategory::CommBuffers);
+  g.gather_v_bytes_async(wire_in.bf16(), bytes, wire_out.bf16(), std::nullopt).wait();
+  widen_bf16(wire_out.bf16(), out.f32(), total);
+}
+
 Work send_activations_async(ProcessGroup& g, const float* data, int64_t n, int dst, int tag) {
   if (!in_bf16(g)) return g.send_async(data, n, dst, tag);
   const Tensor wire = packed(data, n);

@@ -42,6 +42,10 @@ Work reduce_scatter_activations_async(ProcessGroup& g, const float* in, float* o
 // Uneven all-to-all of rows (counts in values, as ProcessGroup::all_to_all_v).
 void all_to_all_v_activations(ProcessGroup& g, const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
                               const std::vector<int64_t>& recv_counts);
+// Uneven all-gather: rank q gives counts[q] values (the same counts on every rank) -> out
+// (their sum): every rank's, in rank order; in bf16 a rank's own values are rounded too, so
+// every rank holds the same bits.
+void all_gather_v_activations(ProcessGroup& g, const Tensor& in, const std::vector<int64_t>& counts, Tensor& out);
 // Point-to-point: data is read when the send is posted (bf16: packed then) and written when
 // the receive's wait() returns (bf16: widened then).
 Work send_activations_async(ProcessGroup& g, const float* data, int64_t n, int dst, int tag);

@@ -34,8 +34,9 @@ std::unique_ptr<GraphConv> LayerBuilder::graph_conv(int64_t in, int64_t out, int
   return std::make_unique<GraphConv>(in, out, std::move(graph), input_gradient);
 }
 
-std::unique_ptr<MoE> LayerBuilder::mixture_of_experts(int64_t C, const MoeConfig& config) const {
-  return std::make_unique<MoE>(C, config, local_experts(), sequence_parts());
+std::unique_ptr<MoE> LayerBuilder::mixture_of_experts_over(int64_t C, const MoeConfig& config,
+                                                          const SequenceParts& parts) const {
+  return std::make_unique<MoE>(C, config, local_experts(), parts);
 }
 
 const LayerBuilder& serial_layers() {

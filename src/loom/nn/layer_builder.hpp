@@ -55,9 +55,14 @@ class LayerBuilder {
   // holding its blocks of Â, the features and W (Plexus rotates its grid axes by layer).
   virtual std::unique_ptr<GraphConv> graph_conv(int64_t in, int64_t out, int64_t layer,
                                                 std::shared_ptr<const GraphOperator> graph, bool input_gradient) const;
-  // A mixture of experts in place of a block's MLP; expert parallel: this rank's experts,
-  // the tokens exchanged with the other `ep` ranks.
-  virtual std::unique_ptr<MoE> mixture_of_experts(int64_t C, const MoeConfig& config) const;
+  // A mixture of experts in place of a block's MLP, its sequences split as sequence_parts() says.
+  std::unique_ptr<MoE> mixture_of_experts(int64_t C, const MoeConfig& config) const {
+    return mixture_of_experts_over(C, config, sequence_parts());
+  }
+  // The same with the parts a wrapping builder gives (context parallelism's): serially every
+  // expert local; expert parallel: this rank's experts, the tokens exchanged with the other
+  // `ep` ranks; on a 3D grid: this plane rank's experts.
+  virtual std::unique_ptr<MoE> mixture_of_experts_over(int64_t C, const MoeConfig& config, const SequenceParts& parts) const;
   // Where each sequence lives: whole, or split over the context-parallel ranks.
   virtual const SequenceParts& sequence_parts() const { return whole_sequences(); }
 };

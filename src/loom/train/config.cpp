@@ -288,7 +288,6 @@ void TrainConfig::validate_tp_3d() const {
   check(!sequence_parallel, grid, " does not compose with sequence_parallel (a 1D tensor-parallel mode)");
   check(family == "gcn" || model.n_head % g[0] == 0, "n_head (", model.n_head, ") must be divisible by the row degree of ", grid,
         ": attention heads are split over row");
-  check(!model.moe.enabled(), grid, " does not compose with a mixture of experts yet: set moe_experts = 0");
 }
 
 void TrainConfig::validate_expert_parallel() const {

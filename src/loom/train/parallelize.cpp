@@ -151,8 +151,10 @@ std::unique_ptr<comm::DeviceMesh> parallel_mesh(const TrainConfig& config, comm:
   // model-parallel group (tp, or the 3D grid).
   mesh->add_group("batch", config.tp_3d_on() ? std::vector<std::string>{"dp", "depth"} : std::vector<std::string>{"dp"});
   mesh->add_group("tensor", config.tp_3d_on() ? std::vector<std::string>{"depth", "row", "col"} : std::vector<std::string>{"tp"});
+  // A mixture of experts shares its experts out over a grid's plane (row x col).
+  if (config.tp_3d_on()) mesh->add_group("plane", {"row", "col"});
   if (config.tp_3d_on())
-    for (const char* name : {"row", "col", "depth", "batch", "tensor"}) {
+    for (const char* name : {"row", "col", "depth", "batch", "tensor", "plane"}) {
       mesh->group(name).set_emulated_link(config.net_gbps, config.net_latency_us);
       mesh->group(name).set_timeout(config.comm_timeout);
     }
@@ -163,7 +165,7 @@ std::unique_ptr<comm::DeviceMesh> parallel_mesh(const TrainConfig& config, comm:
   const DType wire = config.precision == "bf16" ? DType::BF16 : DType::F32;
   for (const char* name : {"tp", "pp", "cp", "ep"}) mesh->group(name).set_activation_dtype(wire);
   if (config.tp_3d_on())
-    for (const char* name : {"row", "col", "depth"}) mesh->group(name).set_activation_dtype(wire);
+    for (const char* name : {"row", "col", "depth", "plane"}) mesh->group(name).set_activation_dtype(wire);
   return mesh;
 }
 
@@ -189,13 +191,15 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   p.mesh = parallel_mesh(config, world);
   comm::ProcessGroup &tp = p.group("tp"), &pp = p.group("pp");
   p.tensor_comm_groups = config.tp_3d_on()
-                             ? std::vector<comm::ProcessGroup*>{&p.group("row"), &p.group("col"), &p.group("depth")}
+                             ? std::vector<comm::ProcessGroup*>{&p.group("row"), &p.group("col"), &p.group("depth"),
+                                                                &p.group("plane")}
                              : std::vector<comm::ProcessGroup*>{&tp};
   // Each part of a sequence routes its own tokens: its loads are added too (each part's
   // load-balancing loss is the whole sequence's, counted once a part like its forwards).
   p.moe_stat_groups = {&p.group("dp"), &pp};
   if (config.cp > 1) p.moe_stat_groups.push_back(&p.group("cp"));
   if (config.sequence_parallel) p.moe_stat_groups.push_back(&tp);
+  if (config.tp_3d_on()) p.moe_stat_groups.push_back(&p.group("depth"));  // each depth rank routes its own rows
 
   // 2. Tensor parallelism by layer substitution: the model asks this builder for its layers,
   // and the loss works on the tp-split outputs.
@@ -215,7 +219,7 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
           *p.grid, config.gcn.layers, config.graph_permute, static_cast<uint64_t>(config.seed),
           config.graph_aggregation_chunks);
     else
-      p.tp3d_layers = std::make_unique<parallel::tp3d::Layers3D>(*p.grid, config.tp_3d_overlap == "on");
+      p.tp3d_layers = std::make_unique<parallel::tp3d::Layers3D>(*p.grid, config.tp_3d_overlap == "on", &p.group("plane"));
   }
   const nn::LayerBuilder* layers = p.tp_layers     ? static_cast<const nn::LayerBuilder*>(p.tp_layers.get())
                                    : p.tp3d_layers ? static_cast<const nn::LayerBuilder*>(p.tp3d_layers.get())

@@ -274,8 +274,8 @@ void Trainer::apply_update(StepResult& r) {
     r.tp_comm_bytes += s.bytes;
     waited_s += s.waited_seconds;
   }
-  if (p_.grid)
-    r.tp_comm_exposed_seconds = p_.grid->take_waited_seconds();
+  if (p_.grid)  // the grid's collectives, and a mixture of experts' gathers over its plane (blocking)
+    r.tp_comm_exposed_seconds = p_.grid->take_waited_seconds() + p_.group("plane").stats().waited_seconds;
   else if (config_.tp > 1)
     r.tp_comm_exposed_seconds = waited_s;
 }

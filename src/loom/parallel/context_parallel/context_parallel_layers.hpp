@@ -42,8 +42,13 @@ class ContextParallelLayers : public nn::LayerBuilder {
   }
   nn::ShardSpec vocabulary_shard() const override { return inner_.vocabulary_shard(); }
   // A mixture of experts sums its per-sequence statistics over the cp ranks (and over the
-  // inner builder's parts: the tp ranks under sequence parallelism).
+  // inner builder's parts: the tp ranks under sequence parallelism); the inner builder places
+  // its experts (a 3D grid shares them out over its plane).
   const nn::SequenceParts& sequence_parts() const override { return parts_; }
+  std::unique_ptr<nn::MoE> mixture_of_experts_over(int64_t C, const nn::MoeConfig& config,
+                                                   const nn::SequenceParts& parts) const override {
+    return inner_.mixture_of_experts_over(C, config, parts);
+  }
 
   // The rings' time (all layers) since the last reset.
   RingStats& stats() const { return *stats_; }

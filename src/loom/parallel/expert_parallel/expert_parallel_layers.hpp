@@ -33,8 +33,9 @@ class ExpertParallelLayers : public nn::LayerBuilder {
     return base_.head_backward(dlogits, kept, w);
   }
   nn::ShardSpec vocabulary_shard() const override { return base_.vocabulary_shard(); }
-  std::unique_ptr<nn::MoE> mixture_of_experts(int64_t C, const nn::MoeConfig& config) const override {
-    return std::make_unique<nn::MoE>(C, config, dispatcher_, base_.sequence_parts());
+  std::unique_ptr<nn::MoE> mixture_of_experts_over(int64_t C, const nn::MoeConfig& config,
+                                                   const nn::SequenceParts& parts) const override {
+    return std::make_unique<nn::MoE>(C, config, dispatcher_, parts);
   }
   const nn::SequenceParts& sequence_parts() const override { return base_.sequence_parts(); }
 

@@ -1,5 +1,7 @@
 #include "loom/parallel/tensor_parallel_3d/layers_3d.hpp"
 
+#include "loom/nn/moe.hpp"
+
 #include "loom/parallel/tensor_parallel_3d/linear_3d.hpp"
 #include "loom/parallel/tensor_parallel_3d/serial_linear_3d.hpp"
 
@@ -49,6 +51,34 @@ std::unique_ptr<nn::Linear> Layers3D::make(int64_t in, int64_t out, int64_t bloc
       in, out, blocks, grid_, Axis::Row, /*gather_input=*/!first && split_between, /*slice_output=*/first && split_between);
   fallbacks_.push_back({layer.get(), why});
   return layer;
+}
+
+int64_t Layers3D::expert_split(int64_t E, const std::array<int64_t, 3>& sizes) {
+  const int64_t plane = sizes[0] * sizes[1];
+  return E % plane == 0 ? plane : 1;
+}
+
+std::unique_ptr<nn::MoE> Layers3D::mixture_of_experts_over(int64_t C, const nn::MoeConfig& config,
+                                                          const nn::SequenceParts& parts) const {
+  const std::array<int64_t, 3> sizes{grid_.size(Axis::Row), grid_.size(Axis::Col), grid_.size(Axis::Depth)};
+  if (plane_experts_ == nullptr || expert_split(config.experts, sizes) == 1) {
+    auto moe = LayerBuilder::mixture_of_experts_over(C, config, parts);
+    if (sizes[0] * sizes[1] > 1)
+      fallbacks_.push_back({moe.get(), "its " + std::to_string(config.experts) + " experts do not divide over the plane's " +
+                                           std::to_string(sizes[0] * sizes[1]) +
+                                           " ranks (row x col): every plane rank runs every expert"});
+    return moe;
+  }
+  auto moe = std::make_unique<nn::MoE>(C, config, *plane_experts_, parts);
+  // Each plane rank's block of the experts is a piece of the tensor-parallel group's, held by
+  // every depth rank (depth rank 0's counted and saved).
+  for (nn::Parameter* p : moe->experts().parameters()) {
+    nn::ShardSpec spec = p->shard_spec();
+    spec.axis = nn::ShardSpec::kTensorAxis;
+    spec.replica = grid_.rank(Axis::Depth);
+    p->set_shard_spec(spec);
+  }
+  return moe;
 }
 
 }  // namespace loom::parallel::tp3d

@@ -5,7 +5,9 @@
 // output gathered whole). Everything else (embedding, LayerNorm, residual, the tied head,
 // the loss) stays serial on the whole features of this rank's batch rows, so attention heads
 // are split over row, the axis holding the QKV output features. A layer whose shapes do not
-// divide the grid stays serial (SerialLinear3D) and is listed in fallbacks().
+// divide the grid stays serial (SerialLinear3D) and is listed in fallbacks(). A mixture of
+// experts shares its experts out over the grid's plane (plane_experts.hpp), or, where the
+// plane's ranks do not divide the experts, runs them all on every plane rank (listed too).
 #pragma once
 
 #include <array>
@@ -17,24 +19,34 @@
 #include "loom/nn/layer_builder.hpp"
 #include "loom/parallel/tensor_parallel_3d/grid.hpp"
 #include "loom/parallel/tensor_parallel_3d/overlap_3d.hpp"
+#include "loom/parallel/tensor_parallel_3d/plane_experts.hpp"
 
 namespace loom::parallel::tp3d {
 
 class Layers3D : public nn::LayerBuilder {
  public:
-  // overlap: the 3D layers' collectives overlapped with compute (overlap_3d.hpp).
-  explicit Layers3D(const Grid3D& grid, bool overlap = false)
-      : grid_(grid), overlap_(overlap ? std::make_unique<Overlap3D>(grid) : nullptr) {}
+  // overlap: the 3D layers' collectives overlapped with compute (overlap_3d.hpp); plane: the
+  // row x col ranks of this depth slice, over which a mixture of experts shares its experts out
+  // (null: every plane rank runs every expert).
+  explicit Layers3D(const Grid3D& grid, bool overlap = false, comm::ProcessGroup* plane = nullptr)
+      : grid_(grid), overlap_(overlap ? std::make_unique<Overlap3D>(grid) : nullptr),
+        plane_experts_(plane != nullptr ? std::make_unique<PlaneExperts>(*plane) : nullptr) {}
 
   int64_t tensor_parallel_size() const override { return grid_.size(Axis::Row); }
   int64_t first_head(int64_t NH) const override { return grid_.rank(Axis::Row) * NH; }
   int64_t vocabulary_parts() const override { return 1; }
   std::unique_ptr<nn::Linear> column_parallel_linear(int64_t in, int64_t out, int64_t blocks) const override;
   std::unique_ptr<nn::Linear> row_parallel_linear(int64_t in, int64_t out) const override;
+  std::unique_ptr<nn::MoE> mixture_of_experts_over(int64_t C, const nn::MoeConfig& config,
+                                                   const nn::SequenceParts& parts) const override;
+  // The ranks a mixture of E experts shares them out over on a grid of these axis sizes (row,
+  // col, depth): the plane's R x C where they divide E, else 1 (each plane rank runs all E).
+  static int64_t expert_split(int64_t E, const std::array<int64_t, 3>& sizes);
 
-  // A layer kept serial, and why (its name is known once the model has registered it).
+  // A layer kept serial (or a mixture of experts whole on every plane rank), and why (its name
+  // is known once the model has registered it).
   struct Fallback {
-    const nn::Linear* layer;
+    const nn::Module* layer;
     std::string why;
   };
   const std::vector<Fallback>& fallbacks() const { return fallbacks_; }
@@ -67,6 +79,7 @@ class Layers3D : public nn::LayerBuilder {
   std::unique_ptr<nn::Linear> make(int64_t in, int64_t out, int64_t blocks, bool first) const;
   const Grid3D& grid_;
   std::unique_ptr<Overlap3D> overlap_;
+  std::unique_ptr<PlaneExperts> plane_experts_;
   mutable std::vector<Fallback> fallbacks_;
   mutable std::set<const nn::Parameter*> depth_sharded_;
 };

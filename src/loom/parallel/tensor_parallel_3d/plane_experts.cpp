@@ -1,0 +1,57 @@
+#include "loom/parallel/tensor_parallel_3d/plane_experts.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "loom/comm/activation_wire.hpp"
+#include "loom/comm/startup_watch.hpp"
+#include "loom/error.hpp"
+
+namespace loom::parallel::tp3d {
+
+namespace {
+// The first row of plane rank q's experts in rows grouped by expert.
+int64_t first_row(const nn::DispatchPlan& plan, int64_t q) {
+  int64_t r = 0;
+  for (int64_t s = 0; s < q; ++s) r += plan.send[static_cast<size_t>(s)];
+  return r;
+}
+}  // namespace
+
+std::vector<int64_t> PlaneExperts::exchange_counts(const std::vector<int64_t>& counts, int64_t local_experts) const {
+  const int64_t E = static_cast<int64_t>(counts.size()), q = plane_.rank();
+  check(E == local_experts * plane_.size(), "experts over the grid's plane: ", E, " expert counts for ", local_experts,
+        " experts on each of ", plane_.size(), " ranks");
+  std::vector<int64_t> from(static_cast<size_t>(E), 0);
+  for (int64_t e = q * local_experts; e < (q + 1) * local_experts; ++e)
+    from[static_cast<size_t>(e)] = counts[static_cast<size_t>(e)];  // block q: from rank q itself
+  return from;
+}
+
+Tensor PlaneExperts::dispatch(const Tensor& rows, const nn::DispatchPlan& plan) const {
+  const int64_t C = rows.size(1), begin = first_row(plan, plane_.rank()), n = plan.received();
+  Tensor mine = Tensor::empty({n, C});  // (received, C)
+  std::copy_n(rows.f32() + begin * C, n * C, mine.f32());
+  return mine;
+}
+
+Tensor PlaneExperts::combine(const Tensor& rows, const nn::DispatchPlan& plan) const {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t C = rows.size(1);
+  std::vector<int64_t> counts = plan.send;  // rank q's experts' rows
+  int64_t total = 0;
+  for (int64_t& c : counts) total += c, c *= C;
+  Tensor all = Tensor::empty({total, C});  // (R, C)
+  comm::stop_for_a_test("plane-experts-gather");
+  comm::all_gather_v_activations(plane_, rows, counts, all);
+  exchange_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return all;
+}
+
+double PlaneExperts::take_exchange_seconds() const {
+  const double s = exchange_seconds_;
+  exchange_seconds_ = 0.0;
+  return s;
+}
+
+}  // namespace loom::parallel::tp3d
