@@ -60,8 +60,15 @@ double all_to_all_seconds(const ModelSpec& model, const Layout& layout, int64_t 
 }
 
 ExpertRows expert_rows(int64_t B, int64_t T, int64_t Tr, int64_t ep, int64_t experts, int64_t top_k,
-                       double capacity_factor, bool skewed) {
+                       double capacity_factor, bool skewed, int64_t plane) {
   const int64_t N = B * Tr, R = N * top_k;
+  if (experts > 0 && plane > 1) {
+    const int64_t El = experts / plane;
+    if (nn::capacity_never_drops(capacity_factor, top_k, experts))
+      return {skewed ? N * std::min(top_k, El) : (R + plane - 1) / plane, N};
+    const int64_t per_sequence = std::min(nn::expert_capacity(capacity_factor, top_k, T, experts), Tr);
+    return {std::min(El * B * per_sequence, R), std::min(B * per_sequence, N)};
+  }
   if (ep == 1 || experts == 0) return {R, N};
   if (nn::capacity_never_drops(capacity_factor, top_k, experts))
     return skewed ? ExpertRows{N * std::min(experts, ep * top_k), ep * N} : ExpertRows{R, N};
@@ -73,28 +80,39 @@ double skewed_rows_over_balanced(int64_t experts, int64_t top_k, int64_t ep) {
   return static_cast<double>(std::min(experts, ep * top_k)) / static_cast<double>(top_k);
 }
 
-int64_t moe_extra_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel,
-                                             int64_t cp, int64_t experts, int64_t top_k, bool bf16, int64_t ep,
-                                             double capacity_factor, bool skewed) {
+int64_t moe_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel, int64_t cp,
+                                       int64_t experts, int64_t top_k, bool bf16, int64_t ep, double capacity_factor,
+                                       bool skewed, int64_t plane) {
   const int64_t sequence = T;                         // capacity is decided over the whole sequence
   if (cp > 1) T /= cp;                                // this rank's tokens
   const int64_t Tr = sequence_parallel ? T / t : T;  // tokens routed here (and of the MLP's input)
   const int64_t w = bf16 ? 2 : 4, N = B * Tr, R = N * top_k;
-  const int64_t held = expert_rows(B, sequence, Tr, ep, experts, top_k, capacity_factor, skewed).rank;
-  const int64_t moe = 4 * N * C + 4 * N * experts + 3 * 4 * R + 2 * 4 * experts + w * (R + 9 * held) * C;
+  const int64_t held = expert_rows(B, sequence, Tr, ep, experts, top_k, capacity_factor, skewed, plane).rank;
+  return 4 * N * C + 4 * N * experts + 3 * 4 * R + 2 * 4 * experts + w * (R + 9 * held) * C;
+}
+
+int64_t moe_extra_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel,
+                                             int64_t cp, int64_t experts, int64_t top_k, bool bf16, int64_t ep,
+                                             double capacity_factor, bool skewed) {
+  const int64_t moe = moe_activation_bytes_per_layer(B, T, C, t, sequence_parallel, cp, experts, top_k, bf16, ep,
+                                                     capacity_factor, skewed);
+  if (cp > 1) T /= cp;
+  const int64_t Tr = sequence_parallel ? T / t : T, w = bf16 ? 2 : 4;
   const int64_t dense_mlp = w * (B * Tr * C + 8 * B * T * C / t);
   return moe - dense_mlp;
 }
 
 int64_t moe_backward_working_bytes(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel, int64_t cp,
                                    int64_t ep, int64_t top_k, bool bf16, int64_t experts, double capacity_factor,
-                                   bool skewed) {
+                                   bool skewed, int64_t plane) {
   const int64_t sequence = T;
   if (cp > 1) T /= cp;
   const int64_t Tr = sequence_parallel ? T / t : T, N = B * Tr, R = N * top_k;
-  const ExpertRows held = expert_rows(B, sequence, Tr, ep, experts, top_k, capacity_factor, skewed);
+  const ExpertRows held = expert_rows(B, sequence, Tr, ep, experts, top_k, capacity_factor, skewed, plane);
   const int64_t fp32 = 4 * R * C + 4 * R + 4 * held.rank * C + 4 * held.rank * 4 * C;  // drows, dgate, dx, dh
-  const int64_t exchanged = ep > 1 ? 4 * held.rank * C : 0;
+  // ep: the rows' gradient as exchanged; a grid's plane: the held rows' slice copied out, and
+  // every row's input gradient gathered back.
+  const int64_t exchanged = ep > 1 ? 4 * held.rank * C : plane > 1 ? 4 * held.rank * C + 4 * R * C : 0;
   return fp32 + exchanged + (bf16 ? 4 * R * C + 2 * held.rank * C + 2 * held.one_expert * 4 * C : 0);
 }
 

@@ -66,8 +66,12 @@ double all_to_all_seconds(const ModelSpec& model, const Layout& layout, int64_t 
 struct ExpertRows {
   int64_t rank = 0, one_expert = 0;
 };
+// On a 3D grid whose `plane` ranks share the experts out (ep 1): a rank's E / plane experts take
+// rows of its own N tokens alone (every plane rank routes the same ones): the balanced share
+// ceil(N K / plane) dropless (skewed: N min(K, E / plane)), at most E / plane x B min(cap, Tr)
+// with a capacity that drops; N, or B min(cap, Tr), for one expert.
 ExpertRows expert_rows(int64_t B, int64_t T, int64_t Tr, int64_t ep, int64_t experts, int64_t top_k,
-                       double capacity_factor, bool skewed = false);
+                       double capacity_factor, bool skewed = false, int64_t plane = 1);
 // How many times the balanced share a skewed router sends a rank: min(E, ep K) / K.
 double skewed_rows_over_balanced(int64_t experts, int64_t top_k, int64_t ep);
 // The activations one MoE layer keeps minus those of the dense MLP it replaces, per rank, for
@@ -83,16 +87,22 @@ double skewed_rows_over_balanced(int64_t experts, int64_t top_k, int64_t ep);
 int64_t moe_extra_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel,
                                              int64_t cp, int64_t experts, int64_t top_k, bool bf16, int64_t ep = 1,
                                              double capacity_factor = 0.0, bool skewed = false);
+// What that MoE layer keeps, before the dense MLP's tensors are taken off; `plane`: the ranks
+// of a 3D grid's plane its experts are shared out over (expert_rows).
+int64_t moe_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel, int64_t cp,
+                                       int64_t experts, int64_t top_k, bool bf16, int64_t ep, double capacity_factor,
+                                       bool skewed, int64_t plane = 1);
 // What a mixture of experts' backward holds at once beyond the tensors its block keeps and the
 // gradient it is given, per rank (its rows as moe_extra_activation_bytes_per_layer counts them):
 // at its experts' backward, the routed rows' fp32 gradient and the gates', and for the rows its
 // experts hold (expert_rows) their input gradient and fp32 hidden gradient (4C each, fp32 in
 // bf16 too) and under ep their gradient as exchanged; in bf16 also the kept outputs widened,
 // the held rows' gradient as the GEMMs read it, and the largest expert's hidden gradient
-// converted.
+// converted. Over a grid's `plane`: the held rows' slice of the output gradient, copied out, and
+// every row's input gradient gathered back.
 int64_t moe_backward_working_bytes(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel, int64_t cp,
                                    int64_t ep, int64_t top_k, bool bf16, int64_t experts = 0,
-                                   double capacity_factor = 0.0, bool skewed = false);
+                                   double capacity_factor = 0.0, bool skewed = false, int64_t plane = 1);
 // Training FLOPs of one sequence over the dense model's: each MoE block runs K MLPs and a
 // router instead of one MLP (the MLP being 2/3 of a block's 72 s h^2 (1 + s / 6h)).
 double moe_flops_ratio(const ModelSpec& model);

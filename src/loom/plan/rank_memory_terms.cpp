@@ -22,7 +22,7 @@ BlockLinears tensor_parallel_linears(int64_t C, int64_t t) {
 RankParameters rank_parameters(const RankShape& shape, const std::vector<nn::GPTStage>& chunks,
                                const BlockLinears& linears) {
   const int64_t C = shape.hidden, table = shape.vocab / shape.tp * C;
-  const int64_t local_experts = shape.experts > 0 ? shape.experts / shape.ep : 0;
+  const int64_t local_experts = shape.experts > 0 ? shape.experts / (shape.ep * shape.expert_split) : 0;
   RankParameters r;
   for (const nn::GPTStage& s : chunks) {
     const int64_t blocks = s.end_block - s.first_block, moe = shape.moe_blocks(s);
@@ -67,10 +67,29 @@ int64_t block_activation_bytes(const RankShape& s) {
                 : activation_bytes_per_layer(s.batch, s.seq, s.hidden, s.heads, s.tp, s.sequence_parallel, s.cp, s.selective);
 }
 
+namespace {
+// The grid a chunk of blocks of shape s is, for tensor_parallel_3d_memory.hpp: a 3D grid's rank,
+// or a column of tp rows under tensor parallelism (the vocabulary split over them), the residual
+// stream split over tp under sequence parallelism, this rank's tokens and ring attention under
+// context parallelism; with or without the embedding and the head.
+Grid3DActivationShape grid_shape(const RankShape& s, const nn::GPTStage& chunk) {
+  return {.B = s.batch, .T = s.tokens(), .C = s.hidden, .NH = s.heads, .L = chunk.end_block - chunk.first_block,
+          .V = s.vocab / s.tp, .row = s.tp * s.grid_row, .col = s.grid_col, .seq = s.sequence_parallel ? s.tp : 1,
+          .ring = s.cp, .bf16 = s.bf16, .recompute = s.recompute, .selective = s.selective, .dropout = s.hidden_dropout,
+          .embedding = chunk.embedding, .head = chunk.head, .split = s.grid_splits};
+}
+}  // namespace
+
 int64_t moe_extra_activation_bytes(const RankShape& s) {
   if (s.experts == 0) return 0;
-  return moe_extra_activation_bytes_per_layer(s.batch, s.seq, s.hidden, s.tp, s.sequence_parallel, s.cp, s.experts,
-                                              s.top_k, s.bf16, s.ep, s.capacity_factor, s.skewed_routing);
+  if (s.grid_row * s.grid_col == 1)
+    return moe_extra_activation_bytes_per_layer(s.batch, s.seq, s.hidden, s.tp, s.sequence_parallel, s.cp, s.experts,
+                                                s.top_k, s.bf16, s.ep, s.capacity_factor, s.skewed_routing);
+  // On a grid's plane every rank routes every token of its rows: the MoE layer's tensors (its
+  // experts' rows this rank's share) in place of the grid's MLP's.
+  return moe_activation_bytes_per_layer(s.batch, s.seq, s.hidden, 1, false, s.cp, s.experts, s.top_k, s.bf16, s.ep,
+                                        s.capacity_factor, s.skewed_routing, s.expert_split) -
+         grid_3d_mlp_activation_bytes(grid_shape(s, nn::GPTStage{0, 1, false, false}));
 }
 
 ActivationTerms activation_terms(const RankShape& s) {
@@ -110,7 +129,7 @@ ActivationTerms activation_terms(const RankShape& s) {
   a.scratch = 3 * 4 * B * Tr * C;
   if (s.experts > 0)
     a.moe_scratch = moe_backward_working_bytes(B, s.seq, C, s.tp, s.sequence_parallel, s.cp, s.ep, s.top_k, s.bf16,
-                                               s.experts, s.capacity_factor, s.skewed_routing);
+                                               s.experts, s.capacity_factor, s.skewed_routing, s.expert_split);
   // In bf16 the head's backward converts the logits' gradient to bf16, kBf16HeadGradientRows
   // rows of this rank's tokens at a time (nn::GPT::kHeadGradientRows).
   if (s.bf16) a.head_gradient = 2 * std::min(B * T, kBf16HeadGradientRows) * Vt;
@@ -164,11 +183,7 @@ int64_t loom_rank_activation_bytes(const RankShape& s, const std::vector<nn::GPT
   std::vector<parallel::pipeline::ChunkRun> runs;
   const int64_t rows = s.batch * s.tokens() / (s.sequence_parallel ? s.tp : 1);  // of the residual stream here
   for (const nn::GPTStage& chunk : chunks) {
-    const Grid3DActivationShape grid{
-        .B = s.batch, .T = s.tokens(), .C = s.hidden, .NH = s.heads, .L = chunk.end_block - chunk.first_block,
-        .V = s.vocab / s.tp, .row = s.tp * s.grid_row, .col = s.grid_col, .seq = s.sequence_parallel ? s.tp : 1,
-        .ring = s.cp, .bf16 = s.bf16, .recompute = s.recompute, .selective = s.selective, .dropout = s.hidden_dropout,
-        .embedding = chunk.embedding, .head = chunk.head, .split = s.grid_splits};
+    const Grid3DActivationShape grid = grid_shape(s, chunk);
     const ChunkActivationPeaks p = grid_3d_chunk_activation_peaks(grid);
     // A mixture of experts keeps its routed rows beside the dense block's tensors (none under
     // recompute) and re-runs them in backward under recompute. Its backward is a moment of its

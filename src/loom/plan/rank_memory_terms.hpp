@@ -36,6 +36,9 @@ struct RankShape {
   // batch and the weights) and which of a block's Linears it splits (Layers3D::splits).
   int64_t grid_row = 1, grid_col = 1;
   std::array<bool, 4> grid_splits{true, true, true, true};
+  // The ranks of a grid's plane a mixture of experts shares its experts out over
+  // (parallel::tp3d::Layers3D::expert_split): each holds E / (ep x expert_split) of them.
+  int64_t expert_split = 1;
 
   int64_t tokens() const { return seq / cp; }  // of each sequence, on this rank
   // The mixtures of experts among stage s's blocks (block b when b + 1 is a multiple of `every`).

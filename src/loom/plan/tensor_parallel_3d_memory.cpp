@@ -31,14 +31,17 @@ BlockParts block_parts(const Grid3DActivationShape& s) {
   const int64_t core = v * 3 * BTC / R + (s.bf16 || s.ring > 1 ? lse : s.selective ? 0 : lse * s.T);
   BlockParts p;
   p.attention = norm + v * BTCs / split(s, kQkv, s.col) + core;
-  // The projection's input over row (a serial projection keeps it gathered whole), ln2, fc's
-  // input over col, the MLP's pre-activation over row and the projection's input.
-  p.mlp = v * BTC / split(s, kAttentionProj, R) + norm + v * BTCs / split(s, kFc, s.col) + v * 4 * BTC / R +
-          v * 4 * BTC / split(s, kMlpProj, R);
+  // The projection's input over row (a serial projection keeps it gathered whole), ln2 and the MLP.
+  p.mlp = v * BTC / split(s, kAttentionProj, R) + norm + grid_3d_mlp_activation_bytes(s);
   return p;
 }
 
 }  // namespace
+
+int64_t grid_3d_mlp_activation_bytes(const Grid3DActivationShape& s) {
+  const int64_t v = s.bf16 ? 2 : 4, BTC = s.B * s.T * s.C, BTCs = BTC / s.seq, R = s.row;
+  return v * BTCs / split(s, kFc, s.col) + v * 4 * BTC / R + v * 4 * BTC / split(s, kMlpProj, R);
+}
 
 // Ring attention's backward beside q, k and v's gradient: its output, which it keeps (the
 // projection's input: released by the projection's backward but held here to the end); in bf16

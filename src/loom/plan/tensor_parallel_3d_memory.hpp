@@ -46,6 +46,9 @@ struct Grid3DActivationShape {
 int64_t ring_attention_backward_bytes(const Grid3DActivationShape& s);
 // What one block keeps for backward on a grid rank (without recompute).
 int64_t grid_3d_layer_activation_bytes(const Grid3DActivationShape& s);
+// Of that, what its dense MLP keeps (fc's input over col, the pre-activation over row and the
+// projection's input): a mixture of experts keeps its own tensors in their place.
+int64_t grid_3d_mlp_activation_bytes(const Grid3DActivationShape& s);
 // One micro-batch through the blocks (and the embedding and head it holds) of shape s: what it
 // keeps from its forward to its backward, and the most held at once while its forward runs and
 // while its backward runs, its own kept bytes and received input or gradient included.

@@ -83,7 +83,8 @@ plan::RankShape rank_shape(const TrainConfig& c, bool skewed = false) {
           .top_k = m.moe.top_k, .every = m.moe.every, .capacity_factor = m.moe.capacity_factor,
           .skewed_routing = skewed, .grid_row = g[0], .grid_col = g[1],
           .grid_splits = {Layers3D::splits(C, 3 * C, 3, true, g), Layers3D::splits(C, C, 1, false, g),
-                          Layers3D::splits(C, 4 * C, 1, true, g), Layers3D::splits(4 * C, C, 1, false, g)}};
+                          Layers3D::splits(C, 4 * C, 1, true, g), Layers3D::splits(4 * C, C, 1, false, g)},
+          .expert_split = m.moe.enabled() && c.tp_3d_on() ? Layers3D::expert_split(m.moe.experts, g) : 1};
 }
 
 // The chunks pipeline rank r owns: virtual stages r, r + pp, ...
@@ -109,7 +110,7 @@ plan::BlockLinears block_linears(const TrainConfig& c) {
   return c.tp_3d_on() ? linear_3d_block(c.model.n_embd, c.tp_3d_grid()) : plan::tensor_parallel_linears(c.model.n_embd, c.tp);
 }
 
-// The parameters pipeline rank r holds over the stages it owns (no mixture of experts under a grid).
+// The parameters pipeline rank r holds over the stages it owns.
 plan::RankParameters rank_parameters(const TrainConfig& c, const std::vector<nn::GPTStage>& stages, int64_t r) {
   return plan::rank_parameters(rank_shape(c), rank_chunks(c, stages, r), block_linears(c));
 }
@@ -125,7 +126,9 @@ plan::StateBytes rank_state(const TrainConfig& c, const plan::RankParameters& r)
 
 int64_t rank_model_parameters(const TrainConfig& c) {
   if (!c.tp_3d_on()) return c.model.num_parameters(c.tp);
-  return plan::rank_parameters(rank_shape(c), {nn::GPTStage{0, c.model.n_layer, true, true}}, block_linears(c)).dense;
+  const plan::RankParameters r = plan::rank_parameters(rank_shape(c), {nn::GPTStage{0, c.model.n_layer, true, true}},
+                                                      block_linears(c));
+  return r.dense + r.experts;
 }
 
 plan::StateBytes rank_training_state(const TrainConfig& c, int64_t pp_rank) {
