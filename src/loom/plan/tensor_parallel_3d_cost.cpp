@@ -55,18 +55,28 @@ Grid3DBytes tensor_parallel_3d_bytes_per_step(const Gpt3DShape& s, int64_t R, in
   const int64_t N = s.B * s.T, C = s.C;
   Floats per_micro_batch;
   int64_t replicated = s.Vp * C + s.block_size * C + 2 * C;  // token table, positions, final LayerNorm
+  int64_t plane_values = 0;  // per micro-batch
   for (int64_t l = 0; l < s.L; ++l) {
     add_layer(N, C, 3 * C, 3, true, g, per_micro_batch, replicated);   // attention's QKV
     add_layer(N, C, C, 1, false, g, per_micro_batch, replicated);      // attention's projection
+    replicated += 4 * C;                                               // ln1, ln2
+    if (l < s.moe_blocks) {  // the router and this rank's experts; their rows gathered twice
+      replicated += C * s.experts + s.experts / s.expert_split * (8 * C * C + 5 * C);
+      if (s.expert_split > 1) plane_values += 2 * N * s.top_k * C;
+      continue;
+    }
     add_layer(N, C, 4 * C, 1, true, g, per_micro_batch, replicated);   // MLP fc
     add_layer(N, 4 * C, C, 1, false, g, per_micro_batch, replicated);  // MLP projection
-    replicated += 4 * C;                                               // ln1, ln2
   }
   const int64_t* moved = per_micro_batch.moved;
   Grid3DBytes bytes;
   bytes.row = activation_bytes * s.M * moved[0];
   bytes.col = activation_bytes * s.M * moved[1];
   bytes.depth = activation_bytes * s.M * moved[2] + gradient_bytes * (s.M * moved[3] + (D > 1 ? replicated : 0));
+  bytes.plane = activation_bytes * s.M * plane_values;
+  // A mixture of experts' routing statistics (each expert's load and four sums: E + 4 fp32
+  // values), added over depth once a step: each depth rank routes its own rows.
+  if (s.experts > 0 && D > 1) bytes.depth += 4 * (s.experts + 4);
   for (int axis : {0, 1}) {
     bytes.forward_sums[axis] = activation_bytes * s.M * per_micro_batch.forward_sums[axis];
     bytes.under_weight_gradient[axis] = activation_bytes * s.M * per_micro_batch.under_weight_gradient[axis];

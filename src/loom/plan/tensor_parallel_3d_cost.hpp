@@ -13,6 +13,7 @@ namespace loom::plan {
 
 struct Grid3DBytes {
   int64_t row = 0, col = 0, depth = 0;
+  int64_t plane = 0;  // a mixture of experts' gathers over the plane (row x col): outputs and input gradients
   // Of row and col (index 0 and 1), what Loom's overlap runs under GEMMs: the forward's partial
   // outputs, summed piece by piece under the next piece's GEMM, and the backward's input
   // gradients, summed and gathered under the dW GEMM. The rest (a pair's forward gather of its
@@ -25,6 +26,9 @@ struct Gpt3DShape {
   int64_t C = 1, L = 1;  // width, transformer blocks
   int64_t Vp = 1, block_size = 1;  // token table rows, position table rows
   int64_t M = 1;  // micro-batches per step
+  // Of the L blocks, those whose MLP is a mixture of E experts (top-K), shared out over the
+  // plane's `expert_split` ranks (parallel::tp3d::Layers3D::expert_split; 1: whole on each).
+  int64_t moe_blocks = 0, experts = 0, top_k = 0, expert_split = 1;
 };
 
 // Per layer (N = B x T rows, weight out x in, the input split over axis pi, the output over
@@ -35,7 +39,11 @@ struct Gpt3DShape {
 // (N in), its second its whole output (N out). A layer that does not divide the grid stays
 // serial and gathers only what crosses the row split (N x those features). Once per step, every gradient not
 // split over depth is averaged over it (embedding, position table, LayerNorms, biases, the
-// serial layers' weights). A collective on an axis of one rank moves nothing.
+// serial layers' weights). A collective on an axis of one rank moves nothing. A mixture of
+// experts' block has no 3D MLP: its router and its experts are averaged over depth like the
+// replicated parameters, and with its experts shared out over the plane it gathers every routed
+// row's output in forward and input gradient in backward (N K rows each, dropless), at the
+// activations' size; its routing statistics are added over depth (E + 4 fp32 values a step).
 // activation_bytes: a value of the activations and of the weights gathered over depth (2 in
 // bf16: they cross in bf16); gradient_bytes: one of the gradients reduce-scattered and
 // averaged over depth (4: Loom reduces them in fp32 in either precision).
