@@ -325,6 +325,80 @@ TEST(Plan3D, PipelinesAndRingsOfGridsArePricedAsTheMemoryCheckCountsThem) {
         }
 }
 
+// A mixture of experts on grids (4 experts, top-2, every other block; capacity 1.25) is priced
+// as the memory check counts it: each plane rank's E / (row x col) experts in its state (all 4
+// on a depth-only grid, and on a plane of 3 that does not divide them), their rows in its
+// activations, fp32 and bf16, with and without recompute, alone, with dp 2 under ZeRO-3 and as
+// a pipeline of grids. A plane of 2 computes less than a plane of 3 that runs every expert, and
+// the state of a rank of a plane of 2 holds 2 experts a block, of a depth-only grid all 4.
+TEST(Plan3D, MixtureOfExpertsOnGridsIsPricedAsTheMemoryCheckCountsIt) {
+  const int64_t L = 4, h = 48, heads = 6, seq = 32, vocab = 128, mb = 2, micro_batches = 2;
+  ModelSpec m{"m", L, h, heads, seq, vocab};
+  m.moe = {.experts = 4, .top_k = 2, .every = 2, .capacity_factor = 1.25};
+  struct Around {
+    int64_t dp, zero, pp;
+  };
+  for (const std::array<int64_t, 3> g : {std::array<int64_t, 3>{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {3, 1, 1}})
+    for (const Around around : {Around{1, 0, 1}, Around{2, 3, 1}, Around{1, 0, 2}})
+      for (const bool bf16 : {false, true})
+        for (const bool recompute : {false, true}) {
+          const auto [R, C, D] = g;
+          ClusterSpec cluster = cluster_preset("local-default");
+          cluster.precision = bf16 ? Precision::Bf16 : Precision::Fp32;
+          Layout l = grid(around.dp, R, C, D, mb);
+          l.zero = around.zero;
+          l.pp = around.pp;
+          l.recompute = recompute;
+          const LayoutCost cost = predict(m, cluster, l, around.dp * micro_batches * mb * D);
+          ASSERT_TRUE(cost.valid) << cost.why_not;
+          train::TrainConfig c;
+          c.model = nn::GPTConfig{.vocab_size = 65, .block_size = seq, .n_layer = L, .n_head = heads, .n_embd = h};
+          c.model.padded_vocab_size = vocab;
+          c.model.recompute = recompute;
+          c.model.moe.experts = 4;
+          c.model.moe.top_k = 2;
+          c.model.moe.every = 2;
+          c.model.moe.capacity_factor = 1.25;
+          c.batch_size = mb;
+          c.micro_batches = micro_batches;
+          c.dp = around.dp;
+          c.zero = around.zero;
+          c.pp = around.pp;
+          c.tp_3d = std::to_string(R) + "," + std::to_string(C) + "," + std::to_string(D);
+          c.precision = bf16 ? "bf16" : "fp32";
+          const std::string what = "dp " + std::to_string(around.dp) + " zero " + std::to_string(around.zero) + " x pp " +
+                                   std::to_string(around.pp) + " x " + c.tp_3d + (bf16 ? " bf16" : " fp32") +
+                                   (recompute ? " recompute" : "");
+          const train::MemoryNeed need = train::training_memory(c);
+          // The weight blocks gathered over depth, counted with the activations (as above): the
+          // grid's MLP-sized blocks, where the grid splits the layers.
+          const bool splits = h % R == 0 && (3 * h) % (3 * R * D) == 0;
+          const int64_t gathered = splits ? 4 * ((D > 1 ? 3 : 0) + 3) * 4 * h * h / (R * C) : 0;
+          EXPECT_EQ(static_cast<double>(cost.state_bytes), need.state + need.gathered) << what;
+          EXPECT_EQ(static_cast<double>(cost.activation_bytes - gathered), need.activations) << what;
+        }
+  // The plane's gathers and the experts' share, against the same grids without them.
+  ClusterSpec cluster = cluster_preset("local-default");
+  cluster.precision = Precision::Fp32;
+  ModelSpec dense = m;
+  dense.moe = {};
+  const LayoutCost plane2 = predict(m, cluster, grid(1, 2, 1, 1, mb), micro_batches * mb);
+  const LayoutCost plane2_dense = predict(dense, cluster, grid(1, 2, 1, 1, mb), micro_batches * mb);
+  const LayoutCost plane3 = predict(m, cluster, grid(1, 3, 1, 1, mb), micro_batches * mb);
+  const LayoutCost depth2 = predict(m, cluster, grid(1, 1, 1, 2, mb), 2 * micro_batches * mb);
+  const LayoutCost depth2_dense = predict(dense, cluster, grid(1, 1, 1, 2, mb), 2 * micro_batches * mb);
+  for (const LayoutCost* k : {&plane2, &plane2_dense, &plane3, &depth2, &depth2_dense}) ASSERT_TRUE(k->valid) << k->why_not;
+  EXPECT_LT(plane2.time.compute_s, plane3.time.compute_s) << "3 ranks running every expert";
+  // Each of the 2 MoE blocks holds a router (h x 4) and its rank's experts in place of the
+  // grid's share of a dense MLP (its weights over row x col x depth, fc's bias over row, the
+  // projection's over col), each value at 16 bytes in fp32 (parameter, gradient, AdamW's two).
+  const int64_t expert = 8 * h * h + 5 * h;
+  EXPECT_EQ(depth2.state_bytes - depth2_dense.state_bytes, 16 * 2 * (4 * expert + 4 * h - (8 * h * h / 2 + 5 * h)))
+      << "all 4 experts on a depth-only grid";
+  EXPECT_EQ(plane2.state_bytes - plane2_dense.state_bytes, 16 * 2 * (2 * expert + 4 * h - (8 * h * h / 2 + 4 * h / 2 + h)))
+      << "2 of the 4 on each rank of a plane of 2";
+}
+
 // On a CPU whose ranks take turns on its cores (4 ranks on 2, each core at a tenth of its
 // speed alone), the layers' compute lasts 20 times its dedicated time, and the depth traffic
 // of a slow link hides under that; with a core per rank at full speed the same traffic

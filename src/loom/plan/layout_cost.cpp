@@ -18,17 +18,12 @@ RankShape rank_shape(const ModelSpec& m, const ClusterSpec& c, const Layout& l) 
           .tp = l.tp, .cp = l.cp, .ep = l.ep, .sequence_parallel = l.sequence_parallel && l.tp > 1,
           .bf16 = c.precision == Precision::Bf16, .recompute = l.recompute, .selective = l.selective_recompute,
           .hidden_dropout = m.hidden_dropout > 0.0, .experts = m.moe.experts, .top_k = m.moe.top_k,
-          .every = m.moe.every, .capacity_factor = m.moe.capacity_factor, .grid_row = l.row, .grid_col = l.col};
+          .every = m.moe.every, .capacity_factor = m.moe.capacity_factor, .grid_row = l.row, .grid_col = l.col,
+          .expert_split = plane_expert_split(m, l)};
 }
 
-namespace {
 
-// The model state of a device holding `r`, ZeRO-sharded over dp: in Loom's precisions as the
-// memory check counts it; in mixed precision the published 2-byte weights and gradients and
-// 12 bytes of fp32 master weights and moments, ZeRO sharding the 12, then the gradients, then
-// the weights over dp. Experts: without ep ZeRO shards them with the rest, under ep (or without
-// ZeRO) a device keeps its E / ep whole.
-int64_t rank_state_bytes(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l, const RankParameters& r) {
+int64_t device_state_bytes(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l, const RankParameters& r) {
   const int zero = l.dp > 1 ? l.zero : 0;
   if (cluster.precision != Precision::Mixed)
     return plan::rank_state_bytes(r, rank_shape(model, cluster, l), l.dp, zero, 8).total();
@@ -36,6 +31,8 @@ int64_t rank_state_bytes(const ModelSpec& model, const ClusterSpec& cluster, con
   return published_mixed_state_bytes(r.dense + (sharded_experts ? r.experts : 0), l.dp, zero) +
          (sharded_experts ? 0 : unsharded_state_bytes(r.experts, 0).total());
 }
+
+namespace {
 
 RankParameters without_experts(RankParameters r) {
   r.experts = r.expert_weights = 0;
@@ -52,7 +49,7 @@ int64_t published_mixed_state_bytes(int64_t params, int64_t n, int zero) {
 int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l) {
   int64_t most = 0;
   for (const RankStages& s : rank_stages(model, l))
-    most = std::max(most, rank_state_bytes(model, cluster, l, rank_parameters_of(model, l, s)));
+    most = std::max(most, device_state_bytes(model, cluster, l, rank_parameters_of(model, l, s)));
   return most;
 }
 
@@ -163,8 +160,8 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
                                                       : std::vector<std::vector<size_t>>{};
   for (size_t r = 0; r < ranks.size(); ++r) {
     const RankParameters here = rank_parameters_of(model, l, ranks[r]);
-    const int64_t dense = rank_state_bytes(model, cluster, l, without_experts(here));
-    const int64_t experts = rank_state_bytes(model, cluster, l, here) - dense;
+    const int64_t dense = device_state_bytes(model, cluster, l, without_experts(here));
+    const int64_t experts = device_state_bytes(model, cluster, l, here) - dense;
     const int64_t activations = rank_activation_bytes(model, cluster, l, ranks[r], schedule, reaped, r);
     if (r == 0 || dense + experts + activations > c.memory_bytes()) {
       c.state_bytes = dense + experts;

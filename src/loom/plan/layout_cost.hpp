@@ -35,6 +35,13 @@ struct LayoutCost {
 // What plan/rank_memory_terms.hpp counts a rank of this layout from (a 3D grid's row and col
 // included).
 RankShape rank_shape(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
+// The model state of a device holding `r`, ZeRO-sharded over dp: in Loom's precisions as the
+// memory check counts it; in mixed precision the published 2-byte weights and gradients and
+// 12 bytes of fp32 master weights and moments, ZeRO sharding the 12, then the gradients, then
+// the weights over dp. Experts: without ep ZeRO shards them with the rest, under ep (or without
+// ZeRO) a device keeps its E / ep whole.
+int64_t device_state_bytes(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
+                           const RankParameters& r);
 
 // Bytes of the activations one layer keeps per micro-batch. Mixed precision: Korthikanti et
 // al. 2022 in 2-byte values, sbh(34 + 5as/h) serially; with tensor parallelism

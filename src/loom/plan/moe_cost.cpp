@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "loom/nn/routing.hpp"
+#include "loom/parallel/tensor_parallel_3d/layers_3d.hpp"
 #include "loom/plan/pipeline_ranks.hpp"
 
 namespace loom::plan {
@@ -131,8 +132,15 @@ double moe_ratio(const ModelSpec& model, double copies) {
 double moe_flops_ratio(const ModelSpec& model) { return moe_ratio(model, 1.0); }
 
 double moe_compute_ratio(const ModelSpec& model, const Layout& layout) {
+  if (layout.tensor_parallel_3d() && model.moe.experts > 0 && plane_expert_split(model, layout) == 1)
+    return moe_ratio(model, static_cast<double>(layout.row * layout.col));
   const bool replicated = layout.tp > 1 && !layout.sequence_parallel;
   return moe_ratio(model, replicated ? static_cast<double>(layout.tp) : 1.0);
+}
+
+int64_t plane_expert_split(const ModelSpec& model, const Layout& layout) {
+  if (!layout.tensor_parallel_3d() || model.moe.experts == 0) return 1;
+  return parallel::tp3d::Layers3D::expert_split(model.moe.experts, {layout.row, layout.col, layout.depth});
 }
 
 double moe_layer_collective_share(const ModelSpec& model) {

@@ -108,8 +108,13 @@ int64_t moe_backward_working_bytes(int64_t B, int64_t T, int64_t C, int64_t t, b
 double moe_flops_ratio(const ModelSpec& model);
 // A device's compute under `layout` over the dense model's: moe_flops_ratio's, except that
 // under tp without sequence parallelism every tp rank runs every token through the MoE blocks'
-// router and experts (replicated over tp), t times the share of a tp-split MLP.
+// router and experts (replicated over tp), t times the share of a tp-split MLP; likewise every
+// rank of a 3D grid's plane (row x col) when the plane's ranks do not divide the experts
+// (else each runs its E / (row col) experts' rows: the share of the grid's MLP).
 double moe_compute_ratio(const ModelSpec& model, const Layout& layout);
+// The ranks of a 3D grid's plane the layout's experts are shared out over
+// (parallel::tp3d::Layers3D::expert_split); 1 without a grid or experts.
+int64_t plane_expert_split(const ModelSpec& model, const Layout& layout);
 // Of the layers' tensor-parallel collectives, the share left: an MoE block's MLP moves none
 // (half of a block's collectives are its MLP's).
 double moe_layer_collective_share(const ModelSpec& model);

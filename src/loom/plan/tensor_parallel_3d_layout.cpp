@@ -6,7 +6,9 @@
 #include "loom/plan/context_parallel_cost.hpp"
 #include "loom/plan/gemm_cost.hpp"
 #include "loom/plan/gradient_overlap.hpp"
+#include "loom/plan/layout_cost.hpp"
 #include "loom/plan/memory_model.hpp"
+#include "loom/plan/moe_cost.hpp"
 #include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/plan/pipeline_ranks.hpp"
 #include "loom/plan/rank_memory_terms.hpp"
@@ -83,8 +85,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   const double s = static_cast<double>(m.seq), b = static_cast<double>(l.micro_batch), hd = static_cast<double>(h),
                a = static_cast<double>(m.heads), r = static_cast<double>(R);
   const double ring = static_cast<double>(l.cp), tokens = b * s / ring;  // this rank's (ring attention: 1/cp)
-  RankShape grid_rank = rank_shape(m, c, l);
-  grid_rank.experts = 0;  // a grid's blocks are dense (the trainer refuses a mixture of experts on one)
+  const RankShape grid_rank = rank_shape(m, c, l);
   const BlockLinears linears = grid_linears(h, R, C, D);
   ActivationTerms mixed_terms;  // mixed precision's (rank_activation_bytes)
   if (c.precision == Precision::Mixed) {
@@ -98,6 +99,11 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     if (l.recompute) mixed_terms.rerun = static_cast<int64_t>(layer_activation_bytes(m, c, over_row, false));
     mixed_terms.head = static_cast<int64_t>(static_cast<double>(bpv) *
                                             (3.0 * tokens * hd + 2.0 * tokens * static_cast<double>(m.vocab)));
+    // A mixture of experts' routed rows in place of the grid's MLP tensors, in 2-byte values
+    // (Loom's bf16 count, as for 1D layouts), kept per block or re-run under recompute.
+    RankShape two_byte_values = grid_rank;
+    two_byte_values.bf16 = true;
+    (l.recompute ? mixed_terms.moe_rerun : mixed_terms.moe_block) = moe_extra_activation_bytes(two_byte_values);
   }
   // The fp32 weight blocks gathered over depth, counted with the activations (transient too):
   // the layer's own, the next kAhead prefetched (parallel/tensor_parallel_3d/overlap_3d.hpp)
@@ -119,10 +125,8 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     // gather sends, and the token table's, beside the fp32 master, gradient and moments), 16 for
     // the biases, LayerNorms and position table no GEMM reads, as the memory check counts them
     // under ZeRO; mixed: the 16 of the literature, ZeRO's formulas.
-    const int64_t state =
-        (c.precision == Precision::Mixed ? published_mixed_state_bytes(here.dense, l.dp, zero)
-                                         : plan::rank_state_bytes(here, grid_rank, l.dp, zero, 8).total()) +
-        zero_gathered_bytes_of_rank(grid_rank, stages[k].chunks, linears, c, l, micro_batches);
+    const int64_t state = device_state_bytes(m, c, l, here) +
+                          zero_gathered_bytes_of_rank(grid_rank, stages[k].chunks, linears, c, l, micro_batches);
     const std::vector<parallel::pipeline::Action>* actions = schedule ? &schedule->ranks.at(k) : nullptr;
     const int64_t activations =
         gathered + (c.precision == Precision::Mixed
@@ -131,7 +135,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     if (k == 0 || state + activations > cost.memory_bytes()) {
       cost.state_bytes = state;
       cost.activation_bytes = activations;
-      params = here.dense;
+      params = here.dense + here.experts;
     }
   }
   const int64_t usable = c.memory_bytes - c.reserved_bytes;
@@ -184,7 +188,9 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   // the steady state (as step_time prices 1D pipelines).
   const double mb = static_cast<double>(micro_batches), p = static_cast<double>(l.pp), v = static_cast<double>(l.chunks);
   const double layers = static_cast<double>(m.layers) / p;
-  cost.time.compute_s = mb * (layers * layer_s + head_s);
+  // A mixture of experts: each plane rank its experts' rows, K per token shared out over the
+  // plane (K times the grid's MLP share), priced by FLOPs as for 1D layouts.
+  cost.time.compute_s = mb * (layers * layer_s + head_s) * moe_compute_ratio(m, l);
 
   // The grid's collectives: the counted bytes, activations and gathered weights at the
   // wire's size, gradients at the cluster's value size (Loom's bf16 reduces them in fp32).
@@ -194,7 +200,8 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   // Under a pipeline a rank's blocks are its stage's; the depth mean of the tables is priced on
   // every stage (the end stages', which hold them, set the step).
   Gpt3DShape shape{.B = l.micro_batch, .T = m.seq / l.cp, .C = h, .L = m.layers / l.pp, .Vp = m.vocab,
-                   .block_size = m.seq, .M = micro_batches};
+                   .block_size = m.seq, .M = micro_batches, .moe_blocks = moe_layers(m) / l.pp,
+                   .experts = m.moe.experts, .top_k = m.moe.top_k, .expert_split = plane_expert_split(m, l)};
   const Grid3DBytes bytes = tensor_parallel_3d_bytes_per_step(shape, R, C, D, wire_bytes(c.precision), bpv);
   const double scale = l.recompute ? 4.0 / 3.0 : 1.0;
   const double collectives = mb * layers;  // per axis, a few per layer and micro-batch
@@ -230,7 +237,13 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   const double forward_sums_exposed_s =
       std::max(forward_sums_s / kOutputPieces, forward_sums_s - (kOutputPieces - 1.0) / kOutputPieces * linears_s);
   const double under_weight_gradient_exposed_s = std::max(0.0, under_weight_gradient_s - linears_s);
-  cost.time.tp_comm_s = waiting_s + forward_sums_exposed_s + under_weight_gradient_exposed_s + depth_exposed_s;
+  // A mixture of experts' gathers over the plane (each MoE layer's outputs in forward, input
+  // gradients in backward) wait on the critical path.
+  const double plane_s = ring_seconds((l.recompute ? 1.5 : 1.0) * static_cast<double>(bytes.plane), 1.0,
+                                      (l.recompute ? 3.0 : 2.0) * mb * static_cast<double>(shape.moe_blocks), R * C,
+                                      link(R * C));
+  cost.time.tp_comm_s =
+      waiting_s + forward_sums_exposed_s + under_weight_gradient_exposed_s + depth_exposed_s + plane_s;
   // What the compute hides still moves: on a CPU the ranks' cores copy it (their turns on
   // the cores count it; a GPU's copy engines and NICs leave it out).
   cost.time.overlapped_comm_s = depth_s - depth_exposed_s + forward_sums_s - forward_sums_exposed_s +
@@ -304,8 +317,8 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   // AdamW over this rank's parameters, 1/dp of them under ZeRO (step_time's 36 bytes each).
   cost.time.optimizer_s = 36.0 * static_cast<double>(params) / (zero >= 1 ? static_cast<double>(l.dp) : 1.0) / bw;
   cost.time.sharing_s = core_sharing_seconds(cost.time, l.dp * l.pp * l.cp * G, c);
-  cost.flops_per_device = m.flops_per_sequence(l.recompute) * static_cast<double>(global_batch) / cost.step_s() /
-                          static_cast<double>(l.dp * l.pp * l.cp * G);
+  cost.flops_per_device = m.flops_per_sequence(l.recompute) * moe_flops_ratio(m) * static_cast<double>(global_batch) /
+                          cost.step_s() / static_cast<double>(l.dp * l.pp * l.cp * G);
   cost.valid = true;
   return cost;
 }
