@@ -149,14 +149,14 @@ def draw_gpt(rng, ranks, strict):
         a["--grad-reduce-dtype"] = "bf16"
     elif dp > 1 and rng.random() < 0.3:
         a["--allreduce"] = rng.choice(["ring", "tree", "rhd", "param-server"] if not zero else ["ring"])
-    if rng.random() < 0.35 and not (strict and grid):
+    if rng.random() < 0.35:  # on a grid shared out over its plane, or whole where it does not divide them
         E = rng.choice([2, 3, 4, 6, 8])
         a["--moe-experts"] = E
         a["--moe-top-k"] = rng.randint(1, min(E, 3))
         if n_layer > 1 and rng.random() < 0.3:
             a["--moe-every"] = 2
         a["--moe-capacity-factor"] = rng.choice([0, 0, 0.5, 1, 1.25, 2])
-        eps = [e for e in divisors(dp) if E % e == 0 and e > 1]
+        eps = [e for e in divisors(dp) if E % e == 0 and e > 1] if not (strict and grid) else []
         if eps and rng.random() < 0.75:
             a["--ep"] = rng.choice(eps)
     if rng.random() < 0.15:

@@ -71,9 +71,13 @@ def draw_gpt(rng, ranks, moe, n_layer):
     """A GPT layout at `ranks` ranks (each choice one the config accepts)."""
     lay = {"ranks": ranks, "precision": rng.choice(["fp32", "fp32", "bf16"]),
            "format": rng.choice(["auto"] * 4 + ["single", "sharded"]), "recompute": rng.random() < 0.25}
-    if not moe and ranks > 1 and rng.random() < 0.25:
+    # A mixture of experts decides on a grid from the layout's first draws instead of from rng,
+    # so a dense pair and an MoE pair that stays 1D draw what earlier versions drew.
+    on_grid = (rng.random() < 0.25 if not moe else
+               random.Random(repr((ranks, n_layer, sorted(lay.items())))).random() < 0.25) if ranks > 1 else False
+    if on_grid:
         # A 3D grid R,C,D per pipeline stage and sequence chunk of a data-parallel replica:
-        # heads split over R.
+        # heads split over R (a mixture of experts shares its experts out over R x C).
         options = [(dp, pp, cp, r, c, d) for dp in divisors(ranks) for pp in divisors(ranks, n_layer)
                    for cp in divisors(ranks) if BLOCK % (2 * cp) == 0
                    for r in divisors(N_HEAD) for c in divisors(ranks) for d in divisors(ranks)
@@ -228,7 +232,7 @@ def other_model(rng, model, lay_b):
         options += [(["--moe-experts", "8", "--moe-top-k", "2"], "moe_experts"),
                     (["--moe-top-k", "3"], "moe_top_k"), (["--moe-capacity-factor", "0.5"], "moe_capacity_factor"),
                     (["--moe-every", "3"], "moe_every"), (["--moe-aux-loss-coef", "0.1"], "moe_aux_loss_coef")]
-    elif "grid" not in lay_b:  # a grid refuses a mixture of experts before any checkpoint is read
+    else:
         options.append((["--moe-experts", "4"], "moe_experts"))
     return rng.choice(options)
 
