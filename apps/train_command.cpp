@@ -15,6 +15,7 @@
 #include "loom/error.hpp"
 #include "loom/parallel/context_parallel/load_balance.hpp"
 #include "loom/parallel/pipeline/partition.hpp"
+#include "loom/parallel/tensor_parallel_3d/layers_3d.hpp"
 #include "loom/plan/comm_cost.hpp"
 #include "loom/plan/gcn_cost.hpp"
 #include "loom/plan/memory_model.hpp"
@@ -160,13 +161,23 @@ void print_dry_run(train::TrainConfig& config) {
     // Every grid rank holds the same shapes (the widths divide the grid or a layer stays whole
     // on every rank), so one figure is each grid rank's; a pipeline's stages differ (their lines below).
     const plan::Grid3DActivationShape shape = train::grid_3d_activation_shape(config);
-    const std::string peak = config.pp > 1 ? "" : ", " + format_bytes(plan::grid_3d_activation_bytes(shape)) + " at the step's peak";
+    const bool moe = config.model.moe.enabled();
+    // With a mixture of experts the peak is the memory check's (its blocks' rows added as terms).
+    const int64_t peak_bytes = moe ? static_cast<int64_t>(train::rank_training_memory(config, 0).activations)
+                                   : plan::grid_3d_activation_bytes(shape);
+    const std::string peak = config.pp > 1 ? "" : ", " + format_bytes(peak_bytes) + " at the step's peak";
+    const int64_t block = plan::grid_3d_layer_activation_bytes(shape);
+    const std::string moe_block =
+        moe ? " (a mixture of experts' block: " + format_bytes(block + train::moe_extra_layer_activation_bytes(config)) +
+                  ", its experts over " + std::to_string(parallel::tp3d::Layers3D::expert_split(config.model.moe.experts,
+                                                                                               config.tp_3d_grid())) +
+                  " plane rank(s))"
+            : "";
     std::printf("# predicted activations per grid rank, the same on every rank of %s (%s, micro-batch %lld x %lld, "
-                "heads and MLP over row %lld, qkv and fc inputs over col %lld): a block keeps %s%s\n",
+                "heads and MLP over row %lld, qkv and fc inputs over col %lld): a block keeps %s%s%s\n",
                 config.tp_3d.c_str(), config.precision.c_str(), static_cast<long long>(config.batch_size),
                 static_cast<long long>(config.model.block_size), static_cast<long long>(shape.row),
-                static_cast<long long>(shape.col), format_bytes(plan::grid_3d_layer_activation_bytes(shape)).c_str(),
-                peak.c_str());
+                static_cast<long long>(shape.col), format_bytes(block).c_str(), moe_block.c_str(), peak.c_str());
   }
   if (config.cp > 1) {
     // Context parallelism: each rank's chunks of every sequence, its activations (1/cp of the
