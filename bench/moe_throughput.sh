@@ -9,6 +9,11 @@
 #    the table prints each model's training FLOPs per token (6 x active parameters in the
 #    blocks' GEMMs, attention and head as plan::ModelSpec counts them) and the FLOP/s they
 #    make, which is what "the same active FLOPs" compares.
+#    Then the same MoE on two model-parallel ranks (2 processes x 1 thread, batch 2B: the same
+#    global batch): tp 2 without sequence parallelism (every tp rank runs every token through
+#    the experts), tp 2 with it (each its half of every sequence), and the 3D grid 2,1,1
+#    (each rank holds 4 of the 8 experts and runs their rows, the plane gathering their outputs),
+#    with the dense model on that grid; the exchange share is the plane's gathers' under the grid.
 # 2. Load balance: 500 steps of a small MoE (L=2 C=64, 8 experts, top-2) on Tiny Shakespeare
 #    with the Switch auxiliary loss (coefficient 0.01) and without it (0): the max/mean expert
 #    load over the last 100 steps, and the validation loss next to the dense model's (the same
@@ -59,6 +64,10 @@ run dense_serial 1 $MINI --batch-size $((2 * B)) --threads 2
 run moe_serial 1 $MINI $MOE --batch-size $((2 * B)) --threads 2
 run dense_dp2 2 $MINI --dp 2 --batch-size "$B" --threads 1
 run moe_ep2 2 $MINI $MOE --dp 2 --ep 2 --batch-size "$B" --threads 1
+run moe_tp2 2 $MINI $MOE --tp 2 --batch-size $((2 * B)) --threads 1
+run moe_tp2_sp 2 $MINI $MOE --tp 2 --sequence-parallel --batch-size $((2 * B)) --threads 1
+run dense_grid 2 $MINI --tp-3d 2,1,1 --batch-size $((2 * B)) --threads 1
+run moe_grid 2 $MINI $MOE --tp-3d 2,1,1 --batch-size $((2 * B)) --threads 1
 
 if [ "${SKIP_BALANCE:-0}" != 1 ]; then
   SMALL="--data $DATA --n-layer 2 --n-head 4 --n-embd 64 --block-size 64 --batch-size 16 --steps $BALANCE_STEPS --log-every 10 --eval-every $BALANCE_STEPS --eval-batches 20 --threads 1"
@@ -85,19 +94,23 @@ attn, mlp = 4 * C * C, 8 * C * C
 dense_flops = 6 * (L * (attn + mlp) + C * V) + 12 * L * T * C
 moe_flops = 6 * (L * (attn + 2 * mlp + 8 * C) + C * V) + 12 * L * T * C
 print(f"\ngpt-mini training FLOPs per token: dense {dense_flops / 1e6:.1f} M, MoE 8 experts top-2 {moe_flops / 1e6:.1f} M (x{moe_flops / dense_flops:.2f})")
-print(f"{'run':<34} {'tokens/s':>10} {'GFLOP/s':>9} {'a2a share':>10}")
+print(f"{'run':<34} {'tokens/s':>10} {'GFLOP/s':>9} {'exchange share':>15}")
 for name, label, flops in [("dense_serial", "dense, 1 process x 2 threads", dense_flops),
                            ("moe_serial", "MoE, 1 process x 2 threads", moe_flops),
                            ("dense_dp2", "dense, dp 2", dense_flops),
-                           ("moe_ep2", "MoE, dp 2 ep 2", moe_flops)]:
+                           ("moe_ep2", "MoE, dp 2 ep 2", moe_flops),
+                           ("moe_tp2", "MoE, tp 2 (experts replicated)", moe_flops),
+                           ("moe_tp2_sp", "MoE, tp 2 + sequence parallel", moe_flops),
+                           ("dense_grid", "dense, tp_3d 2,1,1", dense_flops),
+                           ("moe_grid", "MoE, tp_3d 2,1,1 (experts split)", moe_flops)]:
     rs = train(name)[skip:]
     if not rs:
         continue
     tps = statistics.median(r["tokens_per_s"] for r in rs)
     share = ""
     if "moe_a2a_s" in rs[0]:
-        share = f"{100 * statistics.median(r['moe_a2a_s'] / r['step_s'] for r in rs):.1f}%" if name.endswith("ep2") else "-"
-    print(f"{label:<34} {tps:>10.0f} {tps * flops / 1e9:>9.1f} {share:>10}")
+        share = f"{100 * statistics.median(r['moe_a2a_s'] / r['step_s'] for r in rs):.1f}%" if name in ("moe_ep2", "moe_grid") else "-"
+    print(f"{label:<34} {tps:>10.0f} {tps * flops / 1e9:>9.1f} {share:>15}")
 
 if train("balance_aux"):
     print(f"\nload balance, small MoE (L 2, C 64, 8 experts, top-2), {train('balance_aux')[-1]['step']} steps:")

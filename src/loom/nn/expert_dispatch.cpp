@@ -35,6 +35,12 @@ DispatchPlan make_plan(std::vector<int64_t> counts, std::vector<int64_t> from, i
 Tensor ExpertDispatcher::dispatch(const Tensor& rows, const DispatchPlan&) const { return rows; }
 Tensor ExpertDispatcher::combine(const Tensor& rows, const DispatchPlan&) const { return rows; }
 
+double ExpertDispatcher::take_exchange_seconds() const {
+  const double s = exchange_seconds_;
+  exchange_seconds_ = 0.0;
+  return s;
+}
+
 const ExpertDispatcher& local_experts() {
   static const ExpertDispatcher serial;
   return serial;

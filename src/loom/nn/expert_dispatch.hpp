@@ -5,6 +5,7 @@
 // the directions swapped (gradients of combine are dispatched, those of dispatch combined).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -40,7 +41,24 @@ class ExpertDispatcher {
   // The inverse: local experts' rows back to the ranks and places they came from.
   virtual Tensor combine(const Tensor& rows, const DispatchPlan& plan) const;
   // Seconds spent in exchanges (forward and backward) since the last call; 0 serially.
-  virtual double take_exchange_seconds() const { return 0.0; }
+  double take_exchange_seconds() const;
+
+ protected:
+  // Times an exchange from its construction to its end, into take_exchange_seconds().
+  class ExchangeClock {
+   public:
+    explicit ExchangeClock(const ExpertDispatcher& d) : d_(d), start_(std::chrono::steady_clock::now()) {}
+    ~ExchangeClock() { d_.exchange_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+    ExchangeClock(const ExchangeClock&) = delete;
+    ExchangeClock& operator=(const ExchangeClock&) = delete;
+
+   private:
+    const ExpertDispatcher& d_;
+    std::chrono::steady_clock::time_point start_;
+  };
+
+ private:
+  mutable double exchange_seconds_ = 0.0;
 };
 
 // Every expert local: dispatch and combine return their input.

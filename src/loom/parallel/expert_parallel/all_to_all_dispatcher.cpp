@@ -1,7 +1,6 @@
 #include "loom/parallel/expert_parallel/all_to_all_dispatcher.hpp"
 
 #include <algorithm>
-#include <chrono>
 
 #include "loom/comm/activation_wire.hpp"
 #include "loom/comm/startup_watch.hpp"
@@ -39,7 +38,7 @@ std::vector<int64_t> times(std::vector<int64_t> counts, int64_t C) {
 }  // namespace
 
 std::vector<int64_t> AllToAllDispatcher::exchange_counts(const std::vector<int64_t>& counts, int64_t local_experts) const {
-  const auto start = std::chrono::steady_clock::now();
+  const ExchangeClock clock(*this);
   // counts (E): block q (rank q's experts) goes to rank q; from (E): block s came from rank s.
   const int64_t E = static_cast<int64_t>(counts.size());
   check(E == local_experts * ep_.size(), "expert parallel: ", E, " expert counts for ", local_experts, " experts on each of ",
@@ -54,36 +53,27 @@ std::vector<int64_t> AllToAllDispatcher::exchange_counts(const std::vector<int64
   ep_.all_to_all(send, recv);  // counts: exact in fp32 (below 2^24), never on the activation wire
   std::vector<int64_t> from(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) from[static_cast<size_t>(e)] = static_cast<int64_t>(recv.f32()[e]);
-  exchange_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return from;
 }
 
 Tensor AllToAllDispatcher::dispatch(const Tensor& rows, const nn::DispatchPlan& plan) const {
-  const auto start = std::chrono::steady_clock::now();
+  const ExchangeClock clock(*this);
   const int64_t C = rows.size(1);
   Tensor received = Tensor::empty({plan.received(), C});  // (received, C) by sending rank
   comm::all_to_all_v_activations(ep_, rows, times(plan.send, C), received, times(plan.recv, C));
   Tensor out = regroup(received, plan, /*by_expert=*/true);
-  exchange_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
 
 Tensor AllToAllDispatcher::combine(const Tensor& rows, const nn::DispatchPlan& plan) const {
-  const auto start = std::chrono::steady_clock::now();
+  const ExchangeClock clock(*this);
   const int64_t C = rows.size(1);
   int64_t sent = 0;
   for (int64_t c : plan.send) sent += c;
   Tensor back = Tensor::empty({sent, C});  // (R, C) in the order this rank sent them
   comm::all_to_all_v_activations(ep_, regroup(rows, plan, /*by_expert=*/false), times(plan.recv, C), back,
                                  times(plan.send, C));
-  exchange_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return back;
-}
-
-double AllToAllDispatcher::take_exchange_seconds() const {
-  const double s = exchange_seconds_;
-  exchange_seconds_ = 0.0;
-  return s;
 }
 
 }  // namespace loom::parallel::ep

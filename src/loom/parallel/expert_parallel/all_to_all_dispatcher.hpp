@@ -21,11 +21,9 @@ class AllToAllDispatcher : public nn::ExpertDispatcher {
   std::vector<int64_t> exchange_counts(const std::vector<int64_t>& counts, int64_t local_experts) const override;
   Tensor dispatch(const Tensor& rows, const nn::DispatchPlan& plan) const override;
   Tensor combine(const Tensor& rows, const nn::DispatchPlan& plan) const override;
-  double take_exchange_seconds() const override;
 
  private:
   comm::ProcessGroup& ep_;
-  mutable double exchange_seconds_ = 0.0;
 };
 
 }  // namespace loom::parallel::ep

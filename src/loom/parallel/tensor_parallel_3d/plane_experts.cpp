@@ -1,7 +1,6 @@
 #include "loom/parallel/tensor_parallel_3d/plane_experts.hpp"
 
 #include <algorithm>
-#include <chrono>
 
 #include "loom/comm/activation_wire.hpp"
 #include "loom/comm/startup_watch.hpp"
@@ -36,7 +35,7 @@ Tensor PlaneExperts::dispatch(const Tensor& rows, const nn::DispatchPlan& plan) 
 }
 
 Tensor PlaneExperts::combine(const Tensor& rows, const nn::DispatchPlan& plan) const {
-  const auto start = std::chrono::steady_clock::now();
+  const ExchangeClock clock(*this);
   const int64_t C = rows.size(1);
   std::vector<int64_t> counts = plan.send;  // rank q's experts' rows
   int64_t total = 0;
@@ -44,14 +43,7 @@ Tensor PlaneExperts::combine(const Tensor& rows, const nn::DispatchPlan& plan) c
   Tensor all = Tensor::empty({total, C});  // (R, C)
   comm::stop_for_a_test("plane-experts-gather");
   comm::all_gather_v_activations(plane_, rows, counts, all);
-  exchange_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return all;
-}
-
-double PlaneExperts::take_exchange_seconds() const {
-  const double s = exchange_seconds_;
-  exchange_seconds_ = 0.0;
-  return s;
 }
 
 }  // namespace loom::parallel::tp3d

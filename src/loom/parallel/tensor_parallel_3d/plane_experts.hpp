@@ -30,11 +30,9 @@ class PlaneExperts : public nn::ExpertDispatcher {
   // Each rank's experts' rows -> (R, C) every rank's, in expert order: an uneven all-gather
   // over the plane, in its activation dtype (bf16 in a bf16 run).
   Tensor combine(const Tensor& rows, const nn::DispatchPlan& plan) const override;
-  double take_exchange_seconds() const override;
 
  private:
   comm::ProcessGroup& plane_;
-  mutable double exchange_seconds_ = 0.0;
 };
 
 }  // namespace loom::parallel::tp3d
