@@ -94,7 +94,7 @@ attn, mlp = 4 * C * C, 8 * C * C
 dense_flops = 6 * (L * (attn + mlp) + C * V) + 12 * L * T * C
 moe_flops = 6 * (L * (attn + 2 * mlp + 8 * C) + C * V) + 12 * L * T * C
 print(f"\ngpt-mini training FLOPs per token: dense {dense_flops / 1e6:.1f} M, MoE 8 experts top-2 {moe_flops / 1e6:.1f} M (x{moe_flops / dense_flops:.2f})")
-print(f"{'run':<34} {'tokens/s':>10} {'GFLOP/s':>9} {'exchange share':>15}")
+print(f"{'run':<34} {'tokens/s':>10} {'GFLOP/s':>9} {'exchange share':>15} {'peak MiB/rank':>14}")
 for name, label, flops in [("dense_serial", "dense, 1 process x 2 threads", dense_flops),
                            ("moe_serial", "MoE, 1 process x 2 threads", moe_flops),
                            ("dense_dp2", "dense, dp 2", dense_flops),
@@ -110,7 +110,8 @@ for name, label, flops in [("dense_serial", "dense, 1 process x 2 threads", dens
     share = ""
     if "moe_a2a_s" in rs[0]:
         share = f"{100 * statistics.median(r['moe_a2a_s'] / r['step_s'] for r in rs):.1f}%" if name in ("moe_ep2", "moe_grid") else "-"
-    print(f"{label:<34} {tps:>10.0f} {tps * flops / 1e9:>9.1f} {share:>15}")
+    peak = max(r.get("peak_mem_bytes", 0) for r in rs) / 2**20
+    print(f"{label:<34} {tps:>10.0f} {tps * flops / 1e9:>9.1f} {share:>15} {peak:>14.0f}")
 
 if train("balance_aux"):
     print(f"\nload balance, small MoE (L 2, C 64, 8 experts, top-2), {train('balance_aux')[-1]['step']} steps:")
