@@ -19,6 +19,7 @@
 #include "loom/plan/pipeline_ranks.hpp"
 #include "loom/train/memory_budget.hpp"
 #include "serial_layout.hpp"
+#include "trainer_config_of.hpp"
 
 namespace loom::plan {
 namespace {
@@ -28,24 +29,13 @@ TEST(PlanPipelineMemory, EqualsTheMemoryCheckOfTheRankNeedingTheMost) {
   for (const int64_t pp : {2, 4})
     for (const int64_t chunks : {1, 2})
       for (const bool bf16 : {false, true}) {
-        train::TrainConfig c;
-        c.model = nn::GPTConfig{.vocab_size = 65, .block_size = 32, .n_layer = 8, .n_head = 2, .n_embd = 32};
-        c.model.padded_vocab_size = 128;
-        c.model.moe.experts = 4;
-        c.model.moe.top_k = 2;
-        c.model.moe.every = 2;  // blocks 1, 3, 5, 7
-        c.batch_size = B;
-        c.micro_batches = M;
-        c.pp = pp;
-        c.chunks = chunks;
-        c.schedule = chunks > 1 ? "interleaved" : "1f1b";
-        c.precision = bf16 ? "bf16" : "fp32";
         ModelSpec m{"m", 8, 32, 2, 32, 128};
-        m.moe = {4, 2, 2};
+        m.moe = {4, 2, 2};  // blocks 1, 3, 5, 7
         Layout l = testing::serial_layout(B);
         l.pp = pp;
         l.chunks = chunks;
         l.zero = 0;
+        const train::TrainConfig c = testing::trainer_config_of(m, l, M, bf16);
         ClusterSpec cluster = cluster_preset("local-default");
         cluster.precision = bf16 ? Precision::Bf16 : Precision::Fp32;
         const LayoutCost cost = predict(m, cluster, l, B * M);
@@ -116,29 +106,8 @@ TEST(PlanPipelineMemory, EqualsTheMemoryCheckOverTpCpPpMoeRecomputeAndZero) {
   };
   for (const PlanRow& row : rows)
     for (const bool bf16 : {false, true}) {
-      train::TrainConfig c;
-      c.model = nn::GPTConfig{.vocab_size = 65, .block_size = 32, .n_layer = 12, .n_head = 4, .n_embd = 32};
-      c.model.padded_vocab_size = 128;
-      c.model.recompute = row.recompute;
-      c.batch_size = B;
-      c.micro_batches = M;
-      c.dp = row.dp;
-      c.tp = row.tp;
-      c.cp = row.cp;
-      c.pp = row.pp;
-      c.ep = row.ep;
-      c.chunks = row.chunks;
-      c.schedule = row.schedule;
-      c.sequence_parallel = row.sp;
-      c.zero = row.zero;
-      c.precision = bf16 ? "bf16" : "fp32";
       ModelSpec m{"m", 12, 32, 4, 32, 128};
-      if (row.moe_every > 0) {
-        c.model.moe.experts = 4;
-        c.model.moe.top_k = 2;
-        c.model.moe.every = row.moe_every;
-        m.moe = {4, 2, row.moe_every};
-      }
+      if (row.moe_every > 0) m.moe = {4, 2, row.moe_every};
       Layout l = testing::serial_layout(B);
       l.dp = row.dp;
       l.tp = row.tp;
@@ -150,6 +119,7 @@ TEST(PlanPipelineMemory, EqualsTheMemoryCheckOverTpCpPpMoeRecomputeAndZero) {
       l.sequence_parallel = row.sp;
       l.recompute = row.recompute;
       l.zero = row.zero;
+      const train::TrainConfig c = testing::trainer_config_of(m, l, M, bf16);
       ClusterSpec cluster = cluster_preset("local-default");
       cluster.precision = bf16 ? Precision::Bf16 : Precision::Fp32;
       const std::string what = row.name + (bf16 ? ", bf16" : ", fp32");

@@ -12,6 +12,7 @@
 #include "loom/plan/tensor_parallel_3d_cost.hpp"
 #include "loom/plan/tensor_parallel_3d_layout.hpp"
 #include "loom/train/memory_budget.hpp"
+#include "plan/trainer_config_of.hpp"
 
 namespace loom::plan {
 namespace {
@@ -20,30 +21,6 @@ Layout grid(int64_t dp, int64_t R, int64_t C, int64_t D, int64_t mb = 1) {
   return Layout{.dp = dp, .micro_batch = mb, .zero = 0, .recompute = false, .sequence_parallel = false, .row = R, .col = C, .depth = D};
 }
 
-// The trainer's configuration of planned layout l of model m (vocabulary 65 padded to m's), for
-// its memory check: the same shapes, degrees, micro-batches and precision.
-train::TrainConfig trainer_config(const ModelSpec& m, const Layout& l, int64_t micro_batches, bool bf16) {
-  train::TrainConfig c;
-  c.model = nn::GPTConfig{.vocab_size = 65, .block_size = m.seq, .n_layer = m.layers, .n_head = m.heads, .n_embd = m.hidden};
-  c.model.padded_vocab_size = m.vocab;
-  c.model.recompute = l.recompute;
-  c.model.selective_recompute = l.selective_recompute;
-  c.model.moe.experts = m.moe.experts;
-  c.model.moe.top_k = m.moe.top_k;
-  c.model.moe.every = m.moe.every;
-  c.model.moe.capacity_factor = m.moe.capacity_factor;
-  c.batch_size = l.micro_batch;
-  c.micro_batches = micro_batches;
-  c.dp = l.dp;
-  c.pp = l.pp;
-  c.chunks = l.chunks;
-  c.cp = l.cp;
-  c.zero = l.zero;
-  c.schedule = l.chunks > 1 ? "interleaved" : "1f1b";
-  c.tp_3d = std::to_string(l.row) + "," + std::to_string(l.col) + "," + std::to_string(l.depth);
-  c.precision = bf16 ? "bf16" : "fp32";
-  return c;
-}
 
 TEST(Plan3D, TheSearchEnumeratesEveryGridOfTheDevicesOnce) {
   const ModelSpec m = model_preset("gpt2-small");
@@ -220,7 +197,7 @@ TEST(Plan3D, ActivationsAreTheMemoryChecksPlusTheGatheredBlocks) {
           l.selective_recompute = selective;
           const LayoutCost cost = predict(m, cluster, l, mb * D);
           ASSERT_TRUE(cost.valid) << cost.why_not;
-          const train::TrainConfig c = trainer_config(m, l, 1, bf16);
+          const train::TrainConfig c = testing::trainer_config_of(m, l, 1, bf16);
           const int64_t gathered = 4 * ((D > 1 ? 3 : 0) + 3) * 4 * h * h / (R * C);
           EXPECT_EQ(static_cast<double>(cost.activation_bytes - gathered), train::training_memory(c).activations)
               << c.tp_3d << (bf16 ? " bf16" : " fp32") << (recompute ? " recompute" : "") << (selective ? " selective" : "");
@@ -265,7 +242,7 @@ TEST(Plan3D, ZeroOverGridsIsPricedAsTheMemoryCheckCountsIt) {
           l.zero = zero;
           const LayoutCost cost = predict(m, cluster, l, global_batch);
           ASSERT_TRUE(cost.valid) << cost.why_not;
-          const train::TrainConfig c = trainer_config(m, l, micro_batches, bf16);
+          const train::TrainConfig c = testing::trainer_config_of(m, l, micro_batches, bf16);
           const std::string what = "dp 2 x pp " + std::to_string(pp) + " x " + c.tp_3d + ", zero " + std::to_string(zero) +
                                    (bf16 ? " bf16" : " fp32");
           const train::MemoryNeed need = train::training_memory(c);
@@ -303,7 +280,7 @@ TEST(Plan3D, PipelinesAndRingsOfGridsArePricedAsTheMemoryCheckCountsThem) {
           l.recompute = recompute;
           const LayoutCost cost = predict(m, cluster, l, micro_batches * mb * D);
           ASSERT_TRUE(cost.valid) << cost.why_not;
-          const train::TrainConfig c = trainer_config(m, l, micro_batches, bf16);
+          const train::TrainConfig c = testing::trainer_config_of(m, l, micro_batches, bf16);
           const std::string what = "pp " + std::to_string(around.pp) + " (v " + std::to_string(around.chunks) + ") x cp " +
                                    std::to_string(around.cp) + " x " + c.tp_3d + (bf16 ? " bf16" : " fp32") +
                                    (recompute ? " recompute" : "");
@@ -349,7 +326,7 @@ TEST(Plan3D, MixtureOfExpertsOnGridsIsPricedAsTheMemoryCheckCountsIt) {
           l.recompute = recompute;
           const LayoutCost cost = predict(m, cluster, l, around.dp * micro_batches * mb * D);
           ASSERT_TRUE(cost.valid) << cost.why_not;
-          const train::TrainConfig c = trainer_config(m, l, micro_batches, bf16);
+          const train::TrainConfig c = testing::trainer_config_of(m, l, micro_batches, bf16);
           const std::string what = "dp " + std::to_string(around.dp) + " zero " + std::to_string(around.zero) + " x pp " +
                                    std::to_string(around.pp) + " x " + c.tp_3d + (bf16 ? " bf16" : " fp32") +
                                    (recompute ? " recompute" : "");
