@@ -162,10 +162,11 @@ void print_dry_run(train::TrainConfig& config) {
     // on every rank), so one figure is each grid rank's; a pipeline's stages differ (their lines below).
     const plan::Grid3DActivationShape shape = train::grid_3d_activation_shape(config);
     const bool moe = config.model.moe.enabled();
-    // With a mixture of experts the peak is the memory check's (its blocks' rows added as terms).
-    const int64_t peak_bytes = moe ? static_cast<int64_t>(train::rank_training_memory(config, 0).activations)
-                                   : plan::grid_3d_activation_bytes(shape);
-    const std::string peak = config.pp > 1 ? "" : ", " + format_bytes(peak_bytes) + " at the step's peak";
+    // The memory check's peak (a mixture of experts' rows added to the grid's blocks as terms).
+    const std::string peak =
+        config.pp > 1 ? ""
+                      : ", " + format_bytes(static_cast<int64_t>(train::rank_training_memory(config, 0).activations)) +
+                            " at the step's peak";
     const int64_t block = plan::grid_3d_layer_activation_bytes(shape);
     const std::string moe_block =
         moe ? " (a mixture of experts' block: " + format_bytes(block + train::moe_extra_layer_activation_bytes(config)) +
