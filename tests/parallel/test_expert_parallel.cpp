@@ -17,6 +17,7 @@
 
 #include "comm/mpi_test_env.hpp"
 #include "loom/parallel/expert_parallel/all_to_all_dispatcher.hpp"
+#include "loom/parallel/tensor_parallel_3d/plane_experts.hpp"
 #include "loom/parallel/zero.hpp"
 #include "loom/plan/layout_cost.hpp"
 #include "loom/plan/moe_cost.hpp"
@@ -66,6 +67,31 @@ TEST(ExpertDispatch, DispatchThenCombineReturnsTheRowsExactlyAndEachExpertGetsIt
     }
   ASSERT_EQ(i, local.size(0));
   const Tensor back = dispatcher.combine(local, plan);
+  ASSERT_EQ(back.shape(), rows.shape());
+  for (int64_t j = 0; j < rows.numel(); ++j) ASSERT_EQ(back.f32()[j], rows.f32()[j]) << "element " << j;
+}
+
+// The same over a 3D grid's plane (every rank routed the same rows): each rank gets exactly its
+// experts' block, and the plane's gather gives every rank back all rows; the experts of rank 1
+// get none, and it still takes part in the gather (no rank waits alone).
+TEST(PlaneExperts, DispatchThenCombineReturnsTheRowsExactlyAndEachRankItsExpertsBlock) {
+  comm::ProcessGroup& g = world();
+  const int P = g.size(), r = g.rank();
+  const int64_t El = 2, E = El * P, C = 3;
+  std::vector<int64_t> counts;  // the same on every rank
+  int64_t R = 0;
+  for (int64_t e = 0; e < E; ++e) counts.push_back(e / El == 1 ? 0 : (e * 3) % 5 + 1), R += counts.back();
+  Tensor rows = Tensor::empty({R, C});
+  for (int64_t i = 0; i < R * C; ++i) rows.f32()[i] = static_cast<float>(i);
+  tp3d::PlaneExperts plane(g);
+  const nn::DispatchPlan plan = nn::make_plan(counts, plane.exchange_counts(counts, El), P);
+  const Tensor local = plane.dispatch(rows, plan);
+  int64_t first = 0, mine = 0;
+  for (int64_t e = 0; e < r * El; ++e) first += counts[static_cast<size_t>(e)];
+  for (int64_t e = r * El; e < (r + 1) * El; ++e) mine += counts[static_cast<size_t>(e)];
+  ASSERT_EQ(local.size(0), mine) << "rank " << r;
+  for (int64_t i = 0; i < mine * C; ++i) ASSERT_EQ(local.f32()[i], rows.f32()[first * C + i]) << "rank " << r;
+  const Tensor back = plane.combine(local, plan);
   ASSERT_EQ(back.shape(), rows.shape());
   for (int64_t j = 0; j < rows.numel(); ++j) ASSERT_EQ(back.f32()[j], rows.f32()[j]) << "element " << j;
 }
