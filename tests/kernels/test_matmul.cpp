@@ -209,6 +209,56 @@ TEST(Matmul, ProductsOnManyRowsReadBRepacked) {
   EXPECT_EQ(matmul_repacked_products() - before, expected);
 }
 
+// Products whose row count (a mixture of experts' projections) or inner dimension (their
+// weight gradients) changes from call to call compute the same products, in fp32 and bf16
+// (operands rounded to bf16 values first, so the reference is exact up to the sums: rtol/atol
+// 1e-5 as above, at most 61 terms), with bias and accumulation, B stored either way, one row
+// or term included; where this CPU's oneDNN takes the dimension at run time
+// (matmul_varying_shares_primitive) all of a family's calls share one primitive, otherwise
+// each shape creates its own, as a fixed product's. Without a oneDNN bf16 matmul (an AVX2 CPU)
+// the bf16 products are the widened operands' fp32 ones, through the fp32 pass's primitives.
+TEST(Matmul, VaryingDimensionComputesTheProductThroughOnePrimitive) {
+  const int64_t fixed_a = 29, fixed_b = 31;  // shapes no other test uses
+  for (const Precision precision : {Precision::F32, Precision::BF16}) {
+    const PrecisionScope scope(precision);
+    const bool widened = precision == Precision::BF16 && !native_bf16_matmul();
+    const bool shares = matmul_varying_shares_primitive(precision == Precision::BF16 && !widened);
+    const std::string what(precision_name(precision));
+    auto created = [&](size_t shapes) { return widened ? 0 : shares ? 1 : static_cast<int64_t>(shapes); };
+    auto data = [](int64_t n, uint64_t seed) {
+      std::vector<float> v = random_vector(n, seed);
+      round_to_bf16_values(v.data(), v.data(), n);
+      return v;
+    };
+    const std::vector<int64_t> sizes{1, 7, 61, 40};
+    for (const Trans tb : {Trans::N, Trans::T}) {  // rows vary: y (M, N) = x (M, K) op(W) + bias
+      const int64_t N = fixed_a, K = fixed_b;
+      const std::vector<float> B = data(K * N, 51), bias = random_vector(N, 52);
+      const int64_t before = matmul_primitive_count();
+      for (const int64_t M : sizes) {
+        const std::vector<float> A = data(M * K, 53 + M);
+        std::vector<float> C(M * N);
+        matmul(A.data(), Trans::N, B.data(), tb, C.data(), M, N, K, bias.data(), false, Varying::Rows);
+        EXPECT_TRUE(all_close(C, naive(A, Trans::N, B, tb, M, N, K, bias.data(), nullptr), 1e-5, 1e-5,
+                              what + " rows " + std::to_string(M)));
+      }
+      EXPECT_EQ(matmul_primitive_count() - before, created(sizes.size())) << what;
+    }
+    // The inner dimension varies: dW (M, N) += dy^T (M, K) x (K, N), dy stored (K, M).
+    const int64_t M = fixed_b, N = fixed_a;
+    const std::vector<float> C0 = random_vector(M * N, 60);
+    const int64_t before = matmul_primitive_count();
+    for (const int64_t K : sizes) {
+      const std::vector<float> At = data(K * M, 61 + K), B = data(K * N, 62 + K);
+      std::vector<float> C = C0;
+      matmul(At.data(), Trans::T, B.data(), Trans::N, C.data(), M, N, K, nullptr, /*accumulate=*/true, Varying::Inner);
+      EXPECT_TRUE(all_close(C, naive(At, Trans::T, B, Trans::N, M, N, K, nullptr, &C0), 1e-5, 1e-5,
+                            what + " inner " + std::to_string(K)));
+    }
+    EXPECT_EQ(matmul_primitive_count() - before, created(sizes.size())) << what;
+  }
+}
+
 TEST(Matmul, PrimitiveCacheReusesSameShape) {
   const int64_t M = 3, N = 19, K = 23;  // a shape no other test uses
   const auto A = random_vector(M * K, 6), B = random_vector(K * N, 7);

@@ -34,10 +34,18 @@ struct Operand {
 // the calling thread alone, for a run inside a caller's parallel loop.
 void copy_run_to_bf16(Operand src, bfloat16* dst, int64_t n);
 
+// Which dimension of a product changes from call to call: a mixture of experts' row counts
+// per expert change every step, M of its projections and K of its weight gradients. A primitive
+// per exact shape would mean creating one (about a millisecond, single-threaded) for nearly
+// every such call and caching each for good; these products share one primitive with that
+// dimension given at run time instead, where this CPU's oneDNN has one as fast
+// (matmul_varying_shares_primitive; measured in matmul.cpp).
+enum class Varying { None, Rows, Inner };
+
 // C(M, N) = op(A) @ op(B) [+ bias(N)] [+ C when accumulate].
 // A is (M, K) row-major, or stored (K, M) when ta == T; B is (K, N), or stored (N, K) when tb == T.
 void matmul(Operand A, Trans ta, Operand B, Trans tb, float* C, int64_t M, int64_t N,
-            int64_t K, const float* bias = nullptr, bool accumulate = false);
+            int64_t K, const float* bias = nullptr, bool accumulate = false, Varying varying = Varying::None);
 
 // A batch of (B0 x B1) matmuls with arbitrary element strides, for attention heads read in
 // place from a (B, T, 3C) buffer. Strides are {batch0, batch1, row, col} in elements.
@@ -68,6 +76,11 @@ std::string bf16_speed_warning();
 
 // Number of distinct primitives created so far (tests check that the cache works).
 int64_t matmul_primitive_count();
+// Whether products of a Varying dimension share one primitive in this precision on this CPU:
+// oneDNN has a kernel taking the dimension at run time, not a reference one, and not in place
+// of AMX tiles (oneDNN 2.6 has those in its fixed-shape kernel only). Otherwise each shape
+// gets its own primitive, as a fixed product's.
+bool matmul_varying_shares_primitive(bool bf16);
 
 // A product with at least this many rows, A's rows contiguous (ta == N; in bf16 either way)
 // and not inside a parallel region reads B through a reorder into the blocked layout oneDNN's

@@ -11,6 +11,7 @@
 namespace loom::nn {
 
 using kernels::Trans;
+using kernels::Varying;
 
 Experts::Experts(int64_t El, int64_t C, int64_t first, int64_t E) : El_(El), C_(C) {
   fc_w_ = &register_parameter("fc_weight", {El, 4 * C, C}, /*weight_decay=*/true);
@@ -46,14 +47,14 @@ Tensor Experts::forward_grouped(const Tensor& x, const std::vector<int64_t>& cou
     const int64_t n = counts[static_cast<size_t>(e)];
     if (n == 0) continue;
     project_rows(input, r0 * C, fc_w.at(e * H * C), fc_b_->value().f32() + e * H, h.f32() + r0 * H, n, H, C,
-                 ctx.inference(), ctx.packed_weights());
+                 ctx.inference(), ctx.packed_weights(), Varying::Rows);
     if (bf16) {
       kernels::gelu_forward(a_kept.bf16() + r0 * H, h_kept.bf16() + r0 * H, h.f32() + r0 * H, n * H);
     } else {
       kernels::gelu_forward(a.f32() + r0 * H, h.f32() + r0 * H, n * H);
     }
     project_rows(a_kept, r0 * H, proj_w.at(e * C * H), proj_b_->value().f32() + e * C, y.f32() + r0 * C, n, C, H,
-                 ctx.inference(), ctx.packed_weights());
+                 ctx.inference(), ctx.packed_weights(), Varying::Rows);
     r0 += n;
   }
   check(r0 == R, "experts: row counts sum to ", r0, ", got ", R, " rows");
@@ -77,18 +78,19 @@ Tensor Experts::backward_grouped(const Tensor& dy, const std::vector<int64_t>& c
     if (n == 0) continue;
     const kernels::Operand dye = gemm_input(dy_c, r0 * C);
     float* dhe = dh.f32() + r0 * H;
-    kernels::matmul(dye, Trans::N, proj_w.at(e * C * H), Trans::N, dhe, n, H, C);
+    kernels::matmul(dye, Trans::N, proj_w.at(e * C * H), Trans::N, dhe, n, H, C, nullptr, false, Varying::Rows);
     kernels::matmul(dye, Trans::T, gemm_input(a, r0 * H), Trans::N, proj_w_->grad().f32() + e * C * H, C, H, n, nullptr,
-                    /*accumulate=*/true);
+                    /*accumulate=*/true, Varying::Inner);
     kernels::bias_backward(proj_b_->grad().f32() + e * C, dy.f32() + r0 * C, n, C);
     if (h.dtype() == DType::BF16)
       kernels::gelu_backward(dhe, h.bf16() + r0 * H, dhe, n * H);
     else
       kernels::gelu_backward(dhe, h.f32() + r0 * H, dhe, n * H);
     const Tensor dh_c = in_compute_precision(dh.narrow(r0, n));  // (n, 4C)
-    kernels::matmul(gemm_input(dh_c), Trans::N, fc_w.at(e * H * C), Trans::N, dx.f32() + r0 * C, n, C, H);
+    kernels::matmul(gemm_input(dh_c), Trans::N, fc_w.at(e * H * C), Trans::N, dx.f32() + r0 * C, n, C, H, nullptr,
+                    false, Varying::Rows);
     kernels::matmul(gemm_input(dh_c), Trans::T, gemm_input(x, r0 * C), Trans::N, fc_w_->grad().f32() + e * H * C, H, C,
-                    n, nullptr, /*accumulate=*/true);
+                    n, nullptr, /*accumulate=*/true, Varying::Inner);
     kernels::bias_backward(fc_b_->grad().f32() + e * H, dhe, n, H);
     r0 += n;
   }

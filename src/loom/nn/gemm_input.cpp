@@ -13,14 +13,14 @@ kernels::Operand gemm_input(const Tensor& t) {
 kernels::Operand gemm_input(const Tensor& t, int64_t offset) { return gemm_input(t).at(offset); }
 
 void project_rows(const Tensor& x, int64_t offset, kernels::Operand w, const float* bias, float* y, int64_t rows,
-                  int64_t out, int64_t in, bool few_rows, kernels::PackedWeights* packed) {
+                  int64_t out, int64_t in, bool few_rows, kernels::PackedWeights* packed, kernels::Varying varying) {
   few_rows = few_rows && x.dtype() == DType::F32;
   if (few_rows && rows <= kernels::kGemvMaxRows)
     kernels::gemv_rows(x.f32() + offset, w, bias, y, rows, out, in);
   else if (few_rows && packed != nullptr && rows <= kernels::kPackedMaxRows)
     packed->matmul(x.f32() + offset, w, bias, y, rows, out, in);
   else
-    kernels::matmul(gemm_input(x, offset), kernels::Trans::N, w, kernels::Trans::T, y, rows, out, in, bias);
+    kernels::matmul(gemm_input(x, offset), kernels::Trans::N, w, kernels::Trans::T, y, rows, out, in, bias, false, varying);
 }
 
 Tensor in_compute_precision(const Tensor& x) {

@@ -14,10 +14,12 @@ kernels::Operand gemm_input(const Tensor& t, int64_t offset);
 
 // y (rows, out) = x's rows from element `offset` on times W^T (W: out x in), + bias (or none):
 // a decode step's few fp32 rows (few_rows: an inference context) through the GEMV or the
-// packed copies of W, everything else through oneDNN's matmul. Every layer's product with a
-// weight takes this one choice (Linear, the experts).
+// packed copies of W, everything else through oneDNN's matmul (`varying`: Rows where the row
+// count changes from call to call, as an expert's). Every layer's product with a weight takes
+// this one choice (Linear, the experts).
 void project_rows(const Tensor& x, int64_t offset, kernels::Operand w, const float* bias, float* y, int64_t rows,
-                  int64_t out, int64_t in, bool few_rows, kernels::PackedWeights* packed);
+                  int64_t out, int64_t in, bool few_rows, kernels::PackedWeights* packed,
+                  kernels::Varying varying = kernels::Varying::None);
 
 // x itself in fp32 (or when already bf16); in bf16 mixed precision a bf16 copy, made once
 // where several GEMMs read x or backward keeps it (half the memory of the fp32 one).
