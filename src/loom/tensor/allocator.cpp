@@ -1,6 +1,7 @@
 #include "loom/tensor/allocator.hpp"
 
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -27,7 +28,8 @@ constexpr int64_t kGranule = 64 << 10;        // sizes rounded up to this for re
 
 struct Cache {
   std::mutex mutex;
-  std::unordered_map<int64_t, std::vector<void*>> free_blocks;  // rounded size -> blocks
+  std::map<int64_t, std::vector<void*>> free_blocks;  // block size -> blocks (none empty)
+  std::unordered_map<void*, int64_t> lent_larger;     // a block handed out for fewer bytes -> its size
   int64_t bytes = 0;
 };
 
@@ -56,12 +58,16 @@ void* allocate_block(int64_t bytes) {
   if (size >= kCachedMin) {
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mutex);
-    auto it = c.free_blocks.find(size);
-    if (it != c.free_blocks.end() && !it->second.empty()) {
+    // The smallest block that fits, if no more than an eighth of it goes unused.
+    auto it = c.free_blocks.lower_bound(size);
+    if (it != c.free_blocks.end() && it->first - size <= it->first / 8) {
+      const int64_t block = it->first;
       void* p = it->second.back();
       it->second.pop_back();
-      c.bytes -= size;
-      return hand_out(p, bytes, size);
+      if (it->second.empty()) c.free_blocks.erase(it);
+      c.bytes -= block;
+      if (block != size) c.lent_larger.emplace(p, block);
+      return hand_out(p, bytes, block);
     }
   }
   return hand_out(std::aligned_alloc(kAlignment, static_cast<size_t>(size)), bytes, size);
@@ -69,10 +75,14 @@ void* allocate_block(int64_t bytes) {
 
 void free_block(void* ptr, int64_t bytes) {
   if (ptr == nullptr) return;
-  const int64_t size = rounded(bytes > 0 ? bytes : 1);
+  int64_t size = rounded(bytes > 0 ? bytes : 1);
   if (size >= kCachedMin) {
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mutex);
+    if (const auto lent = c.lent_larger.find(ptr); lent != c.lent_larger.end()) {
+      size = lent->second;
+      c.lent_larger.erase(lent);
+    }
     if (c.bytes + size <= MemoryTracker::instance().total_peak()) {
       ASAN_POISON_MEMORY_REGION(ptr, static_cast<size_t>(size));  // cached: nobody's tensor
       c.free_blocks[size].push_back(ptr);
