@@ -237,8 +237,8 @@ bool repack_b(Trans ta, int64_t M, int64_t K, bool bf16) {
 
 // The primitive of a product whose `varying` dimension is given at run time, shared by every
 // call that differs in that dimension only; nullptr where this CPU's oneDNN has no such kernel
-// it should use (matmul_varying_shares_primitive), remembered per key. On an AVX-512 host
-// (Zen 5, 2 threads) the run-time kernel (`gemm:jit`) multiplied a mixture of experts' six
+// it should use (matmul_varying_shares_primitive), remembered per key. On an AMD EPYC with
+// AVX512-BF16 (2 threads) the run-time kernel (`gemm:jit`) multiplied a mixture of experts' six
 // products per expert (C 384, 4C 1536, 256-1024 rows) at 0.7-1.4x, mostly 0.9-1.1x, the
 // fixed-shape kernel's rate (brgemm) in fp32 and bf16 alike, while creating a fixed-shape
 // primitive cost 1.0-1.3 ms, 40% of a 517-row product. A gpt-mini step with 8 experts, top-2,
@@ -464,7 +464,7 @@ std::string bf16_speed_warning() {
 bool matmul_varying_shares_primitive(bool bf16) {
   // Asked once per precision, on a mixture of experts' first projection at 512 rows.
   static const auto shares = [](bool b) {
-    if (b && !native_bf16_matmul()) return false;  // never reached: widened products are fp32 ones
+    if (b && !native_bf16_matmul()) return false;  // such bf16 products are widened fp32 ones, asked as fp32
     const int64_t M = 512, N = 1536, K = 384;
     try {
       const std::string fixed = matmul_implementation(M, N, K, b);
