@@ -21,7 +21,6 @@ Layout grid(int64_t dp, int64_t R, int64_t C, int64_t D, int64_t mb = 1) {
   return Layout{.dp = dp, .micro_batch = mb, .zero = 0, .recompute = false, .sequence_parallel = false, .row = R, .col = C, .depth = D};
 }
 
-
 TEST(Plan3D, TheSearchEnumeratesEveryGridOfTheDevicesOnce) {
   const ModelSpec m = model_preset("gpt2-small");
   const ClusterSpec c = cluster_preset("dgx-a100");

@@ -113,7 +113,11 @@ const float* widened(const void* bf16_data, int64_t n, Tensor& scratch) {
   return scratch.f32();
 }
 
-dnnl::primitive_attr product_attributes(float alpha, bool accumulate, bool own_scratchpad) {
+// A new primitive for these descriptors (fixed, or with a dimension left to run time); throws
+// dnnl::error where oneDNN has no kernel for them.
+Cached make_primitive(const memory::desc& a, const memory::desc& b, const memory::desc& c, const memory::desc& bias,
+                      float alpha, bool accumulate, bool own_scratchpad, bool repack_b) {
+  const Engine& e = engine();
   dnnl::primitive_attr attr;
   if (own_scratchpad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -122,7 +126,16 @@ dnnl::primitive_attr product_attributes(float alpha, bool accumulate, bool own_s
     ops.append_sum(1.0f);
     attr.set_post_ops(ops);
   }
-  return attr;
+  const memory::desc b_any = repack_b ? memory::desc(b.dims(), b.data_type(), memory::format_tag::any) : b;
+  const dnnl::matmul::desc desc =
+      bias.is_zero() ? dnnl::matmul::desc(a, b_any, c) : dnnl::matmul::desc(a, b_any, bias, c);
+  const dnnl::matmul::primitive_desc pd(desc, attr, e.engine);
+  Cached entry{dnnl::matmul(pd), a, b, c, bias, own_scratchpad, pd.scratchpad_desc(), b, std::nullopt};
+  if (repack_b) {  // b becomes the blocked layout oneDNN chose, reached from b as given by a reorder
+    entry.b = pd.weights_desc();
+    entry.repack = dnnl::reorder(dnnl::reorder::primitive_desc(e.engine, b, e.engine, entry.b));
+  }
+  return entry;
 }
 
 // Creates (or finds) the primitive for this exact geometry.
@@ -138,17 +151,7 @@ const Cached& primitive_for(const Key& key, const memory::desc& a, const memory:
   // shared between them and they corrupt each other's packed operands, so those primitives
   // take a scratchpad of each thread's own (their keys hold omp_in_parallel()).
   const bool own_scratchpad = omp_in_parallel() != 0;
-  const dnnl::primitive_attr attr = product_attributes(alpha, accumulate, own_scratchpad);
-  const memory::desc b_any = repack_b ? memory::desc(b.dims(), b.data_type(), memory::format_tag::any) : b;
-  const dnnl::matmul::desc desc =
-      bias.is_zero() ? dnnl::matmul::desc(a, b_any, c) : dnnl::matmul::desc(a, b_any, bias, c);
-  const dnnl::matmul::primitive_desc pd(desc, attr, e.engine);
-  Cached entry{dnnl::matmul(pd), a, b, c, bias, own_scratchpad, pd.scratchpad_desc(), b, std::nullopt};
-  if (repack_b) {  // b becomes the blocked layout oneDNN chose, reached from b as given by a reorder
-    entry.b = pd.weights_desc();
-    entry.repack = dnnl::reorder(dnnl::reorder::primitive_desc(e.engine, b, e.engine, entry.b));
-  }
-  return e.cache.emplace(key, std::move(entry)).first->second;
+  return e.cache.emplace(key, make_primitive(a, b, c, bias, alpha, accumulate, own_scratchpad, repack_b)).first->second;
 }
 
 // A 2-D product's operand and result descriptors: A (M, K) or stored (K, M), B (K, N) or stored
@@ -257,10 +260,7 @@ const Cached* runtime_primitive(bool bf16, Trans ta, Trans tb, int64_t M, int64_
       const Geometry g = geometry(m, N, k, ta, tb, bf16);
       const memory::desc bias_desc = bias ? f32_desc({1, N}, {N, 1}) : memory::desc();
       try {
-        const dnnl::matmul::desc desc =
-            bias ? dnnl::matmul::desc(g.a, g.b, bias_desc, g.c) : dnnl::matmul::desc(g.a, g.b, g.c);
-        const dnnl::matmul::primitive_desc pd(desc, product_attributes(1.0f, accumulate, false), e.engine);
-        entry = Cached{dnnl::matmul(pd), g.a, g.b, g.c, bias_desc, false, pd.scratchpad_desc(), g.b, std::nullopt};
+        entry = make_primitive(g.a, g.b, g.c, bias_desc, 1.0f, accumulate, false, false);
       } catch (const dnnl::error&) {
         // No run-time kernel for these options: the fixed-shape path.
       }
