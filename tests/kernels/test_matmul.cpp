@@ -1,9 +1,15 @@
 // oneDNN matmul wrappers against naive double loops: all transpose combinations, bias,
-// accumulate, degenerate shapes, strided batched views with alpha, and the primitive cache.
+// accumulate, degenerate shapes, strided batched views with alpha, and the primitive cache
+// (reuse, its bound, eviction while another thread runs the primitive).
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <vector>
 
+#include "dnnl.hpp"
+#include "loom/error.hpp"
 #include "loom/kernels/matmul.hpp"
 #include "loom/kernels/precision.hpp"
 #include "test_util.hpp"
@@ -269,6 +275,73 @@ TEST(Matmul, PrimitiveCacheReusesSameShape) {
   EXPECT_EQ(matmul_primitive_count(), after_first);
   matmul(A.data(), Trans::N, B.data(), Trans::N, C.data(), M, N, K, nullptr, true);  // new options
   EXPECT_EQ(matmul_primitive_count(), after_first + 1);
+}
+
+// Sets the primitive caches' capacity for a test, restoring it after.
+class PrimitiveCapacityScope {
+ public:
+  explicit PrimitiveCapacityScope(int64_t capacity) : saved_(matmul_primitive_capacity()) {
+    set_matmul_primitive_capacity(capacity);
+  }
+  ~PrimitiveCapacityScope() { set_matmul_primitive_capacity(saved_); }
+  PrimitiveCapacityScope(const PrimitiveCapacityScope&) = delete;
+  PrimitiveCapacityScope& operator=(const PrimitiveCapacityScope&) = delete;
+
+ private:
+  int64_t saved_;
+};
+
+// A product with M rows of a shape no other test uses, checked against double; returns how
+// many primitives it created.
+int64_t checked_product(int64_t M) {
+  const int64_t N = 37, K = 41;
+  const auto A = random_vector(M * K, 70 + M), B = random_vector(K * N, 71);
+  std::vector<float> C(M * N);
+  const int64_t before = matmul_primitive_count();
+  matmul(A.data(), Trans::N, B.data(), Trans::N, C.data(), M, N, K);
+  EXPECT_TRUE(all_close(C, naive(A, Trans::N, B, Trans::N, M, N, K, nullptr, nullptr), 1e-5, 1e-5,
+                        "rows " + std::to_string(M)));
+  return matmul_primitive_count() - before;
+}
+
+// The cache holds at most its capacity, dropping the least recently used: generation meets a
+// new shape at every new prompt length, and each primitive holds ~50-110 KB of JIT code.
+TEST(Matmul, PrimitiveCacheKeepsTheMostRecentlyUsedUpToItsCapacity) {
+  if (std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY") == nullptr && std::getenv("DNNL_PRIMITIVE_CACHE_CAPACITY") == nullptr) {
+    EXPECT_EQ(matmul_primitive_capacity(), 256);
+    EXPECT_EQ(dnnl::get_primitive_cache_capacity(), 256);
+  }
+  const PrimitiveCapacityScope scope(3);
+  EXPECT_EQ(dnnl::get_primitive_cache_capacity(), 3);  // oneDNN's cache is bounded with it
+  for (const int64_t M : {1, 2, 3}) EXPECT_EQ(checked_product(M), 1) << M;
+  EXPECT_EQ(matmul_cached_primitives(), 3);
+  EXPECT_EQ(checked_product(1), 0);  // found, and now the most recent
+  EXPECT_EQ(checked_product(4), 1);  // evicts 2, the least recently used
+  EXPECT_EQ(matmul_cached_primitives(), 3);
+  EXPECT_EQ(checked_product(1), 0);
+  EXPECT_EQ(checked_product(3), 0);
+  EXPECT_EQ(checked_product(2), 1);  // made again, the same product
+  EXPECT_EQ(matmul_cached_primitives(), 3);
+  EXPECT_THROW(set_matmul_primitive_capacity(0), Error);
+}
+
+// Threads of a parallel region (attention's shares) run products of their own shapes while
+// others evict them from a cache of one: each primitive stays alive while it runs.
+TEST(Matmul, APrimitiveEvictedWhileRunningFinishesItsProduct) {
+  const PrimitiveCapacityScope scope(1);
+  std::vector<int> ok(16, 0);
+#pragma omp parallel for num_threads(4) schedule(dynamic)
+  for (int i = 0; i < 16; ++i) {
+    const int64_t M = 8 + i % 5, N = 43, K = 47;
+    const auto A = random_vector(M * K, 80 + i), B = random_vector(K * N, 81);
+    std::vector<float> C(M * N);
+    matmul(A.data(), Trans::N, B.data(), Trans::N, C.data(), M, N, K);
+    const std::vector<float> expected = naive(A, Trans::N, B, Trans::N, M, N, K, nullptr, nullptr);
+    ok[i] = 1;
+    for (int64_t j = 0; j < M * N; ++j) ok[i] &= std::abs(C[j] - expected[j]) <= 1e-5f * (1.0f + std::abs(expected[j]));
+  }
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(ok[i], 1) << "product " << i;
+  EXPECT_LE(matmul_cached_primitives(), 1);
 }
 
 }  // namespace

@@ -6,8 +6,11 @@
 #include <atomic>
 #include <bit>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
+#include <list>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -34,14 +37,72 @@ struct Cached {
   std::optional<dnnl::reorder> repack;
 };
 
+// The capacity of both caches below unless ONEDNN_PRIMITIVE_CACHE_CAPACITY sets it. A primitive
+// holds its shape's JIT code and buffers: `loom generate` on a 2-layer width-768 model held
+// 1-3 MB per prefill primitive (4 per new prompt length), and with oneDNN's default of 1024 its
+// RSS reached 3.3 GB after 300 prompts of 700-999 tokens, 0.75 GB at 128. A training step uses
+// about three dozen shapes (the Shakespeare model's, with evaluation), which stay.
+constexpr int kDefaultPrimitiveCapacity = 256;
+
+int initial_primitive_capacity() {
+  if (std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY") != nullptr || std::getenv("DNNL_PRIMITIVE_CACHE_CAPACITY") != nullptr)
+    return std::max(1, dnnl::get_primitive_cache_capacity());
+  dnnl::set_primitive_cache_capacity(kDefaultPrimitiveCapacity);
+  return kDefaultPrimitiveCapacity;
+}
+
+// The primitives made so far, the most recently used first, at most `capacity` of them: some
+// callers meet a new shape with nearly every call (generation's prefill at each new prompt
+// length, a fixed-shape kernel's expert counts), which an unbounded cache kept for the whole
+// run. oneDNN's own cache holds the same primitives; the two have one capacity. Entries are
+// shared_ptrs: a caller running one keeps it alive through an eviction by another thread.
+class PrimitiveCache {
+ public:
+  using Entry = std::shared_ptr<const Cached>;
+
+  // The entry for key, now the most recent; nullptr when there is none.
+  Entry find(const Key& key) {
+    const auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    recent_.splice(recent_.begin(), recent_, it->second);
+    return it->second->second;
+  }
+  // Adds key's entry (absent before) as the most recent, evicting the least recent past capacity.
+  Entry add(const Key& key, Cached entry) {
+    recent_.emplace_front(key, std::make_shared<const Cached>(std::move(entry)));
+    index_.emplace(key, recent_.begin());
+    trim();
+    return recent_.front().second;
+  }
+  void set_capacity(size_t capacity) {
+    capacity_ = capacity;
+    trim();
+  }
+  size_t capacity() const { return capacity_; }
+  size_t size() const { return index_.size(); }
+
+ private:
+  void trim() {
+    while (index_.size() > capacity_) {
+      index_.erase(recent_.back().first);
+      recent_.pop_back();
+    }
+  }
+
+  std::list<std::pair<Key, Entry>> recent_;
+  std::map<Key, std::list<std::pair<Key, Entry>>::iterator> index_;
+  size_t capacity_ = static_cast<size_t>(initial_primitive_capacity());
+};
+
 struct Engine {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::mutex mutex;
-  std::map<Key, Cached> cache;
+  PrimitiveCache cache;
 };
 
-std::atomic<int64_t> repacked_products{0};  // matmul_repacked_products()
+std::atomic<int64_t> repacked_products{0};    // matmul_repacked_products()
+std::atomic<int64_t> created_primitives{0};  // matmul_primitive_count()
 
 Engine& engine() {
   static Engine e;
@@ -130,6 +191,7 @@ Cached make_primitive(const memory::desc& a, const memory::desc& b, const memory
   const dnnl::matmul::desc desc =
       bias.is_zero() ? dnnl::matmul::desc(a, b_any, c) : dnnl::matmul::desc(a, b_any, bias, c);
   const dnnl::matmul::primitive_desc pd(desc, attr, e.engine);
+  created_primitives.fetch_add(1, std::memory_order_relaxed);
   Cached entry{dnnl::matmul(pd), a, b, c, bias, own_scratchpad, pd.scratchpad_desc(), b, std::nullopt};
   if (repack_b) {  // b becomes the blocked layout oneDNN chose, reached from b as given by a reorder
     entry.b = pd.weights_desc();
@@ -139,19 +201,18 @@ Cached make_primitive(const memory::desc& a, const memory::desc& b, const memory
 }
 
 // Creates (or finds) the primitive for this exact geometry.
-const Cached& primitive_for(const Key& key, const memory::desc& a, const memory::desc& b,
+PrimitiveCache::Entry primitive_for(const Key& key, const memory::desc& a, const memory::desc& b,
                             const memory::desc& c, const memory::desc& bias, float alpha,
                             bool accumulate, bool repack_b = false) {
   Engine& e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
-  auto it = e.cache.find(key);
-  if (it != e.cache.end()) return it->second;
+  if (PrimitiveCache::Entry found = e.cache.find(key)) return found;
   // Products called inside a parallel region run on their calling thread, several at once
   // (the bf16 attention's shares, attention_bf16.cpp). oneDNN's library scratchpad is then
   // shared between them and they corrupt each other's packed operands, so those primitives
   // take a scratchpad of each thread's own (their keys hold omp_in_parallel()).
   const bool own_scratchpad = omp_in_parallel() != 0;
-  return e.cache.emplace(key, make_primitive(a, b, c, bias, alpha, accumulate, own_scratchpad, repack_b)).first->second;
+  return e.cache.add(key, make_primitive(a, b, c, bias, alpha, accumulate, own_scratchpad, repack_b));
 }
 
 // A 2-D product's operand and result descriptors: A (M, K) or stored (K, M), B (K, N) or stored
@@ -246,15 +307,15 @@ bool repack_b(Trans ta, int64_t M, int64_t K, bool bf16) {
 // fixed-shape kernel's rate (brgemm) in fp32 and bf16 alike, while creating a fixed-shape
 // primitive cost 1.0-1.3 ms, 40% of a 517-row product. A gpt-mini step with 8 experts, top-2,
 // created ~300 of them (its counts rarely repeat): 1.39-1.54 s before, 0.80-0.82 s with this.
-const Cached* runtime_primitive(bool bf16, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, bool bias,
+PrimitiveCache::Entry runtime_primitive(bool bf16, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, bool bias,
                                 bool accumulate, Varying varying) {
   const int64_t m = varying == Varying::Rows ? DNNL_RUNTIME_DIM_VAL : M;
   const int64_t k = varying == Varying::Inner ? DNNL_RUNTIME_DIM_VAL : K;
   const Key key{2, m, N, k, ta == Trans::T, tb == Trans::T, bias, accumulate, bf16, omp_get_max_threads()};
   Engine& e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
-  auto it = e.cache.find(key);
-  if (it == e.cache.end()) {
+  PrimitiveCache::Entry found = e.cache.find(key);
+  if (!found) {
     Cached entry;  // a null primitive: this key takes the fixed-shape path
     if (matmul_varying_shares_primitive(bf16)) {
       const Geometry g = geometry(m, N, k, ta, tb, bf16);
@@ -265,9 +326,9 @@ const Cached* runtime_primitive(bool bf16, Trans ta, Trans tb, int64_t M, int64_
         // No run-time kernel for these options: the fixed-shape path.
       }
     }
-    it = e.cache.emplace(key, std::move(entry)).first;
+    found = e.cache.add(key, std::move(entry));
   }
-  return it->second.primitive ? &it->second : nullptr;
+  return found->primitive ? found : nullptr;
 }
 
 // matmul() in the precision given: bf16 (operands rounded to bf16) or fp32 (as they are).
@@ -276,7 +337,7 @@ void matmul_in(bool bf16, Operand A, Trans ta, Operand B, Trans tb, float* C, in
   // Not inside a parallel region: such products take a scratchpad of their thread's own, sized
   // by a fixed shape (primitive_for).
   if (varying != Varying::None && K > 0 && omp_in_parallel() == 0 && (!bf16 || native_bf16_matmul())) {
-    if (const Cached* p = runtime_primitive(bf16, ta, tb, M, N, K, bias != nullptr, accumulate, varying)) {
+    if (const PrimitiveCache::Entry p = runtime_primitive(bf16, ta, tb, M, N, K, bias != nullptr, accumulate, varying)) {
       Tensor a_scratch, b_scratch;
       const void* a = in_precision(A, bf16, M * K, a_scratch);
       const void* b = in_precision(B, bf16, K * N, b_scratch);
@@ -304,8 +365,8 @@ void matmul_in(bool bf16, Operand A, Trans ta, Operand B, Trans tb, float* C, in
                 omp_in_parallel(), repacked};
   const memory::desc bias_desc = bias ? f32_desc({1, N}, {N, 1}) : memory::desc();
   const Geometry g = geometry(M, N, K, ta, tb, bf16);
-  const Cached& p = primitive_for(key, g.a, g.b, g.c, bias_desc, 1.0f, accumulate, repacked);
-  execute(p, a, b, bias, C);
+  const PrimitiveCache::Entry p = primitive_for(key, g.a, g.b, g.c, bias_desc, 1.0f, accumulate, repacked);
+  execute(*p, a, b, bias, C);
 }
 
 // batched_matmul() in the precision given.
@@ -370,9 +431,10 @@ void batched_matmul_in(bool bf16, const BatchedMatmul& d, Operand A, Operand B, 
   key.push_back(d.accumulate);
   key.push_back(omp_get_max_threads());
   key.push_back(omp_in_parallel());
-  const Cached& p = primitive_for(key, operand_desc(a_dims, a_strides, bf16), operand_desc(b_dims, b_strides, bf16),
-                                  f32_desc(c_dims, dims(d.c_strides)), memory::desc(), d.alpha, d.accumulate);
-  execute(p, a, b, nullptr, C);
+  const PrimitiveCache::Entry p =
+      primitive_for(key, operand_desc(a_dims, a_strides, bf16), operand_desc(b_dims, b_strides, bf16),
+                    f32_desc(c_dims, dims(d.c_strides)), memory::desc(), d.alpha, d.accumulate);
+  execute(*p, a, b, nullptr, C);
 }
 
 }  // namespace
@@ -395,10 +457,26 @@ void batched_matmul(const BatchedMatmul& d, Operand A, Operand B, float* C) {
   batched_matmul_in(bf16_product(A, B), d, A, B, C);
 }
 
-int64_t matmul_primitive_count() {
+int64_t matmul_primitive_count() { return created_primitives.load(); }
+
+int64_t matmul_cached_primitives() {
   Engine& e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
   return static_cast<int64_t>(e.cache.size());
+}
+
+int64_t matmul_primitive_capacity() {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  return static_cast<int64_t>(e.cache.capacity());
+}
+
+void set_matmul_primitive_capacity(int64_t capacity) {
+  check(capacity >= 1, "the matmul primitive cache holds at least one primitive, not ", capacity);
+  Engine& e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  e.cache.set_capacity(static_cast<size_t>(capacity));
+  dnnl::set_primitive_cache_capacity(static_cast<int>(capacity));
 }
 
 int64_t matmul_repacked_products() { return repacked_products.load(); }

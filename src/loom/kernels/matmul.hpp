@@ -74,8 +74,14 @@ bool native_bf16_matmul();
 // precision.hpp), saying how bf16 runs here; "" otherwise.
 std::string bf16_speed_warning();
 
-// Number of distinct primitives created so far (tests check that the cache works).
+// Primitives are cached by exact geometry, the least recently used dropped past a capacity,
+// oneDNN's own cache's too: 256, or ONEDNN_PRIMITIVE_CACHE_CAPACITY where set (at least 1). matmul_primitive_count(): primitives created so far (tests check that
+// the cache works); matmul_cached_primitives(): those held now. set_matmul_primitive_capacity()
+// sets both caches' capacity (at least 1).
 int64_t matmul_primitive_count();
+int64_t matmul_cached_primitives();
+int64_t matmul_primitive_capacity();
+void set_matmul_primitive_capacity(int64_t capacity);
 // Whether products of a Varying dimension share one primitive in this precision on this CPU:
 // oneDNN has a kernel taking the dimension at run time, not a reference one, and not in place
 // of AMX tiles (oneDNN 2.6 has those in its fixed-shape kernel only). Otherwise each shape
