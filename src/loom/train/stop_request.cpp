@@ -41,7 +41,9 @@ void on_stop_signal(int signal) {
   if (says_received == 0) return;
   write_out("\nloom: ");
   write_out(stop_signal_name(signal));
-  write_out(" received: stopping after this step and saving a checkpoint (send it again to stop at once)\n");
+  // "every rank": under mpirun a rank's death also arrives here as SIGTERM, and that step never ends.
+  write_out(" received: stopping after this step and saving a checkpoint once every rank has finished it"
+            " (send it again to stop at once)\n");
 }
 
 }  // namespace
