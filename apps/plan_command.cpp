@@ -47,6 +47,7 @@ struct PlanArgs {
   int64_t cp = 1, cp_from_seq = plan::SearchSpace{}.cp_from_seq;
   int64_t moe_experts = 0, moe_top_k = 2, moe_every = 1, ep = 1;   // a mixture of experts (moe_cost.hpp)
   double moe_capacity_factor = 0.0;
+  double moe_rank_imbalance = 1.0;
   double hidden_dropout = 0.0;
   std::string selective_recompute = "any";
   double link_latency_us = 0, link_gbs = 0;                      // > 0: override both link tiers
@@ -218,6 +219,10 @@ Runner add_plan_command(CLI::App& sub) {
   sub.add_option("--moe-capacity-factor", a->moe_capacity_factor,
                  "each expert takes at most ceil(f K T / E) tokens of a sequence, as loom train's; under ep a rank's "
                  "expert rows are priced at that bound, dropless (0) at the balanced share [0]");
+  sub.add_option("--moe-rank-imbalance", a->moe_rank_imbalance,
+                 "where ranks share the experts out (ep, a 3D grid's plane), the busiest rank's routed rows over the "
+                 "mean's, each exchange waiting for it: the experts' compute is priced at this multiple (loom train "
+                 "measures it: `ranks max/mean` on the progress line, moe_rank_imbalance in metrics.jsonl) [1: balanced]");
   sub.add_option("--hidden-dropout", a->hidden_dropout,
                  "price loom train's --hidden-dropout P in Loom's precisions (fp32, bf16): backward holds a masked "
                  "copy of each branch's incoming gradient, the masks are not kept (the mixed presets' published "
@@ -277,12 +282,15 @@ Runner add_plan_command(CLI::App& sub) {
         model.name = "custom";
       }
     model.moe = {.experts = a->moe_experts, .top_k = a->moe_top_k, .every = a->moe_every,
-                 .capacity_factor = a->moe_capacity_factor};
+                 .capacity_factor = a->moe_capacity_factor, .rank_imbalance = a->moe_rank_imbalance};
     check(a->moe_experts >= 0 && a->moe_top_k >= 1 && a->moe_every >= 1 && a->ep >= 1 &&
               (a->moe_experts == 0 || a->moe_top_k <= a->moe_experts),
           "--moe-experts must be >= 0, --moe-top-k between 1 and the experts, --moe-every and --ep >= 1");
     check(std::isfinite(a->moe_capacity_factor) && a->moe_capacity_factor >= 0,
           "--moe-capacity-factor must be >= 0 (0: dropless), got ", a->moe_capacity_factor);
+    check(std::isfinite(a->moe_rank_imbalance) && a->moe_rank_imbalance >= 1,
+          "--moe-rank-imbalance must be >= 1 (the busiest rank's rows over the mean's; 1: balanced), got ",
+          a->moe_rank_imbalance);
     check(std::isfinite(a->hidden_dropout) && a->hidden_dropout >= 0 && a->hidden_dropout < 1,
           "--hidden-dropout must be in [0, 1), got ", a->hidden_dropout);
     model.hidden_dropout = a->hidden_dropout;
@@ -397,6 +405,9 @@ Runner add_plan_command(CLI::App& sub) {
                   static_cast<long long>(model.moe.experts), static_cast<long long>(model.moe.top_k),
                   static_cast<long long>(model.moe.every), capacity, static_cast<long long>(plan::total_parameters(model)),
                   static_cast<long long>(plan::active_parameters(model)));
+      if (model.moe.rank_imbalance > 1)
+        std::printf("experts shared out over ranks (ep, a grid's plane): priced at the busiest rank's rows, %.2fx the mean's\n",
+                    model.moe.rank_imbalance);
     }
     if (cluster.name == "local")
       std::printf("local: %lld cores (a process per rank, 1 thread each), %.1f GiB a rank, GEMM %.1f-%.1f GFLOP/s by "

@@ -18,11 +18,13 @@
 
 #include <array>
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "comm/mpi_test_env.hpp"
 #include "loom/parallel/expert_parallel/all_to_all_dispatcher.hpp"
 #include "loom/parallel/tensor_parallel_3d/plane_experts.hpp"
+#include "loom/nn/moe.hpp"
 #include "loom/parallel/zero.hpp"
 #include "loom/plan/layout_cost.hpp"
 #include "loom/plan/moe_cost.hpp"
@@ -418,6 +420,53 @@ TEST(ExpertParallelPlan, AllToAllBytesMatchTheMeasuredStep) {
     EXPECT_EQ(static_cast<int64_t>(bytes), p * plan::all_to_all_bytes_per_step(m, l, c.micro_batches, wire)) << precision;
     EXPECT_GT(plan::all_to_all_bytes_per_step(m, l, c.micro_batches, wire), 0);
   }
+}
+
+// The busiest rank's routed rows over the mean rank's (`ranks max/mean` on the progress line,
+// moe_rank_imbalance, what `loom plan --moe-rank-imbalance` takes), first as a formula over
+// both dispatchers: rank r took (f + 1)(r + 1) rows in forward f, so the maxima sum to 6P and
+// the means to 6(P + 1)/2: 2P / (P + 1). Then a layer under ep with a zero router: every
+// probability ties, ties go to the lower experts, so every token's two choices are experts 0
+// and 1, both on rank 0: rank 0 takes every row, P times the mean. The layer records the rows
+// its rank's experts took in each forward (over the ep group, every assignment). Its
+// reductions run on a group of their own: the ep group's counters do not move.
+TEST(ExpertParallelPlan, BusiestRankOverMeanSumsEachForwardsWaitAndCostsTheEpGroupNothing) {
+  comm::ProcessGroup& g = world();
+  const int64_t P = g.size();
+  ep::AllToAllDispatcher all_to_all(g);
+  tp3d::PlaneExperts plane(g);
+  for (const nn::ExpertDispatcher* d : std::array<const nn::ExpertDispatcher*, 2>{&all_to_all, &plane}) {
+    nn::MoeStats s;
+    s.dispatcher = d;
+    for (int64_t f = 0; f < 3; ++f) s.rank_rows.push_back((f + 1) * (g.rank() + 1));
+    EXPECT_NEAR(nn::busiest_rank_over_mean(s), P == 1 ? 0.0 : 2.0 * static_cast<double>(P) / static_cast<double>(P + 1),
+                1e-12);
+    s.rank_rows.clear();
+    EXPECT_EQ(nn::busiest_rank_over_mean(s), 0.0);  // nothing routed
+  }
+  if (P == 1) return;
+  const std::unique_ptr<comm::ProcessGroup> statistics = g.split(0, g.rank(), "ep statistics");
+  const ep::AllToAllDispatcher dispatcher(g, statistics.get());
+  nn::MoeConfig config;
+  config.experts = 2 * P;
+  config.top_k = 2;
+  config.capacity_factor = 0;
+  nn::MoE moe(8, config, dispatcher);
+  for (nn::Parameter* q : moe.parameters()) q->value().fill_(0.1f);
+  moe.router().weight().value().zero_();
+  const int64_t forwards = 3, tokens = 2 * 5;
+  for (int64_t f = 0; f < forwards; ++f) {
+    nn::Context ctx;
+    moe.forward(Tensor::zeros({2, 5, 8}), ctx);
+  }
+  nn::MoeStats s = moe.take_stats();
+  s.dispatcher = &dispatcher;
+  ASSERT_EQ(static_cast<int64_t>(s.rank_rows.size()), forwards);
+  for (const int64_t rows : s.rank_rows) EXPECT_EQ(rows, g.rank() == 0 ? P * tokens * 2 : 0) << "rank " << g.rank();
+  g.reset_stats();
+  EXPECT_DOUBLE_EQ(nn::busiest_rank_over_mean(s), static_cast<double>(P));
+  EXPECT_EQ(g.stats().calls, 0);
+  EXPECT_EQ(statistics->stats().calls, 2);
 }
 
 // The planner's expert-gradient bytes (moe_cost.hpp) against what the expert_dp group's

@@ -4,6 +4,9 @@
 // tests/parallel/test_expert_parallel.cpp).
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+
 #include "loom/plan/layout_cost.hpp"
 #include "loom/plan/moe_cost.hpp"
 
@@ -129,6 +132,36 @@ TEST(PlanMoe, MixedPrecisionPricesTheRoutedRowsActivations) {
   l.recompute = true;  // re-run in backward, one block at a time
   const LayoutCost recomputed = predict(m, c, l, 64), dense_recomputed = predict(dense, c, l, 64);
   EXPECT_EQ(recomputed.activation_bytes - dense_recomputed.activation_bytes, per_block);
+}
+
+// Where ranks share the experts out (ep, a grid plane that divides them) each exchange waits
+// for the busiest rank: the experts' compute, K x 48 s h^2 per MoE layer, is priced at
+// --moe-rank-imbalance times; the router's and the rest are not, and layouts whose ranks each
+// run all the experts (ep 1, tp, a plane of 3 for 8 experts) wait for nobody.
+TEST(PlanMoe, RankImbalanceScalesTheSharedOutExpertsComputeAlone) {
+  ModelSpec m = moe_model();  // 8 layers, 4 of them MoE: h 1024, s 2048, 8 experts, top-2
+  const double s = 2048, h = 1024, dense = m.flops_per_sequence(false);
+  const double experts = 4.0 * 2.0 * 48.0 * s * h * h / dense;  // K expert MLPs per MoE layer
+  const Layout ep2{.dp = 4, .micro_batch = 1, .ep = 2};
+  const Layout alone{.dp = 4, .micro_batch = 1};
+  const Layout plane4{.dp = 1, .micro_batch = 1, .row = 2, .col = 2, .depth = 1};
+  const Layout plane3{.dp = 1, .micro_batch = 1, .row = 3, .col = 1, .depth = 1};
+  std::map<std::string, double> balanced;
+  for (const auto& [name, l] : {std::pair{"ep2", ep2}, {"alone", alone}, {"plane4", plane4}, {"plane3", plane3}})
+    balanced[name] = moe_compute_ratio(m, l);
+  m.moe.rank_imbalance = 1.3;
+  EXPECT_NEAR(moe_compute_ratio(m, ep2) - balanced["ep2"], 0.3 * experts, 1e-12);
+  EXPECT_NEAR(moe_compute_ratio(m, plane4) - balanced["plane4"], 0.3 * experts, 1e-12);
+  EXPECT_DOUBLE_EQ(moe_compute_ratio(m, alone), balanced["alone"]);
+  EXPECT_DOUBLE_EQ(moe_compute_ratio(m, plane3), balanced["plane3"]);  // 3 does not divide 8: all run all
+  // The step prices it: ep 2's compute grows by that share of the dense step's compute.
+  const ClusterSpec c = cluster_preset("dgx-a100");
+  ModelSpec level = m;
+  level.moe.rank_imbalance = 1.0;
+  const LayoutCost waited = predict(m, c, ep2, 64), even = predict(level, c, ep2, 64);
+  ASSERT_TRUE(waited.valid && even.valid) << waited.why_not << even.why_not;
+  EXPECT_NEAR(waited.time.compute_s / even.time.compute_s, moe_compute_ratio(m, ep2) / balanced["ep2"], 1e-9);
+  EXPECT_EQ(waited.state_bytes, even.state_bytes);  // memory is priced apart (capacity's bound)
 }
 
 // Under tp, sequence parallelism decides what an MoE block costs a device: with it each tp

@@ -42,6 +42,12 @@ class ExpertDispatcher {
   virtual Tensor combine(const Tensor& rows, const DispatchPlan& plan) const;
   // Seconds spent in exchanges (forward and backward) since the last call; 0 serially.
   double take_exchange_seconds() const;
+  // Collective over the ranks sharing the experts out: each value of `most` becomes its
+  // maximum over them, each of `total` its sum. Nothing to do where one rank holds them all.
+  virtual void max_and_sum_over_ranks(std::vector<float>& most, std::vector<float>& total) const {
+    (void)most;
+    (void)total;
+  }
 
  protected:
   // Times an exchange from its construction to its end, into take_exchange_seconds().

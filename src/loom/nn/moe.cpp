@@ -76,6 +76,7 @@ void MoeStats::add(const MoeStats& other) {
   aux_loss_sum += other.aux_loss_sum;
   forwards += other.forwards;
   exchange_seconds += other.exchange_seconds;
+  rank_rows.insert(rank_rows.end(), other.rank_rows.begin(), other.rank_rows.end());
 }
 
 double MoeStats::load_imbalance() const {
@@ -98,7 +99,17 @@ MoeStats take_moe_stats(Module& model) {
     for (Module* child : m->children()) todo.push_back(child);
   }
   if (dispatcher != nullptr) all.exchange_seconds = dispatcher->take_exchange_seconds();
+  all.dispatcher = dispatcher;
   return all;
+}
+
+double busiest_rank_over_mean(const MoeStats& stats) {
+  if (stats.dispatcher == nullptr || stats.dispatcher->ranks() == 1) return 0.0;
+  std::vector<float> most(stats.rank_rows.begin(), stats.rank_rows.end()), total = most;
+  stats.dispatcher->max_and_sum_over_ranks(most, total);
+  double busiest = 0.0, all = 0.0;
+  for (size_t f = 0; f < most.size(); ++f) busiest += most[f], all += total[f];
+  return all > 0.0 ? busiest * static_cast<double>(stats.dispatcher->ranks()) / all : 0.0;
 }
 
 MoE::MoE(int64_t C, const MoeConfig& config, const ExpertDispatcher& dispatcher, const SequenceParts& parts)
@@ -141,6 +152,7 @@ Tensor MoE::forward_impl(const Tensor& x, Context& ctx) {
   s.dropped = routing.dropped;
   s.aux_loss_sum = load_balancing_loss(probs, routing.expert, B, T, parts_);
   s.forwards = 1;
+  if (dispatcher_.ranks() > 1) s.rank_rows.push_back(plan.received());
   stats_.add(s);
   // The experts' outputs are kept for the gates' gradient: as a bf16 copy under mixed
   // precision, like every activation a layer keeps (autocast's experts return them in bf16).

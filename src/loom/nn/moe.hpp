@@ -27,6 +27,10 @@ struct MoeStats {
   double aux_loss_sum = 0.0;  // sum over forwards of the load-balancing loss (before the coefficient)
   int64_t forwards = 0;
   double exchange_seconds = 0.0;  // expert parallel: time in the token exchanges
+  // With the experts over several ranks (ep, a 3D grid's plane): the rows this rank's experts
+  // took in each forward, in order (every rank of the group runs the same forwards).
+  std::vector<int64_t> rank_rows;
+  const ExpertDispatcher* dispatcher = nullptr;  // the model's, set by take_moe_stats
   void add(const MoeStats& other);
   // max over mean of the experts' loads (1: perfectly balanced); 0 without assignments.
   double load_imbalance() const;
@@ -35,6 +39,13 @@ struct MoeStats {
 // The statistics of every mixture of experts in `model` since the last call, summed (the
 // load per expert index over all MoE layers), reset. Empty when the model has none.
 MoeStats take_moe_stats(Module& model);
+
+// Collective over the ranks sharing the experts out (stats.dispatcher's): the busiest rank's
+// rows over the mean rank's, each summed over the forwards in `stats` (every MoE layer of
+// every micro-batch). Each forward's exchange waits for its busiest rank, so this is the
+// experts' time on the critical path over their balanced time, what `loom plan
+// --moe-rank-imbalance` takes. 0 where one rank holds every expert or nothing was routed.
+double busiest_rank_over_mean(const MoeStats& stats);
 
 class MoE : public Module {
  public:

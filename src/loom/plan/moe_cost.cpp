@@ -119,12 +119,14 @@ int64_t moe_backward_working_bytes(int64_t B, int64_t T, int64_t C, int64_t t, b
 
 namespace {
 // The dense model's flops per sequence plus, per MoE layer, `copies` x (K expert MLPs and a
-// router) in place of one MLP (48 s h^2 forward and backward).
-double moe_ratio(const ModelSpec& model, double copies) {
+// router) in place of one MLP (48 s h^2 forward and backward), the experts' part `wait` times
+// over (the busiest rank's rows over the mean's, where ranks share the experts out).
+double moe_ratio(const ModelSpec& model, double copies, double wait = 1.0) {
   if (model.moe.experts == 0) return 1.0;
   const double s = static_cast<double>(model.seq), h = static_cast<double>(model.hidden);
   const double K = static_cast<double>(model.moe.top_k), E = static_cast<double>(model.moe.experts);
-  const double extra = static_cast<double>(moe_layers(model)) * ((K * copies - 1.0) * 48.0 * s * h * h + copies * 6.0 * s * h * E);
+  const double extra =
+      static_cast<double>(moe_layers(model)) * ((K * copies * wait - 1.0) * 48.0 * s * h * h + copies * 6.0 * s * h * E);
   return 1.0 + extra / model.flops_per_sequence(false);
 }
 }  // namespace
@@ -135,7 +137,8 @@ double moe_compute_ratio(const ModelSpec& model, const Layout& layout) {
   if (layout.tensor_parallel_3d() && model.moe.experts > 0 && plane_expert_split(model, layout) == 1)
     return moe_ratio(model, static_cast<double>(layout.row * layout.col));
   const bool replicated = layout.tp > 1 && !layout.sequence_parallel;
-  return moe_ratio(model, replicated ? static_cast<double>(layout.tp) : 1.0);
+  const bool shared_out = layout.ep > 1 || plane_expert_split(model, layout) > 1;
+  return moe_ratio(model, replicated ? static_cast<double>(layout.tp) : 1.0, shared_out ? model.moe.rank_imbalance : 1.0);
 }
 
 int64_t plane_expert_split(const ModelSpec& model, const Layout& layout) {

@@ -110,7 +110,9 @@ double moe_flops_ratio(const ModelSpec& model);
 // under tp without sequence parallelism every tp rank runs every token through the MoE blocks'
 // router and experts (replicated over tp), t times the share of a tp-split MLP; likewise every
 // rank of a 3D grid's plane (row x col) when the plane's ranks do not divide the experts
-// (else each runs its E / (row col) experts' rows: the share of the grid's MLP).
+// (else each runs its E / (row col) experts' rows: the share of the grid's MLP). Where ranks
+// share the experts out (ep > 1, or such a plane) the experts' part is moe.rank_imbalance times
+// over: each exchange waits for the busiest rank.
 double moe_compute_ratio(const ModelSpec& model, const Layout& layout);
 // The ranks of a 3D grid's plane the layout's experts are shared out over
 // (parallel::tp3d::Layers3D::expert_split); 1 without a grid or experts.

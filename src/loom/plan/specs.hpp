@@ -24,6 +24,10 @@ struct ModelSpec {
   struct Moe {
     int64_t experts = 0, top_k = 2, every = 1;
     double capacity_factor = 0.0;  // f: under ep a rank's expert rows are priced at its bound; 0: dropless, balanced
+    // With the experts shared out over ranks (ep, a grid's plane): the busiest rank's routed
+    // rows over the mean rank's, each exchange waiting for it (what loom train measures as
+    // moe_rank_imbalance); the experts' compute is priced at this multiple. 1: balanced.
+    double rank_imbalance = 1.0;
   } moe{};
   // Loom's hidden dropout probability: priced as the memory check counts it (a masked copy of
   // each branch's gradient in backward, rank_memory_terms.hpp); 0: none.

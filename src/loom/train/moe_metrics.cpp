@@ -31,6 +31,7 @@ MoeStepStats gather_moe_stats(nn::Module& model, int64_t experts, const std::vec
   out.dropped_fraction = sums[E] > 0 ? sums[E + 1] / sums[E] : 0.0;
   out.aux_loss = sums[E + 3] > 0 ? sums[E + 2] / sums[E + 3] : 0.0;
   out.exchange_seconds = s.exchange_seconds;
+  out.rank_imbalance = nn::busiest_rank_over_mean(s);
   return out;
 }
 

@@ -18,9 +18,13 @@ struct MoeStepStats {
   double dropped_fraction = 0.0;   // assignments over capacity / all assignments
   double aux_loss = 0.0;           // the load-balancing loss per MoE layer and micro-batch, before its coefficient
   double exchange_seconds = 0.0;   // this rank's time in all-to-all token exchanges (0 without ep)
+  // With the experts shared out over ranks (ep, a grid's plane): the busiest rank's routed
+  // rows over the mean rank's, summed over every MoE layer and micro-batch, in rank 0's
+  // group (nn::busiest_rank_over_mean; `loom plan --moe-rank-imbalance`); 0 otherwise.
+  double rank_imbalance = 0.0;
 };
 
-// Collective over `groups`: the statistics of the model's MoE layers since the last call
+// Collective over `groups` and the ranks sharing the experts out: the statistics of the model's MoE layers since the last call
 // (each rank's, summed over the groups: the data-parallel and pipeline ranks, and the ranks
 // holding parts of the same sequences under context or sequence parallelism), reset. Every
 // rank sends the model's `experts` loads, also one whose pipeline stage holds no MoE block.

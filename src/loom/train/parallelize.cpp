@@ -59,6 +59,16 @@ parallel::tp::ReplicatedGradientSum::Predicate renewed_each_backward(const Train
 // mean over its own batch rows), from hooks installed before data parallelism's: blocking,
 // or, when overlapped (no data parallelism reads them at grad-ready), started there and
 // waited for by the finalizer.
+// The ranks sharing a mixture's experts out (`experts`: ep, or a grid's plane) again, for the
+// busiest rank's share of the routed rows (moe_metrics.hpp): a group of their own, so those
+// reductions count in no layout group's traffic. Collective over `experts`; null without
+// experts.
+comm::ProcessGroup* expert_statistics(const TrainConfig& config, comm::ProcessGroup& experts, Parallelized& p) {
+  if (!config.model.moe.enabled()) return nullptr;
+  p.expert_statistics = experts.split(0, experts.rank(), experts.name() + " statistics");
+  return p.expert_statistics.get();
+}
+
 void prepare_3d(const parallel::tp3d::Layers3D& layers, bool overlapped_mean,
                 const parallel::tp::ReplicatedGradientSum::Predicate& every_backward, Parallelized& p) {
   for (const parallel::tp3d::Layers3D::Fallback& f : layers.fallbacks())
@@ -219,7 +229,8 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
           *p.grid, config.gcn.layers, config.graph_permute, static_cast<uint64_t>(config.seed),
           config.graph_aggregation_chunks);
     else
-      p.tp3d_layers = std::make_unique<parallel::tp3d::Layers3D>(*p.grid, config.tp_3d_overlap == "on", &p.group("plane"));
+      p.tp3d_layers = std::make_unique<parallel::tp3d::Layers3D>(*p.grid, config.tp_3d_overlap == "on", &p.group("plane"),
+                                                                 expert_statistics(config, p.group("plane"), p));
   }
   const nn::LayerBuilder* layers = p.tp_layers     ? static_cast<const nn::LayerBuilder*>(p.tp_layers.get())
                                    : p.tp3d_layers ? static_cast<const nn::LayerBuilder*>(p.tp3d_layers.get())
@@ -242,7 +253,8 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   // 2c. Expert parallelism, likewise: every mixture of experts holds this rank's E/ep experts
   // and exchanges tokens all-to-all over ep (a split of dp).
   if (config.ep > 1) {
-    p.ep_layers = std::make_unique<parallel::ep::ExpertParallelLayers>(*layers, p.group("ep"));
+    p.ep_layers =
+        std::make_unique<parallel::ep::ExpertParallelLayers>(*layers, p.group("ep"), expert_statistics(config, p.group("ep"), p));
     layers = p.ep_layers.get();
   }
 

@@ -31,6 +31,10 @@ struct Parallelized {
   // parallelism: ep neighbouring dp ranks share out the experts) and "embedding" (the first
   // and last stage).
   std::unique_ptr<comm::DeviceMesh> mesh;
+  // The ranks sharing a mixture's experts out (ep, or a grid's plane) again, for the routing
+  // statistics alone (moe_metrics.hpp); null without experts shared out. Before the layers,
+  // whose dispatchers use it, so it outlives them.
+  std::unique_ptr<comm::ProcessGroup> expert_statistics;
   // Also "batch" (the ranks sharing out the global batch: dp, or dp x depth under tp_3d) and
   // "tensor" (one replica's model-parallel group: tp, or the grid depth x row x col).
   std::unique_ptr<parallel::tp::TensorParallelLayers> tp_layers;  // tp > 1

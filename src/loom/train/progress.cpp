@@ -146,6 +146,10 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
     std::snprintf(buf, sizeof buf, " | experts max/mean %.2f, dropped %.1f%%", r.moe.load_imbalance,
                   100.0 * r.moe.dropped_fraction);
     overlap += buf;
+    if (r.moe.rank_imbalance > 0) {  // the experts shared out over ranks: the busiest one's rows
+      std::snprintf(buf, sizeof buf, ", ranks max/mean %.2f", r.moe.rank_imbalance);
+      overlap += buf;
+    }
     if (config_.ep > 1) overlap += " | a2a " + std::to_string(static_cast<int>(1e3 * r.moe.exchange_seconds)) + " ms";
   }
   // On a terminal every step rewrites one live line and logged steps stay; in a log file
@@ -173,6 +177,7 @@ void Progress::step(const StepResult& r, double step_seconds, bool keep, const p
     record["moe_dropped_fraction"] = r.moe.dropped_fraction;
     record["moe_aux_loss"] = r.moe.aux_loss;
     record["moe_a2a_s"] = r.moe.exchange_seconds;
+    if (r.moe.rank_imbalance > 0) record["moe_rank_imbalance"] = r.moe.rank_imbalance;
   }
   metrics_->write(record);
 }

@@ -83,6 +83,8 @@ def cases(fx):
                                             "--global-batch", "8", "--net-gbps", "-1"], r"--net-gbps must be >= 0"),
         Case("plan: MoE capacity factor -1", [*plan, "--model", "gpt2-small", "--moe-experts", "8",
                                                "--moe-capacity-factor", "-1"], r"--moe-capacity-factor must be >= 0"),
+        Case("plan: MoE rank imbalance 0.5", [*plan, "--model", "gpt2-small", "--moe-experts", "8",
+                                               "--moe-rank-imbalance", "0.5"], r"--moe-rank-imbalance must be >= 1"),
         Case("plan: hidden dropout 1", [*plan, "--model", "gpt2-small", "--hidden-dropout", "1"],
              r"--hidden-dropout must be in \[0, 1\), got 1"),
         Case("plan: selective recompute 'yes'", [*plan, "--model", "gpt2-small", "--selective-recompute", "yes"],

@@ -76,4 +76,10 @@ Tensor AllToAllDispatcher::combine(const Tensor& rows, const nn::DispatchPlan& p
   return back;
 }
 
+void AllToAllDispatcher::max_and_sum_over_ranks(std::vector<float>& most, std::vector<float>& total) const {
+  if (most.empty()) return;  // every rank ran the same forwards: none on each
+  statistics_.all_reduce(most.data(), static_cast<int64_t>(most.size()), comm::ReduceOp::Max);
+  statistics_.all_reduce(total.data(), static_cast<int64_t>(total.size()), comm::ReduceOp::Sum);
+}
+
 }  // namespace loom::parallel::ep

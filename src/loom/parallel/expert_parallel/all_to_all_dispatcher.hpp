@@ -15,15 +15,20 @@ namespace loom::parallel::ep {
 
 class AllToAllDispatcher : public nn::ExpertDispatcher {
  public:
-  explicit AllToAllDispatcher(comm::ProcessGroup& ep) : ep_(ep) {}
+  // statistics: a group over the same ranks for the routing statistics' reductions, so they
+  // count in no layout group's traffic (null: ep itself).
+  explicit AllToAllDispatcher(comm::ProcessGroup& ep, comm::ProcessGroup* statistics = nullptr)
+      : ep_(ep), statistics_(statistics != nullptr ? *statistics : ep) {}
   int64_t ranks() const override { return ep_.size(); }
   int64_t rank() const override { return ep_.rank(); }
   std::vector<int64_t> exchange_counts(const std::vector<int64_t>& counts, int64_t local_experts) const override;
   Tensor dispatch(const Tensor& rows, const nn::DispatchPlan& plan) const override;
   Tensor combine(const Tensor& rows, const nn::DispatchPlan& plan) const override;
+  void max_and_sum_over_ranks(std::vector<float>& most, std::vector<float>& total) const override;
 
  private:
   comm::ProcessGroup& ep_;
+  comm::ProcessGroup& statistics_;
 };
 
 }  // namespace loom::parallel::ep

@@ -11,7 +11,9 @@ namespace loom::parallel::ep {
 
 class ExpertParallelLayers : public nn::LayerBuilder {
  public:
-  ExpertParallelLayers(const nn::LayerBuilder& base, comm::ProcessGroup& ep) : base_(base), dispatcher_(ep) {}
+  // statistics: the ep ranks again, for the routing statistics (AllToAllDispatcher).
+  ExpertParallelLayers(const nn::LayerBuilder& base, comm::ProcessGroup& ep, comm::ProcessGroup* statistics = nullptr)
+      : base_(base), dispatcher_(ep, statistics) {}
   const AllToAllDispatcher& dispatcher() const { return dispatcher_; }
 
   int64_t tensor_parallel_size() const override { return base_.tensor_parallel_size(); }

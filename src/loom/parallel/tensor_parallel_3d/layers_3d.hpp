@@ -27,10 +27,12 @@ class Layers3D : public nn::LayerBuilder {
  public:
   // overlap: the 3D layers' collectives overlapped with compute (overlap_3d.hpp); plane: the
   // row x col ranks of this depth slice, over which a mixture of experts shares its experts out
-  // (null: every plane rank runs every expert).
-  explicit Layers3D(const Grid3D& grid, bool overlap = false, comm::ProcessGroup* plane = nullptr)
+  // (null: every plane rank runs every expert); expert_statistics: the plane's ranks again, for
+  // the experts' routing statistics (PlaneExperts).
+  explicit Layers3D(const Grid3D& grid, bool overlap = false, comm::ProcessGroup* plane = nullptr,
+                    comm::ProcessGroup* expert_statistics = nullptr)
       : grid_(grid), overlap_(overlap ? std::make_unique<Overlap3D>(grid) : nullptr),
-        plane_experts_(plane != nullptr ? std::make_unique<PlaneExperts>(*plane) : nullptr) {}
+        plane_experts_(plane != nullptr ? std::make_unique<PlaneExperts>(*plane, expert_statistics) : nullptr) {}
 
   int64_t tensor_parallel_size() const override { return grid_.size(Axis::Row); }
   int64_t first_head(int64_t NH) const override { return grid_.rank(Axis::Row) * NH; }

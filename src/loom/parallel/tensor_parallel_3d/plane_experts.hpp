@@ -19,7 +19,10 @@ namespace loom::parallel::tp3d {
 
 class PlaneExperts : public nn::ExpertDispatcher {
  public:
-  explicit PlaneExperts(comm::ProcessGroup& plane) : plane_(plane) {}
+  // statistics: a group over the same ranks for the routing statistics' reductions, so they
+  // count in no layout group's traffic (null: plane itself).
+  explicit PlaneExperts(comm::ProcessGroup& plane, comm::ProcessGroup* statistics = nullptr)
+      : plane_(plane), statistics_(statistics != nullptr ? *statistics : plane) {}
   int64_t ranks() const override { return plane_.size(); }
   int64_t rank() const override { return plane_.rank(); }
   // Every plane rank routed the same tokens: its own experts' rows come from itself alone.
@@ -30,9 +33,11 @@ class PlaneExperts : public nn::ExpertDispatcher {
   // Each rank's experts' rows -> (R, C) every rank's, in expert order: an uneven all-gather
   // over the plane, in its activation dtype (bf16 in a bf16 run).
   Tensor combine(const Tensor& rows, const nn::DispatchPlan& plan) const override;
+  void max_and_sum_over_ranks(std::vector<float>& most, std::vector<float>& total) const override;
 
  private:
   comm::ProcessGroup& plane_;
+  comm::ProcessGroup& statistics_;
 };
 
 }  // namespace loom::parallel::tp3d
