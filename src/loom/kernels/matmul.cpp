@@ -202,8 +202,8 @@ Cached make_primitive(const memory::desc& a, const memory::desc& b, const memory
 
 // Creates (or finds) the primitive for this exact geometry.
 PrimitiveCache::Entry primitive_for(const Key& key, const memory::desc& a, const memory::desc& b,
-                            const memory::desc& c, const memory::desc& bias, float alpha,
-                            bool accumulate, bool repack_b = false) {
+                                    const memory::desc& c, const memory::desc& bias, float alpha,
+                                    bool accumulate, bool repack_b = false) {
   Engine& e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
   if (PrimitiveCache::Entry found = e.cache.find(key)) return found;
@@ -308,7 +308,7 @@ bool repack_b(Trans ta, int64_t M, int64_t K, bool bf16) {
 // primitive cost 1.0-1.3 ms, 40% of a 517-row product. A gpt-mini step with 8 experts, top-2,
 // created ~300 of them (its counts rarely repeat): 1.39-1.54 s before, 0.80-0.82 s with this.
 PrimitiveCache::Entry runtime_primitive(bool bf16, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, bool bias,
-                                bool accumulate, Varying varying) {
+                                        bool accumulate, Varying varying) {
   const int64_t m = varying == Varying::Rows ? DNNL_RUNTIME_DIM_VAL : M;
   const int64_t k = varying == Varying::Inner ? DNNL_RUNTIME_DIM_VAL : K;
   const Key key{2, m, N, k, ta == Trans::T, tb == Trans::T, bias, accumulate, bf16, omp_get_max_threads()};

@@ -75,9 +75,9 @@ bool native_bf16_matmul();
 std::string bf16_speed_warning();
 
 // Primitives are cached by exact geometry, the least recently used dropped past a capacity,
-// oneDNN's own cache's too: 256, or ONEDNN_PRIMITIVE_CACHE_CAPACITY where set (at least 1). matmul_primitive_count(): primitives created so far (tests check that
-// the cache works); matmul_cached_primitives(): those held now. set_matmul_primitive_capacity()
-// sets both caches' capacity (at least 1).
+// oneDNN's own cache's too: 256, or ONEDNN_PRIMITIVE_CACHE_CAPACITY where set (at least 1).
+// matmul_primitive_count(): primitives created so far (tests check that the cache works);
+// matmul_cached_primitives(): those held now; set_matmul_primitive_capacity(): both caches'.
 int64_t matmul_primitive_count();
 int64_t matmul_cached_primitives();
 int64_t matmul_primitive_capacity();

@@ -24,10 +24,11 @@ struct MoeStepStats {
   double rank_imbalance = 0.0;
 };
 
-// Collective over `groups` and the ranks sharing the experts out: the statistics of the model's MoE layers since the last call
-// (each rank's, summed over the groups: the data-parallel and pipeline ranks, and the ranks
-// holding parts of the same sequences under context or sequence parallelism), reset. Every
-// rank sends the model's `experts` loads, also one whose pipeline stage holds no MoE block.
+// Collective over `groups` and the ranks sharing the experts out: the statistics of the
+// model's MoE layers since the last call (each rank's, summed over the groups: the
+// data-parallel and pipeline ranks, and the ranks holding parts of the same sequences under
+// context or sequence parallelism), reset. Every rank sends the model's `experts` loads, also
+// one whose pipeline stage holds no MoE block.
 MoeStepStats gather_moe_stats(nn::Module& model, int64_t experts, const std::vector<comm::ProcessGroup*>& groups);
 
 }  // namespace loom::train
