@@ -74,6 +74,7 @@ Metrics whole_file_reading(const std::vector<std::string>& lines) {
     }
     m.comm_s += r.j.value("comm_s", 0.0);
     m.comm_exposed_s += r.j.value("comm_exposed_s", 0.0);
+    if (r.j.value("moe_rank_imbalance", 0.0) > 0) m.moe_rank_imbalance.emplace_back(r.step, number("moe_rank_imbalance"));
     if (!r.j.contains("moe_load")) continue;
     double total = 0;
     for (const json& x : r.j["moe_load"]) total += x.get<double>();
@@ -85,7 +86,7 @@ Metrics whole_file_reading(const std::vector<std::string>& lines) {
   }
   using loom::testing::whole_vector_downsample;
   const size_t max = loom::report::kMaxLinePoints;
-  for (auto* line : {&m.train_loss, &m.val_loss, &m.tokens_per_s, &m.mfu_percent, &m.moe_imbalance})
+  for (auto* line : {&m.train_loss, &m.val_loss, &m.tokens_per_s, &m.mfu_percent, &m.moe_imbalance, &m.moe_rank_imbalance})
     *line = whole_vector_downsample(*line, max);
   for (size_t e = 0; e < std::min(m.moe_experts, experts.size()); ++e)
     m.expert_share.push_back(whole_vector_downsample(experts[e], max));
@@ -98,6 +99,8 @@ void expect_same(const Metrics& got, const Metrics& want) {
   EXPECT_TRUE(same_points(got.tokens_per_s, want.tokens_per_s));
   EXPECT_TRUE(same_points(got.mfu_percent, want.mfu_percent));
   EXPECT_TRUE(same_points(got.moe_imbalance, want.moe_imbalance));
+  EXPECT_TRUE(same_points(got.moe_rank_imbalance, want.moe_rank_imbalance))
+      << got.moe_rank_imbalance.size() << " vs " << want.moe_rank_imbalance.size();
   ASSERT_EQ(got.moe_experts, want.moe_experts);
   ASSERT_EQ(got.expert_share.size(), want.expert_share.size());
   for (size_t e = 0; e < got.expert_share.size(); ++e) EXPECT_TRUE(same_points(got.expert_share[e], want.expert_share[e])) << e;
@@ -125,6 +128,7 @@ std::string train(int step, std::mt19937_64& rng, int experts = 0) {
     for (int e = 0; e < experts; ++e) load.push_back(static_cast<int>(rng() % 100));
     r["moe_load"] = load;
     r["moe_load_imbalance"] = 1 + u(rng);
+    if (step % 3 != 0) r["moe_rank_imbalance"] = 1 + 0.5 * u(rng);  // experts shared out over ranks
   }
   return r.dump();
 }

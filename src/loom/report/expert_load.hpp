@@ -1,6 +1,7 @@
 // The run report's per-expert load chart: each expert's share of the routed assignments over
 // the logged steps (metrics.jsonl's moe_load, summed over the MoE layers), with the max/mean
-// imbalance the progress line shows. A balanced mixture of E experts sits at 100 / E %.
+// imbalance the progress line shows and, where ranks share the experts out, the busiest rank's
+// rows over the mean rank's (moe_rank_imbalance). A balanced mixture of E experts sits at 100 / E %.
 #pragma once
 
 #include <string>

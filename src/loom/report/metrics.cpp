@@ -23,7 +23,9 @@ namespace fs = std::filesystem;
 using Kind = MetricsRecord::Kind;
 
 // The lines drawn: these, then one per expert.
-enum : size_t { kTrainLoss, kValLoss, kTokens, kMfu, kImbalance, kFirstExpert, kLineCount = kFirstExpert + kMaxExpertLines };
+enum : size_t {
+  kTrainLoss, kValLoss, kTokens, kMfu, kImbalance, kRankImbalance, kFirstExpert, kLineCount = kFirstExpert + kMaxExpertLines
+};
 
 // emit(line, y) for each line record r adds the point (r.step, y) to.
 template <class Emit>
@@ -42,6 +44,7 @@ void points_of(const MetricsRecord& r, const Emit& emit) {
     emit(kImbalance, r.moe_load_imbalance);
     for (size_t e = 0; e < r.moe_share.size(); ++e) emit(kFirstExpert + e, r.moe_share[e]);
   }
+  if (r.moe_rank_imbalance > 0) emit(kRankImbalance, r.moe_rank_imbalance);
 }
 
 [[noreturn]] void changed_while_read(const std::string& path) {
@@ -193,6 +196,7 @@ Metrics read_metrics(const std::string& path) {
   m.tokens_per_s = lines[kTokens].take(path);
   m.mfu_percent = lines[kMfu].take(path);
   m.moe_imbalance = lines[kImbalance].take(path);
+  m.moe_rank_imbalance = lines[kRankImbalance].take(path);
   for (size_t e = 0; e < kMaxExpertLines; ++e) {
     Metrics::Line share = lines[kFirstExpert + e].take(path);
     if (e < m.moe_experts) m.expert_share.push_back(std::move(share));

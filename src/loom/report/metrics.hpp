@@ -17,6 +17,7 @@ struct Metrics {
   Line train_loss, val_loss, tokens_per_s, mfu_percent;
   std::vector<Line> expert_share;  // the first kMaxExpertLines experts' shares of the routed assignments, in %
   Line moe_imbalance;              // max / mean expert load, at each step that logged moe_load
+  Line moe_rank_imbalance;         // the busiest expert rank's rows over the mean's, where logged
   size_t moe_experts = 0;          // experts in the widest record; 0: a dense model
   double comm_s = 0, comm_exposed_s = 0;  // data-parallel gradient reduction, summed over the train records
   // Train and val records a later start record abandoned (left out), and their least and

@@ -7,7 +7,7 @@ namespace {
 using nlohmann::json;
 
 // The top-level keys whose values the report reads or checks.
-enum class RecordKey { Kind, Step, Loss, ValLoss, TokensPerS, Mfu, CommS, CommExposedS, MoeLoadImbalance, MoeLoad, OtherLoss, Other };
+enum class RecordKey { Kind, Step, Loss, ValLoss, TokensPerS, Mfu, CommS, CommExposedS, MoeLoadImbalance, MoeRankImbalance, MoeLoad, OtherLoss, Other };
 
 RecordKey record_key(const std::string& k) {
   if (k == "kind") return RecordKey::Kind;
@@ -19,6 +19,7 @@ RecordKey record_key(const std::string& k) {
   if (k == "comm_s") return RecordKey::CommS;
   if (k == "comm_exposed_s") return RecordKey::CommExposedS;
   if (k == "moe_load_imbalance") return RecordKey::MoeLoadImbalance;
+  if (k == "moe_rank_imbalance") return RecordKey::MoeRankImbalance;
   if (k == "moe_load") return RecordKey::MoeLoad;
   return k.ends_with("_loss") ? RecordKey::OtherLoss : RecordKey::Other;
 }
@@ -85,6 +86,7 @@ class FieldReader final : public nlohmann::json_sax<json> {
       case RecordKey::CommS: f_.comm_s = v; break;
       case RecordKey::CommExposedS: f_.comm_exposed_s = v; break;
       case RecordKey::MoeLoadImbalance: f_.moe_load_imbalance = v; break;
+      case RecordKey::MoeRankImbalance: f_.moe_rank_imbalance = v; break;
       case RecordKey::OtherLoss: case RecordKey::Other: break;
     }
     return true;
@@ -126,6 +128,7 @@ RecordFields fields_of(const json& r, size_t keep_experts) {
   f.comm_s = number("comm_s");
   f.comm_exposed_s = number("comm_exposed_s");
   f.moe_load_imbalance = number("moe_load_imbalance");
+  f.moe_rank_imbalance = number("moe_rank_imbalance");
   if (const auto it = r.find("moe_load"); it != r.end()) {
     for (const json& x : *it) {
       if (f.moe_first.size() < keep_experts) f.moe_first.push_back(x.get<double>());

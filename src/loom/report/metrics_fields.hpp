@@ -19,7 +19,8 @@ namespace loom::report {
 struct RecordFields {
   std::string kind;  // "" when absent
   // Each when present and a number (a null loss is absent).
-  std::optional<double> step, loss, val_loss, tokens_per_s, mfu, comm_s, comm_exposed_s, moe_load_imbalance;
+  std::optional<double> step, loss, val_loss, tokens_per_s, mfu, comm_s, comm_exposed_s, moe_load_imbalance,
+      moe_rank_imbalance;
   size_t moe_experts = 0;           // moe_load's length
   double moe_total = 0;             // and sum, in order
   std::vector<double> moe_first;    // its first `keep_experts` values

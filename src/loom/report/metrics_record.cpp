@@ -32,7 +32,7 @@ void check_metrics_record(const json& r, const std::string& path, int64_t line) 
     if (key == "loss" || key.ends_with("_loss"))
       typed(key, value, value.is_number() || value.is_null(), "a number (or null)");
     else if (key == "tokens_per_s" || key == "mfu" || key == "comm_s" || key == "comm_exposed_s" ||
-             key == "moe_load_imbalance")
+             key == "moe_load_imbalance" || key == "moe_rank_imbalance")
       typed(key, value, value.is_number(), "a number");
   }
   if (r.contains("moe_load")) {
@@ -78,6 +78,7 @@ MetricsRecord parse_metrics_record(std::string_view text, const std::string& pat
     rec.comm_s = f->comm_s.value_or(0);
     rec.comm_exposed_s = f->comm_exposed_s.value_or(0);
     rec.moe_load_imbalance = f->moe_load_imbalance.value_or(0);
+    rec.moe_rank_imbalance = f->moe_rank_imbalance.value_or(0);
     if (f->moe_total > 0) {  // as shares: a float per expert drawn is all the chart needs
       rec.moe_experts = f->moe_experts;
       for (const double x : f->moe_first) rec.moe_share.push_back(to_float(100.0 * x / f->moe_total));

@@ -27,6 +27,7 @@ struct MetricsRecord {
   double loss = kNaN;          // train: "loss", val: "val_loss"; NaN when absent or null (a skipped step)
   double tokens_per_s = kNaN;  // NaN when absent
   double mfu = 0, comm_s = 0, comm_exposed_s = 0, moe_load_imbalance = 0;  // 0 when absent
+  double moe_rank_imbalance = 0;  // 0 when absent (no experts shared out over ranks)
   size_t moe_experts = 0;       // moe_load's experts (0: none, or no assignment routed)
   std::vector<float> moe_share;  // the first kMaxExpertLines experts' shares of the assignments, in %
 };
