@@ -62,9 +62,9 @@ parallel::tp::ReplicatedGradientSum::Predicate renewed_each_backward(const Train
 // The ranks sharing a mixture's experts out (`experts`: ep, or a grid's plane) again, for the
 // busiest rank's share of the routed rows (moe_metrics.hpp): a group of their own, so those
 // reductions count in no layout group's traffic. Collective over `experts`; null without
-// experts.
+// experts, or where one rank holds them all (nothing to reduce).
 comm::ProcessGroup* expert_statistics(const TrainConfig& config, comm::ProcessGroup& experts, Parallelized& p) {
-  if (!config.model.moe.enabled()) return nullptr;
+  if (!config.model.moe.enabled() || experts.size() == 1) return nullptr;
   p.expert_statistics = experts.split(0, experts.rank(), experts.name() + " statistics");
   return p.expert_statistics.get();
 }
