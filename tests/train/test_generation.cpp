@@ -3,7 +3,8 @@
 // relative (fp32: the cached path sums attention and the decode GEMV in another order, a few
 // ulps of the largest logit); the window sliding past block_size; batched generation of
 // prompts of different lengths (continuous batching, a stop text) equal to each alone; top-p;
-// bad requests and prompts files are errors naming the problem.
+// bad requests and prompts files are errors naming the problem; a generator run dry hands the
+// allocator's cached blocks back.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "loom/kernels/packed_weights.hpp"
 #include "loom/kernels/precision.hpp"
 #include "loom/nn/cached_forward.hpp"
+#include "loom/tensor/allocator.hpp"
 #include "loom/train/generation_requests.hpp"
 #include "loom/train/memory_budget.hpp"
 #include "loom/train/sampler.hpp"
@@ -270,6 +272,30 @@ TEST(Generation, BatchedPromptsOfDifferentLengthsEqualEachAlone) {
     EXPECT_EQ(out[3].text.back(), 'e');
     EXPECT_LT(out[3].tokens.size(), 30u);
   }
+}
+
+// A long-running generator meets a new prompt length with every request, and each prefill
+// leaves the tensor allocator blocks of its own sizes (those of 1 MiB and more are cached):
+// run dry, the generator hands them back, so an idle `loom generate` holds none of them.
+TEST(Generation, RunDryTheGeneratorReleasesTheCachedBlocks) {
+  const data::CharTokenizer tokenizer = data::CharTokenizer::from_text("ab");
+  nn::GPT model({.vocab_size = 2, .block_size = 512, .n_layer = 1, .n_head = 2, .n_embd = 256}, 5);
+  release_cached_blocks();
+  Generator generator(model, tokenizer, SamplingOptions{1.0, 0, 1.0}, 2);
+  // 500 tokens: the MLP's (T, 4C) fp32 hidden values are 2 MB, cached once freed.
+  generator.add({std::string(500, 'a'), 3, "", 1}, 0);
+  generator.add({std::string(400, 'b'), 6, "", 2}, 1);
+  ASSERT_GT(cached_block_bytes(), 0) << "the prefills freed no block of 1 MiB or more: nothing to release";
+  std::vector<Generated> done;
+  while (!generator.empty()) {
+    for (Generated& g : generator.step()) done.push_back(std::move(g));
+    // One sequence still decoding keeps the cache: its next steps may reuse the blocks.
+    if (!generator.empty() && done.size() == 1) {
+      EXPECT_GT(cached_block_bytes(), 0);
+    }
+  }
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(cached_block_bytes(), 0);
 }
 
 TEST(Generation, TopPKeepsTheNucleus) {

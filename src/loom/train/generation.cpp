@@ -6,6 +6,7 @@
 
 #include "loom/error.hpp"
 #include "loom/nn/cached_forward.hpp"
+#include "loom/tensor/allocator.hpp"
 
 namespace loom::train {
 
@@ -157,6 +158,11 @@ std::vector<Generated> Generator::step() {
       done.push_back(finish(*s));
       s.reset();
     }
+  // Run dry, the generator hands the tensor allocator's cached blocks back: each prompt length
+  // leaves blocks of its own sizes, which a long-running `loom generate` would otherwise keep
+  // beside the next request's (30 prompts of 700-990 tokens, width 768: 902 MB peak RSS, 387
+  // with this). The next prefill takes its blocks from malloc again.
+  if (empty()) release_cached_blocks();
   return done;
 }
 
