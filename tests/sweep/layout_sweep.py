@@ -19,10 +19,10 @@ Each case ends as one of:
   HANG      past --timeout, or the watchdog ended the job (re-run to tell a slow machine)
   EXPECTED  a bf16 mismatch (bf16 compute or gradients reduced in bf16) docs/verify.md
             documents (what loom verify allows): free-running
-            runs drift, a mixture of experts whose router has a choice (top-k < E) can flip a
-            near-tie, a GCN on a grid rounds other products than the serial GCN, a width
-            (n_embd) below 8 leaves sums that cancel; the same layout is run again
-            re-anchored, then in fp32, and must pass
+            runs drift, a mixture of experts whose router's ranking matters (top-k < E, or a
+            capacity that drops) can flip a near-tie, a GCN on a grid rounds other products
+            than the serial GCN, a width (n_embd) below 8 leaves sums that cancel; the same
+            layout is run again re-anchored, then in fp32, and must pass
 
 Usage: python3 tests/sweep/layout_sweep.py [--seed S] [--cases N] [--max-ranks R]
        [--timeout SECONDS] [--steps N] [--loom build/loom] [--mpirun mpirun] [--only I,J]
@@ -216,10 +216,20 @@ def option(args, name, default=None):
     return args[args.index(name) + 1] if name in args else default
 
 
+def router_ranks_matter(args, experts):
+    """Whether a near-tie in the router's ranking can change what the experts compute: a choice
+    of experts (top-k < E), or a capacity that drops (0 < f < E / K: first choices take capacity
+    before second ones, so with top-k = E the ranking still decides which assignments stay;
+    seed 63, case 15: ZeRO-2's bf16 gathers flipped one at step 2, dropless and fp32 passed)."""
+    top_k = int(option(args, "--moe-top-k", 2))
+    capacity = float(option(args, "--moe-capacity-factor", 0))
+    return top_k < experts or 0 < capacity * top_k < experts
+
+
 def documented_twin(args):
     """For a bf16 mismatch docs/verify.md documents (what loom verify allows), the run that must
-    pass instead: a free-running run drifts (re-anchored, the tolerances hold); a router with a
-    choice (top-k < E) can flip a near-tie, a GCN's grid rounds other products than the serial
+    pass instead: a free-running run drifts (re-anchored, the tolerances hold); a router whose
+    ranking matters (router_ranks_matter) can flip a near-tie, a GCN's grid rounds other products than the serial
     GCN, and a width below 8 leaves sums that cancel past bf16's tolerances (in fp32, none).
     Gradients reduced in bf16 (--grad-reduce-dtype bf16) round as bf16 compute does, in either
     precision: a free-running fp32 run with them and a capacity-limited router once flipped a
@@ -230,7 +240,7 @@ def documented_twin(args):
     if "--no-reanchor" in args:
         return [a for a in args if a != "--no-reanchor"]
     experts = int(option(args, "--moe-experts", 0))
-    if (option(args, "--model") == "gcn" or (experts > 0 and int(option(args, "--moe-top-k", 2)) < experts)
+    if (option(args, "--model") == "gcn" or (experts > 0 and router_ranks_matter(args, experts))
             or int(option(args, "--n-embd", 32)) < 8):
         out = list(args)
         for k in bf16:
