@@ -13,8 +13,10 @@
 #include "loom/error.hpp"
 #include "loom/nn/gpt.hpp"
 #include "loom/optim/adamw.hpp"
+#include "loom/tensor/memory_tracker.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/safetensors.hpp"
+#include "loom/train/sharded_checkpoint.hpp"
 #include "test_util.hpp"
 
 namespace loom::train {
@@ -167,6 +169,47 @@ TEST(Checkpoint, WrongModelShapeOrOptimizerIsAnError) {
   optim::AdamW opt(model.parameters(), {});
   EXPECT_THROW(load_checkpoint(path, model, &opt, "sgd"), Error);
   EXPECT_THROW(resolve_checkpoint_path((dir / "nothing-here").string()), Error);
+}
+
+// Loading a model for inference reads its weights, not the optimizer's moments beside them (a
+// single-file checkpoint under AdamW holds three times the weights' bytes): one tensor at a
+// time, while the checksum read on opening still covers the whole file.
+TEST(Checkpoint, ASingleFileCheckpointReadsOnlyTheTensorsALoadFills) {
+  const fs::path dir = fresh_dir("reads_only");
+  const nn::GPTConfig config{.vocab_size = 64, .block_size = 16, .n_layer = 1, .n_head = 2, .n_embd = 256};
+  nn::GPT model(config, 1);
+  optim::AdamW opt(model.parameters(), {});
+  const std::string path = save_checkpoint(dir.string(), model, &opt, "adamw", {1, "", "byte", "adamw"}, 1);
+  nn::GPT loaded(config, 2);
+  std::vector<StatePiece> pieces;
+  int64_t weight_bytes = 0, largest = 0;
+  for (nn::Parameter* p : loaded.parameters()) {
+    const Tensor& v = p->value();
+    pieces.push_back({"model." + p->name(), v.shape(), {p->shard_spec(), 0, v.numel()}, v, true, p->padded_past_row()});
+    weight_bytes += v.nbytes();
+    largest = std::max(largest, v.nbytes());
+  }
+  ASSERT_GE(static_cast<int64_t>(fs::file_size(path)), 3 * weight_bytes) << "the moments are saved beside the weights";
+  MemoryTracker& tracker = MemoryTracker::instance();
+  tracker.reset_peaks();
+  const int64_t before = tracker.total_current();
+  load_state(path, pieces, "");
+  EXPECT_LE(tracker.total_peak() - before, largest) << "read more than one tensor at a time";
+  const std::vector<nn::Parameter*> saved = model.parameters(), read = loaded.parameters();
+  for (size_t i = 0; i < saved.size(); ++i)
+    ASSERT_EQ(0, std::memcmp(saved[i]->value().raw(), read[i]->value().raw(), saved[i]->value().nbytes())) << saved[i]->name();
+
+  // A bit flipped in a moment the load does not read is found on opening all the same.
+  std::string bytes = loom::testing::read_file(path);
+  bytes[bytes.size() - 5] ^= 1;  // tensors are laid out in name order: "optim..." after "model..."
+  write_all(path, bytes);
+  std::string error = "(no error)";
+  try {
+    load_state(path, pieces, "");
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("is corrupted: checksum"), std::string::npos) << error;
 }
 
 // A full disk, simulated by a file-size limit (with SIGXFSZ ignored, writes past it fail

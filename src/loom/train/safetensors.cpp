@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <csignal>
@@ -146,6 +147,34 @@ TensorFileReader::TensorFileReader(const std::string& path) : path_(path) {
     }
   }
   check(expected_offset == data_bytes, "'", path, "': tensors cover ", expected_offset, " of ", data_bytes, " data bytes");
+  data_offset_ = 8 + header_len;
+  data_bytes_ = data_bytes;
+}
+
+bool crc32_of_file(std::ifstream& in, uint64_t offset, uint64_t bytes, uint32_t& crc) {
+  constexpr uint64_t kChunk = uint64_t{4} << 20;
+  std::vector<char> buffer(static_cast<size_t>(std::min(kChunk, std::max<uint64_t>(bytes, 1))));
+  in.seekg(static_cast<std::streamoff>(offset));
+  uint32_t sum = crc32_of(0, nullptr, 0);
+  for (uint64_t done = 0; done < bytes;) {
+    const uint64_t n = std::min<uint64_t>(buffer.size(), bytes - done);
+    in.read(buffer.data(), static_cast<std::streamsize>(n));
+    if (!in.good()) return false;
+    sum = crc32_of(sum, buffer.data(), static_cast<int64_t>(n));
+    done += n;
+  }
+  crc = sum;
+  return true;
+}
+
+void TensorFileReader::verify_checksum() const {
+  std::ifstream in(path_, std::ios::binary);
+  check(in.good(), "cannot open '", path_, "': ", std::strerror(errno));
+  uint32_t crc = 0;
+  check(crc32_of_file(in, data_offset_, data_bytes_, crc), "'", path_, "' is truncated: it ended while its ",
+        data_bytes_, " data bytes were read");
+  check(std::to_string(crc) == recorded_crc32(), "'", path_, "' is corrupted: checksum ", crc,
+        " does not match the recorded ", recorded_crc32());
 }
 
 std::vector<std::string> TensorFileReader::names() const {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <vector>
 #include <string>
@@ -41,6 +42,10 @@ class TensorFileReader {
   Tensor read(const std::string& name, MemoryCategory category = MemoryCategory::Other) const;
   // The CRC-32 of the whole data section, as recorded in the header.
   const std::string& recorded_crc32() const { return metadata_.at("loom.crc32"); }
+  // Reads the data section through a small buffer and checks it against recorded_crc32():
+  // loom::Error naming the file when they differ. Nothing is kept (a model loaded for
+  // inference reads its weights, not the optimizer's moments beside them).
+  void verify_checksum() const;
 
  private:
   struct Entry {
@@ -52,10 +57,14 @@ class TensorFileReader {
   std::string path_;
   std::map<std::string, std::string> metadata_;
   std::map<std::string, Entry> entries_;
+  uint64_t data_offset_ = 0, data_bytes_ = 0;  // the data section, from the start of the file
 };
 
 // CRC-32 (zlib) of n bytes, continuing crc (start from 0).
 uint32_t crc32_of(uint32_t crc, const void* data, int64_t n);
+// CRC-32 of `bytes` bytes of an open file from `offset`, read through a small buffer; false
+// (crc unset) when the file ends first.
+bool crc32_of_file(std::ifstream& in, uint64_t offset, uint64_t bytes, uint32_t& crc);
 
 // The atomic writers, for the checkpoint writers that use them with this header.
 using data::sync_directory;

@@ -190,11 +190,14 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   if (sharded_) {
     manifest_ = read_manifest(path);
   } else {
-    single_ = std::make_unique<TensorFile>(load_tensor_file(path));
-    manifest_.info = checkpoint_info_from(*single_, path);
+    single_ = std::make_unique<TensorFileReader>(path);
+    single_->verify_checksum();
+    TensorFile header;  // the metadata alone: each tensor is read when a destination needs it
+    header.metadata = single_->metadata();
+    manifest_.info = checkpoint_info_from(header, path);
     manifest_.files[file] = {static_cast<int64_t>(fs::file_size(path)), 0};
-    for (const auto& [name, t] : single_->tensors)
-      manifest_.tensors[name] = {t.shape(), {{file, name, whole_piece(t.shape()), 0}}};
+    for (const std::string& name : single_->names())
+      manifest_.tensors[name] = {single_->shape(name), {{file, name, whole_piece(single_->shape(name)), 0}}};
   }
   // A checkpoint copied or renamed over another step's would resume at the wrong step.
   const int64_t named = checkpoint_step(file);
@@ -203,7 +206,7 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
 }
 
 void CheckpointReader::verify_files() {
-  if (!sharded_) return;  // read whole on opening, its checksum verified
+  if (!sharded_) return;  // its checksum verified on opening
   for (const auto& [name, f] : manifest_.files) verify_file(name);
 }
 
@@ -214,10 +217,9 @@ void CheckpointReader::verify_file(const std::string& name) {
   check(size == f.bytes, "checkpoint '", path_, "': rank file '", name, "' is ", size, " bytes, the manifest says ",
         f.bytes, " (truncated or replaced)");
   std::ifstream in(file, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  check(static_cast<int64_t>(bytes.size()) == f.bytes, "checkpoint '", path_, "': rank file '", name, "' is ",
-        bytes.size(), " bytes, the manifest says ", f.bytes, " (truncated or replaced)");
-  const uint32_t crc = crc32_of(crc32_of(0, nullptr, 0), bytes.data(), static_cast<int64_t>(bytes.size()));
+  uint32_t crc = 0;
+  check(crc32_of_file(in, 0, static_cast<uint64_t>(f.bytes), crc), "checkpoint '", path_, "': rank file '", name,
+        "' ended before the ", f.bytes, " bytes the manifest says (truncated or replaced)");
   check(crc == f.crc32, "checkpoint '", path_, "': rank file '", name, "' is corrupted (CRC-32 ", crc,
         ", the manifest recorded ", f.crc32, ")");
 }
@@ -239,7 +241,7 @@ void check_finite(const Tensor& t, const std::string& path, const std::string& n
 
 Tensor CheckpointReader::piece_data(const ManifestPiece& piece) {
   if (single_) {
-    const Tensor& t = single_->tensors.at(piece.key);
+    const Tensor t = single_->read(piece.key);
     check_finite(t, path_, piece.key);
     return t;
   }

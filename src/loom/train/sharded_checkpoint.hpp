@@ -62,7 +62,9 @@ class CheckpointReader {
   std::string path_;
   bool sharded_ = false;
   Manifest manifest_;
-  std::unique_ptr<TensorFile> single_;  // a single-file checkpoint, read whole (one checksum covers it)
+  // A single-file checkpoint: its checksum verified on opening (one covers the whole data), each
+  // tensor read when a destination needs it.
+  std::unique_ptr<TensorFileReader> single_;
   std::map<std::string, std::unique_ptr<TensorFileReader>> files_;  // rank files opened so far
 };
 
