@@ -39,10 +39,10 @@ int64_t checkpoint_step(const std::string& entry) {
   return std::stoll(digits);
 }
 
-CheckpointInfo checkpoint_info_from(const TensorFile& f, const std::string& path) {
+CheckpointInfo checkpoint_info_from(const std::map<std::string, std::string>& metadata, const std::string& path) {
   auto get = [&](const std::string& key) {
-    auto it = f.metadata.find(key);
-    check(it != f.metadata.end(), "'", path, "' is not a Loom checkpoint (no '", key, "')");
+    auto it = metadata.find(key);
+    check(it != metadata.end(), "'", path, "' is not a Loom checkpoint (no '", key, "')");
     return it->second;
   };
   check(get("loom.kind") == kKind, "'", path, "' is not a Loom checkpoint");
@@ -57,7 +57,7 @@ CheckpointInfo checkpoint_info_from(const TensorFile& f, const std::string& path
   };
   CheckpointInfo info;
   info.step = count("step", get("step"));
-  if (f.metadata.count("optimizer_steps")) info.optimizer_steps = count("optimizer_steps", f.metadata.at("optimizer_steps"));
+  if (metadata.count("optimizer_steps")) info.optimizer_steps = count("optimizer_steps", metadata.at("optimizer_steps"));
   info.config_toml = get("config");
   info.tokenizer_spec = get("tokenizer");
   info.optimizer = get("optimizer");
@@ -186,9 +186,7 @@ std::string resolve_checkpoint_path(const std::string& path_or_dir) {
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {
   if (fs::is_directory(path)) return read_manifest(path).info;
-  TensorFile header;  // no tensors: the data stays unread
-  header.metadata = TensorFileReader(path).metadata();
-  return checkpoint_info_from(header, path);
+  return checkpoint_info_from(TensorFileReader(path).metadata(), path);  // the data stays unread
 }
 
 CheckpointInfo load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* optimizer,

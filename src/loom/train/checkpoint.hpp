@@ -49,9 +49,9 @@ std::string resolve_checkpoint_path(const std::string& path_or_dir);
 // rebuild the model first, for a resume to check the model before loading it).
 CheckpointInfo read_checkpoint_info(const std::string& path);
 
-struct TensorFile;
-// The metadata of a single-file checkpoint; loom::Error naming path when it is not one.
-CheckpointInfo checkpoint_info_from(const TensorFile& file, const std::string& path);
+// A single-file checkpoint's header metadata read as its CheckpointInfo; loom::Error naming
+// path when it is not a checkpoint's.
+CheckpointInfo checkpoint_info_from(const std::map<std::string, std::string>& metadata, const std::string& path);
 
 // Loads values into model (and optimizer when given); every parameter must be present with
 // its exact shape, else loom::Error naming the tensor.

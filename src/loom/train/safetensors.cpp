@@ -173,8 +173,13 @@ void TensorFileReader::verify_checksum() const {
   uint32_t crc = 0;
   check(crc32_of_file(in, data_offset_, data_bytes_, crc), "'", path_, "' is truncated: it ended while its ",
         data_bytes_, " data bytes were read");
-  check(std::to_string(crc) == recorded_crc32(), "'", path_, "' is corrupted: checksum ", crc,
-        " does not match the recorded ", recorded_crc32());
+  check_data_crc32(crc);
+}
+
+void TensorFileReader::check_data_crc32(uint32_t crc) const {
+  const std::string& recorded = metadata_.at("loom.crc32");
+  check(std::to_string(crc) == recorded, "'", path_, "' is corrupted: checksum ", crc, " does not match the recorded ",
+        recorded);
 }
 
 std::vector<std::string> TensorFileReader::names() const {
@@ -212,8 +217,7 @@ TensorFile load_tensor_file(const std::string& path, MemoryCategory category) {
     crc = crc32_of(crc, t.raw(), t.nbytes());
     out.tensors.emplace(name, std::move(t));
   }
-  check(std::to_string(crc) == reader.recorded_crc32(), "'", path, "' is corrupted: checksum ", crc,
-        " does not match the recorded ", reader.recorded_crc32());
+  reader.check_data_crc32(crc);
   return out;
 }
 

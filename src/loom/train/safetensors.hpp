@@ -40,11 +40,12 @@ class TensorFileReader {
   bool contains(const std::string& name) const { return entries_.count(name) != 0; }
   const Shape& shape(const std::string& name) const;
   Tensor read(const std::string& name, MemoryCategory category = MemoryCategory::Other) const;
-  // The CRC-32 of the whole data section, as recorded in the header.
-  const std::string& recorded_crc32() const { return metadata_.at("loom.crc32"); }
-  // Reads the data section through a small buffer and checks it against recorded_crc32():
-  // loom::Error naming the file when they differ. Nothing is kept (a model loaded for
-  // inference reads its weights, not the optimizer's moments beside them).
+  // loom::Error naming the file unless crc is the CRC-32 of the whole data section recorded
+  // in the header.
+  void check_data_crc32(uint32_t crc) const;
+  // Reads the data section through a small buffer and checks its CRC-32 (check_data_crc32).
+  // Nothing is kept (a model loaded for inference reads its weights, not the optimizer's
+  // moments beside them).
   void verify_checksum() const;
 
  private:

@@ -191,10 +191,8 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
     manifest_ = read_manifest(path);
   } else {
     single_ = std::make_unique<TensorFileReader>(path);
-    single_->verify_checksum();
-    TensorFile header;  // the metadata alone: each tensor is read when a destination needs it
-    header.metadata = single_->metadata();
-    manifest_.info = checkpoint_info_from(header, path);
+    single_->verify_checksum();  // each tensor is read when a destination needs it
+    manifest_.info = checkpoint_info_from(single_->metadata(), path);
     manifest_.files[file] = {static_cast<int64_t>(fs::file_size(path)), 0};
     for (const std::string& name : single_->names())
       manifest_.tensors[name] = {single_->shape(name), {{file, name, whole_piece(single_->shape(name)), 0}}};
