@@ -98,7 +98,8 @@ std::string layout_name(const plan::Layout& l) {
     return "dp " + std::to_string(l.dp) + (l.pp > 1 ? " x pp " + std::to_string(l.pp) : "") +
            (l.cp > 1 ? " x cp " + std::to_string(l.cp) : "") + " x 3D " + std::to_string(l.row) + "x" +
            std::to_string(l.col) + "x" + std::to_string(l.depth) +
-           (l.chunks > 1 ? " (v " + std::to_string(l.chunks) + ")" : "") + ", mb " + std::to_string(l.micro_batch) +
+           (l.chunks > 1 ? " (v " + std::to_string(l.chunks) + ")" : "") +
+           (l.ep > 1 ? " (ep " + std::to_string(l.ep) + ")" : "") + ", mb " + std::to_string(l.micro_batch) +
            recompute_name(l);
   return "dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + " x tp " + std::to_string(l.tp) +
          (l.chunks > 1 ? " (v " + std::to_string(l.chunks) + ")" : "") +

@@ -23,6 +23,7 @@
 
 #include "comm/mpi_test_env.hpp"
 #include "loom/parallel/expert_parallel/all_to_all_dispatcher.hpp"
+#include "loom/parallel/expert_parallel/grid_expert_dispatcher.hpp"
 #include "loom/parallel/tensor_parallel_3d/plane_experts.hpp"
 #include "loom/nn/moe.hpp"
 #include "loom/parallel/zero.hpp"
@@ -46,19 +47,26 @@ int64_t rows_for(int r, int64_t e, int64_t El) {
   return (r * 7 + e * 3) % 5;
 }
 
-TEST(ExpertDispatch, DispatchThenCombineReturnsTheRowsExactlyAndEachExpertGetsItsOwn) {
-  comm::ProcessGroup& g = world();
-  const int P = g.size(), r = g.rank();
-  const int64_t El = 2, E = El * P, C = 3;
-  std::vector<int64_t> counts;
+// Sender r's rows grouped by expert, rows_for(r, e, El) of them for expert e (into counts). Row
+// values say where they came from: 1000 x sender + 10 x expert + column (exact in fp32).
+Tensor routed_rows(int r, int64_t E, int64_t El, int64_t C, std::vector<int64_t>& counts) {
   int64_t R = 0;
   for (int64_t e = 0; e < E; ++e) counts.push_back(rows_for(r, e, El)), R += counts.back();
-  // Row values say where they came from: 1000 x sender + 10 x expert + column (exact in fp32).
   Tensor rows = Tensor::empty({R, C});
   int64_t i = 0;
   for (int64_t e = 0; e < E; ++e)
     for (int64_t k = 0; k < counts[static_cast<size_t>(e)]; ++k, ++i)
       for (int64_t c = 0; c < C; ++c) rows.f32()[i * C + c] = static_cast<float>(1000 * r + 10 * e + c);
+  return rows;
+}
+
+TEST(ExpertDispatch, DispatchThenCombineReturnsTheRowsExactlyAndEachExpertGetsItsOwn) {
+  comm::ProcessGroup& g = world();
+  const int P = g.size(), r = g.rank();
+  const int64_t El = 2, E = El * P, C = 3;
+  std::vector<int64_t> counts;
+  const Tensor rows = routed_rows(r, E, El, C, counts);
+  int64_t i = 0;
 
   ep::AllToAllDispatcher dispatcher(g);
   const nn::DispatchPlan plan = nn::make_plan(counts, dispatcher.exchange_counts(counts, El), P);
@@ -103,6 +111,40 @@ TEST(PlaneExperts, DispatchThenCombineReturnsTheRowsExactlyAndEachRankItsExperts
   for (int64_t j = 0; j < rows.numel(); ++j) ASSERT_EQ(back.f32()[j], rows.f32()[j]) << "element " << j;
 }
 
+// Both at once (ep on a 3D grid): world ranks w = ep rank x 2 + plane rank, a plane of 2 (the
+// same rows) and ep over the rest (each ep rank routing its own rows, rows_for of its ep rank).
+// Rank (q, r) holds block q ep + r of the experts: it gets exactly the rows every ep rank at its
+// plane position routed to them, grouped by local expert then sender; combine gives every rank
+// back all its rows. Uneven counts, an ep rank that sends nothing, and experts given none.
+TEST(GridExperts, DispatchThenCombineReturnsTheRowsExactlyAndEachRankItsBlockOfThePlanesBlock) {
+  comm::ProcessGroup& g = world();
+  if (g.size() % 2 != 0) GTEST_SKIP() << "a plane of 2 x ep: an even world";
+  const int w = g.rank(), q = w % 2, r = w / 2, P = 2, ep = g.size() / 2;
+  const std::unique_ptr<comm::ProcessGroup> plane = g.split(r, w, "plane"), ep_group = g.split(q, w, "ep");
+  const int64_t El = 2, E = El * P * ep, C = 3;
+  std::vector<int64_t> counts;  // the same on both plane ranks: this ep rank's
+  const Tensor rows = routed_rows(r, E, El, C, counts);
+  int64_t i = 0;
+
+  ep::GridExpertDispatcher dispatcher(*plane, *ep_group);
+  ASSERT_EQ(dispatcher.ranks(), P * ep);
+  ASSERT_EQ(dispatcher.rank(), q * ep + r);
+  const nn::DispatchPlan plan = nn::make_plan(counts, dispatcher.exchange_counts(counts, El), P * ep);
+  const Tensor local = dispatcher.dispatch(rows, plan);
+  i = 0;
+  for (int64_t le = 0; le < El; ++le)
+    for (int s = 0; s < ep; ++s) {
+      const int64_t e = (q * ep + r) * El + le;
+      ASSERT_EQ(plan.from[static_cast<size_t>((q * ep + s) * El + le)], rows_for(s, e, El)) << "rank " << w;
+      for (int64_t k = 0; k < rows_for(s, e, El); ++k, ++i)
+        ASSERT_EQ(local.f32()[i * C], static_cast<float>(1000 * s + 10 * e)) << "row " << i << " on rank " << w;
+    }
+  ASSERT_EQ(i, local.size(0)) << "rank " << w;
+  const Tensor back = dispatcher.combine(local, plan);
+  ASSERT_EQ(back.shape(), rows.shape());
+  for (int64_t j = 0; j < rows.numel(); ++j) ASSERT_EQ(back.f32()[j], rows.f32()[j]) << "element " << j << " on rank " << w;
+}
+
 struct Case {
   std::string name{};
   int64_t ep = 2, experts = 4, top_k = 2;
@@ -120,7 +162,7 @@ struct Case {
   int64_t steps = 3;
   int64_t every = 1;  // a mixture of experts in every `every`-th block
   double hidden_dropout = 0.0, attention_dropout = 0.0;
-  std::string tp_3d = "";  // "R,C,D": a 3D grid (ep 1), the experts shared out over its plane (row x col)
+  std::string tp_3d = "";  // "R,C,D": a 3D grid, the experts shared out over its plane (row x col), and over ep
   bool recompute = false;
 };
 
@@ -331,6 +373,23 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "tp3d_2x1x1_bf16", .ep = 1, .precision = "bf16", .steps = 1, .tp_3d = "2,1,1"}),
     [](const auto& info) { return info.param.name; });
 
+// Expert parallelism on a 3D grid (4D hybrid + MoE): rank (plane q, ep r) holds block q ep + r
+// of the experts, the plane's block split over ep; its rows are its plane's slice of the routed
+// rows, exchanged all-to-all with the ep ranks at the same grid position, and the outputs go
+// back over ep and are gathered over the plane. Expert gradients are averaged over depth (the
+// grid's rule for what it does not split over depth) and over expert_dp, divided by ep
+// (ExpertDataParallel): the scaled-twice check of the table holds them to the serial norm. A
+// plane of 2 (dropless; with capacity and ZeRO-1; ZeRO-3 top-1), a grid with depth only (ep
+// alone splits the experts, the depth ranks hold copies), and bf16's first step.
+INSTANTIATE_TEST_SUITE_P(
+    GridExpertParallel, ExpertParallelTable,
+    ::testing::Values(Case{.name = "ep2_tp3d_2x1x1", .tp_3d = "2,1,1"},
+                      Case{.name = "ep2_tp3d_1x2x1_capacity_zero1", .capacity_factor = 1.0, .zero = 1, .tp_3d = "1,2,1"},
+                      Case{.name = "ep2_tp3d_2x1x1_zero3_top1", .top_k = 1, .zero = 3, .tp_3d = "2,1,1"},
+                      Case{.name = "ep2_tp3d_1x1x2_accumulate", .micro_batches = 2, .tp_3d = "1,1,2"},
+                      Case{.name = "ep2_tp3d_2x1x1_bf16", .precision = "bf16", .steps = 1, .tp_3d = "2,1,1"}),
+    [](const auto& info) { return info.param.name; });
+
 // Hidden dropout (p 0.2) with ep: a rank drops on its rows what the serial run drops there, so
 // every router sees the serial run's inputs and routes (and drops, at capacity) alike; with tp
 // and sequence parallelism (each tp rank's chunk of every sequence), a pipeline and cp. The
@@ -475,6 +534,50 @@ TEST(ExpertParallelPlan, BusiestRankOverMeanSumsEachForwardsWaitAndCostsTheEpGro
 // holding the same experts once a step, though the step has 2 micro-batches (they accumulate).
 // Their gradients are fp32 in both precisions (4 bytes a value: plan::value_bytes of fp32 and
 // Loom's bf16). ZeRO-1 moves the same.
+// Expert parallelism over 2,1,1 grids (dp 2 x ep 2 on 4 ranks; dp 4 x ep 2 on 8, each expert then
+// on 2 ranks of expert_dp): each plane rank exchanges its slice of the routed rows, so the
+// planner's all-to-all bytes are a rank's share of the plane's (1 / plane of the rows): the ep
+// groups' bytes summed over the world are the world's ranks times it, beside the count
+// exchanges (the plane block's E / plane floats) and the gradient norm's one float. The experts'
+// gradients over expert_dp: E / (plane x ep) experts a rank, as the planner counts them.
+TEST(ExpertParallelPlan, OnGridsAllToAllAndExpertGradientBytesMatchTheMeasuredStep) {
+  const int64_t p = world().size();
+  if (p != 4 && p != 8) GTEST_SKIP() << "on " << p << " ranks: runs on 4 and 8 (dp x 2,1,1 grids)";
+  for (const std::string precision : {"fp32", "bf16"}) {
+    const int64_t dp = p / 2, plane = 2;
+    Case k{.name = "grid_bytes", .ep = 2, .experts = 4, .micro_batches = 2, .zero = 1, .tp_3d = "2,1,1"};
+    train::TrainConfig c = moe_config(k, dp, 2);
+    c.ep = 2;
+    c.zero = 1;
+    c.tp_3d = k.tp_3d;
+    c.model.moe.every = 2;  // block 1 of 2
+    c.precision = precision;
+    train::Trainer t(c, true, &world());
+    comm::ProcessGroup &ep = t.parallelized().group("ep"), &expert_dp = t.parallelized().group("expert_dp");
+    ep.reset_stats();
+    expert_dp.reset_stats();
+    t.compute_gradients();
+    const plan::ModelSpec m = planned_moe(c);
+    plan::Layout l;
+    l.dp = dp;
+    l.ep = 2;
+    l.zero = 1;
+    l.row = plane;
+    l.micro_batch = c.batch_size;
+    const int64_t layers = c.model.n_layer / c.model.moe.every, counts = layers * c.micro_batches * 4 * (4 / plane / 2);
+    float bytes = static_cast<float>(ep.stats().bytes - counts - 4);
+    world().all_reduce(&bytes, 1, comm::ReduceOp::Sum);
+    const int64_t wire = precision == "bf16" ? 2 : 4;
+    const std::string what = std::to_string(p) + " ranks, " + precision;
+    EXPECT_GT(plan::all_to_all_bytes_per_step(m, l, c.micro_batches, wire), 0) << what;
+    EXPECT_EQ(static_cast<int64_t>(bytes), p * plan::all_to_all_bytes_per_step(m, l, c.micro_batches, wire)) << what;
+    EXPECT_EQ(plan::expert_parameters_per_device(m, l), plan::expert_mlp_parameters(m.hidden) * layers)
+        << what << ": one of the 4 experts a rank";
+    EXPECT_EQ(expert_dp.stats().bytes, plan::expert_gradient_bytes_per_step(m, l, 4)) << what;
+    if (p == 8) EXPECT_GT(expert_dp.stats().bytes, 0) << what;
+  }
+}
+
 TEST(ExpertParallelPlan, ExpertGradientBytesMatchTheMeasuredStep) {
   const int64_t p = world().size();
   if (p != 4) GTEST_SKIP() << "on " << p << " ranks: runs on 4 (ep 2 x expert_dp 2)";

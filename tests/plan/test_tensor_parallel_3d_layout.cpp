@@ -303,32 +303,36 @@ TEST(Plan3D, PipelinesAndRingsOfGridsArePricedAsTheMemoryCheckCountsThem) {
 // as the memory check counts it: each plane rank's E / (row x col) experts in its state (all 4
 // on a depth-only grid, and on a plane of 3 that does not divide them), their rows in its
 // activations, fp32 and bf16, with and without recompute, alone, with dp 2 under ZeRO-3 and as
-// a pipeline of grids. A plane of 2 computes less than a plane of 3 that runs every expert, and
-// the state of a rank of a plane of 2 holds 2 experts a block, of a depth-only grid all 4.
+// a pipeline of grids, and with ep 2 over dp 2 (each plane rank's block split over ep: one
+// expert a rank on a plane of 2, two on a depth-only grid; ZeRO-1 and 3 leave them whole). A plane
+// of 2 computes less than a plane of 3 that runs every expert, and the state of a rank of a plane
+// of 2 holds 2 experts a block, of a depth-only grid all 4.
 TEST(Plan3D, MixtureOfExpertsOnGridsIsPricedAsTheMemoryCheckCountsIt) {
   const int64_t L = 4, h = 48, heads = 6, seq = 32, vocab = 128, mb = 2, micro_batches = 2;
   ModelSpec m{"m", L, h, heads, seq, vocab};
   m.moe = {.experts = 4, .top_k = 2, .every = 2, .capacity_factor = 1.25};
   struct Around {
-    int64_t dp, zero, pp;
+    int64_t dp, zero, pp, ep = 1;
   };
   for (const std::array<int64_t, 3> g : {std::array<int64_t, 3>{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {3, 1, 1}})
-    for (const Around around : {Around{1, 0, 1}, Around{2, 3, 1}, Around{1, 0, 2}})
+    for (const Around around : {Around{1, 0, 1}, Around{2, 3, 1}, Around{1, 0, 2}, Around{2, 1, 1, 2}, Around{2, 3, 1, 2}})
       for (const bool bf16 : {false, true})
         for (const bool recompute : {false, true}) {
           const auto [R, C, D] = g;
+          if (m.moe.experts % (R * C * around.ep) != 0) continue;  // ep splits each plane rank's block
           ClusterSpec cluster = cluster_preset("local-default");
           cluster.precision = bf16 ? Precision::Bf16 : Precision::Fp32;
           Layout l = grid(around.dp, R, C, D, mb);
           l.zero = around.zero;
           l.pp = around.pp;
+          l.ep = around.ep;
           l.recompute = recompute;
           const LayoutCost cost = predict(m, cluster, l, around.dp * micro_batches * mb * D);
           ASSERT_TRUE(cost.valid) << cost.why_not;
           const train::TrainConfig c = testing::trainer_config_of(m, l, micro_batches, bf16);
           const std::string what = "dp " + std::to_string(around.dp) + " zero " + std::to_string(around.zero) + " x pp " +
-                                   std::to_string(around.pp) + " x " + c.tp_3d + (bf16 ? " bf16" : " fp32") +
-                                   (recompute ? " recompute" : "");
+                                   std::to_string(around.pp) + " x " + c.tp_3d + " ep " + std::to_string(around.ep) +
+                                   (bf16 ? " bf16" : " fp32") + (recompute ? " recompute" : "");
           const train::MemoryNeed need = train::training_memory(c);
           // The weight blocks gathered over depth, counted with the activations (as above): the
           // grid's MLP-sized blocks, where the grid splits the layers.

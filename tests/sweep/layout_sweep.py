@@ -156,7 +156,9 @@ def draw_gpt(rng, ranks, strict):
         if n_layer > 1 and rng.random() < 0.3:
             a["--moe-every"] = 2
         a["--moe-capacity-factor"] = rng.choice([0, 0, 0.5, 1, 1.25, 2])
-        eps = [e for e in divisors(dp) if E % e == 0 and e > 1] if not (strict and grid) else []
+        # On a grid the plane's block of the experts is split over ep: row x col x ep divides E.
+        plane = grid[0] * grid[1] if grid else 1
+        eps = [e for e in divisors(dp) if E % (plane * e) == 0 and e > 1]
         if eps and rng.random() < 0.75:
             a["--ep"] = rng.choice(eps)
     if rng.random() < 0.15:

@@ -90,6 +90,8 @@ def draw_gpt(rng, ranks, moe, n_layer):
             lay.update(pp=pp, schedule=rng.choice(["1f1b", "gpipe"]), micro=rng.choice([pp, 2 * pp]))
         if dp > 1:  # ZeRO over the grids' replicas (drawn last: the draws above stay as they were)
             lay["zero"] = rng.choice([0, 1] if pp > 1 else [0, 1, 2, 3])
+        if moe and dp > 1:  # ep over the grids' replicas, each plane rank's block of the experts split over it
+            lay["ep"] = rng.choice([e for e in divisors(math.gcd(dp, EXPERTS)) if EXPERTS % (r * c * e) == 0] or [1])
         return lay
     tp = rng.choice([t for t in divisors(ranks) if N_HEAD % t == 0])
     rest = ranks // tp

@@ -32,7 +32,8 @@ int64_t dense_parameters_per_device(const ModelSpec& model, const Layout& layout
 
 int64_t expert_parameters_per_device(const ModelSpec& model, const Layout& layout) {
   if (model.moe.experts == 0) return 0;
-  return moe_layers(model) / layout.pp * (model.moe.experts / layout.ep) * expert_mlp_parameters(model.hidden);
+  const int64_t holders = layout.ep * plane_expert_split(model, layout);
+  return moe_layers(model) / layout.pp * (model.moe.experts / holders) * expert_mlp_parameters(model.hidden);
 }
 
 bool experts_sharded_by_zero(const ModelSpec& model, const Layout& layout) {
@@ -47,7 +48,8 @@ int64_t expert_gradient_bytes_per_step(const ModelSpec& model, const Layout& lay
 int64_t all_to_all_bytes_per_step(const ModelSpec& model, const Layout& layout, int64_t micro_batches,
                                   int64_t value_bytes) {
   if (model.moe.experts == 0 || layout.ep == 1) return 0;
-  const int64_t rows = layout.micro_batch * model.seq * model.moe.top_k;
+  // On a grid each plane rank exchanges its slice of the routed rows (the rows of its block).
+  const int64_t rows = layout.micro_batch * model.seq * model.moe.top_k / plane_expert_split(model, layout);
   return 4 * rows * model.hidden * value_bytes * (moe_layers(model) / layout.pp) * micro_batches;
 }
 
@@ -63,18 +65,16 @@ double all_to_all_seconds(const ModelSpec& model, const Layout& layout, int64_t 
 ExpertRows expert_rows(int64_t B, int64_t T, int64_t Tr, int64_t ep, int64_t experts, int64_t top_k,
                        double capacity_factor, bool skewed, int64_t plane) {
   const int64_t N = B * Tr, R = N * top_k;
-  if (experts > 0 && plane > 1) {
-    const int64_t El = experts / plane;
-    if (nn::capacity_never_drops(capacity_factor, top_k, experts))
-      return {skewed ? N * std::min(top_k, El) : (R + plane - 1) / plane, N};
-    const int64_t per_sequence = std::min(nn::expert_capacity(capacity_factor, top_k, T, experts), Tr);
-    return {std::min(El * B * per_sequence, R), std::min(B * per_sequence, N)};
+  if (experts == 0 || ep * plane == 1) return {R, N};
+  // A rank's El experts take rows of its ep group's ep N tokens (every plane rank routes the
+  // same ones): plane ranks split the experts, the ep ranks the plane block's.
+  const int64_t El = experts / (plane * ep);
+  if (nn::capacity_never_drops(capacity_factor, top_k, experts)) {
+    if (skewed) return {ep * N * std::min(top_k, El), ep * N};
+    return {(R + plane - 1) / plane, N};  // the balanced share
   }
-  if (ep == 1 || experts == 0) return {R, N};
-  if (nn::capacity_never_drops(capacity_factor, top_k, experts))
-    return skewed ? ExpertRows{N * std::min(experts, ep * top_k), ep * N} : ExpertRows{R, N};
   const int64_t per_sequence = std::min(nn::expert_capacity(capacity_factor, top_k, T, experts), Tr);
-  return {std::min(experts * B * per_sequence, ep * R), std::min(ep * B * per_sequence, ep * N)};
+  return {std::min(El * ep * B * per_sequence, ep * R), std::min(ep * B * per_sequence, ep * N)};
 }
 
 double skewed_rows_over_balanced(int64_t experts, int64_t top_k, int64_t ep) {
@@ -112,8 +112,9 @@ int64_t moe_backward_working_bytes(int64_t B, int64_t T, int64_t C, int64_t t, b
   const ExpertRows held = expert_rows(B, sequence, Tr, ep, experts, top_k, capacity_factor, skewed, plane);
   const int64_t fp32 = 4 * R * C + 4 * R + 4 * held.rank * C + 4 * held.rank * 4 * C;  // drows, dgate, dx, dh
   // ep: the rows' gradient as exchanged; a grid's plane: the held rows' slice copied out, and
-  // every row's input gradient gathered back.
-  const int64_t exchanged = ep > 1 ? 4 * held.rank * C : plane > 1 ? 4 * held.rank * C + 4 * R * C : 0;
+  // every row's input gradient gathered back. Under ep on a grid the ep exchange's buffers are
+  // gone by the plane's gather, which holds the most.
+  const int64_t exchanged = plane > 1 ? 4 * held.rank * C + 4 * R * C : ep > 1 ? 4 * held.rank * C : 0;
   return fp32 + exchanged + (bf16 ? 4 * R * C + 2 * held.rank * C + 2 * held.one_expert * 4 * C : 0);
 }
 

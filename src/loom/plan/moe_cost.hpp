@@ -30,7 +30,8 @@ int64_t active_parameters(const ModelSpec& model);
 // and the position table whole, each MoE block's MLP replaced by its router, replicated over tp);
 // what step_time takes as params_per_device. (It once divided the whole model by tp x pp.)
 int64_t dense_parameters_per_device(const ModelSpec& model, const Layout& layout);
-// Expert parameters on one device: E / ep experts of each MoE layer of its pipeline stage.
+// Expert parameters on one device: E / ep experts of each MoE layer of its pipeline stage
+// (E / (plane x ep) on a 3D grid whose plane shares them out: plane_expert_split).
 int64_t expert_parameters_per_device(const ModelSpec& model, const Layout& layout);
 // Whether ZeRO shards a device's experts with its dense parameters: ep 1 under ZeRO 1-3 over
 // dp > 1 (train/parallelize builds one ShardedDataParallel over every parameter then; under
@@ -45,8 +46,9 @@ bool experts_sharded_by_zero(const ModelSpec& model, const Layout& layout);
 int64_t expert_gradient_bytes_per_step(const ModelSpec& model, const Layout& layout, int64_t value_bytes);
 // Bytes one device hands to its all-to-alls in a step of `micro_batches` micro-batches, all
 // rows routed (dropless; capacity only drops some): per MoE layer of its stage and
-// micro-batch, micro_batch x seq x K rows of h values, four times (dispatch and combine,
-// forward and backward). Under balanced routing (ep - 1) / ep of it leaves the device.
+// micro-batch, micro_batch x seq x K rows of h values (on a grid a plane rank's slice of them,
+// 1 / plane_expert_split), four times (dispatch and combine, forward and backward). Under
+// balanced routing (ep - 1) / ep of it leaves the device.
 int64_t all_to_all_bytes_per_step(const ModelSpec& model, const Layout& layout, int64_t micro_batches,
                                   int64_t value_bytes);
 // Seconds of those exchanges: each all-to-all moves its off-device share over the link
@@ -66,10 +68,10 @@ double all_to_all_seconds(const ModelSpec& model, const Layout& layout, int64_t 
 struct ExpertRows {
   int64_t rank = 0, one_expert = 0;
 };
-// On a 3D grid whose `plane` ranks share the experts out (ep 1): a rank's E / plane experts take
-// rows of its own N tokens alone (every plane rank routes the same ones): the balanced share
-// ceil(N K / plane) dropless (skewed: N min(K, E / plane)), at most E / plane x B min(cap, Tr)
-// with a capacity that drops; N, or B min(cap, Tr), for one expert.
+// On a 3D grid whose `plane` ranks share the experts out: a rank's El = E / (plane ep) experts
+// take rows of its ep group's tokens (every plane rank routes the same ones; ep 1: its own N):
+// the balanced share ceil(N K / plane) dropless (skewed: ep N min(K, El)), at most El ep B
+// min(cap, Tr) with a capacity that drops; N, ep N skewed, or ep B min(cap, Tr), for one expert.
 ExpertRows expert_rows(int64_t B, int64_t T, int64_t Tr, int64_t ep, int64_t experts, int64_t top_k,
                        double capacity_factor, bool skewed = false, int64_t plane = 1);
 // How many times the balanced share a skewed router sends a rank: min(E, ep K) / K.
@@ -99,7 +101,7 @@ int64_t moe_activation_bytes_per_layer(int64_t B, int64_t T, int64_t C, int64_t 
 // bf16 too) and under ep their gradient as exchanged; in bf16 also the kept outputs widened,
 // the held rows' gradient as the GEMMs read it, and the largest expert's hidden gradient
 // converted. Over a grid's `plane`: the held rows' slice of the output gradient, copied out, and
-// every row's input gradient gathered back.
+// every row's input gradient gathered back (under ep too: the exchange's buffers are freed by then).
 int64_t moe_backward_working_bytes(int64_t B, int64_t T, int64_t C, int64_t t, bool sequence_parallel, int64_t cp,
                                    int64_t ep, int64_t top_k, bool bf16, int64_t experts = 0,
                                    double capacity_factor = 0.0, bool skewed = false, int64_t plane = 1);

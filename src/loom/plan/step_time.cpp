@@ -206,6 +206,20 @@ DataParallelSeconds data_parallel_seconds(const DataParallelSync& s) {
   return out;
 }
 
+std::vector<ReadyReduction> expert_gradient_buckets(const ModelSpec& m, const Layout& l, const ClusterSpec& c,
+                                                    const GradientTimeline& timeline, int64_t value_bytes, int64_t per_node) {
+  const int64_t expert_bytes = expert_gradient_bytes_per_step(m, l, value_bytes);
+  if (expert_bytes == 0) return {};
+  GradientTimeline experts = timeline;
+  experts.head = experts.embedding = {};
+  experts.layer = {static_cast<double>(expert_bytes) / static_cast<double>(std::max<int64_t>(1, timeline.layers))};
+  experts.first_s -= experts.layer_s / 3.0;
+  const int64_t expert_dp = l.dp / l.ep, expert_per_node = std::max<int64_t>(1, per_node / l.ep);
+  return ddp_buckets(experts, static_cast<double>(l.bucket_bytes), [&](double b) {
+    return hierarchical_all_reduce_seconds(b, expert_dp, expert_per_node, c);
+  });
+}
+
 StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, int64_t micro_batches,
                    int64_t params_per_device) {
   const int64_t bpv = value_bytes(c.precision);
@@ -307,22 +321,9 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
       // The mean over cp runs in the gradients' hooks, on the compute thread.
       comm = exposed = hierarchical_all_reduce_seconds(grad_bytes, l.cp, std::min(l.cp, c.devices_per_node), c);
     }
-    // Under ep ZeRO leaves the experts out and DDP's buckets reduce them over the expert_dp
-    // ranks holding the same experts, once a step, each block's ready when its MLP's backward
-    // ends, about two thirds into the block's (the MLP holds 8 of its 12 h^2), sharing the link
+    // Under ep ZeRO leaves the experts out to DDP's buckets over expert_dp, sharing the link
     // with the dense reduction; without ep and ZeRO, DDP's buckets over dp likewise.
-    const int64_t expert_bytes = expert_gradient_bytes_per_step(m, l, bpv);
-    std::vector<ReadyReduction> expert_buckets;
-    if (expert_bytes > 0) {
-      GradientTimeline experts = timeline;
-      experts.head = experts.embedding = {};
-      experts.layer = {static_cast<double>(expert_bytes) / static_cast<double>(std::max<int64_t>(1, timeline.layers))};
-      experts.first_s -= experts.layer_s / 3.0;
-      const int64_t expert_dp = l.dp / l.ep, expert_per_node = std::max<int64_t>(1, per_node / l.ep);
-      expert_buckets = ddp_buckets(experts, static_cast<double>(l.bucket_bytes), [&](double b) {
-        return hierarchical_all_reduce_seconds(b, expert_dp, expert_per_node, c);
-      });
-    }
+    const std::vector<ReadyReduction> expert_buckets = expert_gradient_buckets(m, l, c, timeline, bpv, per_node);
     const DataParallelSeconds sync = data_parallel_seconds(
         {.zero = zero, .timeline = timeline, .bucket_bytes = static_cast<double>(l.bucket_bytes),
          .bytes = zero_bytes_per_step(m, l, micro_batches, params_per_device, bpv, wire_bytes(c.precision)),

@@ -141,6 +141,15 @@ struct DataParallelSeconds {
 };
 DataParallelSeconds data_parallel_seconds(const DataParallelSync& sync);
 
+// A mixture of experts' gradients reduced apart from ZeRO (expert_gradient_bytes_per_step: under
+// ep over the expert_dp ranks holding the same experts, without ep and ZeRO over dp), as DDP's
+// buckets on a device whose dense gradients follow `timeline`: once a step, each block's ready
+// when its MLP's backward ends, about two thirds into the block's (the MLP holds 8 of its 12
+// h^2); `per_node` of the dense reducers share a node. Empty when there are none. The
+// DataParallelSync's `other`, for a 1D layout and a 3D grid's replicas alike.
+std::vector<ReadyReduction> expert_gradient_buckets(const ModelSpec& model, const Layout& layout, const ClusterSpec& cluster,
+                                                    const GradientTimeline& timeline, int64_t value_bytes, int64_t per_node);
+
 // The step of `layout` with `micro_batches` micro-batches per pipeline and `params_per_device`
 // parameters on each device (before ZeRO sharding), a mixture of experts' routers in place of
 // its MLPs and its experts not included (expert_parameters_per_device adds them).

@@ -68,6 +68,11 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   if (m.layers % (l.pp * l.chunks) != 0)
     return invalid("layers: pp x chunks " + std::to_string(l.pp * l.chunks) + " does not divide the " +
                    std::to_string(m.layers) + " layers");
+  // Expert parallelism over the grids' replicas: each plane rank's block of the experts split
+  // over ep, as the trainer requires (row x col x ep divides the experts).
+  if (l.ep > 1 && (m.moe.experts == 0 || l.dp % l.ep != 0 || m.moe.experts % (R * C * l.ep) != 0))
+    return invalid("experts: ep " + std::to_string(l.ep) + " must divide dp, and row x col x ep (" +
+                   std::to_string(R * C * l.ep) + ") the " + std::to_string(m.moe.experts) + " experts");
   const int64_t micro_batches = global_batch / (l.dp * D * l.micro_batch);
   if (l.chunks > 1 && (l.pp == 1 || micro_batches % l.pp != 0))
     return invalid("interleaving: needs pp > 1 and the micro-batches (" + std::to_string(micro_batches) +
@@ -118,7 +123,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
                                                       ? parallel::pipeline::sends_reaped(*schedule)
                                                       : std::vector<std::vector<size_t>>{};
   const int zero = l.dp > 1 ? l.zero : 0;
-  int64_t params = 0;  // the parameters of the pipeline rank needing the most
+  int64_t params = 0, dense = 0;  // the parameters of the pipeline rank needing the most, and those but its experts
   for (size_t k = 0; k < stages.size(); ++k) {
     const RankParameters here = rank_parameters(grid_rank, stages[k].chunks, linears);
     // Loom's bf16: 18 bytes a GEMM-read parameter (each weight shard's bf16 copy, which the depth
@@ -136,6 +141,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
       cost.state_bytes = state;
       cost.activation_bytes = activations;
       params = here.dense + here.experts;
+      dense = here.dense;
     }
   }
   const int64_t usable = c.memory_bytes - c.reserved_bytes;
@@ -279,7 +285,9 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   // pipeline the rank's stage: no head (the first stage, which ends the step, has none), and
   // with interleaved chunks or ZeRO everything reduced after it. DDP all-reduces bucket by
   // bucket over dp x cp (each cp rank's gradients are its tokens'); ZeRO reduce-scatters unit
-  // by unit over dp after a blocking mean over cp, and gathers the parameters back.
+  // by unit over dp after a blocking mean over cp, and gathers the parameters back. A mixture
+  // of experts' weights: ZeRO shards them with the rest without ep; under ep (and without ZeRO)
+  // DDP's buckets reduce them over expert_dp (dp without ep) beside the dense reduction.
   if (l.dp * l.cp > 1) {
     const int64_t replicas = zero == 0 ? l.dp * l.cp : l.dp;
     const int64_t in_node = c.devices_per_node / std::min(G, c.devices_per_node);
@@ -304,18 +312,24 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     const int64_t dp_per_node = std::max<int64_t>(1, std::min(l.dp, in_node));
     const DataParallelSeconds sync = data_parallel_seconds(
         {.zero = zero, .timeline = timeline, .bucket_bytes = static_cast<double>(l.bucket_bytes),
-         .bytes = zero_bytes_per_step(m, l, micro_batches, params, bpv, wire_bytes(c.precision)),
+         .bytes = zero_bytes_per_step(m, l, micro_batches, dense, bpv, wire_bytes(c.precision)),
          .micro_batches = mb, .gathers = mb * (l.recompute ? 3.0 : 2.0), .compute_s = cost.time.compute_s,
          .all_reduce = all_reduce,
          .gather_all_reduce = [&](double bytes) { return hierarchical_all_reduce_seconds(bytes, l.dp, dp_per_node, c); },
-         .other = {}});
+         .other = expert_gradient_buckets(m, l, c, timeline, bpv, per_node)});
     comm += sync.comm_s;
     exposed += sync.exposed_s;
     cost.time.dp_comm_s = exposed;
     cost.time.overlapped_comm_s += comm - exposed;  // the cores' copies, as in 1D
   }
-  // AdamW over this rank's parameters, 1/dp of them under ZeRO (step_time's 36 bytes each).
-  cost.time.optimizer_s = 36.0 * static_cast<double>(params) / (zero >= 1 ? static_cast<double>(l.dp) : 1.0) / bw;
+  // Expert parallelism's all-to-alls over the ep ranks at the same grid coordinates (ep
+  // neighbouring dp ranks: G x pp x cp ranks apart), each of a plane rank's slice of the rows.
+  cost.time.ep_comm_s = all_to_all_seconds(m, l, micro_batches, wire_bytes(c.precision), link(l.ep * l.pp * l.cp * G));
+  // AdamW over this rank's parameters, 1/dp of them under ZeRO (step_time's 36 bytes each), its
+  // experts whole under ep (ZeRO leaves them out).
+  const int64_t in_zero = l.ep > 1 ? dense : params;
+  cost.time.optimizer_s =
+      36.0 * (static_cast<double>(in_zero) / (zero >= 1 ? static_cast<double>(l.dp) : 1.0) + static_cast<double>(params - in_zero)) / bw;
   cost.time.sharing_s = core_sharing_seconds(cost.time, l.dp * l.pp * l.cp * G, c);
   cost.flops_per_device = m.flops_per_sequence(l.recompute) * moe_flops_ratio(m) * static_cast<double>(global_batch) /
                           cost.step_s() / static_cast<double>(l.dp * l.pp * l.cp * G);
@@ -346,7 +360,12 @@ std::vector<LayoutCost> tensor_parallel_3d_layouts(const ModelSpec& m, const Clu
                     l.bucket_bytes = space.bucket_bytes;
                     l.selective_recompute = selective;
                     if (selective && !searches_selective_recompute(l, c.precision, space)) continue;
-                    out.push_back(predict_tensor_parallel_3d(m, c, l, global_batch));
+                    // Expert parallelism over the grids' replicas: every ep the experts allow.
+                    for (l.ep = 1; l.ep <= l.dp; ++l.ep) {
+                      if (l.ep > 1 && (l.dp % l.ep != 0 || m.moe.experts % (R * C * l.ep) != 0)) continue;
+                      out.push_back(predict_tensor_parallel_3d(m, c, l, global_batch));
+                      if (m.moe.experts == 0) break;
+                    }
                   }
             }
           }

@@ -298,9 +298,14 @@ void TrainConfig::validate_expert_parallel() const {
   check(E % ep == 0, "moe_experts (", E, ") must be divisible by ep (", ep, ")");
   check(dp % ep == 0, "ep (", ep, ") splits the data-parallel ranks: it must divide dp (", dp, ")");
   // ZeRO shards the dense parameters (the experts stay whole, split by ep), tp replicates the
-  // experts (each tp rank exchanges over its own ep group), pp runs each stage's experts.
-  // Not built yet; refused by name rather than run wrong:
-  check(!tp_3d_on(), "ep > 1 does not compose with 3D tensor parallelism yet (tp_3d = '", tp_3d, "')");
+  // experts (each tp rank exchanges over its own ep group), pp runs each stage's experts, and a
+  // 3D grid's plane shares them out too (each plane rank's block split over ep).
+  if (tp_3d_on()) {
+    const std::array<int64_t, 3> g = tp_3d_grid();
+    check(E % (g[0] * g[1] * ep) == 0, "moe_experts (", E, ") must be divisible by row x col x ep (", g[0], " x ", g[1],
+          " x ", ep, ") of tp_3d (", tp_3d, "): under ep the grid's plane shares the experts out, each plane rank's block "
+          "split over ep");
+  }
 }
 
 std::string flag_name(const std::string& key) {

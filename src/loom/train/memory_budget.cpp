@@ -223,7 +223,7 @@ MemoryNeed training_memory(const TrainConfig& c) { return most_training_memory(c
 
 std::optional<MemoryNeed> skewed_routing_memory(const TrainConfig& c) {
   const nn::MoeConfig& moe = c.model.moe;
-  if (c.ep == 1 || !moe.enabled() || c.tp_3d_on() || !nn::capacity_never_drops(moe.capacity_factor, moe.top_k, moe.experts))
+  if (c.ep == 1 || !moe.enabled() || !nn::capacity_never_drops(moe.capacity_factor, moe.top_k, moe.experts))
     return std::nullopt;
   return most_training_memory(c, true);
 }

@@ -7,6 +7,7 @@
 #include "loom/parallel/ddp.hpp"
 #include "loom/parallel/graph_3d/graph_layers_3d.hpp"
 #include "loom/parallel/expert_parallel/expert_data_parallel.hpp"
+#include "loom/parallel/expert_parallel/grid_expert_dispatcher.hpp"
 #include "loom/parallel/pipeline/model_chunks.hpp"
 #include "loom/parallel/pipeline/schedule_builders.hpp"
 #include "loom/parallel/pipeline/schedule_file.hpp"
@@ -65,8 +66,8 @@ parallel::tp::ReplicatedGradientSum::Predicate renewed_each_backward(const Train
 // experts, or where one rank holds them all (nothing to reduce).
 comm::ProcessGroup* expert_statistics(const TrainConfig& config, comm::ProcessGroup& experts, Parallelized& p) {
   if (!config.model.moe.enabled() || experts.size() == 1) return nullptr;
-  p.expert_statistics = experts.split(0, experts.rank(), experts.name() + " statistics");
-  return p.expert_statistics.get();
+  p.expert_statistics.push_back(experts.split(0, experts.rank(), experts.name() + " statistics"));
+  return p.expert_statistics.back().get();
 }
 
 void prepare_3d(const parallel::tp3d::Layers3D& layers, bool overlapped_mean,
@@ -221,6 +222,7 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
                       " without sequence parallelism: every tp rank runs every token through the experts (the same "
                       "work tp times); --sequence-parallel splits the tokens over tp");
   // 3D tensor parallelism, the same way: the builder swaps each linear layer for a 3D one.
+  comm::ProcessGroup* plane_statistics = nullptr;  // the grid's plane again (expert_statistics)
   if (config.tp_3d_on()) {
     p.grid = std::make_unique<parallel::tp3d::Grid3D>(p.group("row"), p.group("col"), p.group("depth"));
     // A GCN's graph convolutions become Plexus's (graph_3d), its linear layers AxoNN's.
@@ -228,9 +230,11 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
       p.tp3d_layers = std::make_unique<parallel::graph3d::GraphLayers3D>(
           *p.grid, config.gcn.layers, config.graph_permute, static_cast<uint64_t>(config.seed),
           config.graph_aggregation_chunks);
-    else
+    else {
+      plane_statistics = expert_statistics(config, p.group("plane"), p);
       p.tp3d_layers = std::make_unique<parallel::tp3d::Layers3D>(*p.grid, config.tp_3d_overlap == "on", &p.group("plane"),
-                                                                 expert_statistics(config, p.group("plane"), p));
+                                                                 plane_statistics);
+    }
   }
   const nn::LayerBuilder* layers = p.tp_layers     ? static_cast<const nn::LayerBuilder*>(p.tp_layers.get())
                                    : p.tp3d_layers ? static_cast<const nn::LayerBuilder*>(p.tp3d_layers.get())
@@ -251,10 +255,19 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   spec.use_context_parallel(cp, config.cp_split);
 
   // 2c. Expert parallelism, likewise: every mixture of experts holds this rank's E/ep experts
-  // and exchanges tokens all-to-all over ep (a split of dp).
+  // and exchanges tokens all-to-all over ep (a split of dp); on a 3D grid E / (plane x ep),
+  // the plane's block of them split over ep. The ranks of the model-parallel group holding
+  // the same experts (tp ranks; depth ranks on a grid) number their copies.
   if (config.ep > 1) {
-    p.ep_layers =
-        std::make_unique<parallel::ep::ExpertParallelLayers>(*layers, p.group("ep"), expert_statistics(config, p.group("ep"), p));
+    comm::ProcessGroup& ep = p.group("ep");
+    std::unique_ptr<nn::ExpertDispatcher> dispatcher;
+    if (config.tp_3d_on())
+      dispatcher = std::make_unique<parallel::ep::GridExpertDispatcher>(
+          p.group("plane"), ep, plane_statistics, expert_statistics(config, ep, p));
+    else
+      dispatcher = std::make_unique<parallel::ep::AllToAllDispatcher>(ep, expert_statistics(config, ep, p));
+    const int64_t replica = config.tp_3d_on() ? p.group("depth").rank() : tp.rank();
+    p.ep_layers = std::make_unique<parallel::ep::ExpertParallelLayers>(*layers, std::move(dispatcher), replica);
     layers = p.ep_layers.get();
   }
 

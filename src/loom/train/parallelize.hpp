@@ -31,10 +31,10 @@ struct Parallelized {
   // parallelism: ep neighbouring dp ranks share out the experts) and "embedding" (the first
   // and last stage).
   std::unique_ptr<comm::DeviceMesh> mesh;
-  // The ranks sharing a mixture's experts out (ep, or a grid's plane) again, for the routing
-  // statistics alone (moe_metrics.hpp); null without experts shared out. Before the layers,
-  // whose dispatchers use it, so it outlives them.
-  std::unique_ptr<comm::ProcessGroup> expert_statistics;
+  // The ranks sharing a mixture's experts out (ep, a grid's plane, or both) again, for the
+  // routing statistics alone (moe_metrics.hpp); empty without experts shared out. Before the
+  // layers, whose dispatchers use them, so they outlive them.
+  std::vector<std::unique_ptr<comm::ProcessGroup>> expert_statistics;
   // Also "batch" (the ranks sharing out the global batch: dp, or dp x depth under tp_3d) and
   // "tensor" (one replica's model-parallel group: tp, or the grid depth x row x col).
   std::unique_ptr<parallel::tp::TensorParallelLayers> tp_layers;  // tp > 1
@@ -51,7 +51,7 @@ struct Parallelized {
   // The groups a mixture of experts' statistics are summed over for the progress line: dp, pp,
   // and the ranks holding parts of the same sequences (cp; tp under sequence parallelism).
   std::vector<comm::ProcessGroup*> moe_stat_groups;
-  std::unique_ptr<parallel::ep::ExpertParallelLayers> ep_layers;  // ep > 1 (wraps the tp or serial layers)
+  std::unique_ptr<parallel::ep::ExpertParallelLayers> ep_layers;  // ep > 1 (wraps the tp, 3D or serial layers)
   std::unique_ptr<nn::Module> model;  // the model, or this rank's pipeline chunks under one module
   std::vector<nn::Module*> chunks;    // the model, or this rank's chunks in virtual-stage order
   // The last stage's copy of a tied parameter when another rank owns it (it counts nowhere).

@@ -63,46 +63,59 @@ std::map<std::string, Tensor> SerialState::gradient_dict() {
 }
 
 std::map<std::string, Tensor> SerialState::gather(std::map<std::string, Tensor> local) {
+  // Experts' stacked weights first: each rank's block gathered over ep, at its ep rank. That is
+  // the whole tensor, or on a 3D grid whose plane shares the experts out too, the plane
+  // rank's block: from here on a tensor-parallel piece.
+  std::map<std::string, nn::ShardSpec> specs;
+  for (auto& [key, slice] : local) {
+    nn::ShardSpec spec = spec_of(key);
+    if (spec.sharded() && spec.axis == nn::ShardSpec::kExpertAxis) {
+      const int64_t ep = ep_.size(), plane = spec.parts / ep;
+      slice = gather_pieces(ep_, slice, nn::ShardSpec{.dim = 0, .parts = ep, .index = 0});
+      spec = plane == 1 ? nn::ShardSpec{} : nn::ShardSpec{.dim = 0, .parts = plane, .index = spec.index / ep, .replica = spec.replica};
+    }
+    specs.emplace(key, spec);
+  }
   // Tensor parallel: gather every split tensor's slices (in key order on every rank). Each
   // rank's piece is placed by its own spec: its tp rank under 1D tensor parallelism, its row,
-  // col and depth position under 3D (where several ranks may hold the same piece). Experts'
-  // stacked weights are gathered over ep instead, each rank's piece at its ep rank.
+  // col and depth position under 3D (where several ranks may hold the same piece).
   std::map<std::string, Tensor> full;
-  const auto over_tp = [](const nn::ShardSpec& spec) { return spec.sharded() && spec.axis != nn::ShardSpec::kExpertAxis; };
   nlohmann::json mine = nlohmann::json::array();
   for (auto& [key, slice] : local)
-    if (const nn::ShardSpec spec = spec_of(key); over_tp(spec)) mine.push_back({spec.index, spec.index2});
+    if (const nn::ShardSpec& spec = specs.at(key); spec.sharded()) mine.push_back({spec.index, spec.index2});
   const std::vector<std::string> places =
       tp_.size() > 1 ? comm::all_gather_bytes(tp_, mine.dump()) : std::vector<std::string>{mine.dump()};
   std::vector<nlohmann::json> place;
   for (const std::string& s : places) place.push_back(nlohmann::json::parse(s));
   size_t k = 0;
   for (auto& [key, slice] : local) {
-    nn::ShardSpec spec = spec_of(key);
+    const nn::ShardSpec& spec = specs.at(key);
     if (!spec.sharded()) {
       full[key] = slice;
       continue;
     }
-    comm::ProcessGroup& group = spec.axis == nn::ShardSpec::kExpertAxis ? ep_ : tp_;
-    const int t = group.size();
-    const int64_t n = slice.numel();
-    Tensor gathered = Tensor::empty({t * n}, DType::F32, MemoryCategory::Other);
-    group.all_gather(slice.view({n}), gathered);
-    Tensor whole = Tensor::empty(spec.full_shape(slice.shape()), DType::F32, MemoryCategory::Other);
-    const bool tp_piece = over_tp(spec);
-    for (int r = 0; r < t; ++r) {
-      if (tp_piece) {
-        spec.index = place[static_cast<size_t>(r)].at(k).at(0).get<int64_t>();
-        spec.index2 = place[static_cast<size_t>(r)].at(k).at(1).get<int64_t>();
-      } else {
-        spec.index = r;
-      }
-      place_shard(gathered.narrow(r * n, n).view(slice.shape()), whole, spec);
-    }
-    full[key] = whole;
-    if (tp_piece) ++k;
+    full[key] = gather_pieces(tp_, slice, spec, [&](int r, nn::ShardSpec& at) {
+      at.index = place[static_cast<size_t>(r)].at(k).at(0).get<int64_t>();
+      at.index2 = place[static_cast<size_t>(r)].at(k).at(1).get<int64_t>();
+    });
+    ++k;
   }
   return pp_.size() > 1 ? gather_pipeline(std::move(full)) : full;
+}
+
+Tensor SerialState::gather_pieces(comm::ProcessGroup& group, const Tensor& slice, nn::ShardSpec spec,
+                                  const std::function<void(int, nn::ShardSpec&)>& place_of) {
+  const int t = group.size();
+  const int64_t n = slice.numel();
+  Tensor gathered = Tensor::empty({t * n}, DType::F32, MemoryCategory::Other);
+  group.all_gather(slice.view({n}), gathered);
+  Tensor whole = Tensor::empty(spec.full_shape(slice.shape()), DType::F32, MemoryCategory::Other);
+  for (int r = 0; r < t; ++r) {
+    if (place_of) place_of(r, spec);
+    else spec.index = r;
+    place_shard(gathered.narrow(r * n, n).view(slice.shape()), whole, spec);
+  }
+  return whole;
 }
 
 std::map<std::string, Tensor> SerialState::gather_pipeline(std::map<std::string, Tensor> local) {
@@ -157,8 +170,9 @@ std::vector<StatePiece> SerialState::pieces() {
     const bool expert = spec.axis == nn::ShardSpec::kExpertAxis;
     const bool first_replica =
         cp_rank_ == 0 && (dp_sharded ? dp_rank < shard_size_ : (expert ? dp_rank < ep_.size() : dp_rank == 0));
-    // A tensor-parallel piece is owned by its replica 0 (under 3D several grid ranks hold it).
-    const bool tp_owner = spec.sharded() && !expert ? spec.replica == 0 : tp_rank == 0;
+    // A split piece is owned by its replica 0 (under 3D several grid ranks hold a piece; the
+    // tp ranks, or a grid's depth ranks, hold the same experts), a whole one by tp rank 0.
+    const bool tp_owner = spec.sharded() ? spec.replica == 0 : tp_rank == 0;
     const bool owner = first_replica && tp_owner && &param != token_table_copy_;
     out.push_back({key, spec.full_shape(local), PieceLayout{spec, begin, begin + data.numel()}, data, owner,
                    param.padded_past_row()});

@@ -8,10 +8,12 @@
 //    ranks hold disjoint shards), ranks holding a tensor whole across tp defer to tp rank 0
 //    (under 3D, grid rank 0; a slice several grid ranks hold, a bias, to its replica 0),
 //    and the last pipeline stage's copy of the tied token table defers to the first. A
-//    mixture of experts' expert weights are split over the `ep` ranks (gathered there) and
-//    replicated on the dp / ep ranks holding the same experts (the first of them owns them).
+//    mixture of experts' expert weights are split over the `ep` ranks (gathered there; on a 3D
+//    grid over its plane as well, gathered then as a tensor-parallel piece) and replicated on
+//    the dp / ep ranks holding the same experts (the first of them owns them).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -54,6 +56,10 @@ class SerialState {
   // Collective: tp slices gathered into full tensors, then every stage's onto all pp ranks.
   std::map<std::string, Tensor> gather(std::map<std::string, Tensor> local);
   std::map<std::string, Tensor> gather_pipeline(std::map<std::string, Tensor> local);
+  // Collective over group: every rank's piece `slice` placed into the full tensor by `spec`,
+  // rank r's at index r, or where place_of (r, spec) puts it.
+  static Tensor gather_pieces(comm::ProcessGroup& group, const Tensor& slice, nn::ShardSpec spec,
+                              const std::function<void(int, nn::ShardSpec&)>& place_of = {});
   // The parameters a ZeRO run leaves whole (expert parallelism's experts); empty without ZeRO.
   std::vector<nn::Parameter*> unsharded() const;
 

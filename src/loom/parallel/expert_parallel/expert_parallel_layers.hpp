@@ -1,20 +1,24 @@
 // Expert parallelism by layer substitution: a layer builder that makes every mixture of
 // experts hold this rank's E/ep experts and exchange tokens over the `ep` group; every other
-// layer comes from the builder it wraps (serial, tensor or context parallel), so the model's
-// code is unchanged.
+// layer comes from the builder it wraps (serial, tensor, 3D or context parallel), so the
+// model's code is unchanged. On a 3D grid the dispatcher is GridExpertDispatcher (the plane
+// and ep share the experts out), elsewhere AllToAllDispatcher.
 #pragma once
 
+#include <memory>
+
 #include "loom/nn/layer_builder.hpp"
-#include "loom/parallel/expert_parallel/all_to_all_dispatcher.hpp"
+#include "loom/nn/moe.hpp"
 
 namespace loom::parallel::ep {
 
 class ExpertParallelLayers : public nn::LayerBuilder {
  public:
-  // statistics: the ep ranks again, for the routing statistics (AllToAllDispatcher).
-  ExpertParallelLayers(const nn::LayerBuilder& base, comm::ProcessGroup& ep, comm::ProcessGroup* statistics = nullptr)
-      : base_(base), dispatcher_(ep, statistics) {}
-  const AllToAllDispatcher& dispatcher() const { return dispatcher_; }
+  // replica: which copy of this rank's experts it holds among the ranks of the model-parallel
+  // group holding the same ones (its tp rank, or its depth rank on a 3D grid): replica 0's
+  // are counted and saved.
+  ExpertParallelLayers(const nn::LayerBuilder& base, std::unique_ptr<nn::ExpertDispatcher> dispatcher, int64_t replica)
+      : base_(base), dispatcher_(std::move(dispatcher)), replica_(replica) {}
 
   int64_t tensor_parallel_size() const override { return base_.tensor_parallel_size(); }
   int64_t vocabulary_parts() const override { return base_.vocabulary_parts(); }
@@ -37,13 +41,20 @@ class ExpertParallelLayers : public nn::LayerBuilder {
   nn::ShardSpec vocabulary_shard() const override { return base_.vocabulary_shard(); }
   std::unique_ptr<nn::MoE> mixture_of_experts_over(int64_t C, const nn::MoeConfig& config,
                                                    const nn::SequenceParts& parts) const override {
-    return std::make_unique<nn::MoE>(C, config, dispatcher_, parts);
+    auto moe = std::make_unique<nn::MoE>(C, config, *dispatcher_, parts);
+    for (nn::Parameter* p : moe->experts().parameters()) {
+      nn::ShardSpec spec = p->shard_spec();
+      spec.replica = replica_;
+      p->set_shard_spec(spec);
+    }
+    return moe;
   }
   const nn::SequenceParts& sequence_parts() const override { return base_.sequence_parts(); }
 
  private:
   const nn::LayerBuilder& base_;
-  AllToAllDispatcher dispatcher_;
+  std::unique_ptr<nn::ExpertDispatcher> dispatcher_;
+  int64_t replica_;
 };
 
 }  // namespace loom::parallel::ep
