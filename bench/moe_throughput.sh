@@ -14,6 +14,10 @@
 #    the experts), tp 2 with it (each its half of every sequence), and the 3D grid 2,1,1
 #    (each rank holds 4 of the 8 experts and runs their rows, the plane gathering their outputs),
 #    with the dense model on that grid; the exchange share is the plane's gathers' under the grid.
+#    Then on four ranks (4 processes x 1 thread, batch B each: the same global batch; more ranks
+#    than cores on a small host): dp 4 x ep 4, dp 2 over 2,1,1 grids (each plane rank 4 experts)
+#    and the same with ep 2 (each rank 2 experts: the plane's block split over ep), each with
+#    `loom plan`'s step for it on this machine (--cluster local) beside the measured one.
 # 2. Load balance: 500 steps of a small MoE (L=2 C=64, 8 experts, top-2) on Tiny Shakespeare
 #    with the Switch auxiliary loss (coefficient 0.01) and without it (0): the max/mean expert
 #    load over the last 100 steps, and the validation loss next to the dense model's (the same
@@ -69,6 +73,14 @@ run moe_tp2_sp 2 $MINI $MOE --tp 2 --sequence-parallel --batch-size $((2 * B)) -
 run dense_grid 2 $MINI --tp-3d 2,1,1 --batch-size $((2 * B)) --threads 1
 run moe_grid 2 $MINI $MOE --tp-3d 2,1,1 --batch-size $((2 * B)) --threads 1
 
+run moe_ep4 4 $MINI $MOE --dp 4 --ep 4 --batch-size "$B" --threads 1
+run moe_dp2_grid 4 $MINI $MOE --dp 2 --tp-3d 2,1,1 --batch-size $((2 * B)) --threads 1
+run moe_dp2_ep2_grid 4 $MINI $MOE --dp 2 --ep 2 --tp-3d 2,1,1 --batch-size $((2 * B)) --threads 1
+PLAN="$LOOM plan --cluster local --layers 6 --heads 6 --hidden 384 --seq 256 --vocab 65 --gpus 4 --global-batch $((4 * B)) --moe-experts 8 --moe-top-k 2"
+for layout in "ep4:--dp 4 --ep 4" "grid:--dp 2 --tp-3d 2,1,1" "ep2_grid:--dp 2 --ep 2 --tp-3d 2,1,1"; do
+  $PLAN ${layout#*:} 2>/dev/null | awk -v n="${layout%%:*}" '/best/ {print "plan " n " " $0}' >> "$WORK/plans.txt" || true
+done
+
 if [ "${SKIP_BALANCE:-0}" != 1 ]; then
   SMALL="--data $DATA --n-layer 2 --n-head 4 --n-embd 64 --block-size 64 --batch-size 16 --steps $BALANCE_STEPS --log-every 10 --eval-every $BALANCE_STEPS --eval-batches 20 --threads 1"
   run balance_aux 1 $SMALL $MOE --moe-aux-loss-coef 0.01
@@ -102,16 +114,30 @@ for name, label, flops in [("dense_serial", "dense, 1 process x 2 threads", dens
                            ("moe_tp2", "MoE, tp 2 (experts replicated)", moe_flops),
                            ("moe_tp2_sp", "MoE, tp 2 + sequence parallel", moe_flops),
                            ("dense_grid", "dense, tp_3d 2,1,1", dense_flops),
-                           ("moe_grid", "MoE, tp_3d 2,1,1 (experts split)", moe_flops)]:
+                           ("moe_grid", "MoE, tp_3d 2,1,1 (experts split)", moe_flops),
+                           ("moe_ep4", "MoE, 4 ranks: dp 4 ep 4", moe_flops),
+                           ("moe_dp2_grid", "MoE, 4 ranks: dp 2 x 2,1,1", moe_flops),
+                           ("moe_dp2_ep2_grid", "MoE, 4 ranks: dp 2 ep 2 x 2,1,1", moe_flops)]:
     rs = train(name)[skip:]
     if not rs:
         continue
     tps = statistics.median(r["tokens_per_s"] for r in rs)
     share = ""
     if "moe_a2a_s" in rs[0]:
-        share = f"{100 * statistics.median(r['moe_a2a_s'] / r['step_s'] for r in rs):.1f}%" if name in ("moe_ep2", "moe_grid") else "-"
+        share = f"{100 * statistics.median(r['moe_a2a_s'] / r['step_s'] for r in rs):.1f}%" if name != "moe_tp2" and "sp" not in name else "-"
     peak = max(r.get("peak_mem_bytes", 0) for r in rs) / 2**20
     print(f"{label:<34} {tps:>10.0f} {tps * flops / 1e9:>9.1f} {share:>15} {peak:>14.0f}")
+
+# The planner's step for the 4-rank layouts on this machine, beside the measured median step.
+if os.path.exists(os.path.join(work, "plans.txt")):
+    print("\nloom plan --cluster local on the 4-rank layouts (predicted step s) against the measured median step:")
+    for line in open(os.path.join(work, "plans.txt")):
+        parts = line.split()
+        name = {"ep4": "moe_ep4", "grid": "moe_dp2_grid", "ep2_grid": "moe_dp2_ep2_grid"}[parts[1]]
+        rs = train(name)[skip:]
+        step = statistics.median(r["step_s"] for r in rs) if rs else float("nan")
+        predicted = [p for p in parts[2:] if p.replace(".", "", 1).isdigit()]
+        print(f"  {name:<18} planned {predicted[1] if len(predicted) > 1 else '?':>7} s, measured {step:.3f} s   ({' '.join(parts[2:])})")
 
 if train("balance_aux"):
     print(f"\nload balance, small MoE (L 2, C 64, 8 experts, top-2), {train('balance_aux')[-1]['step']} steps:")
