@@ -89,7 +89,7 @@ if [ "${SKIP_BALANCE:-0}" != 1 ]; then
 fi
 
 "$PYTHON" - "$WORK" "$LOOM_SKIP" <<'EOF'
-import json, statistics, sys, os
+import json, re, statistics, sys, os
 work, skip = sys.argv[1], int(sys.argv[2])
 
 def records(name):
@@ -136,8 +136,10 @@ if os.path.exists(os.path.join(work, "plans.txt")):
         name = {"ep4": "moe_ep4", "grid": "moe_dp2_grid", "ep2_grid": "moe_dp2_ep2_grid"}[parts[1]]
         rs = train(name)[skip:]
         step = statistics.median(r["step_s"] for r in rs) if rs else float("nan")
-        predicted = [p for p in parts[2:] if p.replace(".", "", 1).isdigit()]
-        print(f"  {name:<18} planned {predicted[1] if len(predicted) > 1 else '?':>7} s, measured {step:.3f} s   ({' '.join(parts[2:])})")
+        # The row: the layout's name (ending "mb N" and any recompute note), then memory and step.
+        row = re.search(r"mb \d+(?:, [a-z ]+)?\s+([\d.]+)\s+([\d.]+)", line)
+        planned = row.group(2) if row else "?"
+        print(f"  {name:<18} planned {planned:>7} s, measured {step:.3f} s   ({' '.join(parts[2:])})")
 
 if train("balance_aux"):
     print(f"\nload balance, small MoE (L 2, C 64, 8 experts, top-2), {train('balance_aux')[-1]['step']} steps:")
