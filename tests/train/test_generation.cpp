@@ -14,9 +14,11 @@
 
 #include "loom/error.hpp"
 #include "loom/kernels/gemv.hpp"
+#include "loom/kernels/matmul.hpp"
 #include "loom/kernels/packed_weights.hpp"
 #include "loom/kernels/precision.hpp"
 #include "loom/nn/cached_forward.hpp"
+#include "loom/nn/gemm_input.hpp"
 #include "loom/tensor/allocator.hpp"
 #include "loom/train/generation_requests.hpp"
 #include "loom/train/memory_budget.hpp"
@@ -296,6 +298,44 @@ TEST(Generation, RunDryTheGeneratorReleasesTheCachedBlocks) {
   }
   ASSERT_EQ(done.size(), 2u);
   EXPECT_EQ(cached_block_bytes(), 0);
+}
+
+// Every prefill has its prompt's length as the row count of its projections: where this CPU's
+// fixed-shape kernel is oneDNN's run-time one anyway (no blocked weights: AVX2's gemm), one
+// primitive per projection takes every length, so hundreds of prompt lengths no longer fill the
+// primitive cache (~2 MB of JIT code each at width 768); on AVX-512 the fixed-shape brgemm,
+// faster, stays. Both ways the prompts' next tokens are the uncached forward's.
+TEST(Generation, PrefillsOfNewLengthsShareTheirProjectionsPrimitives) {
+  for (const bool bf16 : {false, true})
+    EXPECT_EQ(nn::prefill_rows(bf16, kernels::Varying::None),
+              kernels::matmul_reads_blocked_weights(bf16) ? kernels::Varying::None : kernels::Varying::Rows);
+  const data::CharTokenizer tokenizer = data::CharTokenizer::from_text("abc");
+  nn::GPT model({.vocab_size = 3, .block_size = 128, .n_layer = 1, .n_head = 2, .n_embd = 48}, 11);
+  const SamplingOptions greedy{0.0, 0, 1.0};
+  const auto prompt = [](int64_t n) {
+    std::string p;
+    for (int64_t i = 0; i < n; ++i) p += "abc"[(i * 7 + i / 3) % 3];
+    return p;
+  };
+  generate(model, tokenizer, greedy, {{prompt(71), 1, "", 1}}, 1);  // this model's first prefill
+  const int64_t Vp = model.config().resolved_padded_vocab();
+  int64_t created = 0;  // primitives the prefills of new lengths made
+  for (const int64_t n : {73, 89, 97, 101, 113}) {  // lengths no other prefill of this test had
+    const int64_t before = kernels::matmul_primitive_count();
+    const std::vector<Generated> out = generate(model, tokenizer, greedy, {{prompt(n), 1, "", 1}}, 1);
+    created += kernels::matmul_primitive_count() - before;
+    ASSERT_EQ(out.size(), 1u);
+    // The uncached forward's greedy token after the prompt (its logits (1, n, Vp), 3 of them real).
+    const std::vector<int32_t> ids = tokenizer.encode(prompt(n));
+    Tensor idx = Tensor::empty({1, n}, DType::I32);
+    std::copy(ids.begin(), ids.end(), idx.i32());
+    nn::Context ctx;
+    const Tensor logits = model.forward(idx, ctx);
+    const float* last = logits.f32() + (n - 1) * Vp;
+    EXPECT_EQ(out[0].tokens.at(0), static_cast<int>(std::max_element(last, last + 3) - last)) << "prompt of " << n;
+  }
+  if (nn::prefill_rows(false, kernels::Varying::None) == kernels::Varying::Rows)
+    EXPECT_EQ(created, 0) << "new prompt lengths made new primitives";
 }
 
 TEST(Generation, TopPKeepsTheNucleus) {

@@ -20,6 +20,10 @@ kernels::Operand gemm_input(const Tensor& t, int64_t offset);
 void project_rows(const Tensor& x, int64_t offset, kernels::Operand w, const float* bias, float* y, int64_t rows,
                   int64_t out, int64_t in, bool few_rows, kernels::PackedWeights* packed,
                   kernels::Varying varying = kernels::Varying::None);
+// The Varying of an inference context's product through oneDNN (a prefill's, whose rows are a
+// prompt's length): Rows where this CPU's fixed-shape kernel takes no blocked weights
+// (kernels::matmul_reads_blocked_weights), else `varying`.
+kernels::Varying prefill_rows(bool bf16, kernels::Varying varying);
 
 // x itself in fp32 (or when already bf16); in bf16 mixed precision a bf16 copy, made once
 // where several GEMMs read x or backward keeps it (half the memory of the fp32 one).
