@@ -71,7 +71,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "tp", "tensor-parallel degree (neighbouring ranks)", &c.tp},
       {"parallel", "cp", "context-parallel degree: every sequence split over cp ranks, attention as a ring passing K/V (block_size divisible by 2 x cp)", &c.cp},
       {"parallel", "cp_split", "with cp > 1, how the 2 x cp chunks of a sequence are dealt: 'zigzag' (rank r holds chunks r and 2cp-1-r: equal causal attention work) or 'contiguous' (chunks 2r, 2r+1: measures the imbalance)", &c.cp_split},
-      {"parallel", "ep", "expert-parallel degree: the experts are split over groups of ep neighbouring data-parallel ranks, which exchange tokens all-to-all (divides dp and moe_experts)", &c.ep},
+      {"parallel", "ep", "expert-parallel degree: the experts are split over groups of ep neighbouring data-parallel ranks, which exchange tokens all-to-all (divides dp and moe_experts; on a tp_3d grid each plane rank's block of the experts is split over ep: row x col x ep divides moe_experts)", &c.ep},
 
       {"parallel", "schedule", "pipeline schedule (pp > 1): 1f1b (PipeDream-flush: at most pp micro-batches of activations in flight), gpipe (all forwards, then all backwards) or interleaved (1F1B over `chunks` model chunks per rank; micro_batches divisible by pp)", &c.schedule},
       {"parallel", "chunks", "model chunks per pipeline rank for the interleaved schedule (v >= 2; the bubble shrinks by v)", &c.chunks},

@@ -18,6 +18,9 @@ def cases(fx):
         train("tp -1", ["--tp", "-1"], r"parallel degrees must be >= 1"),
         train("zero 2 with pp 2", ["--pp", "2", "--zero", "2"], r"pipeline parallelism composes with zero 0 or 1"),
         train("sequence_parallel without tp", ["--sequence-parallel"], r"sequence_parallel needs tensor parallelism"),
+        # ep on a 3D grid splits each plane rank's block of the experts: 6 experts over row x col x ep = 2 x 1 x 2.
+        train("ep 2 on a 2,1,1 grid with 6 experts", ["--dp", "2", "--ep", "2", "--tp-3d", "2,1,1", "--moe-experts", "6"],
+              r"moe_experts \(6\) must be divisible by row x col x ep \(2 x 1 x 2\) of tp_3d \(2,1,1\)"),
         train("sequence_parallel, block_size not divisible by tp", ["--tp", "3", "--sequence-parallel", "--n-head", "3",
               "--n-embd", "18", "--block-size", "16"], r"block_size \(16\) must be divisible by tp \(3\)"),
         train("hsdp_shard without zero", ["--hsdp-shard", "2"], r"hsdp_shard needs a sharded mode"),
