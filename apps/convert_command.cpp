@@ -4,7 +4,8 @@
 // grid; every degree not given is 1, whatever the stored run's was): the layout's trainer loads the checkpoint through the same re-sharding path a
 // resume takes and writes its own pieces as a sharded checkpoint, so a converted checkpoint
 // is exactly what that layout would save.
-// --from-gpt2 DIR: GPT-2's released weights and tokenizer into a Loom checkpoint (gpt2_import.hpp).
+// --from-gpt2 DIR: GPT-2's released weights and tokenizer into a Loom checkpoint (gpt2_import.hpp);
+// --to-gpt2 DIR: a Loom GPT out in that layout, for PyTorch / Hugging Face (gpt2_export.hpp).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "loom/comm/process_group.hpp"
 #include "loom/error.hpp"
 #include "loom/train/checkpoint.hpp"
+#include "loom/train/gpt2_export.hpp"
 #include "loom/train/gpt2_import.hpp"
 #include "loom/train/run_directory.hpp"
 #include "loom/train/sharded_checkpoint.hpp"
@@ -23,7 +25,7 @@ namespace loom::apps {
 
 namespace {
 struct ConvertArgs {
-  std::string from, from_gpt2, to, data, tp_3d;
+  std::string from, from_gpt2, to, to_gpt2, data, tp_3d;
   int64_t dp = 1, pp = 1, tp = 1, cp = 1, ep = 1, zero = 0, chunks = 1, hsdp_shard = 0;
   bool sequence_parallel = false;
 };
@@ -82,8 +84,11 @@ Runner add_convert_command(CLI::App& sub) {
                  "loom train --resume");
   sub.add_option("--to", args->to,
                  "FILE.safetensors: one file in the serial layout; else a run directory to write a sharded "
-                 "checkpoint for the layout given (run under mpirun -np dp*pp*cp*tp)")
-      ->required();
+                 "checkpoint for the layout given (run under mpirun -np dp*pp*cp*tp)");
+  sub.add_option("--to-gpt2", args->to_gpt2,
+                 "a new directory in GPT-2's release layout (config.json, model.safetensors with GPT-2's names, "
+                 "and vocab.json + merges.txt for a GPT-2 tokenizer) from --from: for PyTorch / Hugging Face "
+                 "(GPT2LMHeadModel.from_pretrained) or loom convert --from-gpt2");
   sub.add_option("--dp", args->dp, "target data-parallel degree");
   sub.add_option("--pp", args->pp, "target pipeline-parallel degree");
   sub.add_option("--tp", args->tp, "target tensor-parallel degree");
@@ -96,7 +101,13 @@ Runner add_convert_command(CLI::App& sub) {
   sub.add_flag("--sequence-parallel", args->sequence_parallel, "target uses sequence parallelism");
   sub.add_option("--data", args->data, "the training text, when not at the path the checkpoint's configuration names");
   return [args]() {
-    check(!args->to.empty(), "--to is empty: give a FILE.safetensors or a run directory");
+    if (!args->to_gpt2.empty()) {
+      check(!args->from.empty() && args->from_gpt2.empty() && args->to.empty(),
+            "--to-gpt2 DIR writes the checkpoint given by --from (and no --to)");
+      std::printf("%s\n", train::export_gpt2_checkpoint(train::resolve_checkpoint_path(args->from), args->to_gpt2).c_str());
+      return 0;
+    }
+    check(!args->to.empty(), "--to is empty: give a FILE.safetensors or a run directory (or --to-gpt2 DIR)");
     // Before the product of the degrees is taken for processes (dp -1 x pp -1 would be one).
     for (const auto& [flag, value] :
          {std::pair{"--dp", args->dp}, {"--pp", args->pp}, {"--tp", args->tp}, {"--cp", args->cp}, {"--ep", args->ep},

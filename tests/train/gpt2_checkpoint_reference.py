@@ -5,6 +5,9 @@ Usage: gpt2_checkpoint_reference.py OUT_DIR
 Writes OUT_DIR/good/{config.json, model.safetensors, vocab.json, merges.txt, tokens.json, logits.f32}
 and broken copies: OUT_DIR/missing (a tensor left out), OUT_DIR/linear_shape (c_attn stored
 as nn.Linear (3C, C) instead of Conv1D (C, 3C)), OUT_DIR/extra (a block more than n_layer).
+   or: gpt2_checkpoint_reference.py --logits DIR TOKENS_JSON OUT_F32
+The same GPT-2 forward over the checkpoint in DIR (its config.json's sizes; Loom's export, say)
+for the token ids in TOKENS_JSON, its logits written to OUT_F32.
 """
 import json
 import math
@@ -57,7 +60,7 @@ def gelu_new(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
-def forward(w, idx):
+def forward(w, idx, C=C, NH=NH, L=L):
     T = idx.shape[0]
     x = w["wte.weight"][idx] + w["wpe.weight"][:T]
     ln = lambda x, p: torch.nn.functional.layer_norm(x, (C,), w[p + ".weight"], w[p + ".bias"], eps=1e-5)
@@ -124,5 +127,35 @@ def main(out):
     write_dir(os.path.join(out, "extra"), config, extra, vocab)
 
 
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        assert e["dtype"] == "F32", (name, e["dtype"])
+        a, b = e["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(data[8 + n + a:8 + n + b]), dtype=torch.float32).view(e["shape"])
+    return out
+
+
+def logits_of(directory, tokens_json, out_f32):
+    with open(os.path.join(directory, "config.json")) as f:
+        config = json.load(f)
+    w = read_safetensors(os.path.join(directory, "model.safetensors"))
+    with open(tokens_json) as f:
+        tokens = torch.tensor(json.load(f))
+    with torch.no_grad():
+        logits = forward(w, tokens, C=config["n_embd"], NH=config["n_head"], L=config["n_layer"])
+    with open(out_f32, "wb") as f:
+        f.write(logits.numpy().astype("<f4").tobytes())
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--logits":
+        logits_of(*sys.argv[2:5])
+    else:
+        main(sys.argv[1])

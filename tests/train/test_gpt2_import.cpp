@@ -19,6 +19,7 @@
 #include "loom/nn/context.hpp"
 #include "loom/nn/gpt.hpp"
 #include "loom/train/checkpoint.hpp"
+#include "loom/train/gpt2_export.hpp"
 #include "loom/train/gpt2_import.hpp"
 #include "run_command.hpp"
 #include "test_util.hpp"
@@ -174,6 +175,108 @@ TEST(Gpt2Import, ConvertedCheckpointSamplesWithGpt2TokensAndResumesTraining) {
                         (ref / "other").string());
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("tokenizer gpt2 with 269 symbols"), std::string::npos) << r.output;
+}
+
+// A safetensors file as any writer lays it out: its header, and each tensor's bytes by name.
+struct SafetensorsBytes {
+  nlohmann::json header;
+  std::string data;
+  std::string data_of(const std::string& name) const {
+    const auto offsets = header.at(name).at("data_offsets").get<std::vector<size_t>>();
+    return data.substr(offsets[0], offsets[1] - offsets[0]);
+  }
+};
+SafetensorsBytes safetensors_bytes(const fs::path& path) {
+  const std::string bytes = testing::read_file(path);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  return {nlohmann::json::parse(bytes.substr(8, n)), bytes.substr(8 + n)};
+}
+
+// `loom convert --to-gpt2`: the inverse. GPT-2's reference checkpoint imported and exported again
+// gives back its tensors bit for bit (the Conv1D weights transposed twice, the token table's
+// padding rows dropped, the mask buffers it never held left out), the same sizes in config.json
+// and a tokenizer that reads back the same; a model Loom trained (char tokenizer, 65 tokens, no
+// GPT-2 tokenizer files) exported gives PyTorch's GPT-2 forward over the exported files the logits
+// Loom's own forward gives (within 1e-5 absolute plus 1e-5 relative, both fp32). A mixture of
+// experts and a directory holding files are refused by name.
+TEST(Gpt2Export, ExportedCheckpointsAreGpt2sLayoutAndPyTorchsForwardAgrees) {
+  const fs::path ref = make_reference("loom_gpt2_export");
+  const fs::path good = ref / "good", loom_ckpt = ref / "imported.safetensors", out = ref / "exported";
+  ASSERT_EQ(testing::run_loom("convert --from-gpt2 " + good.string() + " --to " + loom_ckpt.string()).exit_code, 0);
+  testing::CommandResult r = testing::run_loom("convert --from " + loom_ckpt.string() + " --to-gpt2 " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("vocab.json, merges.txt"), std::string::npos) << r.output;
+  const SafetensorsBytes original = safetensors_bytes(good / "model.safetensors");
+  const SafetensorsBytes exported = safetensors_bytes(out / "model.safetensors");
+  EXPECT_EQ(exported.header.at("__metadata__").at("format"), "pt");
+  size_t compared = 0;
+  for (const auto& [name, entry] : original.header.items()) {
+    if (name == "__metadata__" || name.ends_with(".attn.bias")) continue;  // the causal-mask buffer, not a weight
+    ASSERT_TRUE(exported.header.contains(name)) << name;
+    EXPECT_EQ(exported.header.at(name).at("shape"), entry.at("shape")) << name;
+    EXPECT_EQ(exported.header.at(name).at("dtype"), "F32") << name;
+    EXPECT_EQ(exported.data_of(name), original.data_of(name)) << name;
+    ++compared;
+  }
+  EXPECT_EQ(compared + 1, exported.header.size());  // and the metadata
+  const nlohmann::json a = nlohmann::json::parse(testing::read_file(good / "config.json")),
+                       b = nlohmann::json::parse(testing::read_file(out / "config.json"));
+  for (const char* key : {"n_positions", "n_embd", "n_layer", "n_head", "vocab_size", "activation_function"})
+    EXPECT_EQ(a.at(key), b.at(key)) << key;
+  // Back into Loom: the same tensors and tokenizer as the first import.
+  const Gpt2Checkpoint again = read_gpt2_checkpoint(out.string()), first = read_gpt2_checkpoint(good.string());
+  EXPECT_EQ(again.info.tokenizer_spec, first.info.tokenizer_spec);
+  for (const auto& [name, t] : first.tensors)
+    EXPECT_EQ(std::memcmp(again.tensors.at(name).f32(), t.f32(), static_cast<size_t>(t.nbytes())), 0) << name;
+
+  // A model Loom trained, against PyTorch's GPT-2 forward over its exported files.
+  const fs::path run = ref / "trained", mine = ref / "mine";
+  r = testing::run_loom("train --data " + std::string(LOOM_SOURCE_DIR) + "/data/tinyshakespeare.txt --n-layer 2 --n-head 4"
+                        " --n-embd 32 --block-size 24 --batch-size 2 --steps 3 --threads 1 --eval-batches 1 --out-dir " +
+                        run.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = testing::run_loom("convert --from " + run.string() + " --to-gpt2 " + mine.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("not GPT-2's BPE"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(mine / "vocab.json"));
+  const CheckpointInfo info = read_checkpoint_info(resolve_checkpoint_path(run.string()));
+  TrainConfig config;
+  apply_toml_string(config, info.config_toml, "stored");
+  config.model.vocab_size = data::Tokenizer::from_spec(info.tokenizer_spec)->vocab_size();
+  nn::GPT model(config.model, 7);
+  load_checkpoint(resolve_checkpoint_path(run.string()), model, nullptr, "");
+  const std::vector<int32_t> tokens{18, 47, 56, 57, 58, 1, 15, 47, 58, 47, 64, 43, 52, 10, 0, 14, 43, 44, 53, 56};
+  std::ofstream(ref / "tokens.json") << nlohmann::json(tokens).dump();
+  const std::string cmd = std::string(LOOM_PYTHON) + " " + LOOM_SOURCE_DIR + "/tests/train/gpt2_checkpoint_reference.py --logits " +
+                          mine.string() + " " + (ref / "tokens.json").string() + " " + (ref / "torch_logits.f32").string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const auto T = static_cast<int64_t>(tokens.size());
+  const int64_t V = config.model.vocab_size, Vp = config.model.resolved_padded_vocab();
+  Tensor idx = Tensor::empty({1, T}, DType::I32);
+  std::copy(tokens.begin(), tokens.end(), idx.i32());
+  nn::Context ctx;
+  const Tensor logits = model.forward(idx, ctx);
+  const std::string torch_bytes = testing::read_file(ref / "torch_logits.f32");
+  ASSERT_EQ(torch_bytes.size(), static_cast<size_t>(T * V * 4));
+  std::vector<float> expected(static_cast<size_t>(T * V)), ours(static_cast<size_t>(T * V));
+  std::memcpy(expected.data(), torch_bytes.data(), torch_bytes.size());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t v = 0; v < V; ++v) ours[static_cast<size_t>(t * V + v)] = logits.f32()[t * Vp + v];
+  EXPECT_TRUE(testing::all_close(ours.data(), expected.data(), T * V, 1e-5, 1e-5, "logits"));
+
+  // Refused: a directory that holds files, and a mixture of experts.
+  r = testing::run_loom("convert --from " + run.string() + " --to-gpt2 " + mine.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("exists: export into a new or empty directory"), std::string::npos) << r.output;
+  r = testing::run_loom("train --data " + std::string(LOOM_SOURCE_DIR) + "/data/tinyshakespeare.txt --n-layer 1 --n-head 2"
+                        " --n-embd 16 --block-size 16 --batch-size 1 --steps 1 --threads 1 --eval-batches 1 --moe-experts 2"
+                        " --out-dir " + (ref / "moe").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = testing::run_loom("convert --from " + (ref / "moe").string() + " --to-gpt2 " + (ref / "moe_gpt2").string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("is a mixture of 2 experts"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(ref / "moe_gpt2"));
 }
 
 }  // namespace
