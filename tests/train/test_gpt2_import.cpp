@@ -39,6 +39,26 @@ fs::path make_reference(const std::string& name) {
 
 using testing::error_of;
 
+// model's logits (1, T, Vp) over `tokens` against PyTorch's (T, V) fp32 in `torch_file`: within
+// 1e-5 absolute plus 1e-5 relative (both fp32). Returns the model's.
+Tensor expect_pytorchs_logits(nn::GPT& model, const std::vector<int32_t>& tokens, const fs::path& torch_file) {
+  const auto T = static_cast<int64_t>(tokens.size());
+  const int64_t V = model.config().vocab_size, Vp = model.config().resolved_padded_vocab();
+  Tensor idx = Tensor::empty({1, T}, DType::I32);
+  std::copy(tokens.begin(), tokens.end(), idx.i32());
+  nn::Context ctx;
+  Tensor logits = model.forward(idx, ctx);
+  const std::string torch_bytes = testing::read_file(torch_file);
+  EXPECT_EQ(torch_bytes.size(), static_cast<size_t>(T * V * 4));
+  if (torch_bytes.size() != static_cast<size_t>(T * V * 4)) return logits;
+  std::vector<float> expected(static_cast<size_t>(T * V)), ours(static_cast<size_t>(T * V));
+  std::memcpy(expected.data(), torch_bytes.data(), torch_bytes.size());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t v = 0; v < V; ++v) ours[static_cast<size_t>(t * V + v)] = logits.f32()[t * Vp + v];
+  EXPECT_TRUE(testing::all_close(ours.data(), expected.data(), T * V, 1e-5, 1e-5, "logits"));
+  return logits;
+}
+
 TEST(Gpt2Import, LogitsEqualPyTorchsAndBrokenCheckpointsAreErrors) {
   const fs::path ref = make_reference("loom_gpt2_import");
   const fs::path good = ref / "good";
@@ -56,19 +76,8 @@ TEST(Gpt2Import, LogitsEqualPyTorchsAndBrokenCheckpointsAreErrors) {
   load_checkpoint(converted, model, nullptr, "");
 
   const std::vector<int32_t> tokens = nlohmann::json::parse(testing::read_file(good / "tokens.json")).get<std::vector<int32_t>>();
-  const auto T = static_cast<int64_t>(tokens.size());
+  const Tensor logits = expect_pytorchs_logits(model, tokens, good / "logits.f32");
   const int64_t V = config.model.vocab_size, Vp = config.model.resolved_padded_vocab();
-  Tensor idx = Tensor::empty({1, T}, DType::I32);
-  std::copy(tokens.begin(), tokens.end(), idx.i32());
-  nn::Context ctx;
-  const Tensor logits = model.forward(idx, ctx);
-  const std::string expected_bytes = testing::read_file(good / "logits.f32");
-  ASSERT_EQ(expected_bytes.size(), static_cast<size_t>(T * V * 4));
-  std::vector<float> expected(static_cast<size_t>(T * V)), ours(static_cast<size_t>(T * V));
-  std::memcpy(expected.data(), expected_bytes.data(), expected_bytes.size());
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t v = 0; v < V; ++v) ours[static_cast<size_t>(t * V + v)] = logits.f32()[t * Vp + v];
-  EXPECT_TRUE(testing::all_close(ours.data(), expected.data(), T * V, 1e-5, 1e-5, "logits"));
   for (int64_t v = V; v < Vp; ++v) EXPECT_EQ(logits.f32()[v], 0.0f);  // padding rows of wte are zero
 
   auto convert_error = [&](const fs::path& dir) {
@@ -251,19 +260,7 @@ TEST(Gpt2Export, ExportedCheckpointsAreGpt2sLayoutAndPyTorchsForwardAgrees) {
   const std::string cmd = std::string(LOOM_PYTHON) + " " + LOOM_SOURCE_DIR + "/tests/train/gpt2_checkpoint_reference.py --logits " +
                           mine.string() + " " + (ref / "tokens.json").string() + " " + (ref / "torch_logits.f32").string();
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  const auto T = static_cast<int64_t>(tokens.size());
-  const int64_t V = config.model.vocab_size, Vp = config.model.resolved_padded_vocab();
-  Tensor idx = Tensor::empty({1, T}, DType::I32);
-  std::copy(tokens.begin(), tokens.end(), idx.i32());
-  nn::Context ctx;
-  const Tensor logits = model.forward(idx, ctx);
-  const std::string torch_bytes = testing::read_file(ref / "torch_logits.f32");
-  ASSERT_EQ(torch_bytes.size(), static_cast<size_t>(T * V * 4));
-  std::vector<float> expected(static_cast<size_t>(T * V)), ours(static_cast<size_t>(T * V));
-  std::memcpy(expected.data(), torch_bytes.data(), torch_bytes.size());
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t v = 0; v < V; ++v) ours[static_cast<size_t>(t * V + v)] = logits.f32()[t * Vp + v];
-  EXPECT_TRUE(testing::all_close(ours.data(), expected.data(), T * V, 1e-5, 1e-5, "logits"));
+  expect_pytorchs_logits(model, tokens, ref / "torch_logits.f32");
 
   // Refused: a directory that holds files, and a mixture of experts.
   r = testing::run_loom("convert --from " + run.string() + " --to-gpt2 " + mine.string());

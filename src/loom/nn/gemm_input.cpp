@@ -15,15 +15,14 @@ kernels::Operand gemm_input(const Tensor& t, int64_t offset) { return gemm_input
 
 void project_rows(const Tensor& x, int64_t offset, kernels::Operand w, const float* bias, float* y, int64_t rows,
                   int64_t out, int64_t in, bool few_rows, kernels::PackedWeights* packed, kernels::Varying varying) {
-  const bool inference = few_rows;
-  few_rows = few_rows && x.dtype() == DType::F32;
-  if (few_rows && rows <= kernels::kGemvMaxRows)
+  const bool fp32_decode = few_rows && x.dtype() == DType::F32;
+  if (fp32_decode && rows <= kernels::kGemvMaxRows)
     kernels::gemv_rows(x.f32() + offset, w, bias, y, rows, out, in);
-  else if (few_rows && packed != nullptr && rows <= kernels::kPackedMaxRows)
+  else if (fp32_decode && packed != nullptr && rows <= kernels::kPackedMaxRows)
     packed->matmul(x.f32() + offset, w, bias, y, rows, out, in);
   else
     kernels::matmul(gemm_input(x, offset), kernels::Trans::N, w, kernels::Trans::T, y, rows, out, in, bias, false,
-                    inference ? prefill_rows(w.dtype == DType::BF16 || x.dtype() == DType::BF16, varying) : varying);
+                    few_rows ? prefill_rows(w.dtype == DType::BF16 || x.dtype() == DType::BF16, varying) : varying);
 }
 
 kernels::Varying prefill_rows(bool bf16, kernels::Varying varying) {

@@ -326,10 +326,10 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   // neighbouring dp ranks: G x pp x cp ranks apart), each of a plane rank's slice of the rows.
   cost.time.ep_comm_s = all_to_all_seconds(m, l, micro_batches, wire_bytes(c.precision), link(l.ep * l.pp * l.cp * G));
   // AdamW over this rank's parameters, 1/dp of them under ZeRO (step_time's 36 bytes each), its
-  // experts whole under ep (ZeRO leaves them out).
-  const int64_t in_zero = l.ep > 1 ? dense : params;
+  // experts whole where ZeRO leaves them out (ep; experts_sharded_by_zero, as step_time).
+  const int64_t whole = experts_sharded_by_zero(m, l) ? 0 : params - dense;
   cost.time.optimizer_s =
-      36.0 * (static_cast<double>(in_zero) / (zero >= 1 ? static_cast<double>(l.dp) : 1.0) + static_cast<double>(params - in_zero)) / bw;
+      36.0 * (static_cast<double>(params - whole) / (zero >= 1 ? static_cast<double>(l.dp) : 1.0) + static_cast<double>(whole)) / bw;
   cost.time.sharing_s = core_sharing_seconds(cost.time, l.dp * l.pp * l.cp * G, c);
   cost.flops_per_device = m.flops_per_sequence(l.recompute) * moe_flops_ratio(m) * static_cast<double>(global_batch) /
                           cost.step_s() / static_cast<double>(l.dp * l.pp * l.cp * G);
