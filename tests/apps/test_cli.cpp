@@ -261,8 +261,6 @@ TEST(Cli, DryRunShowsTheRankMapOfALayout) {
       "pp_layers must list blocks per stage like \"3,3,2,2\", got '1,x'");
   expect_error("train --pp 2 --pp-layers 4,3 --dry-run",
                "pp_layers adds up to 7 blocks, the model has 6");
-  expect_error("train --pp 2 --zero 2 --dry-run",
-               "pipeline parallelism composes with zero 0 or 1, not 2");
   expect_error("train " + kTiny + " --dp 2",
                "layout dp(2) x pp(1) x cp(1) x tp(1) needs 2 processes: start "
                "it with mpirun -np 2");

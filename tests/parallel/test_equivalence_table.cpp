@@ -194,7 +194,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{.name = "hsdp_shard4_zero2", .zero = 2, .hsdp_shard = 4},
         Case{.name = "hsdp_shard1_tp2_zero1", .tp = 2, .zero = 1, .hsdp_shard = 1},
         Case{.name = "hsdp_shard2_tp2_zero3", .tp = 2, .zero = 3, .hsdp_shard = 2},
-        // A pipeline composes with ZeRO-1 only, hybrid-sharded too: two replicas of 2 shards.
+        // A pipeline with ZeRO-1, hybrid-sharded: two replicas of 2 shards (ZeRO-2/3: below).
         Case{.name = "hsdp_shard2_pp2_zero1", .pp = 2, .zero = 1, .hsdp_shard = 2, .n_layer = 4, .micro_batches = 4,
              .world = 8},
         Case{.name = "recompute_zero3", .zero = 3, .recompute = true},
@@ -203,6 +203,33 @@ INSTANTIATE_TEST_SUITE_P(
         Case{.name = "selective_pp2_tp2_sp", .tp = 2, .pp = 2, .n_layer = 4, .micro_batches = 4, .sequence_parallel = true,
              .selective_recompute = true},
         Case{.name = "selective_tp3d_2x1x2", .micro_batches = 2, .tp_3d = "2,1,2", .world = 4, .selective_recompute = true}),
+    [](const auto& info) { return info.param.name; });
+
+// ZeRO-2/3 under pipelines: each chunk's blocks and its other parameters are units of their own,
+// reduce-scattered in every micro-batch's backward (stage 3 gathering them before each forward
+// and backward), and the tied token table is a unit of its own on both end stages, whose
+// reduced shards are summed over the two. Each schedule, an uneven split (different units on
+// the two stages), a schedule whose last backward is micro-batch 0, SGD (a gradient scaled on
+// one stage moves the parameters), bf16, and with tp + sp, HSDP and a 3D grid (8 ranks).
+INSTANTIATE_TEST_SUITE_P(
+    PipelineZero, EquivalenceTable,
+    ::testing::Values(sgd(Case{.name = "pp2_zero2", .pp = 2, .zero = 2, .n_layer = 4, .micro_batches = 4, .world = 4}),
+                      no_clip(Case{.name = "pp2_gpipe_zero3", .pp = 2, .zero = 3, .schedule = "gpipe", .n_layer = 4,
+                                   .micro_batches = 4, .world = 4}),
+                      Case{.name = "pp2_interleaved_3chunks_zero3", .pp = 2, .zero = 3, .schedule = "interleaved",
+                           .chunks = 3, .n_layer = 6, .micro_batches = 4, .world = 4},
+                      Case{.name = "pp_layers_3_1_zero2", .pp = 2, .zero = 2, .pp_layers = "3,1", .n_layer = 4,
+                           .micro_batches = 4, .world = 4},
+                      Case{.name = "lifo_schedule_file_zero3", .pp = 2, .zero = 3,
+                           .schedule_file = "configs/schedules/gpipe_lifo_pp2_m4.txt", .n_layer = 4, .micro_batches = 4,
+                           .world = 4},
+                      bf16(Case{.name = "pp2_zero3", .pp = 2, .zero = 3, .n_layer = 4, .micro_batches = 4, .world = 4}),
+                      Case{.name = "pp2_zero3_tp2_sp", .tp = 2, .pp = 2, .zero = 3, .n_layer = 4, .micro_batches = 4,
+                           .sequence_parallel = true, .world = 8},
+                      Case{.name = "hsdp_shard2_pp2_zero2", .pp = 2, .zero = 2, .hsdp_shard = 2, .n_layer = 4,
+                           .micro_batches = 4, .world = 8},
+                      Case{.name = "pp2_zero3_tp3d_1x1x2", .pp = 2, .zero = 3, .n_layer = 4, .micro_batches = 4,
+                           .tp_3d = "1,1,2", .world = 8}),
     [](const auto& info) { return info.param.name; });
 
 // Context parallelism: each sequence split over cp ranks (ring attention), alone, with dp

@@ -250,6 +250,8 @@ INSTANTIATE_TEST_SUITE_P(
         // ... composed: ZeRO (the experts whole beside the dense shards), pp and tp
         Pair{moe(L(2, 1, 1, 3), 2), moe(kSerial, 1)}, Pair{moe(L(3, 1, 1, 1), 3, 6), moe(L(3, 1, 1, 3), 3, 6)},
         Pair{moe(L(2, 2, 1, 0), 2), moe(L(2, 1, 2, 2), 2)},
+        // ZeRO-2/3 under a pipeline: each chunk's root unit, the end stages' tables in units of their own
+        Pair{L(2, 2, 1, 3), L(4, 1, 1, 2)}, Pair{L(4, 1, 1, 3), L(2, 2, 1, 2, 2)}, Pair{L(2, 2, 2, 3, 1, true), kSerialFile},
         // bf16: the fp32 parameters (under ZeRO the shards its gathers read) and moments, with
         // the experts ZeRO leaves whole beside the dense shards
         Pair{bf16(moe(L(2, 1, 1, 1), 2)), bf16(moe(kSerial, 1))}, Pair{bf16(L(2, 1, 1, 2)), bf16(L(1, 1, 2, 0))},

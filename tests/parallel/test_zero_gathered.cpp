@@ -32,6 +32,9 @@ struct GatheredCase {
   int zero = 3;
   int64_t tp = 1, ep = 1, experts = 0;
   int64_t hsdp_shard = 0;  // HSDP: units padded to the shard group, not dp
+  int64_t pp = 1;
+  std::string schedule = "1f1b";
+  int64_t chunks = 1;
 };
 
 TEST(ZeroGathered, TrackersPeakIsTheMemoryChecksCount) {
@@ -45,13 +48,24 @@ TEST(ZeroGathered, TrackersPeakIsTheMemoryChecksCount) {
       {.name = "zero3_moe_ep2", .ep = 2, .experts = 4},
       {.name = "zero2_moe", .zero = 2, .experts = 4},
       {.name = "zero3_hsdp2", .hsdp_shard = 2},
+      // Pipelines (4 ranks): each chunk's own root unit, the tied table in a unit of its own on
+      // both end stages, the units walked through this rank's part of the schedule.
+      {.name = "zero3_pp2_1f1b", .pp = 2},
+      {.name = "zero2_pp2_gpipe", .zero = 2, .pp = 2, .schedule = "gpipe"},
+      {.name = "zero3_pp2_interleaved", .pp = 2, .schedule = "interleaved", .chunks = 2},
+      {.name = "zero3_moe_pp2_gpipe", .experts = 4, .pp = 2, .schedule = "gpipe"},
   };
   for (const GatheredCase& g : cases)
     for (const std::string precision : {"fp32", "bf16"})
       for (const int64_t micro_batches : {1, 2}) {
         if (micro_batches == 1 && g.name != "zero3") continue;  // the second micro-batch holds the most
-        if (g.hsdp_shard > 0 && p < 4) continue;  // two shard groups of two
-        train::TrainConfig c = tiny(p / g.tp, 2, micro_batches);
+        if ((g.hsdp_shard > 0 || g.pp > 1) && p < 4) continue;  // two shard groups of two
+        // A pipeline over 4 micro-batches: 1F1B's warm-up and steady state, both chunks' rounds.
+        train::TrainConfig c = tiny(p / (g.tp * g.pp), 2, g.pp > 1 ? 4 : micro_batches);
+        c.batch_size = g.pp > 1 ? 4 : 2;
+        c.pp = g.pp;
+        c.schedule = g.schedule;
+        c.chunks = g.chunks;
         c.hsdp_shard = g.hsdp_shard;
         c.model.n_layer = 4;  // blocks 1 and 3 mixtures of experts
         c.model.n_embd = 18;  // a block of 4122 elements: padded on 4 ranks
@@ -68,8 +82,9 @@ TEST(ZeroGathered, TrackersPeakIsTheMemoryChecksCount) {
         // Between steps every unit is released and every reduction completed: nothing held before.
         const int64_t measured = loom::testing::step_peak(t, MemoryCategory::Gathered);
         EXPECT_EQ(MemoryTracker::instance().current(MemoryCategory::Gathered), 0) << "a unit still held after the step";
-        const double predicted = train::training_memory(t.config()).gathered;
-        const std::string what = g.name + ", " + precision + ", " + std::to_string(micro_batches) + " micro-batches on " +
+        // This rank's count (a pipeline's stages hold different units).
+        const double predicted = train::rank_training_memory(t.config(), t.parallelized().group("pp").rank()).gathered;
+        const std::string what = g.name + ", " + precision + ", " + std::to_string(c.micro_batches) + " micro-batches on " +
                                  std::to_string(p) + " ranks";
         EXPECT_GT(measured, 0) << what;
         EXPECT_EQ(predicted, static_cast<double>(measured)) << what;

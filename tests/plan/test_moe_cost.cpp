@@ -240,13 +240,15 @@ TEST(PlanMoe, ExpertGradientsAreReducedOverExpertDataParallelism) {
 }
 
 // Under ZeRO-3 the experts' all-reduce runs beside the dense reduce-scatters and gathers: when
-// backward is too short to hide it (a pipeline reduces after its last backward), it is exposed.
+// backward cannot hide it (over a pipeline's interleaved chunks the experts reduce after its
+// last backward, while ZeRO-3's dense shards reduce in every backward), it is exposed.
 TEST(PlanMoe, ZeroThreeExposesTheExpertReductionBackwardCannotHide) {
   const ModelSpec m = moe_model();
   const ClusterSpec c = cluster_preset("dgx-a100");
   Layout l;
   l.dp = 8;
   l.pp = 2;
+  l.chunks = 2;
   l.zero = 3;
   l.recompute = false;
   l.sequence_parallel = false;

@@ -248,7 +248,9 @@ TEST(Plan3D, ZeroOverGridsIsPricedAsTheMemoryCheckCountsIt) {
           EXPECT_EQ(need.gathered > 0, zero >= 2) << what;
           EXPECT_EQ(static_cast<double>(cost.state_bytes), need.state + need.gathered) << what;
           EXPECT_DOUBLE_EQ(2.0 * cost.time.optimizer_s, unsharded.time.optimizer_s) << what;
-          if (zero == 1) EXPECT_LT(cost.state_bytes, unsharded.state_bytes) << what;
+          if (zero == 1) {
+            EXPECT_LT(cost.state_bytes, unsharded.state_bytes) << what;
+          }
         }
       }
 }

@@ -11,8 +11,8 @@ namespace {
 constexpr int64_t b = 100, r = 1000;
 
 ZeroModules four_blocks(bool bf16) {
-  const ZeroModule block = bf16 ? ZeroModule{b, 0} : ZeroModule{0, b}, root = bf16 ? ZeroModule{r, 0} : ZeroModule{0, r};
-  return {{block, block, block, block}, root};
+  const ZeroModule block{{{b, bf16}}}, root{{{r, bf16}}};
+  return {{{{block, block, block, block}, root}}};
 }
 
 TEST(PlanZeroGathered, Zero3HoldsTheRootTwoBlocksAndThreeBlockGradients) {
@@ -41,10 +41,30 @@ TEST(PlanZeroGathered, EachUnitIsPaddedToAMultipleOfTheShards) {
   // own beside its block's bf16 one, padded apart (7 -> 9).
   EXPECT_EQ(zero_gathered_bytes(four_blocks(false), 3, 3, 1), 4 * (1002 + 2 * 102) + 4 * (1002 + 3 * 102));
   ZeroModules moe = four_blocks(true);
-  for (ZeroModule& m : moe.blocks) m.fp32 = 7;
+  for (ZeroModule& m : moe.chunks[0].blocks) m.units.push_back({7, false});
   // Block 1's backward: bf16 units 6 + 6 + 2 (prefetched), routers 4 + 4; gradients of the root,
   // block 1's two units and, in flight, the last two units reduce-scattered (block 2's).
   EXPECT_EQ(zero_gathered_bytes(moe, 3, 3, 1), 6 * (1002 + 102) + 2 * 102 + 4 * 2 * 9 + 4 * (1002 + 2 * (102 + 9)));
+}
+
+TEST(PlanZeroGathered, APipelinesChunkKeepsItsRootGatheredThroughTheOtherChunksActions) {
+  // Interleaved rank 0 of a pipeline: chunk 0 (one block, the token table's root r), chunk 1 (one
+  // block, no root), F0 F1 B1 B0. Chunk 0's backward: its root gathered since its forward, its
+  // block and the root's and block's fresh gradients, block 1's still reduce-scattering.
+  using parallel::pipeline::Action;
+  using parallel::pipeline::ActionKind;
+  const ZeroModule block{{{b, false}}}, root{{{r, false}}};
+  const ZeroModules two_chunks{{{{block}, root}, {{block}, ZeroModule{}}}};
+  const std::vector<Action> actions = {{ActionKind::Forward, 0, 0}, {ActionKind::Forward, 0, 1},
+                                       {ActionKind::Backward, 0, 1}, {ActionKind::Backward, 0, 0}};
+  EXPECT_EQ(zero_gathered_bytes(two_chunks, 1, 3, 1, &actions), 4 * (r + b) + 4 * (r + 2 * b));
+  // Stage 2 holds only the gradients: the root's, block 0's and block 1's in flight.
+  EXPECT_EQ(zero_gathered_bytes(two_chunks, 1, 2, 1, &actions), 4 * (r + 2 * b));
+  // The schedule is walked as given: a second round of both chunks starts with B0's reductions
+  // in flight (block 0's and the root's), so B0' holds two of each at once.
+  std::vector<Action> two_rounds = actions;
+  two_rounds.insert(two_rounds.end(), {{ActionKind::Forward, 1, 0}, {ActionKind::Backward, 1, 0}});
+  EXPECT_EQ(zero_gathered_bytes(two_chunks, 1, 2, 2, &two_rounds), 4 * (2 * r + 2 * b));
 }
 
 TEST(PlanZeroGathered, ModulesAreTheGptsBlocksAndRoot) {
@@ -54,19 +74,32 @@ TEST(PlanZeroGathered, ModulesAreTheGptsBlocksAndRoot) {
   const int64_t C = 32;
   const RankShape shape{.seq = 16, .hidden = C, .vocab = 128, .tp = 2, .bf16 = true, .experts = 4, .top_k = 2, .every = 2};
   const ZeroModules m = zero_modules(shape, {nn::GPTStage{0, 2, true, true}}, tensor_parallel_linears(C, 2));
-  ASSERT_EQ(m.blocks.size(), 2u);
+  ASSERT_EQ(m.chunks.size(), 1u);
+  const ZeroChunkModules& chunk = m.chunks[0];
+  ASSERT_EQ(chunk.blocks.size(), 2u);
   const int64_t attention = 4 * C * C / 2 + 3 * C / 2 + C + 4 * C;
-  EXPECT_EQ(m.blocks[0].bf16, attention + 8 * C * C / 2 + 4 * C / 2 + C);
-  EXPECT_EQ(m.blocks[0].fp32, 0);
-  EXPECT_EQ(m.blocks[1].bf16, attention + 4 * (8 * C * C + 5 * C));
-  EXPECT_EQ(m.blocks[1].fp32, 4 * C);
-  EXPECT_EQ(m.root.bf16, 128 / 2 * C + 16 * C + 2 * C);
+  using Units = std::vector<std::pair<int64_t, bool>>;
+  auto units = [](const ZeroModule& z) {
+    Units out;
+    for (const ZeroUnit& u : z.units) out.emplace_back(u.elements, u.bf16);
+    return out;
+  };
+  EXPECT_EQ(units(chunk.blocks[0]), (Units{{attention + 8 * C * C / 2 + 4 * C / 2 + C, true}}));
+  EXPECT_EQ(units(chunk.blocks[1]), (Units{{attention + 4 * (8 * C * C + 5 * C), true}, {4 * C, false}}));
+  EXPECT_EQ(units(chunk.root), (Units{{128 / 2 * C + 16 * C + 2 * C, true}}));
   RankShape ep = shape;
   ep.ep = 2;
   ep.bf16 = false;
   const ZeroModules under_ep = zero_modules(ep, {nn::GPTStage{0, 2, true, true}}, tensor_parallel_linears(C, 2));
-  EXPECT_EQ(under_ep.blocks[1].fp32, attention + 4 * C);  // the experts outside ZeRO, the router with the rest
-  EXPECT_EQ(under_ep.blocks[1].bf16, 0);
+  // The experts outside ZeRO, the router with the rest in one fp32 unit.
+  EXPECT_EQ(units(under_ep.chunks[0].blocks[1]), (Units{{attention + 4 * C, false}}));
+  // A pipeline's end stages keep the tied table in a unit of its own (summed over both ends).
+  const ZeroModules first_stage = zero_modules(shape, {nn::GPTStage{0, 1, true, false}}, tensor_parallel_linears(C, 2));
+  EXPECT_EQ(units(first_stage.chunks[0].root), (Units{{16 * C, true}, {128 / 2 * C, true}}));
+  const ZeroModules last_stage = zero_modules(shape, {nn::GPTStage{1, 2, false, true}}, tensor_parallel_linears(C, 2));
+  EXPECT_EQ(units(last_stage.chunks[0].root), (Units{{2 * C, true}, {128 / 2 * C, true}}));
+  const ZeroModules middle = zero_modules(shape, {nn::GPTStage{1, 2, false, false}}, tensor_parallel_linears(C, 2));
+  EXPECT_TRUE(middle.chunks[0].root.units.empty());
 }
 
 }  // namespace

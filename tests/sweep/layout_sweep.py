@@ -129,7 +129,7 @@ def draw_gpt(rng, ranks, strict):
             a["--chunks"] = chunks
         if rng.random() < 0.3 and n_layer > pp * chunks:
             a["--pp-layers"] = ",".join(map(str, composition(rng, n_layer, pp * chunks)))
-    zero_choices = [0, 1] if (strict and pp > 1) else [0, 1, 2, 3]
+    zero_choices = [0, 1, 2, 3]
     zero = rng.choice(zero_choices if dp > 1 else [0, 0] + zero_choices)
     if zero:
         a["--zero"] = zero

@@ -89,7 +89,7 @@ def draw_gpt(rng, ranks, moe, n_layer):
         if pp > 1:
             lay.update(pp=pp, schedule=rng.choice(["1f1b", "gpipe"]), micro=rng.choice([pp, 2 * pp]))
         if dp > 1:  # ZeRO over the grids' replicas (drawn last: the draws above stay as they were)
-            lay["zero"] = rng.choice([0, 1] if pp > 1 else [0, 1, 2, 3])
+            lay["zero"] = rng.choice([0, 1, 2, 3])
         if moe and dp > 1:  # ep over the grids' replicas, each plane rank's block of the experts split over it
             lay["ep"] = rng.choice([e for e in divisors(math.gcd(dp, EXPERTS)) if EXPERTS % (r * c * e) == 0] or [1])
         return lay
@@ -115,7 +115,7 @@ def draw_gpt(rng, ranks, moe, n_layer):
             cuts = sorted(rng.sample(range(1, n_layer), pp - 1))
             lay["pp_layers"] = ",".join(str(b - a) for a, b in zip([0] + cuts, cuts + [n_layer]))
     lay["micro"] = micro
-    lay["zero"] = rng.choice([0, 1] if pp > 1 else [0, 1, 2, 3]) if dp > 1 else 0
+    lay["zero"] = rng.choice([0, 1, 2, 3]) if dp > 1 else 0
     shards = [d for d in divisors(dp) if 1 < d < dp]
     if lay["zero"] and shards and rng.random() < 0.5:
         lay["hsdp"] = rng.choice(shards)

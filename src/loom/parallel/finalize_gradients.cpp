@@ -3,7 +3,7 @@
 namespace loom::parallel {
 
 bool reduce_during_last_backward(const GradientSync& sync, bool pipelined, int64_t chunks) {
-  return !pipelined || (!sync.shards_gradients() && chunks == 1);
+  return !pipelined || sync.reduces_every_backward() || (!sync.shards_gradients() && chunks == 1);
 }
 
 void GradientFinalizer::before_backward(bool last) {
@@ -14,10 +14,14 @@ void GradientFinalizer::before_backward(bool last) {
 
 void GradientFinalizer::finish() {
   if (parts_.replicated_sum != nullptr) parts_.replicated_sum->finish();
-  // Reductions launched during the last backward; the table's copies are then summed
-  // (each already a data-parallel mean); deferred reductions run on the summed table.
+  // Reductions launched during the backwards; the table's copies are then summed (each
+  // already a data-parallel mean; under ZeRO-2/3 its own unit's shards, alike on both stages);
+  // deferred reductions run on the summed table.
   if (parts_.reduce_during_backward) parts_.sync->finish_gradient_sync();
-  if (parts_.token_table != nullptr) parts_.embedding_group->all_reduce(parts_.token_table->grad(), comm::ReduceOp::Sum);
+  if (parts_.token_table != nullptr) {
+    Tensor table = parts_.sync->gradient_held(*parts_.token_table);
+    parts_.embedding_group->all_reduce(table, comm::ReduceOp::Sum);
+  }
   if (!parts_.reduce_during_backward) {
     parts_.sync->sync_now();
     parts_.sync->finish_gradient_sync();

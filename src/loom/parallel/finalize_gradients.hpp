@@ -24,7 +24,9 @@ struct FinalizeParts {
   // Whether the data-parallel reduction may run during this rank's last backward. A
   // pipeline's DDP may (its buckets reduce during each stage's last backward, and the sum of
   // the table's copies commutes with the mean), unless a bucket spans interleaved chunks whose
-  // last backwards lie far apart or the sync holds shards that differ between the stages.
+  // last backwards lie far apart or the sync holds shards that differ between the stages
+  // (ZeRO-1's full gradient then reduces once, after the table's sum). ZeRO-2/3 reduce in every
+  // backward, the table in a unit of its own whose shards are summed.
   bool reduce_during_backward = true;
   // Groups whose ranks hold different parameters (tp slices, pp stages): the norm sums over them.
   std::vector<comm::ProcessGroup*> model_parallel_groups;

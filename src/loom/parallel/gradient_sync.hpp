@@ -34,6 +34,12 @@ class GradientSync {
   // Whether gradients live as shards, which differ between the ranks of a shard group: such
   // a sync cannot reduce a pipeline's tied token table before its two copies are summed.
   virtual bool shards_gradients() const { return false; }
+  // Whether every backward reduces (ZeRO-2/3 keep no full gradient between micro-batches), so
+  // a pipeline reduces during its backwards too.
+  virtual bool reduces_every_backward() const { return false; }
+  // After finish_gradient_sync(): where p's reduced gradient lives on this rank, whole or as
+  // the shard of a unit p has to itself; what a sum of a pipeline's tied table copies adds to.
+  virtual Tensor gradient_held(nn::Parameter& p) { return p.grad(); }
   // Collective over the sync's group: the squared norm of this replica's averaged gradient,
   // each element counted once (summed over shards); counted picks the model parameters.
   virtual double grad_sum_squares(const ParameterFilter& counted) = 0;

@@ -41,37 +41,60 @@ ShardedDataParallel::ShardedDataParallel(nn::Module& root, comm::ProcessGroup& s
     if (replicate_ != nullptr) replicate_->broadcast(p->value(), 0);
   }
 
-  // Under bf16 gathers a module's parameters kept in fp32 (a router's weight) form a unit of
-  // their own, gathered in fp32 beside the module's bf16 unit; otherwise a module is one unit.
-  auto add_units = [this](nn::Module* module, const std::vector<nn::Parameter*>& params) {
-    Unit gathered_bf16, gathered_fp32;
-    gathered_bf16.module = gathered_fp32.module = module;
-    gathered_bf16.bf16_gather = options_.gather_in_bf16;
-    for (nn::Parameter* p : params)
-      (options_.gather_in_bf16 && p->kept_in_fp32() ? gathered_fp32 : gathered_bf16).params.push_back(p);
-    std::vector<int>& indices = module_units_.emplace_back();
-    indices.push_back(static_cast<int>(units_.size()));
-    units_.push_back(std::move(gathered_bf16));
-    if (gathered_fp32.params.empty()) return;
-    indices.push_back(static_cast<int>(units_.size()));
-    units_.push_back(std::move(gathered_fp32));
-  };
+  std::vector<ZeroChunk> chunks = options_.chunks;
+  if (chunks.empty()) chunks.push_back({&root, options_.units});
   std::set<nn::Parameter*> in_units;
-  for (nn::Module* m : options_.units) {
-    std::vector<nn::Parameter*> params;
-    for (nn::Parameter* p : m->parameters())
-      if (mine(p)) params.push_back(p);
+  auto claim = [&](const std::vector<nn::Parameter*>& params) {
     for (nn::Parameter* p : params)
       check(in_units.insert(p).second, "parameter '", p->name(), "' belongs to two sharding units");
-    add_units(m, params);
+  };
+  for (const ZeroChunk& chunk : chunks) {
+    ChunkModules span{chunk.module, static_cast<int>(module_units_.size()), 0, 0};
+    std::set<nn::Parameter*> in_blocks;
+    for (nn::Module* m : chunk.units) {
+      std::vector<nn::Parameter*> params;
+      for (nn::Parameter* p : m->parameters())
+        if (mine(p)) params.push_back(p);
+      claim(params);
+      in_blocks.insert(params.begin(), params.end());
+      add_units(m, /*root=*/false, params);
+    }
+    span.end_block = span.root = static_cast<int>(module_units_.size());
+    std::vector<nn::Parameter*> rest;
+    for (nn::Parameter* p : chunk.module->parameters())
+      if (!in_blocks.count(p) && mine(p)) rest.push_back(p);
+    claim(rest);
+    add_units(chunk.module, /*root=*/true, rest);
+    chunks_.push_back(span);
   }
-  std::vector<nn::Parameter*> rest;
   for (nn::Parameter* p : root.parameters())
-    if (!in_units.count(p) && mine(p)) rest.push_back(p);
-  add_units(&root, rest);
+    check(!mine(p) || in_units.count(p), "parameter '", p->name(), "' lies in none of ZeRO's chunks");
   for (Unit& u : units_) build_unit(u);
   if (options_.stage == 3) gather_group_ = shard_.split(0, shard_.rank(), shard_.name() + ".gather");
-  install_hooks(root);
+  for (const ChunkModules& chunk : chunks_) install_hooks(chunk);
+}
+
+// Under bf16 gathers a module's parameters kept in fp32 (a router's weight) form a unit of their
+// own, gathered in fp32 beside the module's bf16 unit; otherwise a module is one unit, but for
+// options.own_unit, always one of its own. A module without parameters has none.
+void ShardedDataParallel::add_units(nn::Module* module, bool root, const std::vector<nn::Parameter*>& params) {
+  Unit gathered_bf16, gathered_fp32, own;
+  for (Unit* u : {&gathered_bf16, &gathered_fp32, &own}) {
+    u->module = module;
+    u->root = root;
+  }
+  gathered_bf16.bf16_gather = options_.gather_in_bf16;
+  own.bf16_gather = options_.gather_in_bf16 && !(options_.own_unit != nullptr && options_.own_unit->kept_in_fp32());
+  for (nn::Parameter* p : params) {
+    Unit& u = p == options_.own_unit ? own : options_.gather_in_bf16 && p->kept_in_fp32() ? gathered_fp32 : gathered_bf16;
+    u.params.push_back(p);
+  }
+  std::vector<int>& indices = module_units_.emplace_back();
+  for (Unit* u : {&gathered_bf16, &gathered_fp32, &own}) {
+    if (u->params.empty()) continue;
+    indices.push_back(static_cast<int>(units_.size()));
+    units_.push_back(std::move(*u));
+  }
 }
 
 ShardedDataParallel::~ShardedDataParallel() {
@@ -151,21 +174,23 @@ void ShardedDataParallel::build_unit(Unit& u) {
   }
 }
 
-void ShardedDataParallel::install_hooks(nn::Module& root) {
-  // Hooks work on modules (blocks, then the root): each gathers, frees and reduces its units.
-  const int blocks = static_cast<int>(module_units_.size()) - 1, root_unit = blocks;
+void ShardedDataParallel::install_hooks(const ChunkModules& chunk) {
+  // Hooks work on modules (a chunk's blocks, then the chunk): each gathers, frees and reduces
+  // its units; stage 3 prefetches the next block of the same chunk (a pipeline's next action
+  // may be another chunk's, or a backward).
+  const int first = chunk.first_block, end = chunk.end_block, root_unit = chunk.root;
   const bool params_sharded = options_.stage == 3, grads_sharded = options_.stage >= 2;
-  for (int i = 0; i < blocks; ++i) {
+  for (int i = first; i < end; ++i) {
     nn::Module& m = *units_[module_units_[i].front()].module;
     if (params_sharded) {
-      m.add_pre_forward_hook([this, i, blocks](nn::Module&, nn::Context&) {
+      m.add_pre_forward_hook([this, i, end](nn::Module&, nn::Context&) {
         wait_gather(i);
-        if (i + 1 < blocks) launch_gather(i + 1, /*prefetch=*/true);
+        if (i + 1 < end) launch_gather(i + 1, /*prefetch=*/true);
       });
       m.add_post_forward_hook([this, i](nn::Module&, nn::Context&) { release(i); });
-      m.add_pre_backward_hook([this, i](nn::Module&, nn::Context&) {
+      m.add_pre_backward_hook([this, i, first](nn::Module&, nn::Context&) {
         wait_gather(i);
-        if (i > 0) launch_gather(i - 1, true);
+        if (i > first) launch_gather(i - 1, true);
       });
     }
     if (grads_sharded) m.add_pre_backward_hook([this, i](nn::Module&, nn::Context&) { bind_fresh_grad(i); });
@@ -174,20 +199,21 @@ void ShardedDataParallel::install_hooks(nn::Module& root) {
       if (params_sharded) release(i);
     });
   }
-  // The root unit stays gathered from the root's forward to the end of its backward.
+  // The chunk's root unit stays gathered from the chunk's forward to the end of its backward.
+  nn::Module& m = *chunk.module;
   if (params_sharded) {
-    root.add_pre_forward_hook([this, root_unit, blocks](nn::Module&, nn::Context&) {
+    m.add_pre_forward_hook([this, root_unit, first, end](nn::Module&, nn::Context&) {
       launch_gather(root_unit, false);
-      if (blocks > 0) launch_gather(0, true);
+      if (end > first) launch_gather(first, true);
       wait_gather(root_unit);
     });
-    root.add_pre_backward_hook([this, root_unit, blocks](nn::Module&, nn::Context&) {
+    m.add_pre_backward_hook([this, root_unit, first, end](nn::Module&, nn::Context&) {
       wait_gather(root_unit);
-      if (blocks > 0) launch_gather(blocks - 1, true);
+      if (end > first) launch_gather(end - 1, true);
     });
   }
-  if (grads_sharded) root.add_pre_backward_hook([this, root_unit](nn::Module&, nn::Context&) { bind_fresh_grad(root_unit); });
-  root.add_post_backward_hook([this, root_unit, params_sharded](nn::Module&, nn::Context&) {
+  if (grads_sharded) m.add_pre_backward_hook([this, root_unit](nn::Module&, nn::Context&) { bind_fresh_grad(root_unit); });
+  m.add_post_backward_hook([this, root_unit, params_sharded](nn::Module&, nn::Context&) {
     launch_reduce_scatter(root_unit);
     if (params_sharded) release(root_unit);
   });
@@ -371,12 +397,20 @@ void ShardedDataParallel::after_optimizer_step() {
   }
 }
 
+Tensor ShardedDataParallel::gradient_held(nn::Parameter& p) {
+  if (options_.stage == 1) return p.grad();
+  for (Unit& u : units_)
+    if (u.params.size() == 1 && u.params.front() == &p) return u.shard_grad;
+  throw Error("ZeRO-" + std::to_string(options_.stage) + " holds '" + p.name() +
+              "''s gradient only in shards of a unit it shares: give it a unit of its own (ZeroOptions::own_unit)");
+}
+
 std::vector<ShardedDataParallel::UnitLayout> ShardedDataParallel::unit_layouts() const {
   std::vector<UnitLayout> out;
   for (const Unit& u : units_)
     out.push_back({.numel = u.offsets.empty() ? 0 : u.offsets.back() + u.params.back()->numel(),
                    .padded_numel = shard_.size() * u.shard_numel,
-                   .root = u.module == units_.back().module,
+                   .root = u.root,
                    .gathered_in_bf16 = u.bf16_gather});
   return out;
 }

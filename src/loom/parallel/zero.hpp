@@ -9,7 +9,9 @@
 //            gather is prefetched while the current one computes.
 // A unit is a module (one transformer block by default); the root's other parameters
 // (embeddings, final LayerNorm) form the root unit, gathered from the root's forward to the
-// end of its backward. Each unit's parameters are laid out in one flat buffer padded to a
+// end of its backward. Under a pipeline the model is this rank's chunks, each run on its own
+// per micro-batch: each chunk's other parameters form its own root unit, hooked on the chunk,
+// and stages 2-3 reduce-scatter every micro-batch's backward as without one. Each unit's parameters are laid out in one flat buffer padded to a
 // multiple of N; rank r owns the r-th chunk. The optimizer steps shard_parameters(): one
 // parameter per piece of a model parameter that falls into this rank's chunk.
 // Hybrid sharding (HSDP): with a replicate group, shards are also averaged across replicas
@@ -31,10 +33,25 @@
 
 namespace loom::parallel {
 
+// One module run as a whole (the model, or a pipeline rank's chunk) and the modules in it whose
+// parameters form one unit each, in forward order (its blocks); its other parameters form its
+// root unit.
+struct ZeroChunk {
+  nn::Module* module = nullptr;
+  std::vector<nn::Module*> units;
+};
+
 struct ZeroOptions {
   int stage = 1;  // 1, 2 or 3
-  // Modules whose parameters form one unit each, in forward order (a GPT's blocks).
+  // Modules whose parameters form one unit each, in forward order (a GPT's blocks), under the
+  // root; used when `chunks` is empty.
   std::vector<nn::Module*> units;
+  // A pipeline rank's chunks, in its order; they hold every parameter of the root.
+  std::vector<ZeroChunk> chunks{};
+  // A parameter sharded in a unit of its own (a pipeline's tied token table: both end stages
+  // then shard it alike, so after the reductions the two copies' shards can be summed over the
+  // embedding group, gradient_held()).
+  const nn::Parameter* own_unit = nullptr;
   // Reduce-scatter and all-gather algorithm: Mpi or Ring.
   comm::AllReduceAlgorithm algorithm = comm::AllReduceAlgorithm::Mpi;
   // When set, only the parameters it accepts are sharded; the others are left whole to
@@ -70,6 +87,9 @@ class ShardedDataParallel : public GradientSync {
   std::vector<nn::Parameter*> shard_parameters() const;
   std::vector<nn::Parameter*> optimizer_parameters() const override { return shard_parameters(); }
   bool shards_gradients() const override { return true; }
+  bool reduces_every_backward() const override { return options_.stage >= 2; }
+  // Stage 1: p's full gradient; stages 2-3: the shard of p's own unit (options.own_unit).
+  Tensor gradient_held(nn::Parameter& p) override;
   // Gradient accumulation: stage 1 reduces only after a backward with sync on; stages 2-3
   // reduce every micro-batch (no full gradient is kept) and average replicas only on sync.
   void set_sync(bool on) override { sync_ = on; }
@@ -108,14 +128,15 @@ class ShardedDataParallel : public GradientSync {
   std::map<std::string, Tensor> full_state_dict(const std::map<std::string, Tensor>& optimizer_state,
                                                 const std::vector<std::string>& kinds);
 
-  // Sharding units: one per module (the root's last), two for a module whose parameters kept
-  // in fp32 are gathered apart from its bf16 ones.
+  // Sharding units: one per module (each chunk's root unit after its blocks'), two for a module
+  // whose parameters kept in fp32 are gathered apart from its bf16 ones, one more for own_unit;
+  // none for a module without parameters.
   int64_t unit_count() const { return static_cast<int64_t>(units_.size()); }
   // Whether p is sharded here (false for a parameter options.only left out).
   bool holds(const nn::Parameter& p) const;
-  // Each unit (the root's last), for what its collectives move: its elements before and after
-  // padding to a multiple of N, whether it is the root's (stage 3 gathers it once a step, a
-  // block's twice) and whether it is all-gathered in bf16 (2 bytes an element) or fp32 (4).
+  // Each unit (a chunk's after its blocks'), for what its collectives move: its elements before
+  // and after padding to a multiple of N, whether it is a chunk's root unit (stage 3 gathers it
+  // once a micro-batch, a block's twice) and whether it is all-gathered in bf16 (2 bytes an element) or fp32 (4).
   struct UnitLayout {
     int64_t numel;
     int64_t padded_numel;
@@ -141,7 +162,8 @@ class ShardedDataParallel : public GradientSync {
 
  private:
   struct Unit {
-    nn::Module* module = nullptr;  // the root for the root unit
+    nn::Module* module = nullptr;  // the chunk for a chunk's root unit
+    bool root = false;             // a chunk's root unit
     bool bf16_gather = false;      // all-gathered in bf16 (gather_in_bf16, no parameter kept in fp32)
     std::vector<nn::Parameter*> params;
     std::vector<int64_t> offsets;  // of each parameter in the flat buffer
@@ -169,8 +191,15 @@ class ShardedDataParallel : public GradientSync {
     std::unique_ptr<nn::Parameter> shard_param;
   };
 
+  // A chunk's modules in module_units_: its blocks [first_block, end_block), then its own.
+  struct ChunkModules {
+    nn::Module* module;
+    int first_block, end_block, root;
+  };
+
+  void add_units(nn::Module* module, bool root, const std::vector<nn::Parameter*>& params);
   void build_unit(Unit& u);
-  void install_hooks(nn::Module& root);
+  void install_hooks(const ChunkModules& chunk);
   // Per module (its index in module_units_), for each of its units. Stage 3: starts the
   // all-gather (if not under way) / waits for it and binds the parameters to the gathered
   // buffer / frees it.
@@ -188,8 +217,9 @@ class ShardedDataParallel : public GradientSync {
   comm::ProcessGroup* replicate_;
   std::unique_ptr<comm::ProcessGroup> gather_group_;  // all-gathers on their own thread
   ZeroOptions options_;
-  std::vector<Unit> units_;  // the root unit last
-  std::vector<std::vector<int>> module_units_;  // each module's units (the blocks', then the root's)
+  std::vector<Unit> units_;  // each chunk's blocks', then its root units
+  std::vector<std::vector<int>> module_units_;  // each module's units, in the same order
+  std::vector<ChunkModules> chunks_;
   std::vector<Piece> pieces_;
   std::deque<Reduction> reductions_;  // in flight, oldest first
   bool sync_ = true;

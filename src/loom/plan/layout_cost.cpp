@@ -54,20 +54,23 @@ int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& 
 }
 
 int64_t zero_gathered_bytes_of_rank(RankShape shape, const std::vector<nn::GPTStage>& chunks, const BlockLinears& linears,
-                                    const ClusterSpec& cluster, const Layout& l, int64_t micro_batches) {
+                                    const ClusterSpec& cluster, const Layout& l, int64_t micro_batches,
+                                    const std::vector<parallel::pipeline::Action>* actions) {
   const int zero = l.dp > 1 ? l.zero : 0;
   if (zero < 2) return 0;
   shape.bf16 = cluster.precision != Precision::Fp32;  // ZeRO's bf16 gathers, as the trainer's bf16 run holds them
-  return zero_gathered_bytes(zero_modules(shape, chunks, linears), l.dp, zero, micro_batches);
+  return zero_gathered_bytes(zero_modules(shape, chunks, linears), l.dp, zero, micro_batches, actions);
 }
 
 int64_t zero_gathered_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l,
                                        int64_t micro_batches) {
   const RankShape shape = rank_shape(model, cluster, l);
+  const std::optional<parallel::pipeline::Schedule> schedule = planned_schedule(l, micro_batches);
   int64_t most = 0;
-  for (const RankStages& s : rank_stages(model, l))
-    most = std::max(most, zero_gathered_bytes_of_rank(shape, s.chunks, tensor_parallel_linears(model.hidden, l.tp),
-                                                      cluster, l, micro_batches));
+  const std::vector<RankStages> ranks = rank_stages(model, l);
+  for (size_t r = 0; r < ranks.size(); ++r)
+    most = std::max(most, zero_gathered_bytes_of_rank(shape, ranks[r].chunks, tensor_parallel_linears(model.hidden, l.tp),
+                                                      cluster, l, micro_batches, schedule ? &schedule->ranks.at(r) : nullptr));
   return most;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/parallel/pipeline/schedule.hpp"
 #include "loom/plan/specs.hpp"
 #include "loom/plan/rank_memory_terms.hpp"
 #include "loom/plan/step_time.hpp"
@@ -74,9 +75,10 @@ int64_t published_mixed_state_bytes(int64_t params, int64_t shards, int zero);
 int64_t zero_gathered_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
                                        int64_t micro_batches);
 // The same for one pipeline rank of `shape` over its `chunks`, each block with `linears` (a 3D
-// grid rank's blocks too).
+// grid rank's blocks too), through its part of the schedule (`actions`; null without a pipeline).
 int64_t zero_gathered_bytes_of_rank(RankShape shape, const std::vector<nn::GPTStage>& chunks, const BlockLinears& linears,
-                                    const ClusterSpec& cluster, const Layout& layout, int64_t micro_batches);
+                                    const ClusterSpec& cluster, const Layout& layout, int64_t micro_batches,
+                                    const std::vector<parallel::pipeline::Action>* actions);
 
 // Memory and time of one layout for a global batch of sequences.
 LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout, int64_t global_batch);

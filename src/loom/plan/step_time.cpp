@@ -169,6 +169,10 @@ ZeroBytes zero_bytes_per_step(const ModelSpec& m, const Layout& l, int64_t micro
   return z;
 }
 
+bool reduces_after_pipeline(int64_t pp, int64_t chunks, int zero) {
+  return pp > 1 && (zero == 1 || (zero == 0 && chunks > 1));
+}
+
 DataParallelSeconds data_parallel_seconds(const DataParallelSync& s) {
   const double experts_s = total_seconds(s.other), backward_s = s.timeline.backward_s();
   DataParallelSeconds out;
@@ -214,6 +218,12 @@ std::vector<ReadyReduction> expert_gradient_buckets(const ModelSpec& m, const La
   experts.head = experts.embedding = {};
   experts.layer = {static_cast<double>(expert_bytes) / static_cast<double>(std::max<int64_t>(1, timeline.layers))};
   experts.first_s -= experts.layer_s / 3.0;
+  // Over interleaved chunks a bucket spans chunks whose last backwards lie apart: the experts'
+  // DDP reduces once the pipeline is done, as DDP does (ZeRO-2/3's dense shards or not).
+  if (l.pp > 1 && l.chunks > 1) {
+    experts.first_s = timeline.backward_s();
+    experts.layer_s = 0;
+  }
   const int64_t expert_dp = l.dp / l.ep, expert_per_node = std::max<int64_t>(1, per_node / l.ep);
   return ddp_buckets(experts, static_cast<double>(l.bucket_bytes), [&](double b) {
     return hierarchical_all_reduce_seconds(b, expert_dp, expert_per_node, c);
@@ -313,9 +323,9 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
       timeline.first_s = gemm_backward_seconds(head, c, bpv);
       timeline.head = {h * b, h * b};  // the final LayerNorm (the tied table is ready last)
     }
-    // Interleaved chunks (DDP) and ZeRO under a pipeline reduce once the pipeline is done:
+    // Interleaved chunks (DDP) and ZeRO-1 under a pipeline reduce once the pipeline is done:
     // everything is ready when the last backward ends.
-    if (l.pp > 1 && (l.chunks > 1 || zero >= 1)) timeline.first_s = timeline.layer_s = 0;
+    if (reduces_after_pipeline(l.pp, l.chunks, zero)) timeline.first_s = timeline.layer_s = 0;
     double comm = 0, exposed = 0;
     if (zero >= 1 && l.cp > 1) {
       // The mean over cp runs in the gradients' hooks, on the compute thread.

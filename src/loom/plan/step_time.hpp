@@ -141,11 +141,17 @@ struct DataParallelSeconds {
 };
 DataParallelSeconds data_parallel_seconds(const DataParallelSync& sync);
 
+// Whether a layout's data-parallel reduction waits for its pipeline's last backward (the
+// trainer's parallel::reduce_during_last_backward): ZeRO-1's, which reduces once after the tied
+// table's sum, and DDP's over interleaved chunks; ZeRO-2/3 reduce in every backward.
+bool reduces_after_pipeline(int64_t pp, int64_t chunks, int zero);
+
 // A mixture of experts' gradients reduced apart from ZeRO (expert_gradient_bytes_per_step: under
 // ep over the expert_dp ranks holding the same experts, without ep and ZeRO over dp), as DDP's
 // buckets on a device whose dense gradients follow `timeline`: once a step, each block's ready
 // when its MLP's backward ends, about two thirds into the block's (the MLP holds 8 of its 12
-// h^2); `per_node` of the dense reducers share a node. Empty when there are none. The
+// h^2), or all at the end over interleaved chunks (the trainer's experts wait for the pipeline
+// then); `per_node` of the dense reducers share a node. Empty when there are none. The
 // DataParallelSync's `other`, for a 1D layout and a 3D grid's replicas alike.
 std::vector<ReadyReduction> expert_gradient_buckets(const ModelSpec& model, const Layout& layout, const ClusterSpec& cluster,
                                                     const GradientTimeline& timeline, int64_t value_bytes, int64_t per_node);

@@ -131,7 +131,8 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     // the biases, LayerNorms and position table no GEMM reads, as the memory check counts them
     // under ZeRO; mixed: the 16 of the literature, ZeRO's formulas.
     const int64_t state = device_state_bytes(m, c, l, here) +
-                          zero_gathered_bytes_of_rank(grid_rank, stages[k].chunks, linears, c, l, micro_batches);
+                          zero_gathered_bytes_of_rank(grid_rank, stages[k].chunks, linears, c, l, micro_batches,
+                                                      schedule ? &schedule->ranks.at(k) : nullptr);
     const std::vector<parallel::pipeline::Action>* actions = schedule ? &schedule->ranks.at(k) : nullptr;
     const int64_t activations =
         gathered + (c.precision == Precision::Mixed
@@ -302,7 +303,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
       timeline.head = {hd * value, hd * value};
     }
     timeline.layers = m.layers / l.pp;
-    timeline.layer_s = l.chunks > 1 || (l.pp > 1 && zero >= 1) ? 0.0 : backward + (l.recompute ? forward : 0.0);
+    timeline.layer_s = reduces_after_pipeline(l.pp, l.chunks, zero) ? 0.0 : backward + (l.recompute ? forward : 0.0);
     timeline.layer = block_gradients(h, G, block * value);
     timeline.embedding = {s * hd * value, static_cast<double>(m.vocab) * hd * value};
     double comm = 0, exposed = 0;

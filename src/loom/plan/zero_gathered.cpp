@@ -10,37 +10,48 @@ namespace loom::plan {
 
 ZeroModules zero_modules(const RankShape& s, const std::vector<nn::GPTStage>& chunks, const BlockLinears& linears) {
   const int64_t C = s.hidden, table = s.vocab / s.tp * C;
-  // Under bf16 gathers everything but a router's weight is gathered in bf16.
+  // Under bf16 gathers everything but a router's weight is gathered in bf16, in a unit apart.
   auto module = [&](int64_t gathered, int64_t kept) {
-    return s.bf16 ? ZeroModule{gathered, kept} : ZeroModule{0, gathered + kept};
+    ZeroModule m;
+    if (!s.bf16) gathered += kept;
+    if (gathered > 0) m.units.push_back({gathered, s.bf16});
+    if (s.bf16 && kept > 0) m.units.push_back({kept, false});
+    return m;
   };
   ZeroModules out;
-  int64_t root = 0;
   for (const nn::GPTStage& chunk : chunks) {
+    ZeroChunkModules& here = out.chunks.emplace_back();
     for (int64_t b = chunk.first_block; b < chunk.end_block; ++b) {
       const bool moe = s.moe_blocks(nn::GPTStage{b, b + 1, false, false}) > 0;
       const int64_t attention = linears.attention_weights + linears.attention_biases + 4 * C;  // and both LayerNorms
       const int64_t mlp = moe ? (s.ep == 1 ? s.experts * expert_mlp_parameters(C) : 0)
                               : linears.mlp_weights + linears.mlp_biases;
-      out.blocks.push_back(module(attention + mlp, moe ? s.experts * C : 0));
+      here.blocks.push_back(module(attention + mlp, moe ? s.experts * C : 0));
     }
-    if (chunk.embedding || chunk.head) root += table;  // tied: one table on a rank holding both ends
+    // Tied: one table in the root unit of a chunk holding both ends; a pipeline's end stages
+    // each keep their copy in a unit of its own.
+    const bool own_table = chunk.embedding != chunk.head;
+    int64_t root = chunk.embedding && chunk.head ? table : 0;
     if (chunk.embedding) root += s.seq * C;
     if (chunk.head) root += 2 * C;
+    here.root = module(root, 0);
+    if (own_table) here.root.units.push_back({table, s.bf16});
   }
-  out.root = module(root, 0);
   return out;
 }
 
 namespace {
 
 // The trainer's hooks over one rank's step (ShardedDataParallel::install_hooks), keeping the
-// bytes the gathered units and unit gradients hold and their peak.
+// bytes the gathered units and unit gradients hold and their peak. Modules are numbered chunk
+// by chunk, each chunk's blocks and then its root.
 class StepWalk {
  public:
   StepWalk(const ZeroModules& modules, int64_t shards) : shards_(shards) {
-    for (const ZeroModule& m : modules.blocks) modules_.push_back({m});
-    modules_.push_back({modules.root});
+    for (const ZeroChunkModules& c : modules.chunks) {
+      for (const ZeroModule& m : c.blocks) modules_.push_back({m});
+      modules_.push_back({c.root});
+    }
   }
   int64_t peak() const { return peak_; }
 
@@ -48,29 +59,30 @@ class StepWalk {
     Module& x = modules_[m];
     if (x.gather != Gather::Released) return;
     x.gather = Gather::InFlight;
-    hold(2 * padded(x.units.bf16) + 4 * padded(x.units.fp32));
+    for (const ZeroUnit& u : x.module.units) hold((u.bf16 ? 2 : 4) * padded(u.elements));
   }
   void wait(size_t m) {
     launch(m);
     Module& x = modules_[m];
     if (x.gather == Gather::Ready) return;
     x.gather = Gather::Ready;
-    hold(4 * padded(x.units.bf16));  // the fp32 values widened from the bf16 buffer
+    for (const ZeroUnit& u : x.module.units)
+      if (u.bf16) hold(4 * padded(u.elements));  // the fp32 values widened from the bf16 buffer
   }
   void release(size_t m) {
     Module& x = modules_[m];
     if (x.gather == Gather::Released) return;
-    held_ -= (x.gather == Gather::Ready ? 6 : 2) * padded(x.units.bf16) + 4 * padded(x.units.fp32);
+    for (const ZeroUnit& u : x.module.units)
+      held_ -= (!u.bf16 ? 4 : x.gather == Gather::Ready ? 6 : 2) * padded(u.elements);
     x.gather = Gather::Released;
   }
-  void bind_fresh_grad(size_t m) { hold(4 * (padded(modules_[m].units.bf16) + padded(modules_[m].units.fp32))); }
+  void bind_fresh_grad(size_t m) {
+    for (const ZeroUnit& u : modules_[m].module.units) hold(4 * padded(u.elements));
+  }
   // Each unit's gradient joins the reductions in flight; past the limit the oldest completes.
   void reduce_scatter(size_t m) {
-    const ZeroModule& u = modules_[m].units;
-    // A module without parameters kept in fp32 is one unit; under bf16 gathers, the bf16 one first.
-    const bool two_units = u.bf16 > 0 && u.fp32 > 0;
-    for (const int64_t elements : two_units ? std::vector<int64_t>{u.bf16, u.fp32} : std::vector<int64_t>{u.bf16 + u.fp32}) {
-      in_flight_.push_back(4 * padded(elements));
+    for (const ZeroUnit& u : modules_[m].module.units) {
+      in_flight_.push_back(4 * padded(u.elements));
       while (static_cast<int64_t>(in_flight_.size()) > parallel::ShardedDataParallel::kMaxReductionsInFlight) {
         held_ -= in_flight_.front();
         in_flight_.pop_front();
@@ -81,7 +93,7 @@ class StepWalk {
  private:
   enum class Gather { Released, InFlight, Ready };
   struct Module {
-    ZeroModule units;
+    ZeroModule module;
     Gather gather = Gather::Released;
   };
   int64_t padded(int64_t elements) const { return (elements + shards_ - 1) / shards_ * shards_; }
@@ -91,37 +103,37 @@ class StepWalk {
   }
 
   int64_t shards_;
-  std::vector<Module> modules_;  // the blocks, then the root
+  std::vector<Module> modules_;
   std::deque<int64_t> in_flight_;
   int64_t held_ = 0, peak_ = 0;
 };
 
-}  // namespace
+// One chunk's forward and backward through its hooks: blocks [first, end), root module `root`.
+struct ChunkWalk {
+  StepWalk& walk;
+  bool gathers;  // stage 3
 
-int64_t zero_gathered_bytes(const ZeroModules& modules, int64_t shards, int stage, int64_t micro_batches) {
-  if (stage < 2) return 0;
-  StepWalk walk(modules, shards);
-  const size_t blocks = modules.blocks.size(), root = blocks;
-  const bool gathers = stage == 3;
-  // From the second micro-batch on each starts with the same reductions in flight (the last
-  // two units of the one before): two walk every moment of the step.
-  for (int64_t mb = 0; mb < std::min<int64_t>(micro_batches, 2); ++mb) {
+  void forward(size_t first, size_t end, size_t root) const {
+    if (!gathers) return;
+    walk.launch(root);
+    if (end > first) walk.launch(first);
+    walk.wait(root);
+    for (size_t i = first; i < end; ++i) {
+      walk.wait(i);
+      if (i + 1 < end) walk.launch(i + 1);
+      walk.release(i);
+    }
+  }
+  void backward(size_t first, size_t end, size_t root) const {
     if (gathers) {
-      walk.launch(root);
-      if (blocks > 0) walk.launch(0);
       walk.wait(root);
-      for (size_t i = 0; i < blocks; ++i) {
-        walk.wait(i);
-        if (i + 1 < blocks) walk.launch(i + 1);
-        walk.release(i);
-      }
-      if (blocks > 0) walk.launch(blocks - 1);
+      if (end > first) walk.launch(end - 1);
     }
     walk.bind_fresh_grad(root);
-    for (size_t i = blocks; i-- > 0;) {
+    for (size_t i = end; i-- > first;) {
       if (gathers) {
         walk.wait(i);
-        if (i > 0) walk.launch(i - 1);
+        if (i > first) walk.launch(i - 1);
       }
       walk.bind_fresh_grad(i);
       walk.reduce_scatter(i);
@@ -130,6 +142,39 @@ int64_t zero_gathered_bytes(const ZeroModules& modules, int64_t shards, int stag
     walk.reduce_scatter(root);
     if (gathers) walk.release(root);
   }
+};
+
+}  // namespace
+
+int64_t zero_gathered_bytes(const ZeroModules& modules, int64_t shards, int stage, int64_t micro_batches,
+                            const std::vector<parallel::pipeline::Action>* actions) {
+  if (stage < 2) return 0;
+  StepWalk walk(modules, shards);
+  const ChunkWalk chunk{walk, stage == 3};
+  // Each chunk's modules in the walk's numbering: blocks [first, end), then its root at end.
+  std::vector<size_t> first;
+  size_t next = 0;
+  for (const ZeroChunkModules& c : modules.chunks) {
+    first.push_back(next);
+    next += c.blocks.size() + 1;
+  }
+  auto run = [&](bool forward, size_t c) {
+    const size_t end = first.at(c) + modules.chunks.at(c).blocks.size();
+    forward ? chunk.forward(first[c], end, end) : chunk.backward(first[c], end, end);
+  };
+  if (actions != nullptr) {
+    for (const parallel::pipeline::Action& a : *actions)
+      if (a.kind == parallel::pipeline::ActionKind::Forward || a.kind == parallel::pipeline::ActionKind::Backward)
+        run(a.kind == parallel::pipeline::ActionKind::Forward, static_cast<size_t>(a.chunk));
+    return walk.peak();
+  }
+  // From the second micro-batch on each starts with the same reductions in flight (the last
+  // two units of the one before): two walk every moment of the step.
+  for (int64_t mb = 0; mb < std::min<int64_t>(micro_batches, 2); ++mb)
+    for (size_t c = 0; c < modules.chunks.size(); ++c) {
+      run(true, c);
+      run(false, c);
+    }
   return walk.peak();
 }
 

@@ -217,8 +217,6 @@ void TrainConfig::validate() const {
         : "chunks > 1 (model chunks per pipeline rank) needs schedule = \"interleaved\"");
   check(chunks == 1 || pp > 1, "chunks = ", chunks, " model chunks per pipeline rank need a pipeline: set pp > 1");
   check(schedule_file.empty() || pp > 1, "schedule_file (", schedule_file, ") is a pipeline schedule: set pp > 1");
-  check(pp == 1 || zero <= 1, "pipeline parallelism composes with zero 0 or 1, not ", zero,
-        " (stages 2-3 reduce every micro-batch while a pipeline reduces once, after its last backward)");
   check_context_parallel();
   check_pipeline_svg();
   check(!sequence_parallel || tp > 1, "sequence_parallel needs tensor parallelism: set tp > 1");

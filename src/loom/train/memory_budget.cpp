@@ -153,10 +153,13 @@ std::optional<parallel::pipeline::Schedule> run_schedule(const TrainConfig& c) {
                                               static_cast<int>(c.micro_batches), static_cast<int>(c.chunks));
 }
 
-// What ZeRO holds whole at once on pipeline rank r beyond its shards (plan/zero_gathered.hpp).
-int64_t zero_gathered(const TrainConfig& c, const std::vector<nn::GPTStage>& stages, int64_t r) {
+// What ZeRO holds whole at once on pipeline rank r beyond its shards (plan/zero_gathered.hpp),
+// through its part of the schedule.
+int64_t zero_gathered(const TrainConfig& c, const std::vector<nn::GPTStage>& stages,
+                      const std::optional<parallel::pipeline::Schedule>& schedule, int64_t r) {
   return plan::zero_gathered_bytes(plan::zero_modules(rank_shape(c), rank_chunks(c, stages, r), block_linears(c)),
-                                   c.shard_size(), static_cast<int>(c.zero), c.micro_batches);
+                                   c.shard_size(), static_cast<int>(c.zero), c.micro_batches,
+                                   schedule ? &schedule->ranks.at(static_cast<size_t>(r)) : nullptr);
 }
 
 // State and activations of pipeline rank r: the activations its chunks keep for each
@@ -179,7 +182,7 @@ MemoryNeed rank_memory(const TrainConfig& c, const std::vector<nn::GPTStage>& st
                                        schedule ? &reaped.at(static_cast<size_t>(r)) : nullptr);
   MemoryNeed need{static_cast<double>(rank_state(c, rank_parameters(c, stages, r)).total()),
                   static_cast<double>(activations)};
-  need.gathered = static_cast<double>(zero_gathered(c, stages, r));
+  need.gathered = static_cast<double>(zero_gathered(c, stages, schedule, r));
   if (c.pp > 1) need.pp_rank = r;
   return need;
 }

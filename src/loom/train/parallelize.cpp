@@ -108,6 +108,14 @@ void prepare_3d(const parallel::tp3d::Layers3D& layers, bool overlapped_mean,
       });
 }
 
+// This rank's copy of a pipeline's tied token table (the first and last stage each hold one),
+// summed over the embedding group; null where the rank holds none or the group has one member.
+nn::Parameter* tied_table_copy(ModelSpec& spec, Parallelized& p) {
+  if (p.group("embedding").size() == 1) return nullptr;
+  nn::Module &first = *p.chunks.front(), &last = *p.chunks.back();
+  return spec.tied_parameter(first) != nullptr ? spec.tied_parameter(first) : spec.tied_parameter(last);
+}
+
 std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& config, ModelSpec& spec, Parallelized& p) {
   const comm::AllReduceAlgorithm algorithm = comm::parse_algorithm(config.allreduce);
   const bool reduce_in_bf16 = config.grad_reduce_dtype == "bf16";
@@ -118,7 +126,11 @@ std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& c
   const auto dense = [](const nn::Parameter& q) { return !parallel::ep::is_expert_parameter(q); };
   const auto with_experts = [&](std::unique_ptr<parallel::GradientSync> sync) -> std::unique_ptr<parallel::GradientSync> {
     if (config.ep == 1) return sync;
-    return std::make_unique<parallel::ep::ExpertDataParallel>(*p.model, std::move(sync), p.group("expert_dp"), p.group("ep"), ddp);
+    // Under interleaved chunks the experts' buckets wait for the pipeline's end (the dense
+    // part's ZeRO-2/3 reduce in every backward regardless).
+    const bool experts_after_backward = config.pp > 1 && config.chunks > 1 && config.zero >= 2;
+    return std::make_unique<parallel::ep::ExpertDataParallel>(*p.model, std::move(sync), p.group("expert_dp"),
+                                                              p.group("ep"), ddp, experts_after_backward);
   };
   if (config.zero == 0) {
     // Context parallelism: every cp rank holds a replica too (its gradient is its tokens'), so
@@ -131,8 +143,9 @@ std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& c
   }
   parallel::ZeroOptions options;
   options.stage = static_cast<int>(config.zero);
-  for (nn::Module* chunk : p.chunks)
-    for (nn::Module* layer : spec.layers_of(*chunk)) options.units.push_back(layer);
+  for (nn::Module* chunk : p.chunks) options.chunks.push_back({chunk, spec.layers_of(*chunk)});
+  // Stages 2-3 keep a pipeline's tied table shards alike on both end stages (the finalizer sums them).
+  if (config.zero >= 2) options.own_unit = tied_table_copy(spec, p);
   options.algorithm = algorithm;
   options.reduce_in_bf16 = reduce_in_bf16;
   options.gather_in_bf16 = config.precision == "bf16";
@@ -315,8 +328,7 @@ Parallelized parallelize(const TrainConfig& config, ModelSpec& spec, comm::Proce
   parts.replicated_sum = p.replicated_sum.get();
   parts.context_mean = p.context_mean.get();
   nn::Module &first = *p.chunks.front(), &last = *p.chunks.back();
-  nn::Parameter* tied = spec.tied_parameter(first) != nullptr ? spec.tied_parameter(first) : spec.tied_parameter(last);
-  if (p.group("embedding").size() > 1 && tied != nullptr) {
+  if (nn::Parameter* tied = tied_table_copy(spec, p)) {
     parts.embedding_group = &p.group("embedding");
     parts.token_table = tied;
   }

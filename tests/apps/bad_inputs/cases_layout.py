@@ -16,7 +16,6 @@ def cases(fx):
               ["--n-layer", "4", "--pp", "2", "--chunks", "3", "--schedule", "interleaved", "--micro-batches", "4"],
               r"pipeline: 2 stages x 3 chunks = 6 virtual stages need at least as many transformer blocks, the model has 4"),
         train("tp -1", ["--tp", "-1"], r"parallel degrees must be >= 1"),
-        train("zero 2 with pp 2", ["--pp", "2", "--zero", "2"], r"pipeline parallelism composes with zero 0 or 1"),
         train("sequence_parallel without tp", ["--sequence-parallel"], r"sequence_parallel needs tensor parallelism"),
         # ep on a 3D grid splits each plane rank's block of the experts: 6 experts over row x col x ep = 2 x 1 x 2.
         train("ep 2 on a 2,1,1 grid with 6 experts", ["--dp", "2", "--ep", "2", "--tp-3d", "2,1,1", "--moe-experts", "6"],

@@ -8,8 +8,12 @@ namespace loom::parallel::ep {
 bool is_expert_parameter(const nn::Parameter& p) { return p.shard_spec().axis == nn::ShardSpec::kExpertAxis; }
 
 ExpertDataParallel::ExpertDataParallel(nn::Module& model, std::unique_ptr<GradientSync> dense,
-                                       comm::ProcessGroup& expert_dp, const comm::ProcessGroup& ep, DdpOptions options)
-    : expert_scale_(1.0f / static_cast<float>(ep.size())), dense_counted_(ep.rank() == 0), dense_(std::move(dense)) {
+                                       comm::ProcessGroup& expert_dp, const comm::ProcessGroup& ep, DdpOptions options,
+                                       bool experts_after_backward)
+    : expert_scale_(1.0f / static_cast<float>(ep.size())),
+      dense_counted_(ep.rank() == 0),
+      experts_after_backward_(experts_after_backward),
+      dense_(std::move(dense)) {
   for (nn::Parameter* p : model.parameters())
     if (is_expert_parameter(*p)) expert_params_.push_back(p);
   options.only = [](const nn::Parameter& p) { return is_expert_parameter(p); };
@@ -27,7 +31,7 @@ std::vector<nn::Parameter*> ExpertDataParallel::optimizer_parameters() const {
 
 void ExpertDataParallel::set_sync(bool on) {
   dense_->set_sync(on);
-  if (experts_) experts_->set_sync(on);
+  if (experts_) experts_->set_sync(on && !experts_after_backward_);
 }
 
 void ExpertDataParallel::sync_now() {
@@ -37,6 +41,7 @@ void ExpertDataParallel::sync_now() {
 
 void ExpertDataParallel::finish_gradient_sync() {
   dense_->finish_gradient_sync();
+  if (experts_ && experts_after_backward_) experts_->sync_now();
   if (experts_) experts_->finish_gradient_sync();
   for (nn::Parameter* p : expert_params_) kernels::scale_inplace(p->grad().f32(), expert_scale_, p->numel());
 }

@@ -29,8 +29,11 @@ class ExpertDataParallel : public GradientSync {
   // dense: the sync of every non-expert parameter over dp (DDP, or ZeRO built with
   // `only = !is_expert_parameter`). Collective over expert_dp: its DDP broadcasts the experts
   // from its rank 0. ep: the expert-parallel group (dp = ep x expert_dp).
+  // experts_after_backward: the experts' DDP reduces after the last backward, in
+  // finish_gradient_sync(), even where the dense part reduces during backward (a pipeline's
+  // interleaved chunks under ZeRO-2/3: a bucket spans chunks whose last backwards lie apart).
   ExpertDataParallel(nn::Module& model, std::unique_ptr<GradientSync> dense, comm::ProcessGroup& expert_dp,
-                     const comm::ProcessGroup& ep, DdpOptions options);
+                     const comm::ProcessGroup& ep, DdpOptions options, bool experts_after_backward = false);
   std::vector<nn::Parameter*> optimizer_parameters() const override;
   void zero_grad() override { dense_->zero_grad(); }
   void set_sync(bool on) override;
@@ -38,6 +41,8 @@ class ExpertDataParallel : public GradientSync {
   void finish_gradient_sync() override;
   void after_optimizer_step() override { dense_->after_optimizer_step(); }
   bool shards_gradients() const override { return dense_->shards_gradients(); }
+  bool reduces_every_backward() const override { return dense_->reduces_every_backward(); }
+  Tensor gradient_held(nn::Parameter& p) override { return dense_->gradient_held(p); }
   // Collective over dp when the dense part is sharded: the dense parameters' part counted on
   // ep rank 0 only (the finalizer sums over ep, where they are replicas), the experts' on
   // every rank (each holds different ones).
@@ -51,6 +56,7 @@ class ExpertDataParallel : public GradientSync {
   std::vector<nn::Parameter*> expert_params_;
   float expert_scale_;  // 1 / ep: the expert DDP divides by expert_dp only
   bool dense_counted_;  // ep rank 0
+  bool experts_after_backward_;
   std::unique_ptr<GradientSync> dense_;
   std::unique_ptr<DistributedDataParallel> experts_;  // null when expert_dp has one rank
 };
