@@ -36,8 +36,8 @@ int launcher_rank();
 // the mesh's first group; "cp-ring": a ring attention hop; "ep-all-to-all": the expert-parallel
 // count exchange; "plane-experts-gather": a mixture of experts' outputs gathered over a 3D
 // grid's plane; "moe-capacity-gather": a mixture of experts' capacity counts gathered over a
-// sequence's chunks; "watchdog-table": in the middle of writing its own watchdog table, as a
-// collective starts), as a rank stopped by a debugger or the OS would (mpi.*stopped_rank).
+// sequence's chunks; "zero-gather": a ZeRO-3 unit's all-gather; "watchdog-table": in the middle
+// of writing its own watchdog table, as a collective starts), as a rank stopped by a debugger or the OS would (mpi.*stopped_rank).
 void stop_for_a_test(const std::string& step);
 
 }  // namespace loom::comm

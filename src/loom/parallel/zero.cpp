@@ -5,6 +5,7 @@
 #include <cstring>
 #include <set>
 
+#include "loom/comm/startup_watch.hpp"
 #include "loom/error.hpp"
 #include "loom/kernels/precision.hpp"
 #include "loom/kernels/residual.hpp"
@@ -223,6 +224,7 @@ void ShardedDataParallel::launch_gather(int module, bool prefetch) {
   for (int i : module_units_[module]) {
     Unit& u = units_[i];
     if (u.gather != Unit::Gather::Released) continue;
+    comm::stop_for_a_test("zero-gather");
     if (u.bf16_gather) {
       // The master shard may have changed since the last gather (a step, a checkpoint load).
       kernels::convert_to_bf16(u.shard_value.f32(), u.shard_bf16.bf16(), u.shard_numel);
