@@ -103,6 +103,13 @@ TEST(PlanPipelineMemory, EqualsTheMemoryCheckOverTpCpPpMoeRecomputeAndZero) {
       {.name = "dp2_zero3_moe_ep2_tp2_sp", .dp = 2, .tp = 2, .ep = 2, .sp = true, .moe_every = 2, .zero = 3},
       {.name = "dp4_zero3_moe_every1", .dp = 4, .moe_every = 1, .zero = 3},
       {.name = "dp2_zero1_pp2_tp2", .dp = 2, .tp = 2, .pp = 2, .zero = 1},
+      // ZeRO-2/3 under pipelines: the units walked through each rank's schedule, added to that
+      // rank's state (the planner once added the most any rank holds to the state of the rank
+      // needing the most: pp 3 GPipe ZeRO-2 fp32 722688 bytes for the check's 718848).
+      {.name = "dp2_zero3_pp2_tp2", .dp = 2, .tp = 2, .pp = 2, .zero = 3},
+      {.name = "dp2_zero2_pp3_gpipe", .dp = 2, .pp = 3, .schedule = "gpipe", .zero = 2},
+      {.name = "dp2_zero3_pp2_interleaved_moe", .dp = 2, .pp = 2, .chunks = 2, .schedule = "interleaved",
+       .moe_every = 2, .zero = 3},
   };
   for (const PlanRow& row : rows)
     for (const bool bf16 : {false, true}) {

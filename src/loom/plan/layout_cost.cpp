@@ -62,18 +62,6 @@ int64_t zero_gathered_bytes_of_rank(RankShape shape, const std::vector<nn::GPTSt
   return zero_gathered_bytes(zero_modules(shape, chunks, linears), l.dp, zero, micro_batches, actions);
 }
 
-int64_t zero_gathered_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& l,
-                                       int64_t micro_batches) {
-  const RankShape shape = rank_shape(model, cluster, l);
-  const std::optional<parallel::pipeline::Schedule> schedule = planned_schedule(l, micro_batches);
-  int64_t most = 0;
-  const std::vector<RankStages> ranks = rank_stages(model, l);
-  for (size_t r = 0; r < ranks.size(); ++r)
-    most = std::max(most, zero_gathered_bytes_of_rank(shape, ranks[r].chunks, tensor_parallel_linears(model.hidden, l.tp),
-                                                      cluster, l, micro_batches, schedule ? &schedule->ranks.at(r) : nullptr));
-  return most;
-}
-
 double layer_activation_bytes(const ModelSpec& m, const ClusterSpec& c, const Layout& l, bool recompute) {
   if (c.precision != Precision::Mixed) {  // Loom's layer, as the memory check counts it
     RankShape shape = rank_shape(m, c, l);
@@ -161,18 +149,21 @@ LayoutCost predict(const ModelSpec& model, const ClusterSpec& cluster, const Lay
   const std::vector<std::vector<size_t>> reaped = schedule && cluster.precision != Precision::Mixed
                                                       ? parallel::pipeline::sends_reaped(*schedule)
                                                       : std::vector<std::vector<size_t>>{};
+  const RankShape shape = rank_shape(model, cluster, l);
   for (size_t r = 0; r < ranks.size(); ++r) {
     const RankParameters here = rank_parameters_of(model, l, ranks[r]);
     const int64_t dense = device_state_bytes(model, cluster, l, without_experts(here));
     const int64_t experts = device_state_bytes(model, cluster, l, here) - dense;
+    // ZeRO-2/3's units held whole at once, walked through this rank's part of the schedule.
+    const int64_t gathered = zero_gathered_bytes_of_rank(shape, ranks[r].chunks, tensor_parallel_linears(model.hidden, l.tp),
+                                                         cluster, l, m, schedule ? &schedule->ranks.at(r) : nullptr);
     const int64_t activations = rank_activation_bytes(model, cluster, l, ranks[r], schedule, reaped, r);
-    if (r == 0 || dense + experts + activations > c.memory_bytes()) {
-      c.state_bytes = dense + experts;
+    if (r == 0 || dense + experts + gathered + activations > c.memory_bytes()) {
+      c.state_bytes = dense + experts + gathered;
       c.expert_state_bytes = experts;
       c.activation_bytes = activations;
     }
   }
-  c.state_bytes += zero_gathered_bytes_per_device(model, cluster, l, m);
   const int64_t usable = cluster.memory_bytes - cluster.reserved_bytes;
   if (c.memory_bytes() > usable)
     return invalid("out of memory: " + std::to_string(c.memory_bytes() >> 20) + " MiB needed per device, " +

@@ -59,7 +59,7 @@ double layer_activation_bytes(const ModelSpec& model, const ClusterSpec& cluster
 // over dp, with its experts: sharded with the rest without ep (experts_sharded_by_zero), whole
 // under ep (unsharded_state_bytes, with their bf16 copy in bf16). In bf16 the blocks' Linear
 // weights have no fp32 value under ZeRO-1/2 and the routers no bf16 copy
-// (mixed_precision_cost.hpp). Without ZeRO's gathered units (zero_gathered_bytes_per_device).
+// (mixed_precision_cost.hpp). Without ZeRO's gathered units (zero_gathered_bytes_of_rank).
 int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout);
 
 // Mixed precision's model state of `params` parameters, as the literature counts it: 2-byte
@@ -67,15 +67,12 @@ int64_t model_state_bytes_per_device(const ModelSpec& model, const ClusterSpec& 
 // sharding the 12, then the gradients, then the weights over `shards` ranks.
 int64_t published_mixed_state_bytes(int64_t params, int64_t shards, int zero);
 
-// What ZeRO holds whole at once beyond the shards in a step of `micro_batches` on the pipeline
-// rank holding the most, which predict adds to the state: the memory check's count
-// (plan/zero_gathered.hpp: stage 3's gathered units, stages 2-3's full gradients of the units in
-// backward and in their reduce-scatter), in bf16 and mixed precision with bf16 gathers. 0 below
-// ZeRO-2 or at dp 1.
-int64_t zero_gathered_bytes_per_device(const ModelSpec& model, const ClusterSpec& cluster, const Layout& layout,
-                                       int64_t micro_batches);
-// The same for one pipeline rank of `shape` over its `chunks`, each block with `linears` (a 3D
-// grid rank's blocks too), through its part of the schedule (`actions`; null without a pipeline).
+// What ZeRO holds whole at once beyond the shards in a step of `micro_batches` on one pipeline
+// rank of `shape` over its `chunks`, each block with `linears` (a 3D grid rank's blocks too),
+// through its part of the schedule (`actions`; null without a pipeline), which predict adds to
+// that rank's state: the memory check's count (plan/zero_gathered.hpp: stage 3's gathered units,
+// stages 2-3's full gradients of the units in backward and in their reduce-scatter), in bf16 and
+// mixed precision with bf16 gathers. 0 below ZeRO-2 or at dp 1.
 int64_t zero_gathered_bytes_of_rank(RankShape shape, const std::vector<nn::GPTStage>& chunks, const BlockLinears& linears,
                                     const ClusterSpec& cluster, const Layout& layout, int64_t micro_batches,
                                     const std::vector<parallel::pipeline::Action>* actions);
