@@ -15,6 +15,8 @@
 #include "loom/nn/linear.hpp"
 #include "loom/nn/moe.hpp"
 #include "loom/plan/memory_model.hpp"
+#include "loom/plan/moe_cost.hpp"
+#include "loom/plan/step_time.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/checkpoint_manifest.hpp"
 #include "loom/train/trainer.hpp"
@@ -285,6 +287,50 @@ INSTANTIATE_TEST_SUITE_P(StagesPrecisionsAndFormats, ZeroPipelineCheckpoint,
                            return "zero" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param) +
                                   "_" + std::get<2>(info.param);
                          });
+
+// ZeRO-2/3's traffic under a pipeline (dp 2 x pp 2, 4 micro-batches, every unit a multiple of
+// 2 elements: no padding), as the planner prices it (plan::zero_bytes_per_step) against the
+// shard and gather groups' counters over a warm step, on the rank moving the most (the first
+// stage): each micro-batch reduce-scatters every unit; stage 3 gathers each block before its
+// forward and its backward and a chunk's root unit (token and position tables) once, whatever
+// the schedule; stage 2 gathers the updated parameters once after the step. The planner once
+// gave every stage 1/pp of the whole model's tables and final LayerNorm as its root
+// (ZeRO-3: 406784 bytes for the first stage's 388608, every schedule).
+TEST(ZeroPipelineBytes, ReduceScattersAndGathersEqualThePlannersCount) {
+  if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks (dp 2 x pp 2)";
+  for (const int stage : {2, 3})
+    for (const std::string schedule : {"1f1b", "gpipe", "interleaved"}) {
+      train::TrainConfig c = tiny(2, 4, 4);
+      c.zero = stage;
+      c.pp = 2;
+      c.schedule = schedule;
+      c.chunks = schedule == "interleaved" ? 2 : 1;
+      c.model.n_layer = 4;
+      c.model.padded_vocab_size = 128;  // the planner's token table
+      train::Trainer t(c, true, &world());
+      ShardedDataParallel& z = *t.sharded();
+      t.train_step();
+      z.reset_comm_stats();
+      t.train_step();
+      float most = static_cast<float>(z.comm_stats().bytes);
+      world().all_reduce(&most, 1, comm::ReduceOp::Max);
+      const plan::ModelSpec m{"gpt", c.model.n_layer, c.model.n_embd, c.model.n_head, c.model.block_size,
+                              c.model.padded_vocab_size};
+      plan::Layout l;
+      l.dp = 2;
+      l.pp = 2;
+      l.chunks = c.chunks;
+      l.gpipe = schedule == "gpipe";
+      l.zero = stage;
+      l.micro_batch = c.batch_size / c.micro_batches;
+      l.recompute = false;
+      l.sequence_parallel = false;
+      const plan::ZeroBytes want =
+          plan::zero_bytes_per_step(m, l, c.micro_batches, plan::dense_parameters_per_device(m, l), 4, 4);
+      // and the gradient norm's one float over the shard group
+      EXPECT_EQ(static_cast<int64_t>(most), want.total() + 4) << "zero " << stage << ", " << schedule;
+    }
+}
 
 // Mixed precision's traffic, as the bytes counters (whole tensors, comm::CommStats) see one
 // step: the gradient is reduce-scattered in grad_reduce_dtype (4 or 2 bytes an element) and

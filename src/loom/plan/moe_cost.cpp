@@ -30,6 +30,18 @@ int64_t dense_parameters_per_device(const ModelSpec& model, const Layout& layout
   return most;
 }
 
+int64_t root_parameters_per_device(const ModelSpec& model, const Layout& layout) {
+  int64_t most = -1, root = 0;
+  const int64_t C = model.hidden, table = model.vocab / layout.tp * C;
+  for (const RankStages& s : rank_stages(model, layout)) {
+    const int64_t dense = rank_parameters_of(model, layout, s).dense;
+    if (dense <= most) continue;
+    most = dense;
+    root = (s.embedding || s.head ? table : 0) + (s.embedding ? model.seq * C : 0) + (s.head ? 2 * C : 0);
+  }
+  return root;
+}
+
 int64_t expert_parameters_per_device(const ModelSpec& model, const Layout& layout) {
   if (model.moe.experts == 0) return 0;
   const int64_t holders = layout.ep * plane_expert_split(model, layout);

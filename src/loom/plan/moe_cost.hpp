@@ -30,6 +30,10 @@ int64_t active_parameters(const ModelSpec& model);
 // and the position table whole, each MoE block's MLP replaced by its router, replicated over tp);
 // what step_time takes as params_per_device. (It once divided the whole model by tp x pp.)
 int64_t dense_parameters_per_device(const ModelSpec& model, const Layout& layout);
+// Of those, the parameters outside its blocks (ZeRO's root units: the token and position
+// tables on a first stage, the final LayerNorm and the head's copy of the token table on a
+// last one, all of them without a pipeline), on the same rank.
+int64_t root_parameters_per_device(const ModelSpec& model, const Layout& layout);
 // Expert parameters on one device: E / ep experts of each MoE layer of its pipeline stage
 // (E / (plane x ep) on a 3D grid whose plane shares them out: plane_expert_split).
 int64_t expert_parameters_per_device(const ModelSpec& model, const Layout& layout);

@@ -160,8 +160,9 @@ ZeroBytes zero_bytes_per_step(const ModelSpec& m, const Layout& l, int64_t micro
                               int64_t grad_bytes, int64_t gather_bytes) {
   if (l.dp <= 1 || l.zero < 1) return {};
   const int64_t sharded = params_per_device + (experts_sharded_by_zero(m, l) ? expert_parameters_per_device(m, l) : 0);
-  // The root unit's share of the device's parameters, as params_per_device counts them.
-  const int64_t root = std::min(sharded, ((m.vocab + m.seq) * m.hidden + 2 * m.hidden) / (l.tp * l.pp));
+  // The root units' share of the device's parameters (a pipeline rank's own: the tables on the
+  // first stage, the final LayerNorm and the table's copy on the last).
+  const int64_t root = std::min(sharded, root_parameters_per_device(m, l));
   ZeroBytes z;
   z.reduced = (l.zero >= 2 ? micro_batches : 1) * sharded * grad_bytes;
   const int64_t block_gathers = l.recompute ? 3 : 2;
