@@ -38,6 +38,7 @@ struct PlanArgs {
   bool json = false;
   std::string recompute = "any";
   int zero = 1;
+  std::string zero3_reshard = "micro-batch";
   double bucket_mb = 25.0;  // DDP's gradient buckets, as `loom train --bucket-mb`
   std::string sequence_parallel = "on";
   std::string tp_3d = "off";  // on: 3D grids searched too
@@ -245,6 +246,9 @@ Runner add_plan_command(CLI::App& sub) {
       ->check(CLI::IsMember({"on", "off", "any"}));
   sub.add_option("--zero", a->zero, "ZeRO stage inside data parallelism (1: distributed optimizer) [1]")
       ->check(CLI::Range(0, 3));
+  sub.add_option("--zero3-reshard", a->zero3_reshard,
+                 "with --zero 3, when gathered units are freed: micro-batch or step, as loom train's [micro-batch]")
+      ->check(CLI::IsMember({"micro-batch", "step"}));
   sub.add_option("--bucket-mb", a->bucket_mb, "DDP's gradient bucket size in MiB (--zero 0), as loom train's [25]")
       ->check(CLI::PositiveNumber);
   sub.add_option("--sequence-parallel", a->sequence_parallel, "sequence parallelism with tp > 1: on or off [on]")
@@ -299,6 +303,8 @@ Runner add_plan_command(CLI::App& sub) {
     check(a->devices >= 1 && a->global_batch >= 1, "--gpus and --global-batch must be >= 1");
     plan::SearchSpace space;
     space.zero = a->zero;
+    check(a->zero3_reshard == "micro-batch" || a->zero == 3, "--zero3-reshard step frees ZeRO-3's gathered units: give --zero 3");
+    space.zero3_reshard_per_step = a->zero3_reshard == "step";
     check(std::isfinite(a->bucket_mb) && a->bucket_mb * (1 << 20) >= 1.0 && a->bucket_mb <= 1e9,
           "--bucket-mb must be between one byte's worth and 1e9 MiB, got ", a->bucket_mb);
     space.bucket_bytes = static_cast<int64_t>(a->bucket_mb * (1 << 20));
@@ -325,6 +331,7 @@ Runner add_plan_command(CLI::App& sub) {
       const int64_t per_replica = a->global_batch / l.dp;
       l.micro_batch = a->micro_batch > 0 ? a->micro_batch : std::max<int64_t>(1, per_replica / (l.pp * l.depth));
       l.zero = a->zero;
+      l.zero3_reshard_per_step = space.zero3_reshard_per_step;
       l.bucket_bytes = space.bucket_bytes;
       l.recompute = a->recompute == "on";
       l.selective_recompute = a->selective_recompute == "on";
@@ -377,7 +384,8 @@ Runner add_plan_command(CLI::App& sub) {
         const double undisturbed_s =
             dedicated.total() + plan::core_sharing_seconds(dedicated, l.dp * l.pp * l.tp * l.cp * l.row * l.col * l.depth, undisturbed);
         out.push_back({{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"cp", l.cp}, {"virtual_stages", l.pp * l.chunks},
-                       {"micro_batch_size", l.micro_batch}, {"zero", l.dp > 1 ? l.zero : 0}, {"recompute", l.recompute}, {"selective_recompute", l.selective_recompute},
+                       {"micro_batch_size", l.micro_batch}, {"zero", l.dp > 1 ? l.zero : 0},
+                       {"zero3_reshard", l.zero3_reshard_per_step ? "step" : "micro-batch"}, {"recompute", l.recompute}, {"selective_recompute", l.selective_recompute},
                        {"sequence_parallel", l.sequence_parallel}, {"tp_3d", {l.row, l.col, l.depth}}, {"valid", c.valid}, {"why_not", c.why_not},
                        {"memory_bytes_per_device", c.memory_bytes()},
                        {"state_bytes", c.state_bytes}, {"activation_bytes", c.activation_bytes},

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# ZeRO stages under a pipeline: dp 2 x pp 2 (4 ranks) trained with --zero 0, 1, 2 and 3 on the
-# gpt-mini shape, each stage's tokens/s next to DDP's (--zero 0) and each rank's memory as the
-# tracker measured it next to the memory check's count (memory.json's formula).
+# ZeRO stages under a pipeline: dp 2 x pp 2 (4 ranks) trained with --zero 0, 1, 2 and 3 (and 3
+# with --zero3-reshard step: "3s") on the gpt-mini shape, each stage's tokens/s next to DDP's
+# (--zero 0) and each rank's memory as the tracker measured it next to the memory check's count
+# (memory.json's formula).
 #
 # Usage: bench/pipeline_zero.sh [build dir]        (default: build)
 #
@@ -49,9 +50,12 @@ for schedule in $SCHEDULES; do
   chunks=1
   [ "$schedule" = interleaved ] && chunks=2
   base_tps="" base_state=""
-  for zero in 0 1 2 3; do
+  for zero in 0 1 2 3 3s; do
     dir="$WORK/$schedule.z$zero"
-    mpi -np 4 "$LOOM" train --data "$DATA" --dp 2 --pp 2 --zero "$zero" --schedule "$schedule" --chunks "$chunks" \
+    reshard=micro-batch
+    [ "$zero" = 3s ] && reshard=step
+    mpi -np 4 "$LOOM" train --data "$DATA" --dp 2 --pp 2 --zero "${zero%s}" --zero3-reshard "$reshard" \
+      --schedule "$schedule" --chunks "$chunks" \
       --micro-batches 4 --batch-size 4 --n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --threads 1 \
       --steps "$LOOM_STEPS" --log-every 1 --eval-every 0 --eval-batches 1 --peak-gflops "$PEAK_GFLOPS" \
       --out-dir "$dir" >/dev/null 2>&1 || { echo "$schedule zero $zero failed" >&2; continue; }

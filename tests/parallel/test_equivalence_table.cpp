@@ -54,6 +54,7 @@ struct Case {
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;
   bool selective_recompute = false;
+  std::string zero3_reshard = "micro-batch";
 };
 
 // 3D grid {R, C, D} of a case ({1, 1, 1} without tp_3d).
@@ -136,6 +137,7 @@ TEST_P(EquivalenceTable, SameGradientsLossesParametersAndValidationLossAsSerial)
   c.tp_3d = k.tp_3d;
   c.tp_3d_overlap = k.tp_3d_overlap;
   c.tp_overlap = k.tp_overlap;
+  c.zero3_reshard = k.zero3_reshard;
   train::Trainer parallel(c, true, &world());
   const std::string what = k.name + " (dp " + std::to_string(dp) + ")";
   expect_equivalent(run(parallel), want, c, what, tol);
@@ -229,7 +231,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "hsdp_shard2_pp2_zero2", .pp = 2, .zero = 2, .hsdp_shard = 2, .n_layer = 4,
                            .micro_batches = 4, .world = 8},
                       Case{.name = "pp2_zero3_tp3d_1x1x2", .pp = 2, .zero = 3, .n_layer = 4, .micro_batches = 4,
-                           .tp_3d = "1,1,2", .world = 8}),
+                           .tp_3d = "1,1,2", .world = 8},
+                      // ZeRO-3 gathering each unit once a step (zero3_reshard = "step"): with and
+                      // without a pipeline, accumulation, recompute, bf16.
+                      Case{.name = "pp2_gpipe_zero3_reshard_step", .pp = 2, .zero = 3, .schedule = "gpipe", .n_layer = 4,
+                           .micro_batches = 4, .world = 4, .zero3_reshard = "step"},
+                      sgd(Case{.name = "zero3_reshard_step_mb3_recompute", .zero = 3, .recompute = true,
+                               .micro_batches = 3, .zero3_reshard = "step"}),
+                      bf16(Case{.name = "pp2_interleaved_zero3_reshard_step", .pp = 2, .zero = 3,
+                                .schedule = "interleaved", .chunks = 2, .n_layer = 4, .micro_batches = 4, .world = 4,
+                                .zero3_reshard = "step"})),
     [](const auto& info) { return info.param.name; });
 
 // Context parallelism: each sequence split over cp ranks (ring attention), alone, with dp

@@ -5,6 +5,7 @@
 // test_zero_gathered.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <ostream>
 #include <string>
 #include <tuple>
@@ -292,16 +293,18 @@ INSTANTIATE_TEST_SUITE_P(StagesPrecisionsAndFormats, ZeroPipelineCheckpoint,
 // 2 elements: no padding), as the planner prices it (plan::zero_bytes_per_step) against the
 // shard and gather groups' counters over a warm step, on the rank moving the most (the first
 // stage): each micro-batch reduce-scatters every unit; stage 3 gathers each block before its
-// forward and its backward and a chunk's root unit (token and position tables) once, whatever
-// the schedule; stage 2 gathers the updated parameters once after the step. The planner once
+// forward and its backward and a chunk's root unit (token and position tables) once a
+// micro-batch, whatever the schedule, or every unit once a step (zero3_reshard = "step"); stage 2
+// gathers the updated parameters once after the step. The planner once
 // gave every stage 1/pp of the whole model's tables and final LayerNorm as its root
 // (ZeRO-3: 406784 bytes for the first stage's 388608, every schedule).
 TEST(ZeroPipelineBytes, ReduceScattersAndGathersEqualThePlannersCount) {
   if (world().size() != 4) GTEST_SKIP() << "runs on 4 ranks (dp 2 x pp 2)";
-  for (const int stage : {2, 3})
+  for (const int stage : {2, 3, 4})  // 4: ZeRO-3 gathering each unit once a step
     for (const std::string schedule : {"1f1b", "gpipe", "interleaved"}) {
       train::TrainConfig c = tiny(2, 4, 4);
-      c.zero = stage;
+      c.zero = std::min(stage, 3);
+      if (stage == 4) c.zero3_reshard = "step";
       c.pp = 2;
       c.schedule = schedule;
       c.chunks = schedule == "interleaved" ? 2 : 1;
@@ -321,14 +324,20 @@ TEST(ZeroPipelineBytes, ReduceScattersAndGathersEqualThePlannersCount) {
       l.pp = 2;
       l.chunks = c.chunks;
       l.gpipe = schedule == "gpipe";
-      l.zero = stage;
+      l.zero = static_cast<int>(c.zero);
+      l.zero3_reshard_per_step = stage == 4;
       l.micro_batch = c.batch_size / c.micro_batches;
       l.recompute = false;
       l.sequence_parallel = false;
       const plan::ZeroBytes want =
           plan::zero_bytes_per_step(m, l, c.micro_batches, plan::dense_parameters_per_device(m, l), 4, 4);
       // and the gradient norm's one float over the shard group
-      EXPECT_EQ(static_cast<int64_t>(most), want.total() + 4) << "zero " << stage << ", " << schedule;
+      const std::string what = "zero " + std::to_string(c.zero) + " (" + c.zero3_reshard + "), " + schedule;
+      EXPECT_EQ(static_cast<int64_t>(most), want.total() + 4) << what;
+      // Kept for the step, every unit is gathered once (after the optimizer step, which freed them).
+      if (stage == 4) {
+        EXPECT_EQ(z.gathers(), z.unit_count()) << what;
+      }
     }
 }
 

@@ -35,6 +35,7 @@ struct GatheredCase {
   int64_t pp = 1;
   std::string schedule = "1f1b";
   int64_t chunks = 1;
+  std::string zero3_reshard = "micro-batch";
 };
 
 TEST(ZeroGathered, TrackersPeakIsTheMemoryChecksCount) {
@@ -54,11 +55,17 @@ TEST(ZeroGathered, TrackersPeakIsTheMemoryChecksCount) {
       {.name = "zero2_pp2_gpipe", .zero = 2, .pp = 2, .schedule = "gpipe"},
       {.name = "zero3_pp2_interleaved", .pp = 2, .schedule = "interleaved", .chunks = 2},
       {.name = "zero3_moe_pp2_gpipe", .experts = 4, .pp = 2, .schedule = "gpipe"},
+      // ZeRO-3 keeping each unit from its first forward to its last backward of the step.
+      {.name = "zero3_reshard_step", .zero3_reshard = "step"},
+      {.name = "zero3_reshard_step_pp2_1f1b", .pp = 2, .zero3_reshard = "step"},
+      {.name = "zero3_reshard_step_pp2_interleaved", .pp = 2, .schedule = "interleaved", .chunks = 2,
+       .zero3_reshard = "step"},
   };
   for (const GatheredCase& g : cases)
     for (const std::string precision : {"fp32", "bf16"})
       for (const int64_t micro_batches : {1, 2}) {
-        if (micro_batches == 1 && g.name != "zero3") continue;  // the second micro-batch holds the most
+        // The second micro-batch holds the most (kept units: the first's backward keeps them all).
+        if (micro_batches == 1 && g.name != "zero3" && g.name != "zero3_reshard_step") continue;
         if ((g.hsdp_shard > 0 || g.pp > 1) && p < 4) continue;  // two shard groups of two
         // A pipeline over 4 micro-batches: 1F1B's warm-up and steady state, both chunks' rounds.
         train::TrainConfig c = tiny(p / (g.tp * g.pp), 2, g.pp > 1 ? 4 : micro_batches);
@@ -66,6 +73,7 @@ TEST(ZeroGathered, TrackersPeakIsTheMemoryChecksCount) {
         c.pp = g.pp;
         c.schedule = g.schedule;
         c.chunks = g.chunks;
+        c.zero3_reshard = g.zero3_reshard;
         c.hsdp_shard = g.hsdp_shard;
         c.model.n_layer = 4;  // blocks 1 and 3 mixtures of experts
         c.model.n_embd = 18;  // a block of 4122 elements: padded on 4 ranks

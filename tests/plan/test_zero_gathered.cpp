@@ -31,6 +31,14 @@ TEST(PlanZeroGathered, ASecondMicroBatchStartsWithTheFirstsLastReductionsInFligh
   EXPECT_EQ(zero_gathered_bytes(four_blocks(false), 1, 3, 5), zero_gathered_bytes(four_blocks(false), 1, 3, 2));
 }
 
+TEST(PlanZeroGathered, Zero3KeptForTheStepHoldsEveryUnitGathered) {
+  // zero3_reshard = "step": gathered at the first forward, freed after the last backward. One
+  // micro-batch: block 3's backward holds every unit and the root's and block 3's gradients.
+  EXPECT_EQ(zero_gathered_bytes(four_blocks(false), 1, 3, 1, nullptr, false), 4 * (r + 4 * b) + 4 * (r + b));
+  // Two: the second's block 3 backward, with the first's block 0 and root gradients in flight.
+  EXPECT_EQ(zero_gathered_bytes(four_blocks(false), 1, 3, 2, nullptr, false), 4 * (r + 4 * b) + 4 * (2 * r + 2 * b));
+}
+
 TEST(PlanZeroGathered, Zero2HoldsOnlyGradientsAndZero1Nothing) {
   EXPECT_EQ(zero_gathered_bytes(four_blocks(true), 1, 2, 1), 4 * (r + 3 * b));
   EXPECT_EQ(zero_gathered_bytes(four_blocks(false), 1, 1, 2), 0);

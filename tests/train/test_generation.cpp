@@ -334,8 +334,9 @@ TEST(Generation, PrefillsOfNewLengthsShareTheirProjectionsPrimitives) {
     const float* last = logits.f32() + (n - 1) * Vp;
     EXPECT_EQ(out[0].tokens.at(0), static_cast<int>(std::max_element(last, last + 3) - last)) << "prompt of " << n;
   }
-  if (nn::prefill_rows(false, kernels::Varying::None) == kernels::Varying::Rows)
+  if (nn::prefill_rows(false, kernels::Varying::None) == kernels::Varying::Rows) {
     EXPECT_EQ(created, 0) << "new prompt lengths made new primitives";
+  }
 }
 
 TEST(Generation, TopPKeepsTheNucleus) {

@@ -21,7 +21,8 @@ struct FinalizeParts {
   // (null where the rank holds neither or the group has one member).
   comm::ProcessGroup* embedding_group = nullptr;
   nn::Parameter* token_table = nullptr;
-  // Whether the data-parallel reduction may run during this rank's last backward. A
+  // Whether the data-parallel reduction may run during this rank's backwards (DDP's the last,
+  // ZeRO-2/3's each), not after them. A
   // pipeline's DDP may (its buckets reduce during each stage's last backward, and the sum of
   // the table's copies commutes with the mean), unless a bucket spans interleaved chunks whose
   // last backwards lie far apart or the sync holds shards that differ between the stages

@@ -37,8 +37,9 @@ class GradientSync {
   // Whether every backward reduces (ZeRO-2/3 keep no full gradient between micro-batches), so
   // a pipeline reduces during its backwards too.
   virtual bool reduces_every_backward() const { return false; }
-  // After finish_gradient_sync(): where p's reduced gradient lives on this rank, whole or as
-  // the shard of a unit p has to itself; what a sum of a pipeline's tied table copies adds to.
+  // Where p's gradient lives on this rank, whole or as the shard of a unit p has to itself: what
+  // a sum of a pipeline's tied table copies adds to (after finish_gradient_sync() where the
+  // reductions ran during backward, the reduced shard; before sync_now() the full gradient).
   virtual Tensor gradient_held(nn::Parameter& p) { return p.grad(); }
   // Collective over the sync's group: the squared norm of this replica's averaged gradient,
   // each element counted once (summed over shards); counted picks the model parameters.

@@ -42,6 +42,7 @@ ShardedDataParallel::ShardedDataParallel(nn::Module& root, comm::ProcessGroup& s
     if (replicate_ != nullptr) replicate_->broadcast(p->value(), 0);
   }
 
+  check(options_.chunks.empty() || options_.units.empty(), "ZeRO: give its units or its chunks, not both");
   std::vector<ZeroChunk> chunks = options_.chunks;
   if (chunks.empty()) chunks.push_back({&root, options_.units});
   std::set<nn::Parameter*> in_units;
@@ -50,7 +51,7 @@ ShardedDataParallel::ShardedDataParallel(nn::Module& root, comm::ProcessGroup& s
       check(in_units.insert(p).second, "parameter '", p->name(), "' belongs to two sharding units");
   };
   for (const ZeroChunk& chunk : chunks) {
-    ChunkModules span{chunk.module, static_cast<int>(module_units_.size()), 0, 0};
+    ChunkModules span{chunk, static_cast<int>(module_units_.size()), 0, 0};
     std::set<nn::Parameter*> in_blocks;
     for (nn::Module* m : chunk.units) {
       std::vector<nn::Parameter*> params;
@@ -182,13 +183,13 @@ void ShardedDataParallel::install_hooks(const ChunkModules& chunk) {
   const int first = chunk.first_block, end = chunk.end_block, root_unit = chunk.root;
   const bool params_sharded = options_.stage == 3, grads_sharded = options_.stage >= 2;
   for (int i = first; i < end; ++i) {
-    nn::Module& m = *units_[module_units_[i].front()].module;
+    nn::Module& m = *chunk.modules.units.at(static_cast<size_t>(i - first));  // a block, with or without units
     if (params_sharded) {
       m.add_pre_forward_hook([this, i, end](nn::Module&, nn::Context&) {
         wait_gather(i);
         if (i + 1 < end) launch_gather(i + 1, /*prefetch=*/true);
       });
-      m.add_post_forward_hook([this, i](nn::Module&, nn::Context&) { release(i); });
+      if (options_.reshard_each_micro_batch) m.add_post_forward_hook([this, i](nn::Module&, nn::Context&) { release(i); });
       m.add_pre_backward_hook([this, i, first](nn::Module&, nn::Context&) {
         wait_gather(i);
         if (i > first) launch_gather(i - 1, true);
@@ -197,11 +198,11 @@ void ShardedDataParallel::install_hooks(const ChunkModules& chunk) {
     if (grads_sharded) m.add_pre_backward_hook([this, i](nn::Module&, nn::Context&) { bind_fresh_grad(i); });
     m.add_post_backward_hook([this, i, params_sharded](nn::Module&, nn::Context&) {
       launch_reduce_scatter(i);
-      if (params_sharded) release(i);
+      if (params_sharded && releases_after_backward()) release(i);
     });
   }
   // The chunk's root unit stays gathered from the chunk's forward to the end of its backward.
-  nn::Module& m = *chunk.module;
+  nn::Module& m = *chunk.modules.module;
   if (params_sharded) {
     m.add_pre_forward_hook([this, root_unit, first, end](nn::Module&, nn::Context&) {
       launch_gather(root_unit, false);
@@ -216,7 +217,7 @@ void ShardedDataParallel::install_hooks(const ChunkModules& chunk) {
   if (grads_sharded) m.add_pre_backward_hook([this, root_unit](nn::Module&, nn::Context&) { bind_fresh_grad(root_unit); });
   m.add_post_backward_hook([this, root_unit, params_sharded](nn::Module&, nn::Context&) {
     launch_reduce_scatter(root_unit);
-    if (params_sharded) release(root_unit);
+    if (params_sharded && releases_after_backward()) release(root_unit);
   });
 }
 

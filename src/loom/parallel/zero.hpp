@@ -44,9 +44,10 @@ struct ZeroChunk {
 struct ZeroOptions {
   int stage = 1;  // 1, 2 or 3
   // Modules whose parameters form one unit each, in forward order (a GPT's blocks), under the
-  // root; used when `chunks` is empty.
+  // root; without `chunks` only.
   std::vector<nn::Module*> units;
-  // A pipeline rank's chunks, in its order; they hold every parameter of the root.
+  // A pipeline rank's chunks, in its order; they hold every parameter of the root. Set either
+  // this or `units`.
   std::vector<ZeroChunk> chunks{};
   // A parameter sharded in a unit of its own (a pipeline's tied token table: both end stages
   // then shard it alike, so after the reductions the two copies' shards can be summed over the
@@ -72,6 +73,12 @@ struct ZeroOptions {
   // (nn::Parameter::kept_in_fp32: a router's weight) is gathered in fp32 instead, in a unit of
   // its own beside its module's bf16 one, so it stays bit-equal to its fp32 master.
   bool gather_in_bf16 = false;
+  // Stage 3: whether a unit's gathered parameters are freed after each forward and each
+  // backward (gathered again for the next: two gathers a micro-batch, the least memory) or kept
+  // from the unit's first forward of a step to its last backward (sync on: one gather a step,
+  // every unit whole meanwhile, as FSDP's reshard_after_forward=False under a pipeline, whose
+  // micro-batches' forwards run before their backwards).
+  bool reshard_each_micro_batch = true;
 };
 
 class ShardedDataParallel : public GradientSync {
@@ -193,7 +200,7 @@ class ShardedDataParallel : public GradientSync {
 
   // A chunk's modules in module_units_: its blocks [first_block, end_block), then its own.
   struct ChunkModules {
-    nn::Module* module;
+    ZeroChunk modules;  // the chunk and its blocks
     int first_block, end_block, root;
   };
 
@@ -204,6 +211,8 @@ class ShardedDataParallel : public GradientSync {
   // all-gather (if not under way) / waits for it and binds the parameters to the gathered
   // buffer / frees it.
   void launch_gather(int module, bool prefetch);
+  // Stage 3, after a unit's backward: per micro-batch always, per step at its last (sync on).
+  bool releases_after_backward() const { return options_.reshard_each_micro_batch || sync_; }
   void wait_gather(int module);
   void release(int module);
   // Stages 2-3: a fresh zeroed full gradient for the module's backward.

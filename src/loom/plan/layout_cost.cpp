@@ -59,7 +59,8 @@ int64_t zero_gathered_bytes_of_rank(RankShape shape, const std::vector<nn::GPTSt
   const int zero = l.dp > 1 ? l.zero : 0;
   if (zero < 2) return 0;
   shape.bf16 = cluster.precision != Precision::Fp32;  // ZeRO's bf16 gathers, as the trainer's bf16 run holds them
-  return zero_gathered_bytes(zero_modules(shape, chunks, linears), l.dp, zero, micro_batches, actions);
+  return zero_gathered_bytes(zero_modules(shape, chunks, linears), l.dp, zero, micro_batches, actions,
+                             !l.zero3_reshard_per_step);
 }
 
 double layer_activation_bytes(const ModelSpec& m, const ClusterSpec& c, const Layout& l, bool recompute) {
@@ -203,6 +204,7 @@ std::vector<LayoutCost> search(const ModelSpec& model, const ClusterSpec& cluste
               l.cp = cp;
               l.bucket_bytes = space.bucket_bytes;
               l.selective_recompute = selective;
+              l.zero3_reshard_per_step = space.zero3_reshard_per_step;
               if (selective && !searches_selective_recompute(l, cluster.precision, space)) continue;
               // Expert parallelism: every degree dividing dp and the experts.
               for (l.ep = 1; l.ep <= l.dp; ++l.ep) {

@@ -88,6 +88,7 @@ struct SearchSpace {
   // Selective recompute, where it changes anything (selective_recompute_matters).
   std::vector<bool> selective_recompute = {false, true};
   int zero = 1;                   // ZeRO stage of every layout with dp > 1
+  bool zero3_reshard_per_step = false;  // ZeRO-3 keeps gathered units for the step (Layout's)
   int64_t bucket_bytes = int64_t{25} << 20;  // DDP's gradient buckets (zero 0)
   bool sequence_parallel = true;  // with every tp > 1
   bool tensor_parallel_3d = false;  // also every dp x row x col x depth grid (pp 1)

@@ -166,7 +166,10 @@ ZeroBytes zero_bytes_per_step(const ModelSpec& m, const Layout& l, int64_t micro
   ZeroBytes z;
   z.reduced = (l.zero >= 2 ? micro_batches : 1) * sharded * grad_bytes;
   const int64_t block_gathers = l.recompute ? 3 : 2;
-  z.gathered = (l.zero == 3 ? micro_batches * (block_gathers * (sharded - root) + root) : sharded) * gather_bytes;
+  // ZeRO-3 gathers each block before its forward and its backward (and its recompute) and a
+  // root unit once a micro-batch, or every unit once a step; ZeRO-1/2 after the step.
+  const bool once = l.zero < 3 || l.zero3_reshard_per_step;
+  z.gathered = (once ? sharded : micro_batches * (block_gathers * (sharded - root) + root)) * gather_bytes;
   return z;
 }
 
@@ -338,7 +341,7 @@ StepTime step_time(const ModelSpec& m, const ClusterSpec& c, const Layout& l, in
     const DataParallelSeconds sync = data_parallel_seconds(
         {.zero = zero, .timeline = timeline, .bucket_bytes = static_cast<double>(l.bucket_bytes),
          .bytes = zero_bytes_per_step(m, l, micro_batches, params_per_device, bpv, wire_bytes(c.precision)),
-         .micro_batches = mb, .gathers = mb * (2.0 + re), .compute_s = st.compute_s, .all_reduce = all_reduce,
+         .micro_batches = mb, .gathers = l.zero3_reshard_per_step ? 1.0 : mb * (2.0 + re), .compute_s = st.compute_s, .all_reduce = all_reduce,
          .gather_all_reduce = [&](double bytes) { return hierarchical_all_reduce_seconds(bytes, l.dp, dp_per_node, c); },
          .other = expert_buckets});
     comm += sync.comm_s;

@@ -40,6 +40,9 @@ struct Layout {
   // Korthikanti's layer loses its 5as/h term; backward runs QK^T and the softmax again. Last
   // in the struct: the positional initializers above stay as they are.
   bool selective_recompute = false;
+  // ZeRO-3 keeps each gathered unit from its first forward of a step to its last backward
+  // (loom train --zero3-reshard step): one gather a step, every unit whole meanwhile.
+  bool zero3_reshard_per_step = false;
 };
 
 // Whether selective recompute changes anything: Loom's bf16 attention and ring attention

@@ -284,7 +284,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
   // (gradient_overlap.hpp, as step_time prices 1D layouts): the LM head's backward first, then
   // the blocks' (their weight blocks, the rest whole), the replicated embeddings last. Under a
   // pipeline the rank's stage: no head (the first stage, which ends the step, has none), and
-  // with interleaved chunks or ZeRO everything reduced after it. DDP all-reduces bucket by
+  // with interleaved chunks (DDP) or ZeRO-1 everything reduced after it (reduces_after_pipeline). DDP all-reduces bucket by
   // bucket over dp x cp (each cp rank's gradients are its tokens'); ZeRO reduce-scatters unit
   // by unit over dp after a blocking mean over cp, and gathers the parameters back. A mixture
   // of experts' weights: ZeRO shards them with the rest without ep; under ep (and without ZeRO)
@@ -314,7 +314,7 @@ LayoutCost predict_tensor_parallel_3d(const ModelSpec& m, const ClusterSpec& c, 
     const DataParallelSeconds sync = data_parallel_seconds(
         {.zero = zero, .timeline = timeline, .bucket_bytes = static_cast<double>(l.bucket_bytes),
          .bytes = zero_bytes_per_step(m, l, micro_batches, dense, bpv, wire_bytes(c.precision)),
-         .micro_batches = mb, .gathers = mb * (l.recompute ? 3.0 : 2.0), .compute_s = cost.time.compute_s,
+         .micro_batches = mb, .gathers = l.zero3_reshard_per_step ? 1.0 : mb * (l.recompute ? 3.0 : 2.0), .compute_s = cost.time.compute_s,
          .all_reduce = all_reduce,
          .gather_all_reduce = [&](double bytes) { return hierarchical_all_reduce_seconds(bytes, l.dp, dp_per_node, c); },
          .other = expert_gradient_buckets(m, l, c, timeline, bpv, per_node)});
@@ -360,6 +360,7 @@ std::vector<LayoutCost> tensor_parallel_3d_layouts(const ModelSpec& m, const Clu
                              .depth = G / (R * C), .cp = cp};
                     l.bucket_bytes = space.bucket_bytes;
                     l.selective_recompute = selective;
+                    l.zero3_reshard_per_step = space.zero3_reshard_per_step;
                     if (selective && !searches_selective_recompute(l, c.precision, space)) continue;
                     // Expert parallelism over the grids' replicas: every ep the experts allow.
                     for (l.ep = 1; l.ep <= l.dp; ++l.ep) {

@@ -111,7 +111,8 @@ class StepWalk {
 // One chunk's forward and backward through its hooks: blocks [first, end), root module `root`.
 struct ChunkWalk {
   StepWalk& walk;
-  bool gathers;  // stage 3
+  bool gathers;                // stage 3
+  bool each_micro_batch;       // stage 3 frees a unit after each forward and backward, else after its last backward
 
   void forward(size_t first, size_t end, size_t root) const {
     if (!gathers) return;
@@ -121,10 +122,12 @@ struct ChunkWalk {
     for (size_t i = first; i < end; ++i) {
       walk.wait(i);
       if (i + 1 < end) walk.launch(i + 1);
-      walk.release(i);
+      if (each_micro_batch) walk.release(i);
     }
   }
-  void backward(size_t first, size_t end, size_t root) const {
+  // `last`: the chunk's last backward of the step.
+  void backward(size_t first, size_t end, size_t root, bool last) const {
+    const bool frees = gathers && (each_micro_batch || last);
     if (gathers) {
       walk.wait(root);
       if (end > first) walk.launch(end - 1);
@@ -137,20 +140,20 @@ struct ChunkWalk {
       }
       walk.bind_fresh_grad(i);
       walk.reduce_scatter(i);
-      if (gathers) walk.release(i);
+      if (frees) walk.release(i);
     }
     walk.reduce_scatter(root);
-    if (gathers) walk.release(root);
+    if (frees) walk.release(root);
   }
 };
 
 }  // namespace
 
 int64_t zero_gathered_bytes(const ZeroModules& modules, int64_t shards, int stage, int64_t micro_batches,
-                            const std::vector<parallel::pipeline::Action>* actions) {
+                            const std::vector<parallel::pipeline::Action>* actions, bool reshard_each_micro_batch) {
   if (stage < 2) return 0;
   StepWalk walk(modules, shards);
-  const ChunkWalk chunk{walk, stage == 3};
+  const ChunkWalk chunk{walk, stage == 3, reshard_each_micro_batch};
   // Each chunk's modules in the walk's numbering: blocks [first, end), then its root at end.
   std::vector<size_t> first;
   size_t next = 0;
@@ -158,22 +161,30 @@ int64_t zero_gathered_bytes(const ZeroModules& modules, int64_t shards, int stag
     first.push_back(next);
     next += c.blocks.size() + 1;
   }
-  auto run = [&](bool forward, size_t c) {
+  auto run = [&](bool forward, size_t c, bool last) {
     const size_t end = first.at(c) + modules.chunks.at(c).blocks.size();
-    forward ? chunk.forward(first[c], end, end) : chunk.backward(first[c], end, end);
+    forward ? chunk.forward(first[c], end, end) : chunk.backward(first[c], end, end, last);
   };
+  using parallel::pipeline::ActionKind;
   if (actions != nullptr) {
-    for (const parallel::pipeline::Action& a : *actions)
-      if (a.kind == parallel::pipeline::ActionKind::Forward || a.kind == parallel::pipeline::ActionKind::Backward)
-        run(a.kind == parallel::pipeline::ActionKind::Forward, static_cast<size_t>(a.chunk));
+    std::vector<size_t> last_backward(modules.chunks.size(), 0);  // each chunk's, in the rank's actions
+    for (size_t k = 0; k < actions->size(); ++k)
+      if ((*actions)[k].kind == ActionKind::Backward) last_backward.at(static_cast<size_t>((*actions)[k].chunk)) = k;
+    for (size_t k = 0; k < actions->size(); ++k) {
+      const parallel::pipeline::Action& a = (*actions)[k];
+      if (a.kind == ActionKind::Forward || a.kind == ActionKind::Backward)
+        run(a.kind == ActionKind::Forward, static_cast<size_t>(a.chunk), k == last_backward[static_cast<size_t>(a.chunk)]);
+    }
     return walk.peak();
   }
   // From the second micro-batch on each starts with the same reductions in flight (the last
-  // two units of the one before): two walk every moment of the step.
-  for (int64_t mb = 0; mb < std::min<int64_t>(micro_batches, 2); ++mb)
+  // two units of the one before): two walk every moment of the step. Units kept for the step
+  // walk every micro-batch (the last frees them).
+  const int64_t walked = reshard_each_micro_batch ? std::min<int64_t>(micro_batches, 2) : micro_batches;
+  for (int64_t mb = 0; mb < walked; ++mb)
     for (size_t c = 0; c < modules.chunks.size(); ++c) {
-      run(true, c);
-      run(false, c);
+      run(true, c, mb == micro_batches - 1);
+      run(false, c, mb == micro_batches - 1);
     }
   return walk.peak();
 }

@@ -56,8 +56,11 @@ ZeroModules zero_modules(const RankShape& shape, const std::vector<nn::GPTStage>
 // ShardedDataParallel::kMaxReductionsInFlight behind, so a micro-batch's last ones (the first
 // block's and the root's) are still held in the next one. The step is `actions` (a pipeline
 // rank's schedule: each forward and backward of a chunk, in order) or, without one,
-// `micro_batches` forward-backward pairs of the one chunk. 0 below stage 2.
+// `micro_batches` forward-backward pairs of the one chunk. Stage 3 frees a unit after each
+// forward and backward, or (reshard_each_micro_batch false: zero3_reshard = 'step') only after its
+// chunk's last backward of the step. 0 below stage 2.
 int64_t zero_gathered_bytes(const ZeroModules& modules, int64_t shards, int stage, int64_t micro_batches,
-                            const std::vector<parallel::pipeline::Action>* actions = nullptr);
+                            const std::vector<parallel::pipeline::Action>* actions = nullptr,
+                            bool reshard_each_micro_batch = true);
 
 }  // namespace loom::plan

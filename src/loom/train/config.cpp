@@ -80,6 +80,7 @@ std::vector<ConfigKey> config_schema(TrainConfig& c) {
       {"parallel", "sequence_parallel", "with tp > 1, also split the activations outside the tensor-parallel layers (LayerNorm, residual) along the sequence", &c.sequence_parallel},
       {"parallel", "tp_overlap", "with tp > 1: 'on' runs the linear layers' and the LM head's tensor-parallel collectives under their GEMMs (sequence parallelism: the all-gather before a column-parallel GEMM under the GEMM of this rank's own rows, the reduce-scatter after a row-parallel GEMM a piece of rows at a time under the next piece; in backward the input gather under the dX GEMM and dX's reduce-scatter or all-reduce under the dW GEMM; the LM head's gather and reduce-scatter likewise; without data parallelism the sums of replicated gradients under the rest of backward); 'off' blocks on each (bit-identical results either way)", &c.tp_overlap},
       {"parallel", "zero", "ZeRO stage: 0 = DDP (replicated), 1 = optimizer state sharded, 2 = + gradients, 3 = + parameters (FSDP)", &c.zero},
+      {"parallel", "zero3_reshard", "zero = 3: when a unit's gathered parameters are freed: 'micro-batch' after each forward and each backward (gathered twice a micro-batch, the least memory), or 'step' after the unit's last backward of the step (gathered once a step, every unit of the rank whole meanwhile: ZeRO-2's parameter memory; FSDP's reshard_after_forward=False, which torchtitan picks under a pipeline)", &c.zero3_reshard},
       {"parallel", "hsdp_shard", "hybrid sharding: shard over groups of this many dp ranks, replicate across groups; 0 = shard over all dp ranks", &c.hsdp_shard},
       {"parallel", "allreduce", "data-parallel gradient all-reduce: mpi, ring, tree, rhd or param-server (ZeRO: mpi or ring)", &c.allreduce},
       {"parallel", "bucket_mb", "data-parallel gradient bucket size in MiB", &c.bucket_mb},
@@ -231,6 +232,9 @@ void TrainConfig::validate() const {
   check(!sequence_parallel || model.block_size % tp == 0, "sequence_parallel splits the sequence over tp ranks: block_size (",
         model.block_size, ") must be divisible by tp (", tp, ")");
   check(zero >= 0 && zero <= 3, "zero must be 0, 1, 2 or 3 (the ZeRO stage), got ", zero);
+  check(zero3_reshard == "micro-batch" || zero3_reshard == "step", "zero3_reshard must be 'micro-batch' or 'step', got '",
+        zero3_reshard, "'");
+  check(zero3_reshard == "micro-batch" || zero == 3, "zero3_reshard = 'step' frees ZeRO-3's gathered parameters: set zero = 3");
   check(hsdp_shard >= 0, "hsdp_shard must be >= 0, got ", hsdp_shard);
   check(hsdp_shard == 0 || zero >= 1, "hsdp_shard needs a sharded mode: set zero to 1, 2 or 3");
   check(hsdp_shard == 0 || dp % hsdp_shard == 0, "hsdp_shard (", hsdp_shard, ") must divide dp (", dp, ")");

@@ -62,6 +62,7 @@ struct TrainConfig {
   bool sequence_parallel = false;  // split LayerNorm/residual activations along the sequence (tp > 1)
   std::string tp_overlap = "on";   // with tp > 1: "on": collectives under the linear layers' and LM head's GEMMs; "off": blocking
   int64_t zero = 0;               // ZeRO stage: 0 = DDP, 1-3 sharded (3 = FSDP)
+  std::string zero3_reshard = "micro-batch";  // ZeRO-3 frees gathered units per micro-batch or per step
   int64_t hsdp_shard = 0;         // HSDP: shard over groups of this many dp ranks (0 = all of dp)
   std::string allreduce = "mpi";  // DDP's all-reduce algorithm
   double bucket_mb = 25.0;        // DDP gradient bucket size

@@ -159,7 +159,8 @@ int64_t zero_gathered(const TrainConfig& c, const std::vector<nn::GPTStage>& sta
                       const std::optional<parallel::pipeline::Schedule>& schedule, int64_t r) {
   return plan::zero_gathered_bytes(plan::zero_modules(rank_shape(c), rank_chunks(c, stages, r), block_linears(c)),
                                    c.shard_size(), static_cast<int>(c.zero), c.micro_batches,
-                                   schedule ? &schedule->ranks.at(static_cast<size_t>(r)) : nullptr);
+                                   schedule ? &schedule->ranks.at(static_cast<size_t>(r)) : nullptr,
+                                   c.zero3_reshard != "step");
 }
 
 // State and activations of pipeline rank r: the activations its chunks keep for each

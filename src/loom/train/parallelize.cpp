@@ -149,6 +149,7 @@ std::unique_ptr<parallel::GradientSync> build_data_parallel(const TrainConfig& c
   options.algorithm = algorithm;
   options.reduce_in_bf16 = reduce_in_bf16;
   options.gather_in_bf16 = config.precision == "bf16";
+  options.reshard_each_micro_batch = config.zero3_reshard != "step";
   if (config.ep > 1) options.only = dense;
   if (p.tp3d_layers) options.before_reduce = [layers = p.tp3d_layers.get()] { layers->land_gradients(); };
   return with_experts(std::make_unique<parallel::ShardedDataParallel>(*p.model, p.group("shard"), &p.group("replicate"), options));

@@ -21,6 +21,7 @@
 #include "loom/plan/mixed_precision_cost.hpp"
 #include "loom/parallel/pipeline/timeline_svg.hpp"
 #include "loom/train/checkpoint.hpp"
+#include "loom/train/memory_budget.hpp"
 #include "loom/train/memory_file.hpp"
 #include "loom/train/model_identity.hpp"
 #include "loom/train/moe_metrics.hpp"
@@ -332,7 +333,10 @@ std::string Trainer::save_checkpoint_now() {
 
 std::string Trainer::memory_report() const { return train::memory_report(world_.rank(), state_formula(), gathered_formula()); }
 
-int64_t Trainer::gathered_formula() const { return sharded() ? static_cast<int64_t>(spec_->memory_need().gathered) : 0; }
+// This rank's: a pipeline's stages hold different units.
+int64_t Trainer::gathered_formula() const {
+  return sharded() ? static_cast<int64_t>(rank_training_memory(config_, pp_.rank()).gathered) : 0;
+}
 
 plan::StateBytes Trainer::state_formula() const {
   const int64_t optimizer_bytes = config_.optimizer == "adamw" ? 8 : 4;
