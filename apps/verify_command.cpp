@@ -96,6 +96,7 @@ train::TrainConfig serial_twin(const train::TrainConfig& c, int64_t padded_vocab
   s.tp_3d = "";
   s.graph_aggregation_chunks = 1;  // the grid's blocked aggregation: one SpMM serially
   s.zero = s.hsdp_shard = 0;
+  s.zero3_reshard = "micro-batch";
   s.sequence_parallel = false;
   s.schedule = "1f1b";
   s.schedule_file = "";
@@ -151,11 +152,12 @@ int verify(const train::TrainConfig& config, const Tolerances& tol, const Verify
                 config.precision.c_str(), config.data.c_str(), config.tp_3d_on() ? (", tp_3d " + config.tp_3d).c_str() : "",
                 tol.loss_rtol, tol.grad_rtol, tol.param_rtol, tol.norm_rtol);
   else if (speaks)
-    std::printf("verify: %s, dp %lld x pp %lld x cp %lld x tp %lld, zero %lld%s%s%s%s, %lld micro-batch(es) of %lld; tolerances: loss "
+    std::printf("verify: %s, dp %lld x pp %lld x cp %lld x tp %lld, zero %lld%s%s%s%s%s, %lld micro-batch(es) of %lld; tolerances: loss "
                 "%.0e, gradients %.0e, parameters %.0e past the AdamW bound, gradient norm %.0e (relative)\n",
                 config.precision.c_str(), static_cast<long long>(config.dp), static_cast<long long>(config.pp),
                 static_cast<long long>(config.cp), static_cast<long long>(config.tp),
-                static_cast<long long>(config.zero), config.sequence_parallel ? ", sequence parallel" : "",
+                static_cast<long long>(config.zero), config.zero3_reshard == "step" ? " (units kept for the step)" : "",
+                config.sequence_parallel ? ", sequence parallel" : "",
                 config.tp_3d_on() ? (", tp_3d " + config.tp_3d).c_str() : "",
                 config.pp > 1 ? (", schedule " + (config.schedule_file.empty() ? config.schedule : config.schedule_file)).c_str() : "",
                 experts.c_str(), static_cast<long long>(config.micro_batches), static_cast<long long>(config.batch_size), tol.loss_rtol,

@@ -133,6 +133,8 @@ def draw_gpt(rng, ranks, strict):
     zero = rng.choice(zero_choices if dp > 1 else [0, 0] + zero_choices)
     if zero:
         a["--zero"] = zero
+        if zero == 3 and rng.random() < 0.3:
+            a["--zero3-reshard"] = "step"
         if dp >= 2 and rng.random() < 0.4:
             a["--hsdp-shard"] = rng.choice([d for d in divisors(dp) if 1 < d < dp] or [1, dp])
     if tp > 1 and rng.random() < 0.5:
