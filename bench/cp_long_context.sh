@@ -56,9 +56,7 @@ print(f"{med(tok):10.0f} {med('step_s'):8.2f} {1e3 * link:9.0f} {1e3 * exposed:9
 PY
 }
 
-isa=$(ONEDNN_VERBOSE=1 "$LOOM" train --data "$DATA" --n-layer 1 --n-head 2 --n-embd 32 --block-size 16 --batch-size 1 \
-      --steps 1 --eval-every 0 --eval-batches 1 --threads 1 --out-dir "$WORK/isa" 2>&1 | grep -m1 -o "isa:[^,]*" || true)
-echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), oneDNN ${isa:-isa: unknown}"
+echo "# $(cpu_and_isa)"
 [ -n "$TS" ] && echo "# tokens/s: C=384, 6 heads, $LAYERS layer(s), B=1, medians of steps 2..$LOOM_STEPS; cp 2 on a ${NET_GBPS} Gbit/s, ${NET_LATENCY_US} us emulated link"
 [ -n "$TS" ] && printf "%-6s %-22s %10s %8s %9s %9s %7s %9s\n" T layout "tok/s" "step s" "link ms" "exp. ms" hidden "peak MiB"
 for T in $TS; do

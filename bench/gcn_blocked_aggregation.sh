@@ -22,8 +22,7 @@ NET_GBPS=${NET_GBPS:-0}
 GRAPH="rmat:scale=$SCALE,edge_factor=16,features=128,classes=16"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-ISA=$(ONEDNN_VERBOSE=1 "$LOOM" bench train --n-layer 1 --n-head 2 --n-embd 32 --block-size 16 --batch-size 1 --steps 1 --warmup 0 --threads 1 2>/dev/null | grep -m1 -o 'isa:.*' || true)
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; oneDNN ${ISA:-isa: unknown}; $THREADS thread(s) a rank"
+echo "$(cpu_and_isa); $THREADS thread(s) a rank"
 echo "graph $GRAPH, 3 layers of 128, $STEPS epochs a run, $REPEATS runs each; --net-gbps $NET_GBPS; load at start:$(uptime | sed 's/.*load average://')"
 
 # One run: prints "<median epoch s> <median exposed s>".

@@ -5,6 +5,7 @@
 #include "loom/nn/routing.hpp"
 #include "loom/parallel/tensor_parallel_3d/layers_3d.hpp"
 #include "loom/plan/pipeline_ranks.hpp"
+#include "loom/plan/zero_gathered.hpp"
 
 namespace loom::plan {
 
@@ -24,22 +25,30 @@ int64_t active_parameters(const ModelSpec& model) {
   return model.parameters() + moe_layers(model) * ((model.moe.top_k - 1) * mlp + model.hidden * model.moe.experts);
 }
 
-int64_t dense_parameters_per_device(const ModelSpec& model, const Layout& layout) {
-  int64_t most = 0;
-  for (const RankStages& s : rank_stages(model, layout)) most = std::max(most, rank_parameters_of(model, layout, s).dense);
+namespace {
+
+// The pipeline rank holding the most parameters but its experts (the first of a tie).
+RankStages busiest_rank(const ModelSpec& model, const Layout& layout) {
+  RankStages most;
+  int64_t most_dense = -1;
+  for (const RankStages& s : rank_stages(model, layout))
+    if (const int64_t dense = rank_parameters_of(model, layout, s).dense; dense > most_dense) {
+      most_dense = dense;
+      most = s;
+    }
   return most;
 }
 
+}  // namespace
+
+int64_t dense_parameters_per_device(const ModelSpec& model, const Layout& layout) {
+  return rank_parameters_of(model, layout, busiest_rank(model, layout)).dense;
+}
+
 int64_t root_parameters_per_device(const ModelSpec& model, const Layout& layout) {
-  int64_t most = -1, root = 0;
-  const int64_t C = model.hidden, table = model.vocab / layout.tp * C;
-  for (const RankStages& s : rank_stages(model, layout)) {
-    const int64_t dense = rank_parameters_of(model, layout, s).dense;
-    if (dense <= most) continue;
-    most = dense;
-    root = (s.embedding || s.head ? table : 0) + (s.embedding ? model.seq * C : 0) + (s.head ? 2 * C : 0);
-  }
-  return root;
+  const RankStages s = busiest_rank(model, layout);
+  return root_unit_parameters(model.vocab / layout.tp * model.hidden, model.seq * model.hidden, model.hidden,
+                              s.embedding, s.head);
 }
 
 int64_t expert_parameters_per_device(const ModelSpec& model, const Layout& layout) {

@@ -8,6 +8,10 @@
 
 namespace loom::plan {
 
+int64_t root_unit_parameters(int64_t table, int64_t position_table, int64_t hidden, bool embedding, bool head) {
+  return (embedding || head ? table : 0) + (embedding ? position_table : 0) + (head ? 2 * hidden : 0);
+}
+
 ZeroModules zero_modules(const RankShape& s, const std::vector<nn::GPTStage>& chunks, const BlockLinears& linears) {
   const int64_t C = s.hidden, table = s.vocab / s.tp * C;
   // Under bf16 gathers everything but a router's weight is gathered in bf16, in a unit apart.
@@ -31,10 +35,8 @@ ZeroModules zero_modules(const RankShape& s, const std::vector<nn::GPTStage>& ch
     // Tied: one table in the root unit of a chunk holding both ends; a pipeline's end stages
     // each keep their copy in a unit of its own.
     const bool own_table = chunk.embedding != chunk.head;
-    int64_t root = chunk.embedding && chunk.head ? table : 0;
-    if (chunk.embedding) root += s.seq * C;
-    if (chunk.head) root += 2 * C;
-    here.root = module(root, 0);
+    const int64_t root = root_unit_parameters(table, s.seq * C, C, chunk.embedding, chunk.head);
+    here.root = module(own_table ? root - table : root, 0);
     if (own_table) here.root.units.push_back({table, s.bf16});
   }
   return out;

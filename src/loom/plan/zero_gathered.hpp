@@ -41,6 +41,11 @@ struct ZeroModules {
   std::vector<ZeroChunkModules> chunks;
 };
 
+// The parameters outside a rank's (or chunk's) blocks, ZeRO's root units: the token table
+// (`table` elements, tied: once where both ends are held), the position table on the embedding's
+// end, the final LayerNorm on the head's.
+int64_t root_unit_parameters(int64_t table, int64_t position_table, int64_t hidden, bool embedding, bool head);
+
 // As the GPT builds them over the chunks a rank owns (rank_parameters' counts, block by block):
 // each block's Linears (`linears`) and LayerNorms; a mixture of experts' router, kept in fp32,
 // and its E experts without ep (under ep, expert parallelism keeps them out of ZeRO). Gathered
