@@ -90,6 +90,11 @@ TEST(ZeroGathered, TrackersPeakIsTheMemoryChecksCount) {
         // Between steps every unit is released and every reduction completed: nothing held before.
         const int64_t measured = loom::testing::step_peak(t, MemoryCategory::Gathered);
         EXPECT_EQ(MemoryTracker::instance().current(MemoryCategory::Gathered), 0) << "a unit still held after the step";
+        // An evaluation's forwards have no backward to release the root units (nor, kept for
+        // the step, any unit): it frees them itself.
+        t.evaluate();
+        EXPECT_EQ(MemoryTracker::instance().current(MemoryCategory::Gathered), 0)
+            << "a unit still held after an evaluation";
         // This rank's count (a pipeline's stages hold different units).
         const double predicted = train::rank_training_memory(t.config(), t.parallelized().group("pp").rank()).gathered;
         const std::string what = g.name + ", " + precision + ", " + std::to_string(c.micro_batches) + " micro-batches on " +

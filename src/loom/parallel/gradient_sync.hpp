@@ -31,6 +31,9 @@ class GradientSync {
   virtual void finish_gradient_sync() = 0;
   // After the optimizer stepped: ZeRO all-gathers the updated shards (or drops stale copies).
   virtual void after_optimizer_step() {}
+  // After forwards with no backward (an evaluation): ZeRO-3 frees the units a backward would
+  // have released (each chunk's root unit; under its keep-for-the-step mode every unit).
+  virtual void after_evaluation() {}
   // Whether gradients live as shards, which differ between the ranks of a shard group: such
   // a sync cannot reduce a pipeline's tied token table before its two copies are summed.
   virtual bool shards_gradients() const { return false; }

@@ -371,9 +371,14 @@ double ShardedDataParallel::grad_sum_squares(const ParameterFilter& counted) {
   return sum;
 }
 
+void ShardedDataParallel::after_evaluation() {
+  if (options_.stage != 3) return;
+  for (int m = 0; m < static_cast<int>(module_units_.size()); ++m) release(m);
+}
+
 void ShardedDataParallel::after_optimizer_step() {
   if (options_.stage == 3) {
-    for (int m = 0; m < static_cast<int>(module_units_.size()); ++m) release(m);
+    after_evaluation();  // every gathered copy is stale now
     return;
   }
   std::vector<comm::Work> works;

@@ -114,6 +114,7 @@ class ShardedDataParallel : public GradientSync {
   // After the optimizer stepped the shards: stages 1-2 all-gather the updated parameters;
   // stage 3 drops any gathered copy (now stale).
   void after_optimizer_step() override;
+  void after_evaluation() override;
   // Whether the fp32 parameters exist only as this rank's pieces (stage 3, or mixed precision's
   // bf16 gathers): checkpoints read and write them there, and after writing
   // after_optimizer_step() spreads them to the model again.

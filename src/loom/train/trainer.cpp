@@ -312,6 +312,7 @@ float Trainer::evaluate_on(const std::function<data::Batch(int64_t)>& batch_of, 
       sum += loss(logits, i);
     }
   }
+  p_.gradient_sync->after_evaluation();  // no backward released what the forwards gathered
   float mean = static_cast<float>(sum / static_cast<double>(count));
   batch_.all_reduce(&mean, 1, comm::ReduceOp::Avg);
   return mean;

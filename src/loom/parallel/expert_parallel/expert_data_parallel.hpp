@@ -40,6 +40,7 @@ class ExpertDataParallel : public GradientSync {
   void sync_now() override;
   void finish_gradient_sync() override;
   void after_optimizer_step() override { dense_->after_optimizer_step(); }
+  void after_evaluation() override { dense_->after_evaluation(); }
   bool shards_gradients() const override { return dense_->shards_gradients(); }
   bool reduces_every_backward() const override { return dense_->reduces_every_backward(); }
   Tensor gradient_held(nn::Parameter& p) override { return dense_->gradient_held(p); }
