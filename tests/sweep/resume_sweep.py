@@ -92,7 +92,7 @@ def draw_gpt(rng, ranks, moe, n_layer):
             lay["zero"] = rng.choice([0, 1, 2, 3])
         if moe and dp > 1:  # ep over the grids' replicas, each plane rank's block of the experts split over it
             lay["ep"] = rng.choice([e for e in divisors(math.gcd(dp, EXPERTS)) if EXPERTS % (r * c * e) == 0] or [1])
-        return lay
+        return draw_reshard(lay)
     tp = rng.choice([t for t in divisors(ranks) if N_HEAD % t == 0])
     rest = ranks // tp
     cp = rng.choice([c for c in divisors(rest) if BLOCK % (2 * c) == 0] + [1, 1])
@@ -121,6 +121,14 @@ def draw_gpt(rng, ranks, moe, n_layer):
         lay["hsdp"] = rng.choice(shards)
     if moe:
         lay["ep"] = rng.choice(divisors(math.gcd(dp, EXPERTS)))
+    return draw_reshard(lay)
+
+
+def draw_reshard(lay):
+    """ZeRO-3 keeping its units for the step in three layouts of ten, drawn from the layout itself so
+    that rng's stream, and with it every other draw of a seed, stays as it was."""
+    if lay.get("zero") == 3 and random.Random(repr(sorted(lay.items()))).random() < 0.3:
+        lay["zero3_reshard"] = "step"
     return lay
 
 
@@ -150,6 +158,8 @@ def describe(lay):
         parts.append(f"z{lay['zero']}")
     if lay.get("hsdp"):
         parts.append(f"hsdp{lay['hsdp']}")
+    if lay.get("zero3_reshard"):
+        parts.append("reshard-" + lay["zero3_reshard"])
     if lay.get("sp"):
         parts.append("sp")
     if "grid" in lay:
@@ -180,7 +190,7 @@ def layout_args(lay, global_rows):
     if lay.get("sp"):
         a.append("--sequence-parallel")
     for key, flag in (("tp_overlap", "--tp-overlap"), ("cp_split", "--cp-split"), ("schedule", "--schedule"),
-                      ("pp_layers", "--pp-layers")):
+                      ("pp_layers", "--pp-layers"), ("zero3_reshard", "--zero3-reshard")):
         if lay.get(key):
             a += [flag, lay[key]]
     if lay.get("recompute"):
