@@ -2,7 +2,8 @@
 30 s with a message naming the lost rank; `--resume auto` continues from the newest complete
 checkpoint; a crash between writing a checkpoint and renaming it into place leaves `latest`
 on the previous checkpoint, which loads; and the final losses and parameters equal an
-uninterrupted run's bit for bit.
+uninterrupted run's bit for bit. The runs after the first write their checkpoints behind
+training (--checkpoint-async): the crash then hits the writer thread while training steps on.
 usage: crash_resume.py LOOM DATA WORKDIR"""
 import glob
 import os
@@ -68,7 +69,9 @@ if os.path.exists(checkpoint(STEPS)):
     fail("the run finished before rank 1 was killed: nothing was tested")
 print("   the message names it: " + next(line for line in out.splitlines() if "rank 1" in line).strip())
 
-# 2. Resume, then crash rank 0 after writing a later checkpoint but before renaming it.
+# 2. Resume, then crash rank 0 after writing a later checkpoint but before renaming it, the
+# checkpoints now written behind training.
+saving = [*saving, "--checkpoint-async"]
 latest_before = os.readlink(os.path.join(run_dir, "latest"))
 crash_step = 15 * EVERY
 env = dict(os.environ, LOOM_TEST_CRASH_BEFORE_RENAME=f"checkpoint-{crash_step:08d}")

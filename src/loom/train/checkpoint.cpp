@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "loom/data/input_file.hpp"
+#include "loom/data/output_file.hpp"
 #include "loom/error.hpp"
 #include "loom/train/safetensors.hpp"
 #include "loom/train/sharded_checkpoint.hpp"
@@ -80,8 +81,7 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model, optim::Op
   return save_checkpoint(dir, checkpoint_tensors(model, optimizer), with_optimizer, keep);
 }
 
-void write_checkpoint_file(const std::string& path, const std::map<std::string, Tensor>& tensors,
-                           const CheckpointInfo& info) {
+std::string encode_checkpoint_file(const std::map<std::string, Tensor>& tensors, const CheckpointInfo& info) {
   TensorFile f;
   for (const auto& [name, t] : tensors) f.tensors.emplace(name, t);
   if (info.optimizer_steps >= 0) f.metadata["optimizer_steps"] = std::to_string(info.optimizer_steps);
@@ -90,15 +90,24 @@ void write_checkpoint_file(const std::string& path, const std::map<std::string, 
   f.metadata["config"] = info.config_toml;
   f.metadata["tokenizer"] = info.tokenizer_spec;
   f.metadata["optimizer"] = info.optimizer;
-  save_tensor_file(path, f);
+  return encode_tensor_file(f);
+}
+
+void write_checkpoint_file(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                           const CheckpointInfo& info) {
+  write_file_atomically(path, encode_checkpoint_file(tensors, info));
 }
 
 std::string save_checkpoint(const std::string& dir, const std::map<std::string, Tensor>& tensors,
                             const CheckpointInfo& info, int64_t keep) {
+  return save_encoded_checkpoint(dir, encode_checkpoint_file(tensors, info), info.step, keep);
+}
+
+std::string save_encoded_checkpoint(const std::string& dir, const std::string& bytes, int64_t step, int64_t keep) {
   fs::create_directories(dir);
-  const std::string name = checkpoint_name(info.step);
+  const std::string name = checkpoint_name(step);
   const std::string path = (fs::path(dir) / name).string();
-  write_checkpoint_file(path, tensors, info);
+  write_file_atomically(path, bytes);
   publish_checkpoint(dir, name, keep);
   return path;
 }

@@ -30,6 +30,10 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model, optim::Op
 // Writes one single-file checkpoint at path (atomically); no run directory bookkeeping.
 void write_checkpoint_file(const std::string& path, const std::map<std::string, Tensor>& tensors,
                            const CheckpointInfo& info);
+// A single-file checkpoint's bytes: the tensors copied out with its metadata and checksum.
+std::string encode_checkpoint_file(const std::map<std::string, Tensor>& tensors, const CheckpointInfo& info);
+// save_checkpoint of a file already encoded (encode_checkpoint_file) for step.
+std::string save_encoded_checkpoint(const std::string& dir, const std::string& bytes, int64_t step, int64_t keep);
 
 // "checkpoint-00000042": a sharded checkpoint's directory in the run directory.
 std::string checkpoint_dir_name(int64_t step);

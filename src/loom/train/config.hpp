@@ -84,6 +84,7 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;  // 0: only at the end
   int64_t keep_checkpoints = 2;
   std::string checkpoint_format = "auto";  // sharded (a directory, one file per rank), single, or auto
+  bool checkpoint_async = false;  // periodic checkpoints written by a thread while training goes on
   int64_t threads = 0;           // 0: all cores
   double peak_gflops = 0;        // MFU denominator; 0: measured at start-up
   std::string resume;

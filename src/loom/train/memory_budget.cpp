@@ -131,6 +131,18 @@ int64_t rank_model_parameters(const TrainConfig& c) {
   return r.dense + r.experts;
 }
 
+int64_t checkpoint_staging_bytes(const TrainConfig& c, int64_t pp_rank) {
+  if (!c.checkpoint_async || c.checkpoint_every <= 0) return 0;
+  TrainConfig fp32 = c;  // a checkpoint holds the fp32 masters, whatever the compute precision
+  fp32.precision = "fp32";
+  const int64_t optimizer_bytes = c.optimizer == "adamw" ? 8 : 4;
+  const bool single_file = c.checkpoint_format == "single" || (c.checkpoint_format == "auto" && c.world_ranks() == 1);
+  if (single_file && c.world_ranks() > 1)  // rank 0 encodes the whole gathered model
+    return c.model.num_parameters(1) * (4 + optimizer_bytes);
+  const plan::StateBytes s = rank_state(fp32, rank_parameters(fp32, virtual_stages(fp32), pp_rank));
+  return s.params + s.optimizer;
+}
+
 plan::StateBytes rank_training_state(const TrainConfig& c, int64_t pp_rank) {
   const std::vector<nn::GPTStage> stages = virtual_stages(c);
   if (pp_rank >= 0) return rank_state(c, rank_parameters(c, stages, pp_rank));
@@ -184,6 +196,7 @@ MemoryNeed rank_memory(const TrainConfig& c, const std::vector<nn::GPTStage>& st
   MemoryNeed need{static_cast<double>(rank_state(c, rank_parameters(c, stages, r)).total()),
                   static_cast<double>(activations)};
   need.gathered = static_cast<double>(zero_gathered(c, stages, schedule, r));
+  need.checkpoint = static_cast<double>(checkpoint_staging_bytes(c, r));
   if (c.pp > 1) need.pp_rank = r;
   return need;
 }
@@ -302,7 +315,8 @@ std::string describe(const MemoryNeed& need) {
   return format(need.total()) + " (state " + format(need.state) +
          (need.gathered > 0 ? " + gathered units " + format(need.gathered) : "") + " + activations " + format(need.activations) +
          (need.kv_cache > 0 ? " + KV cache " + format(need.kv_cache) : "") +
-         (need.data > 0 ? " + graph data " + format(need.data) : "") + ")";
+         (need.data > 0 ? " + graph data " + format(need.data) : "") +
+         (need.checkpoint > 0 ? " + checkpoint being written " + format(need.checkpoint) : "") + ")";
 }
 
 void check_fits_in_memory(const MemoryNeed& need, int ranks_on_host, const std::string& what, const MemoryCheckBy& by) {

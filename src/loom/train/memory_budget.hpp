@@ -23,8 +23,11 @@ struct MemoryNeed {
   double kv_cache = 0;     // bytes: generation's cached keys and values (kv_cache_bytes)
   double data = 0;         // bytes: input data the model holds whole (a GCN's graph: features, Â, per-node arrays)
   double gathered = 0;     // bytes: ZeRO's units held whole at once in a step (plan/zero_gathered.hpp)
+  // bytes: with checkpoint_async, at most the checkpoint file this rank holds encoded while the
+  // next steps run (checkpoint_staging_bytes)
+  double checkpoint = 0;
   int64_t pp_rank = -1;    // the pipeline rank whose need this is (-1: no pipeline)
-  double total() const { return state + activations + kv_cache + data + gathered; }
+  double total() const { return state + activations + kv_cache + data + gathered + checkpoint; }
 };
 
 // Per rank, to train config under its layout, ZeRO stage and optimizer: the pipeline rank
@@ -56,6 +59,11 @@ MemoryNeed rank_training_memory(const TrainConfig& config, int64_t pp_rank,
 // the grid does not split (parallel::tp3d::Layers3D::share). pp_rank -1: the pipeline rank
 // holding the most state.
 plan::StateBytes rank_training_state(const TrainConfig& config, int64_t pp_rank = -1);
+// With checkpoint_async and checkpoint_every: at most what pipeline rank pp_rank's ranks hold
+// encoded while a checkpoint is written behind training, the fp32 values and optimizer state of
+// its parameters (a ZeRO shard's, or all its stage's on a data-parallel replica that owns
+// them); under a single-file checkpoint of several ranks, on rank 0 the whole model's. 0 without.
+int64_t checkpoint_staging_bytes(const TrainConfig& config, int64_t pp_rank);
 // The parameters one rank holds of the whole model (no pipeline split): its tensor-parallel
 // share, or under --tp-3d a grid rank's (the same on every grid rank).
 int64_t rank_model_parameters(const TrainConfig& config);

@@ -10,9 +10,11 @@
 
 #include "loom/comm/byte_transport.hpp"
 #include "loom/data/input_file.hpp"
+#include "loom/data/output_file.hpp"
 #include "loom/agreed_error.hpp"
 #include "loom/error.hpp"
 #include "loom/kernels/precision.hpp"
+#include "loom/tensor/memory_tracker.hpp"
 #include "loom/train/checkpoint.hpp"
 #include "loom/train/memory_budget.hpp"
 #include "loom/train/model_identity.hpp"
@@ -71,11 +73,11 @@ std::string unsaved_note(const std::string& run_dir) {
          run_dir + "' stays latest";
 }
 
-}  // namespace
-
-std::string save_sharded_checkpoint(const std::string& run_dir, const std::vector<StatePiece>& pieces,
-                                    const StateShapes& expected, const CheckpointInfo& info,
-                                    const CheckpointLayout& layout, int64_t keep, comm::ProcessGroup& world) {
+// save_sharded_checkpoint's collective half: bytes (null: a pure replica) and report from
+// prepare_sharded_checkpoint, or the error it met.
+std::string write_sharded_checkpoint(const std::string& run_dir, const std::string* bytes, const json& prepared_report,
+                                     const std::string& prepare_error, const CheckpointInfo& info,
+                                     const CheckpointLayout& layout, int64_t keep, comm::ProcessGroup& world) {
   const int rank = world.rank();
   const std::string name = checkpoint_dir_name(info.step);
   const fs::path final_dir = fs::path(run_dir) / name, tmp_dir = fs::path(run_dir) / (name + ".tmp");
@@ -86,31 +88,16 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const std::vecto
     fs::create_directory(tmp_dir);
   }));
 
-  // Each rank writes the pieces it alone holds, and reports them (or its error) with the
-  // tensors its part of the model has: rank 0 learns both from the one gather.
-  json report = {{"expected", shapes_json(expected)}};
-  const std::string error = attempt([&] {
-    TensorFile file;
-    json listed = json::array();
-    for (const StatePiece& p : pieces) {
-      if (!p.owner) continue;
-      check(p.data.numel() == p.layout.numel(), "piece of '", p.name, "' holds ", p.data.numel(), " elements, its layout ",
-            p.layout.numel());
-      check(file.tensors.emplace(p.name, p.data).second, "two pieces of '", p.name, "' on one rank");
-      json piece = piece_json(p);
-      piece["crc32"] = crc_of(p.data);
-      listed.push_back(piece);
-    }
-    if (file.tensors.empty()) return;  // a pure replica: nothing of its own
-    file.metadata["loom.kind"] = "loom-checkpoint-shard";
-    file.metadata["step"] = std::to_string(info.step);
-    const std::string bytes = encode_tensor_file(file);
-    write_file_atomically((tmp_dir / rank_file_name(rank)).string(), bytes);  // fsynced
-    report["file"] = rank_file_name(rank);
-    report["bytes"] = bytes.size();
-    report["crc32"] = crc32_of(crc32_of(0, nullptr, 0), bytes.data(), static_cast<int64_t>(bytes.size()));
-    report["pieces"] = listed;
-  });
+  // Each rank writes its encoded file, and reports it (or its error) with the tensors its part
+  // of the model has: rank 0 learns both from the one gather.
+  json report = prepared_report;
+  std::string error = prepare_error;
+  if (error.empty() && bytes != nullptr) {
+    error = attempt([&] {
+      write_file_atomically((tmp_dir / rank_file_name(rank)).string(), *bytes);  // fsynced
+      report["file"] = rank_file_name(rank);
+    });
+  }
   const std::vector<std::string> reports = all_gather_strings(world, error.empty() ? report.dump() : "");
   // A refused save leaves nothing behind: every rank is done writing (the gather above), and
   // rank 0 removes what they wrote.
@@ -163,25 +150,95 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const std::vecto
   return final_dir.string();
 }
 
+}  // namespace
+
+PreparedCheckpoint::PreparedCheckpoint(int64_t step, std::shared_ptr<const std::string> bytes,
+                                       std::function<std::string(comm::ProcessGroup&)> write)
+    : step_(step), bytes_(std::move(bytes)), write_(std::move(write)) {
+  tracked_ = bytes_ != nullptr;
+  if (tracked_) MemoryTracker::instance().on_alloc(MemoryCategory::Other, this->bytes());
+}
+
+PreparedCheckpoint::~PreparedCheckpoint() {
+  if (tracked_ && bytes_) MemoryTracker::instance().on_free(MemoryCategory::Other, bytes());
+}
+
+PreparedCheckpoint prepare_sharded_checkpoint(const std::string& run_dir, const std::vector<StatePiece>& pieces,
+                                              const StateShapes& expected, const CheckpointInfo& info,
+                                              const CheckpointLayout& layout, int64_t keep) {
+  // The pieces this rank alone holds, encoded with the tensors its part of the model has: the
+  // report rank 0 learns both from, and the file (or the error) to write.
+  auto report = std::make_shared<json>(json{{"expected", shapes_json(expected)}});
+  std::shared_ptr<const std::string> bytes;
+  const std::string error = attempt([&] {
+    TensorFile file;
+    json listed = json::array();
+    for (const StatePiece& p : pieces) {
+      if (!p.owner) continue;
+      check(p.data.numel() == p.layout.numel(), "piece of '", p.name, "' holds ", p.data.numel(), " elements, its layout ",
+            p.layout.numel());
+      check(file.tensors.emplace(p.name, p.data).second, "two pieces of '", p.name, "' on one rank");
+      json piece = piece_json(p);
+      piece["crc32"] = crc_of(p.data);
+      listed.push_back(piece);
+    }
+    if (file.tensors.empty()) return;  // a pure replica: nothing of its own
+    file.metadata["loom.kind"] = "loom-checkpoint-shard";
+    file.metadata["step"] = std::to_string(info.step);
+    auto encoded = std::make_shared<const std::string>(encode_tensor_file(file));
+    (*report)["bytes"] = encoded->size();
+    (*report)["crc32"] = crc32_of(crc32_of(0, nullptr, 0), encoded->data(), static_cast<int64_t>(encoded->size()));
+    (*report)["pieces"] = listed;
+    bytes = std::move(encoded);
+  });
+  auto write = [run_dir, info, layout, keep, report, bytes, error](comm::ProcessGroup& world) {
+    return write_sharded_checkpoint(run_dir, bytes.get(), *report, error, info, layout, keep, world);
+  };
+  return PreparedCheckpoint(info.step, bytes, std::move(write));
+}
+
+std::string save_sharded_checkpoint(const std::string& run_dir, const std::vector<StatePiece>& pieces,
+                                    const StateShapes& expected, const CheckpointInfo& info,
+                                    const CheckpointLayout& layout, int64_t keep, comm::ProcessGroup& world) {
+  return prepare_sharded_checkpoint(run_dir, pieces, expected, info, layout, keep).write(world);
+}
+
 void on_every_rank(comm::ProcessGroup& world, const std::function<void()>& f) { agree(world, attempt(f)); }
+
+PreparedCheckpoint prepare_single_checkpoint(const std::string& run_dir, const std::map<std::string, Tensor>& tensors,
+                                             const StateShapes& expected, const CheckpointInfo& info, int64_t keep,
+                                             int rank) {
+  auto held = std::make_shared<StateShapes>();
+  std::shared_ptr<const std::string> bytes;
+  std::string error;
+  if (rank == 0) {
+    for (const auto& [name, t] : tensors) held->emplace(name, t.shape());
+    error = attempt([&] { bytes = std::make_shared<const std::string>(encode_checkpoint_file(tensors, info)); });
+  }
+  const std::string expected_json = shapes_json(expected).dump();
+  auto write = [run_dir, info, keep, held, bytes, error, expected_json](comm::ProcessGroup& world) {
+    // Rank 0 learns every rank's expected tensors (another stage's among them); the others
+    // wait for its write, so none runs ahead of a checkpoint it may need to resume from.
+    const std::vector<std::string> reports = all_gather_strings(world, expected_json);
+    std::string path;
+    on_every_rank(world, [&] {
+      if (world.rank() != 0) return;
+      check(error.empty(), error);
+      StateShapes all_expected;
+      for (size_t r = 0; r < reports.size(); ++r) merge_expected(all_expected, json::parse(reports[r]), r);
+      check_holds_every_tensor(*held, all_expected, "the checkpoint being written for step " + std::to_string(info.step),
+                               unsaved_note(run_dir));
+      path = save_encoded_checkpoint(run_dir, *bytes, info.step, keep);
+    });
+    return path;
+  };
+  return PreparedCheckpoint(info.step, bytes, std::move(write));
+}
 
 std::string save_single_checkpoint(const std::string& run_dir, const std::map<std::string, Tensor>& tensors,
                                    const StateShapes& expected, const CheckpointInfo& info, int64_t keep,
                                    comm::ProcessGroup& world) {
-  // Rank 0 learns every rank's expected tensors (another stage's among them); the others
-  // wait for its write, so none runs ahead of a checkpoint it may need to resume from.
-  const std::vector<std::string> reports = all_gather_strings(world, shapes_json(expected).dump());
-  std::string path;
-  on_every_rank(world, [&] {
-    if (world.rank() != 0) return;
-    StateShapes all_expected, held;
-    for (size_t r = 0; r < reports.size(); ++r) merge_expected(all_expected, json::parse(reports[r]), r);
-    for (const auto& [name, t] : tensors) held.emplace(name, t.shape());
-    check_holds_every_tensor(held, all_expected, "the checkpoint being written for step " + std::to_string(info.step),
-                             unsaved_note(run_dir));
-    path = save_checkpoint(run_dir, tensors, info, keep);
-  });
-  return path;
+  return prepare_single_checkpoint(run_dir, tensors, expected, info, keep, world.rank()).write(world);
 }
 
 CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {

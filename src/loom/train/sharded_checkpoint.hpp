@@ -19,6 +19,43 @@
 
 namespace loom::train {
 
+// A save split where this rank's file is in memory: prepare_*_checkpoint() encodes what the
+// rank writes (the only part that reads the model and optimizer, so training may step on once
+// it returns, `--checkpoint-async`), and write() puts it on disk and publishes it, collective
+// over the world group given (another thread's duplicate of it will do). Saving is the two back
+// to back. An error while preparing is carried to write(), which agrees on it like any other.
+class PreparedCheckpoint {
+ public:
+  PreparedCheckpoint(int64_t step, std::shared_ptr<const std::string> bytes,
+                     std::function<std::string(comm::ProcessGroup&)> write);
+  // Collective: the path written (a single file's on rank 0 only, "" elsewhere); loom::Error on
+  // every rank when any rank failed, the previous checkpoint still `latest`.
+  std::string write(comm::ProcessGroup& world) const { return write_(world); }
+  int64_t step() const { return step_; }
+  // The encoded file this rank holds until the write ends (0 for a rank that writes nothing),
+  // counted by the memory tracker as MemoryCategory::Other meanwhile.
+  int64_t bytes() const { return bytes_ ? static_cast<int64_t>(bytes_->size()) : 0; }
+  ~PreparedCheckpoint();
+  PreparedCheckpoint(PreparedCheckpoint&&) = default;  // the moved-from one counts nothing
+  PreparedCheckpoint& operator=(PreparedCheckpoint&&) = delete;
+
+ private:
+  int64_t step_;
+  std::shared_ptr<const std::string> bytes_;
+  std::function<std::string(comm::ProcessGroup&)> write_;
+  bool tracked_ = false;
+};
+
+// This rank's part of save_sharded_checkpoint, encoded (no collective).
+PreparedCheckpoint prepare_sharded_checkpoint(const std::string& run_dir, const std::vector<StatePiece>& pieces,
+                                              const StateShapes& expected, const CheckpointInfo& info,
+                                              const CheckpointLayout& layout, int64_t keep);
+// save_single_checkpoint's file encoded on rank 0 (tensors: the gathered serial state there;
+// ignored elsewhere). No collective.
+PreparedCheckpoint prepare_single_checkpoint(const std::string& run_dir, const std::map<std::string, Tensor>& tensors,
+                                             const StateShapes& expected, const CheckpointInfo& info, int64_t keep,
+                                             int rank);
+
 // Collective over world. Writes <run_dir>/checkpoint-<step>/ as above;
 // returns its path on every rank. A failure on any rank is a loom::Error on every rank,
 // and leaves the previous checkpoint and `latest` untouched. expected: this rank's

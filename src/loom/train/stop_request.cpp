@@ -69,9 +69,16 @@ StopRequest::~StopRequest() {
 }
 
 int StopRequest::agreed_signal() {
-  float signal = static_cast<float>(received_signal);
-  group_->all_reduce(&signal, 1, comm::ReduceOp::Max);
-  return static_cast<int>(signal);
+  bool ignored = false;
+  return agreed_signal(true, ignored);
+}
+
+int StopRequest::agreed_signal(bool here, bool& everywhere) {
+  // One maximum for both: the highest signal, and whether any rank has not got there yet.
+  float values[2] = {static_cast<float>(received_signal), here ? 0.0f : 1.0f};
+  group_->all_reduce(values, 2, comm::ReduceOp::Max);
+  everywhere = values[1] == 0.0f;
+  return static_cast<int>(values[0]);
 }
 
 }  // namespace loom::train

@@ -28,6 +28,10 @@ class StopRequest {
   // Collective over world's ranks, after each step: the signal a rank received (the highest
   // number when several did), or 0 when none did.
   int agreed_signal();
+  // The same agreement carrying one more fact each rank states (`here`): everywhere is set to
+  // whether every rank stated it (a checkpoint written behind training has ended on every
+  // rank), in the same all-reduce.
+  int agreed_signal(bool here, bool& everywhere);
 
  private:
   std::unique_ptr<comm::ProcessGroup> group_;

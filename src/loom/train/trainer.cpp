@@ -318,18 +318,47 @@ float Trainer::evaluate_on(const std::function<data::Batch(int64_t)>& batch_of, 
   return mean;
 }
 
-std::string Trainer::save_checkpoint_now() {
+PreparedCheckpoint Trainer::prepare_checkpoint() {
   const CheckpointInfo info{step_, to_toml(config_), spec_->data_identity(), config_.optimizer,
                             optimizer_->steps_taken()};
   const bool sharded_format =
       config_.checkpoint_format == "sharded" || (config_.checkpoint_format == "auto" && world_.size() > 1);
   if (sharded_format)
-    return save_sharded_checkpoint(config_.out_dir, local_state(), serial_state_->shapes(), info, layout(),
-                                   config_.keep_checkpoints, world_);
+    return prepare_sharded_checkpoint(config_.out_dir, local_state(), serial_state_->shapes(), info, layout(),
+                                      config_.keep_checkpoints);
   // Single file: the serial layout gathered (collective), rank 0 writes. "" on other ranks:
   // rank 0's file, which this rank may not even see.
-  return save_single_checkpoint(config_.out_dir, state_dict(), serial_state_->shapes(), info, config_.keep_checkpoints,
-                                world_);
+  return prepare_single_checkpoint(config_.out_dir, state_dict(), serial_state_->shapes(), info,
+                                   config_.keep_checkpoints, world_.rank());
+}
+
+std::string Trainer::save_checkpoint_now() {
+  finish_checkpoint_write();
+  trace::Span span("checkpoint", "save checkpoint");
+  return prepare_checkpoint().write(world_);
+}
+
+void Trainer::save_checkpoint_async() {
+  finish_checkpoint_write();  // one write in flight at a time
+  if (!checkpoint_writer_) checkpoint_writer_ = std::make_unique<AsyncCheckpointWriter>(world_);
+  const auto t0 = Clock::now();
+  {
+    trace::Span span("checkpoint", "encode checkpoint");
+    checkpoint_writer_->start(prepare_checkpoint());
+  }
+  checkpoint_encode_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::optional<AsyncCheckpointWriter::Written> Trainer::finish_checkpoint_write() {
+  if (!checkpoint_writer_ || !checkpoint_writer_->in_flight()) return std::nullopt;
+  const std::optional<AsyncCheckpointWriter::Written> w = checkpoint_writer_->finish();
+  char seconds[96];
+  std::snprintf(seconds, sizeof seconds, "%.2f s (training paused %.2f s to encode it)", w->seconds,
+                checkpoint_encode_seconds_);
+  if (!w->path.empty())
+    progress_->say("checkpoint of step " + std::to_string(w->step) + " written behind training in " + seconds + ": " +
+                   w->path);
+  return w;
 }
 
 std::string Trainer::memory_report() const { return train::memory_report(world_.rank(), state_formula(), gathered_formula()); }
@@ -429,14 +458,22 @@ float Trainer::run() {
     const StepResult r = train_step();
     trace_window_->after_step(r.step);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    stopped_by_ = stop_request.agreed_signal();
+    // Also agreed: whether the checkpoint written behind training has ended on every rank, so
+    // every rank finishes it (or raises its error) after the same step.
+    bool write_ended = false;
+    stopped_by_ = stop_request.agreed_signal(checkpoint_writer_ && checkpoint_writer_->done_here(), write_ended);
+    if (write_ended) finish_checkpoint_write();
     if (r.step == config_.steps) stopped_by_ = 0;  // a stop at the last step: the run's end saves it anyway
     progress_->step(r, dt, r.step % config_.log_every == 0 || r.step == 1 || r.step == config_.steps || stopped_by_ != 0,
                     *p_.gradient_sync);
     if (stopped_by_ != 0) break;
     if (config_.eval_every > 0 && r.step % config_.eval_every == 0 && r.step != config_.steps) evaluate_and_log();
-    if (config_.checkpoint_every > 0 && r.step % config_.checkpoint_every == 0 && r.step != config_.steps)
-      save_checkpoint_now();
+    if (config_.checkpoint_every > 0 && r.step % config_.checkpoint_every == 0 && r.step != config_.steps) {
+      if (config_.checkpoint_async)
+        save_checkpoint_async();
+      else
+        save_checkpoint_now();
+    }
   }
   trace_window_->finish();
   if (stopped_by_ != 0) {

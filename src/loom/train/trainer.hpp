@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "loom/comm/process_group.hpp"
@@ -21,6 +22,7 @@
 #include "loom/parallel/pipeline/timeline.hpp"
 #include "loom/parallel/zero.hpp"
 #include "loom/plan/memory_model.hpp"
+#include "loom/train/async_checkpoint.hpp"
 #include "loom/train/config.hpp"
 #include "loom/train/model_spec.hpp"
 #include "loom/train/parallelize.hpp"
@@ -60,8 +62,15 @@ class Trainer {
   // The family's test split (ModelSpec::test_batches), once; its metrics are the spec's last_metrics().
   float evaluate_test();
   // Collective: writes a checkpoint in config().checkpoint_format and returns its path
-  // (single files: rank 0 writes, the other ranks wait and get "").
+  // (single files: rank 0 writes, the other ranks wait and get ""); a checkpoint still being
+  // written behind training is finished first.
   std::string save_checkpoint_now();
+  // Collective: this step's checkpoint encoded in memory and handed to a writer thread
+  // (async_checkpoint.hpp), once the write in flight, if any, has finished; training may step on.
+  void save_checkpoint_async();
+  // Collective: waits for the checkpoint being written behind training and returns it (nullopt
+  // when none is in flight); its failure is a loom::Error on every rank.
+  std::optional<AsyncCheckpointWriter::Written> finish_checkpoint_write();
   // This rank's pieces of the logical (serial-layout) model and optimizer state (serial_state.hpp).
   std::vector<StatePiece> local_state() { return serial_state_->pieces(); }
   // The tensors (full shapes) of the serial state this rank's part of the model has: what
@@ -113,6 +122,7 @@ class Trainer {
   float evaluate_on(const std::function<data::Batch(int64_t)>& batch_of, int64_t count);
   void write_memory_records();  // the memory report line and memory.json
   void stop_saved();            // run()'s end after a stop signal: checkpoint, memory, what happened
+  PreparedCheckpoint prepare_checkpoint();  // collective under the single-file format (the gather)
 
   TrainConfig config_;
   std::unique_ptr<comm::ProcessGroup> own_world_;  // the single-process world when none is given
@@ -133,6 +143,10 @@ class Trainer {
   int64_t step_ = 0;
   int64_t skipped_in_a_row_ = 0;  // on_nan = "skip": steps skipped since the last good one
   int stopped_by_ = 0;            // the signal run() stopped on, 0: none
+  // Checkpoints written behind training; made at the first one. Last: it is destroyed first,
+  // waiting for its write while everything that write reports to still exists.
+  std::unique_ptr<AsyncCheckpointWriter> checkpoint_writer_;
+  double checkpoint_encode_seconds_ = 0.0;  // the pause of the checkpoint in flight
 };
 
 }  // namespace loom::train
