@@ -73,6 +73,25 @@ std::string unsaved_note(const std::string& run_dir) {
          run_dir + "' stays latest";
 }
 
+// The CRC-32 of each piece and of the whole file, from an encoded rank file: a tensor file's
+// data follows its 8-byte header length and header, its tensors back to back in the order of
+// `sizes` (name, bytes: the file's map order).
+void add_checksums(json& report, const std::vector<std::pair<std::string, int64_t>>& sizes, const std::string& bytes) {
+  uint64_t header = 0;
+  for (int i = 0; i < 8; ++i) header |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  std::map<std::string, json*> by_name;
+  for (json& p : report["pieces"]) by_name[p.at("name").get<std::string>()] = &p;
+  int64_t offset = 8 + static_cast<int64_t>(header);
+  for (const auto& [name, n] : sizes) {
+    (*by_name.at(name))["crc32"] = crc32_of(crc32_of(0, nullptr, 0), bytes.data() + offset, n);
+    offset += n;
+  }
+  check(offset == static_cast<int64_t>(bytes.size()), "a rank file's pieces end at byte ", offset, " of its ",
+        bytes.size());
+  report["bytes"] = bytes.size();
+  report["crc32"] = crc32_of(crc32_of(0, nullptr, 0), bytes.data(), static_cast<int64_t>(bytes.size()));
+}
+
 // save_sharded_checkpoint's collective half: bytes (null: a pure replica) and report from
 // prepare_sharded_checkpoint, or the error it met.
 std::string write_sharded_checkpoint(const std::string& run_dir, const std::string* bytes, const json& prepared_report,
@@ -166,9 +185,11 @@ PreparedCheckpoint::~PreparedCheckpoint() {
 PreparedCheckpoint prepare_sharded_checkpoint(const std::string& run_dir, const std::vector<StatePiece>& pieces,
                                               const StateShapes& expected, const CheckpointInfo& info,
                                               const CheckpointLayout& layout, int64_t keep) {
-  // The pieces this rank alone holds, encoded with the tensors its part of the model has: the
-  // report rank 0 learns both from, and the file (or the error) to write.
+  // The pieces this rank alone holds, encoded (the copy: what reads the state), with the report
+  // rank 0 learns them and the tensors its part of the model has from. The checksums of the
+  // pieces and of the file are taken by write(), from the copy.
   auto report = std::make_shared<json>(json{{"expected", shapes_json(expected)}});
+  auto sizes = std::make_shared<std::vector<std::pair<std::string, int64_t>>>();
   std::shared_ptr<const std::string> bytes;
   const std::string error = attempt([&] {
     TensorFile file;
@@ -178,21 +199,20 @@ PreparedCheckpoint prepare_sharded_checkpoint(const std::string& run_dir, const 
       check(p.data.numel() == p.layout.numel(), "piece of '", p.name, "' holds ", p.data.numel(), " elements, its layout ",
             p.layout.numel());
       check(file.tensors.emplace(p.name, p.data).second, "two pieces of '", p.name, "' on one rank");
-      json piece = piece_json(p);
-      piece["crc32"] = crc_of(p.data);
-      listed.push_back(piece);
+      listed.push_back(piece_json(p));
     }
     if (file.tensors.empty()) return;  // a pure replica: nothing of its own
     file.metadata["loom.kind"] = "loom-checkpoint-shard";
     file.metadata["step"] = std::to_string(info.step);
-    auto encoded = std::make_shared<const std::string>(encode_tensor_file(file));
-    (*report)["bytes"] = encoded->size();
-    (*report)["crc32"] = crc32_of(crc32_of(0, nullptr, 0), encoded->data(), static_cast<int64_t>(encoded->size()));
+    bytes = std::make_shared<const std::string>(encode_tensor_file(file));
+    for (const auto& [name, t] : file.tensors) sizes->emplace_back(name, t.nbytes());
     (*report)["pieces"] = listed;
-    bytes = std::move(encoded);
   });
-  auto write = [run_dir, info, layout, keep, report, bytes, error](comm::ProcessGroup& world) {
-    return write_sharded_checkpoint(run_dir, bytes.get(), *report, error, info, layout, keep, world);
+  auto write = [run_dir, info, layout, keep, report, sizes, bytes, error](comm::ProcessGroup& world) {
+    // An error here is agreed on like one met while encoding (no rank left in the gather).
+    std::string met = error;
+    if (met.empty() && bytes != nullptr) met = attempt([&] { add_checksums(*report, *sizes, *bytes); });
+    return write_sharded_checkpoint(run_dir, bytes.get(), *report, met, info, layout, keep, world);
   };
   return PreparedCheckpoint(info.step, bytes, std::move(write));
 }
