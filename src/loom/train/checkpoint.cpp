@@ -82,6 +82,13 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model, optim::Op
 }
 
 std::string encode_checkpoint_file(const std::map<std::string, Tensor>& tensors, const CheckpointInfo& info) {
+  std::string bytes;
+  encode_checkpoint_file_into(tensors, info, bytes);
+  return bytes;
+}
+
+void encode_checkpoint_file_into(const std::map<std::string, Tensor>& tensors, const CheckpointInfo& info,
+                                 std::string& bytes) {
   TensorFile f;
   for (const auto& [name, t] : tensors) f.tensors.emplace(name, t);
   if (info.optimizer_steps >= 0) f.metadata["optimizer_steps"] = std::to_string(info.optimizer_steps);
@@ -90,7 +97,7 @@ std::string encode_checkpoint_file(const std::map<std::string, Tensor>& tensors,
   f.metadata["config"] = info.config_toml;
   f.metadata["tokenizer"] = info.tokenizer_spec;
   f.metadata["optimizer"] = info.optimizer;
-  return encode_tensor_file(f);
+  encode_tensor_file_into(f, bytes);
 }
 
 void write_checkpoint_file(const std::string& path, const std::map<std::string, Tensor>& tensors,

@@ -32,6 +32,9 @@ void write_checkpoint_file(const std::string& path, const std::map<std::string, 
                            const CheckpointInfo& info);
 // A single-file checkpoint's bytes: the tensors copied out with its metadata and checksum.
 std::string encode_checkpoint_file(const std::map<std::string, Tensor>& tensors, const CheckpointInfo& info);
+// The same into bytes, keeping its allocation when large enough.
+void encode_checkpoint_file_into(const std::map<std::string, Tensor>& tensors, const CheckpointInfo& info,
+                                 std::string& bytes);
 // save_checkpoint of a file already encoded (encode_checkpoint_file) for step.
 std::string save_encoded_checkpoint(const std::string& dir, const std::string& bytes, int64_t step, int64_t keep);
 

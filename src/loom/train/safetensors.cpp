@@ -47,7 +47,7 @@ uint32_t crc32_of(uint32_t crc, const void* data, int64_t n) {
 }
 
 
-std::string encode_tensor_file(const TensorFile& file) {
+void encode_tensor_file_into(const TensorFile& file, std::string& bytes) {
   nlohmann::json header = nlohmann::json::object();
   int64_t offset = 0;
   uint32_t crc = crc32_of(0, nullptr, 0);
@@ -64,12 +64,17 @@ std::string encode_tensor_file(const TensorFile& file) {
   header["__metadata__"] = meta;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
-  std::string bytes;
+  bytes.clear();  // the capacity stays: a buffer encoded into again is not allocated again
   bytes.reserve(8 + text.size() + static_cast<size_t>(offset));
   const uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) bytes += static_cast<char>((n >> (8 * i)) & 0xFF);
   bytes += text;
   for (const auto& [name, t] : file.tensors) bytes.append(static_cast<const char*>(t.raw()), static_cast<size_t>(t.nbytes()));
+}
+
+std::string encode_tensor_file(const TensorFile& file) {
+  std::string bytes;
+  encode_tensor_file_into(file, bytes);
   return bytes;
 }
 

@@ -184,7 +184,8 @@ PreparedCheckpoint::~PreparedCheckpoint() {
 
 PreparedCheckpoint prepare_sharded_checkpoint(const std::string& run_dir, const std::vector<StatePiece>& pieces,
                                               const StateShapes& expected, const CheckpointInfo& info,
-                                              const CheckpointLayout& layout, int64_t keep) {
+                                              const CheckpointLayout& layout, int64_t keep,
+                                              std::shared_ptr<std::string> buffer) {
   // The pieces this rank alone holds, encoded (the copy: what reads the state), with the report
   // rank 0 learns them and the tensors its part of the model has from. The checksums of the
   // pieces and of the file are taken by write(), from the copy.
@@ -204,7 +205,9 @@ PreparedCheckpoint prepare_sharded_checkpoint(const std::string& run_dir, const 
     if (file.tensors.empty()) return;  // a pure replica: nothing of its own
     file.metadata["loom.kind"] = "loom-checkpoint-shard";
     file.metadata["step"] = std::to_string(info.step);
-    bytes = std::make_shared<const std::string>(encode_tensor_file(file));
+    if (!buffer) buffer = std::make_shared<std::string>();
+    encode_tensor_file_into(file, *buffer);
+    bytes = buffer;
     for (const auto& [name, t] : file.tensors) sizes->emplace_back(name, t.nbytes());
     (*report)["pieces"] = listed;
   });
@@ -227,13 +230,17 @@ void on_every_rank(comm::ProcessGroup& world, const std::function<void()>& f) { 
 
 PreparedCheckpoint prepare_single_checkpoint(const std::string& run_dir, const std::map<std::string, Tensor>& tensors,
                                              const StateShapes& expected, const CheckpointInfo& info, int64_t keep,
-                                             int rank) {
+                                             int rank, std::shared_ptr<std::string> buffer) {
   auto held = std::make_shared<StateShapes>();
   std::shared_ptr<const std::string> bytes;
   std::string error;
   if (rank == 0) {
     for (const auto& [name, t] : tensors) held->emplace(name, t.shape());
-    error = attempt([&] { bytes = std::make_shared<const std::string>(encode_checkpoint_file(tensors, info)); });
+    error = attempt([&] {
+      if (!buffer) buffer = std::make_shared<std::string>();
+      encode_checkpoint_file_into(tensors, info, *buffer);
+      bytes = buffer;
+    });
   }
   const std::string expected_json = shapes_json(expected).dump();
   auto write = [run_dir, info, keep, held, bytes, error, expected_json](comm::ProcessGroup& world) {

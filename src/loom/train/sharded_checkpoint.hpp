@@ -46,15 +46,18 @@ class PreparedCheckpoint {
   bool tracked_ = false;
 };
 
-// This rank's part of save_sharded_checkpoint, encoded (no collective).
+// This rank's part of save_sharded_checkpoint, encoded (no collective). buffer: encoded into
+// (reusing its allocation: a checkpoint written again is not allocated and page-faulted again),
+// held by the result until its write ends; null: a new one.
 PreparedCheckpoint prepare_sharded_checkpoint(const std::string& run_dir, const std::vector<StatePiece>& pieces,
                                               const StateShapes& expected, const CheckpointInfo& info,
-                                              const CheckpointLayout& layout, int64_t keep);
+                                              const CheckpointLayout& layout, int64_t keep,
+                                              std::shared_ptr<std::string> buffer = nullptr);
 // save_single_checkpoint's file encoded on rank 0 (tensors: the gathered serial state there;
-// ignored elsewhere). No collective.
+// ignored elsewhere), into buffer as above. No collective.
 PreparedCheckpoint prepare_single_checkpoint(const std::string& run_dir, const std::map<std::string, Tensor>& tensors,
                                              const StateShapes& expected, const CheckpointInfo& info, int64_t keep,
-                                             int rank);
+                                             int rank, std::shared_ptr<std::string> buffer = nullptr);
 
 // Collective over world. Writes <run_dir>/checkpoint-<step>/ as above;
 // returns its path on every rank. A failure on any rank is a loom::Error on every rank,

@@ -122,7 +122,8 @@ class Trainer {
   float evaluate_on(const std::function<data::Batch(int64_t)>& batch_of, int64_t count);
   void write_memory_records();  // the memory report line and memory.json
   void stop_saved();            // run()'s end after a stop signal: checkpoint, memory, what happened
-  PreparedCheckpoint prepare_checkpoint();  // collective under the single-file format (the gather)
+  // Collective under the single-file format (the gather); encoded into buffer when given.
+  PreparedCheckpoint prepare_checkpoint(std::shared_ptr<std::string> buffer = nullptr);
 
   TrainConfig config_;
   std::unique_ptr<comm::ProcessGroup> own_world_;  // the single-process world when none is given
@@ -147,6 +148,9 @@ class Trainer {
   // waiting for its write while everything that write reports to still exists.
   std::unique_ptr<AsyncCheckpointWriter> checkpoint_writer_;
   double checkpoint_encode_seconds_ = 0.0;  // the pause of the checkpoint in flight
+  // What checkpoints written behind training are encoded into, one after another (held between
+  // them: the peak holds it during a write anyway).
+  std::shared_ptr<std::string> checkpoint_buffer_;
 };
 
 }  // namespace loom::train
