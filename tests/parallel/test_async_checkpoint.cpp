@@ -2,7 +2,8 @@
 // saves: the same tensors, bit for bit, in both formats and several layouts (odd dp, ZeRO-3,
 // tp, a pipeline in bf16), while training steps on (so the bytes are copied at the step, not
 // read later); a write that fails on one rank is raised on every rank at the same point, the
-// previous checkpoint staying `latest`; the encoded file is held and counted as predicted.
+// previous checkpoint staying `latest`; the copied file is held and counted as predicted, and a
+// foreground save copies nothing.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -215,6 +216,14 @@ TEST(AsyncCheckpoint, TheFileBeingWrittenIsCountedAndWithinThePrediction) {
     const bool whole = world().rank() == 0 && (p == 1 || c.checkpoint_format == "single");
     if (whole || c.zero == 3) {
       EXPECT_GE(held, predicted) << a.name;
+    }
+    // A foreground save writes the state from where it lies: no copy of its file (a single file
+    // of several ranks gathers the model to rank 0, its own copy).
+    if (c.checkpoint_format != "single" || p == 1) {
+      MemoryTracker::instance().reset_peaks();
+      const int64_t other = MemoryTracker::instance().current(MemoryCategory::Other);
+      t.save_checkpoint_now();
+      EXPECT_EQ(MemoryTracker::instance().peak(MemoryCategory::Other), other) << a.name << ": the save copied its file";
     }
     remove_shared_dir(dir, world());
   }

@@ -28,6 +28,10 @@ void fsync_path(const std::string& path, int flags) {
 void sync_directory(const std::string& path) { fsync_path(path, O_RDONLY | O_DIRECTORY); }
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
+  write_file_atomically(path, std::vector<std::string_view>{bytes});
+}
+
+void write_file_atomically(const std::string& path, const std::vector<std::string_view>& parts) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
@@ -39,25 +43,31 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
     std::ofstream out(path, std::ios::binary);
     check(out.good(), "cannot open '", path, "': ", std::strerror(errno));
     errno = 0;
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    for (const std::string_view part : parts) out.write(part.data(), static_cast<std::streamsize>(part.size()));
     out.close();
     check(!out.fail(), "cannot write '", path, "': ", errno != 0 ? std::strerror(errno) : "write failed");
     return;
   }
-  const std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  std::string tmp_name = ".";  // appended, not `"." + ...`: GCC 12's -Wrestrict misreads that here
+  tmp_name += target.filename().string();
+  tmp_name += ".tmp.";
+  tmp_name += std::to_string(::getpid());
+  const std::string tmp = (dir / tmp_name).string();
   {
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     check(fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
-    size_t written = 0;
-    while (written < bytes.size()) {
-      const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-      if (n < 0) {
-        const int err = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        fail("cannot write '", path, "': ", std::strerror(err));
+    for (const std::string_view part : parts) {
+      size_t written = 0;
+      while (written < part.size()) {
+        const ssize_t n = ::write(fd, part.data() + written, part.size() - written);
+        if (n < 0) {
+          const int err = errno;
+          ::close(fd);
+          ::unlink(tmp.c_str());
+          fail("cannot write '", path, "': ", std::strerror(err));
+        }
+        written += static_cast<size_t>(n);
       }
-      written += static_cast<size_t>(n);
     }
     const bool synced = ::fsync(fd) == 0;
     const int err = errno;

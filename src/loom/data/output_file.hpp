@@ -4,6 +4,8 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace loom::data {
 
@@ -14,5 +16,8 @@ void sync_directory(const std::string& path);
 // A path that exists and is no regular file (/dev/full, a FIFO) is written directly: there is
 // nothing to replace.
 void write_file_atomically(const std::string& path, const std::string& bytes);
+// The same for a file whose bytes are parts laid end to end, written from where they lie (a
+// checkpoint's tensors, without a copy of them in between).
+void write_file_atomically(const std::string& path, const std::vector<std::string_view>& parts);
 
 }  // namespace loom::data

@@ -81,14 +81,9 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model, optim::Op
   return save_checkpoint(dir, checkpoint_tensors(model, optimizer), with_optimizer, keep);
 }
 
-std::string encode_checkpoint_file(const std::map<std::string, Tensor>& tensors, const CheckpointInfo& info) {
-  std::string bytes;
-  encode_checkpoint_file_into(tensors, info, bytes);
-  return bytes;
-}
+namespace {
 
-void encode_checkpoint_file_into(const std::map<std::string, Tensor>& tensors, const CheckpointInfo& info,
-                                 std::string& bytes) {
+TensorFile checkpoint_file(const std::map<std::string, Tensor>& tensors, const CheckpointInfo& info) {
   TensorFile f;
   for (const auto& [name, t] : tensors) f.tensors.emplace(name, t);
   if (info.optimizer_steps >= 0) f.metadata["optimizer_steps"] = std::to_string(info.optimizer_steps);
@@ -97,24 +92,36 @@ void encode_checkpoint_file_into(const std::map<std::string, Tensor>& tensors, c
   f.metadata["config"] = info.config_toml;
   f.metadata["tokenizer"] = info.tokenizer_spec;
   f.metadata["optimizer"] = info.optimizer;
-  encode_tensor_file_into(f, bytes);
+  return f;
+}
+
+}  // namespace
+
+TensorFileParts lay_out_checkpoint_file(const std::map<std::string, Tensor>& tensors, const CheckpointInfo& info) {
+  return lay_out_tensor_file(checkpoint_file(tensors, info));
+}
+
+void encode_checkpoint_file_into(const std::map<std::string, Tensor>& tensors, const CheckpointInfo& info,
+                                 std::string& bytes) {
+  encode_tensor_file_into(checkpoint_file(tensors, info), bytes);
 }
 
 void write_checkpoint_file(const std::string& path, const std::map<std::string, Tensor>& tensors,
                            const CheckpointInfo& info) {
-  write_file_atomically(path, encode_checkpoint_file(tensors, info));
+  write_file_atomically(path, lay_out_checkpoint_file(tensors, info).views());
 }
 
 std::string save_checkpoint(const std::string& dir, const std::map<std::string, Tensor>& tensors,
                             const CheckpointInfo& info, int64_t keep) {
-  return save_encoded_checkpoint(dir, encode_checkpoint_file(tensors, info), info.step, keep);
+  return save_encoded_checkpoint(dir, lay_out_checkpoint_file(tensors, info).views(), info.step, keep);
 }
 
-std::string save_encoded_checkpoint(const std::string& dir, const std::string& bytes, int64_t step, int64_t keep) {
+std::string save_encoded_checkpoint(const std::string& dir, const std::vector<std::string_view>& parts, int64_t step,
+                                    int64_t keep) {
   fs::create_directories(dir);
   const std::string name = checkpoint_name(step);
   const std::string path = (fs::path(dir) / name).string();
-  write_file_atomically(path, bytes);
+  write_file_atomically(path, parts);
   publish_checkpoint(dir, name, keep);
   return path;
 }

@@ -10,10 +10,13 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "loom/nn/module.hpp"
 #include "loom/optim/optimizer.hpp"
 #include "loom/train/checkpoint_info.hpp"
+#include "loom/train/safetensors.hpp"
 
 namespace loom::train {
 
@@ -30,13 +33,14 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model, optim::Op
 // Writes one single-file checkpoint at path (atomically); no run directory bookkeeping.
 void write_checkpoint_file(const std::string& path, const std::map<std::string, Tensor>& tensors,
                            const CheckpointInfo& info);
-// A single-file checkpoint's bytes: the tensors copied out with its metadata and checksum.
-std::string encode_checkpoint_file(const std::map<std::string, Tensor>& tensors, const CheckpointInfo& info);
-// The same into bytes, keeping its allocation when large enough.
+// A single-file checkpoint laid out for writing, its tensors viewed where they lie.
+TensorFileParts lay_out_checkpoint_file(const std::map<std::string, Tensor>& tensors, const CheckpointInfo& info);
+// A single-file checkpoint's bytes copied into bytes (keeping its allocation when large enough).
 void encode_checkpoint_file_into(const std::map<std::string, Tensor>& tensors, const CheckpointInfo& info,
                                  std::string& bytes);
-// save_checkpoint of a file already encoded (encode_checkpoint_file) for step.
-std::string save_encoded_checkpoint(const std::string& dir, const std::string& bytes, int64_t step, int64_t keep);
+// save_checkpoint of a file already laid out (its bytes: parts end to end) for step.
+std::string save_encoded_checkpoint(const std::string& dir, const std::vector<std::string_view>& parts, int64_t step,
+                                    int64_t keep);
 
 // "checkpoint-00000042": a sharded checkpoint's directory in the run directory.
 std::string checkpoint_dir_name(int64_t step);

@@ -47,7 +47,8 @@ uint32_t crc32_of(uint32_t crc, const void* data, int64_t n) {
 }
 
 
-void encode_tensor_file_into(const TensorFile& file, std::string& bytes) {
+TensorFileParts lay_out_tensor_file(const TensorFile& file) {
+  TensorFileParts parts;
   nlohmann::json header = nlohmann::json::object();
   int64_t offset = 0;
   uint32_t crc = crc32_of(0, nullptr, 0);
@@ -56,6 +57,7 @@ void encode_tensor_file_into(const TensorFile& file, std::string& bytes) {
     header[name] = {{"dtype", dtype_tag(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + t.nbytes()}}};
     offset += t.nbytes();
     crc = crc32_of(crc, t.raw(), t.nbytes());
+    parts.tensors.emplace_back(name, t);
   }
   nlohmann::json meta(file.metadata);
   meta["loom.format_version"] = kFormatVersion;
@@ -64,12 +66,26 @@ void encode_tensor_file_into(const TensorFile& file, std::string& bytes) {
   header["__metadata__"] = meta;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
-  bytes.clear();  // the capacity stays: a buffer encoded into again is not allocated again
-  bytes.reserve(8 + text.size() + static_cast<size_t>(offset));
   const uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) bytes += static_cast<char>((n >> (8 * i)) & 0xFF);
-  bytes += text;
-  for (const auto& [name, t] : file.tensors) bytes.append(static_cast<const char*>(t.raw()), static_cast<size_t>(t.nbytes()));
+  for (int i = 0; i < 8; ++i) parts.head += static_cast<char>((n >> (8 * i)) & 0xFF);
+  parts.head += text;
+  return parts;
+}
+
+std::vector<std::string_view> TensorFileParts::views() const {
+  std::vector<std::string_view> out{head};
+  for (const auto& [name, t] : tensors) out.emplace_back(static_cast<const char*>(t.raw()), static_cast<size_t>(t.nbytes()));
+  return out;
+}
+
+void encode_tensor_file_into(const TensorFile& file, std::string& bytes) {
+  const TensorFileParts parts = lay_out_tensor_file(file);
+  const std::vector<std::string_view> views = parts.views();
+  size_t total = 0;
+  for (const std::string_view v : views) total += v.size();
+  bytes.clear();  // the capacity stays: a buffer encoded into again is not allocated again
+  bytes.reserve(total);
+  for (const std::string_view v : views) bytes.append(v);
 }
 
 std::string encode_tensor_file(const TensorFile& file) {
@@ -79,7 +95,7 @@ std::string encode_tensor_file(const TensorFile& file) {
 }
 
 void save_tensor_file(const std::string& path, const TensorFile& file) {
-  write_file_atomically(path, encode_tensor_file(file));
+  write_file_atomically(path, lay_out_tensor_file(file).views());  // from the tensors, no copy
 }
 
 TensorFileReader::TensorFileReader(const std::string& path) : path_(path) {

@@ -9,6 +9,8 @@
 #include <map>
 #include <vector>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "loom/data/output_file.hpp"
 #include "loom/tensor/tensor.hpp"
@@ -22,6 +24,16 @@ struct TensorFile {
 
 // Atomic: a reader sees either the previous file or the complete new one.
 void save_tensor_file(const std::string& path, const TensorFile& file);
+// A tensor file laid out without copying its data: the head (the 8-byte header length and
+// the header, whose metadata holds the data's CRC-32) and each tensor's bytes in file order,
+// viewed where they lie (the tensors held here keep them alive).
+struct TensorFileParts {
+  std::string head;
+  std::vector<std::pair<std::string, Tensor>> tensors;  // name order
+  // The file's bytes as parts end to end: head, then each tensor's.
+  std::vector<std::string_view> views() const;
+};
+TensorFileParts lay_out_tensor_file(const TensorFile& file);
 // The file's bytes (header and data), as save_tensor_file writes them.
 std::string encode_tensor_file(const TensorFile& file);
 // The same into bytes, replacing what it held and keeping its allocation when large enough.

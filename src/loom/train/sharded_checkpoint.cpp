@@ -73,28 +73,28 @@ std::string unsaved_note(const std::string& run_dir) {
          run_dir + "' stays latest";
 }
 
-// The CRC-32 of each piece and of the whole file, from an encoded rank file: a tensor file's
-// data follows its 8-byte header length and header, its tensors back to back in the order of
-// `sizes` (name, bytes: the file's map order).
-void add_checksums(json& report, const std::vector<std::pair<std::string, int64_t>>& sizes, const std::string& bytes) {
-  uint64_t header = 0;
-  for (int i = 0; i < 8; ++i) header |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+// The CRC-32 of each piece and of the whole file, from a rank file's parts: its head, then
+// its tensors' bytes in the order of `names` (the file's).
+void add_checksums(json& report, const std::vector<std::string>& names, const std::vector<std::string_view>& parts) {
   std::map<std::string, json*> by_name;
   for (json& p : report["pieces"]) by_name[p.at("name").get<std::string>()] = &p;
-  int64_t offset = 8 + static_cast<int64_t>(header);
-  for (const auto& [name, n] : sizes) {
-    (*by_name.at(name))["crc32"] = crc32_of(crc32_of(0, nullptr, 0), bytes.data() + offset, n);
-    offset += n;
+  check(parts.size() == names.size() + 1, "a rank file of ", names.size(), " tensors in ", parts.size(), " parts");
+  uint32_t file_crc = crc32_of(0, nullptr, 0);
+  int64_t bytes = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto n = static_cast<int64_t>(parts[i].size());
+    if (i > 0) (*by_name.at(names[i - 1]))["crc32"] = crc32_of(crc32_of(0, nullptr, 0), parts[i].data(), n);
+    file_crc = crc32_of(file_crc, parts[i].data(), n);
+    bytes += n;
   }
-  check(offset == static_cast<int64_t>(bytes.size()), "a rank file's pieces end at byte ", offset, " of its ",
-        bytes.size());
-  report["bytes"] = bytes.size();
-  report["crc32"] = crc32_of(crc32_of(0, nullptr, 0), bytes.data(), static_cast<int64_t>(bytes.size()));
+  report["bytes"] = bytes;
+  report["crc32"] = file_crc;
 }
 
-// save_sharded_checkpoint's collective half: bytes (null: a pure replica) and report from
+// save_sharded_checkpoint's collective half: the file's parts (none: a pure replica) and report from
 // prepare_sharded_checkpoint, or the error it met.
-std::string write_sharded_checkpoint(const std::string& run_dir, const std::string* bytes, const json& prepared_report,
+std::string write_sharded_checkpoint(const std::string& run_dir, const std::vector<std::string_view>& parts,
+                                     const json& prepared_report,
                                      const std::string& prepare_error, const CheckpointInfo& info,
                                      const CheckpointLayout& layout, int64_t keep, comm::ProcessGroup& world) {
   const int rank = world.rank();
@@ -111,9 +111,9 @@ std::string write_sharded_checkpoint(const std::string& run_dir, const std::stri
   // of the model has: rank 0 learns both from the one gather.
   json report = prepared_report;
   std::string error = prepare_error;
-  if (error.empty() && bytes != nullptr) {
+  if (error.empty() && !parts.empty()) {
     error = attempt([&] {
-      write_file_atomically((tmp_dir / rank_file_name(rank)).string(), *bytes);  // fsynced
+      write_file_atomically((tmp_dir / rank_file_name(rank)).string(), parts);  // fsynced
       report["file"] = rank_file_name(rank);
     });
   }
@@ -186,11 +186,11 @@ PreparedCheckpoint prepare_sharded_checkpoint(const std::string& run_dir, const 
                                               const StateShapes& expected, const CheckpointInfo& info,
                                               const CheckpointLayout& layout, int64_t keep,
                                               std::shared_ptr<std::string> buffer) {
-  // The pieces this rank alone holds, encoded (the copy: what reads the state), with the report
-  // rank 0 learns them and the tensors its part of the model has from. The checksums of the
-  // pieces and of the file are taken by write(), from the copy.
+  // The pieces this rank alone holds, laid out as its file (copied into buffer when given), with
+  // the report rank 0 learns them and the tensors its part of the model has from. The checksums
+  // of the pieces and of the file are taken by write().
   auto report = std::make_shared<json>(json{{"expected", shapes_json(expected)}});
-  auto sizes = std::make_shared<std::vector<std::pair<std::string, int64_t>>>();
+  auto file_parts = std::make_shared<TensorFileParts>();
   std::shared_ptr<const std::string> bytes;
   const std::string error = attempt([&] {
     TensorFile file;
@@ -205,17 +205,31 @@ PreparedCheckpoint prepare_sharded_checkpoint(const std::string& run_dir, const 
     if (file.tensors.empty()) return;  // a pure replica: nothing of its own
     file.metadata["loom.kind"] = "loom-checkpoint-shard";
     file.metadata["step"] = std::to_string(info.step);
-    if (!buffer) buffer = std::make_shared<std::string>();
-    encode_tensor_file_into(file, *buffer);
-    bytes = buffer;
-    for (const auto& [name, t] : file.tensors) sizes->emplace_back(name, t.nbytes());
+    *file_parts = lay_out_tensor_file(file);
+    if (buffer) {
+      encode_tensor_file_into(file, *buffer);
+      bytes = buffer;
+    }
     (*report)["pieces"] = listed;
   });
-  auto write = [run_dir, info, layout, keep, report, sizes, bytes, error](comm::ProcessGroup& world) {
-    // An error here is agreed on like one met while encoding (no rank left in the gather).
+  auto write = [run_dir, info, layout, keep, report, file_parts, bytes, error](comm::ProcessGroup& world) {
+    std::vector<std::string> names;
+    for (const auto& [name, t] : file_parts->tensors) names.push_back(name);
+    std::vector<std::string_view> parts;  // the copy's, or the tensors' where they lie
+    if (bytes != nullptr) {
+      size_t at = file_parts->head.size();
+      parts.emplace_back(bytes->data(), at);
+      for (const auto& [name, t] : file_parts->tensors) {
+        parts.emplace_back(bytes->data() + at, static_cast<size_t>(t.nbytes()));
+        at += static_cast<size_t>(t.nbytes());
+      }
+    } else if (!names.empty()) {
+      parts = file_parts->views();
+    }
+    // An error here is agreed on like one met while laying out (no rank left in the gather).
     std::string met = error;
-    if (met.empty() && bytes != nullptr) met = attempt([&] { add_checksums(*report, *sizes, *bytes); });
-    return write_sharded_checkpoint(run_dir, bytes.get(), *report, met, info, layout, keep, world);
+    if (met.empty() && !parts.empty()) met = attempt([&] { add_checksums(*report, names, parts); });
+    return write_sharded_checkpoint(run_dir, parts, *report, met, info, layout, keep, world);
   };
   return PreparedCheckpoint(info.step, bytes, std::move(write));
 }
@@ -232,18 +246,22 @@ PreparedCheckpoint prepare_single_checkpoint(const std::string& run_dir, const s
                                              const StateShapes& expected, const CheckpointInfo& info, int64_t keep,
                                              int rank, std::shared_ptr<std::string> buffer) {
   auto held = std::make_shared<StateShapes>();
+  auto file_parts = std::make_shared<TensorFileParts>();
   std::shared_ptr<const std::string> bytes;
   std::string error;
   if (rank == 0) {
     for (const auto& [name, t] : tensors) held->emplace(name, t.shape());
     error = attempt([&] {
-      if (!buffer) buffer = std::make_shared<std::string>();
-      encode_checkpoint_file_into(tensors, info, *buffer);
-      bytes = buffer;
+      if (buffer) {
+        encode_checkpoint_file_into(tensors, info, *buffer);
+        bytes = buffer;
+      } else {
+        *file_parts = lay_out_checkpoint_file(tensors, info);
+      }
     });
   }
   const std::string expected_json = shapes_json(expected).dump();
-  auto write = [run_dir, info, keep, held, bytes, error, expected_json](comm::ProcessGroup& world) {
+  auto write = [run_dir, info, keep, held, file_parts, bytes, error, expected_json](comm::ProcessGroup& world) {
     // Rank 0 learns every rank's expected tensors (another stage's among them); the others
     // wait for its write, so none runs ahead of a checkpoint it may need to resume from.
     const std::vector<std::string> reports = all_gather_strings(world, expected_json);
@@ -255,7 +273,9 @@ PreparedCheckpoint prepare_single_checkpoint(const std::string& run_dir, const s
       for (size_t r = 0; r < reports.size(); ++r) merge_expected(all_expected, json::parse(reports[r]), r);
       check_holds_every_tensor(*held, all_expected, "the checkpoint being written for step " + std::to_string(info.step),
                                unsaved_note(run_dir));
-      path = save_encoded_checkpoint(run_dir, *bytes, info.step, keep);
+      const std::vector<std::string_view> parts =
+          bytes != nullptr ? std::vector<std::string_view>{*bytes} : file_parts->views();
+      path = save_encoded_checkpoint(run_dir, parts, info.step, keep);
     });
     return path;
   };

@@ -19,11 +19,13 @@
 
 namespace loom::train {
 
-// A save split where this rank's file is in memory: prepare_*_checkpoint() encodes what the
-// rank writes (the only part that reads the model and optimizer, so training may step on once
-// it returns, `--checkpoint-async`), and write() puts it on disk and publishes it, collective
-// over the world group given (another thread's duplicate of it will do). Saving is the two back
-// to back. An error while preparing is carried to write(), which agrees on it like any other.
+// A save split where this rank's file is laid out: prepare_*_checkpoint() builds it (and with a
+// buffer copies the state into it, the only part that reads the model and optimizer, so training
+// may step on once it returns: `--checkpoint-async`); write() puts it on disk and publishes it,
+// collective over the world group given (another thread's duplicate of it will do). Without a
+// buffer write() reads the state where it lies (a foreground save: no copy held, and nothing may
+// change in between). Saving is the two back to back. An error while preparing is carried to
+// write(), which agrees on it like any other.
 class PreparedCheckpoint {
  public:
   PreparedCheckpoint(int64_t step, std::shared_ptr<const std::string> bytes,
@@ -32,8 +34,8 @@ class PreparedCheckpoint {
   // every rank when any rank failed, the previous checkpoint still `latest`.
   std::string write(comm::ProcessGroup& world) const { return write_(world); }
   int64_t step() const { return step_; }
-  // The encoded file this rank holds until the write ends (0 for a rank that writes nothing),
-  // counted by the memory tracker as MemoryCategory::Other meanwhile.
+  // The copy of its file this rank holds until the write ends (0 without a buffer, or for a rank
+  // that writes nothing), counted by the memory tracker as MemoryCategory::Other meanwhile.
   int64_t bytes() const { return bytes_ ? static_cast<int64_t>(bytes_->size()) : 0; }
   ~PreparedCheckpoint();
   PreparedCheckpoint(PreparedCheckpoint&&) = default;  // the moved-from one counts nothing
@@ -46,15 +48,15 @@ class PreparedCheckpoint {
   bool tracked_ = false;
 };
 
-// This rank's part of save_sharded_checkpoint, encoded (no collective). buffer: encoded into
+// This rank's part of save_sharded_checkpoint (no collective). buffer: the file copied into it
 // (reusing its allocation: a checkpoint written again is not allocated and page-faulted again),
-// held by the result until its write ends; null: a new one.
+// held by the result until its write ends; null: no copy, write() reads the state.
 PreparedCheckpoint prepare_sharded_checkpoint(const std::string& run_dir, const std::vector<StatePiece>& pieces,
                                               const StateShapes& expected, const CheckpointInfo& info,
                                               const CheckpointLayout& layout, int64_t keep,
                                               std::shared_ptr<std::string> buffer = nullptr);
-// save_single_checkpoint's file encoded on rank 0 (tensors: the gathered serial state there;
-// ignored elsewhere), into buffer as above. No collective.
+// save_single_checkpoint's file laid out on rank 0 (tensors: the gathered serial state there;
+// ignored elsewhere), copied into buffer as above. No collective.
 PreparedCheckpoint prepare_single_checkpoint(const std::string& run_dir, const std::map<std::string, Tensor>& tensors,
                                              const StateShapes& expected, const CheckpointInfo& info, int64_t keep,
                                              int rank, std::shared_ptr<std::string> buffer = nullptr);
