@@ -15,7 +15,8 @@
 # Usage: bench/checkpoint_async.sh [build dir]        (default: build)
 #
 #   loom train --n-layer 12 --n-head 12 --n-embd 768 --block-size 64 --batch-size 2 --steps 33
-#     --checkpoint-every 8 [--checkpoint-async] --threads 2 ...               (1 rank, one file)
+#     --checkpoint-every 8 [--checkpoint-async] --threads T ...   (1 rank, one file; T = 2: every
+#                                                     core computing, T = 1: a core left to the writer)
 #   mpirun -np 2 loom train ... --dp 2 --zero 1 --threads 1 ...   (2 ranks, sharded: each its half)
 #
 # Environment (all optional): REPEATS=1 (the median run of each mode), PYTHON=/usr/bin/python3,
@@ -65,8 +66,9 @@ run_mode() {  # ranks layout mode -> "wall median_step" (the median wall of REPE
     "${walls[*]}" "${steps[*]}"
 }
 
-printf '%-22s %-6s %9s %17s %15s %10s\n' layout mode "wall (s)" "4 checkpoints (s)" "per ckpt (s)" "step (ms)"
-for spec in "1|--threads 2|1 rank, one file" "2|--dp 2 --zero 1 --threads 1|dp 2 ZeRO-1, sharded"; do
+printf '%-24s %-6s %9s %17s %15s %10s\n' layout mode "wall (s)" "4 checkpoints (s)" "per ckpt (s)" "step (ms)"
+for spec in "1|--threads 2|1 rank x 2 thr, file" "1|--threads 1|1 rank x 1 thr, file" \
+            "2|--dp 2 --zero 1 --threads 1|dp 2 ZeRO-1, sharded"; do
   IFS='|' read -r ranks layout name <<< "$spec"
   base=""
   sync_cost=""
@@ -80,7 +82,7 @@ for spec in "1|--threads 2|1 rank, one file" "2|--dp 2 --zero 1 --threads 1|dp 2
     if [ "$mode" = async ] && [ "$(echo "$sync_cost > 0" | bc)" = 1 ]; then
       ratio=$(printf ' (%.2fx sync)' "$(echo "scale=4; $cost / $sync_cost" | bc)")
     fi
-    printf '%-22s %-6s %9.1f %17.1f %15s %10.0f%s\n' "$name" "$mode" "$wall" "$cost" "$per" "$(echo "$step * 1000" | bc)" "$ratio"
+    printf '%-24s %-6s %9.1f %17.1f %15s %10.0f%s\n' "$name" "$mode" "$wall" "$cost" "$per" "$(echo "$step * 1000" | bc)" "$ratio"
     if [ "$mode" = async ]; then
       grep -o 'checkpoint of step [0-9]* written behind training in .*s (training paused [0-9.]* s' "$WORK/last.log" |
         sed 's/^/    /' || true
