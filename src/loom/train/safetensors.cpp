@@ -78,14 +78,15 @@ std::vector<std::string_view> TensorFileParts::views() const {
   return out;
 }
 
-void encode_tensor_file_into(const TensorFile& file, std::string& bytes) {
-  const TensorFileParts parts = lay_out_tensor_file(file);
-  const std::vector<std::string_view> views = parts.views();
+void encode_tensor_file_into(const TensorFile& file, std::string& bytes) { lay_out_tensor_file(file).copy_into(bytes); }
+
+void TensorFileParts::copy_into(std::string& bytes) const {
+  const std::vector<std::string_view> parts = views();
   size_t total = 0;
-  for (const std::string_view v : views) total += v.size();
+  for (const std::string_view v : parts) total += v.size();
   bytes.clear();  // the capacity stays: a buffer encoded into again is not allocated again
   bytes.reserve(total);
-  for (const std::string_view v : views) bytes.append(v);
+  for (const std::string_view v : parts) bytes.append(v);
 }
 
 std::string encode_tensor_file(const TensorFile& file) {

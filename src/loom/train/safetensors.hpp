@@ -32,6 +32,8 @@ struct TensorFileParts {
   std::vector<std::pair<std::string, Tensor>> tensors;  // name order
   // The file's bytes as parts end to end: head, then each tensor's.
   std::vector<std::string_view> views() const;
+  // Those bytes copied into bytes, replacing what it held and keeping its allocation when large enough.
+  void copy_into(std::string& bytes) const;
 };
 TensorFileParts lay_out_tensor_file(const TensorFile& file);
 // The file's bytes (header and data), as save_tensor_file writes them.

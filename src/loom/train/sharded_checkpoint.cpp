@@ -205,9 +205,9 @@ PreparedCheckpoint prepare_sharded_checkpoint(const std::string& run_dir, const 
     if (file.tensors.empty()) return;  // a pure replica: nothing of its own
     file.metadata["loom.kind"] = "loom-checkpoint-shard";
     file.metadata["step"] = std::to_string(info.step);
-    *file_parts = lay_out_tensor_file(file);
+    *file_parts = lay_out_tensor_file(file);  // the data's checksum: one pass
     if (buffer) {
-      encode_tensor_file_into(file, *buffer);
+      file_parts->copy_into(*buffer);
       bytes = buffer;
     }
     (*report)["pieces"] = listed;
