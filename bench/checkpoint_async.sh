@@ -36,6 +36,8 @@ MODEL=(--n-layer 12 --n-head 12 --n-embd 768 --block-size 64 --batch-size 2 --st
 cpu_and_isa
 echo "disk under $WORK: $(df -h --output=source,fstype,size "$WORK" | tail -1 | xargs)"
 
+calc() { awk "BEGIN { print ($1) }"; }  # arithmetic on decimals (awk: in every Debian install)
+
 median_step() {  # run dir -> median step seconds (steps 2 and on)
   "$PYTHON" - "$1" <<'EOF'
 import json, statistics, sys
@@ -59,7 +61,7 @@ run_mode() {  # ranks layout mode -> "wall median_step" (the median wall of REPE
     # shellcheck disable=SC2086
     mpi -np "$ranks" "$LOOM" train "${MODEL[@]}" $layout "${extra[@]}" --out-dir "$dir" > "$WORK/last.log" 2>&1 < /dev/null
     t1=$(date +%s.%N)
-    walls+=("$(echo "$t1 - $t0" | bc)")
+    walls+=("$(calc "$t1 - $t0")")
     steps+=("$(median_step "$dir")")
   done
   "$PYTHON" -c "import statistics,sys; a=sys.argv[1].split(); b=sys.argv[2].split(); print(statistics.median(map(float,a)), statistics.median(map(float,b)))" \
@@ -75,14 +77,14 @@ for spec in "1|--threads 2|1 rank x 2 thr, file" "1|--threads 1|1 rank x 1 thr, 
   for mode in none sync async; do
     read -r wall step < <(run_mode "$ranks" "$layout" "$mode")
     [ -z "$base" ] && base=$wall
-    cost=$(echo "$wall - $base" | bc)
-    per=$(echo "scale=2; $cost / 4" | bc)
+    cost=$(calc "$wall - $base")
+    per=$(printf '%.2f' "$(calc "$cost / 4")")
     ratio=""
     [ "$mode" = sync ] && sync_cost=$cost
-    if [ "$mode" = async ] && [ "$(echo "$sync_cost > 0" | bc)" = 1 ]; then
-      ratio=$(printf ' (%.2fx sync)' "$(echo "scale=4; $cost / $sync_cost" | bc)")
+    if [ "$mode" = async ] && [ "$(calc "$sync_cost > 0")" = 1 ]; then
+      ratio=$(printf ' (%.2fx sync)' "$(calc "$cost / $sync_cost")")
     fi
-    printf '%-24s %-6s %9.1f %17.1f %15s %10.0f%s\n' "$name" "$mode" "$wall" "$cost" "$per" "$(echo "$step * 1000" | bc)" "$ratio"
+    printf '%-24s %-6s %9.1f %17.1f %15s %10.0f%s\n' "$name" "$mode" "$wall" "$cost" "$per" "$(calc "$step * 1000")" "$ratio"
     if [ "$mode" = async ]; then
       grep -o 'checkpoint of step [0-9]* written behind training in .*s (training paused [0-9.]* s' "$WORK/last.log" |
         sed 's/^/    /' || true
