@@ -26,8 +26,8 @@ void AsyncCheckpointWriter::start(PreparedCheckpoint prepared) {
   check(!write_.valid(), "a checkpoint write is already in flight (finish it first)");
   prepared_ = std::make_shared<PreparedCheckpoint>(std::move(prepared));
   step_ = prepared_->step();
-  started_ = std::chrono::steady_clock::now();
-  write_ = std::async(std::launch::async, [this, prepared = prepared_, started = started_, step = step_] {
+  write_ = std::async(std::launch::async, [this, prepared = prepared_, started = std::chrono::steady_clock::now(),
+                                           step = step_] {
     trace::set_thread_row(trace::row("checkpoint writer"));
     // The lowest priority: the write takes the CPU compute leaves idle. At nice 0 its copies into
     // the page cache preempted a compute thread, and the whole parallel region waited for it

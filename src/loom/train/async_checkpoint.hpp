@@ -47,7 +47,6 @@ class AsyncCheckpointWriter {
   std::unique_ptr<comm::ProcessGroup> group_;
   std::shared_ptr<PreparedCheckpoint> prepared_;  // held until the write ends
   int64_t step_ = 0;
-  std::chrono::steady_clock::time_point started_;
   std::future<Written> write_;
 };
 

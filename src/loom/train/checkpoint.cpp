@@ -103,7 +103,7 @@ TensorFileParts lay_out_checkpoint_file(const std::map<std::string, Tensor>& ten
 
 void encode_checkpoint_file_into(const std::map<std::string, Tensor>& tensors, const CheckpointInfo& info,
                                  std::string& bytes) {
-  encode_tensor_file_into(checkpoint_file(tensors, info), bytes);
+  lay_out_checkpoint_file(tensors, info).copy_into(bytes);
 }
 
 void write_checkpoint_file(const std::string& path, const std::map<std::string, Tensor>& tensors,

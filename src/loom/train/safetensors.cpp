@@ -78,8 +78,6 @@ std::vector<std::string_view> TensorFileParts::views() const {
   return out;
 }
 
-void encode_tensor_file_into(const TensorFile& file, std::string& bytes) { lay_out_tensor_file(file).copy_into(bytes); }
-
 void TensorFileParts::copy_into(std::string& bytes) const {
   const std::vector<std::string_view> parts = views();
   size_t total = 0;
@@ -87,12 +85,6 @@ void TensorFileParts::copy_into(std::string& bytes) const {
   bytes.clear();  // the capacity stays: a buffer encoded into again is not allocated again
   bytes.reserve(total);
   for (const std::string_view v : parts) bytes.append(v);
-}
-
-std::string encode_tensor_file(const TensorFile& file) {
-  std::string bytes;
-  encode_tensor_file_into(file, bytes);
-  return bytes;
 }
 
 void save_tensor_file(const std::string& path, const TensorFile& file) {

@@ -36,10 +36,6 @@ struct TensorFileParts {
   void copy_into(std::string& bytes) const;
 };
 TensorFileParts lay_out_tensor_file(const TensorFile& file);
-// The file's bytes (header and data), as save_tensor_file writes them.
-std::string encode_tensor_file(const TensorFile& file);
-// The same into bytes, replacing what it held and keeping its allocation when large enough.
-void encode_tensor_file_into(const TensorFile& file, std::string& bytes);
 // Throws loom::Error naming the path and the problem for a missing, truncated, corrupted
 // (checksum) or malformed file. Tensors are allocated in `category`.
 TensorFile load_tensor_file(const std::string& path, MemoryCategory category = MemoryCategory::Other);

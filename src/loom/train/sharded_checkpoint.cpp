@@ -174,12 +174,11 @@ std::string write_sharded_checkpoint(const std::string& run_dir, const std::vect
 PreparedCheckpoint::PreparedCheckpoint(int64_t step, std::shared_ptr<const std::string> bytes,
                                        std::function<std::string(comm::ProcessGroup&)> write)
     : step_(step), bytes_(std::move(bytes)), write_(std::move(write)) {
-  tracked_ = bytes_ != nullptr;
-  if (tracked_) MemoryTracker::instance().on_alloc(MemoryCategory::Other, this->bytes());
+  if (bytes_) MemoryTracker::instance().on_alloc(MemoryCategory::Other, this->bytes());
 }
 
 PreparedCheckpoint::~PreparedCheckpoint() {
-  if (tracked_ && bytes_) MemoryTracker::instance().on_free(MemoryCategory::Other, bytes());
+  if (bytes_) MemoryTracker::instance().on_free(MemoryCategory::Other, bytes());
 }
 
 PreparedCheckpoint prepare_sharded_checkpoint(const std::string& run_dir, const std::vector<StatePiece>& pieces,

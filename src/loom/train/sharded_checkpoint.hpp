@@ -45,7 +45,6 @@ class PreparedCheckpoint {
   int64_t step_;
   std::shared_ptr<const std::string> bytes_;
   std::function<std::string(comm::ProcessGroup&)> write_;
-  bool tracked_ = false;
 };
 
 // This rank's part of save_sharded_checkpoint (no collective). buffer: the file copied into it
